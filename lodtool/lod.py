@@ -1,0 +1,338 @@
+"""The LoD index: offsets and lengths per level, validation, and branch resolution.
+
+A LoD index is a list of levels; each level is an int64 offsets array.
+``offsets[k][j]`` is where sequence ``j`` of level ``k`` starts in level ``k+1``
+(or in the data rows, for the last level).  This module knows nothing about
+data, files or kernels, so every other floor can use it.
+
+>>> lengths_to_offsets([3, 1, 2]).tolist()
+[0, 3, 4, 6]
+>>> [o.tolist() for o in lod_from_lengths([[2, 1], [2, 2, 3]])]
+[[0, 2, 3], [0, 2, 4, 7]]
+>>> validate_lod(lod_from_lengths([[2, 1], [2, 2, 3]]), n_rows=7)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .errors import LodIndexError, LodValidationError
+
+OFFSET_DTYPE = np.dtype(np.int64)
+
+#: offsets are checked in blocks of this many entries: the check stops early on
+#: bad input and never allocates more than a block's worth of temporaries.
+_BLOCK = 1 << 20
+
+#: reads ``offsets[level][start:stop]`` (a window of one level) from wherever the
+#: index lives: memory, an HDF5 file, a device.
+WindowReader = Callable[[int, int, int], np.ndarray]
+
+
+def lengths_to_offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Turn one level of lengths into offsets (``[0, l0, l0+l1, ...]``).
+
+    >>> lengths_to_offsets([3, 2, 4]).tolist()
+    [0, 3, 5, 9]
+    """
+    lengths = as_index_array(lengths, what="lengths")
+    if lengths.size and lengths.min() < 0:
+        j = int(np.argmax(lengths < 0))
+        raise LodValidationError(f"length[{j}]={int(lengths[j])} is negative")
+    offsets = np.empty(lengths.size + 1, dtype=OFFSET_DTYPE)
+    offsets[0] = 0
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def offsets_to_lengths(offsets: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Turn one level of offsets into lengths.
+
+    >>> offsets_to_lengths([0, 3, 5, 9]).tolist()
+    [3, 2, 4]
+    """
+    offsets = as_index_array(offsets, what="offsets")
+    return np.diff(offsets)
+
+
+def lod_from_lengths(recursive_sequence_lengths: Iterable[Sequence[int]]) -> list[np.ndarray]:
+    """Offsets for every level of a ``recursive_sequence_lengths`` table.
+
+    >>> [o.tolist() for o in lod_from_lengths([[3, 1, 2], [3, 2, 4, 1, 2, 3]])]
+    [[0, 3, 4, 6], [0, 3, 5, 9, 10, 12, 15]]
+    """
+    out = []
+    for level, lengths in enumerate(recursive_sequence_lengths):
+        try:
+            out.append(lengths_to_offsets(lengths))
+        except LodValidationError as exc:
+            raise LodValidationError(f"level {level}: {exc}") from None
+    return out
+
+
+def lengths_from_lod(lod: Iterable[Sequence[int] | np.ndarray]) -> list[list[int]]:
+    """``recursive_sequence_lengths`` of a LoD given as offsets.
+
+    >>> lengths_from_lod([[0, 2, 3], [0, 2, 4, 7]])
+    [[2, 1], [2, 2, 3]]
+    """
+    return [offsets_to_lengths(level).tolist() for level in lod]
+
+
+def as_index_array(values, *, what: str = "offsets", level: int | None = None) -> np.ndarray:
+    """Coerce one level of offsets or lengths to a 1-D int64 array.
+
+    Integers of any width are accepted; floats, bools, objects and any rank
+    other than 1 are refused, since a silently truncated offset is a wrong index.
+    """
+    where = f"level {level}: " if level is not None else ""
+    if isinstance(values, np.ndarray):
+        arr = values
+    else:
+        try:
+            arr = np.asarray(values)
+        except (ValueError, TypeError) as exc:
+            raise LodValidationError(f"{where}{what} are not a flat list of integers ({exc})") from None
+        if arr.size == 0 and arr.ndim == 1:
+            arr = arr.astype(OFFSET_DTYPE)
+    if arr.ndim != 1:
+        raise LodValidationError(f"{where}{what} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise LodValidationError(f"{where}{what} must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise LodValidationError(f"{where}{what} do not fit in int64")
+    return arr.astype(OFFSET_DTYPE, copy=False)
+
+
+@dataclass(frozen=True)
+class LodProblem:
+    """One broken rule of a LoD index; ``index`` is the offending offset's position."""
+
+    level: int
+    index: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"level {self.level}: {self.message}"
+
+
+class LevelChecker:
+    """Checks one offsets level fed in blocks, in order (memory, file or stream).
+
+    It enforces Paddle's per-level rules: at least 2 offsets, the first is 0 and
+    the offsets never decrease.  Blocks let a file be checked without holding a
+    whole level and let the check stop at the first problem.
+    """
+
+    def __init__(self, level: int, max_problems: int = 1):
+        self.level = level
+        self.max_problems = max_problems
+        self.problems: list[LodProblem] = []
+        self.extra_problems = 0
+        self.count = 0
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def _add(self, index: int | None, message: str) -> None:
+        if len(self.problems) < self.max_problems:
+            self.problems.append(LodProblem(self.level, index, message))
+        else:
+            self.extra_problems += 1
+
+    @property
+    def full(self) -> bool:
+        return len(self.problems) >= self.max_problems
+
+    def feed(self, block: np.ndarray) -> None:
+        if block.size == 0:
+            return
+        if self.first is None:
+            self.first = int(block[0])
+            if self.first != 0:
+                self._add(0, f"offset[0]={self.first} (the first offset must be 0)")
+        start = self.count
+        if self.last is not None and block[0] < self.last:
+            self._add(start, f"offset[{start}]={int(block[0])} < offset[{start - 1}]={self.last} "
+                             "(offsets must not decrease)")
+        if block.size > 1:
+            bad = block[1:] < block[:-1]
+            if bad.any():
+                for j in np.flatnonzero(bad)[: max(self.max_problems - len(self.problems), 1)]:
+                    j = int(j)
+                    self._add(start + j + 1, f"offset[{start + j + 1}]={int(block[j + 1])} < "
+                                             f"offset[{start + j}]={int(block[j])} (offsets must not decrease)")
+                self.extra_problems += max(0, int(bad.sum()) - max(self.max_problems, 1))
+        self.count += block.size
+        self.last = int(block[-1])
+
+    def finish(self) -> None:
+        if self.count < 2:
+            self._add(None, f"has {self.count} offset(s); a level needs at least 2 (one sequence)")
+
+
+def iter_blocks(arr: np.ndarray, block: int = _BLOCK) -> Iterator[np.ndarray]:
+    for start in range(0, max(len(arr), 1), block):
+        yield arr[start:start + block]
+
+
+def find_lod_problems(levels: Sequence[Iterable[np.ndarray]] | Sequence[np.ndarray], n_rows: int,
+                      *, level_sizes: Sequence[int] | None = None, max_problems: int = 20) -> list[LodProblem]:
+    """Every broken rule of a LoD index, up to ``max_problems`` per level.
+
+    ``levels[k]`` is either a whole int64 offsets array or an iterable of its
+    blocks (for reading files block by block).  ``level_sizes`` gives each level's
+    length when blocks are passed.
+
+    >>> [str(p) for p in find_lod_problems([np.array([0, 2, 1])], n_rows=1)]
+    ['level 0: offset[2]=1 < offset[1]=2 (offsets must not decrease)']
+    """
+    problems: list[LodProblem] = []
+    ends: list[int | None] = []
+    counts: list[int] = []
+    for level, source in enumerate(levels):
+        checker = LevelChecker(level, max_problems)
+        blocks = iter_blocks(source) if isinstance(source, np.ndarray) else source
+        for block in blocks:
+            checker.feed(as_index_array(block, level=level))
+            if checker.full and max_problems == 1:
+                break
+        else:
+            checker.finish()
+        problems.extend(checker.problems)
+        if checker.extra_problems:
+            problems.append(LodProblem(level, None, f"... and {checker.extra_problems} more problem(s)"))
+        ends.append(checker.last)
+        counts.append(level_sizes[level] if level_sizes is not None else checker.count)
+    # cross-level rules: each level ends where the level below has sequences
+    for level, end in enumerate(ends):
+        if end is None:
+            continue
+        size = counts[level]
+        if level + 1 < len(ends):
+            below = counts[level + 1] - 1
+            if end != below:
+                problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but level {level + 1} has "
+                                                            f"{below} sequences (the last offset must equal it)"))
+        elif end != n_rows:
+            problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but the data has "
+                                                        f"{n_rows} rows (the last offset must equal it)"))
+    return problems
+
+
+def validate_lod(levels: Sequence[np.ndarray], n_rows: int) -> None:
+    """Raise :class:`LodValidationError` for the first broken rule of a LoD index.
+
+    The rules are Paddle's: every level has at least 2 offsets and starts at 0,
+    offsets never decrease (empty sequences are fine), each level ends at the
+    number of sequences of the level below, and the last one at the data rows.
+
+    >>> validate_lod([np.array([0, 3, 5, 10, 9])], n_rows=9)
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodValidationError: level 0: offset[4]=9 < offset[3]=10 (offsets must not decrease)
+    """
+    problems = find_lod_problems(levels, n_rows, max_problems=1)
+    if problems:
+        raise LodValidationError(str(problems[0]))
+
+
+def format_path(path: Sequence[int]) -> str:
+    """``<2,0>`` for the path ``(2, 0)``."""
+    return "<" + ",".join(str(int(i)) for i in path) + ">"
+
+
+def parse_path(text: str) -> tuple[int, ...]:
+    """Parse ``2``, ``2,0``, ``<2,0>`` or ``<>`` (the root) into a tuple of ints.
+
+    >>> parse_path("<2, -1>")
+    (2, -1)
+    """
+    body = text.strip()
+    if body.startswith("<") and body.endswith(">"):
+        body = body[1:-1]
+    body = body.strip()
+    if not body:
+        return ()
+    try:
+        return tuple(int(part) for part in body.split(","))
+    except ValueError:
+        raise LodIndexError(f"bad branch path {text!r}: write it as 2, 2,0 or <2,0>") from None
+
+
+def memory_reader(levels: Sequence[np.ndarray]) -> WindowReader:
+    """A :data:`WindowReader` over offsets held in memory."""
+    return lambda level, start, stop: levels[level][start:stop]
+
+
+def resolve_branch(path: Sequence[int], read: WindowReader, level_sizes: Sequence[int],
+                   n_rows: int | None = None) -> tuple[int, int, int]:
+    """Resolve a branch ``<i,j,...>`` to ``(level, begin, end)``.
+
+    The branch's children are entries ``begin..end`` of ``level`` (data rows when
+    ``level == len(level_sizes)``).  Only two offsets per path step are read.
+    Negative indices count from the end of their parent sequence.
+
+    >>> lod = lod_from_lengths([[3, 1, 2], [3, 2, 4, 1, 2, 3]])
+    >>> resolve_branch((2, 0), memory_reader(lod), [len(o) for o in lod])
+    (2, 10, 12)
+    """
+    n_levels = len(level_sizes)
+    if len(path) > n_levels:
+        raise LodIndexError(f"branch {format_path(path)} has {len(path)} indices but the tensor has "
+                            f"{n_levels} LoD level(s)")
+    begin, end = 0, level_sizes[0] - 1 if n_levels else 0
+    for depth, index in enumerate(path):
+        count = end - begin
+        i = int(index) + count if index < 0 else int(index)
+        if not 0 <= i < count:
+            where = "the top level" if depth == 0 else f"branch {format_path(path[:depth])}"
+            valid = f"valid: {-count}..{count - 1}" if count else "it is empty"
+            raise LodIndexError(f"level {depth}: index {int(index)} is out of range for {where}, which has "
+                                f"{count} sequence(s) ({valid})")
+        window = _checked_window(read, depth, begin + i, begin + i + 2, level_sizes, n_rows)
+        begin, end = int(window[0]), int(window[1])
+    return len(path), begin, end
+
+
+def extract_range(level: int, begin: int, end: int, read: WindowReader,
+                  level_sizes: Sequence[int], n_rows: int | None = None) -> tuple[list[np.ndarray], int, int]:
+    """Offsets (rebased to 0) of entries ``begin..end`` of ``level`` and everything under them.
+
+    Returns ``(offsets_per_level, row_begin, row_end)``; the result has
+    ``len(level_sizes) - level`` levels.  Each window read is checked, so a
+    corrupt file cannot send the caller outside the next level.
+
+    >>> lod = lod_from_lengths([[3, 1, 2], [3, 2, 4, 1, 2, 3]])
+    >>> levels, r0, r1 = extract_range(1, 4, 6, memory_reader(lod), [len(o) for o in lod])
+    >>> [o.tolist() for o in levels], r0, r1
+    ([[0, 2, 5]], 10, 15)
+    """
+    out = []
+    for k in range(level, len(level_sizes)):
+        window = _checked_window(read, k, begin, end + 1, level_sizes, n_rows)
+        out.append(window - window[0])
+        begin, end = int(window[0]), int(window[-1])
+    return out, begin, end
+
+
+def _checked_window(read: WindowReader, level: int, start: int, stop: int, level_sizes: Sequence[int],
+                    n_rows: int | None = None) -> np.ndarray:
+    if not 0 <= start < stop <= level_sizes[level]:
+        raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{level_sizes[level]}")
+    window = as_index_array(read(level, start, stop), level=level)
+    if window.size != stop - start:
+        raise LodValidationError(f"level {level}: read {window.size} offsets, expected {stop - start}")
+    limit = level_sizes[level + 1] - 1 if level + 1 < len(level_sizes) else n_rows
+    if window[0] < 0:
+        raise LodValidationError(f"level {level}: offset[{start}]={int(window[0])} is negative")
+    if window.size > 1 and (window[1:] < window[:-1]).any():
+        j = int(np.argmax(window[1:] < window[:-1]))
+        raise LodValidationError(f"level {level}: offset[{start + j + 1}]={int(window[j + 1])} < "
+                                 f"offset[{start + j}]={int(window[j])} (offsets must not decrease)")
+    if limit is not None and window[-1] > limit:
+        below = f"{limit} sequences of level {level + 1}" if level + 1 < len(level_sizes) else f"{limit} data rows"
+        raise LodValidationError(f"level {level}: offset[{stop - 1}]={int(window[-1])} is past the {below}")
+    return window
