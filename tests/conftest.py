@@ -1,0 +1,30 @@
+"""Test configuration: hypothesis profiles and the long-run switch.
+
+LODTOOL_TEST_PROFILE=long runs the long profiles (10,000 hypothesis examples,
+the long fuzzing suites, tests marked ``slow``).  The default profile keeps the
+whole suite within a few minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+LONG = os.environ.get("LODTOOL_TEST_PROFILE", "").lower() == "long"
+
+settings.register_profile("default", max_examples=100, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("long", max_examples=10_000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("long" if LONG else "default")
+
+
+def pytest_collection_modifyitems(config, items):
+    if LONG:
+        return
+    skip_slow = pytest.mark.skip(reason="long profile only (LODTOOL_TEST_PROFILE=long)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)
