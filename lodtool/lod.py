@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import LodIndexError, LodValidationError
+from .errors import LodIndexError, LodUsageError, LodValidationError
 
 OFFSET_DTYPE = np.dtype(np.int64)
 
@@ -259,7 +259,7 @@ def parse_path(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in body.split(","))
     except ValueError:
-        raise LodIndexError(f"bad branch path {text!r}: write it as 2, 2,0 or <2,0>") from None
+        raise LodUsageError(f"bad branch path {text!r}: write it as 2, 2,0 or <2,0>") from None
 
 
 def memory_reader(levels: Sequence[np.ndarray]) -> WindowReader:

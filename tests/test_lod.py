@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from lodtool.errors import LodIndexError, LodValidationError
+from lodtool.errors import LodIndexError, LodUsageError, LodValidationError
 from lodtool.lod import (extract_range, find_lod_problems, format_path, lengths_from_lod, lengths_to_offsets,
                          lod_from_lengths, memory_reader, offsets_to_lengths, parse_path, resolve_branch,
                          validate_lod)
@@ -102,7 +102,7 @@ def test_paths():
     assert parse_path(" 2, -1 ") == (2, -1)
     assert parse_path("<>") == ()
     assert format_path((2, 0)) == "<2,0>"
-    with pytest.raises(LodIndexError, match="bad branch path"):
+    with pytest.raises(LodUsageError, match="bad branch path"):
         parse_path("a,b")
 
 

@@ -1,0 +1,144 @@
+"""Opening HDF5 files, and turning every h5py/OS error into a lodtool error naming the file.
+
+Nothing above this module sees a raw h5py exception: a missing file is
+:class:`LodFileNotFoundError`, anything broken, truncated, foreign or not HDF5
+at all is :class:`LodFormatError` with the file name and a short reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+import h5py
+
+from ..errors import LodError, LodFileNotFoundError, LodFormatError
+
+#: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it
+READ_CACHE = 4 << 20
+WRITE_CACHE = 8 << 20
+_CACHE_SLOTS = 1009
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    # h5py says "Unable to synchronously open file (file signature not found)": keep the useful part
+    for prefix in ("Unable to synchronously ", "Unable to "):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+#: exceptions h5py and libhdf5 raise for broken files (anything else is a bug and propagates)
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, IndexError, OverflowError)
+
+
+def domain_error(exc: BaseException, path: str, what: str) -> LodFormatError:
+    """The :class:`LodFormatError` that replaces an h5py exception (for hot paths without a ``with``)."""
+    return LodFormatError(f"{path}: {what} ({_reason(exc)})")
+
+
+@contextlib.contextmanager
+def translate(path: str, what: str = "unreadable") -> Iterator[None]:
+    """Re-raise h5py/OS errors inside the block as :class:`LodFormatError` ``"PATH: WHAT (reason)"``.
+
+    >>> with translate("x.h5", "cannot read tensor 'a'"):
+    ...     raise OSError("Can't read data (filter returned failure)")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodFormatError: x.h5: cannot read tensor 'a' (Can't read data (filter returned failure))
+    """
+    try:
+        yield
+    except LodError:
+        raise
+    except H5_ERRORS as exc:
+        raise domain_error(exc, path, what) from None
+
+
+def check_input_path(path: str) -> None:
+    """Refuse a missing path, a folder and an empty file before libhdf5 sees them."""
+    if not os.path.exists(path):
+        raise LodFileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise LodFormatError(f"{path}: is a folder, not a lodtool container")
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:  # pragma: no cover - raced with a delete
+        raise LodFileNotFoundError(f"{path}: {exc.strerror}") from None
+    if size == 0:
+        raise LodFormatError(f"{path}: empty file, not a lodtool container")
+
+
+def open_h5(path: str, mode: str = "r") -> h5py.File:
+    """Open an HDF5 file for lodtool, with domain errors for every failure."""
+    check_input_path(path)
+    cache = READ_CACHE if mode == "r" else WRITE_CACHE
+    try:
+        return h5py.File(path, mode, locking=False, rdcc_nbytes=cache, rdcc_nslots=_CACHE_SLOTS)
+    except FileNotFoundError:  # pragma: no cover - raced with a delete
+        raise LodFileNotFoundError(f"{path}: no such file") from None
+    except PermissionError as exc:
+        raise LodFormatError(f"{path}: cannot open ({exc.strerror or _reason(exc)})") from None
+    except (OSError, RuntimeError, ValueError) as exc:
+        try:
+            hdf5 = h5py.is_hdf5(path)
+        except Exception:  # pragma: no cover - unreadable in some other way
+            hdf5 = False
+        if not hdf5:
+            raise LodFormatError(f"{path}: not an HDF5 file, so not a lodtool container") from None
+        raise LodFormatError(f"{path}: damaged or truncated HDF5 file ({_reason(exc)})") from None
+
+
+def create_h5(path: str, mode: str = "w") -> h5py.File:
+    """Create (``"w"``) or reopen for appending (``"r+"``) a file lodtool writes (its own temp file)."""
+    kwargs = {"track_order": True} if mode == "w" else {}
+    try:
+        return h5py.File(path, mode, locking=False, rdcc_nbytes=WRITE_CACHE, rdcc_nslots=_CACHE_SLOTS, **kwargs)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise LodFormatError(f"{path}: cannot open for writing ({_reason(exc)})") from None
+
+
+def hard_member(group: h5py.Group, name: str):
+    """``group[name]`` if it is a hard link, else ``None`` (soft and external links are refused).
+
+    External links would make libhdf5 open other files named by an untrusted
+    file; lodtool only ever writes hard links.
+    """
+    link = group.get(name, getlink=True)
+    if not isinstance(link, h5py.HardLink):
+        return None
+    return group[name]
+
+
+def same_object(a: h5py.HLObject, b: h5py.HLObject) -> bool:
+    """Whether two handles are the same HDF5 object (hard links to one dataset)."""
+    return a.id == b.id
+
+
+def storage_gap(ds: h5py.Dataset) -> str | None:
+    """Why ``ds`` cannot hold the values its shape claims, or ``None`` if every chunk is stored.
+
+    lodtool writes every chunk of every dataset; a shape whose chunks are mostly
+    missing is a crafted or damaged file, and reading it "as zeros" block by
+    block would take forever.  Counting the stored chunks is cheap (metadata only).
+    """
+    if ds.size == 0:
+        return None
+    if ds.chunks:
+        expected = 1
+        for n, c in zip(ds.shape, ds.chunks):
+            expected *= -(-n // c)
+        stored = ds.id.get_num_chunks()
+        if stored < expected:
+            return f"claims shape {ds.shape} but stores {stored} of its {expected} chunks"
+        return None
+    if ds.id.get_storage_size() < ds.size * ds.dtype.itemsize:
+        return f"claims shape {ds.shape} but stores only {ds.id.get_storage_size()} bytes"
+    return None
+
+
+def link_count(obj: h5py.HLObject) -> int:
+    """How many hard links name this object (``> 1``: shared)."""
+    return int(h5py.h5o.get_info(obj.id).rc)

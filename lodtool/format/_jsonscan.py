@@ -1,0 +1,866 @@
+"""The fast path of JSON ingest: a Numba byte scanner for nested lists of numbers.
+
+It reads raw UTF-8 bytes and writes the numbers into one flat array and the
+length of every list (with its depth) into two more, with no Python object per
+number.  It understands exactly this subset of JSON, which is what ragged
+numeric data looks like::
+
+    value   := list | number | true | false | NaN | Infinity | -Infinity
+    list    := '[' (value (',' value)*)? ']'
+    number  := JSON's number grammar (no leading zeros, no '+', no bare '.')
+
+with JSON whitespace between tokens.  It also enforces the nesting rules of
+:func:`lodtool.from_nested` (every number at one depth, no list at or below it),
+booleans never mixed with numbers, and the integer range policy.  Anything else
+(strings, objects, ``null``, syntax errors, irregular nesting, ...) stops the
+scan with status ``FALLBACK``; :mod:`.jsonio` then runs its general path on the
+same input, which gives the same result or a positioned error message.
+
+Numbers are exact: integers are parsed with overflow detection, floats are
+correctly rounded (the value Python's ``float()`` gives).  Floats use Clinger's
+fast path (at most 2**53 and a power of ten up to 22), else the Eisel-Lemire
+algorithm (a 128-bit product with a table of powers of five), else, for the
+rare inputs those cannot decide (subnormals, more than 19 significant digits
+that straddle a rounding boundary), Python's ``float()`` on the token text.
+
+Importing this module imports numba; :mod:`.jsonio` imports it only when the
+fast path runs.
+
+>>> import numpy as np
+>>> r = scan_bytes(b"[[1,2],[3]]\\n[[4.5]]\\n", jsonl=True)
+>>> r.status == DONE, r.values().tolist(), r.lengths.tolist(), r.depths.tolist()
+(True, [1.0, 2.0, 3.0, 4.5], [2, 1, 2, 1, 1], [2, 2, 1, 2, 1])
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+#: scan statuses
+DONE = 0        # every complete item up to the end of the buffer was scanned
+NEED_MORE = 1   # an item runs past the end of the buffer (JSON documents read in pieces)
+FALLBACK = 2    # something this scanner does not take: let the general path handle (or explain) it
+
+#: value modes of one scan
+MODE_NONE, MODE_INT, MODE_FLOAT, MODE_BOOL = 0, 1, 2, 3
+#: value classes that persist across chunks (booleans and numbers never mix)
+CLS_NONE, CLS_NUMBER, CLS_BOOL = 0, 1, 2
+#: what an explicit dtype lets through: 0 int64 range only, 1 uint64 range too, 2 any integer (stored as float)
+TARGET_DEFAULT, TARGET_UINT64, TARGET_FLOAT = 0, 1, 2
+
+#: state slots (an int64 array carried from call to call)
+POS, OUTER, LEAF, MAXLIST, CLS, MODE, N_VAL, N_LIST, N_SLOW, N_BIG, HAS_NEG, ITEMS, NEWLINES, ERRPOS, TARGET, \
+    ERRCODE = range(16)
+STATE_SIZE = 16
+
+#: the outer list of a JSON document
+OUT_START, OUT_FIRST, OUT_NEXT, OUT_COMMA, OUT_END = range(5)
+
+#: LoD levels plus element dimensions at most (deeper input is refused by both paths)
+MAX_LEVELS = 256
+
+#: fallback reasons (for tests and debugging; the general path words the messages)
+E_SYNTAX, E_TRUNCATED, E_NEST, E_MIX, E_RANGE, E_DEEP, E_LONG = 1, 2, 3, 4, 5, 6, 7
+
+#: longest number token the scanner takes (longer ones go to the general path)
+MAX_TOKEN = 1 << 12
+_SPAN_SHIFT = 40
+
+
+def _power_of_five_table() -> np.ndarray:
+    """128-bit truncated powers of five, 5**q for q in -342..308, as (high, low) uint64 pairs.
+
+    This is the table of the Eisel-Lemire algorithm (as in fast_float), computed
+    here with exact integer arithmetic.
+    """
+    out = []
+    for q in range(-342, 0):
+        power5 = 5 ** -q
+        z = power5.bit_length()
+        if (1 << (z - 1)) == power5:  # pragma: no cover - 5**k is never a power of two
+            z -= 1
+        if q >= -27:
+            c = 2 ** (z + 127) // power5 + 1
+        else:
+            c = 2 ** (2 * z + 128) // power5 + 1
+            while c >= 1 << 128:
+                c //= 2
+        out.append(c)
+    for q in range(0, 309):
+        power5 = 5 ** q
+        while power5 < 1 << 127:
+            power5 *= 2
+        while power5 >= 1 << 128:
+            power5 //= 2
+        out.append(power5)
+    flat = []
+    for c in out:
+        flat.append(c >> 64)
+        flat.append(c & ((1 << 64) - 1))
+    return np.array(flat, dtype=np.uint64)
+
+
+_POW5 = _power_of_five_table()
+_POW10 = np.array([10.0 ** k for k in range(23)], dtype=np.float64)  # exact doubles
+
+_U64 = np.uint64
+_M32 = np.uint64(0xFFFFFFFF)
+_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+_INT64_MAX_U = np.uint64(0x7FFFFFFFFFFFFFFF)
+_INT64_MIN_MAG = np.uint64(0x8000000000000000)
+_TWO53 = np.uint64(1 << 53)
+_INF = math.inf
+
+
+@intrinsic
+def _bits_to_double(typingctx, bits):
+    """Reinterpret uint64 bits as a float64 (no allocation)."""
+    sig = types.float64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mul128(a, b):
+    """(high, low) 64-bit halves of the 128-bit product of two uint64."""
+    a_lo = a & _M32
+    a_hi = a >> _U64(32)
+    b_lo = b & _M32
+    b_hi = b >> _U64(32)
+    p0 = a_lo * b_lo
+    p1 = a_lo * b_hi
+    p2 = a_hi * b_lo
+    p3 = a_hi * b_hi
+    mid = (p0 >> _U64(32)) + (p1 & _M32) + (p2 & _M32)
+    hi = p3 + (p1 >> _U64(32)) + (p2 >> _U64(32)) + (mid >> _U64(32))
+    lo = (mid << _U64(32)) | (p0 & _M32)
+    return hi, lo
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clz64(x):
+    n = 0
+    if x <= _U64(0x00000000FFFFFFFF):
+        n += 32
+        x <<= _U64(32)
+    if x <= _U64(0x0000FFFFFFFFFFFF):
+        n += 16
+        x <<= _U64(16)
+    if x <= _U64(0x00FFFFFFFFFFFFFF):
+        n += 8
+        x <<= _U64(8)
+    if x <= _U64(0x0FFFFFFFFFFFFFFF):
+        n += 4
+        x <<= _U64(4)
+    if x <= _U64(0x3FFFFFFFFFFFFFFF):
+        n += 2
+        x <<= _U64(2)
+    if x <= _U64(0x7FFFFFFFFFFFFFFF):
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _eisel_lemire(w, q, table):
+    """The double nearest to ``w * 10**q`` (w > 0): (True, value), or (False, 0.0) when undecided."""
+    if q < -342:
+        return True, 0.0
+    if q > 308:
+        return True, _INF
+    lz = _clz64(w)
+    w = w << _U64(lz)
+    idx = 2 * (q + 342)
+    hi, lo = _mul128(w, table[idx])
+    if (hi & _U64(0x1FF)) == _U64(0x1FF):
+        hi2, lo2 = _mul128(w, table[idx + 1])
+        new_lo = lo + hi2
+        if new_lo < lo:
+            hi += _U64(1)
+        lo = new_lo
+    if lo == _ONES and (q < -27 or q > 55):
+        return False, 0.0
+    upperbit = np.int64(hi >> _U64(63))
+    shift = _U64(upperbit + 9)
+    mantissa = hi >> shift
+    power2 = (((152170 + 65536) * q) >> 16) + 63 + upperbit - lz + 1023
+    if power2 <= 0:  # subnormal: leave it to float()
+        return False, 0.0
+    if lo <= _U64(1) and -4 <= q <= 23 and (mantissa & _U64(3)) == _U64(1):
+        if (mantissa << shift) == hi:
+            mantissa &= ~_U64(1)
+    mantissa += mantissa & _U64(1)
+    mantissa >>= _U64(1)
+    if mantissa >= _U64(2 << 52):
+        mantissa = _U64(1 << 52)
+        power2 += 1
+    mantissa &= ~_U64(1 << 52)
+    if power2 >= 0x7FF:
+        return True, _INF
+    return True, _bits_to_double(mantissa | (_U64(power2) << _U64(52)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _decimal_to_double(w, e10, truncated, table, pow10):
+    """(ok, value) for ``w * 10**e10`` (w is the first 19 significant digits)."""
+    if w == _U64(0):
+        return True, 0.0
+    if not truncated and -22 <= e10 <= 22 and w <= _TWO53:
+        f = np.float64(w)
+        if e10 >= 0:
+            return True, f * pow10[e10]
+        return True, f / pow10[-e10]
+    ok, f = _eisel_lemire(w, e10, table)
+    if not ok:
+        return False, 0.0
+    if truncated:  # the true value lies between w and w+1 (times 10**e10): both must round alike
+        ok2, f2 = _eisel_lemire(w + _U64(1), e10, table)
+        if not ok2 or f2 != f:
+            return False, 0.0
+    return True, f
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _is_ws(c):
+    return c == 32 or c == 9 or c == 13 or c == 10
+
+
+@njit(cache=True, nogil=True)
+def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, table, pow10):
+    """Scan ``buf[st[POS]:end]``; outputs go to the arrays, counters and the new position to ``st``.
+
+    ``iv`` receives every value as int64 bits (a float64 view of it once a float
+    is seen), ``lens``/``ldep`` every list's length and depth (close order),
+    ``slow``/``spans`` the indices and token spans left to Python's ``float()``,
+    ``iline`` the number of newlines before each top-level item.  Returns the
+    status (``DONE``, ``NEED_MORE``, ``FALLBACK``).
+    """
+    fv = iv.view(np.float64)
+    pos = st[POS]
+    outer = st[OUTER]
+    leaf = st[LEAF]
+    maxlist = st[MAXLIST]
+    cls = st[CLS]
+    mode = st[MODE]
+    n_val = st[N_VAL]
+    n_list = st[N_LIST]
+    n_slow = st[N_SLOW]
+    n_big = st[N_BIG]
+    has_neg = st[HAS_NEG]
+    items = st[ITEMS]
+    newlines = st[NEWLINES]
+    target = st[TARGET]
+    status = DONE
+    err = 0
+    while True:
+        # -- between top-level items -------------------------------------------------------------
+        if jsonl:
+            while pos < end:
+                c = buf[pos]
+                if c == 10:
+                    newlines += 1
+                    pos += 1
+                elif c == 32 or c == 9 or c == 13:
+                    pos += 1
+                else:
+                    break
+            if pos >= end:
+                break
+        else:
+            while pos < end and _is_ws(buf[pos]):
+                if buf[pos] == 10:
+                    newlines += 1
+                pos += 1
+            if pos >= end:
+                if final and outer != OUT_END:
+                    status = FALLBACK
+                    err = E_TRUNCATED
+                break
+            c = buf[pos]
+            if outer == OUT_START:
+                if c == 91:
+                    outer = OUT_FIRST
+                    pos += 1
+                    continue
+                status = FALLBACK
+                err = E_SYNTAX
+                break
+            if outer == OUT_FIRST:
+                if c == 93:
+                    outer = OUT_END
+                    pos += 1
+                    continue
+            elif outer == OUT_NEXT:
+                if c == 44:
+                    outer = OUT_COMMA
+                    pos += 1
+                    continue
+                if c == 93:
+                    outer = OUT_END
+                    pos += 1
+                    continue
+                status = FALLBACK
+                err = E_SYNTAX
+                break
+            elif outer == OUT_END:
+                status = FALLBACK
+                err = E_SYNTAX
+                break
+        # -- one top-level item (enclosed by the batch: depth 1) ---------------------------------
+        item_start = pos
+        iline[items] = newlines
+        c_val = n_val
+        c_list = n_list
+        c_slow = n_slow
+        c_big = n_big
+        c_neg = has_neg
+        c_leaf = leaf
+        c_maxlist = maxlist
+        c_cls = cls
+        c_mode = mode
+        c_newlines = newlines
+        depth = 1
+        expect = 0  # 0: a value, 1: a value or ']', 2: ',' or ']'
+        incomplete = False
+        while True:
+            if pos >= end:
+                incomplete = True
+                break
+            c = buf[pos]
+            if c == 32 or c == 9 or c == 13:
+                pos += 1
+                continue
+            if c == 10:
+                if jsonl:
+                    err = E_TRUNCATED
+                    break
+                newlines += 1
+                pos += 1
+                continue
+            if expect == 2 or (expect == 1 and c == 93):
+                if c == 44 and expect == 2:
+                    expect = 0
+                    pos += 1
+                    continue
+                if c == 93:
+                    lens[n_list] = cnt[depth]
+                    ldep[n_list] = depth - 1
+                    n_list += 1
+                    depth -= 1
+                    pos += 1
+                    expect = 2
+                    if depth == 1:
+                        break
+                    continue
+                err = E_SYNTAX
+                break
+            # a value starts here, enclosed by `depth` brackets
+            if depth >= 2:
+                cnt[depth] += 1
+            if c == 91:
+                if leaf != 0 and depth >= leaf:
+                    err = E_NEST
+                    break
+                if depth > MAX_LEVELS:
+                    err = E_DEEP
+                    break
+                if depth > maxlist:
+                    maxlist = depth
+                depth += 1
+                cnt[depth] = 0
+                expect = 1
+                pos += 1
+                if depth == leaf and cls != CLS_BOOL:
+                    # the hot loop: a list of plain integers ("12,-3,4]"); anything else (a space,
+                    # a float, a long integer, the end of the buffer) drops back to the state machine
+                    while pos < end:
+                        q = pos
+                        neg = buf[q] == 45
+                        if neg:
+                            q += 1
+                            if q >= end:
+                                break
+                        d = np.int64(buf[q]) - 48
+                        if d < 0 or d > 9:
+                            break
+                        v = d
+                        q += 1
+                        if d != 0:
+                            while q < end:
+                                d = np.int64(buf[q]) - 48
+                                if d < 0 or d > 9:
+                                    break
+                                v = v * 10 + d
+                                q += 1
+                            if q - pos > 18:
+                                break
+                        if q >= end:
+                            break
+                        c = buf[q]
+                        if c != 44 and c != 93:
+                            break
+                        if neg:
+                            v = -v
+                            if v < 0:
+                                has_neg = 1
+                        if mode == MODE_FLOAT:
+                            fv[n_val] = np.float64(v)
+                        else:
+                            iv[n_val] = v
+                            mode = MODE_INT
+                        cls = CLS_NUMBER
+                        n_val += 1
+                        cnt[depth] += 1
+                        if c == 44:
+                            pos = q + 1
+                            expect = 0
+                        else:
+                            pos = q
+                            expect = 2
+                            break
+                continue
+            # a scalar: every scalar sits at the leaf depth, below every list
+            if leaf == 0:
+                if maxlist >= depth:
+                    err = E_NEST
+                    break
+                leaf = depth
+            elif depth != leaf:
+                err = E_NEST
+                break
+            if c == 116 or c == 102:  # true / false
+                n = 4 if c == 116 else 5
+                if pos + n > end:
+                    incomplete = True
+                    break
+                if c == 116:
+                    good = buf[pos + 1] == 114 and buf[pos + 2] == 117 and buf[pos + 3] == 101
+                else:
+                    good = buf[pos + 1] == 97 and buf[pos + 2] == 108 and buf[pos + 3] == 115 and buf[pos + 4] == 101
+                if not good:
+                    err = E_SYNTAX
+                    break
+                if cls == CLS_NUMBER:
+                    err = E_MIX
+                    break
+                cls = CLS_BOOL
+                mode = MODE_BOOL
+                iv[n_val] = 1 if c == 116 else 0
+                n_val += 1
+                pos += n
+                expect = 2
+                if depth == 1:
+                    break
+                continue
+            # numbers and the float specials NaN, Infinity, -Infinity
+            neg = False
+            p = pos
+            if c == 45:
+                neg = True
+                p += 1
+                if p >= end:
+                    incomplete = True
+                    break
+                c = buf[p]
+            special = 0.0
+            is_special = False
+            if c == 78 or c == 73:  # NaN / Infinity
+                word_len = 3 if c == 78 else 8
+                if c == 78 and neg:
+                    err = E_SYNTAX
+                    break
+                if p + word_len > end:
+                    incomplete = True
+                    break
+                if c == 78:
+                    good = buf[p + 1] == 97 and buf[p + 2] == 78
+                    special = np.nan
+                else:
+                    good = (buf[p + 1] == 110 and buf[p + 2] == 102 and buf[p + 3] == 105 and buf[p + 4] == 110
+                            and buf[p + 5] == 105 and buf[p + 6] == 116 and buf[p + 7] == 121)
+                    special = -_INF if neg else _INF
+                if not good:
+                    err = E_SYNTAX
+                    break
+                is_special = True
+                p += word_len
+                is_float = True
+                w = _U64(0)
+                e10 = 0
+                truncated = False
+            else:
+                if c < 48 or c > 57:
+                    err = E_SYNTAX
+                    break
+                w = _U64(0)
+                nd = 0
+                e10 = 0
+                truncated = False
+                is_float = False
+                if c == 48:
+                    p += 1
+                    if p < end and 48 <= buf[p] <= 57:
+                        err = E_SYNTAX  # leading zero
+                        break
+                else:
+                    while p < end:
+                        d = buf[p]
+                        if d < 48 or d > 57:
+                            break
+                        if nd < 19:
+                            w = w * _U64(10) + _U64(d - 48)
+                            nd += 1
+                        else:
+                            e10 += 1
+                            if d != 48:
+                                truncated = True
+                        p += 1
+                if p < end and buf[p] == 46:  # '.'
+                    is_float = True
+                    p += 1
+                    start_frac = p
+                    while p < end:
+                        d = buf[p]
+                        if d < 48 or d > 57:
+                            break
+                        if nd == 0 and d == 48:
+                            e10 -= 1
+                        elif nd < 19:
+                            w = w * _U64(10) + _U64(d - 48)
+                            nd += 1
+                            e10 -= 1
+                        elif d != 48:
+                            truncated = True
+                        p += 1
+                    if p == start_frac:
+                        if p >= end:
+                            incomplete = True
+                        else:
+                            err = E_SYNTAX
+                        break
+                if p < end and (buf[p] == 101 or buf[p] == 69):  # 'e' / 'E'
+                    is_float = True
+                    p += 1
+                    eneg = False
+                    if p < end and (buf[p] == 43 or buf[p] == 45):
+                        eneg = buf[p] == 45
+                        p += 1
+                    start_exp = p
+                    ex = 0
+                    while p < end:
+                        d = buf[p]
+                        if d < 48 or d > 57:
+                            break
+                        if ex < 100000:
+                            ex = ex * 10 + (d - 48)
+                        p += 1
+                    if p == start_exp:
+                        if p >= end:
+                            incomplete = True
+                        else:
+                            err = E_SYNTAX
+                        break
+                    e10 += -ex if eneg else ex
+            if p >= end and not final:
+                incomplete = True  # the token may go on in the next piece
+                break
+            if p - pos > MAX_TOKEN:
+                err = E_LONG
+                break
+            # -- store the value -------------------------------------------------------------------
+            if cls == CLS_BOOL:
+                err = E_MIX
+                break
+            cls = CLS_NUMBER
+            if not is_float:
+                # an integer: int64, else (by target) uint64 bits, a float, or the general path
+                if e10 == 0 and not neg and w <= _INT64_MAX_U:
+                    ival = np.int64(w)
+                    big = 0
+                elif e10 == 0 and neg and w <= _INT64_MIN_MAG:
+                    ival = -np.int64(w - _U64(1)) - 1
+                    big = 0
+                elif target == TARGET_UINT64 and not neg:
+                    ival = 0
+                    big = 1 if e10 == 0 else 2  # 1: fits uint64 (stored as bits), 2: decide in Python
+                elif target == TARGET_FLOAT:
+                    is_float = True
+                    big = 0
+                    ival = 0
+                else:
+                    err = E_RANGE
+                    break
+                if not is_float:
+                    if neg and ival < 0:
+                        has_neg = 1
+                    if mode == MODE_FLOAT:
+                        if big != 0:
+                            err = E_RANGE  # an integer beyond int64 among floats: let the general path decide
+                            break
+                        fv[n_val] = np.float64(ival)
+                    else:
+                        mode = MODE_INT
+                        if big == 1:
+                            iv[n_val] = np.int64(w)  # the uint64 bits
+                            n_big += 1
+                        elif big == 2:
+                            slow[n_slow] = n_val
+                            spans[n_slow] = pos | ((p - pos) << _SPAN_SHIFT)
+                            n_slow += 1
+                            n_big += 1
+                            iv[n_val] = 0
+                        else:
+                            iv[n_val] = ival
+                    n_val += 1
+                    pos = p
+                    expect = 2
+                    if depth == 1:
+                        break
+                    continue
+            # a float: switch the scan to float mode (converting earlier integers in place)
+            if mode != MODE_FLOAT:
+                if n_big != 0:
+                    err = E_RANGE
+                    break
+                for k in range(n_val):
+                    fv[k] = np.float64(iv[k])
+                mode = MODE_FLOAT
+            if is_special:
+                fv[n_val] = special
+            else:
+                ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
+                if ok:
+                    fv[n_val] = -f if neg else f
+                else:
+                    slow[n_slow] = n_val
+                    spans[n_slow] = pos | ((p - pos) << _SPAN_SHIFT)
+                    n_slow += 1
+                    fv[n_val] = 0.0
+            n_val += 1
+            pos = p
+            expect = 2
+            if depth == 1:
+                break
+        if err != 0:
+            status = FALLBACK
+            break
+        if incomplete:
+            if final or jsonl:
+                status = FALLBACK
+                err = E_TRUNCATED
+                break
+            # roll back to the start of the item; the caller reads more and scans again
+            pos = item_start
+            n_val = c_val
+            n_list = c_list
+            n_slow = c_slow
+            n_big = c_big
+            has_neg = c_neg
+            leaf = c_leaf
+            maxlist = c_maxlist
+            cls = c_cls
+            if not (c_mode == MODE_INT and mode == MODE_FLOAT) and not (c_mode == MODE_NONE and mode == MODE_FLOAT):
+                mode = c_mode
+            newlines = c_newlines
+            status = NEED_MORE
+            break
+        items += 1
+        if jsonl:
+            while pos < end and (buf[pos] == 32 or buf[pos] == 9 or buf[pos] == 13):
+                pos += 1
+            if pos < end and buf[pos] != 10:
+                status = FALLBACK
+                err = E_SYNTAX
+                break
+        else:
+            outer = OUT_NEXT
+    st[POS] = pos
+    st[OUTER] = outer
+    st[LEAF] = leaf
+    st[MAXLIST] = maxlist
+    st[CLS] = cls
+    st[MODE] = mode
+    st[N_VAL] = n_val
+    st[N_LIST] = n_list
+    st[N_SLOW] = n_slow
+    st[N_BIG] = n_big
+    st[HAS_NEG] = has_neg
+    st[ITEMS] = items
+    st[NEWLINES] = newlines
+    st[ERRPOS] = pos
+    st[ERRCODE] = err
+    return status
+
+
+@njit(cache=True, nogil=True)
+def count_structure(buf, start, end):
+    """(``[`` count, ``,`` count, newline count) of ``buf[start:end]``: bounds for the output sizes."""
+    n_open = 0
+    n_comma = 0
+    n_line = 0
+    for i in range(start, end):
+        c = buf[i]
+        n_open += c == 91
+        n_comma += c == 44
+        n_line += c == 10
+    return n_open, n_comma, n_line
+
+
+#: blocks above this size get output arrays sized by an exact count, not by the worst case
+_COUNT_ABOVE = 32 << 20
+
+
+class Scanner:
+    """Runs :func:`scan` over blocks of one input, reusing its scratch arrays from block to block.
+
+    After :meth:`scan`, :meth:`values` hands over the block's values; the other
+    outputs are views to copy (or drop) before the next block.
+    """
+
+    def __init__(self, jsonl: bool, target: int = TARGET_DEFAULT):
+        self.jsonl = bool(jsonl)
+        self.state = new_state(target)
+        if not jsonl:
+            self.state[OUTER] = OUT_START
+        self.cap = 0
+        self.iv: np.ndarray | None = None
+        self.cnt = np.zeros(MAX_LEVELS + 3, dtype=np.int64)
+        self.error = None
+
+    def _ensure(self, buf: np.ndarray, start: int, end: int) -> None:
+        span = end - start
+        if span > _COUNT_ABOVE:
+            n_open, n_comma, n_line = count_structure(buf, start, end)
+            cap = int(n_open + n_comma + n_line) + 2
+        else:
+            cap = span // 2 + 2
+        if self.iv is None or self.iv.shape[0] < cap:
+            self.iv = np.empty(cap, dtype=np.int64)  # handed over by values(), so sized per block
+        if cap <= self.cap:
+            return
+        cap = max(cap, min(2 * self.cap, span // 2 + 2))
+        self.lens = np.empty(cap, dtype=np.int64)
+        self.ldep = np.empty(cap, dtype=np.int16)
+        self.slow = np.empty(cap, dtype=np.int64)
+        self.spans = np.empty(cap, dtype=np.int64)
+        self.iline = np.empty(cap, dtype=np.int64)
+        self.cap = cap
+
+    def scan(self, buf: np.ndarray, start: int, end: int, final: bool = True) -> int:
+        """Scan ``buf[start:end]``; returns DONE, NEED_MORE or FALLBACK (see :func:`scan`)."""
+        st = self.state
+        reset_chunk(st)
+        st[POS] = start
+        self._ensure(buf, start, end)
+        status = scan(buf, end, self.jsonl, bool(final), st, self.iv, self.lens, self.ldep, self.slow, self.spans,
+                      self.cnt, self.iline, _POW5, _POW10)
+        self.error = None
+        if status != FALLBACK and st[N_SLOW]:
+            self.error = _finish_slow(buf, st, self.iv, self.slow[:st[N_SLOW]], self.spans[:st[N_SLOW]])
+            if self.error is not None:
+                status = FALLBACK
+        if status != FALLBACK and st[N_BIG] and st[HAS_NEG]:
+            self.error = E_RANGE  # integers above int64 and negative ones: no integer dtype holds both
+            status = FALLBACK
+        return status
+
+    @property
+    def mode(self) -> int:
+        return int(self.state[MODE])
+
+    def values(self) -> np.ndarray:
+        """The block's values with their natural dtype: int64 (uint64 with N_BIG), float64 or bool.
+
+        The array is handed over (the next block gets a new one), so it stays valid.
+        """
+        n = int(self.state[N_VAL])
+        mode = self.mode
+        if mode == MODE_NONE:
+            return np.zeros(0, dtype=np.float64)  # no values: from_nested's dtype for empty data
+        if mode == MODE_BOOL:
+            return self.iv[:n].astype(np.bool_)
+        iv, self.iv = self.iv, None
+        if mode == MODE_FLOAT:
+            return iv[:n].view(np.float64)
+        return iv[:n].view(np.uint64) if self.state[N_BIG] else iv[:n]
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Views of every list's length and depth (close order); valid until the next scan."""
+        n = int(self.state[N_LIST])
+        return self.lens[:n], self.ldep[:n]
+
+    def item_newlines(self) -> np.ndarray:
+        """Newlines before each top-level item of the block (a view; valid until the next scan)."""
+        return self.iline[:int(self.state[ITEMS])]
+
+
+class ScanResult:
+    """The outputs of one :func:`scan_bytes` call."""
+
+    __slots__ = ("status", "state", "_values", "lengths", "depths", "item_newlines", "error")
+
+    def __init__(self, scanner: Scanner, status: int):
+        self.status = status
+        self.state = scanner.state
+        self._values = scanner.values()
+        lengths, depths = scanner.lengths()
+        self.lengths, self.depths = lengths.copy(), depths.copy()
+        self.item_newlines = scanner.item_newlines().copy()
+        self.error = scanner.error
+
+    def values(self) -> np.ndarray:
+        return self._values
+
+
+def new_state(target: int = TARGET_DEFAULT) -> np.ndarray:
+    st = np.zeros(STATE_SIZE, dtype=np.int64)
+    st[TARGET] = target
+    return st
+
+
+def reset_chunk(st: np.ndarray) -> None:
+    """Zero the per-chunk counters; keep the structure (leaf, max list depth, value class, outer state)."""
+    for k in (POS, MODE, N_VAL, N_LIST, N_SLOW, N_BIG, HAS_NEG, ITEMS, NEWLINES, ERRPOS, ERRCODE):
+        st[k] = 0
+
+
+def scan_bytes(data, *, jsonl: bool, final: bool = True, end: int | None = None,
+               target: int = TARGET_DEFAULT) -> ScanResult:
+    """Scan a whole bytes-like object (or uint8 array) once; a convenience for tests and examples."""
+    buf = data if isinstance(data, np.ndarray) else np.frombuffer(bytearray(data), dtype=np.uint8)
+    scanner = Scanner(jsonl, target)
+    status = scanner.scan(buf, 0, buf.shape[0] if end is None else end, final)
+    return ScanResult(scanner, status)
+
+
+def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarray, spans: np.ndarray):
+    """Parse the tokens the scanner left to Python; returns an error code or None."""
+    mask = (1 << _SPAN_SHIFT) - 1
+    raw = buf.data if buf.flags.c_contiguous else memoryview(buf.tobytes())
+    as_float = st[MODE] == MODE_FLOAT
+    fv = iv.view(np.float64)
+    uv = iv.view(np.uint64)
+    for idx, span in zip(slow.tolist(), spans.tolist()):
+        start, length = span & mask, span >> _SPAN_SHIFT
+        text = bytes(raw[start:start + length])
+        if as_float:
+            fv[idx] = float(text)
+        else:  # a long integer for a uint64 target
+            try:
+                value = int(text)
+            except ValueError:
+                return E_LONG
+            if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+                return E_RANGE
+            uv[idx] = value
+    return None
+
+
+__all__ = ["scan", "scan_bytes", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
+           "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -1,0 +1,234 @@
+"""The one atomic writer of lodtool: a temp file in the target's folder, fsync, ``os.replace``.
+
+Every file lodtool writes goes through here, so a crash, a kill or an exception
+never leaves a half-written target: readers see the old file or the new one.
+
+* The temp file sits in the target's folder (``os.replace`` is atomic only
+  within one file system) and is named ``.NAME.lodtmp-<random>``: hidden, and
+  never mistaken for data (see :func:`is_temp_path`).
+* On a clean exit the temp file is fsynced, renamed over the target with
+  ``os.replace`` and the folder is fsynced, so the rename itself is durable.
+* On any exception, ``KeyboardInterrupt`` included, the temp file is removed
+  and the target is untouched.
+* Two writers on one target each have their own temp file; the last rename
+  wins and the target is always one complete file.
+
+>>> import os, tempfile
+>>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
+>>> with atomic_open(target) as f:
+...     _ = f.write(b"hello")
+>>> open(target, "rb").read()
+b'hello'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import tempfile
+from typing import BinaryIO, Iterator
+
+from ..errors import LodFileNotFoundError, LodUsageError
+
+#: marks lodtool's temp files: ``.NAME.lodtmp-<random>``
+TEMP_MARK = ".lodtmp-"
+_MAX_BASE = 200  # keep temp names under the usual 255-byte limit
+
+
+def temp_path_for(target: str | os.PathLike) -> str:
+    """A fresh temp file name next to ``target`` (the file is not created).
+
+    >>> os.path.basename(temp_path_for("/data/x.h5")).startswith(".x.h5.lodtmp-")
+    True
+    """
+    target = os.fspath(target)
+    folder, base = os.path.split(target)
+    return os.path.join(folder, f".{base[:_MAX_BASE]}{TEMP_MARK}{secrets.token_hex(6)}")
+
+
+def is_temp_path(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names one of lodtool's temp files (left behind only by a killed process).
+
+    >>> is_temp_path("/data/.x.h5.lodtmp-0123456789ab"), is_temp_path("/data/x.h5")
+    (True, False)
+    """
+    base = os.path.basename(os.fspath(path))
+    return base.startswith(".") and TEMP_MARK in base
+
+
+def _resolve_target(target: str | os.PathLike) -> str:
+    target = os.fspath(target)
+    if os.path.islink(target):  # write through a symlink, keep the link
+        target = os.path.realpath(target)
+    if os.path.isdir(target):
+        raise LodUsageError(f"{target}: is a folder; give a file name to write")
+    return target
+
+
+def fsync_folder(folder: str) -> None:
+    """fsync a folder so that a rename inside it is durable (a no-op where unsupported)."""
+    try:
+        fd = os.open(folder or ".", os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some file systems refuse fsync on folders
+        pass
+    finally:
+        os.close(fd)
+
+
+class AtomicPath:
+    """A temp path that replaces ``target`` on :meth:`commit`, or vanishes on :meth:`discard`.
+
+    With ``copy_existing=True`` the temp file starts as a copy of the target
+    (how appends work: the original is never opened for writing).  As a context
+    manager it yields the temp path and commits on a clean exit.
+
+    >>> import os, tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> with AtomicPath(target) as tmp:
+    ...     _ = open(tmp, "wb").write(b"new")
+    >>> open(target, "rb").read()
+    b'new'
+    """
+
+    def __init__(self, target: str | os.PathLike, *, copy_existing: bool = False):
+        self.target = _resolve_target(target)
+        self.tmp = self._create()
+        self._open = True
+        if copy_existing and os.path.exists(self.target):
+            try:
+                shutil.copyfile(self.target, self.tmp)
+            except BaseException:
+                self.discard()
+                raise
+
+    def _create(self) -> str:
+        for _ in range(100):
+            tmp = temp_path_for(self.target)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:  # pragma: no cover - 48 random bits collided
+                continue
+            except FileNotFoundError:
+                raise LodFileNotFoundError(f"{self.target}: the folder {os.path.dirname(self.target) or '.'!r} "
+                                           "does not exist") from None
+            except OSError as exc:
+                raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
+            os.close(fd)
+            return tmp
+        raise LodUsageError(f"{self.target}: cannot create a temp file next to it")  # pragma: no cover
+
+    def commit(self) -> None:
+        """fsync the temp file, rename it over the target, fsync the folder."""
+        if not self._open:
+            raise LodUsageError(f"{self.target}: this atomic write is already finished")
+        try:
+            fd = os.open(self.tmp, os.O_RDWR)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if os.path.exists(self.target):
+                with contextlib.suppress(OSError):
+                    shutil.copymode(self.target, self.tmp)
+            os.replace(self.tmp, self.target)
+        except BaseException as exc:
+            self.discard()
+            if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
+                raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror})") from None
+            raise
+        self._open = False
+        fsync_folder(os.path.dirname(self.target))
+
+    def discard(self) -> None:
+        """Remove the temp file; the target is untouched."""
+        self._open = False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+
+    def __enter__(self) -> str:
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike, *, copy_existing: bool = False) -> Iterator[str]:
+    """Yield a temp path next to ``target``; on a clean exit it replaces ``target``.
+
+    On any exception (``KeyboardInterrupt`` included) the temp file is removed
+    and ``target`` keeps its old contents.
+
+    >>> import os, tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "x.txt")
+    >>> with atomic_path(target) as tmp:
+    ...     _ = open(tmp, "w").write("one")
+    >>> try:
+    ...     with atomic_path(target) as tmp:
+    ...         _ = open(tmp, "w").write("half")
+    ...         raise RuntimeError("boom")
+    ... except RuntimeError:
+    ...     pass
+    >>> open(target).read(), sorted(os.listdir(os.path.dirname(target)))
+    ('one', ['x.txt'])
+    """
+    with AtomicPath(target, copy_existing=copy_existing) as tmp:
+        yield tmp
+
+
+def is_stream(target) -> bool:
+    """Whether ``target`` is a writable binary stream rather than a path.
+
+    >>> import io
+    >>> is_stream(io.BytesIO()), is_stream("x.h5")
+    (True, False)
+    """
+    return hasattr(target, "write") and not isinstance(target, (str, bytes, os.PathLike))
+
+
+@contextlib.contextmanager
+def atomic_open(target: str | os.PathLike | BinaryIO, mode: str = "wb") -> Iterator[BinaryIO]:
+    """An open binary file whose contents reach ``target`` only on a clean exit.
+
+    ``target`` is a path (written atomically) or a writable binary stream such
+    as ``sys.stdout.buffer``: the output is spooled to an anonymous temp file and
+    copied to the stream only on success, so a failure writes nothing there.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> with atomic_open(buf) as f:
+    ...     _ = f.write(b"abc")
+    >>> buf.getvalue()
+    b'abc'
+    """
+    if mode not in ("wb", "w+b", "wb+"):
+        raise LodUsageError(f"atomic_open writes binary files; mode {mode!r} is not supported")
+    if is_stream(target):
+        with tempfile.TemporaryFile(prefix="lodtool-") as spool:
+            yield spool
+            spool.seek(0)
+            copy_to_stream(spool, target)
+        return
+    with AtomicPath(target) as tmp, open(tmp, mode) as f:
+        yield f
+
+
+def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> None:
+    """Copy an open binary file to a stream and flush it."""
+    shutil.copyfileobj(src, stream, bufsize)
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        stream.flush()
+
+
+__all__ = ["AtomicPath", "atomic_path", "atomic_open", "temp_path_for", "is_temp_path", "is_stream",
+           "fsync_folder", "copy_to_stream", "TEMP_MARK"]

@@ -1,0 +1,254 @@
+"""The lodtool container: one import for writing, reading, checking and verifying HDF5 LoD files.
+
+Writing lives in :mod:`.writer` (:func:`save`, :class:`LodWriter`), lazy reading
+in :mod:`.lazy` (:func:`open_file`, :class:`LodFile`, :class:`LazyTensor`); this
+module adds the whole-file operations: :func:`load`, :func:`validate_file`,
+:func:`inspect_file` and :func:`verify_file`.  The format is specified in
+``docs/format.md``.
+
+>>> import os, tempfile, numpy as np
+>>> from lodtool import LoDTensor
+>>> path = os.path.join(tempfile.mkdtemp(), "articles.lod.h5")
+>>> t = LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]])
+>>> save(path, {"tokens": t})
+>>> load(path).equals(t), validate_file(path).ok, verify_file(path)
+(True, True, [])
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import h5py
+
+from ..errors import LodFormatError
+from ..tensor import LoDTensor
+from . import checksum, spec
+from ._h5 import hard_member, storage_gap, translate
+from .filters import COMPRESSIONS, DEFAULT_COMPRESSION, ensure_readable
+from .lazy import LazyTensor, LodFile, open_file
+from .writer import AUTO, LodWriter, TensorWriter, save
+
+
+def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
+    """Read a whole tensor, validated (``name=None``: the only tensor of the file).
+
+    The claimed size is checked against ``max_memory`` (default
+    ``min(available RAM / 2, 4 GiB)``) before anything is allocated.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> load(p).to_nested()
+    [[0, 1], [2]]
+    """
+    with open_file(path, max_memory=max_memory) as f:
+        return f.tensor(name).read()
+
+
+# -- validate ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a file: where (tensor, level, offset index) and what."""
+
+    file: str
+    tensor: str | None
+    level: int | None
+    index: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = [f"tensor {self.tensor!r}"] if self.tensor is not None else []
+        if self.level is not None:
+            where.append(f"level {self.level}")
+        if self.index is not None:
+            where.append(f"index {self.index}")
+        return f"{self.file}: {', '.join(where)}: {self.message}" if where else f"{self.file}: {self.message}"
+
+
+@dataclass
+class FileReport:
+    """The result of :func:`validate_file`: ``ok``, the problems, or ``error`` if reading broke off."""
+
+    path: str
+    ok: bool
+    problems: list[Problem] = field(default_factory=list)
+    error: str | None = None
+
+
+def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None) -> FileReport:
+    """Check a container against the format and the LoD rules, reading offsets only (never the data).
+
+    The split: a file that opens as a lodtool container is always *reported*
+    on, never raised about.  Layout problems (missing members, float offsets,
+    bad attributes, missing checksums) and LoD problems (first offset, order,
+    counts across levels, data rows) become :class:`Problem` entries (up to
+    ``max_problems`` per level); an I/O failure part-way (a damaged chunk) sets
+    ``error``.  Only a file that cannot be opened as a container at all raises:
+    :class:`~lodtool.errors.LodFileNotFoundError` if missing,
+    :class:`~lodtool.errors.LodFormatError` (or ``LodVersionError``) otherwise.
+
+    >>> import os, tempfile, numpy as np, h5py
+    >>> from lodtool import LoDTensor
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> with h5py.File(p, "r+") as f:
+    ...     f["tensor/lod/0"][1] = 5
+    >>> report = validate_file(p)
+    >>> report.ok, [str(pr).split(": ", 1)[1] for pr in report.problems]
+    (False, ["tensor 'tensor', level 0, index 2: offset[2]=3 < offset[1]=5 (offsets must not decrease)"])
+    """
+    path = os.fspath(path)
+    problems: list[Problem] = []
+    error = None
+    errors: list[str] = []
+    with open_file(path, max_memory=max_memory) as f:
+        if f.checksum_algorithm is None:
+            problems.append(Problem(path, None, None, None,
+                                    f"no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is missing)"))
+        for name in f.names:
+            try:
+                layout, issues = f.describe(name)
+                problems.extend(Problem(path, name, level, None, message) for level, message in issues)
+                if layout is None:
+                    continue
+                if f.checksum_algorithm is not None:
+                    with translate(path, f"cannot read the attributes of tensor {name!r}"):
+                        for ds, label in _datasets_of(layout.group, layout.lod_level):
+                            if ds is not None and spec.ATTR_DIGEST not in ds.attrs:
+                                problems.append(Problem(path, name, None, None, f"{label} has no recorded checksum"))
+                for p in f[name].validate(max_problems=max_problems):
+                    problems.append(Problem(path, name, p.level, p.index, p.message))
+            except LodFormatError as exc:  # an I/O failure part-way: this tensor is unreadable
+                errors.append(str(exc).removeprefix(f"{path}: "))
+    error = "; ".join(errors) if errors else None
+    return FileReport(path, not problems and error is None, problems, error)
+
+
+# -- inspect -----------------------------------------------------------------------------------------------
+def inspect_file(path: str | os.PathLike) -> dict:
+    """A JSON-able description of a container, from metadata and offsets only (never the data).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 1, 2]], level_names=["doc"]))
+    >>> info = inspect_file(p)
+    >>> info["format_version"], info["tensors"][0]["rows"], info["tensors"][0]["levels"][0]["max"]
+    ('1.0', 6, 3)
+    """
+    path = os.fspath(path)
+    with open_file(path) as f:
+        tensors = []
+        for name in f.names:
+            t = f[name]
+            levels = []
+            for k in range(t.lod_level):
+                stats = t.level_stats(k)
+                levels.append({"level": k, "name": t.level_names[k] if t.level_names else None,
+                               "sequences": stats["count"], "min": stats["min"], "median": stats["median"],
+                               "mean": stats["mean"], "max": stats["max"], "empty": stats["empty"]})
+            tensors.append({"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape),
+                            "rows": t.n_rows, "lod_level": t.lod_level,
+                            "level_names": list(t.level_names) if t.level_names else None, "levels": levels,
+                            "compression": t.compression, "compression_level": t.compression_level,
+                            "nbytes": t.nbytes, "storage_size": t.storage_size,
+                            "shared_lod_with": f.shared_lod_with(name)})
+        return {"path": path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
+                "created_by": f.created_by, "checksum": f.checksum_algorithm,
+                "file_size": os.path.getsize(path), "tensors": tensors}
+
+
+# -- verify -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChecksumMismatch:
+    """A dataset whose contents do not match its recorded checksum (``actual`` is ``None`` if unreadable)."""
+
+    dataset: str
+    expected: str | None
+    actual: str | None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        if self.error:
+            return f"{self.dataset}: unreadable ({self.error}); recorded {self.expected}"
+        if self.expected is None:
+            return f"{self.dataset}: no recorded checksum (actual {self.actual})"
+        return f"{self.dataset}: recorded {self.expected}, actual {self.actual}"
+
+
+def _datasets_of(group: h5py.Group, lod_level: int):
+    yield hard_member(group, spec.DATA), f"/{group.name.lstrip('/')}/{spec.DATA}"
+    lod_group = hard_member(group, spec.LOD) if lod_level else None
+    for k in range(lod_level):
+        ds = hard_member(lod_group, str(k)) if isinstance(lod_group, h5py.Group) and str(k) in lod_group else None
+        yield ds, f"/{group.name.lstrip('/')}/{spec.LOD}/{k}"
+
+
+def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
+    """Recompute the checksum of every dataset; return the ones that do not match (``[]``: all good).
+
+    Each dataset is read once, block by block (shared offsets once for all
+    tensors sharing them).  A dataset that cannot be read (a damaged chunk fails
+    its fletcher32 or decompression) is a mismatch with ``error`` set.  A file
+    without recorded checksums raises :class:`~lodtool.errors.LodFormatError`.
+
+    >>> import os, tempfile, numpy as np, h5py
+    >>> from lodtool import LoDTensor
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> with h5py.File(p, "r+") as f:
+    ...     f["tensor/data"][0] = 7
+    >>> [m.dataset for m in verify_file(p)]
+    ['/tensor/data']
+    """
+    path = os.fspath(path)
+    out: list[ChecksumMismatch] = []
+    with open_file(path) as f:
+        if f.checksum_algorithm is None:
+            raise LodFormatError(f"{path}: no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is "
+                                 "missing); nothing to verify")
+        if f.checksum_algorithm != spec.CHECKSUM_ALGORITHM:
+            raise LodFormatError(f"{path}: checksum algorithm {f.checksum_algorithm!r} is not supported "
+                                 f"(this lodtool verifies {spec.CHECKSUM_ALGORITHM})")
+        seen: list = []
+        for name in f.names:
+            with translate(path, f"cannot open tensor {name!r}"):
+                group = f.h5[name]
+                lod_level = int(group.attrs.get(spec.ATTR_LOD_LEVEL, 0))
+                items = list(_datasets_of(group, max(0, min(lod_level, spec.MAX_LOD_LEVEL))))
+            for ds, label in items:
+                if ds is None or not isinstance(ds, h5py.Dataset) or any(ds.id == s for s in seen):
+                    continue
+                seen.append(ds.id)
+                mismatch = _verify_dataset(path, ds, label)
+                if mismatch is not None:
+                    out.append(mismatch)
+    return out
+
+
+def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch | None:
+    with translate(path, f"cannot read the checksum of {label}"):
+        stored = ds.attrs.get(spec.ATTR_DIGEST)
+    expected = spec.text_attr(stored) if stored is not None else None
+    if expected is not None:
+        expected = checksum.parse_digest(expected, f"{path}: {label}")
+    ensure_readable(ds, path, label)
+    try:
+        with translate(path, f"cannot read {label}"):
+            gap = storage_gap(ds)
+            if gap:
+                return ChecksumMismatch(label, expected, None, f"the dataset {gap}")
+            actual = checksum.format_digest(checksum.hash_dataset(ds))
+    except LodFormatError as exc:
+        return ChecksumMismatch(label, expected, None, str(exc).removeprefix(f"{path}: "))
+    if actual != expected:
+        return ChecksumMismatch(label, expected, actual)
+    return None
+
+
+__all__ = ["save", "load", "open_file", "LodFile", "LazyTensor", "LodWriter", "TensorWriter", "validate_file",
+           "inspect_file", "verify_file", "FileReport", "Problem", "ChecksumMismatch", "DEFAULT_COMPRESSION",
+           "COMPRESSIONS", "AUTO"]

@@ -1,0 +1,55 @@
+"""Write one in-memory tensor to any output lodtool knows: a container, JSON, JSON Lines, NPZ.
+
+``slice``, ``head`` and ``tail`` use this, so their output composes with ``jq``
+and with ``lodtool pack -`` exactly as ``unpack``'s does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO
+
+from ..errors import LodUsageError
+from ..tensor import LoDTensor
+
+TARGETS = ("h5", "json", "jsonl", "npz")
+
+
+def write_tensor(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
+                 compression: str | None = None) -> None:
+    """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> write_tensor(LoDTensor(np.arange(3), [[0, 2, 3]]), buf, to="jsonl")
+    >>> buf.getvalue().decode()
+    '[0,1]\\n[2]\\n'
+    """
+    if to not in TARGETS:
+        raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(TARGETS)}")
+    if to == "h5":
+        if not isinstance(output, (str, os.PathLike)):
+            raise LodUsageError("a container is written to a path")
+        from .container import save
+
+        kwargs = {"compression": compression} if compression else {}
+        save(output, {name: tensor}, **kwargs)
+        return
+    if isinstance(output, (str, os.PathLike)):
+        from .atomic import atomic_path
+
+        with atomic_path(output) as tmp, open(tmp, "wb") as stream:
+            _write_stream(tensor, stream, to)
+    else:
+        _write_stream(tensor, output, to)
+
+
+def _write_stream(tensor: LoDTensor, stream: BinaryIO, to: str) -> None:
+    if to == "npz":
+        from .npyio import write_npz
+
+        write_npz(tensor, stream)
+    else:
+        from .jsonio import write_json
+
+        write_json(tensor, stream, to)

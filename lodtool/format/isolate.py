@@ -1,0 +1,88 @@
+"""Run a file reader in a child process, so a crash or hang in libhdf5 becomes an error.
+
+A crafted HDF5 file can make libhdf5 itself segfault or loop.  ``run_isolated``
+forks a child that does the reading and sends the result back over a pipe; the
+parent turns a dead or silent child into a one-line :class:`LodFormatError`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from typing import Any, Callable
+
+from ..errors import LodError, LodFormatError
+
+#: address-space cap of the child, so a hostile file cannot exhaust the machine
+CHILD_ADDRESS_SPACE = 16 << 30
+
+
+def run_isolated(fn: Callable[..., Any], *args: Any, path: str, timeout: float = 60.0,
+                 address_space: int | None = CHILD_ADDRESS_SPACE) -> Any:
+    """Call ``fn(*args)`` in a forked child; return its result or re-raise its ``LodError``.
+
+    >>> run_isolated(sum, [1, 2, 3], path="x.h5")
+    6
+    """
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(sender, fn, args, address_space), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        if not receiver.poll(timeout):
+            child.kill()
+            child.join()
+            raise LodFormatError(f"{path}: unreadable (the HDF5 reader timed out after {timeout:g} s)")
+        try:
+            status, payload = receiver.recv()
+        except (EOFError, OSError):
+            child.join()
+            raise LodFormatError(f"{path}: unreadable (the HDF5 reader crashed"
+                                 f"{_signal_text(child.exitcode)})") from None
+    finally:
+        receiver.close()
+    child.join()
+    if status == "ok":
+        return payload
+    if isinstance(payload, LodError):
+        raise payload
+    raise LodFormatError(f"{path}: unreadable ({payload})")
+
+
+def _signal_text(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        import signal
+
+        try:
+            return f", {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f", signal {-exitcode}"
+    return ""
+
+
+def _child(sender, fn, args, address_space) -> None:  # pragma: no cover - runs in the child
+    if address_space:
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        except (ImportError, ValueError, OSError):
+            pass
+    try:
+        result = ("ok", fn(*args))
+    except LodError as exc:
+        result = ("error", exc)
+    except MemoryError:
+        result = ("error", "the file asks for more memory than the isolation limit")
+    except BaseException as exc:  # anything else is reported, never re-raised in the child
+        result = ("error", f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else
+                  traceback.format_exception_only(type(exc), exc)[-1].strip())
+    try:
+        sender.send(result)
+    except Exception as exc:  # an unpicklable result
+        sender.send(("error", f"cannot return the result: {exc}"))
+    finally:
+        sender.close()
+        os._exit(0)

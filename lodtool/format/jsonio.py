@@ -1,0 +1,1190 @@
+"""Ragged JSON and JSON Lines in and out.
+
+Reading
+-------
+``json``: one nested list.  The outer list is the batch and its items are the
+top-level (level-0) sequences, as in :func:`lodtool.from_nested`.
+``jsonl``: one top-level sequence per line.  Blank lines (only spaces, tabs or
+``\\r``) are skipped, so a final newline or ``\\r\\n`` line ends read as expected.
+
+Both are read ``chunk_bytes`` at a time and come out as chunks of whole
+top-level sequences, so memory stays bounded by the chunk size (one line, or
+one top-level sequence, is always held whole, however long it is).
+
+Structure.  With ``lod_level=None`` every list level is a LoD level and the
+scalars are the elements.  With ``lod_level=N`` the lists nested deeper than N
+levels form the element shape, which must be the same for every element.  All
+scalars must sit at one depth.  Lists nested deeper than 256 levels are refused.
+
+Values (the policies):
+
+- ``dtype=None`` infers: all integers give int64, any float gives float64, all
+  ``true``/``false`` give bool.  Booleans mixed with numbers are an error, and so
+  are strings, ``null`` and objects.
+- Integers must fit in int64; with ``dtype=uint64`` they may use 0..2**64-1,
+  and with a float or complex dtype any integer is read (correctly rounded).
+- ``NaN``, ``Infinity`` and ``-Infinity`` (Python's spelling) are read as floats,
+  and :func:`write_json` writes non-finite floats the same way, so unpacked
+  output packs again.  A literal too large for float64 (``1e400``) becomes
+  infinity, as with Python's ``float()``.
+- Floats are read as float64, exactly as Python's ``float()`` reads them.  An
+  explicit ``dtype`` must hold every value: integers must be in range, floats
+  stored as integers must be whole, float narrowing rounds but must not
+  overflow, and only 0 and 1 become booleans.
+
+A fast path (a Numba byte scanner, :mod:`._jsonscan`) reads nested lists of
+numbers; everything else, and every error, goes through the general path
+(orjson, or the standard library for what orjson refuses, then
+:func:`~lodtool.from_nested`).  Both give the same tensors.  JSON Lines are
+scanned in blocks of about 4 MB on up to :data:`SCAN_THREADS` threads (the
+scanner releases the GIL); a JSON document is scanned by one thread.  Errors are
+:class:`~lodtool.errors.LodInputError` with one line naming the place:
+``docs.jsonl:3:17: expected ',' or ']'`` for syntax, ``docs.jsonl:3: ... at
+branch <2,1>`` for structure and values.
+
+Writing
+-------
+:func:`write_json` streams chunks out: ``jsonl`` one top-level sequence per
+line, ``json`` one nested list on one line.  Floats use the shortest text that
+reads back to the same value (float16/float32: the same value in their type).
+
+>>> t = parse_json(b"[[[1, 2], [3]], [[4]]]")
+>>> t.lod, t.data.tolist()
+([[0, 2, 3], [0, 2, 3, 4]], [1, 2, 3, 4])
+>>> import io
+>>> out = io.BytesIO()
+>>> write_json(t, out, "jsonl")
+>>> out.getvalue()
+b'[[1,2],[3]]\\n[[4]]\\n'
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .. import lod as _lod
+from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
+                      LodUsageError)
+from ..tensor import LoDTensor, check_dtype, from_nested
+
+#: the formats this module reads and writes
+FORMATS = ("json", "jsonl")
+#: input formats by file extension
+EXTENSIONS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".npy": "npy", ".npz": "npz"}
+#: bytes read at a time
+CHUNK_BYTES = 64 << 20
+#: bytes the fast path scans at a time (its outputs then stay in reused, cache-warm memory)
+SCAN_BLOCK = 4 << 20
+#: threads scanning JSON Lines blocks in parallel (None: min(8, CPUs)); 1 scans in the calling thread
+SCAN_THREADS: int | None = None
+#: LoD levels plus element dimensions at most (the scanner has the same limit)
+MAX_LEVELS = 256
+
+_I64_MIN, _I64_MAX, _U64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
+_CLS_NONE, _CLS_NUMBER, _CLS_BOOL = 0, 1, 2
+_TARGET_DEFAULT, _TARGET_UINT64, _TARGET_FLOAT = 0, 1, 2
+_WS = b" \t\r"
+_LONG_DIGITS = re.compile(rb"\d{19}")
+_BOOL_TOKEN = re.compile(rb"\b(?:true|false)\b")
+_NUMBER_TOKEN = re.compile(rb"(?<![\w.])(?:-?\d|NaN\b|-?Infinity\b)")
+_NOT_A_NUMBER = re.compile(rb'["{]|\bnull\b')
+_BRANCH = re.compile(r"<(\d+)((?:,\s*-?\d+)*)>")
+
+
+# -- small public helpers ---------------------------------------------------------------------------
+def format_from_path(path: str | os.PathLike) -> str | None:
+    """The input format named by a file's extension, or None.
+
+    >>> format_from_path("docs.ndjson"), format_from_path("x.h5")
+    ('jsonl', None)
+    """
+    return EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
+
+
+def resolve_dtype(dtype: Any) -> np.dtype | None:
+    """``dtype`` as a numpy dtype lodtool can store, or None (infer).
+
+    >>> resolve_dtype("int32"), resolve_dtype(None)
+    (dtype('int32'), None)
+    """
+    if dtype is None:
+        return None
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise LodUsageError(f"unknown dtype {dtype!r}; use a numeric numpy dtype such as int32, int64, float32 "
+                            "or bool") from None
+    return check_dtype(dt, "the requested dtype")
+
+
+def cast_values(data: np.ndarray, dtype: np.dtype | None, where: Callable[[int], str] = lambda row: "") -> np.ndarray:
+    """``data`` as ``dtype``, refusing values the dtype cannot hold.
+
+    ``where(row)`` names the position of a data row for the error message.
+
+    >>> cast_values(np.array([1, 2]), np.dtype("uint8")).dtype
+    dtype('uint8')
+    >>> cast_values(np.array([1, 300]), np.dtype("uint8"))
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodInputError: value 300 does not fit in uint8
+    """
+    if dtype is None or data.dtype == dtype:
+        return data
+    src, dst = data.dtype, np.dtype(dtype)
+    flat = data.reshape(-1)
+    bad = None
+    reason = ""
+    if dst.kind == "b":
+        if src.kind != "b":
+            bad = (flat != 0) & (flat != 1)
+            reason = "is neither 0 nor 1, so it is no bool"
+    elif dst.kind in "iu":
+        info = np.iinfo(dst)
+        if src.kind in "iu":
+            bad = (flat < info.min) | (flat > info.max)
+            reason = f"does not fit in {dst}"
+        elif src.kind == "f":
+            with np.errstate(invalid="ignore"):
+                bad = ~np.isfinite(flat) | (flat != np.trunc(flat)) | (flat < float(info.min)) | \
+                    (flat >= float(info.max) + 1.0)
+            reason = f"is not a whole number that fits in {dst}"
+        elif src.kind == "c":
+            bad = np.ones(flat.shape, dtype=bool)
+            reason = f"is complex, which {dst} cannot hold"
+    elif dst.kind == "f" and src.kind == "c":
+        bad = flat.imag != 0
+        reason = f"is complex, which {dst} cannot hold"
+    if bad is not None and bad.any():
+        k = int(np.argmax(bad))
+        raise _value_error(flat[k], k, data, where, reason)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = data.real.astype(dst) if (src.kind == "c" and dst.kind != "c") else data.astype(dst)
+    if dst.kind in "fc" and src.kind in "iufc":
+        out_flat = out.reshape(-1)
+        over = np.isinf(out_flat) & np.isfinite(flat)
+        if over.any():
+            k = int(np.argmax(over))
+            raise _value_error(flat[k], k, data, where, f"overflows {dst}")
+    return out
+
+
+def _value_error(value, k: int, data: np.ndarray, where: Callable[[int], str], reason: str) -> LodInputError:
+    per_row = max(int(np.prod(data.shape[1:], dtype=np.int64)), 1)
+    place = where(k // per_row)
+    text = repr(value.item() if hasattr(value, "item") else value)
+    return LodInputError(f"{place}value {text} {reason}")
+
+
+def concat_chunks(chunks: Iterable[LoDTensor]) -> LoDTensor:
+    """Concatenate chunks of whole top-level sequences into one tensor (dtypes promote).
+
+    >>> a, b = parse_json(b"[[1, 2]]"), parse_json(b"[[3.5], []]")
+    >>> t = concat_chunks([a, b])
+    >>> t.lod, t.data.tolist()
+    ([[0, 2, 3, 3]], [1.0, 2.0, 3.5])
+    """
+    chunks = list(chunks)
+    if not chunks:
+        raise LodInputError("no sequences to concatenate")
+    if len(chunks) == 1:
+        return chunks[0]
+    first = chunks[0]
+    for c in chunks[1:]:
+        if c.lod_level != first.lod_level or c.element_shape != first.element_shape:
+            raise LodShapeError(f"chunks differ: {c.lod_level} LoD levels and element shape {c.element_shape} "
+                                f"after {first.lod_level} and {first.element_shape}")
+    dtype = _promote([np.asarray(c).dtype for c in chunks if c.n_rows] or [first.dtype])
+    data = np.concatenate([np.asarray(c).astype(dtype, copy=False) for c in chunks])
+    offsets = []
+    for level in range(first.lod_level):
+        parts, base = [np.zeros(1, dtype=np.int64)], 0
+        for c in chunks:
+            o = c.offsets[level]
+            parts.append(o[1:] + base)
+            base += int(o[-1])
+        offsets.append(np.concatenate(parts))
+    return LoDTensor._trusted(data, offsets, first.level_names)
+
+
+def _promote(dtypes: list[np.dtype]) -> np.dtype:
+    out = dtypes[0]
+    for dt in dtypes[1:]:
+        if dt == out:
+            continue
+        if {dt.kind, out.kind} <= {"i", "u"} and np.result_type(dt, out).kind == "f":
+            raise LodDtypeError(f"chunks of {out} and {dt} have no common integer dtype; pass dtype=")
+        out = np.result_type(out, dt)
+    return out
+
+
+# -- inputs -----------------------------------------------------------------------------------------
+class _Input:
+    """A path, ``-`` (stdin), bytes or a binary stream, read in pieces."""
+
+    def __init__(self, source: Any, name: str | None = None):
+        self.path: str | None = None
+        self.own = False
+        self.start = 0
+        if isinstance(source, (str, os.PathLike)):
+            path = os.fspath(source)
+            if path == "-":
+                self.stream: Any = sys.stdin.buffer
+                self.name = name or "<stdin>"
+            else:
+                self.stream = _open_input(path)
+                self.path, self.name, self.own = path, name or path, True
+        elif isinstance(source, (bytes, bytearray, memoryview)):
+            self.stream = io.BytesIO(source)
+            self.name = name or "<bytes>"
+        else:
+            stream = getattr(source, "buffer", source)  # a text stream's binary side
+            if not hasattr(stream, "read"):
+                raise LodUsageError(f"cannot read from {type(source).__name__}; give a path, bytes or a binary stream")
+            self.stream = stream
+            label = getattr(source, "name", None)
+            self.name = name or (label if isinstance(label, str) else "<stream>")
+        if self.path is None and _seekable(self.stream):
+            self.start = self.stream.tell()
+        self.bytes_read = 0
+
+    def readinto(self, view: memoryview) -> int:
+        """Fill ``view`` as far as the input goes; returns the bytes read (0 at the end)."""
+        total = 0
+        while total < len(view):
+            if hasattr(self.stream, "readinto"):
+                n = self.stream.readinto(view[total:])
+            else:
+                data = self.stream.read(len(view) - total)
+                n = len(data)
+                view[total:total + n] = data
+            if not n:
+                break
+            total += n
+        self.bytes_read += total
+        return total
+
+    def make_rereadable(self) -> None:
+        """Spool a one-way stream to an anonymous temp file, so it can be read again from the start."""
+        if self.path is not None or _seekable(self.stream):
+            return
+        spool = tempfile.TemporaryFile(prefix="lodtool-")
+        while True:
+            block = self.stream.read(1 << 22)
+            if not block:
+                break
+            spool.write(block)
+        spool.seek(0)
+        self.stream, self.own, self.start = spool, True, 0
+
+    def read_all(self) -> bytes:
+        """The whole input, from its start (for the general path of a JSON document)."""
+        if self.path is not None:
+            with _open_input(self.path) as f:
+                return f.read()
+        self.stream.seek(self.start)
+        return self.stream.read()
+
+    def close(self) -> None:
+        if self.own:
+            self.stream.close()
+
+
+def _open_input(path: str):
+    try:
+        return open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise LodFileNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise LodInputError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _seekable(stream) -> bool:
+    try:
+        return bool(stream.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+# -- pieces and their assembly into chunks ----------------------------------------------------------
+class _Piece:
+    """Parsed top-level sequences before the LoD is cut: values, and list lengths per list depth."""
+
+    __slots__ = ("data", "levels", "leaf", "items", "lines", "seq_base", "list_depth")
+
+    def __init__(self, data: np.ndarray, levels: list[np.ndarray], leaf: int, items: int,
+                 lines: np.ndarray | None, seq_base: int):
+        self.data = data          # flat scalars in their natural dtype
+        self.levels = levels      # lengths of the lists at depth 1, 2, ...
+        self.leaf = leaf          # depth of the scalars (0: this piece has none)
+        self.items = items        # top-level sequences
+        self.lines = lines        # line of each top-level sequence (None: unknown)
+        self.seq_base = seq_base  # global index of the first top-level sequence
+        self.list_depth = len(levels)
+
+
+class _Assembler:
+    """Holds the structure decided so far and turns pieces into validated chunks.
+
+    A piece whose LoD would be invalid on its own (a level with no sequence,
+    e.g. a chunk of empty documents) is merged with its neighbour, so where the
+    input is cut never changes the result.
+    """
+
+    def __init__(self, name: str, lod_level: int | None, dtype: np.dtype | None,
+                 level_names: tuple[str, ...] | None = None):
+        if lod_level is not None and lod_level < 0:
+            raise LodUsageError(f"lod_level must be >= 0, got {lod_level}")
+        self.name = name
+        self.lod_level = lod_level
+        self.dtype = dtype
+        self.level_names = level_names
+        self.target = (_TARGET_DEFAULT if dtype is None else _TARGET_UINT64 if dtype == np.uint64
+                       else _TARGET_FLOAT if dtype.kind in "fc" else _TARGET_DEFAULT)
+        self.leaf = 0
+        self.maxlist = 0
+        self.cls = _CLS_NONE
+        self.elem_shape: tuple[int, ...] | None = None
+        self.pending: _Piece | None = None
+        self.sequences = 0
+        self.final_input = True  # whether the input being read is the last one
+
+    # the structure ------------------------------------------------------------------------------
+    def take(self, piece: _Piece, last: bool = False) -> Iterator[LoDTensor]:
+        """Accept a piece; yields the chunks that are complete.
+
+        Everything up to the piece's last top-level sequence that reaches the
+        deepest LoD level is emitted at once; the rest waits for the next piece
+        (or the end), so that no emitted chunk has an empty level.  The last
+        piece of the last input (``last`` and :attr:`final_input`) waits whole.
+        """
+        if piece.leaf:
+            if self.leaf and piece.leaf != self.leaf:  # pragma: no cover - both paths check first
+                raise LodInputError(f"{self.name}: scalars nest {piece.leaf - 1} deep after {self.leaf - 1}")
+            self.leaf = piece.leaf
+        self.maxlist = max(self.maxlist, piece.list_depth)
+        if piece.data.size:
+            self.cls = _CLS_BOOL if piece.data.dtype == np.bool_ else _CLS_NUMBER
+        self.sequences += piece.items
+        if self.pending is not None:
+            if self.leaf and not self._degenerate(self.pending) and not self._degenerate(piece):
+                yield self._finish(self.pending)
+            else:
+                piece = _merge(self.pending, piece, self.dtype)
+            self.pending = None
+        if not self.leaf:
+            self.pending = piece
+            return
+        if last and self.final_input:
+            self.pending = piece
+            return
+        covering = self._covering(piece)
+        if covering.size >= 2:
+            head, self.pending = _split(piece, int(covering[-1]))
+            yield self._finish(head)
+        else:
+            self.pending = piece
+
+    def close(self) -> Iterator[LoDTensor]:
+        """Yield what is still held (call once, after the last piece of the last input)."""
+        if self.pending is None:
+            return
+        if not self.leaf:  # no scalar anywhere: every list level counts (from_nested's rule)
+            self.leaf = self.maxlist + 1
+        out, self.pending = self.pending, None
+        yield self._finish(out)
+
+    def _covering(self, piece: _Piece) -> np.ndarray:
+        """Indices of the top-level sequences that reach the deepest level a chunk must not leave empty."""
+        n_deep, n_lod, levels = self._split(piece)
+        need = n_lod if (n_lod >= n_deep or self.elem_shape is not None) else n_lod + 1
+        need = min(need, n_deep)
+        if need <= 1:
+            return np.arange(piece.items)
+        bounds = np.arange(piece.items + 1, dtype=np.int64)
+        for k in range(need - 1):  # entries of level k+1 under each top-level sequence
+            bounds = _lod.lengths_to_offsets(levels[k])[bounds]
+        return np.flatnonzero(bounds[1:] > bounds[:-1])
+
+    def _split(self, piece: _Piece) -> tuple[int, int, list[np.ndarray]]:
+        n_deep = self.leaf - 1
+        n_lod = n_deep if self.lod_level is None else self.lod_level
+        levels = piece.levels + [np.zeros(0, np.int64)] * (n_deep - len(piece.levels))
+        return n_deep, n_lod, levels
+
+    def _degenerate(self, piece: _Piece) -> bool:
+        if not self.leaf:
+            return True
+        n_deep, n_lod, levels = self._split(piece)
+        if n_lod > n_deep:
+            return False  # _finish explains
+        if any(len(levels[k]) == 0 for k in range(n_lod)):
+            return True
+        rows = piece.items if n_lod == 0 else int(levels[n_lod - 1].sum())
+        return n_lod < n_deep and rows == 0 and self.elem_shape is None
+
+    def _finish(self, piece: _Piece) -> LoDTensor:
+        n_deep, n_lod, levels = self._split(piece)
+        if n_lod > n_deep:
+            raise LodInputError(f"{self.name}: lod_level={n_lod}, but the lists nest only {n_deep} level(s) deep")
+        lod_lengths = levels[:n_lod]
+        rows = piece.items if n_lod == 0 else int(lod_lengths[-1].sum())
+        dims: list[int] = []
+        count = rows
+        for k, lengths in enumerate(levels[n_lod:]):
+            if count == 0:
+                dims.append(self.elem_shape[k] if self.elem_shape is not None else 0)
+                continue
+            d = int(lengths[0])
+            bad = np.flatnonzero(lengths != d)
+            if bad.size:
+                j = int(bad[0])
+                where, path = _locate(piece, levels, n_lod + k, j, self.name)
+                raise LodInputError(f"{where}: ragged elements: the list at branch {path} has {int(lengths[j])} "
+                                    f"items, but {d} elsewhere (below lod_level={n_lod}, every element needs "
+                                    "one shape)")
+            dims.append(d)
+            count *= d
+        shape = tuple(dims)
+        if rows:
+            if self.elem_shape is None:
+                self.elem_shape = shape
+            elif shape != self.elem_shape:
+                where, path = _locate(piece, levels, n_lod, 0, self.name)
+                raise LodInputError(f"{where}: element shape {shape} at branch {path}, but {self.elem_shape} "
+                                    "before (every element needs one shape)")
+        data = piece.data
+        if data.size != count:  # pragma: no cover - both paths build consistent pieces
+            raise LodShapeError(f"{self.name}: {data.size} values where the lists hold {count}")
+        data = data.reshape((rows,) + shape)
+        if self.dtype is not None:
+            data = cast_values(data, self.dtype, lambda row: "{}: at branch {}: ".format(
+                *_locate(piece, levels, n_lod, row, self.name)))
+        elif data.dtype.kind == "u":  # pragma: no cover - only a uint64 target makes uint64
+            raise LodInputError(f"{self.name}: integers above int64 need dtype=uint64")
+        offsets = [_lod.lengths_to_offsets(lengths) for lengths in lod_lengths]
+        return LoDTensor(data, lod=offsets, level_names=self.level_names)
+
+
+def _merge(a: _Piece, b: _Piece, target: np.dtype | None) -> _Piece:
+    depth = max(a.list_depth, b.list_depth)
+    empty = np.zeros(0, np.int64)
+    levels = [np.concatenate([a.levels[k] if k < a.list_depth else empty, b.levels[k] if k < b.list_depth else empty])
+              for k in range(depth)]
+    if not a.data.size:
+        data = b.data
+    elif not b.data.size:
+        data = a.data
+    else:
+        if a.data.dtype != b.data.dtype and {a.data.dtype.kind, b.data.dtype.kind} <= {"i", "u"}:
+            dt = target if target is not None else np.dtype(np.int64)
+            data = np.concatenate([cast_values(a.data, dt), cast_values(b.data, dt)])
+        else:
+            data = np.concatenate([a.data, b.data])
+    lines = None if a.lines is None or b.lines is None else np.concatenate([a.lines, b.lines])
+    return _Piece(data, levels, a.leaf or b.leaf, a.items + b.items, lines, a.seq_base)
+
+
+def _split(piece: _Piece, s: int) -> tuple[_Piece, _Piece]:
+    """The top-level sequences ``[:s]`` and ``[s:]`` of a piece."""
+    head, tail = [], []
+    cut = s
+    for lengths in piece.levels:
+        head.append(lengths[:cut])
+        tail.append(lengths[cut:])
+        cut = int(lengths[:cut].sum())
+    lines = piece.lines
+    return (_Piece(piece.data[:cut], head, piece.leaf, s, None if lines is None else lines[:s], piece.seq_base),
+            _Piece(piece.data[cut:], tail, piece.leaf, piece.items - s, None if lines is None else lines[s:],
+                   piece.seq_base + s))
+
+
+def _locate(piece: _Piece, levels: list[np.ndarray], depth_index: int, j: int, name: str) -> tuple[str, str]:
+    """(``file:line`` or ``file``, ``<i,...>``) of entry ``j`` among the lists (or rows) at ``depth_index``."""
+    path = []
+    idx = j
+    for level in range(depth_index - 1, -1, -1):
+        offsets = _lod.lengths_to_offsets(levels[level])
+        parent = int(np.searchsorted(offsets, idx, side="right")) - 1
+        parent = min(max(parent, 0), len(levels[level]) - 1)
+        path.append(idx - int(offsets[parent]))
+        idx = parent
+    path.append(piece.seq_base + idx)
+    where = name
+    if piece.lines is not None and 0 <= idx < len(piece.lines):
+        where = f"{name}:{int(piece.lines[idx])}"
+    return where, _lod.format_path(list(reversed(path)))
+
+
+# -- the general path -------------------------------------------------------------------------------
+def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tuple[int, str]]]:
+    """Parse one JSON text (one JSON Lines line when ``line`` is given).
+
+    Returns the object and the integers outside int64 (byte offset, text).
+    orjson reads it when it can; the standard library reads what orjson refuses
+    (NaN, Infinity, overflowing floats, integers beyond 64 bits) and words the
+    syntax errors.
+    """
+    import orjson
+
+    limit = MAX_LEVELS if line is not None else MAX_LEVELS + 1  # a JSON document's outer list is the batch
+    if text.count(b"[") > limit and _deep_offset(text, limit) >= 0:
+        raise _too_deep(text, name, line)  # before any recursive parser sees it
+    bigs: list[tuple[int, str]] = []
+    if not _LONG_DIGITS.search(text):
+        try:
+            return orjson.loads(text), bigs
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        s = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lno, col = _line_col(text, exc.start, line)
+        raise LodInputError(f"{name}:{lno}:{col}: invalid UTF-8 (byte 0x{text[exc.start]:02x})") from None
+    found: list[str] = []
+
+    def parse_int(token: str) -> int:
+        value = int(token)
+        if not _I64_MIN <= value <= _I64_MAX:
+            found.append(token)
+        return value
+
+    try:
+        obj = json.loads(s, parse_int=parse_int)
+    except json.JSONDecodeError as exc:
+        lno = exc.lineno if line is None else line + exc.lineno - 1
+        raise LodInputError(f"{name}:{lno}:{exc.colno}: {_phrase(exc, s, line is not None)}") from None
+    except RecursionError:
+        raise _too_deep(text, name, line) from None
+    except ValueError as exc:  # an integer too long for Python's int()
+        where = f"{name}:{line}" if line is not None else name
+        raise LodInputError(f"{where}: {str(exc).splitlines()[0]}") from None
+    if found:
+        start = 0
+        for token in found:
+            m = re.search(rb"(?<![\d.eE+-])" + re.escape(token.encode()) + rb"(?![\d.eE])", text[start:])
+            offset = start + m.start() if m else 0
+            bigs.append((offset, token))
+            start = offset + len(token) if m else start
+    return obj, bigs
+
+
+def _phrase(exc: json.JSONDecodeError, s: str, jsonl: bool) -> str:
+    at_end = exc.pos >= len(s.rstrip())
+    msg = exc.msg
+    if at_end and msg.startswith("Expecting"):
+        return "unexpected end of input (is it truncated?)" if not jsonl else \
+            "unexpected end of line (is it truncated, or does a sequence span lines?)"
+    if msg == "Expecting ',' delimiter":
+        return "expected ',' or ']'"
+    if msg == "Expecting value":
+        ch = s[exc.pos] if exc.pos < len(s) else ""
+        if ch == "]":
+            return "expected a value (a trailing comma?)"
+        return f"expected a number, true, false or '[' (found {ch!r})"
+    if msg == "Extra data":
+        return ("unexpected data after the sequence (JSON Lines takes one sequence per line)" if jsonl
+                else "unexpected data after the document")
+    if msg.startswith("Unexpected UTF-8 BOM"):
+        return "the input starts with a UTF-8 byte order mark; save it without one"
+    return msg[:1].lower() + msg[1:]
+
+
+def _line_col(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
+    """1-based line and column of a byte offset (columns count characters)."""
+    if line is not None:
+        return line, len(text[:offset].decode("utf-8", "replace")) + 1
+    start = text.rfind(b"\n", 0, offset) + 1
+    return text.count(b"\n", 0, offset) + 1, len(text[start:offset].decode("utf-8", "replace")) + 1
+
+
+def _deep_offset(text: bytes, limit: int) -> int:
+    """Byte offset of the first '[' that opens more than ``limit`` lists, or -1."""
+    a = np.frombuffer(text, dtype=np.uint8)
+    base = 0
+    for start in range(0, len(a), 1 << 24):
+        block = a[start:start + (1 << 24)]
+        depth = np.cumsum((block == 91).astype(np.int64) - (block == 93), dtype=np.int64) + base
+        hit = np.flatnonzero(depth > limit)
+        if hit.size:
+            return start + int(hit[0])
+        base = int(depth[-1]) if depth.size else base
+    return -1
+
+
+def _too_deep(text: bytes, name: str, line: int | None) -> LodInputError:
+    """The error for lists nested more than MAX_LEVELS deep, at the bracket that goes too deep."""
+    limit = MAX_LEVELS if line is not None else MAX_LEVELS + 1  # a JSON document's outer list is the batch
+    lno, col = _line_col(text, max(_deep_offset(text, limit), 0), line)
+    return LodInputError(f"{name}:{lno}:{col}: lists nest deeper than {MAX_LEVELS} levels")
+
+
+def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], bigs: list[tuple[int, int, str]],
+                   seq_base: int, asm: _Assembler, text_line: Callable[[int, int], tuple[int, int]]) -> _Piece:
+    """A piece from parsed objects, with every check of the fast path, positioned.
+
+    ``texts[i]`` is the text of item ``i`` (JSON Lines) or the whole document;
+    ``bigs`` holds (text index, byte offset, token) of integers beyond int64;
+    ``text_line(i, offset)`` gives (line, column) of a byte offset in ``texts[i]``.
+    """
+    name = asm.name
+
+    def at(i: int, offset: int) -> str:
+        lno, col = text_line(i, offset)
+        return f"{name}:{lno}:{col}"
+
+    hint = None
+    if bigs:
+        i, offset, token = bigs[0]
+        if asm.target == _TARGET_DEFAULT:
+            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; pass dtype=uint64 "
+                                "(0..2**64-1) or a float dtype")
+        if asm.target == _TARGET_UINT64:
+            for i, offset, token in bigs:
+                if not 0 <= int(token) <= _U64_MAX:
+                    raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in uint64")
+            hint = np.uint64
+        else:
+            hint = np.float64
+    try:
+        t = from_nested(objs, dtype=hint)
+    except LodError as exc:
+        place = None
+        if isinstance(exc, LodDtypeError):  # a string, null or object: point at the first one
+            for i, text in enumerate(texts):
+                m = _NOT_A_NUMBER.search(text)
+                if m:
+                    place = at(i, m.start())
+                    break
+        raise _reposition(exc, lines, seq_base, name, place) from None
+    data = np.asarray(t.data)
+    levels = [np.diff(o) for o in t.offsets]
+    has_values = data.size > 0
+    piece = _Piece(data, levels, t.lod_level + 1 if has_values else 0, len(objs), lines, seq_base)
+    if len(levels) > MAX_LEVELS:  # pragma: no cover - _load_json refuses such text before parsing
+        raise LodInputError(f"{name}: lists nest deeper than {MAX_LEVELS} levels")
+    if has_values:
+        # booleans and numbers never mix: the kind seen first is expected, the first of the other is wrong
+        first_bool, first_num = _first_match(_BOOL_TOKEN, texts), _first_match(_NUMBER_TOKEN, texts)
+        expected = asm.cls
+        if not expected and first_bool is not None and first_num is not None:
+            expected = _CLS_BOOL if first_bool < first_num else _CLS_NUMBER
+        wrong = first_num if expected == _CLS_BOOL else first_bool if expected == _CLS_NUMBER else None
+        if wrong is not None:
+            i, offset = wrong
+            token = texts[i][offset:offset + 5].rstrip(b"]}, \t\r\n").decode(errors="replace")
+            what = "a number among booleans" if expected == _CLS_BOOL else f"{token} among numbers"
+            raise LodInputError(f"{at(i, offset)}: {what} (booleans and numbers cannot be mixed)")
+    if asm.leaf:
+        if has_values and piece.leaf != asm.leaf:
+            where, path = _locate(piece, levels, len(levels), 0, name)
+            raise LodInputError(f"{where}: the values at branch {path} sit {piece.leaf - 1} list(s) deep, but "
+                                f"{asm.leaf - 1} before")
+        if len(levels) >= asm.leaf:
+            where, path = _locate(piece, levels, asm.leaf - 1, 0, name)
+            raise LodInputError(f"{where}: the list at branch {path} nests deeper than the values before "
+                                f"({asm.leaf - 1} list(s) deep)")
+    elif has_values and asm.maxlist >= piece.leaf:
+        where, path = _locate(piece, levels, len(levels), 0, name)
+        raise LodInputError(f"{where}: the values at branch {path} sit {piece.leaf - 1} list(s) deep, but lists "
+                            f"nest {asm.maxlist} deep before")
+    return piece
+
+
+def _first_match(pattern: re.Pattern, texts: list[bytes]) -> tuple[int, int] | None:
+    for i, text in enumerate(texts):
+        m = pattern.search(text)
+        if m:
+            return i, m.start()
+    return None
+
+
+def _reposition(exc: LodError, lines: np.ndarray | None, seq_base: int, name: str,
+                place: str | None = None) -> LodError:
+    """A from_nested error with the file, the line (or ``place``) and the global branch path."""
+    msg = str(exc)
+    m = _BRANCH.search(msg)
+    where = place or name
+    if m:
+        i = int(m.group(1))
+        if place is None and lines is not None and 0 <= i < len(lines):
+            where = f"{name}:{int(lines[i])}"
+        msg = msg[:m.start()] + f"<{seq_base + i}{m.group(2)}>" + msg[m.end():]
+    return LodInputError(f"{where}: {msg}")
+
+
+def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assembler) -> _Piece | None:
+    objs, lines, texts, bigs = [], [], [], []
+    for k, raw in enumerate(region.split(b"\n")):
+        if not raw.strip(_WS):
+            continue
+        line = first_line + k
+        obj, found = _load_json(raw, asm.name, line)
+        for offset, token in found:
+            bigs.append((len(texts), offset, token))
+        objs.append(obj)
+        lines.append(line)
+        texts.append(raw)
+    if not objs:
+        return None
+    line_arr = np.array(lines, dtype=np.int64)
+    return _general_piece(objs, line_arr, texts, bigs, seq_base, asm,
+                          lambda i, offset: _line_col(texts[i], offset, int(line_arr[i])))
+
+
+def _general_document(text: bytes, skip: int, asm: _Assembler) -> _Piece | None:
+    if not text.strip(_WS + b"\n"):
+        raise LodInputError(f"{asm.name}: empty input (no JSON document)")
+    obj, found = _load_json(text, asm.name, None)
+    if not isinstance(obj, list):
+        raise LodInputError(f"{asm.name}: the document is {_json_type(obj)}; it must be a list of sequences "
+                            "(the batch)")
+    items = obj[skip:]
+    if not items:
+        return None
+    bigs = [(0, offset, token) for offset, token in found]
+    return _general_piece(items, None, [text], bigs, skip, asm, lambda i, offset: _line_col(text, offset, None))
+
+
+def _json_type(obj) -> str:
+    return {dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(obj), "null")
+
+
+# -- the fast path ----------------------------------------------------------------------------------
+def _scanner():
+    """The fast-path module (imports numba), or None when numba is missing."""
+    try:
+        from . import _jsonscan
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return None
+    return _jsonscan
+
+
+def _use_fast(fast: bool | None):
+    scanner = _scanner() if fast is not False else None
+    if fast and scanner is None:  # pragma: no cover - numba is a dependency
+        raise LodBackendError("the fast JSON path needs numba; install it or pass fast=False")
+    return scanner
+
+
+def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
+    st = sc.state
+    data = sc.values()
+    leaf = int(st[js.LEAF]) if data.size else 0
+    lengths, depths = sc.lengths()
+    n_deep = leaf - 1 if leaf else (int(depths.max()) if depths.size else 0)
+    if n_deep == 1:
+        levels = [lengths.copy()]
+    else:
+        levels = [lengths[depths == d] for d in range(1, n_deep + 1)]
+    return _Piece(data, levels, leaf, int(st[js.ITEMS]), first_line + sc.item_newlines(), seq_base)
+
+
+def _sync(js, st: np.ndarray, asm: _Assembler) -> None:
+    js.reset_chunk(st)
+    st[js.LEAF] = asm.leaf
+    st[js.MAXLIST] = asm.maxlist
+    st[js.CLS] = asm.cls
+
+
+# -- the readers ------------------------------------------------------------------------------------
+def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
+              level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+              progress: Callable[[int], None] | None = None, name: str | None = None) -> Iterator[LoDTensor]:
+    """Read JSON or JSON Lines as chunks of whole top-level sequences (bounded memory).
+
+    ``source`` is a path, ``-`` (stdin), bytes or a binary stream; ``fmt`` is
+    ``json`` or ``jsonl`` (default: from the file extension).  Every chunk has
+    the same LoD levels and element shape; with ``dtype=None`` a later chunk may
+    hold float64 where earlier ones held int64 (concatenating promotes).
+    ``fast=None`` uses the Numba fast path when it can, ``False`` never.
+    ``progress(n)`` is called with the bytes read so far.
+
+    >>> [c.lod for c in iter_json(b"[[1,2],[3]]\\n[[4]]\\n", "jsonl")]
+    [[[0, 2, 3], [0, 2, 3, 4]]]
+    >>> [c.to_nested() for c in iter_json(b"[[1,2],[3]]\\n[[4]]\\n", "jsonl", chunk_bytes=16)]
+    [[[[1, 2], [3]]], [[[4]]]]
+    """
+    return iter_json_inputs([source], fmt, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                            chunk_bytes=chunk_bytes, fast=fast, progress=progress, names=[name])
+
+
+def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_level: int | None = None,
+                     dtype: Any = None, level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+                     progress: Callable[[int], None] | None = None, names: Sequence[str | None] | None = None,
+                     stats: dict | None = None) -> Iterator[LoDTensor]:
+    """Read several JSON or JSON Lines inputs as one stream of chunks (their sequences concatenate).
+
+    Every input must hold at least one sequence, and all must agree in
+    structure.  ``progress(n)`` gets the bytes read so far over all inputs;
+    ``stats["bytes_read"]`` holds the total when the iterator is done.
+
+    >>> [c.to_nested() for c in iter_json_inputs([b"[[1]]\\n", b"[[2,3]]\\n"], "jsonl")]
+    [[[[1]]], [[[2, 3]]]]
+    """
+    sources = list(sources)
+    fmts = [_resolve_format(src, fmt) for src in sources]
+    asm = _Assembler("", lod_level, resolve_dtype(dtype), _names(level_names))
+    js = _use_fast(fast)
+    chunk_bytes = max(int(chunk_bytes), 16)
+    stats = {} if stats is None else stats
+    stats["bytes_read"] = 0
+    names = list(names) if names is not None else [None] * len(sources)
+    for i, (source, fmt_i) in enumerate(zip(sources, fmts)):
+        inp = _Input(source, names[i] if i < len(names) else None)
+        asm.name = inp.name
+        asm.final_input = i == len(sources) - 1
+        base = stats["bytes_read"]
+        tick = None if progress is None else (lambda n, base=base: progress(base + n))
+        before = asm.sequences
+        try:
+            reader = _read_jsonl if fmt_i == "jsonl" else _read_document
+            yield from reader(inp, asm, js, chunk_bytes, tick)
+            if asm.sequences == before:
+                what = "no line holds a sequence" if fmt_i == "jsonl" else "it is an empty list"
+                raise LodInputError(f"{inp.name}: empty input ({what})")
+        finally:
+            stats["bytes_read"] = base + inp.bytes_read
+            inp.close()
+    yield from asm.close()
+
+
+def _names(level_names) -> tuple[str, ...] | None:
+    return None if level_names is None else tuple(str(n) for n in level_names)
+
+
+def _resolve_format(source: Any, fmt: str | None) -> str:
+    if fmt is None:
+        if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
+            fmt = format_from_path(source)
+        if fmt is None:
+            raise LodUsageError("cannot tell the input format; give fmt='json' or 'jsonl'")
+    if fmt not in FORMATS:
+        raise LodUsageError(f"unknown JSON format {fmt!r}; choose json or jsonl")
+    return fmt
+
+
+class _Buffer:
+    """A read buffer (uninitialized numpy bytes): ``data[:filled]`` holds unparsed input.
+
+    It starts small and doubles while reads fill it, up to ``limit`` (more only
+    when one line or item needs it), so small inputs stay cheap.
+    """
+
+    def __init__(self, size: int, limit: int):
+        self.data = np.empty(max(size, 16), dtype=np.uint8)
+        self.limit = max(limit, len(self.data))
+        self.filled = 0
+        self.eof = False
+        self.full = False
+
+    def fill(self, inp: _Input, progress) -> None:
+        if self.filled < len(self.data) and not self.eof:
+            n = inp.readinto(memoryview(self.data)[self.filled:])
+            self.filled += n
+            self.full = self.filled == len(self.data)
+            if not self.full:
+                self.eof = True
+            if progress is not None:
+                progress(inp.bytes_read)
+
+    def grow(self) -> None:
+        bigger = np.empty(len(self.data) * 2, dtype=np.uint8)
+        bigger[:self.filled] = self.data[:self.filled]
+        self.data = bigger
+
+    def consume(self, n: int) -> None:
+        rest = self.filled - n
+        if self.full and len(self.data) < self.limit:
+            bigger = np.empty(min(len(self.data) * 2, self.limit), dtype=np.uint8)
+            bigger[:rest] = self.data[n:self.filled]
+            self.data = bigger
+        elif rest and n:
+            self.data[:rest] = self.data[n:self.filled].copy()
+        self.filled = rest
+        self.full = False
+
+    def rfind_newline(self, end: int) -> int:
+        """Index of the last newline before ``end``, or -1."""
+        window = 1 << 16
+        stop = end
+        while stop > 0:
+            start = max(stop - window, 0)
+            i = self.data[start:stop].tobytes().rfind(b"\n")
+            if i >= 0:
+                return start + i
+            stop = start
+            window *= 2
+        return -1
+
+    def find_newline(self, start: int, end: int) -> int:
+        """Index of the first newline in ``[start, end)``, or -1."""
+        window = 1 << 16
+        while start < end:
+            stop = min(start + window, end)
+            i = self.data[start:stop].tobytes().find(b"\n")
+            if i >= 0:
+                return start + i
+            start = stop
+            window *= 2
+        return -1
+
+
+#: the first read of an input of unknown size
+_FIRST_READ = 1 << 20
+
+
+def _new_buffer(inp: _Input, chunk_bytes: int) -> _Buffer:
+    """A read buffer of ``chunk_bytes``, or less for a smaller (or unknown-size) input."""
+    size = None
+    try:
+        if inp.path is not None:
+            size = os.fstat(inp.stream.fileno()).st_size
+        elif isinstance(inp.stream, io.BytesIO):
+            size = len(inp.stream.getbuffer()) - inp.stream.tell()
+    except (OSError, AttributeError, ValueError):  # pragma: no cover - a path always has a descriptor
+        size = None
+    first = min(chunk_bytes, size + 1) if size is not None else min(chunk_bytes, _FIRST_READ)
+    return _Buffer(first, chunk_bytes)
+
+
+def _blocks(buf: _Buffer, cut: int) -> list[tuple[int, int]]:
+    """``buf.data[:cut]`` as blocks of about SCAN_BLOCK bytes, each ending at a line end."""
+    out, start = [], 0
+    while start < cut:
+        stop = cut
+        if cut - start > SCAN_BLOCK + SCAN_BLOCK // 2:
+            nl = buf.find_newline(start + SCAN_BLOCK, cut)
+            stop = nl + 1 if nl >= 0 else cut
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+_LOCAL = threading.local()
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _scan_threads() -> int:
+    return SCAN_THREADS if SCAN_THREADS is not None else min(8, os.cpu_count() or 1)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=_scan_threads(), thread_name_prefix="lodtool-scan")
+        return _POOL
+
+
+def _scan_block(js, view: np.ndarray, start: int, stop: int, state0: np.ndarray):
+    """Scan one JSON Lines block in a worker thread (its own scanner); returns (status, piece, newlines)."""
+    scanners = getattr(_LOCAL, "scanners", None)
+    if scanners is None:
+        scanners = _LOCAL.scanners = {}
+    sc = scanners.get(int(state0[js.TARGET]))
+    if sc is None:
+        sc = scanners[int(state0[js.TARGET])] = js.Scanner(True, int(state0[js.TARGET]))
+    sc.state[:] = state0
+    status = sc.scan(view, start, stop)
+    if status != js.DONE:
+        return status, None, -1
+    piece = _fast_piece(js, sc, 0, 0) if sc.state[js.ITEMS] else None
+    return status, piece, int(sc.state[js.NEWLINES])
+
+
+def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) -> Iterator[LoDTensor]:
+    buf = _new_buffer(inp, chunk_bytes)
+    sc = js.Scanner(True, asm.target) if js is not None else None
+    first_line, seq_base = 1, 0
+    while True:
+        buf.fill(inp, progress)
+        if buf.eof:
+            cut = buf.filled
+        else:
+            cut = buf.rfind_newline(buf.filled) + 1
+            if cut == 0:
+                buf.grow()
+                continue
+        view = buf.data
+        blocks = _blocks(buf, cut)
+        ahead: list = []
+        state0 = None
+        for i, (start, stop) in enumerate(blocks):
+            if (sc is not None and not ahead and i + 1 < len(blocks) and _scan_threads() > 1 and asm.leaf
+                    and asm.cls):
+                # the structure is known: scan the rest of the buffer in parallel (the scanner releases the GIL)
+                _sync(js, sc.state, asm)
+                state0 = sc.state.copy()
+                ahead = [None] * i + [_pool().submit(_scan_block, js, view, a, b, state0) for a, b in blocks[i:]]
+            piece, newlines = None, -1
+            if ahead:
+                status, piece, newlines = ahead[i].result()
+                ahead[i] = None
+                if status == js.DONE and asm.leaf == state0[js.LEAF] and asm.cls == state0[js.CLS]:
+                    if piece is not None:
+                        piece.lines += first_line
+                        piece.seq_base = seq_base
+                else:
+                    piece, newlines = None, -1
+            if newlines < 0 and sc is not None:
+                _sync(js, sc.state, asm)
+                if sc.scan(view, start, stop) == js.DONE:
+                    newlines = int(sc.state[js.NEWLINES])
+                    if sc.state[js.ITEMS]:
+                        piece = _fast_piece(js, sc, first_line, seq_base)
+            if newlines < 0:
+                region = view[start:stop].tobytes()
+                piece = _general_jsonl(region, first_line, seq_base, asm)
+                newlines = region.count(b"\n")
+            if piece is not None:
+                seq_base += piece.items
+                yield from asm.take(piece, last=buf.eof and stop == buf.filled)
+            first_line += newlines
+        buf.consume(cut)
+        if buf.eof and not buf.filled:
+            break
+
+
+def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) -> Iterator[LoDTensor]:
+    inp.make_rereadable()
+    seq_base = 0
+    if js is not None:
+        buf = _new_buffer(inp, chunk_bytes)
+        sc = js.Scanner(False, asm.target)
+        first_line = 1
+        while True:
+            buf.fill(inp, progress)
+            view = buf.data
+            pos, span, status = 0, SCAN_BLOCK, js.DONE
+            while True:  # scan blocks of about SCAN_BLOCK bytes; an item never splits
+                stop = min(pos + span, buf.filled)
+                final = buf.eof and stop == buf.filled
+                _sync(js, sc.state, asm)
+                status = sc.scan(view, pos, stop, final)
+                if status == js.FALLBACK:
+                    break
+                if sc.state[js.ITEMS]:
+                    piece = _fast_piece(js, sc, first_line, seq_base)
+                    seq_base += piece.items
+                    yield from asm.take(piece, last=final and status == js.DONE)
+                first_line += int(sc.state[js.NEWLINES])
+                new_pos = int(sc.state[js.POS])
+                if new_pos == pos and status == js.NEED_MORE:
+                    if stop == buf.filled:
+                        break  # the item goes on past what was read
+                    span *= 2
+                    continue
+                pos, span = new_pos, SCAN_BLOCK
+                if stop == buf.filled and status == js.DONE:
+                    break
+            if status == js.FALLBACK:
+                break
+            if buf.eof:
+                return
+            if pos == 0 and buf.filled == len(buf.data):
+                buf.grow()
+            buf.consume(pos)
+    piece = _general_document(inp.read_all(), seq_base, asm)
+    if progress is not None:
+        progress(inp.bytes_read)
+    if piece is not None:
+        yield from asm.take(piece, last=True)
+
+
+def read_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
+              level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+              name: str | None = None) -> LoDTensor:
+    """Read a whole JSON or JSON Lines input into one :class:`~lodtool.LoDTensor`.
+
+    >>> read_json(b'[[1, 2], [3]]\\n[[4]]\\n', "jsonl").recursive_sequence_lengths
+    [[2, 1], [2, 1, 1]]
+    """
+    return concat_chunks(iter_json(source, fmt, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                                   chunk_bytes=chunk_bytes, fast=fast, name=name))
+
+
+def parse_json(text: bytes | str, fmt: str = "json", *, lod_level: int | None = None, dtype: Any = None,
+               level_names=None, fast: bool | None = None, name: str = "<json>") -> LoDTensor:
+    """Parse JSON or JSON Lines text held in memory.
+
+    >>> parse_json("[[[1.5, 2], [3, 4]]]", lod_level=1).shape
+    (2, 2)
+    >>> parse_json("[[true], [false, true]]").dtype
+    dtype('bool')
+    """
+    if isinstance(text, str):
+        text = text.encode("utf-8")
+    return read_json(bytes(text), fmt, lod_level=lod_level, dtype=dtype, level_names=level_names, fast=fast,
+                     name=name)
+
+
+# -- writing ----------------------------------------------------------------------------------------
+def write_json(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], out: BinaryIO, fmt: str = "jsonl") -> None:
+    """Write a tensor, or chunks of whole top-level sequences, as JSON or JSON Lines.
+
+    ``jsonl`` writes one top-level sequence per line; ``json`` one nested list
+    (written incrementally, on one line).  Integers are written as integers,
+    bools as ``true``/``false``, floats in their shortest exact form, and
+    non-finite floats as ``NaN``/``Infinity``/``-Infinity``.
+
+    >>> import io, numpy as np
+    >>> out = io.BytesIO()
+    >>> write_json(LoDTensor(np.array([0.1, np.nan, 2.0]), [[0, 2, 3]]), out, "json")
+    >>> out.getvalue()
+    b'[[0.1,NaN],[2.0]]\\n'
+    """
+    if fmt not in FORMATS:
+        raise LodUsageError(f"unknown JSON format {fmt!r}; choose json or jsonl")
+    chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
+    first = True
+    if fmt == "json":
+        out.write(b"[")
+    for chunk in chunks:
+        parts = _encode_sequences(chunk)
+        if not parts:
+            continue
+        if fmt == "jsonl":
+            parts.append(b"")
+            out.write(b"\n".join(parts))
+        else:
+            out.write((b"" if first else b",") + b",".join(parts))
+        first = False
+    if fmt == "json":
+        out.write(b"]\n")
+
+
+def _encode_sequences(chunk: LoDTensor) -> list[bytes]:
+    """The JSON text of each top-level sequence of a chunk."""
+    import orjson
+
+    data = np.asarray(chunk)
+    if data.dtype.kind == "c":
+        raise LodDtypeError(f"{data.dtype} data has no JSON form; write npz instead")
+    if data.dtype.kind == "f" and data.dtype.itemsize < 8:
+        # the shortest decimal that reads back to the same float16/float32 value
+        data = data.astype(str).astype(np.float64)
+    finite = data.dtype.kind != "f" or bool(np.isfinite(data).all())
+    nested = LoDTensor._trusted(data, chunk.offsets).to_nested()
+    if finite:
+        dumps = orjson.dumps
+        return [dumps(seq) for seq in nested]
+    return [json.dumps(seq, separators=(",", ":")).encode() for seq in nested]
+
+
+__all__ = ["FORMATS", "EXTENSIONS", "CHUNK_BYTES", "MAX_LEVELS", "format_from_path", "resolve_dtype", "cast_values",
+           "concat_chunks", "iter_json", "iter_json_inputs", "read_json", "parse_json", "write_json"]

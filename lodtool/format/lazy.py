@@ -1,0 +1,725 @@
+"""Reading containers: the lazy file handle, lazy tensors, and checks of the file's layout.
+
+Everything read from a file is untrusted.  Opening a tensor checks its layout
+(attributes, dataset kinds, ranks, dtypes) without reading any values;
+partial reads (:meth:`LazyTensor.branch`, :meth:`~LazyTensor.slice_level`,
+:meth:`~LazyTensor.head`, :meth:`~LazyTensor.tail`) check every offsets window
+they read and fetch one contiguous data hyperslab; full reads check the
+claimed size against the memory limit and validate the whole LoD first.
+
+>>> import os, tempfile, numpy as np
+>>> from lodtool import LoDTensor
+>>> from lodtool.format.container import save
+>>> path = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+>>> save(path, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
+>>> with open_file(path) as f:
+...     t = f.tensor()
+...     t.branch(2).to_nested(), t.level_sizes
+([[11, 12], [13, 14, 15]], [4, 7])
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import h5py
+import numpy as np
+
+from .. import lod as _lod
+from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
+from ..tensor import LoDTensor, check_dtype
+from . import filters, spec
+from ._h5 import H5_ERRORS, domain_error, hard_member, open_h5, same_object, storage_gap, translate
+from .limits import check_memory, resolve_max_memory
+
+#: offsets are read for validation and statistics in blocks of this many entries
+OFFSET_BLOCK = 1 << 20
+
+_INT_KINDS = "iu"
+
+
+# -- layout --------------------------------------------------------------------------------------
+@dataclass
+class Layout:
+    """The checked layout of one tensor group (no values read)."""
+
+    name: str
+    group: h5py.Group
+    data: h5py.Dataset
+    lod: list
+    lod_level: int
+    level_names: tuple | None
+    compression: str
+    compression_level: int | None
+
+    @property
+    def level_sizes(self) -> list[int]:
+        return [int(ds.shape[0]) for ds in self.lod]
+
+
+def _int_attr(value) -> int | None:
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, np.ndarray) and value.shape in ((), (1,)) and value.dtype.kind in _INT_KINDS:
+        return int(value.reshape(-1)[0])
+    return None
+
+
+def _names_attr(value) -> list[str] | None:
+    items = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
+    if not isinstance(items, (list, tuple)):
+        return None
+    out = []
+    for item in items:
+        text = spec.text_attr(item)
+        if text is None:
+            return None
+        out.append(text)
+    return out
+
+
+def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | None, list[tuple[int | None, str]]]:
+    """Check a tensor group's layout; return it (or ``None``) and the ``(level, message)`` issues found.
+
+    Reads attributes and dataset metadata only.  Issues are layout problems a
+    reader cannot work around: a missing or mistyped member, offsets that are
+    not integers, a data dtype lodtool does not store, ...
+    """
+    issues: list[tuple[int | None, str]] = []
+    with translate(path, f"cannot read the layout of tensor {name!r}"):
+        attrs = group.attrs
+        lod_level = _int_attr(attrs.get(spec.ATTR_LOD_LEVEL))
+        if spec.ATTR_LOD_LEVEL not in attrs:
+            issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is missing"))
+        elif lod_level is None or not 0 <= lod_level <= spec.MAX_LOD_LEVEL:
+            issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is {attrs.get(spec.ATTR_LOD_LEVEL)!r}; "
+                                 f"expected an integer 0..{spec.MAX_LOD_LEVEL}"))
+            lod_level = None
+        level_names = None
+        if spec.ATTR_LEVEL_NAMES in attrs:
+            names = _names_attr(attrs[spec.ATTR_LEVEL_NAMES])
+            if names is None:
+                issues.append((None, f"attribute {spec.ATTR_LEVEL_NAMES!r} is not a list of strings"))
+            elif lod_level is not None and len(names) != lod_level:
+                issues.append((None, f"{len(names)} level name(s) for {lod_level} LoD level(s)"))
+            else:
+                level_names = tuple(names) if names else None
+        data = hard_member(group, spec.DATA)
+        if not isinstance(data, h5py.Dataset):
+            issues.append((None, f"{spec.DATA!r} is missing or not a dataset"))
+            data = None
+        else:
+            if data.ndim < 1:
+                issues.append((None, f"{spec.DATA!r} is a scalar; it needs at least one dimension (its rows)"))
+            try:
+                check_dtype(data.dtype, f"{spec.DATA!r}")
+            except (LodUsageError, ValueError, TypeError) as exc:
+                issues.append((None, str(exc)))
+            declared = attrs.get(spec.ATTR_DTYPE)
+            if declared is not None:
+                text = spec.text_attr(declared)
+                try:
+                    ok = text is not None and np.dtype(text).newbyteorder("=") == data.dtype.newbyteorder("=")
+                except (TypeError, ValueError):
+                    ok = False
+                if not ok:
+                    issues.append((None, f"attribute {spec.ATTR_DTYPE!r} is {declared!r} but {spec.DATA!r} "
+                                         f"has dtype {data.dtype}"))
+        lod_sets: list = []
+        if lod_level:
+            lod_group = hard_member(group, spec.LOD)
+            if not isinstance(lod_group, h5py.Group):
+                issues.append((None, f"{spec.LOD!r} is missing or not a group ({lod_level} LoD level(s) declared)"))
+            else:
+                expected = {str(k) for k in range(lod_level)}
+                extra = sorted(set(lod_group.keys()) - expected)
+                if extra:
+                    issues.append((None, f"{spec.LOD!r} has unexpected member(s) {', '.join(extra)}"))
+                for k in range(lod_level):
+                    ds = hard_member(lod_group, str(k)) if str(k) in lod_group else None
+                    if not isinstance(ds, h5py.Dataset):
+                        issues.append((k, f"offsets dataset '{spec.LOD}/{k}' is missing or not a dataset"))
+                        continue
+                    if ds.ndim != 1:
+                        issues.append((k, f"offsets have shape {ds.shape}; offsets must be 1-D"))
+                    elif ds.dtype.kind not in _INT_KINDS:
+                        issues.append((k, f"offsets have dtype {ds.dtype}; offsets must be integers"))
+                    elif storage_gap(ds):
+                        issues.append((k, f"offsets dataset {storage_gap(ds)}"))
+                    else:
+                        lod_sets.append(ds)
+        compression = spec.text_attr(attrs.get(spec.ATTR_COMPRESSION)) if spec.ATTR_COMPRESSION in attrs else None
+        if compression is None and data is not None:
+            compression = filters.describe(data)
+        level = _int_attr(attrs.get(spec.ATTR_COMPRESSION_LEVEL)) if spec.ATTR_COMPRESSION_LEVEL in attrs else None
+    if issues or data is None or lod_level is None:
+        return None, issues
+    return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level), issues
+
+
+def tensor_names(h5: h5py.File) -> list[str]:
+    """Names of the tensor groups at the root, in creation order (``_``-prefixed names are reserved)."""
+    out = []
+    for name in h5.keys():
+        if spec.is_tensor_name(name) and isinstance(h5.get(name, getlink=True), h5py.HardLink) \
+                and h5.get(name, getclass=True) is h5py.Group:
+            out.append(name)
+    return out
+
+
+# -- the lazy tensor --------------------------------------------------------------------------------
+class LazyTensor:
+    """One tensor of an open container; reads only what each call needs.
+
+    Sizes, dtype and dataset handles are read once, when the tensor is opened.
+    ``branch``, ``slice_level``, ``head`` and ``tail`` behave exactly as the
+    :class:`~lodtool.tensor.LoDTensor` methods of the same names.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import save, open_file
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(path, {"x": LoDTensor(np.arange(7.0), recursive_sequence_lengths=[[2, 1], [2, 2, 3]])})
+    >>> with open_file(path) as f:
+    ...     x = f["x"]
+    ...     (len(x), x.shape, x.dtype, x.level_sizes), x.slice_level(1, 1, 3).lod
+    ((2, (7,), dtype('float64'), [3, 4]), [[0, 2, 5]])
+    """
+
+    def __init__(self, file: "LodFile", layout: Layout):
+        self._file = file
+        self._path = file.path
+        self._layout = layout
+        self.name = layout.name
+        self._data = layout.data
+        self._lod = list(layout.lod)
+        self._sizes = layout.level_sizes
+        self._n_rows = int(layout.data.shape[0])
+        self._element_shape = tuple(int(d) for d in layout.data.shape[1:])
+        self._dtype = np.dtype(layout.data.dtype.str)  # canonical repr
+        self._row_bytes = self._dtype.itemsize * int(np.prod(self._element_shape, dtype=np.int64))
+        self._limit = file.max_memory
+        self._readable = False
+        self._what = f"tensor {self.name!r}"
+        for k, ds in enumerate(self._lod):  # offsets lodtool writes never need a plugin; foreign ones might
+            filters.ensure_readable(ds, self._path, f"{self._what} level {k} offsets")
+
+    # -- metadata ----------------------------------------------------------------------------------
+    @property
+    def lod_level(self) -> int:
+        return self._layout.lod_level
+
+    @property
+    def level_names(self) -> tuple[str, ...] | None:
+        return self._layout.level_names
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def element_shape(self) -> tuple[int, ...]:
+        return self._element_shape
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self._n_rows,) + self._element_shape
+
+    @property
+    def n_rows(self) -> int:
+        return self._n_rows
+
+    @property
+    def level_sizes(self) -> list[int]:
+        """Entries of each offsets dataset (sequences of level ``k`` + 1)."""
+        return list(self._sizes)
+
+    @property
+    def compression(self) -> str:
+        return self._layout.compression
+
+    @property
+    def compression_level(self) -> int | None:
+        return self._layout.compression_level
+
+    @property
+    def nbytes(self) -> int:
+        """Logical bytes of the data plus the offsets (shared offsets count for each tensor)."""
+        return self._n_rows * self._row_bytes + 8 * sum(self._sizes)
+
+    @property
+    def storage_size(self) -> int:
+        """Bytes the data and offsets take in the file."""
+        with translate(self._path, f"cannot read the storage size of {self._what}"):
+            return int(self._data.id.get_storage_size()) + sum(int(ds.id.get_storage_size()) for ds in self._lod)
+
+    def num_sequences(self, level: int = 0) -> int:
+        """How many sequences ``level`` has (rows for a 0-level tensor)."""
+        if not self._sizes:
+            return self._n_rows
+        return max(self._sizes[self._level(level)] - 1, 0)
+
+    def __len__(self) -> int:
+        return self.num_sequences(0)
+
+    def __repr__(self) -> str:
+        return (f"<LazyTensor {self.name!r} shape={self.shape} dtype={self._dtype} lod_level={self.lod_level} "
+                f"file={self._path!r}>")
+
+    def _level(self, level: int) -> int:
+        n = self.lod_level
+        if not isinstance(level, (int, np.integer)) or not -n <= level < n:
+            raise LodIndexError(f"level {level} is out of range for a tensor with {n} LoD level(s)")
+        return int(level) + n if level < 0 else int(level)
+
+    # -- raw reads ------------------------------------------------------------------------------------
+    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
+        """A :data:`lodtool.lod.WindowReader` over the file (unchecked; lod checks what it gets)."""
+        if 8 * (stop - start) > self._limit:
+            check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
+        try:
+            return self._lod[level][start:stop]
+        except H5_ERRORS as exc:
+            raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
+
+    def _rows(self, begin: int, end: int) -> np.ndarray:
+        if (end - begin) * self._row_bytes > self._limit:
+            check_memory((end - begin) * self._row_bytes, self._limit, self._path,
+                         f"{end - begin:,} rows of {self._what}")
+        if not self._readable:
+            filters.ensure_readable(self._data, self._path, self._what)
+            self._readable = True
+        try:
+            return self._data[begin:end]
+        except H5_ERRORS as exc:
+            raise domain_error(exc, self._path, f"cannot read the data of {self._what}") from None
+
+    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Entries ``start..stop`` of level ``level``'s offsets as int64 (``stop=None``: to the end).
+
+        The window is checked against the level's size, the memory limit and
+        the integer dtype; the values themselves are as stored (use
+        :meth:`validate` to check them).
+        """
+        level = self._level(level)
+        size = self._sizes[level]
+        stop = size if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= size:
+            raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{size}")
+        return _lod.as_index_array(self._window(level, start, stop), level=level)
+
+    def _blocks(self, level: int, block: int = OFFSET_BLOCK) -> Iterator[np.ndarray]:
+        size = self._sizes[level]
+        for start in range(0, size, block):
+            yield self._window(level, start, min(start + block, size))
+
+    # -- branches and slices ------------------------------------------------------------------------
+    def branch(self, *path: int) -> LoDTensor:
+        """The ``<i,j,...>``-slice, read from disk: a few offsets per level and one data hyperslab.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
+        >>> with open_file(p) as f:
+        ...     f.tensor().branch(2, 0).data.tolist()
+        [11, 12]
+        """
+        if not self._sizes:
+            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
+        level, begin, end = _lod.resolve_branch(path, self._window, self._sizes, self._n_rows)
+        return self._extract(level, begin, end)
+
+    def __getitem__(self, key) -> LoDTensor:
+        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``."""
+        path = key if isinstance(key, tuple) else (key,)
+        if not all(isinstance(i, (int, np.integer)) for i in path):
+            raise LodIndexError("index a LazyTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
+        return self.branch(*path)
+
+    def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
+        """Sequences ``begin..end`` of ``level`` with everything under them (Paddle's ``LODSlice``)."""
+        level = self._level(level)
+        count = self.num_sequences(level)
+        if not 0 <= begin < end <= count:
+            raise LodIndexError(f"level {level}: range {begin}:{end} is not a non-empty range inside 0:{count}")
+        return self._extract(level, int(begin), int(end))
+
+    def head(self, k: int = 5) -> LoDTensor:
+        """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
+        n = len(self)
+        k = max(1, min(int(k), n))
+        if self._sizes:
+            return self.slice_level(0, 0, k)
+        return LoDTensor._trusted(self._rows(0, k), ())
+
+    def tail(self, k: int = 5) -> LoDTensor:
+        """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
+        n = len(self)
+        k = max(1, min(int(k), n))
+        if self._sizes:
+            return self.slice_level(0, n - k, n)
+        return LoDTensor._trusted(self._rows(max(n - k, 0), n), ())
+
+    def _extract(self, level: int, begin: int, end: int) -> LoDTensor:
+        offsets, row_begin, row_end = _lod.extract_range(level, begin, end, self._window, self._sizes, self._n_rows)
+        if any(len(o) < 2 for o in offsets):
+            raise LodIndexError(f"level {level}: the selected part is empty below level {level}; "
+                                "an empty LoD level has no valid offsets")
+        names = self.level_names[level:] if self.level_names else None
+        return LoDTensor._trusted(self._rows(row_begin, row_end), offsets, names)
+
+    # -- whole reads -------------------------------------------------------------------------------------
+    def _problem_error(self, problem) -> LodValidationError:
+        return LodValidationError(f"{self._path}: tensor {self.name!r}: {problem}")
+
+    def read(self) -> LoDTensor:
+        """The whole tensor, validated; its size is checked against the memory limit first.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+        >>> with open_file(p) as f:
+        ...     f.tensor().read().lod
+        [[0, 2, 3]]
+        """
+        check_memory(self.nbytes, self._limit, self._path, self._what)
+        with translate(self._path, f"cannot read the data of {self._what}"):
+            gap = storage_gap(self._data)
+        if gap:
+            raise LodFormatError(f"{self._path}: {self._what}: the data {gap}")
+        offsets = [self.read_offsets(k) for k in range(self.lod_level)]
+        try:
+            problems = _lod.find_lod_problems(offsets, self._n_rows, max_problems=1)
+        except LodValidationError as exc:
+            raise self._problem_error(exc) from None
+        if problems:
+            raise self._problem_error(problems[0])
+        return LoDTensor._trusted(self._rows(0, self._n_rows), offsets, self.level_names)
+
+    def validate(self, max_problems: int = 20) -> list[_lod.LodProblem]:
+        """Every broken LoD rule, reading the offsets block by block (never the data).
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+        >>> with open_file(p) as f:
+        ...     f.tensor().validate()
+        []
+        """
+        levels = [self._checked_blocks(k) for k in range(self.lod_level)]
+        try:
+            return _lod.find_lod_problems(levels, self._n_rows, level_sizes=self._sizes, max_problems=max_problems)
+        except LodValidationError as exc:  # offsets that do not fit in int64
+            level = getattr(exc, "level", 0)
+            return [_lod.LodProblem(level, None, str(exc).removeprefix(f"level {level}: "))]
+
+    def _checked_blocks(self, level: int) -> Iterator[np.ndarray]:
+        for block in self._blocks(level):
+            try:
+                yield _lod.as_index_array(block, level=level)
+            except LodValidationError as exc:
+                exc.level = level
+                raise
+
+    def _check_valid(self) -> None:
+        problems = self.validate(max_problems=1)
+        if problems:
+            raise self._problem_error(problems[0])
+
+    def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator[LoDTensor]:
+        """Consecutive chunks of whole top-level sequences, each a valid LoD tensor of its own.
+
+        A chunk has at most ``max_rows`` rows unless one top-level sequence alone
+        is bigger (then it is one chunk).  The LoD is validated first, block by
+        block; each chunk's offsets are rebased to 0.  Concatenating the chunks
+        gives the whole tensor back.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 1, 2]]))
+        >>> with open_file(p) as f:
+        ...     [c.lod for c in f.tensor().iter_chunks(max_rows=3)]
+        [[[0, 3]], [[0, 1, 3]]]
+        """
+        if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)) or max_rows < 1:
+            raise LodUsageError(f"max_rows must be a positive integer, got {max_rows!r}")
+        max_rows = int(max_rows)
+        if not self._sizes:
+            for start in range(0, max(self._n_rows, 1), max_rows):
+                yield LoDTensor._trusted(self._rows(start, min(start + max_rows, self._n_rows)), ())
+            return
+        self._check_valid()
+        n = self._sizes[0] - 1
+        cache: dict[int, list[int]] = {}
+
+        def bounds(i: int) -> list[int]:
+            """Where top-level sequence ``i`` starts on every level below, down to the rows."""
+            if i not in cache:
+                if len(cache) > 4096:
+                    cache.clear()
+                pos = [i]
+                for k in range(self.lod_level):
+                    pos.append(int(self._window(k, pos[-1], pos[-1] + 1)[0]))
+                cache[i] = pos
+            return cache[i]
+
+        def filled(a: int, b: int) -> bool:
+            """Whether top-level sequences a..b hold at least one entry on every level below the top."""
+            ba, bb = bounds(a), bounds(b)
+            return all(bb[k] > ba[k] for k in range(1, self.lod_level))
+
+        i0 = 0
+        while i0 < n:
+            rows0 = bounds(i0)[-1]
+            i1 = _last_true(i0 + 1, n, lambda i: bounds(i)[-1] - rows0 <= max_rows)
+            if not filled(i0, i1):
+                i1 = min(_last_true(i1, n, lambda i: not filled(i0, i)) + 1, n)
+            if i1 < n and not filled(i1, n):
+                i1 = n
+            yield self.slice_level(0, i0, i1)
+            i0 = i1
+
+    # -- statistics --------------------------------------------------------------------------------------
+    def level_stats(self, level: int) -> dict:
+        """Length statistics of one level, from its offsets alone (read block by block).
+
+        Returns ``count`` (sequences), ``min``, ``median``, ``mean``, ``max`` of
+        their lengths and ``empty`` (how many have length 0); the statistics are
+        ``None`` for a level without sequences.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 0, 1, 2]]))
+        >>> with open_file(p) as f:
+        ...     f.tensor().level_stats(0)
+        {'count': 4, 'min': 0, 'median': 1.5, 'mean': 1.5, 'max': 3, 'empty': 1}
+        """
+        level = self._level(level)
+        return _length_stats(self._checked_blocks(level), self._limit, self._path,
+                             f"{self._what} level {level} lengths")
+
+
+def _last_true(lo: int, hi: int, pred) -> int:
+    """The largest ``i`` in ``lo..hi`` with ``pred(i)``, for ``pred`` true up to a point (``lo`` counts as true).
+
+    Gallops from ``lo``, then bisects: O(log distance) calls of ``pred``.
+    """
+    good, step = lo, 1
+    while good < hi:
+        probe = min(good + step, hi)
+        if not pred(probe):
+            bad = probe
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if pred(mid):
+                    good = mid
+                else:
+                    bad = mid
+            return good
+        good, step = probe, step * 2
+    return good
+
+
+#: exact medians by counting lengths up to this value; longer lengths fall back to sorting
+_COUNT_LIMIT = 1 << 20
+
+
+def _length_stats(blocks: Iterator[np.ndarray], limit: int, path: str, what: str) -> dict:
+    count = total = empty = 0
+    lo = hi = None
+    histogram = np.zeros(0, dtype=np.int64)
+    gathered: list[np.ndarray] | None = None
+    last = None
+    for block in blocks:
+        if last is not None:
+            block = np.concatenate(([last], block))
+        if block.size < 2:
+            last = int(block[-1]) if block.size else last
+            continue
+        lengths = block[1:] - block[:-1]
+        last = int(block[-1])
+        count += lengths.size
+        total += int(lengths.sum())
+        empty += int(np.count_nonzero(lengths == 0))
+        bmin, bmax = int(lengths.min()), int(lengths.max())
+        lo = bmin if lo is None else min(lo, bmin)
+        hi = bmax if hi is None else max(hi, bmax)
+        if gathered is None and (bmin < 0 or bmax >= _COUNT_LIMIT):
+            gathered = []
+            if histogram.size:  # replay the counts gathered so far as values
+                gathered.append(np.repeat(np.arange(histogram.size, dtype=np.int64), histogram))
+            histogram = np.zeros(0, dtype=np.int64)
+        if gathered is not None:
+            check_memory(8 * count, limit, path, what)
+            gathered.append(lengths)
+        else:
+            counts = np.bincount(lengths)
+            if counts.size > histogram.size:
+                counts[: histogram.size] += histogram
+                histogram = counts
+            else:
+                histogram[: counts.size] += counts
+    if not count:
+        return {"count": 0, "min": None, "median": None, "mean": None, "max": None, "empty": 0}
+    if gathered is not None:
+        median = float(np.median(np.concatenate(gathered)))
+    else:
+        cumulative = np.cumsum(histogram)
+        lo_mid = int(np.searchsorted(cumulative, (count - 1) // 2, side="right"))
+        hi_mid = int(np.searchsorted(cumulative, count // 2, side="right"))
+        median = (lo_mid + hi_mid) / 2
+    return {"count": count, "min": lo, "median": float(median), "mean": total / count, "max": hi, "empty": empty}
+
+
+# -- the file handle ---------------------------------------------------------------------------------
+class LodFile:
+    """An open container: names, lazy tensors by name, and the format version.
+
+    Use it as a context manager (or call :meth:`close`); tensors read through
+    it are valid only while it is open.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import save, open_file
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, {"a": LoDTensor(np.arange(3), [[0, 3]]), "b": LoDTensor(np.ones(2), [[0, 1, 2]])})
+    >>> with open_file(p) as f:
+    ...     f.names, f.format_version, "a" in f, len(f["b"])
+    (['a', 'b'], '1.0', True, 2)
+    """
+
+    def __init__(self, path: str, h5: h5py.File, *, max_memory: int | None = None):
+        self.path = path
+        self._h5 = h5
+        self.max_memory = resolve_max_memory(max_memory)
+        with translate(path, "damaged HDF5 file: cannot read the root attributes"):
+            self.format_version = spec.check_version(h5.attrs, path)
+        with translate(path, "cannot list the tensors"):
+            self.names = tensor_names(h5)
+            created = h5.attrs.get(spec.ATTR_CREATED_BY)
+            self.created_by = spec.text_attr(created) if created is not None else None
+            algorithm = h5.attrs.get(spec.ATTR_CHECKSUM)
+            self.checksum_algorithm = spec.text_attr(algorithm) if algorithm is not None else None
+        self._tensors: dict[str, LazyTensor] = {}
+
+    @property
+    def h5(self) -> h5py.File:
+        """The underlying h5py file (read-only)."""
+        return self._h5
+
+    def _group(self, name: str) -> h5py.Group:
+        if name not in self.names:
+            listing = ", ".join(repr(n) for n in self.names) or "none"
+            raise LodFileNotFoundError(f"{self.path}: no tensor named {name!r} (tensors: {listing})")
+        with translate(self.path, f"cannot open tensor {name!r}"):
+            return self._h5[name]
+
+    def describe(self, name: str) -> tuple[Layout | None, list[tuple[int | None, str]]]:
+        """The layout of tensor ``name`` and the layout issues found (see :func:`describe_tensor`)."""
+        return describe_tensor(self._group(name), self.path, name)
+
+    def __getitem__(self, name: str) -> LazyTensor:
+        if name not in self._tensors:
+            layout, issues = self.describe(name)
+            if layout is None:
+                level, message = issues[0] if issues else (None, "unreadable layout")
+                where = f"level {level}: " if level is not None else ""
+                raise LodFormatError(f"{self.path}: tensor {name!r}: {where}{message}")
+            self._tensors[name] = LazyTensor(self, layout)
+        return self._tensors[name]
+
+    def tensor(self, name: str | None = None) -> LazyTensor:
+        """Tensor ``name``; with ``None``, the only tensor of the file."""
+        if name is not None:
+            return self[name]
+        if len(self.names) == 1:
+            return self[self.names[0]]
+        if not self.names:
+            raise LodFormatError(f"{self.path}: the container holds no tensors")
+        raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
+                            "name one (--name / name=)")
+
+    def shared_lod_with(self, name: str) -> list[str]:
+        """Other tensors whose offsets are the same HDF5 datasets as ``name``'s (hard links)."""
+        mine = self[name]
+        if not mine.lod_level:
+            return []
+        out = []
+        with translate(self.path, "cannot compare offsets datasets"):
+            for other in self.names:
+                if other == name:
+                    continue
+                layout, _ = self.describe(other)
+                if layout is not None and layout.lod and same_object(layout.lod[0], mine._lod[0]):
+                    out.append(other)
+        return out
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def close(self) -> None:
+        """Close the file (tensors opened through it stop working)."""
+        self._tensors.clear()
+        try:
+            self._h5.close()
+        except Exception:  # pragma: no cover - closing a broken file
+            pass
+
+    def __enter__(self) -> "LodFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<LodFile {self.path!r} v{self.format_version} tensors={self.names}>"
+
+
+def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodFile:
+    """Open a container lazily (nothing but the root attributes is read yet).
+
+    A missing file is :class:`~lodtool.errors.LodFileNotFoundError`; anything
+    that is not a readable lodtool container is :class:`~lodtool.errors.LodFormatError`
+    (:class:`~lodtool.errors.LodVersionError` for an unsupported format version).
+    ``max_memory`` bounds any single read (default: ``min(available RAM / 2, 4 GiB)``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 3]]), name="x")
+    >>> with open_file(p) as f:
+    ...     f.names
+    ['x']
+    """
+    path = os.fspath(path)
+    h5 = open_h5(path, "r")
+    try:
+        return LodFile(path, h5, max_memory=max_memory)
+    except BaseException:
+        h5.close()
+        raise
+
+
+__all__ = ["LodFile", "LazyTensor", "open_file", "describe_tensor", "tensor_names", "Layout"]

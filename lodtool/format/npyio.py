@@ -1,0 +1,469 @@
+"""NPY and NPZ in and out.  Nothing here ever unpickles: ``allow_pickle`` is always False.
+
+``npy``: several ``.npy`` files, each one top-level sequence of a 1-level LoD
+tensor: an array of shape ``(n_i, *element_shape)`` is a sequence of ``n_i``
+elements.  Every file needs the same element shape.  With ``dtype=None`` the
+files' dtypes promote (``numpy.result_type``); booleans and numbers never mix.
+
+``npz``: one archive holding
+
+- ``data``: the flat data, shape ``(rows, *element_shape)``;
+- per level ``k = 0, 1, ...`` either ``offsets_k`` (Paddle's ``lod``; ``lod_k``
+  is accepted as another name for it) or ``lengths_k`` (Paddle's
+  ``recursive_sequence_lengths``), all of one kind, 1-D integers;
+- optionally ``level_names``, a 1-D array of strings.
+
+Anything else in the archive is an error (a misspelt name would otherwise be
+dropped silently).  The LoD is fully validated before the data is used.
+:func:`write_npz` writes ``data``, ``offsets_k`` and (when the tensor has level
+names) ``level_names``, so npz -> pack -> unpack -> npz gives the same arrays.
+
+>>> import io
+>>> from lodtool import LoDTensor
+>>> buf = io.BytesIO()
+>>> write_npz(LoDTensor(np.arange(5), [[0, 2, 5]]), buf)
+>>> t = read_npz(io.BytesIO(buf.getvalue()))
+>>> t.lod, t.data.tolist()
+([[0, 2, 5]], [0, 1, 2, 3, 4])
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import zipfile
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .. import lod as _lod
+from ..errors import LodError, LodFileNotFoundError, LodInputError, LodUsageError
+from ..tensor import NUMERIC_KINDS, LoDTensor
+from .jsonio import cast_values, resolve_dtype
+
+#: bytes of data gathered into one chunk when packing many .npy files
+CHUNK_BYTES = 64 << 20
+_LEVEL_ARRAY = re.compile(r"^(offsets|lengths|lod)_(\d+)$")
+
+
+# -- reading .npy -----------------------------------------------------------------------------------
+def _label(source: Any, index: int) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        return "<stdin>" if path == "-" else path
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else f"<input {index}>"
+
+
+def _open_binary(source: Any, label: str):
+    """A seekable binary file object for ``source`` (stdin and pipes are read into memory)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if path == "-":
+            return io.BytesIO(sys.stdin.buffer.read()), True
+        try:
+            return open(path, "rb"), True
+        except FileNotFoundError:
+            raise LodFileNotFoundError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise LodInputError(f"{path}: is a directory, not a file") from None
+        except OSError as exc:
+            raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    stream = getattr(source, "buffer", source)
+    try:
+        seekable = stream.seekable()
+    except (AttributeError, OSError, ValueError):
+        seekable = False
+    return (stream, False) if seekable else (io.BytesIO(stream.read()), True)
+
+
+def _materialize(source: Any) -> Any:
+    """Stdin and other one-way streams, read into memory (a .npy is read twice: header, then data)."""
+    if isinstance(source, (str, os.PathLike)):
+        return io.BytesIO(sys.stdin.buffer.read()) if os.fspath(source) == "-" else source
+    stream = getattr(source, "buffer", source)
+    try:
+        if stream.seekable():
+            return stream
+    except (AttributeError, OSError, ValueError):
+        pass
+    return io.BytesIO(stream.read())
+
+
+def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, ...], np.dtype, bool]:
+    """``(shape, dtype, fortran_order)`` of a .npy file, read from its header only.
+
+    >>> buf = io.BytesIO(); np.save(buf, np.zeros((3, 2), np.float32)); _ = buf.seek(0)
+    >>> read_npy_header(buf)
+    ((3, 2), dtype('float32'), False)
+    """
+    label = label or _label(source, 0)
+    f, own = _open_binary(source, label)
+    try:
+        start = f.tell()
+        shape, fortran, dtype = _header(f, label)
+        f.seek(start)
+        return shape, dtype, fortran
+    finally:
+        if own:
+            f.close()
+
+
+def _header(f, label: str):
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    except (ValueError, OSError, SyntaxError, TypeError) as exc:
+        raise LodInputError(f"{label}: not a readable .npy file ({exc})") from None
+    return tuple(int(d) for d in shape), bool(fortran), np.dtype(dtype)
+
+
+def _check_array_dtype(dtype: np.dtype, label: str) -> None:
+    if dtype.hasobject:
+        raise LodInputError(f"{label}: holds Python objects (dtype object); lodtool never unpickles, so it refuses "
+                            "such arrays")
+    if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
+        raise LodInputError(f"{label}: has dtype {dtype}; lodtool stores numbers and bools only")
+
+
+def _common_dtype(dtypes: Sequence[np.dtype], labels: Sequence[str]) -> np.dtype:
+    kinds = {dt.kind == "b" for dt in dtypes}
+    if len(kinds) > 1:
+        i = next(k for k, dt in enumerate(dtypes) if (dt.kind == "b") != (dtypes[0].kind == "b"))
+        raise LodInputError(f"{labels[i]}: has dtype {dtypes[i]}, but {labels[0]} has {dtypes[0]}; booleans and "
+                            "numbers cannot be mixed (pass dtype= to convert)")
+    return np.result_type(*dtypes)
+
+
+def iter_npy(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None = None,
+             chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
+    """Read .npy files, each one top-level sequence, as chunks of a 1-level LoD tensor.
+
+    Every header is checked (dtype, element shape) before any data is read;
+    files are memory-mapped where possible and gathered into chunks of about
+    ``chunk_bytes``.  ``progress(n)`` gets the data bytes read so far.
+
+    >>> a, b = io.BytesIO(), io.BytesIO()
+    >>> np.save(a, np.arange(6).reshape(3, 2)); np.save(b, np.arange(2).reshape(1, 2))
+    >>> _ = a.seek(0), b.seek(0)
+    >>> [c.lod for c in iter_npy([a, b])]
+    [[[0, 3, 4]]]
+    """
+    labels = [_label(s, i) for i, s in enumerate(sources)]
+    sources = [_materialize(s) for s in sources]
+    if not sources:
+        raise LodUsageError("no .npy inputs given")
+    if lod_level not in (None, 1):
+        raise LodUsageError(f"npy input is a 1-level LoD (each file one sequence); lod_level={lod_level} cannot be "
+                            "applied")
+    target = resolve_dtype(dtype)
+    headers = []
+    for source, label in zip(sources, labels):
+        shape, dt, _ = read_npy_header(source, label)
+        _check_array_dtype(dt, label)
+        if len(shape) == 0:
+            raise LodInputError(f"{label}: is a 0-d array (a scalar); each .npy file must be a sequence of rows")
+        headers.append((shape, dt))
+    elem = headers[0][0][1:]
+    for (shape, _), label in zip(headers, labels):
+        if shape[1:] != elem:
+            raise LodInputError(f"{label}: element shape {shape[1:]} (array shape {shape}), but {labels[0]} has "
+                                f"{elem}; every file needs one element shape")
+    common = target if target is not None else _common_dtype([h[1] for h in headers], labels)
+    done = 0
+    group: list[tuple[np.ndarray, str]] = []
+    size = 0
+    for source, label, (shape, dt) in zip(sources, labels, headers):
+        arr = _load_npy(source, label)
+        if arr.shape != shape or arr.dtype != dt:  # pragma: no cover - the header was read just before
+            raise LodInputError(f"{label}: changed while being read")
+        group.append((arr, label))
+        size += arr.nbytes
+        done += arr.nbytes
+        if progress is not None:
+            progress(done)
+        if size >= chunk_bytes:
+            yield _npy_chunk(group, common, elem)
+            group, size = [], 0
+    if group:
+        yield _npy_chunk(group, common, elem)
+
+
+def _load_npy(source: Any, label: str) -> np.ndarray:
+    try:
+        if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
+            try:
+                return np.load(os.fspath(source), mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError):
+                return np.load(os.fspath(source), allow_pickle=False)
+        f, own = _open_binary(source, label)
+        try:
+            return np.load(f, allow_pickle=False)
+        finally:
+            if own:
+                f.close()
+    except LodError:
+        raise
+    except (ValueError, OSError, EOFError) as exc:
+        raise LodInputError(f"{label}: cannot read the array ({exc})") from None
+
+
+def _npy_chunk(group: list[tuple[np.ndarray, str]], dtype: np.dtype, elem: tuple[int, ...]) -> LoDTensor:
+    parts = []
+    for arr, label in group:
+        parts.append(cast_values(np.asarray(arr), dtype, lambda row, label=label: f"{label}: row {row}: "))
+    data = np.concatenate(parts) if len(parts) > 1 else parts[0]  # one file: its memory map, not a copy
+    lengths = [a.shape[0] for a, _ in group]
+    return LoDTensor(data.reshape((data.shape[0],) + elem), recursive_sequence_lengths=[lengths])
+
+
+def read_npy(sources: Sequence[Any], *, dtype: Any = None) -> LoDTensor:
+    """Read .npy files (each one top-level sequence) into one 1-level LoD tensor.
+
+    >>> a = io.BytesIO(); np.save(a, np.ones((2, 3), np.uint8)); _ = a.seek(0)
+    >>> read_npy([a]).shape
+    (2, 3)
+    """
+    from .jsonio import concat_chunks
+
+    return concat_chunks(iter_npy(sources, dtype=dtype))
+
+
+# -- reading .npz -----------------------------------------------------------------------------------
+def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Callable[[str], bool] | None = None,
+                    label: str | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz archive (never unpickling), checking names and dtypes.
+
+    ``required`` names must be present; with ``allowed`` given, any other name
+    it refuses is an error.
+
+    >>> buf = io.BytesIO(); np.savez(buf, a=np.arange(3)); _ = buf.seek(0)
+    >>> sorted(load_npz_arrays(buf, required=["a"]))
+    ['a']
+    """
+    label = label or _label(source, 0)
+    f, own = _open_binary(source, label)
+    try:
+        try:
+            archive = np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise LodInputError(f"{label}: not a readable .npz archive ({exc})") from None
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            archive_type = "a single .npy array" if isinstance(archive, np.ndarray) else type(archive).__name__
+            raise LodInputError(f"{label}: is {archive_type}, not an .npz archive")
+        with archive:
+            names = list(archive.files)
+            missing = [n for n in required if n not in names]
+            if missing:
+                raise LodInputError(f"{label}: no array named {missing[0]!r} (it has: {', '.join(names) or 'none'})")
+            if allowed is not None:
+                extra = [n for n in names if not allowed(n)]
+                if extra:
+                    raise LodInputError(f"{label}: unexpected array {extra[0]!r}; an LoD archive holds data, "
+                                        "offsets_0.. (or lengths_0.., lod_0..) and optionally level_names")
+            out = {}
+            for n in names:
+                try:
+                    out[n] = archive[n]
+                except ValueError as exc:
+                    if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+                        raise LodInputError(f"{label}: array {n!r} holds Python objects (dtype object); lodtool "
+                                            "never unpickles, so it refuses such arrays") from None
+                    raise LodInputError(f"{label}: array {n!r} cannot be read ({exc})") from None
+                except (OSError, EOFError, zipfile.BadZipFile) as exc:
+                    raise LodInputError(f"{label}: array {n!r} cannot be read ({exc})") from None
+            return out
+    finally:
+        if own:
+            f.close()
+
+
+def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, level_names=None,
+             label: str | None = None) -> LoDTensor:
+    """Read an LoD archive (``data`` plus ``offsets_k`` or ``lengths_k``) into a validated tensor.
+
+    >>> buf = io.BytesIO()
+    >>> np.savez(buf, data=np.arange(7.0), lengths_0=[2, 1], lengths_1=[2, 2, 3]); _ = buf.seek(0)
+    >>> read_npz(buf).lod
+    [[0, 2, 3], [0, 2, 4, 7]]
+    """
+    label = label or _label(source, 0)
+    arrays = load_npz_arrays(source, required=("data",), label=label,
+                             allowed=lambda n: n in ("data", "level_names") or bool(_LEVEL_ARRAY.match(n)))
+    data = arrays["data"]
+    _check_array_dtype(data.dtype, f"{label}: array 'data'")
+    if data.ndim == 0:
+        raise LodInputError(f"{label}: array 'data' is 0-d; it needs a first dimension (the rows)")
+    levels: dict[int, tuple[str, np.ndarray]] = {}
+    kinds = set()
+    for n, arr in arrays.items():
+        m = _LEVEL_ARRAY.match(n)
+        if not m:
+            continue
+        kind, k = m.group(1), int(m.group(2))
+        kind = "offsets" if kind == "lod" else kind
+        if k in levels:
+            raise LodInputError(f"{label}: level {k} is given twice ({levels[k][0]}_{k} and {n})")
+        kinds.add(kind)
+        levels[k] = (n, arr)
+    if len(kinds) > 1:
+        raise LodInputError(f"{label}: mixes offsets_k and lengths_k arrays; give every level the same way")
+    n_levels = len(levels)
+    for k in range(n_levels):
+        if k not in levels:
+            raise LodInputError(f"{label}: levels must be numbered 0..{n_levels - 1}, but level {k} is missing "
+                                f"(found {', '.join(sorted(n for n, _ in levels.values()))})")
+    if lod_level is not None and lod_level != n_levels:
+        raise LodInputError(f"{label}: has {n_levels} LoD level(s), but lod_level={lod_level} was asked")
+    offsets = []
+    for k in range(n_levels):
+        n, arr = levels[k]
+        try:
+            values = _lod.as_index_array(arr, what=n)  # its messages name the array
+        except LodError as exc:
+            raise LodInputError(f"{label}: {exc}") from None
+        try:
+            offsets.append(_lod.lengths_to_offsets(values) if kinds == {"lengths"} else values)
+        except LodError as exc:
+            raise LodInputError(f"{label}: {n}: {exc}") from None
+    try:
+        _lod.validate_lod(offsets, int(data.shape[0]))
+    except LodError as exc:
+        msg = str(exc)
+        m = re.match(r"level (\d+): (.*)", msg)
+        if m:
+            k = int(m.group(1))
+            name = levels[k][0] if k in levels else f"level {k}"
+            if kinds == {"lengths"}:
+                msg = f"{name} (as offsets): {m.group(2)}"
+            else:
+                msg = f"{name}: {m.group(2)}"
+        raise LodInputError(f"{label}: {msg}") from None
+    if n_levels == 0 and data.shape[0] == 0:
+        raise LodInputError(f"{label}: empty input (the data has no rows and there is no LoD)")
+    names = level_names
+    if names is None and "level_names" in arrays:
+        raw = arrays["level_names"]
+        if raw.ndim != 1 or raw.dtype.kind not in "US":
+            raise LodInputError(f"{label}: array 'level_names' must be a 1-D array of strings")
+        names = [x.decode() if isinstance(x, bytes) else str(x) for x in raw.tolist()]
+        if len(names) != n_levels:
+            raise LodInputError(f"{label}: {len(names)} level name(s) for {n_levels} LoD level(s)")
+    target = resolve_dtype(dtype)
+    data = cast_values(data, target, lambda row: f"{label}: data[{row}]: ")
+    return LoDTensor._trusted(data, offsets, None if names is None else tuple(str(x) for x in names))
+
+
+def iter_npz(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None = None, level_names=None,
+             progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
+    """Read LoD archives one after another (their top-level sequences concatenate)."""
+    done = 0
+    first: LoDTensor | None = None
+    first_label = ""
+    for i, source in enumerate(sources):
+        label = _label(source, i)
+        t = read_npz(source, dtype=dtype, lod_level=lod_level, level_names=level_names, label=label)
+        if first is None:
+            first, first_label = t, label
+        elif t.lod_level != first.lod_level or t.element_shape != first.element_shape:
+            raise LodInputError(f"{label}: {t.lod_level} LoD level(s) and element shape {t.element_shape}, but "
+                                f"{first_label} has {first.lod_level} and {first.element_shape}")
+        elif (t.dtype.kind == "b") != (first.dtype.kind == "b"):
+            raise LodInputError(f"{label}: has dtype {t.dtype}, but {first_label} has {first.dtype}; booleans and "
+                                "numbers cannot be mixed (pass dtype= to convert)")
+        done += t.data.nbytes
+        if progress is not None:
+            progress(done)
+        yield t
+
+
+# -- writing .npz -----------------------------------------------------------------------------------
+class NpzWriter:
+    """Writes an .npz archive member by member; a member's data may come in blocks.
+
+    It writes what ``numpy.load`` reads (uncompressed ZIP64 members holding
+    .npy files), to a path or any writable binary stream, even a pipe.
+    """
+
+    def __init__(self, out: BinaryIO, compress: bool = False):
+        self._zip = zipfile.ZipFile(out, mode="w", compression=zipfile.ZIP_DEFLATED if compress else
+                                    zipfile.ZIP_STORED, allowZip64=True)
+
+    def add(self, name: str, shape: tuple[int, ...], dtype: np.dtype, blocks: Iterable[np.ndarray]) -> None:
+        """Write ``name.npy`` of ``shape``/``dtype`` from C-ordered blocks of rows."""
+        dtype = np.dtype(dtype)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": tuple(int(d) for d in shape)}
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        written = 0
+        with self._zip.open(name + ".npy", mode="w", force_zip64=True) as member:
+            np.lib.format.write_array_header_2_0(member, header) if _needs_v2(header) else \
+                np.lib.format.write_array_header_1_0(member, header)
+            for block in blocks:
+                block = np.ascontiguousarray(block, dtype=dtype)
+                member.write(memoryview(block.reshape(-1)).cast("B"))
+                written += block.nbytes
+        if written != expected:
+            raise LodError(f"{name}: wrote {written} bytes, but its shape {shape} needs {expected}")
+
+    def close(self) -> None:
+        self._zip.close()
+
+
+def _needs_v2(header: dict) -> bool:
+    return len(repr(header)) > 60000
+
+
+def write_npz(tensor: LoDTensor, out: str | os.PathLike | BinaryIO, *, compress: bool = False) -> None:
+    """Write a tensor as an .npz archive: ``data``, ``offsets_0..`` and ``level_names`` if it has them.
+
+    A path is written atomically; a stream is written in place.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> write_npz(LoDTensor(np.arange(3), [[0, 2, 3]], level_names=["doc"]), buf)
+    >>> _ = buf.seek(0); arrays = np.load(buf)
+    >>> sorted(arrays.files), arrays["offsets_0"].tolist()
+    (['data', 'level_names', 'offsets_0'], [0, 2, 3])
+    """
+    data = np.asarray(tensor)
+    write_npz_parts(out, shape=data.shape, dtype=data.dtype, data_blocks=[data],
+                    offsets=[[o] for o in tensor.offsets], level_sizes=[len(o) for o in tensor.offsets],
+                    level_names=tensor.level_names, compress=compress)
+
+
+def write_npz_parts(out: str | os.PathLike | BinaryIO, *, shape: tuple[int, ...], dtype: np.dtype,
+                    data_blocks: Iterable[np.ndarray], offsets: Sequence[Iterable[np.ndarray]],
+                    level_sizes: Sequence[int], level_names: Sequence[str] | None = None,
+                    compress: bool = False) -> None:
+    """Write an LoD archive whose data and offsets arrive in blocks (``unpack`` streams this way)."""
+    if isinstance(out, (str, os.PathLike)):
+        from .atomic import atomic_open
+
+        with atomic_open(out) as f:
+            _write_parts(f, shape, dtype, data_blocks, offsets, level_sizes, level_names, compress)
+    else:
+        _write_parts(out, shape, dtype, data_blocks, offsets, level_sizes, level_names, compress)
+
+
+def _write_parts(f, shape, dtype, data_blocks, offsets, level_sizes, level_names, compress) -> None:
+    writer = NpzWriter(f, compress)
+    try:
+        writer.add("data", tuple(shape), dtype, data_blocks)
+        for k, (blocks, size) in enumerate(zip(offsets, level_sizes)):
+            writer.add(f"offsets_{k}", (int(size),), np.dtype(np.int64), blocks)
+        if level_names:
+            names = np.array([str(n) for n in level_names])
+            writer.add("level_names", names.shape, names.dtype, [names])
+    finally:
+        writer.close()
+
+
+__all__ = ["iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",
+           "write_npz_parts", "NpzWriter", "CHUNK_BYTES"]
+

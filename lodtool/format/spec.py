@@ -1,0 +1,197 @@
+"""Names and version of the lodtool container format, and strict version parsing.
+
+This module is the single source of the format's vocabulary: every attribute
+and member name the container uses is defined here, and the version rule
+(:func:`check_version`) is applied to every file that is opened.  The full
+specification is ``docs/format.md``.
+
+>>> FORMAT_NAME, FORMAT_VERSION
+('lodtool', '1.0')
+>>> parse_version("1.0")
+(1, 0)
+>>> check_version({"lodtool_format": "lodtool", "lodtool_format_version": "1.3"}, "x.h5")
+'1.3'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ..errors import LodFormatError, LodUsageError, LodVersionError
+
+#: value of the root attribute :data:`ATTR_FORMAT`
+FORMAT_NAME = "lodtool"
+#: the version this lodtool writes
+FORMAT_VERSION = "1.0"
+#: major versions this lodtool reads (any minor version of each)
+SUPPORTED_MAJORS = (1,)
+#: the newest minor version of each supported major that this lodtool writes (appends need it)
+WRITE_MINOR = {1: 0}
+
+# -- root attributes ------------------------------------------------------------------------------
+ATTR_FORMAT = "lodtool_format"
+ATTR_VERSION = "lodtool_format_version"
+ATTR_CREATED_BY = "lodtool_created_by"
+ATTR_CHECKSUM = "lodtool_checksum"
+
+# -- tensor group attributes and members ------------------------------------------------------------
+ATTR_LOD_LEVEL = "lod_level"
+ATTR_LEVEL_NAMES = "level_names"
+ATTR_DTYPE = "dtype"
+ATTR_COMPRESSION = "compression"
+ATTR_COMPRESSION_LEVEL = "compression_level"
+DATA = "data"
+LOD = "lod"
+
+# -- dataset attributes ------------------------------------------------------------------------------
+#: ``"<algorithm>:<hex digest>"`` of the dataset's full contents
+ATTR_DIGEST = "checksum"
+
+#: the checksum algorithm this lodtool writes (the one it can verify)
+CHECKSUM_ALGORITHM = "xxh3_64"
+
+#: a container may hold at most this many LoD levels per tensor (a sanity bound on untrusted files)
+MAX_LOD_LEVEL = 64
+
+_VERSION_RE = re.compile(r"^(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})$")
+
+
+def text_attr(value: Any) -> str | None:
+    """An HDF5 attribute as ``str`` (h5py gives ``bytes`` or numpy strings for some writers).
+
+    >>> text_attr(b"lodtool"), text_attr(3)
+    ('lodtool', None)
+    """
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "shape") and getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return text_attr(value.item())
+    return None
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """Parse ``"MAJOR.MINOR"`` strictly (no spaces, signs, leading zeros or extra parts).
+
+    >>> parse_version("1.12")
+    (1, 12)
+    >>> parse_version("1.0.0")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodFormatError: format version '1.0.0' is not of the form MAJOR.MINOR
+    """
+    m = _VERSION_RE.match(text)
+    if not m:
+        raise LodFormatError(f"format version {text!r} is not of the form MAJOR.MINOR")
+    return int(m.group(1)), int(m.group(2))
+
+
+def supported_versions() -> str:
+    """The versions this lodtool reads, in words: ``"1.x"``.
+
+    >>> supported_versions()
+    '1.x'
+    """
+    return ", ".join(f"{major}.x" for major in SUPPORTED_MAJORS)
+
+
+def check_version(attrs: Mapping[str, Any], path: str) -> str:
+    """Check a file's root attributes; return its format version string.
+
+    A missing or foreign :data:`ATTR_FORMAT` is :class:`LodFormatError` ("not a
+    lodtool container"); a major version this lodtool does not read is
+    :class:`LodVersionError` naming the version found and the ones supported.
+    Any minor version of a supported major is accepted (see ``docs/format.md``).
+
+    >>> check_version({"lodtool_format": "lodtool", "lodtool_format_version": "2.0"}, "x.h5")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodVersionError: x.h5: lodtool format version 2.0 is not supported (this lodtool reads 1.x)...
+    >>> check_version({}, "x.h5")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodFormatError: x.h5: not a lodtool container (the root attribute 'lodtool_format' is missing)
+    """
+    if ATTR_FORMAT not in attrs:
+        raise LodFormatError(f"{path}: not a lodtool container (the root attribute {ATTR_FORMAT!r} is missing)")
+    name = text_attr(attrs[ATTR_FORMAT])
+    if name != FORMAT_NAME:
+        raise LodFormatError(f"{path}: not a lodtool container ({ATTR_FORMAT} is {_short(attrs[ATTR_FORMAT])}, "
+                             f"expected {FORMAT_NAME!r})")
+    if ATTR_VERSION not in attrs:
+        raise LodFormatError(f"{path}: lodtool container without a format version "
+                             f"(the root attribute {ATTR_VERSION!r} is missing)")
+    text = text_attr(attrs[ATTR_VERSION])
+    if text is None:
+        raise LodFormatError(f"{path}: the format version {_short(attrs[ATTR_VERSION])} is not a string")
+    try:
+        major, _minor = parse_version(text)
+    except LodFormatError as exc:
+        raise LodFormatError(f"{path}: {exc}") from None
+    if major not in SUPPORTED_MAJORS:
+        raise LodVersionError(f"{path}: lodtool format version {text} is not supported "
+                              f"(this lodtool reads {supported_versions()}); upgrade lodtool")
+    return text
+
+
+def check_writable_version(version: str, path: str) -> None:
+    """Refuse to append to a file of a newer minor version than this lodtool writes.
+
+    A newer minor version may carry optional parts that this writer would not
+    keep consistent, so appending is refused rather than risked.
+
+    >>> check_writable_version("1.0", "x.h5")
+    >>> check_writable_version("1.7", "x.h5")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodVersionError: x.h5: cannot append to a format 1.7 file; this lodtool writes 1.0 (upgrade lodtool)
+    """
+    major, minor = parse_version(version)
+    if minor > WRITE_MINOR.get(major, -1):
+        raise LodVersionError(f"{path}: cannot append to a format {version} file; this lodtool writes "
+                              f"{FORMAT_VERSION} (upgrade lodtool)")
+
+
+def check_tensor_name(name: Any) -> str:
+    """A tensor name must be a non-empty string without ``/``, not starting with ``_`` or ``.``.
+
+    Names starting with ``_`` are reserved for future versions of the format.
+
+    >>> check_tensor_name("tokens")
+    'tokens'
+    >>> check_tensor_name("a/b")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodUsageError: bad tensor name 'a/b': use a non-empty name without '/' ...
+    """
+    if (not isinstance(name, str) or not name or "/" in name or "\x00" in name
+            or name.startswith(("_", "."))):
+        raise LodUsageError(f"bad tensor name {name!r}: use a non-empty name without '/' that does not start "
+                            "with '_' or '.'")
+    return name
+
+
+def is_tensor_name(name: str) -> bool:
+    """Whether a root member name is a tensor's (``_``-prefixed names are reserved and ignored).
+
+    >>> is_tensor_name("tokens"), is_tensor_name("_index")
+    (True, False)
+    """
+    return not name.startswith("_")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "SUPPORTED_MAJORS", "CHECKSUM_ALGORITHM", "MAX_LOD_LEVEL",
+    "parse_version", "check_version", "check_writable_version", "check_tensor_name", "is_tensor_name",
+    "supported_versions", "text_attr",
+]

@@ -1,0 +1,131 @@
+"""``unpack``: a tensor of a container back out as JSON, JSON Lines or NPZ (what ``lodtool unpack`` runs).
+
+The tensor is read in chunks of whole top-level sequences and written as it
+goes, so memory stays bounded.  A path is written atomically (a temp file,
+renamed when complete); a stream (``-`` is stdout) is written as the chunks
+come.  ``unpack`` is the inverse of :func:`lodtool.format.pack.pack`: packing
+its output again gives the same tensor (same LoD, dtype from the same
+inference, level names for npz).
+
+>>> import io, os, tempfile, numpy as np
+>>> from lodtool import LoDTensor
+>>> from lodtool.format.container import save
+>>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+>>> save(p, LoDTensor(np.arange(5), [[0, 2, 5]]))
+>>> out = io.BytesIO()
+>>> unpack(p, out, to="jsonl").sequences, out.getvalue()
+(2, b'[0,1]\\n[2,3,4]\\n')
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from ..errors import LodUsageError
+
+#: the output formats ``unpack`` writes
+OUTPUT_FORMATS = ("json", "jsonl", "npz")
+_OFFSET_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class UnpackResult:
+    """What :func:`unpack` wrote."""
+
+    output: str
+    name: str
+    to: str
+    rows: int
+    sequences: int
+    bytes_written: int
+
+
+class _Counter:
+    """A write-only stream wrapper that counts bytes (zipfile also asks for ``tell``/``flush``)."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.count = 0
+
+    def write(self, data) -> int:
+        n = self.stream.write(data)
+        n = len(memoryview(data)) if n is None else n
+        self.count += n
+        return n
+
+    def flush(self) -> None:
+        flush = getattr(self.stream, "flush", None)
+        if flush is not None:
+            flush()
+
+    def tell(self) -> int:
+        return self.count
+
+
+def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
+           to: str = "json", chunk_rows: int = 1 << 22) -> UnpackResult:
+    """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (json, jsonl or npz).
+
+    ``output`` is a path (written atomically), ``-`` (stdout) or a writable
+    binary stream.  ``json`` writes one nested list, ``jsonl`` one top-level
+    sequence per line, ``npz`` the arrays ``data``, ``offsets_0..`` and
+    ``level_names`` (see :mod:`lodtool.format.npyio`).  Chunks of at most
+    ``chunk_rows`` rows (or one top-level sequence) are read at a time.
+
+    >>> import io, os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "b.lod.h5")
+    >>> save(p, LoDTensor(np.array([0.5, 1.0, 2.0]), [[0, 1, 3]]))
+    >>> out = io.BytesIO()
+    >>> r = unpack(p, out, to="json")
+    >>> out.getvalue(), r.rows
+    (b'[[0.5],[1.0,2.0]]\\n', 3)
+    """
+    if to not in OUTPUT_FORMATS:
+        raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    from .container import open_file
+
+    with open_file(path) as f:
+        t = f.tensor(name)
+        if isinstance(output, (str, os.PathLike)) and os.fspath(output) != "-":
+            from .atomic import atomic_open
+
+            with atomic_open(output) as stream:
+                written = _write(t, _Counter(stream), to, chunk_rows)
+            label = os.fspath(output)
+        else:
+            stream = sys.stdout.buffer if isinstance(output, (str, os.PathLike)) else output
+            counter = _Counter(stream)
+            written = _write(t, counter, to, chunk_rows)
+            counter.flush()
+            label = "-"
+        return UnpackResult(label, t.name, to, t.n_rows, len(t), written)
+
+
+def _write(t, out: _Counter, to: str, chunk_rows: int) -> int:
+    if to == "npz":
+        from .npyio import write_npz_parts
+
+        def offsets(level: int):
+            size = t.level_sizes[level]
+            for start in range(0, size, _OFFSET_BLOCK):
+                yield t.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
+
+        write_npz_parts(out, shape=t.shape, dtype=t.dtype,
+                        data_blocks=(c.data for c in t.iter_chunks(max_rows=chunk_rows)),
+                        offsets=[offsets(k) for k in range(t.lod_level)], level_sizes=t.level_sizes,
+                        level_names=t.level_names)
+    else:
+        from .jsonio import write_json
+
+        write_json(t.iter_chunks(max_rows=chunk_rows), out, to)
+    return out.count
+
+
+__all__ = ["unpack", "UnpackResult", "OUTPUT_FORMATS"]

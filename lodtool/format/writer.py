@@ -1,0 +1,775 @@
+"""Writing containers: streamed, chunked, compressed, checksummed and appendable, committed atomically.
+
+A :class:`LodWriter` writes into a temp file next to the target (see
+:mod:`.atomic`) and renames it over the target only when the ``with`` block
+ends cleanly.  An append starts from a copy of the existing file, so the
+original is never opened for writing and a killed append leaves it intact.
+
+Each tensor's datasets are resizable and chunked (about 1 MiB per chunk); rows
+are buffered up to whole chunks, so every chunk is compressed once, and the
+bytes written are fed to the dataset's checksum as they go.
+
+>>> import os, tempfile, numpy as np
+>>> from lodtool import LoDTensor
+>>> from lodtool.format.container import load
+>>> path = os.path.join(tempfile.mkdtemp(), "s.lod.h5")
+>>> with LodWriter(path) as w:
+...     tw = w.add_tensor("x", dtype=None, element_shape=(), lod_level=1)
+...     tw.append(LoDTensor(np.arange(3), [[0, 2, 3]]))
+...     tw.append(LoDTensor(np.arange(2), [[0, 2]]))
+>>> load(path).lod
+[[0, 2, 3, 5]]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Mapping, Sequence
+
+import h5py
+import numpy as np
+
+from .. import lod as _lod
+from ..errors import (LodChecksumError, LodDtypeError, LodFormatError, LodShapeError, LodUsageError,
+                      LodValidationError)
+from ..tensor import LoDTensor, check_dtype
+from . import checksum, filters, spec
+from ._h5 import create_h5, hard_member, link_count, open_h5, same_object, storage_gap, translate
+from .atomic import AtomicPath, copy_to_stream, is_stream
+from .lazy import describe_tensor, tensor_names
+
+#: target bytes per chunk of data
+CHUNK_BYTES = 1 << 20
+#: target bytes per chunk of offsets: smaller, since a branch reads two entries per level
+OFFSETS_CHUNK_BYTES = 64 << 10
+#: smallest chunk for a dataset whose final size is known and small (keeps later appends efficient)
+MIN_CHUNK_BYTES = 64 << 10
+
+#: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
+AUTO = "auto"
+
+
+def _created_by() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"lodtool {version('lodtool')}"
+    except Exception:  # pragma: no cover - running from a source tree
+        return "lodtool"
+
+
+def storage_dtype(dtype: Any, where: str = "data") -> np.dtype:
+    """The dtype lodtool stores for ``dtype``: checked numeric, little-endian.
+
+    >>> storage_dtype(">i4")
+    dtype('int32')
+    """
+    dt = check_dtype(np.dtype(dtype), where)
+    return np.dtype(dt.newbyteorder("<").str) if dt.byteorder not in "|" else dt
+
+
+def chunk_rows(row_bytes: int, total: int | None = None, target: int | None = None) -> int:
+    """Rows per chunk: about ``target`` bytes (:data:`CHUNK_BYTES`); less for a small dataset of known size.
+
+    >>> chunk_rows(8), chunk_rows(8, total=100), chunk_rows(64 << 20)
+    (131072, 8192, 1)
+    """
+    row_bytes = max(row_bytes, 1)
+    rows = max((target or CHUNK_BYTES) // row_bytes, 1)
+    if total is not None:
+        rows = min(rows, max(total, min(MIN_CHUNK_BYTES, target or CHUNK_BYTES) // row_bytes, 1))
+    return rows
+
+
+def _chunk_tail(tail: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Chunk extent of the element dimensions: whole, unless one row is above the chunk target."""
+    dims = [max(d, 1) for d in tail]
+    while dims and int(np.prod(dims, dtype=np.int64)) * itemsize > CHUNK_BYTES and max(dims) > 1:
+        i = int(np.argmax(dims))
+        dims[i] = (dims[i] + 1) // 2
+    return tuple(dims)
+
+
+def _host(a) -> np.ndarray:
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "get") and hasattr(a, "__cuda_array_interface__"):
+        return a.get()
+    return np.asarray(a)
+
+
+class _Column:
+    """One resizable dataset written in whole chunks, with its streamed checksum."""
+
+    def __init__(self, group: h5py.Group, name: str, dtype: np.dtype, tail: tuple[int, ...], options: dict,
+                 fletcher32: bool, *, dataset: h5py.Dataset | None = None, target: int | None = None):
+        self.group, self.name, self.dtype, self.tail = group, name, np.dtype(dtype), tuple(tail)
+        self.options, self.fletcher32 = options, fletcher32
+        self.ds = dataset
+        self.hasher = checksum.new_hasher()
+        self.pending: list[np.ndarray] = []
+        self.n_pending = 0
+        self.written = int(dataset.shape[0]) if dataset is not None else 0
+        row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
+        self.target = target
+        self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
+            chunk_rows(row_bytes, target=target)
+
+    @property
+    def size(self) -> int:
+        return self.written + self.n_pending
+
+    def _create(self, final: bool) -> None:
+        rows = self.rows
+        if final:  # everything is known: a small dataset gets a small chunk
+            row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
+            rows = min(rows, chunk_rows(row_bytes, self.n_pending, self.target))
+            self.rows = rows
+        maxshape = (None,) + tuple(None if d == 0 else d for d in self.tail)
+        chunks = (rows,) + _chunk_tail(self.tail, self.dtype.itemsize)
+        self.ds = self.group.create_dataset(self.name, shape=(0,) + self.tail, maxshape=maxshape, dtype=self.dtype,
+                                            chunks=chunks, fletcher32=self.fletcher32, **self.options)
+
+    def extend(self, arr: np.ndarray) -> None:
+        if arr.shape[0] == 0:
+            return
+        self.n_pending += int(arr.shape[0])
+        if self.n_pending >= self.rows:
+            self.pending.append(arr)
+            self.flush(final=False)  # writes whole chunks, copies the remainder
+        else:
+            self.pending.append(np.array(arr))  # own what is kept: the caller may reuse its buffers
+
+    def flush(self, final: bool) -> None:
+        if self.ds is None:
+            if not final and self.n_pending < self.rows:
+                return
+            self._create(final)
+        if final:
+            k = self.n_pending
+        else:
+            k = (self.size // self.rows) * self.rows - self.written
+        if k <= 0:
+            return
+        block = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
+        rest = block[k:]
+        block = np.ascontiguousarray(block[:k], dtype=self.dtype)
+        self.ds.resize(self.written + k, axis=0)
+        self.ds[self.written:self.written + k] = block
+        checksum.update(self.hasher, block)
+        self.written += k
+        self.pending = [np.array(rest)] if rest.shape[0] else []  # own the remainder (< 1 chunk)
+        self.n_pending = int(rest.shape[0])
+
+    def prime(self, path: str, what: str) -> None:
+        """Hash the rows already in the dataset (appending) and compare with the recorded checksum."""
+        with translate(path, f"cannot read {what}"):
+            stored = self.ds.attrs.get(spec.ATTR_DIGEST)
+            gap = storage_gap(self.ds)
+            if gap:
+                raise LodFormatError(f"{path}: {what}: the dataset {gap}; refusing to append")
+            checksum.hash_dataset(self.ds, self.hasher)
+        stored = spec.text_attr(stored) if stored is not None else None
+        if stored is None:
+            raise LodChecksumError(f"{path}: {what} has no recorded checksum; refusing to append")
+        if checksum.parse_digest(stored, f"{path}: {what}") != checksum.format_digest(self.hasher):
+            raise LodChecksumError(f"{path}: {what} does not match its recorded checksum; refusing to append "
+                                   "(run lodtool verify)")
+
+    def cast_pending(self, dtype: np.dtype) -> None:
+        self.pending = [p.astype(dtype) for p in self.pending]
+
+    def finish(self) -> None:
+        self.flush(final=True)
+        if self.ds is None:
+            self._create(final=True)
+        self.ds.attrs[spec.ATTR_DIGEST] = checksum.format_digest(self.hasher)
+
+
+def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """Cast a chunk to a tensor's fixed dtype, refusing casts that change values."""
+    if data.dtype == dtype:
+        return data
+    if np.can_cast(data.dtype, dtype, "safe"):
+        return data.astype(dtype)
+    with np.errstate(all="ignore"):
+        out = data.astype(dtype)
+        if data.dtype.kind in "fc" and dtype.kind in "fc" and (dtype.kind == "c" or data.dtype.kind == "f"):
+            bad = np.isfinite(data) & ~np.isfinite(out)  # a narrower float: rounding is fine, overflow is not
+        else:
+            back = out.astype(data.dtype)
+            bad = ~((back == data) | ((back != back) & (data != data)))
+    if bad.any():
+        flat = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1)) if bad.ndim > 1 else np.flatnonzero(bad)
+        row = int(flat[0])
+        raise LodDtypeError(f"tensor {name!r} stores {dtype}; a chunk of {data.dtype} cannot be cast without "
+                            f"changing values (chunk row {row}: {data[row]!r})")
+    return out
+
+
+class TensorWriter:
+    """Appends chunks of whole top-level sequences to one tensor (made by :meth:`LodWriter.add_tensor`).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import load
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.lod.h5")
+    >>> with LodWriter(path) as w:
+    ...     tw = w.add_tensor("x", dtype="float32", element_shape=(2,), lod_level=1)
+    ...     tw.append(LoDTensor(np.ones((3, 2)), [[0, 1, 3]]))
+    >>> load(path).dtype, load(path).shape
+    (dtype('float32'), (3, 2))
+    """
+
+    def __init__(self, owner: "LodWriter", name: str, *, dtype: Any, element_shape: Sequence[int] | None,
+                 lod_level: int, level_names: Sequence[str] | None,
+                 lod_source: "TensorWriter | None" = None):
+        self._owner = owner
+        self.name = name
+        self._path = owner.path
+        self._auto = dtype is None or (isinstance(dtype, str) and dtype == AUTO)
+        self._dtype = None if self._auto else storage_dtype(dtype, f"tensor {name!r}")
+        if isinstance(lod_level, bool) or not isinstance(lod_level, (int, np.integer)) or \
+                not 0 <= lod_level <= spec.MAX_LOD_LEVEL:
+            raise LodUsageError(f"lod_level must be an integer 0..{spec.MAX_LOD_LEVEL}, got {lod_level!r}")
+        self.lod_level = int(lod_level)
+        self._element_shape = None if element_shape is None else tuple(int(d) for d in element_shape)
+        self.level_names = _check_names(level_names, self.lod_level)
+        self._lod_source = lod_source
+        self._group: h5py.Group | None = None
+        self._data: _Column | None = None
+        self._lod: list[_Column] = []
+        self._ends = [0] * self.lod_level  # last offset of each level so far
+        self._finished = False
+        self._existing = False
+
+    # -- setup ----------------------------------------------------------------------------------------
+    def _open_new(self, h5: h5py.File) -> None:
+        self._group = h5.create_group(self.name)
+        comp, level = self._owner._compression
+        self._write_attrs(comp, level)
+        if self._dtype is not None and self._element_shape is not None:
+            self._make_data_column()
+        if self.lod_level and self._lod_source is None:
+            lod_group = self._group.create_group(spec.LOD)
+            options = filters.offsets_options(comp, level)
+            for k in range(self.lod_level):
+                col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), options, self._owner._fletcher32,
+                              target=OFFSETS_CHUNK_BYTES)
+                col.extend(np.zeros(1, dtype=_lod.OFFSET_DTYPE))
+                self._lod.append(col)
+
+    def _write_attrs(self, comp: str, level: int | None) -> None:
+        attrs = self._group.attrs
+        attrs[spec.ATTR_LOD_LEVEL] = np.int64(self.lod_level)
+        if self.level_names:
+            attrs[spec.ATTR_LEVEL_NAMES] = np.array(self.level_names, dtype=h5py.string_dtype())
+        attrs[spec.ATTR_COMPRESSION] = comp
+        if level is not None:
+            attrs[spec.ATTR_COMPRESSION_LEVEL] = np.int64(level)
+
+    def _make_data_column(self) -> None:
+        comp, level = self._owner._compression
+        self._data = _Column(self._group, spec.DATA, self._dtype, self._element_shape,
+                             filters.dataset_options(comp, level), self._owner._fletcher32)
+
+    def _open_existing(self, h5: h5py.File) -> None:
+        """Prepare to append to a tensor already in the file (checked, verified, unshared)."""
+        path, name = self._path, self.name
+        layout, issues = describe_tensor(h5[name], path, name)
+        if layout is None:
+            level, message = issues[0]
+            raise LodFormatError(f"{path}: tensor {name!r}: {'' if level is None else f'level {level}: '}{message}; "
+                                 "cannot append")
+        if layout.lod_level != self.lod_level:
+            raise LodShapeError(f"{path}: tensor {name!r} has {layout.lod_level} LoD level(s); cannot append "
+                                f"data with {self.lod_level}")
+        stored_shape = tuple(int(d) for d in layout.data.shape[1:])
+        if self._element_shape is not None and self._element_shape != stored_shape:
+            raise LodShapeError(f"{path}: tensor {name!r} has element shape {stored_shape}; cannot append "
+                                f"elements of shape {self._element_shape}")
+        stored_dtype = np.dtype(layout.data.dtype)
+        if self._dtype is not None and self._dtype != stored_dtype:
+            raise LodDtypeError(f"{path}: tensor {name!r} stores {stored_dtype}; cannot append as {self._dtype} "
+                                "(append with dtype=None to promote)")
+        if self.level_names and layout.level_names and tuple(self.level_names) != tuple(layout.level_names):
+            raise LodShapeError(f"{path}: tensor {name!r} has level names {list(layout.level_names)}; cannot "
+                                f"append with {list(self.level_names)}")
+        for ds in [layout.data, *layout.lod]:
+            if ds.maxshape[0] is not None or not ds.chunks:
+                raise LodFormatError(f"{path}: tensor {name!r}: {ds.name} is not resizable; cannot append")
+        self._group = layout.group
+        self._existing = True
+        self._element_shape = stored_shape
+        self._dtype = stored_dtype
+        if self.level_names and not layout.level_names:
+            self._group.attrs[spec.ATTR_LEVEL_NAMES] = np.array(self.level_names, dtype=h5py.string_dtype())
+        self.level_names = self.level_names or layout.level_names
+        # the LoD must be valid before anything is added to it
+        sizes = layout.level_sizes
+        n_rows = int(layout.data.shape[0])
+        blocks = [_offset_blocks(ds, path) for ds in layout.lod]
+        problems = _lod.find_lod_problems(blocks, n_rows, level_sizes=sizes, max_problems=1)
+        if problems:
+            raise LodValidationError(f"{path}: tensor {name!r}: {problems[0]}; cannot append to an invalid tensor")
+        # offsets shared with other tensors (hard links) are copied first: appending must not touch them
+        lod_group = self._group[spec.LOD] if self.lod_level else None
+        for k in range(self.lod_level):
+            ds = lod_group[str(k)]
+            if link_count(ds) > 1:
+                with translate(path, f"cannot copy the shared offsets of tensor {name!r}"):
+                    lod_group.copy(ds, f"_{k}")
+                    del lod_group[str(k)]
+                    lod_group.move(f"_{k}", str(k))
+        data_ds = self._group[spec.DATA]
+        self._data = _Column(self._group, spec.DATA, self._dtype, self._element_shape, {}, data_ds.fletcher32,
+                             dataset=data_ds)
+        self._data.prime(path, f"tensor {name!r} data")
+        for k in range(self.lod_level):
+            ds = lod_group[str(k)]
+            col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), {}, ds.fletcher32, dataset=ds)
+            col.prime(path, f"tensor {name!r} level {k} offsets")
+            self._lod.append(col)
+            self._ends[k] = int(ds[ds.shape[0] - 1])
+
+    # -- appending -----------------------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        """Rows appended so far (including rows already in the file, when appending)."""
+        return self._data.size if self._data is not None else 0
+
+    def append(self, chunk: LoDTensor) -> None:
+        """Append ``chunk``'s top-level sequences (its offsets are shifted onto the end of the tensor's)."""
+        if self._finished:
+            raise LodUsageError(f"tensor {self.name!r} is already finished")
+        if not isinstance(chunk, LoDTensor):
+            raise LodUsageError(f"append takes a LoDTensor, got {type(chunk).__name__}")
+        if chunk.lod_level != self.lod_level:
+            raise LodShapeError(f"tensor {self.name!r} has {self.lod_level} LoD level(s); cannot append a chunk "
+                                f"with {chunk.lod_level}")
+        if self._element_shape is not None and chunk.element_shape != self._element_shape:
+            raise LodShapeError(f"tensor {self.name!r} has element shape {self._element_shape}; cannot append "
+                                f"elements of shape {chunk.element_shape}")
+        data = _host(chunk.data)
+        offsets = [_lod.as_index_array(_host(o), level=k) for k, o in enumerate(chunk.offsets)]
+        _lod.validate_lod(offsets, data.shape[0])
+        data = self._coerce(data)
+        if self._data is None:
+            self._element_shape = tuple(chunk.element_shape)
+            self._make_data_column()
+        for k, o in enumerate(offsets):
+            if self._lod_source is None:
+                self._lod[k].extend((o[1:] - o[0]) + self._ends[k])
+            self._ends[k] += int(o[-1] - o[0])
+        self._data.extend(data)
+
+    def _coerce(self, data: np.ndarray) -> np.ndarray:
+        src = storage_dtype(data.dtype, f"a chunk of tensor {self.name!r}")
+        if self._dtype is None:
+            self._dtype = src
+        elif self._auto:
+            wider = np.result_type(self._dtype, src)
+            if wider != self._dtype:
+                self._promote(storage_dtype(wider))
+        return _cast_chunk(data, self._dtype, self.name)
+
+    def _promote(self, dtype: np.dtype) -> None:
+        """Widen the data dtype, rewriting what is already in the (temp) file."""
+        self._dtype = dtype
+        self._group.attrs[spec.ATTR_DTYPE] = dtype.str
+        col = self._data
+        if col is None:
+            return
+        col.dtype = dtype
+        col.cast_pending(dtype)
+        if col.ds is None:
+            return
+        old = col.ds
+        comp = spec.text_attr(self._group.attrs.get(spec.ATTR_COMPRESSION)) or "none"
+        level = self._group.attrs.get(spec.ATTR_COMPRESSION_LEVEL)
+        options = filters.dataset_options(comp, None if level is None else int(level)) \
+            if comp in filters.COMPRESSIONS else {}
+        tmp_name = "_data_promoted"
+        new = _Column(self._group, tmp_name, dtype, self._element_shape, options, old.fletcher32)
+        with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
+            step = checksum.block_rows(old)
+            for start in range(0, old.shape[0], step):
+                new.extend(old[start:start + step].astype(dtype))
+            new.flush(final=False)
+            if new.ds is None or new.n_pending:
+                new.flush(final=True)
+            del self._group[spec.DATA]
+            self._group.move(tmp_name, spec.DATA)
+        new.name = spec.DATA
+        new.ds = self._group[spec.DATA]
+        new.pending, new.n_pending = col.pending, col.n_pending
+        self._data = new
+
+    # -- finishing ---------------------------------------------------------------------------------------
+    def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self.lod_level and self._lod and self._lod[0].size < 2:
+            raise LodShapeError(f"tensor {self.name!r} has no sequences; a LoD level needs at least one "
+                                "(append a chunk before closing)")
+        if self._data is None:
+            if self._dtype is None:
+                self._dtype = np.dtype(np.float64)
+            if self._element_shape is None:
+                self._element_shape = ()
+            self._make_data_column()
+        self._data.finish()
+        for col in self._lod:
+            col.finish()
+        if self._lod_source is not None:
+            self._link_to(self._lod_source)
+        self._group.attrs[spec.ATTR_DTYPE] = self._dtype.str
+        rows = self._data.size
+        if self.lod_level and self._ends[-1] != rows:  # pragma: no cover - guarded by per-chunk validation
+            raise LodShapeError(f"tensor {self.name!r}: the LoD ends at {self._ends[-1]} but the data has {rows} rows")
+
+    def _link_to(self, source: "TensorWriter") -> None:
+        source_lod = source._group[spec.LOD]
+        if spec.LOD in self._group:
+            del self._group[spec.LOD]
+        lod_group = self._group.create_group(spec.LOD)
+        for k in range(self.lod_level):
+            lod_group[str(k)] = source_lod[str(k)]
+
+
+def _offset_blocks(ds: h5py.Dataset, path: str, block: int = 1 << 20):
+    for start in range(0, ds.shape[0], block):
+        with translate(path, f"cannot read {ds.name}"):
+            chunk = ds[start:start + block]
+        yield _lod.as_index_array(chunk)
+
+
+def _check_names(level_names, lod_level: int):
+    if level_names is None:
+        return None
+    names = tuple(str(n) for n in level_names)
+    if len(names) != lod_level:
+        raise LodShapeError(f"{len(names)} level name(s) given for a tensor with {lod_level} LoD level(s)")
+    return names or None
+
+
+def _equal_lod(a: h5py.Group, b: h5py.Group, lod_level: int, block: int = 1 << 20) -> bool:
+    for k in range(lod_level):
+        da, db = a[str(k)], b[str(k)]
+        if da.shape != db.shape:
+            return False
+        if same_object(da, db):
+            continue
+        for start in range(0, da.shape[0], block):
+            if not np.array_equal(da[start:start + block], db[start:start + block]):
+                return False
+    return True
+
+
+class LodWriter:
+    """Writes a container atomically: a temp file committed on a clean exit, discarded on an exception.
+
+    ``append=True`` starts from a copy of an existing file (a missing file is
+    created); :meth:`add_tensor` with the name of a tensor already there then
+    returns a writer that appends to it.  ``path`` may also be a writable binary
+    stream: the container is then copied to it on commit.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import load
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.lod.h5")
+    >>> with LodWriter(path) as w:
+    ...     w.write("x", LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> with LodWriter(path, append=True) as w:
+    ...     w.write("x", LoDTensor(np.arange(3, 5), [[0, 2]]))
+    >>> load(path).to_nested()
+    [[0, 1], [2], [3, 4]]
+    """
+
+    def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, compression: str | None = None,
+                 compression_level: int | None = None, fletcher32: bool = True, share_lod: bool = True):
+        self._share_lod = bool(share_lod)
+        self._compression = filters.normalize_compression(compression, compression_level)
+        filters.dataset_options(*self._compression)  # a missing plugin fails here, before any file is touched
+        self._fletcher32 = bool(fletcher32)
+        self._stream = path if is_stream(path) else None
+        self._atomic: AtomicPath | None = None
+        self._tmpdir: str | None = None
+        self._writers: dict[str, TensorWriter] = {}
+        self._links: list[tuple[str, str]] = []
+        self._done = False
+        if self._stream is not None:
+            if append:
+                raise LodUsageError("append needs a file path, not a stream")
+            self.path = "<stream>"
+            self._tmpdir = tempfile.mkdtemp(prefix="lodtool-")
+            tmp = os.path.join(self._tmpdir, "out.lod.h5")
+            existing = False
+        else:
+            self.path = os.fspath(path)
+            existing = bool(append) and os.path.exists(self.path)
+            if existing:
+                _check_appendable(self.path)  # a foreign, broken or newer file fails before anything is copied
+            self._atomic = AtomicPath(self.path, copy_existing=existing)
+            tmp = self._atomic.tmp
+        self.append = existing
+        try:
+            if existing:
+                self._h5 = create_h5(tmp, "r+")
+                with translate(self.path, "cannot list the tensors"):
+                    self._existing_names = tensor_names(self._h5)
+            else:
+                self._h5 = create_h5(tmp, "w")
+                attrs = self._h5.attrs
+                attrs[spec.ATTR_FORMAT] = spec.FORMAT_NAME
+                attrs[spec.ATTR_VERSION] = spec.FORMAT_VERSION
+                attrs[spec.ATTR_CREATED_BY] = _created_by()
+                attrs[spec.ATTR_CHECKSUM] = spec.CHECKSUM_ALGORITHM
+                self._existing_names = []
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- tensors -------------------------------------------------------------------------------------------
+    def add_tensor(self, name: str, *, dtype: Any = None, element_shape: Sequence[int] | None = None,
+                   lod_level: int, level_names: Sequence[str] | None = None) -> TensorWriter:
+        """A writer for tensor ``name`` (appending to it if the file already has it).
+
+        ``dtype=None`` (or ``"auto"``) takes the chunks' dtype and promotes when
+        a later chunk needs a wider one; an explicit dtype casts each chunk and
+        refuses casts that change values.  ``element_shape=None`` takes the first
+        chunk's.
+        """
+        return self._add(name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
+                         level_names=level_names)
+
+    def _add(self, name: str, *, dtype, element_shape, lod_level, level_names,
+             lod_source: str | None = None) -> TensorWriter:
+        self._check_open()
+        spec.check_tensor_name(name)
+        if name in self._writers:
+            raise LodUsageError(f"tensor {name!r} is already being written")
+        source = self._writers[lod_source] if lod_source is not None else None
+        tw = TensorWriter(self, name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
+                          level_names=level_names, lod_source=source)
+        try:
+            with translate(self.path, f"cannot write tensor {name!r}"):
+                if name in self._existing_names:
+                    tw._open_existing(self._h5)
+                else:
+                    tw._open_new(self._h5)
+        except BaseException:
+            self.abort()
+            raise
+        self._writers[name] = tw
+        return tw
+
+    def write(self, name: str, tensor: LoDTensor) -> None:
+        """Add ``tensor`` as ``name`` (or append it to tensor ``name`` of an appended file)."""
+        if not isinstance(tensor, LoDTensor):
+            raise LodUsageError(f"write takes a LoDTensor, got {type(tensor).__name__}")
+        tw = self._writers.get(name)
+        if tw is None:
+            exists = name in self._existing_names
+            tw = self._add(name, dtype=None if exists else tensor.dtype, element_shape=tensor.element_shape,
+                           lod_level=tensor.lod_level, level_names=tensor.level_names)
+        self._guarded(tw.append, tensor)
+
+    def link_lod(self, name: str, source_name: str) -> None:
+        """Make tensor ``name`` share the offsets datasets of ``source_name`` (hard links).
+
+        Checked on commit: both LoDs must be equal, else :class:`LodShapeError`.
+        """
+        self._check_open()
+        for n in (name, source_name):
+            if n not in self._writers and n not in self._existing_names:
+                raise LodUsageError(f"link_lod: no tensor named {n!r} in {self.path}")
+        if name == source_name:
+            raise LodUsageError("link_lod: a tensor cannot share offsets with itself")
+        self._links.append((name, source_name))
+
+    # -- commit ----------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._done:
+            raise LodUsageError(f"{self.path}: the writer is already closed")
+
+    def _guarded(self, fn, *args):
+        try:
+            with translate(self.path, "cannot write"):
+                return fn(*args)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _relink(self, name: str, source: str, required: bool) -> bool:
+        """Point ``name``'s offsets at ``source``'s datasets if both LoDs are equal."""
+        h5 = self._h5
+        a, b = h5[name], h5[source]
+        la, lb = _int(a.attrs.get(spec.ATTR_LOD_LEVEL)), _int(b.attrs.get(spec.ATTR_LOD_LEVEL))
+        if not la or la != lb or not _equal_lod(a[spec.LOD], b[spec.LOD], la):
+            if required:
+                raise LodShapeError(f"{self.path}: tensors {name!r} and {source!r} have different LoDs; "
+                                    "cannot share offsets")
+            return False
+        if all(same_object(a[spec.LOD][str(k)], b[spec.LOD][str(k)]) for k in range(la)):
+            return True
+        del a[spec.LOD]
+        lod_group = a.create_group(spec.LOD)
+        for k in range(la):
+            lod_group[str(k)] = b[spec.LOD][str(k)]
+        return True
+
+    def _share_equal_lods(self) -> None:
+        """Let each tensor written in this session share the offsets of an earlier tensor with an equal LoD."""
+        names = tensor_names(self._h5)
+        signature = {}
+        for n in names:
+            group = self._h5[n]
+            level = _int(group.attrs.get(spec.ATTR_LOD_LEVEL))
+            lod_group = hard_member(group, spec.LOD) if level else None
+            if isinstance(lod_group, h5py.Group) and all(str(k) in lod_group for k in range(level)):
+                signature[n] = (level, tuple(lod_group[str(k)].shape for k in range(level)))
+        for i, name in enumerate(names):
+            if name not in self._writers or name not in signature:
+                continue
+            for other in names[:i] + names[i + 1:]:
+                if signature.get(other) == signature[name] and self._relink(name, other, required=False):
+                    break
+
+    def commit(self) -> None:
+        """Finish every tensor, record checksums, and atomically replace the target."""
+        self._check_open()
+        try:
+            with translate(self.path, "cannot finish writing"):
+                ordered = sorted(self._writers.values(), key=lambda tw: tw._lod_source is not None)
+                for tw in ordered:
+                    tw._finish()
+                for name, source in self._links:
+                    self._relink(name, source, required=True)
+                if self._share_lod:
+                    self._share_equal_lods()
+                self._h5.close()
+            if self._stream is not None:
+                with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
+                    copy_to_stream(src, self._stream)
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+            else:
+                self._atomic.commit()
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+
+    def abort(self) -> None:
+        """Discard everything written; the target keeps its old contents."""
+        if self._done:
+            return
+        self._done = True
+        h5 = getattr(self, "_h5", None)
+        if h5 is not None:
+            try:
+                h5.close()
+            except Exception:  # pragma: no cover - closing after a libhdf5 error
+                pass
+        if self._atomic is not None:
+            self._atomic.discard()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def __enter__(self) -> "LodWriter":
+        return self
+
+    def __del__(self) -> None:  # a writer dropped without commit() leaves no temp file behind
+        try:
+            if not self._done:
+                self.abort()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def _check_appendable(path: str) -> None:
+    h5 = open_h5(path, "r")
+    try:
+        with translate(path, "damaged HDF5 file: cannot read the root attributes"):
+            version = spec.check_version(h5.attrs, path)
+            spec.check_writable_version(version, path)
+            algorithm = spec.text_attr(h5.attrs.get(spec.ATTR_CHECKSUM, b""))
+        if algorithm != spec.CHECKSUM_ALGORITHM:
+            raise LodFormatError(f"{path}: checksum algorithm {algorithm or 'missing'!r}; this lodtool appends only "
+                                 f"to files checksummed with {spec.CHECKSUM_ALGORITHM}")
+    finally:
+        h5.close()
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _same_lod(a: LoDTensor, b: LoDTensor) -> bool:
+    return a.lod_level == b.lod_level and a.lod_level > 0 and \
+        all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a.offsets, b.offsets))
+
+
+def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTensor], *, name: str = "tensor",
+         compression: str | None = None, compression_level: int | None = None, share_lod: bool = True,
+         fletcher32: bool = True) -> None:
+    """Write one tensor (as ``name``) or a mapping of named tensors to a new container, atomically.
+
+    ``compression``: ``None`` (the default, ``lzf``), ``"gzip"`` (``compression_level``
+    0-9), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
+    to write and to read).  With ``share_lod`` tensors whose offsets are equal
+    share one set of offsets datasets (HDF5 hard links).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.format.container import open_file
+    >>> p = os.path.join(tempfile.mkdtemp(), "s.lod.h5")
+    >>> tokens = LoDTensor(np.arange(5), [[0, 2, 5]])
+    >>> save(p, {"tokens": tokens, "labels": LoDTensor(np.ones(5, "int8"), tokens.lod)})
+    >>> with open_file(p) as f:
+    ...     f.names, f.shared_lod_with("labels")
+    (['tokens', 'labels'], ['tokens'])
+    """
+    if isinstance(tensors, LoDTensor):
+        items = {name: tensors}
+    elif isinstance(tensors, Mapping):
+        items = dict(tensors)
+    else:
+        raise LodUsageError(f"save takes a LoDTensor or a mapping of names to LoDTensors, got "
+                            f"{type(tensors).__name__}")
+    if not items:
+        raise LodUsageError("save: no tensors given")
+    for n, t in items.items():
+        spec.check_tensor_name(n)
+        if not isinstance(t, LoDTensor):
+            raise LodUsageError(f"save: {n!r} is a {type(t).__name__}, not a LoDTensor")
+    sources: dict[str, str] = {}
+    if share_lod:
+        seen: list[str] = []
+        for n, t in items.items():
+            for other in seen:
+                if other not in sources and _same_lod(items[other], t):
+                    sources[n] = other
+                    break
+            seen.append(n)
+    with LodWriter(path, compression=compression, compression_level=compression_level,
+                   fletcher32=fletcher32, share_lod=share_lod) as w:
+        for n, t in items.items():
+            tw = w._add(n, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
+                        level_names=t.level_names, lod_source=sources.get(n))
+            w._guarded(tw.append, t)
+
+
+__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "CHUNK_BYTES", "chunk_rows", "storage_dtype"]

@@ -1,0 +1,397 @@
+"""JSON / JSON Lines ingest and export: the fast path against the general path, the policies, every error."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lodtool import LoDTensor, from_nested
+from lodtool.errors import LodError, LodInputError, LodUsageError
+from lodtool.format import jsonio
+from lodtool.format.jsonio import iter_json, parse_json, read_json, write_json
+
+from .strategies import lod_tensors
+
+TRICKY_FLOATS = ["0.1", "1e-320", "1.7976931348623157e308", "5e-324", "1E5", "-0.0", "2.2250738585072011e-308",
+                 "2.2250738585072014e-308", "2.4703282292062327e-324", "2.4703282292062328e-324", "9007199254740993.0",
+                 "1e23", "8.98846567431158e307", "0.30000000000000004", "123456789012345678901234567890",
+                 "1.00000000000000011102230246251565404236316680908203125", "4.9406564584124654e-324", "1e-400",
+                 "1e400", "-1e400", "0.000000000000000000000000000000000000000000001e310", "3.0e-0", "1.5E+3"]
+
+
+def both(text, fmt="json", **kw) -> LoDTensor:
+    """Parse with the fast and the general path; they must agree exactly."""
+    if isinstance(text, str):
+        text = text.encode()
+    fast = read_json(text, fmt, fast=True, **kw)
+    general = read_json(text, fmt, fast=False, **kw)
+    assert fast.equals(general), (fast, general)
+    assert fast.dtype == general.dtype
+    return fast
+
+
+def error_of(text, fmt="json", name="docs.json", **kw) -> str:
+    """The one-line message both paths give (they must give the same error class)."""
+    if isinstance(text, str):
+        text = text.encode()
+    messages = []
+    for fast in (True, False):
+        with pytest.raises(LodInputError) as info:
+            read_json(text, fmt, fast=fast, name=name, **kw)
+        msg = str(info.value)
+        assert "\n" not in msg
+        messages.append(msg)
+    return messages[0]
+
+
+# -- reading --------------------------------------------------------------------------------------
+def test_articles_and_levels():
+    t = both("[[[1,2,3],[4,5],[6,7,8,9]],[[10]],[[11,12],[13,14,15]]]")
+    assert t.recursive_sequence_lengths == [[3, 1, 2], [3, 2, 4, 1, 2, 3]]
+    assert t.dtype == np.int64 and t.data.tolist() == list(range(1, 16))
+
+
+def test_jsonl_blank_lines_crlf_and_whitespace_are_fine():
+    t = both(b"\n  [[1, 2], [3]]\r\n\n\t[ [4] ] \n\n", "jsonl")
+    assert t.to_nested() == [[[1, 2], [3]], [[4]]]
+
+
+def test_lod_level_turns_deeper_lists_into_the_element_shape():
+    t = both("[[[1.5, 2], [3, 4]], [[5, 6]]]", lod_level=1)
+    assert t.lod == [[0, 2, 3]] and t.shape == (3, 2) and t.dtype == np.float64
+
+
+def test_lod_level_zero_and_scalar_items():
+    t = both("[[1, 2], [3, 4]]", lod_level=0)
+    assert t.lod_level == 0 and t.shape == (2, 2)
+    assert both("[1, 2, 3]").lod_level == 0
+    assert both(b"5\n6\n", "jsonl").data.tolist() == [5, 6]
+
+
+def test_empty_sequences_and_all_empty_input_match_from_nested():
+    for obj in ([[], [[1]]], [[[]]], [[[], []], [[1, 2]]]):
+        assert both(json.dumps(obj)).equals(from_nested(obj))
+
+
+def test_dtype_inference():
+    assert both("[[1, 2]]").dtype == np.int64
+    assert both("[[1, 2.0]]").dtype == np.float64
+    assert both("[[true, false]]").dtype == np.bool_
+
+
+def test_int_then_float_chunks_promote_like_the_whole_input():
+    text = b"".join(orjson.dumps([[i, i + 1]]) + b"\n" for i in range(50)) + b"[[0.5]]\n"
+    chunks = list(iter_json(text, "jsonl", chunk_bytes=64))
+    assert len(chunks) > 2 and chunks[0].dtype == np.int64 and chunks[-1].dtype == np.float64
+    whole = read_json(text, "jsonl", chunk_bytes=64)
+    assert whole.equals(from_nested([json.loads(line) for line in text.splitlines()]))
+
+
+def test_chunks_are_whole_sequences_and_concatenate_to_the_input():
+    seqs = [[[j] * (j % 3) for j in range(i % 5)] for i in range(60)]
+    text = b"".join(orjson.dumps(s) + b"\n" for s in seqs)
+    ref = from_nested(seqs)
+    for chunk_bytes in (16, 50, 1000):
+        chunks = list(iter_json(text, "jsonl", chunk_bytes=chunk_bytes))
+        assert sum(len(c) for c in chunks) == 60
+        assert jsonio.concat_chunks(chunks).equals(ref)
+
+
+def test_scan_blocks_and_threads_give_the_same_result(monkeypatch):
+    seqs = [[[i, i + 1], [i * 0.5]] if i % 7 else [[i]] for i in range(300)]
+    text = b"".join(orjson.dumps(s) + b"\n" for s in seqs)
+    ref = read_json(text, "jsonl", fast=False)
+    monkeypatch.setattr(jsonio, "SCAN_BLOCK", 64)
+    for threads in (1, 3):
+        monkeypatch.setattr(jsonio, "SCAN_THREADS", threads)
+        assert read_json(text, "jsonl", chunk_bytes=2000).equals(ref)
+        assert read_json(orjson.dumps(seqs), "json", chunk_bytes=300).equals(ref)
+
+
+def test_numeric_input_never_takes_the_general_path(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(jsonio, "_general_jsonl", boom)
+    monkeypatch.setattr(jsonio, "_general_document", boom)
+    text = b"".join(orjson.dumps([[i, -i, i * 1.25], [1e300, -0.0]]) + b"\n" for i in range(200))
+    read_json(text + b"[[NaN, Infinity, -Infinity]]\n", "jsonl", chunk_bytes=256)
+    read_json(b"[" + text.replace(b"\n", b",") + b"[[1]]]", "json")
+    read_json(b"[[true, false], [true]]", "json")
+
+
+def test_numba_is_imported_lazily():
+    code = "import sys, lodtool.format.jsonio; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_progress_reports_bytes_read():
+    text = b"[[1, 2]]\n" * 100
+    seen = []
+    list(iter_json(text, "jsonl", chunk_bytes=64, progress=seen.append))
+    assert seen == sorted(seen) and seen[-1] == len(text)
+
+
+def test_stdin(monkeypatch):
+    class Stdin:
+        buffer = io.BytesIO(b"[[1], [2, 3]]\n")
+
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    assert read_json("-", "jsonl").to_nested() == [[[1], [2, 3]]]
+
+
+def test_paths_and_format_from_extension(tmp_path):
+    p = tmp_path / "d.ndjson"
+    p.write_bytes(b"[[1]]\n")
+    assert read_json(p).to_nested() == [[[1]]]
+    with pytest.raises(LodUsageError, match="format"):
+        read_json(tmp_path / "x.txt")
+
+
+# -- floats are exact --------------------------------------------------------------------------------
+def test_tricky_floats_equal_python_float():
+    text = "[[" + ",".join(TRICKY_FLOATS) + "]]"
+    for fast in (True, False):
+        got = read_json(text.encode(), "json", fast=fast, dtype="float64").data
+        for token, value in zip(TRICKY_FLOATS, got.tolist()):
+            assert value == float(token) and math.copysign(1, value) == math.copysign(1, float(token)), token
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=30))
+def test_repr_floats_round_trip_exactly(values):
+    text = ("[[" + ",".join(repr(v) for v in values) + "]]").encode()
+    for fast in (True, False):
+        got = read_json(text, "json", fast=fast, dtype="float64").data
+        assert got.tolist() == values
+        assert np.array_equal(np.signbit(got), np.signbit(values))
+
+
+NUMBER = st.from_regex(r"\A-?(0|[1-9][0-9]{0,25})(\.[0-9]{1,25})?([eE][+-]?[0-9]{1,3})?\Z", fullmatch=True)
+
+
+@given(st.lists(NUMBER, min_size=1, max_size=20))
+def test_decimal_tokens_equal_python_float(tokens):
+    text = ("[[" + ",".join(tokens) + "]]").encode()
+    for fast in (True, False):
+        got = read_json(text, "json", fast=fast, dtype="float64").data.tolist()
+        assert got == [float(t) for t in tokens]
+
+
+# -- fast path == general path == from_nested, on random input ----------------------------------------
+def _nested(leaf):
+    return st.recursive(st.lists(leaf, max_size=4), lambda inner: st.lists(inner, max_size=3), max_leaves=20)
+
+
+LEAVES = st.one_of(st.integers(-(2 ** 63), 2 ** 63 - 1).map(lambda i: ("int", i)),
+                   st.floats(allow_nan=False).map(lambda f: ("float", f)),
+                   st.booleans().map(lambda b: ("bool", b)))
+
+
+@st.composite
+def batches(draw):
+    kind = draw(st.sampled_from(["int", "float", "bool"]))
+    leaf = {"int": st.integers(-(2 ** 63), 2 ** 63 - 1), "float": st.floats(allow_nan=False),
+            "bool": st.booleans()}[kind]
+    depth = draw(st.integers(1, 3))
+    item = leaf
+    for _ in range(depth):
+        item = st.lists(item, max_size=4)
+    return draw(st.lists(item, min_size=1, max_size=6))
+
+
+def _dump(obj, ws: bool) -> bytes:
+    text = json.dumps(obj)  # Python's json: Infinity spelled like ours
+    return text.encode() if ws else text.replace(" ", "").encode()
+
+
+@given(batches(), st.booleans(), st.sampled_from([16, 40, 1 << 20]))
+def test_fast_and_general_paths_agree_with_from_nested(batch, ws, chunk_bytes):
+    try:
+        ref = from_nested(batch)
+    except LodError:
+        ref = None
+    jsonl = b"".join(_dump(seq, ws) + b"\n" for seq in batch)
+    for fmt, text in (("json", _dump(batch, ws)), ("jsonl", jsonl)):
+        results = []
+        for fast in (True, False):
+            try:
+                results.append(read_json(text, fmt, fast=fast, chunk_bytes=chunk_bytes))
+            except LodInputError as exc:
+                results.append(type(exc))
+        if ref is None:
+            assert results == [LodInputError, LodInputError]
+        else:
+            for r in results:
+                assert isinstance(r, LoDTensor) and r.equals(ref) and r.dtype == ref.dtype
+
+
+# -- policies ------------------------------------------------------------------------------------------
+def test_nan_and_infinity_are_floats():
+    t = both("[[NaN, Infinity, -Infinity, 1e400, 1]]")
+    assert t.dtype == np.float64 and np.isnan(t.data[0])
+    assert t.data[1:].tolist() == [math.inf, -math.inf, math.inf, 1.0]
+
+
+def test_booleans_among_numbers_are_an_error():
+    msg = error_of("[[1, 2], [true]]")
+    assert msg.startswith("docs.json:1:11:") and "booleans and numbers" in msg
+    msg = error_of(b"[[true]]\n[[1]]\n", "jsonl", name="d.jsonl")
+    assert msg == "d.jsonl:2:3: a number among booleans (booleans and numbers cannot be mixed)"
+    msg = error_of(b"[[true]]\n" * 5 + b"[[false, 1]]\n", "jsonl", name="d.jsonl", chunk_bytes=16)
+    assert msg == "d.jsonl:6:10: a number among booleans (booleans and numbers cannot be mixed)"
+    msg = error_of(b"[[1]]\n" * 5 + b"[[2, false]]\n", "jsonl", name="d.jsonl", chunk_bytes=16)
+    assert msg == "d.jsonl:6:6: false among numbers (booleans and numbers cannot be mixed)"
+
+
+def test_strings_null_and_objects_are_errors_with_a_position():
+    assert error_of('[[1, "a"]]').startswith("docs.json:1:6: element 1 (branch <0,1>) is 'a'")
+    assert error_of(b'[[1]]\n[[2, null]]\n', "jsonl", name="d.jsonl").startswith("d.jsonl:2:6:")
+    assert "{'a': 1}" in error_of(b'[[{"a": 1}]]\n', "jsonl")
+
+
+def test_integers_beyond_int64():
+    big = "18446744073709551615"
+    msg = error_of(f"[[1, {big}]]")
+    assert msg.startswith("docs.json:1:6: integer 18446744073709551615 does not fit in int64")
+    assert both(f"[[1, {big}]]", dtype="uint64").data.tolist() == [1, 2 ** 64 - 1]
+    assert both("[[1, 123456789012345678901234]]", dtype="float64").data[1] == 1.2345678901234568e23
+    assert "does not fit in uint64" in error_of("[[18446744073709551616]]", dtype="uint64")
+    assert "-1" in error_of(f"[[{big}, -1]]", dtype="uint64")
+    assert both("[[-9223372036854775808, 9223372036854775807]]").dtype == np.int64
+
+
+def test_explicit_dtype_must_hold_every_value():
+    assert both("[[1, 2]]", dtype="int8").dtype == np.int8
+    msg = error_of(b"[[1]]\n[[2, 300]]\n", "jsonl", name="d.jsonl", dtype="uint8")
+    assert msg == "d.jsonl:2: at branch <1,0,1>: value 300 does not fit in uint8"
+    assert both("[[1.0, 2.0]]", dtype="int32").data.tolist() == [1, 2]
+    assert "not a whole number" in error_of("[[1.5]]", dtype="int32")
+    assert both("[[0, 1]]", dtype="bool").dtype == np.bool_
+    assert "neither 0 nor 1" in error_of("[[2]]", dtype="bool")
+    assert "overflows float32" in error_of("[[1e300]]", dtype="float32")
+    assert both("[[true]]", dtype="uint8").data.tolist() == [1]
+    with pytest.raises(LodUsageError):
+        parse_json("[[1]]", dtype="nonsense")
+
+
+# -- every error: one line, naming the place -----------------------------------------------------------
+def test_syntax_error_names_file_line_and_column():
+    text = b"[[1, 2]]\n[[3]]\n[[4, 5], [6 7]]\n"
+    assert error_of(text, "jsonl", name="docs.jsonl") == "docs.jsonl:3:13: expected ',' or ']'"
+    assert error_of(b"[[1,,2]]") == "docs.json:1:5: expected a number, true, false or '[' (found ',')"
+    assert error_of(b"[[1, 2,]]") == "docs.json:1:8: expected a value (a trailing comma?)"
+
+
+def test_trailing_garbage():
+    assert error_of(b"[[1]] x") == "docs.json:1:7: unexpected data after the document"
+    assert error_of(b"[[1]] [[2]]\n", "jsonl", name="d.jsonl").startswith("d.jsonl:1:7: unexpected data after")
+
+
+def test_truncated_input():
+    assert error_of(b"[[1, 2], [3") == "docs.json:1:12: unexpected end of input (is it truncated?)"
+    msg = error_of(b"[[1]]\n[[2, 3\n", "jsonl", name="d.jsonl")
+    assert msg.startswith("d.jsonl:2:") and "unexpected end of line" in msg
+
+
+def test_empty_input():
+    for text, fmt in ((b"", "json"), (b"  \n", "json"), (b"", "jsonl"), (b"\n \n", "jsonl"), (b"[]", "json")):
+        assert "empty input" in error_of(text, fmt)
+
+
+def test_deep_nesting_is_an_error_not_a_crash():
+    deep = b"[" * 100_000 + b"1" + b"]" * 100_000
+    msg = error_of(deep + b"\n", "jsonl", name="d.jsonl")
+    assert msg == f"d.jsonl:1:{jsonio.MAX_LEVELS + 1}: lists nest deeper than {jsonio.MAX_LEVELS} levels"
+    assert error_of(b"[" + deep + b"]").startswith("docs.json:1:")
+    ok = b"[" * 200 + b"1" + b"]" * 200  # deep, but within the limit
+    assert both(b"[" + ok + b"]").lod_level == 200
+
+
+def test_ragged_elements_name_the_branch_and_line():
+    msg = error_of(b"[[[1, 2]]]\n[[[3, 4], [5]]]\n", "jsonl", name="d.jsonl", lod_level=1)
+    assert msg.startswith("d.jsonl:2: ragged elements: the list at branch <1,0> has 2 items, but 1 elsewhere")
+    msg = error_of(b"[[[1,2]]]\n[[[1,2,3]]]\n", "jsonl", name="d.jsonl", lod_level=1, chunk_bytes=16)
+    assert msg.startswith("d.jsonl:2: element shape (1, 3) at branch <1,0>, but (1, 2) before")
+
+
+def test_inconsistent_nesting_names_the_line():
+    msg = error_of(b"[[1, 2]]\n[[3]]\n[[[4]]]\n", "jsonl", name="d.jsonl")
+    assert msg.startswith("d.jsonl:3:")
+    msg = error_of(b"[[1, 2]]\n" * 10 + b"[3]\n", "jsonl", name="d.jsonl", chunk_bytes=32)
+    assert msg.startswith("d.jsonl:11:")
+    assert "only 2 level(s) deep" in error_of("[[[1]]]", lod_level=3)
+
+
+def test_invalid_utf8_and_bom():
+    assert error_of(b'[["\xff"]]') == "docs.json:1:4: invalid UTF-8 (byte 0xff)"
+    assert "byte order mark" in error_of(b"\xef\xbb\xbf[[1]]")
+
+
+def test_a_line_much_longer_than_a_chunk_streams(tmp_path):
+    line = b"[" + b",".join(b"[%d,%d]" % (i, i) for i in range(50_000)) + b"]\n"
+    p = tmp_path / "long.jsonl"
+    p.write_bytes(b"[[1,1]]\n" + line + b"[[2,2]]\n")
+    chunks = list(iter_json(p, chunk_bytes=1024))
+    assert sum(len(c) for c in chunks) == 3 and sum(c.n_rows for c in chunks) == 100_004
+
+
+@pytest.mark.slow
+def test_a_huge_single_line(tmp_path):
+    p = tmp_path / "huge.jsonl"
+    with open(p, "wb") as f:  # one line of ~256 MB
+        f.write(b"[" + b"1," * (128 << 20) + b"1]\n")
+    (t,) = list(iter_json(p, chunk_bytes=1 << 20))
+    assert t.n_rows == (128 << 20) + 1
+
+
+# -- writing ----------------------------------------------------------------------------------------
+def test_write_json_formats_and_streams_chunks():
+    t = parse_json("[[[1, 2], [3]], [[4]]]")
+    out = io.BytesIO()
+    write_json(iter([t.slice_level(0, 0, 1), t.slice_level(0, 1, 2)]), out, "json")
+    assert out.getvalue() == b"[[[1,2],[3]],[[4]]]\n"
+    out = io.BytesIO()
+    write_json(t, out, "jsonl")
+    assert out.getvalue() == b"[[1,2],[3]]\n[[4]]\n"
+
+
+def test_write_json_values():
+    out = io.BytesIO()
+    t = LoDTensor(np.array([0.1, np.nan, np.inf, -np.inf, -0.0]), [[0, 5]])
+    write_json(t, out, "jsonl")
+    assert out.getvalue() == b"[0.1,NaN,Infinity,-Infinity,-0.0]\n"
+    assert both(out.getvalue(), "jsonl").equals(t)
+    out = io.BytesIO()
+    write_json(LoDTensor(np.array([0.1, 1 / 3], dtype=np.float32), [[0, 2]]), out, "jsonl")
+    assert out.getvalue() == b"[0.1,0.33333334]\n"
+    out = io.BytesIO()
+    write_json(LoDTensor(np.array([True, False]), [[0, 1, 2]]), out, "json")
+    assert out.getvalue() == b"[[true],[false]]\n"
+    with pytest.raises(LodError, match="complex"):
+        write_json(LoDTensor(np.ones(1, np.complex64), [[0, 1]]), io.BytesIO(), "json")
+
+
+@given(lod_tensors(dtypes=["int8", "int32", "int64", "uint64", "float16", "float32", "float64", "bool"]))
+def test_write_then_read_round_trips(t):
+    if t.n_rows == 0 and t.element_shape:  # the JSON of no rows cannot carry an element shape
+        return
+    for fmt in ("json", "jsonl"):
+        out = io.BytesIO()
+        write_json(t, out, fmt)
+        back = read_json(out.getvalue(), fmt, lod_level=t.lod_level, dtype=t.dtype)
+        assert back.equals(t)
+
+
+def test_branch_regex_matches_from_nested_paths():
+    assert re.search(jsonio._BRANCH, "inconsistent nesting at <2,1,0>: x").group(1) == "2"
