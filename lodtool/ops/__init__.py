@@ -1,0 +1,33 @@
+"""Sequence operators on LoD tensors: Paddle's sequence_* family, plus RNN packing.
+
+One operator per module, each with a plain NumPy reference and a Numba kernel
+(``backend="numpy"`` or ``"numba"``; the default picks Numba).  Importing this
+package imports neither Numba nor CuPy: kernels compile on their first call
+(and are cached on disk), and :mod:`lodtool.ops._backend` is the only module
+that may touch CuPy.
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> from lodtool import ops
+>>> x = LoDTensor(np.arange(5.0), recursive_sequence_lengths=[[2, 3]])
+>>> ops.sequence_pool(x, "average").data.tolist()
+[0.5, 3.0]
+>>> ops.sequence_reverse(x).data.tolist()
+[1.0, 0.0, 4.0, 3.0, 2.0]
+"""
+
+from __future__ import annotations
+
+from ._backend import BACKENDS, DEVICES, get_backend
+from .expand import sequence_expand
+from .pack_plan import PackPlan, from_time_major, pack_plan, to_time_major
+from .pad import sequence_mask, sequence_pad, sequence_unpad
+from .pool import POOL_TYPES, pool_dtypes, sequence_first_step, sequence_last_step, sequence_pool
+from .reverse import sequence_reverse
+from .softmax import sequence_softmax, softmax_dtype
+
+__all__ = [
+    "sequence_expand", "sequence_pool", "sequence_first_step", "sequence_last_step", "POOL_TYPES", "pool_dtypes",
+    "sequence_softmax", "softmax_dtype", "sequence_pad", "sequence_unpad", "sequence_mask", "sequence_reverse",
+    "PackPlan", "pack_plan", "to_time_major", "from_time_major", "get_backend", "BACKENDS", "DEVICES",
+]

@@ -1,0 +1,229 @@
+"""``sequence_expand``: repeat the rows (or sequences) of ``x`` by the lengths of ``y``'s LoD.
+
+Exactly Paddle's ``sequence_expand`` (checked against PaddlePaddle 3.3 with the
+static graph; see ``tests/test_ops_paddle.py``).  With ``R`` the offsets of
+``y`` at ``ref_level`` and ``rep_i = R[i+1] - R[i]``:
+
+* ``x`` without LoD (an array or a 0-level tensor): ``x`` must have ``len(R) - 1``
+  rows; row ``i`` is repeated ``rep_i`` times; the output has no LoD.
+* ``x`` with a 1-level LoD ``X``: ``len(X)`` must equal ``len(R)``; sequence ``i``
+  is repeated ``rep_i`` times back to back; the output's one level holds
+  ``rep_i`` copies of each sequence's length, so ``rep_i = 0`` drops sequence ``i``.
+
+``y``'s data is never read.  Every numeric dtype and bool is accepted; trailing
+dimensions are kept.  Where lodtool differs from Paddle:
+
+* ``x`` with 0 rows (all its sequences empty): Paddle crashes; lodtool returns the
+  correct empty result (0 rows, one empty sequence per copy).
+* an output with zero sequences (``x`` has a LoD and every ``rep_i`` is 0, which
+  needs a ``y`` with 0 rows): Paddle returns the offsets ``[0]``, which are not a
+  valid LoD by its own "at least 2 offsets" rule; lodtool raises
+  :class:`~lodtool.errors.LodShapeError`, as slicing an empty part does.
+
+``ref_level`` is ``-1`` (the last level) or ``0 .. levels-1``, as in Paddle;
+other negative values are refused like Paddle refuses them.
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> x = LoDTensor(np.array([[1.1], [2.2], [3.3], [4.4]]), recursive_sequence_lengths=[[1, 3]])
+>>> y = LoDTensor(np.zeros((6, 1)), recursive_sequence_lengths=[[1, 3], [1, 2, 1, 2]])
+>>> out = sequence_expand(x, y, ref_level=0)
+>>> out.data.ravel().tolist()
+[1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4]
+>>> out.lod
+[[0, 1, 4, 7, 10]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import LodIndexError, LodShapeError
+from ..tensor import LoDTensor
+from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._util import U, as_tensor, as_words, empty_words
+
+OP = "sequence_expand"
+
+
+def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str | None = None,
+                    device: str | None = None) -> LoDTensor:
+    """Expand ``x`` by the LoD of ``y`` at ``ref_level`` (Paddle's ``sequence_expand``).
+
+    ``x`` is a :class:`~lodtool.LoDTensor` with at most one LoD level, or a plain
+    array (no LoD).  ``backend`` is ``"numba"`` (default) or ``"numpy"`` (the
+    reference).  Raises :class:`~lodtool.errors.LodShapeError` when the counts do
+    not fit and :class:`~lodtool.errors.LodIndexError` for a bad ``ref_level``.
+
+    Rows case (``x`` without LoD):
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> y = LoDTensor(np.zeros(5), recursive_sequence_lengths=[[2, 3]])
+    >>> sequence_expand(np.array([10, 20]), y).data.tolist()
+    [10, 10, 20, 20, 20]
+    """
+    xt = as_tensor(x, "x")
+    yt = as_tensor(y, "y")
+    ref, ref_level = _check(xt, yt, ref_level)
+    be = get_backend(xt.data, backend, device, op=OP)
+    if be.name == "numpy":
+        return _reference(xt, ref)
+    return _expand_numba(xt, ref)
+
+
+def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, int]:
+    if xt.lod_level > 1:
+        raise LodShapeError(f"{OP}: x has {xt.lod_level} LoD levels; it must have 0 or 1 (as in Paddle)")
+    if yt.lod_level == 0:
+        raise LodShapeError(f"{OP}: y has no LoD; expanding needs y's LoD at ref_level")
+    n = yt.lod_level
+    ref_level = int(ref_level)
+    if not (ref_level == -1 or 0 <= ref_level < n):
+        raise LodIndexError(f"{OP}: ref_level {ref_level} is out of range; it must be -1 or in [0, {n}) "
+                            f"for a y with {n} LoD level(s)")
+    level = n - 1 if ref_level == -1 else ref_level
+    ref = yt.offsets[level]
+    count = len(ref) - 1
+    if xt.lod_level == 0:
+        if xt.n_rows != count:
+            raise LodShapeError(f"{OP}: x has {xt.n_rows} rows but y's level {level} has {count} sequences; "
+                                "without a LoD, x needs one row per sequence")
+    else:
+        xs = xt.num_sequences(0)
+        if xs != count:
+            raise LodShapeError(f"{OP}: x has {xs} sequences but y's level {level} has {count}; "
+                                "they must have the same number of sequences")
+        if ref[-1] == 0:
+            raise LodShapeError(f"{OP}: every sequence is repeated 0 times, so the output would have no "
+                                "sequences, which no valid LoD can hold")
+    return ref, level
+
+
+def _out_lod(xoff: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(lengths, repeats, out_start)``: out_start[i] is x-sequence i's first output row."""
+    lens = xoff[1:] - xoff[:-1]
+    reps = ref[1:] - ref[:-1]
+    out_start = np.empty(len(lens) + 1, np.int64)
+    out_start[0] = 0
+    np.cumsum(lens * reps, out=out_start[1:])
+    return lens, reps, out_start
+
+
+def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
+    """The plain NumPy implementation (the specification the kernels are tested against)."""
+    data = np.asarray(xt.data)
+    reps = ref[1:] - ref[:-1]
+    if xt.lod_level == 0:
+        return LoDTensor._trusted(np.repeat(data, reps, axis=0), ())
+    xoff = xt.offsets[0]
+    lens, reps, _ = _out_lod(xoff, ref)
+    out_lens = np.repeat(lens, reps)
+    out_off = np.zeros(len(out_lens) + 1, np.int64)
+    np.cumsum(out_lens, out=out_off[1:])
+    # each output row's source row: the copy's source start, plus the row's place in the copy
+    src_start = np.repeat(xoff[:-1], reps)
+    index = np.repeat(src_start - out_off[:-1], out_lens) + np.arange(out_off[-1], dtype=np.int64)
+    return LoDTensor._trusted(data[index], (out_off,), xt.level_names)
+
+
+def _expand_numba(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
+    xw, k = as_words(xt.data)
+    uref = ref.view(np.uint64)
+    if xt.lod_level == 0:
+        out, outw = empty_words(int(ref[-1]), xt.data, xw.dtype)
+        if k:
+            _expand_rows(xw, U(k), uref, outw, *schedule(len(ref) - 1))
+        return LoDTensor._trusted(out, ())
+    xoff = xt.offsets[0]
+    out_start = _out_lod(xoff, ref)[2]
+    out, outw = empty_words(int(out_start[-1]), xt.data, xw.dtype)
+    out_off = np.empty(int(ref[-1]) + 1, np.int64)
+    _expand_seqs(xw, U(k), xoff.view(np.uint64), uref, out_start.view(np.uint64), outw, out_off.view(np.uint64),
+                 *schedule(len(ref) - 1))
+    return LoDTensor._trusted(out, (out_off,), xt.level_names)
+
+
+# Kernel notes (they hold for every kernel of lodtool.ops):
+# * Index arithmetic is unsigned: offsets arrive as uint64 views, block and item counters
+#   are uint64, so Numba emits no negative-index wrap-around checks (they cost 2-7x and
+#   blocked vectorisation).  Never mix in a signed int64 (uint64 op int64 is float64 in
+#   Numba, and a float index does not compile): write constants as U(1), ONE, EIGHT.
+# * Parallel kernels run one loop per worker thread, and the workers take blocks of items
+#   from a shared counter (atomic_add) until none are left: dynamic scheduling, so a thread
+#   that shares its core with another process does not hold up the others (Numba's own
+#   prange split is static).
+# * Outputs are allocated by NumPy outside the kernel and passed in.
+
+@kernel(parallel=True)
+def _expand_rows(xw, k, ref, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """Row ``i`` of ``x`` (``k`` words) to output rows ``ref[i]..ref[i+1]``.
+
+    One-word rows repeated at most 8 times are stored as 8 copies without a
+    branch on the count; the extra copies land on the next rows' places, which
+    those rows overwrite later (never past the block's end, so blocks stay independent).
+    """
+    one = U(1)
+    eight = U(8)
+    n = U(ref.shape[0]) - one
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            lo = n * blk // nblocks
+            hi = n * (blk + one) // nblocks
+            end = ref[hi]
+            if k == one:
+                for i in range(lo, hi):
+                    a = ref[i]
+                    r = ref[i + one] - a
+                    v = xw[i]
+                    if r <= eight and a + eight <= end:
+                        for t in range(eight):
+                            outw[a + t] = v
+                    else:
+                        for t in range(r):
+                            outw[a + t] = v
+            else:
+                for i in range(lo, hi):
+                    a = ref[i]
+                    r = ref[i + one] - a
+                    src = i * k
+                    dst = a * k
+                    for t in range(r):
+                        for j in range(k):
+                            outw[dst + j] = xw[src + j]
+                        dst += k
+            blk = atomic_add(counter, one)
+
+
+@kernel(parallel=True)
+def _expand_seqs(xw, k, xoff, ref, out_start, outw, out_off, nblocks, counter,
+                 nworkers):  # pragma: no cover - compiled by Numba
+    """Sequence ``i`` of ``x`` copied ``ref[i+1]-ref[i]`` times from output row ``out_start[i]``."""
+    one = U(1)
+    n = U(ref.shape[0]) - one
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                r0 = ref[i]
+                reps = ref[i + one] - r0
+                a = xoff[i]
+                m = xoff[i + one] - a
+                base = out_start[i]
+                for t in range(reps):
+                    out_off[r0 + t] = base + t * m
+                span = m * k
+                src = a * k
+                dst = base * k
+                for t in range(reps):
+                    for j in range(span):
+                        outw[dst + j] = xw[src + j]
+                    dst += span
+            blk = atomic_add(counter, one)
+    out_off[ref[n]] = out_start[n]
+
+
+__all__ = ["sequence_expand"]

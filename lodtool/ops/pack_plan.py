@@ -1,0 +1,332 @@
+"""``pack_plan``: the RNN packing plan of a LoD level (Paddle's ``SortBySeqLen``, torch's PackedSequence).
+
+An RNN over a batch of variable-length sequences runs time step by time step.
+Sorting the sequences by decreasing length makes the batch of each step a
+prefix of the sorted order, so step ``t`` holds the ``batch_sizes[t]`` sequences
+longer than ``t``.  :func:`pack_plan` computes that plan from the offsets alone;
+:func:`to_time_major` lays the rows out step by step (torch's
+``PackedSequence.data``) and :func:`from_time_major` restores the original
+layout exactly.
+
+The sort is stable (ties keep their input order).  Empty sequences sort last
+and appear in no step (torch refuses them).  For a level above the last, a
+sequence's time steps are all the data rows under it.
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> x = LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 3, 1]])
+>>> plan = pack_plan(x)
+>>> plan.sorted_indices.tolist(), plan.batch_sizes.tolist()
+([1, 0, 2], [3, 2, 1])
+>>> data, batch_sizes = to_time_major(x, plan)
+>>> data.tolist()
+[2, 0, 5, 3, 1, 4]
+>>> from_time_major(data, plan).equals(x)
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import LodShapeError, LodUsageError, LodValidationError
+from ..lod import validate_lod
+from ..tensor import LoDTensor, check_dtype
+from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._util import U, as_tensor, as_words, empty_words, level_index, need_lod, row_offsets
+
+OP = "pack_plan"
+
+
+@dataclass(frozen=True, eq=False)
+class PackPlan:
+    """How the sequences of one level pack into time steps (all arrays int64).
+
+    * ``lengths[i]``: rows (time steps) of sequence ``i``, in input order.
+    * ``sorted_indices``: the sequences by decreasing length, ties in input order.
+    * ``unsorted_indices``: the inverse permutation (``sorted_indices[unsorted_indices[i]] == i``).
+    * ``batch_sizes[t]``: how many sequences are longer than ``t`` (one entry per step).
+    * ``row_offsets``: where each sequence's rows start in the data (``n + 1`` entries).
+    * ``lod``: the source tensor's offsets, so :func:`from_time_major` can rebuild it.
+    * ``level``: the planned level (non-negative).
+    """
+
+    lengths: np.ndarray
+    sorted_indices: np.ndarray
+    unsorted_indices: np.ndarray
+    batch_sizes: np.ndarray
+    row_offsets: np.ndarray
+    lod: tuple
+    level: int
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.batch_sizes)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.row_offsets[-1])
+
+    def step_offsets(self) -> np.ndarray:
+        """Where each time step starts in the time-major data (``num_steps + 1`` entries)."""
+        out = np.zeros(len(self.batch_sizes) + 1, np.int64)
+        np.cumsum(self.batch_sizes, out=out[1:])
+        return out
+
+    def split(self, data: np.ndarray) -> list[np.ndarray]:
+        """The time-major ``data`` as one view per step (``batch_sizes[t]`` rows each).
+
+        >>> import numpy as np
+        >>> from lodtool import LoDTensor
+        >>> x = LoDTensor(np.arange(3), recursive_sequence_lengths=[[1, 2]])
+        >>> plan = pack_plan(x)
+        >>> [s.tolist() for s in plan.split(to_time_major(x, plan)[0])]
+        [[1, 0], [2]]
+        """
+        bounds = self.step_offsets()
+        return [data[bounds[t]:bounds[t + 1]] for t in range(len(self.batch_sizes))]
+
+
+def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, device: str | None = None) -> PackPlan:
+    """The packing plan of the sequences of ``level`` (reads the offsets only).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> plan = pack_plan(LoDTensor(np.arange(4), recursive_sequence_lengths=[[1, 0, 3]]))
+    >>> plan.sorted_indices.tolist(), plan.unsorted_indices.tolist(), plan.batch_sizes.tolist()
+    ([2, 0, 1], [1, 2, 0], [2, 1, 1])
+    """
+    xt = as_tensor(x, "x")
+    need_lod(xt, OP)
+    lvl = level_index(xt, level, OP)
+    roff = row_offsets(xt.offsets, lvl)
+    lengths = roff[1:] - roff[:-1]
+    be = get_backend(None, backend, device, op=OP)
+    if be.name == "numpy":
+        sorted_idx, unsorted_idx, batch_sizes = _reference(lengths)
+    else:
+        n = len(lengths)
+        maxlen = int(lengths.max()) if n else 0
+        sorted_idx = np.empty(n, np.int64)
+        unsorted_idx = np.empty(n, np.int64)
+        batch_sizes = np.empty(maxlen, np.int64)
+        _plan(lengths, np.zeros(maxlen + 1, np.int64), sorted_idx, unsorted_idx, batch_sizes)
+    return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(xt.offsets), lvl)
+
+
+def _reference(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The plain NumPy plan: a stable argsort by decreasing length and a histogram."""
+    n = len(lengths)
+    sorted_idx = np.argsort(-lengths, kind="stable").astype(np.int64, copy=False)
+    unsorted_idx = np.empty(n, np.int64)
+    unsorted_idx[sorted_idx] = np.arange(n, dtype=np.int64)
+    maxlen = int(lengths.max()) if n else 0
+    at_most = np.cumsum(np.bincount(lengths, minlength=maxlen + 1))[:maxlen]
+    return sorted_idx, unsorted_idx, (n - at_most).astype(np.int64)
+
+
+@kernel
+def _plan(lengths, start, sorted_idx, unsorted_idx, batch_sizes):  # pragma: no cover - compiled by Numba
+    """A stable counting sort by decreasing length; ``start`` is zeroed scratch of ``maxlen + 1``."""
+    n = lengths.shape[0]
+    maxlen = start.shape[0] - 1
+    for i in range(n):
+        start[lengths[i]] += 1
+    running = 0
+    for q in range(maxlen + 1):  # lengths from the longest down: start[L] = #(length > L)
+        count = start[maxlen - q]
+        start[maxlen - q] = running
+        running += count
+    for t in range(maxlen):
+        batch_sizes[t] = start[t]
+    for i in range(n):
+        p = start[lengths[i]]
+        sorted_idx[p] = i
+        unsorted_idx[i] = p
+        start[lengths[i]] = p + 1
+
+
+def _check_plan(plan: PackPlan, op: str) -> None:
+    """Refuse a plan whose arrays do not fit together (a hand-made one could send a kernel out of bounds).
+
+    O(sequences + steps): cheap next to moving the rows.
+    """
+    if not isinstance(plan, PackPlan):
+        raise LodUsageError(f"{op}: plan must be a PackPlan from pack_plan(), got {type(plan).__name__}")
+    lengths, order = plan.lengths, plan.sorted_indices
+    n = len(lengths)
+    arrays = (lengths, order, plan.unsorted_indices, plan.batch_sizes, plan.row_offsets)
+    if any(not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1 for a in arrays):
+        raise LodValidationError(f"{op}: the plan's arrays must be 1-D int64 arrays")
+    if len(order) != n or len(plan.unsorted_indices) != n or len(plan.row_offsets) != n + 1:
+        raise LodValidationError(f"{op}: the plan's arrays have inconsistent lengths")
+    validate_lod([plan.row_offsets], int(plan.row_offsets[-1]))
+    if not np.array_equal(np.diff(plan.row_offsets), lengths):
+        raise LodValidationError(f"{op}: the plan's lengths do not match its row offsets")
+    if n and (order.min() < 0 or order.max() >= n or not np.array_equal(order[plan.unsorted_indices], np.arange(n))):
+        raise LodValidationError(f"{op}: the plan's sorted/unsorted indices are not inverse permutations")
+    ranked = lengths[order]
+    if n and np.any(ranked[1:] > ranked[:-1]):
+        raise LodValidationError(f"{op}: the plan's sorted_indices are not in decreasing length order")
+    longest = int(ranked[0]) if n else 0
+    expected = n - np.cumsum(np.bincount(lengths, minlength=longest + 1))[:longest]
+    if not np.array_equal(plan.batch_sizes, expected):
+        raise LodValidationError(f"{op}: the plan's batch_sizes do not match its lengths")
+
+
+def _source_rows(x: Any, plan: PackPlan, op: str) -> np.ndarray:
+    _check_plan(plan, op)
+    if isinstance(x, LoDTensor):
+        if len(x.offsets) != len(plan.lod) or any(a is not b and not np.array_equal(a, b)
+                                                 for a, b in zip(x.offsets, plan.lod)):
+            raise LodShapeError(f"{op}: x's LoD is not the one the plan was made for")
+        data = x.data
+    else:
+        data = as_tensor(x, "x").data
+    data = np.asarray(data)
+    if data.shape[0] != plan.n_rows:
+        raise LodShapeError(f"{op}: x has {data.shape[0]} rows but the plan covers {plan.n_rows}")
+    return data
+
+
+def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
+                  device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(data, batch_sizes)``: the rows step by step, as torch's ``PackedSequence``.
+
+    ``data[step_offsets[t] + r]`` is time step ``t`` of the ``r``-th longest
+    sequence.  ``x`` is the planned tensor (its LoD must match) or its data array.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.array([1, 2, 3]), recursive_sequence_lengths=[[1, 2]])
+    >>> data, batch_sizes = to_time_major(x, pack_plan(x))
+    >>> data.tolist(), batch_sizes.tolist()
+    ([2, 1, 3], [2, 1])
+    """
+    data = _source_rows(x, plan, "to_time_major")
+    be = get_backend(data, backend, device, op="to_time_major")
+    if be.name == "numpy":
+        src, pos = _time_major_index(plan)
+        out = np.empty_like(data)
+        out[pos] = data[src]
+        return out, plan.batch_sizes
+    xw, k = as_words(data)
+    out, outw = empty_words(len(data), data, xw.dtype)
+    if k:
+        _to_steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
+                  plan.step_offsets().view(np.uint64), outw, *schedule(plan.num_sequences))
+    return out, plan.batch_sizes
+
+
+def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
+                    device: str | None = None) -> LoDTensor:
+    """Undo :func:`to_time_major`: the rows back in sequence order, with the planned LoD.
+
+    ``steps`` is the time-major data (one array) or the list of per-step arrays.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.array([1, 2, 3]), recursive_sequence_lengths=[[1, 2]])
+    >>> plan = pack_plan(x)
+    >>> from_time_major([np.array([2, 1]), np.array([3])], plan).data.tolist()
+    [1, 2, 3]
+    """
+    data = _steps_array(steps, plan)
+    be = get_backend(data, backend, device, op="from_time_major")
+    if be.name == "numpy":
+        src, pos = _time_major_index(plan)
+        out = np.empty_like(data)
+        out[src] = data[pos]
+    else:
+        xw, k = as_words(data)
+        out, outw = empty_words(len(data), data, xw.dtype)
+        if k:
+            _from_steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
+                        plan.step_offsets().view(np.uint64), outw, *schedule(plan.num_sequences))
+    return LoDTensor._trusted(out, plan.lod)
+
+
+def _steps_array(steps: Any, plan: PackPlan) -> np.ndarray:
+    _check_plan(plan, "from_time_major")
+    if isinstance(steps, (list, tuple)):
+        if len(steps) != plan.num_steps:
+            raise LodShapeError(f"from_time_major: {len(steps)} steps given, the plan has {plan.num_steps}")
+        arrays = [np.asarray(s) for s in steps]
+        for t, (s, b) in enumerate(zip(arrays, plan.batch_sizes.tolist())):
+            if s.ndim == 0 or s.shape[0] != b:
+                raise LodShapeError(f"from_time_major: step {t} has shape {s.shape}; the plan says {b} rows")
+        if not arrays:
+            raise LodShapeError("from_time_major: the plan has no time steps; pass the (empty) data array")
+        data = np.concatenate(arrays, axis=0)
+    else:
+        data = np.asarray(steps)
+    check_dtype(data.dtype, "steps")
+    if data.ndim == 0 or data.shape[0] != plan.n_rows:
+        raise LodShapeError(f"from_time_major: the steps hold {data.shape[0] if data.ndim else 0} rows, "
+                            f"the plan covers {plan.n_rows}")
+    return data
+
+
+def _time_major_index(plan: PackPlan) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, pos)``: data row ``src[q]`` goes to time-major position ``pos[q]``."""
+    lens = plan.lengths[plan.sorted_indices]
+    n = len(lens)
+    rank = np.repeat(np.arange(n, dtype=np.int64), lens)
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=first[1:])
+    t = np.arange(first[-1], dtype=np.int64) - np.repeat(first[:-1], lens)
+    pos = plan.step_offsets()[t] + rank
+    src = plan.row_offsets[:-1][plan.sorted_indices][rank] + t
+    return src, pos
+
+
+@kernel(parallel=True)
+def _to_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
+              nworkers):  # pragma: no cover - compiled by Numba
+    """Row ``t`` of the ``r``-th longest sequence to time-major row ``step_start[t] + r``."""
+    one = U(1)
+    n = U(sorted_idx.shape[0])
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                s = sorted_idx[r]
+                a = roff[s]
+                src = a * k
+                for t in range(roff[s + one] - a):
+                    dst = (step_start[t] + r) * k
+                    for j in range(k):
+                        outw[dst + j] = xw[src + j]
+                    src += k
+            blk = atomic_add(counter, one)
+
+
+@kernel(parallel=True)
+def _from_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
+                nworkers):  # pragma: no cover - compiled by Numba
+    """The inverse of ``_to_steps``."""
+    one = U(1)
+    n = U(sorted_idx.shape[0])
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                s = sorted_idx[r]
+                a = roff[s]
+                dst = a * k
+                for t in range(roff[s + one] - a):
+                    src = (step_start[t] + r) * k
+                    for j in range(k):
+                        outw[dst + j] = xw[src + j]
+                    dst += k
+            blk = atomic_add(counter, one)
+
+
+__all__ = ["PackPlan", "pack_plan", "to_time_major", "from_time_major"]

@@ -1,0 +1,245 @@
+"""``sequence_pad``, ``sequence_unpad`` and ``sequence_mask``: between LoD and dense batches.
+
+``sequence_pad`` turns the sequences of one level into a dense
+``(sequences, maxlen, *element_shape)`` array plus their lengths, as Paddle's
+``sequence_pad`` does for a 1-level input.  lodtool also pads the sequences of
+any other level: a sequence of an upper level spans every data row under it.
+A ``maxlen`` shorter than the longest sequence is an error, as in Paddle
+(nothing is truncated).  ``pad_value`` is a scalar or an array of the element
+shape (Paddle's per-element ``PadValue``), and must be representable in the
+data's dtype.
+
+``sequence_unpad`` is the inverse: a padded array and lengths back to a 1-level
+LoD tensor.  ``sequence_mask`` builds the ``j < length`` mask; unlike Paddle its
+default dtype is ``bool`` (Paddle's is int64) and it never truncates anything
+but the mask itself.
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> x = LoDTensor(np.arange(5), recursive_sequence_lengths=[[2, 0, 3]])
+>>> padded, lengths = sequence_pad(x, pad_value=-1)
+>>> padded.tolist(), lengths.tolist()
+([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
+>>> sequence_unpad(padded, lengths).lod
+[[0, 2, 2, 5]]
+>>> sequence_mask(lengths).astype(int).tolist()
+[[1, 1, 0], [0, 0, 0], [1, 1, 1]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import LodShapeError, LodUsageError, LodValidationError
+from ..lod import as_index_array
+from ..tensor import LoDTensor, check_dtype
+from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._util import U, as_tensor, as_words, cast_value, empty_words, level_index, need_lod, row_offsets, words_of
+
+OP_PAD = "sequence_pad"
+OP_UNPAD = "sequence_unpad"
+OP_MASK = "sequence_mask"
+
+
+def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, level: int = -1, *,
+                 backend: str | None = None, device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pad the sequences of ``level`` into ``(padded, lengths)`` (Paddle's ``sequence_pad``).
+
+    ``padded`` has shape ``(sequences, maxlen, *element_shape)`` and ``x``'s
+    dtype; ``lengths`` is int64, counted in data rows.  ``maxlen`` defaults to
+    the longest sequence; a shorter one is a :class:`~lodtool.errors.LodShapeError`.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1], [1, 2, 3]])
+    >>> padded, lengths = sequence_pad(x, level=0, maxlen=4)
+    >>> padded.tolist(), lengths.tolist()
+    ([[0, 1, 2, 0], [3, 4, 5, 0]], [3, 3])
+    """
+    xt = as_tensor(x, "x")
+    need_lod(xt, OP_PAD)
+    lvl = level_index(xt, level, OP_PAD)
+    roff = row_offsets(xt.offsets, lvl)
+    lengths = roff[1:] - roff[:-1]
+    longest = int(lengths.max()) if lengths.size else 0
+    if maxlen is None:
+        maxlen = longest
+    else:
+        maxlen = _check_maxlen(maxlen, OP_PAD)
+        if maxlen < longest:
+            raise LodShapeError(f"{OP_PAD}: maxlen {maxlen} is shorter than the longest sequence ({longest} rows) "
+                                f"of level {lvl}; as in Paddle, it must be at least the longest length")
+    pad = cast_value(pad_value, xt.dtype, f"{OP_PAD}: pad_value", xt.element_shape)
+    be = get_backend(xt.data, backend, device, op=OP_PAD)
+    if be.name == "numpy":
+        return _reference(np.asarray(xt.data), lengths, maxlen, pad), lengths
+    return _pad_numba(xt.data, roff, maxlen, pad), lengths
+
+
+def _check_maxlen(maxlen: Any, op: str) -> int:
+    if isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)):
+        raise LodUsageError(f"{op}: maxlen must be an integer or None, got {maxlen!r}")
+    if maxlen < 0:
+        raise LodUsageError(f"{op}: maxlen must be >= 0, got {maxlen}")
+    return int(maxlen)
+
+
+def _reference(data: np.ndarray, lengths: np.ndarray, maxlen: int, pad: np.ndarray) -> np.ndarray:
+    """The plain NumPy implementation of ``sequence_pad`` (rows are taken in order)."""
+    out = np.empty((len(lengths), maxlen) + data.shape[1:], data.dtype)
+    out[...] = pad
+    mask = np.arange(maxlen) < lengths[:, None]
+    out[mask] = data  # the sequences of any level cover every row, in order
+    return out
+
+
+def _pad_numba(data: np.ndarray, roff: np.ndarray, maxlen: int, pad: np.ndarray) -> np.ndarray:
+    n = len(roff) - 1
+    xw, k = as_words(data)
+    out, outw = empty_words(n * maxlen, data, xw.dtype)
+    out = out.reshape((n, maxlen) + data.shape[1:])
+    padw = words_of(np.ascontiguousarray(pad), xw.dtype)
+    if k and maxlen:
+        _pad(xw, U(k), roff.view(np.uint64), U(maxlen), padw, outw, *schedule(n))
+    return out
+
+
+@kernel(parallel=True)
+def _pad(xw, k, roff, maxlen, padw, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """Rows ``roff[i]..roff[i+1]`` to ``out[i, :len]``; ``padw`` (``k`` words) after them.
+
+    See the kernel notes in expand.py (unsigned indices, dynamic blocks).
+    """
+    one = U(1)
+    n = U(roff.shape[0]) - one
+    width = maxlen * k
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                a = roff[i]
+                m = (roff[i + one] - a) * k
+                src = a * k
+                dst = i * width
+                for j in range(m):
+                    outw[dst + j] = xw[src + j]
+                if k == one:
+                    v = padw[0]
+                    for j in range(m, width):
+                        outw[dst + j] = v
+                else:
+                    rest = dst + m
+                    for t in range((width - m) // k):
+                        for j in range(k):
+                            outw[rest + j] = padw[j]
+                        rest += k
+            blk = atomic_add(counter, one)
+
+
+def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
+                   device: str | None = None) -> LoDTensor:
+    """The first ``lengths[i]`` rows of each ``padded[i]``, as a 1-level LoD tensor (Paddle's ``sequence_unpad``).
+
+    ``padded`` has shape ``(sequences, maxlen, *element_shape)``; ``lengths``
+    holds one integer per sequence (shape ``(n,)`` or ``(n, 1)``).
+
+    >>> import numpy as np
+    >>> t = sequence_unpad(np.arange(12).reshape(3, 4), [2, 0, 3])
+    >>> t.data.tolist(), t.lod
+    ([0, 1, 8, 9, 10], [[0, 2, 2, 5]])
+    """
+    data = padded if hasattr(padded, "__cuda_array_interface__") else np.asarray(padded)
+    check_dtype(data.dtype, "padded")
+    if data.ndim < 2:
+        raise LodShapeError(f"{OP_UNPAD}: padded must have shape (sequences, maxlen, ...), got {data.shape}")
+    lens = np.asarray(lengths)
+    if lens.size == 0:
+        lens = lens.astype(np.int64)
+    if lens.ndim == 2 and lens.shape[1] == 1:
+        lens = lens[:, 0]
+    lens = as_index_array(lens, what="lengths")
+    n, maxlen = data.shape[:2]
+    if len(lens) != n:
+        raise LodShapeError(f"{OP_UNPAD}: {len(lens)} lengths for {n} padded sequences")
+    if n == 0:
+        raise LodShapeError(f"{OP_UNPAD}: no sequences; a LoD needs at least one")
+    if lens.size and lens.min() < 0:
+        j = int(np.argmin(lens))
+        raise LodValidationError(f"{OP_UNPAD}: lengths[{j}]={int(lens[j])} is negative")
+    if lens.size and lens.max() > maxlen:
+        j = int(np.argmax(lens))
+        raise LodShapeError(f"{OP_UNPAD}: lengths[{j}]={int(lens[j])} is longer than the padded length {maxlen}")
+    off = np.empty(n + 1, np.int64)
+    off[0] = 0
+    np.cumsum(lens, out=off[1:])
+    be = get_backend(data, backend, device, op=OP_UNPAD)
+    if be.name == "numpy":
+        out = _unpad_reference(data, lens, maxlen)
+    else:
+        out = _unpad_numba(data, off, maxlen)
+    return LoDTensor._trusted(out, (off,))
+
+
+def _unpad_reference(data: np.ndarray, lens: np.ndarray, maxlen: int) -> np.ndarray:
+    """The plain NumPy implementation of ``sequence_unpad``."""
+    return data[np.arange(maxlen) < lens[:, None]]
+
+
+def _unpad_numba(data: np.ndarray, off: np.ndarray, maxlen: int) -> np.ndarray:
+    element_shape = data.shape[2:]
+    rows = data.reshape((data.shape[0] * maxlen,) + element_shape)
+    xw, k = as_words(rows)
+    out, outw = empty_words(int(off[-1]), rows, xw.dtype)
+    if k:
+        _unpad(xw, U(k), off.view(np.uint64), U(maxlen), outw, *schedule(len(off) - 1))
+    return out
+
+
+@kernel(parallel=True)
+def _unpad(xw, k, off, maxlen, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """``padded[i, :len_i]`` (``k`` words a row) to output rows ``off[i]..off[i+1]``."""
+    one = U(1)
+    n = U(off.shape[0]) - one
+    width = maxlen * k
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                a = off[i]
+                m = (off[i + one] - a) * k
+                src = i * width
+                dst = a * k
+                for j in range(m):
+                    outw[dst + j] = xw[src + j]
+            blk = atomic_add(counter, one)
+
+
+def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool) -> np.ndarray:
+    """``mask[..., j] = j < lengths[...]`` with ``maxlen`` columns (Paddle's ``sequence_mask``).
+
+    ``maxlen`` defaults to the longest length; a shorter one truncates the mask,
+    as in Paddle.  Negative lengths are a :class:`~lodtool.errors.LodValidationError`.
+
+    >>> sequence_mask([1, 3], dtype="int64").tolist()
+    [[1, 0, 0], [1, 1, 1]]
+    """
+    lens = np.asarray(lengths)
+    if lens.dtype.kind not in "iu":
+        if lens.size == 0:
+            lens = lens.astype(np.int64)
+        else:
+            raise LodValidationError(f"{OP_MASK}: lengths must be integers, got dtype {lens.dtype}")
+    if lens.size and lens.min() < 0:
+        raise LodValidationError(f"{OP_MASK}: lengths must not be negative (found {int(lens.min())})")
+    if maxlen is None:
+        maxlen = int(lens.max()) if lens.size else 0
+    else:
+        maxlen = _check_maxlen(maxlen, OP_MASK)
+    dtype = check_dtype(dtype, "dtype")
+    mask = np.arange(maxlen) < lens[..., None]
+    return mask if dtype == np.bool_ else mask.astype(dtype)
+
+
+__all__ = ["sequence_pad", "sequence_unpad", "sequence_mask"]

@@ -1,0 +1,308 @@
+"""``sequence_pool``: reduce each sequence of the last LoD level to one row.
+
+As Paddle's ``sequence_pool`` (checked against PaddlePaddle 3.3, static graph):
+the output has one row per last-level sequence, and the upper levels stay as
+its LoD (a 2-level input gives a 1-level output holding the top level's
+offsets; a 1-level input gives a plain 0-level tensor).  Empty sequences get
+``pad_value``.  Pool types:
+
+=========  =========================================================
+sum        sum of the rows
+average    sum / length
+sqrt       sum / sqrt(length)
+max, min   the largest / smallest value per element (``min`` is lodtool's)
+first      the first row (:func:`sequence_first_step`)
+last       the last row (:func:`sequence_last_step`)
+=========  =========================================================
+
+``max`` and ``min`` compare as Paddle does (start from the first row, replace a
+value only by a strictly larger/smaller one), so a NaN in a sequence's first row
+is kept and later NaNs are skipped.
+
+Output dtypes (Paddle has float32/float64 kernels only; lodtool extends):
+
+* ``sum``: bool and signed ints -> int64, unsigned ints -> uint64, floats keep theirs.
+* ``average``, ``sqrt``: bool and ints -> float64, floats keep theirs.
+* ``max``, ``min``, ``first``, ``last``: the input dtype.
+
+float16 is accumulated in float32 and rounded once at the end; float32 is
+accumulated in float32, row by row, as Paddle does.  Complex data is refused
+except for ``first``/``last``.  ``pad_value`` must be representable in the
+output dtype (``-1`` for uint8 data, or ``0.5`` for an integer sum, is an error).
+
+Where lodtool extends Paddle: any number of LoD levels (Paddle stops at 2; all
+upper levels are kept), ``min``, integer and bool data, and data with fewer
+rows than sequences (Paddle refuses those; empty sequences simply get
+``pad_value``).
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> x = LoDTensor(np.arange(12.0).reshape(6, 2), recursive_sequence_lengths=[[2, 0, 4]])
+>>> sequence_pool(x, "sum", pad_value=-1).data.tolist()
+[[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
+>>> np.round(sequence_pool(x, "sqrt").data[0], 6).tolist()
+[1.414214, 2.828427]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import LodDtypeError, LodUsageError
+from ..tensor import LoDTensor
+from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._util import U, as_tensor, as_words, cast_value, empty_words, need_lod, row_size, words_of
+
+OP = "sequence_pool"
+POOL_TYPES = ("sum", "average", "sqrt", "max", "min", "first", "last")
+SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
+
+
+def pool_dtypes(dtype: Any, pool_type: str) -> tuple[np.dtype, np.dtype]:
+    """``(output dtype, accumulation dtype)`` of ``pool_type`` on ``dtype`` data.
+
+    >>> [str(d) for d in pool_dtypes(np.int8, "sum")], [str(d) for d in pool_dtypes(np.float16, "average")]
+    (['int64', 'int64'], ['float16', 'float32'])
+    """
+    dtype = np.dtype(dtype)
+    code = _code(pool_type)
+    kind = dtype.kind
+    if code in (FIRST, LAST):
+        return dtype, dtype
+    if kind == "c":
+        raise LodDtypeError(f"{OP}: pool_type {pool_type!r} is not supported for complex data ({dtype}); "
+                            "only first and last are")
+    if code in (MAX, MIN):
+        acc = np.dtype(np.float32) if dtype == np.float16 else dtype
+        return dtype, acc
+    if code == SUM:
+        if kind == "f":
+            return dtype, np.dtype(np.float32) if dtype == np.float16 else dtype
+        out = np.dtype(np.uint64) if kind == "u" else np.dtype(np.int64)
+        return out, out
+    # average, sqrt
+    if kind == "f":
+        return dtype, np.dtype(np.float32) if dtype == np.float16 else dtype
+    return np.dtype(np.float64), np.dtype(np.float64)
+
+
+def _code(pool_type: str) -> int:
+    name = str(pool_type).lower()
+    if name not in POOL_TYPES:
+        raise LodUsageError(f"{OP}: unknown pool_type {pool_type!r}; choose one of {', '.join(POOL_TYPES)}")
+    return POOL_TYPES.index(name)
+
+
+def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, backend: str | None = None,
+                  device: str | None = None) -> LoDTensor:
+    """Pool each last-level sequence of ``x`` to one row (Paddle's ``sequence_pool``).
+
+    ``pool_type`` is one of ``sum``, ``average``, ``sqrt``, ``max``, ``min``,
+    ``first``, ``last`` (any case).  Empty sequences get ``pad_value``.  The
+    output keeps the upper LoD levels.  ``backend``: ``"numba"`` (default) or
+    ``"numpy"`` (the reference).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.arange(6.0), recursive_sequence_lengths=[[2, 1], [1, 2, 3]])
+    >>> out = sequence_pool(x, "max")
+    >>> out.data.tolist(), out.lod
+    ([0.0, 2.0, 5.0], [[0, 2, 3]])
+    """
+    xt = as_tensor(x, "x")
+    need_lod(xt, OP)
+    code = _code(pool_type)
+    out_dtype, acc_dtype = pool_dtypes(xt.dtype, pool_type)
+    pad = cast_value(pad_value, out_dtype, f"{OP}: pad_value", xt.element_shape)
+    be = get_backend(xt.data, backend, device, op=OP)
+    if be.name == "numpy":
+        data = _reference(np.asarray(xt.data), xt.offsets[-1], code, pad, out_dtype, acc_dtype)
+    else:
+        data = _pool_numba(xt.data, xt.offsets[-1], code, pad, out_dtype, acc_dtype)
+    names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
+    return LoDTensor._trusted(data, xt.offsets[:-1], names)
+
+
+def sequence_first_step(x: LoDTensor, pad_value: Any = 0, **kwargs) -> LoDTensor:
+    """The first row of each last-level sequence: ``sequence_pool(x, "first")``.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> sequence_first_step(LoDTensor(np.arange(5), [[0, 2, 5]])).data.tolist()
+    [0, 2]
+    """
+    return sequence_pool(x, "first", pad_value, **kwargs)
+
+
+def sequence_last_step(x: LoDTensor, pad_value: Any = 0, **kwargs) -> LoDTensor:
+    """The last row of each last-level sequence: ``sequence_pool(x, "last")``.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> sequence_last_step(LoDTensor(np.arange(5), [[0, 2, 5]])).data.tolist()
+    [1, 4]
+    """
+    return sequence_pool(x, "last", pad_value, **kwargs)
+
+
+def _reference(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, out_dtype: np.dtype,
+               acc_dtype: np.dtype) -> np.ndarray:
+    """The plain NumPy implementation (the specification the kernels are tested against)."""
+    n = len(off) - 1
+    lens = off[1:] - off[:-1]
+    full = lens > 0
+    starts = off[:-1][full]
+    out = np.empty((n,) + data.shape[1:], out_dtype)
+    out[~full] = pad
+    if not starts.size:
+        return out
+    if code in (FIRST, LAST):
+        out[full] = data[starts if code == FIRST else off[1:][full] - 1]
+        return out
+    acc = data.astype(acc_dtype, copy=False)
+    expand = (slice(None),) + (None,) * (data.ndim - 1)
+    if code in (SUM, AVERAGE, SQRT):
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN come out as they do in the kernel
+            total = np.add.reduceat(acc, starts, axis=0)
+            if code == AVERAGE:
+                total = total / lens[full].astype(acc_dtype)[expand]
+            elif code == SQRT:
+                total = total / np.sqrt(lens[full].astype(acc_dtype))[expand]
+    else:
+        first = acc[starts]
+        if acc.dtype.kind == "f":  # NaNs after the first row never win; a NaN first row stays
+            skip = np.where(np.isnan(acc), -np.inf if code == MAX else np.inf, acc)
+            ufunc = np.maximum if code == MAX else np.minimum
+            total = np.where(np.isnan(first), first, ufunc.reduceat(skip, starts, axis=0))
+        else:
+            total = (np.maximum if code == MAX else np.minimum).reduceat(acc, starts, axis=0)
+    out[full] = total.astype(out_dtype, copy=False)
+    return out
+
+
+def _pool_numba(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, out_dtype: np.dtype,
+                acc_dtype: np.dtype) -> np.ndarray:
+    n = len(off) - 1
+    shape = (n,) + tuple(data.shape[1:])
+    if code in (FIRST, LAST):
+        xw, k = as_words(data)
+        out, outw = empty_words(n, data, xw.dtype)
+        padw = words_of(np.ascontiguousarray(pad), xw.dtype)
+        if k:
+            _pick_rows(xw, U(k), off.view(np.uint64), code == LAST, padw, outw, *schedule(n))
+        return out
+    width = row_size(data.shape[1:])
+    # one compiled kernel per 64-bit type: narrower ints widen (exactly), float16 computes in float32
+    work = _kernel_dtype(data.dtype, acc_dtype)
+    x2 = np.ascontiguousarray(data).reshape(data.shape[0], width).astype(work, copy=False)
+    acc_dtype = work if acc_dtype.kind not in "f" else acc_dtype
+    out = np.empty((n, width), acc_dtype)
+    pad2 = pad.astype(acc_dtype).reshape(width)
+    lens = off[1:] - off[:-1]
+    if code == AVERAGE:
+        scale = lens.astype(acc_dtype)
+    elif code == SQRT:
+        scale = np.sqrt(lens.astype(acc_dtype))
+    else:
+        scale = np.empty(0, acc_dtype)
+    if width:
+        _pool(x2, off.view(np.uint64), code, pad2, scale, out, *schedule(n))
+    return out.astype(out_dtype, copy=False).reshape(shape)
+
+
+def _kernel_dtype(dtype: np.dtype, acc_dtype: np.dtype) -> np.dtype:
+    if acc_dtype.kind == "f":
+        return acc_dtype
+    return np.dtype(np.uint64) if dtype.kind == "u" else np.dtype(np.int64)
+
+
+@kernel(parallel=True)
+def _pool(x2, off, code, pad, scale, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """Reduce rows ``off[i]..off[i+1]`` of ``x2`` into ``out[i]``, in row order; codes as ``POOL_TYPES``.
+
+    See the kernel notes in expand.py (unsigned indices, dynamic blocks).
+    """
+    one = U(1)
+    n = U(off.shape[0]) - one
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                _pool_one(x2, off[i], off[i + one], code, pad, scale, i, out)
+            blk = atomic_add(counter, one)
+
+
+@kernel(inline="always")
+def _pool_one(x2, a, b, code, pad, scale, i, out):  # pragma: no cover - compiled by Numba
+    """Rows ``a..b`` of ``x2`` into ``out[i]``; averages divide by ``scale[i]`` in its dtype."""
+    k = x2.shape[1]
+    if a == b:
+        for j in range(k):
+            out[i, j] = pad[j]
+        return
+    first = a + U(1)
+    if k == 1:  # a scalar accumulator: no store per row
+        out[i, 0] = x2[a, 0]
+        acc = out[i, 0]
+        if code <= 2:
+            for r in range(first, b):
+                acc += x2[r, 0]
+        elif code == 3:
+            for r in range(first, b):
+                v = x2[r, 0]
+                if v > acc:  # noqa: PLR1730 (not max(): Paddle's NaN handling)
+                    acc = v
+        else:
+            for r in range(first, b):
+                v = x2[r, 0]
+                if v < acc:  # noqa: PLR1730
+                    acc = v
+        out[i, 0] = acc
+    else:
+        for j in range(k):
+            out[i, j] = x2[a, j]
+        if code <= 2:
+            for r in range(first, b):
+                for j in range(k):
+                    out[i, j] += x2[r, j]
+        elif code == 3:
+            for r in range(first, b):
+                for j in range(k):
+                    if x2[r, j] > out[i, j]:  # noqa: PLR1730
+                        out[i, j] = x2[r, j]
+        else:
+            for r in range(first, b):
+                for j in range(k):
+                    if x2[r, j] < out[i, j]:  # noqa: PLR1730
+                        out[i, j] = x2[r, j]
+    if code == 1 or code == 2:
+        d = scale[i]
+        for j in range(k):
+            out[i, j] = out[i, j] / d
+
+
+@kernel(parallel=True)
+def _pick_rows(xw, k, off, last, padw, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """The first (or last) row of each sequence, ``k`` words each; ``padw`` for empty ones."""
+    one = U(1)
+    n = U(off.shape[0]) - one
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                a = off[i]
+                b = off[i + one]
+                dst = i * k
+                if a == b:
+                    for j in range(k):
+                        outw[dst + j] = padw[j]
+                else:
+                    src = (b - one if last else a) * k
+                    for j in range(k):
+                        outw[dst + j] = xw[src + j]
+            blk = atomic_add(counter, one)
+
+
+__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "pool_dtypes", "POOL_TYPES"]

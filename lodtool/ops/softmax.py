@@ -1,0 +1,124 @@
+"""``sequence_softmax``: softmax within each sequence of the last LoD level.
+
+As Paddle's ``sequence_softmax`` (checked against PaddlePaddle 3.3, static
+graph): the data must have one value per row (shape ``(N,)`` or ``(N, 1)``,
+else :class:`~lodtool.errors.LodShapeError`), the output keeps the input's
+shape and LoD, and empty sequences contribute nothing.  It is numerically
+stable: each sequence's maximum is subtracted before ``exp``.
+
+Dtypes: float32 and float64 keep theirs (as Paddle); float16 is computed in
+float32 and rounded back; bool and integers, which Paddle refuses, are
+promoted to float64 (as NumPy's true division promotes them); complex data is a
+:class:`~lodtool.errors.LodDtypeError`.  A NaN in a sequence makes that whole
+sequence NaN.
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> x = LoDTensor(np.array([0.0, 1.0, 0.0, 1.0, 2.0]), recursive_sequence_lengths=[[2, 0, 3]])
+>>> np.round(sequence_softmax(x).data, 4).tolist()
+[0.2689, 0.7311, 0.09, 0.2447, 0.6652]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LodDtypeError, LodShapeError
+from ..tensor import LoDTensor
+from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._util import U, as_tensor, need_lod, row_size
+
+OP = "sequence_softmax"
+
+
+def softmax_dtype(dtype) -> np.dtype:
+    """The output dtype of ``sequence_softmax`` for ``dtype`` data.
+
+    >>> str(softmax_dtype(np.int32)), str(softmax_dtype(np.float32))
+    ('float64', 'float32')
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype
+    if dtype.kind in "biu":
+        return np.dtype(np.float64)
+    raise LodDtypeError(f"{OP}: {dtype} data is not supported; use real (float or integer) data")
+
+
+def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | None = None) -> LoDTensor:
+    """Softmax over the rows of each last-level sequence (Paddle's ``sequence_softmax``).
+
+    ``backend``: ``"numba"`` (default) or ``"numpy"`` (the reference).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.array([[1.0], [1.0], [5.0]], np.float32), recursive_sequence_lengths=[[2, 1]])
+    >>> sequence_softmax(x).data.ravel().tolist()
+    [0.5, 0.5, 1.0]
+    """
+    xt = as_tensor(x, "x")
+    need_lod(xt, OP)
+    if row_size(xt.element_shape) != 1:
+        raise LodShapeError(f"{OP}: each row must hold one value (shape (N,) or (N, 1)), but rows have shape "
+                            f"{xt.element_shape}; as in Paddle, the width of each time step must be 1")
+    out_dtype = softmax_dtype(xt.dtype)
+    be = get_backend(xt.data, backend, device, op=OP)
+    work = np.float32 if out_dtype == np.float16 else out_dtype
+    flat = np.ascontiguousarray(xt.data).reshape(-1).astype(work, copy=False)
+    off = xt.offsets[-1]
+    if be.name == "numpy":
+        out = _reference(flat, off)
+    else:
+        out = np.empty_like(flat)
+        _softmax(flat, off.view(np.uint64), out, *schedule(len(off) - 1))
+    out = out.astype(out_dtype, copy=False).reshape(xt.shape)
+    return LoDTensor._trusted(out, xt.offsets, xt.level_names)
+
+
+def _reference(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """The plain NumPy implementation (the specification the kernels are tested against)."""
+    lens = off[1:] - off[:-1]
+    full = lens > 0
+    starts = off[:-1][full]
+    if not starts.size:
+        return flat.copy()
+    counts = lens[full]
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN come out as they do in the kernel
+        peak = np.maximum.reduceat(flat, starts)
+        e = np.exp(flat - np.repeat(peak, counts))
+        total = np.add.reduceat(e.astype(np.float64), starts)
+        return (e / np.repeat(total, counts)).astype(flat.dtype, copy=False)
+
+
+@kernel(parallel=True)
+def _softmax(x, off, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """Stable softmax of ``x[off[i]:off[i+1]]`` into ``out``; sums accumulate in float64.
+
+    See the kernel notes in expand.py (unsigned indices, dynamic blocks).
+    """
+    one = U(1)
+    n = U(off.shape[0]) - one
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                a = off[i]
+                b = off[i + one]
+                if a == b:
+                    continue
+                peak = x[a]
+                for r in range(a + one, b):
+                    v = x[r]
+                    if v > peak or np.isnan(v):  # NaN wins, as in np.maximum
+                        peak = v
+                total = 0.0
+                for r in range(a, b):
+                    e = np.exp(x[r] - peak)
+                    out[r] = e
+                    total += e
+                for r in range(a, b):
+                    out[r] = out[r] / total
+            blk = atomic_add(counter, one)
+
+
+__all__ = ["sequence_softmax", "softmax_dtype"]
