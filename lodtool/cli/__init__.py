@@ -1,0 +1,1 @@
+"""The ``lodtool`` command line: argument parsing and rendering over the library."""

@@ -1,0 +1,290 @@
+"""Rendering for humans: rich tables and trees, the seeds' bars picture, progress bars.
+
+rich is imported only here, and only when something is drawn, so commands that
+print JSON start fast.  All drawing goes through one Console, which honours
+NO_COLOR / FORCE_COLOR and drops colour when stdout is not a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..lod import format_path
+
+_console = None
+
+
+def console():
+    global _console
+    if _console is None:
+        from rich.console import Console
+
+        _console = Console(soft_wrap=False, highlight=False)
+    return _console
+
+
+def print_(renderable: Any) -> None:
+    console().print(renderable)
+
+
+# -- sizes -------------------------------------------------------------------------------------
+def human_bytes(n: int | float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+# -- inspect -----------------------------------------------------------------------------------
+def inspect_report(info: dict) -> None:
+    from rich.table import Table
+
+    con = console()
+    con.print(f"[bold]{info['path']}[/]  {info.get('format', 'lodtool')} format v{info['format_version']}"
+              f"  ({human_bytes(info.get('file_size', 0))} on disk)")
+    for t in info["tensors"]:
+        shape = "×".join(str(d) for d in t["element_shape"]) or "scalar"
+        shared = f"  offsets shared with {', '.join(t['shared_lod_with'])}" if t.get("shared_lod_with") else ""
+        con.print(f"\n[bold cyan]{t['name']}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
+                  f"{t['lod_level']} LoD level(s)  compression {t['compression']}  "
+                  f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
+        if not t["levels"]:
+            continue
+        table = Table(show_edge=False, header_style="bold")
+        for col in ("level", "name", "sequences", "min", "median", "mean", "max", "empty"):
+            table.add_column(col, justify="left" if col == "name" else "right")
+        for lv in t["levels"]:
+            table.add_row(str(lv["level"]), lv.get("name") or "", f"{lv['sequences']:,}", _num(lv["min"]),
+                          _num(lv["median"]), _num(lv["mean"], 2), _num(lv["max"]), f"{lv['empty']:,}")
+        con.print(table)
+
+
+def _num(v, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if digits and isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,.0f}" if isinstance(v, float) and v.is_integer() else f"{v:,}"
+
+
+# -- validate / verify -------------------------------------------------------------------------
+def validation_report(reports: Sequence[Any]) -> None:
+    con = console()
+    for rep in reports:
+        if rep.error:
+            con.print(f"[red]unreadable[/] {rep.path}: {rep.error}")
+        elif rep.ok:
+            con.print(f"[green]ok[/] {rep.path}")
+        else:
+            con.print(f"[red]invalid[/] {rep.path}: {len(rep.problems)} problem(s)")
+            for p in rep.problems:
+                con.print(f"  {problem_text(p)}", markup=False)
+
+
+def problem_text(p: Any) -> str:
+    where = [f"tensor {p.tensor!r}"] if getattr(p, "tensor", None) else []
+    if getattr(p, "level", None) is not None:
+        where.append(f"level {p.level}")
+    if getattr(p, "index", None) is not None:
+        where.append(f"index {p.index}")
+    prefix = ", ".join(where)
+    return f"{p.file}: {prefix}: {p.message}" if prefix else f"{p.file}: {p.message}"
+
+
+# -- progress ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def progress(total: int | None, description: str, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A byte-progress bar on stderr; a no-op callback when disabled or stderr is no terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.update(task, completed=n)
+
+
+# -- trees -------------------------------------------------------------------------------------
+class TreeSource:
+    """What the tree and bars renderers need: offsets windows and a few rows of a leaf.
+
+    Works over an in-memory LoDTensor or a lazy on-disk tensor, so drawing the
+    top of a huge file reads only the offsets and rows it shows.
+    """
+
+    def __init__(self, tensor: Any, lazy: bool):
+        self.t = tensor
+        self.lazy = lazy
+        self.lod_level = tensor.lod_level
+        self.level_names = tensor.level_names
+        self.element_shape = tuple(tensor.element_shape)
+        if lazy:
+            self.level_sizes = list(tensor.level_sizes)
+        else:
+            self.level_sizes = [len(o) for o in tensor.offsets]
+        self.n_rows = tensor.n_rows if lazy else tensor.shape[0]
+
+    def offsets(self, level: int, start: int, stop: int) -> np.ndarray:
+        if self.lazy:
+            return self.t.read_offsets(level, start, stop)
+        return self.t.offsets[level][start:stop]
+
+    def rows(self, seq: int, limit: int) -> tuple[np.ndarray, int]:
+        """Up to ``limit`` rows of last-level sequence ``seq``, and its full length."""
+        o = self.offsets(self.lod_level - 1, seq, seq + 2)
+        begin, end = int(o[0]), int(o[1])
+        if self.lazy:
+            data = self.t.slice_level(self.lod_level - 1, seq, seq + 1).data[:limit] if end > begin else \
+                np.empty((0,) + self.element_shape)
+        else:
+            data = self.t.data[begin:min(end, begin + limit)]
+        return np.asarray(data), end - begin
+
+
+def preview(rows: np.ndarray, total: int, element_shape: tuple, limit: int) -> str:
+    if total == 0:
+        return "[]"
+    if element_shape and int(np.prod(element_shape)) > 4:
+        return f"{total} × {element_shape} {rows.dtype}"
+    items = [_fmt_element(r) for r in rows[:limit]]
+    more = f", … +{total - limit}" if total > limit else ""
+    return "[" + ", ".join(items) + more + "]"
+
+
+def _fmt_element(r) -> str:
+    if np.ndim(r) == 0:
+        return repr(r.item()) if isinstance(r.item(), float) else str(r.item())
+    return "[" + ", ".join(_fmt_element(x) for x in r) + "]"
+
+
+def _level_name(src: TreeSource, level: int) -> str:
+    if src.level_names and level < len(src.level_names):
+        return src.level_names[level]
+    return ""
+
+
+def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, begin: int, end: int,
+               depth: int, max_children: int, preview_items: int = 8, first_label: int = 0):
+    """A rich Tree of entries ``begin..end`` of ``level``, ``depth`` levels deep.
+
+    ``path`` is the branch the entries sit under; the top entries are labelled
+    from ``first_label`` (tail numbers them from the end of the file).  Nodes are
+    expanded with an explicit stack (no recursion); each level is cut to
+    ``max_children``.
+    """
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    root = Tree(title)
+    # (parent rich node, level, begin, end, path of parent, remaining depth)
+    stack = [(root, level, begin, end, tuple(path), depth)]
+    while stack:
+        node, lv, b, e, ppath, remaining = stack.pop()
+        shown = min(e - b, max_children)
+        if lv == src.lod_level:  # rows of a 0-level view
+            rows = src.t.data[b:b + shown] if not src.lazy else src.t.head(shown).data
+            node.add(escape(preview(np.asarray(rows), e - b, src.element_shape, preview_items)))
+            continue
+        window = src.offsets(lv, b, b + shown + 1) if shown else np.zeros(1, np.int64)
+        pending = []
+        for k in range(shown):
+            cpath = ppath + (k + (first_label if lv == level else 0),)
+            length = int(window[k + 1] - window[k])
+            name = _level_name(src, lv)
+            label = f"[bold]{escape(format_path(cpath))}[/]" + (f" {escape(name)}" if name else "")
+            label += f"  [dim]len[/] {length}"
+            if lv == src.lod_level - 1:
+                rows, total = src.rows(b + k, preview_items)
+                label += "  " + escape(preview(rows, total, src.element_shape, preview_items))
+                node.add(label)
+            else:
+                child = node.add(label)
+                if remaining > 1 and length:
+                    pending.append((child, lv + 1, int(window[k]), int(window[k + 1]), cpath, remaining - 1))
+        if e - b > shown:
+            node.add(f"[dim]… {e - b - shown:,} more[/]")
+        stack.extend(reversed(pending))
+    return root
+
+
+# -- the seeds' bars picture -------------------------------------------------------------------
+def bars(lengths_per_level: Sequence[Sequence[int]], element_ndim: int) -> list[str]:
+    """The seeds' picture of a LoD: one row of lengths per level over the element marks.
+
+    Each label sits over the first column of its span, as in the user guide.
+
+    >>> print("\\n".join(bars([[3, 1, 2], [3, 2, 4, 1, 2, 3]], 0)))
+    3           1 2
+    3   2  4    1 2  3
+    ||| || |||| | || |||
+    """
+    mark = "口" if element_ndim >= 2 else "|"
+    mark_width = _cell_width(mark)
+    n_levels = len(lengths_per_level)
+    # widths bottom-up: a leaf spans its marks; a node spans its children and its label
+    widths: list[list[int]] = [[] for _ in range(n_levels)]
+    last = lengths_per_level[-1]
+    widths[-1] = [max(len(str(n)), n * mark_width, 1) for n in last]
+    for lv in range(n_levels - 2, -1, -1):
+        child_w = widths[lv + 1]
+        pos = 0
+        row = []
+        for n in lengths_per_level[lv]:
+            span = sum(child_w[pos:pos + n]) + max(n - 1, 0)
+            label = len(str(n))
+            if label > span and n:
+                child_w[pos + n - 1] += label - span  # widen the last child; keeps the columns aligned
+                _widen_down(widths, lengths_per_level, lv + 1, pos + n - 1, label - span)
+                span = label
+            row.append(max(span, label))
+            pos += n
+        widths[lv] = row
+    lines = []
+    for lv in range(n_levels):
+        lines.append(_bars_row(lengths_per_level, widths, lv, None))
+    lines.append(_bars_row(lengths_per_level, widths, n_levels - 1, mark))
+    return [line.rstrip() for line in lines]
+
+
+def _widen_down(widths, lengths, lv: int, index: int, extra: int) -> None:
+    # widening node `index` of level lv widens its last child below, down to the leaves
+    while lv + 1 < len(widths):
+        start = sum(lengths[lv][:index])
+        n = lengths[lv][index]
+        if n == 0:
+            return
+        index = start + n - 1
+        lv += 1
+        widths[lv][index] += extra
+
+
+def _bars_row(lengths, widths, target: int, mark: str | None) -> str:
+    """Row of level ``target`` (labels) or, with ``mark``, the element marks under the last level."""
+    def walk(lv: int, begin: int, end: int) -> list[str]:
+        out = []
+        child = sum(lengths[lv][:begin]) if lv + 1 < len(lengths) else 0
+        for j in range(begin, end):
+            n, w = lengths[lv][j], widths[lv][j]
+            if lv == target:
+                text = (mark * n) if mark else str(n)
+                cells_used = n * _cell_width(mark) if mark else len(text)
+                out.append(text + " " * (w - cells_used))
+            else:
+                inner = " ".join(walk(lv + 1, child, child + n))
+                out.append(inner.ljust(w))
+            child += n
+        return out
+
+    return " ".join(walk(0, 0, len(lengths[0])))
+
+
+def _cell_width(mark: str) -> int:
+    return 2 if mark == "口" else 1

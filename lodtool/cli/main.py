@@ -1,0 +1,138 @@
+"""The ``lodtool`` click group: global options, lazy command loading, error handling.
+
+Commands live in their own modules and are imported only when run, so
+``lodtool inspect`` never pays for numba or the operators.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from ..errors import LodError
+
+#: command name -> (module, function, one-line help shown in ``lodtool --help``)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "pack": ("pack", "pack", "Pack ragged JSON / JSON Lines / NPY / NPZ into a container."),
+    "unpack": ("unpack", "unpack", "Write a tensor back out as JSON, JSON Lines or NPZ."),
+    "validate": ("validate", "validate", "Check containers against the format and the LoD rules."),
+    "inspect": ("inspect", "inspect", "Show tensors, levels and length statistics (reads offsets only)."),
+    "verify": ("verify", "verify", "Recompute the recorded checksums of every dataset."),
+    "slice": ("slice", "slice_", "Extract a branch <i,j,...> or a level range as a tensor of its own."),
+    "head": ("slice", "head", "The first K top-level sequences."),
+    "tail": ("slice", "tail", "The last K top-level sequences."),
+    "tree": ("tree", "tree", "Draw a tensor as a tree of branches (or as the seeds' bars)."),
+    "expand": ("ops", "expand", "sequence_expand X by the LoD of Y (Paddle semantics)."),
+    "pool": ("ops", "pool", "Reduce each last-level sequence (sum, average, sqrt, max, min, first, last)."),
+    "softmax": ("ops", "softmax", "Softmax within each last-level sequence."),
+    "pad": ("ops", "pad", "Pad the sequences of a level into a dense array (NPZ)."),
+    "unpad": ("ops", "unpad", "Turn a padded NPZ (padded + lengths) back into a container."),
+    "reverse": ("ops", "reverse", "Reverse each last-level sequence."),
+    "pack-plan": ("ops", "pack_plan", "The RNN packing plan: sort by length, batch sizes per step."),
+}
+
+
+class LodClickError(click.ClickException):
+    """A LodError as click prints it: one line on stderr, the error's exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file=None) -> None:
+        click.echo(f"lodtool: error: {self.format_message()}", err=True)
+
+
+class LazyGroup(click.Group):
+    """Loads a command's module on first use and turns domain errors into one-line messages."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # list commands without importing each module
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_) for name, (_, _, help_) in COMMANDS.items()])
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except LodError as exc:
+            raise LodClickError(one_line(exc), exc.exit_code) from None
+        except MemoryError:
+            raise LodClickError("out of memory; try --max-memory or a smaller chunk") from None
+        except BrokenPipeError:
+            # the reader of stdout went away (`| head`): stop quietly, as cat does
+            _silence_stdout()
+            ctx.exit(0)
+        except OSError as exc:
+            raise LodClickError(one_line(exc)) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a bug: still one line, the traceback only with -v
+            if ctx.find_root().params.get("verbose"):
+                raise
+            raise LodClickError(f"internal error: {type(exc).__name__}: {one_line(exc)} "
+                                "(run with -v for the traceback)") from None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (file names first where the error has them)."""
+    if isinstance(exc, OSError) and not isinstance(exc, LodError) and exc.filename:
+        text = f"{exc.filename}: {exc.strerror or exc}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lodtool")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+unknown"
+
+
+@click.group("lodtool", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(_version(), "--version", prog_name="lodtool", message="%(prog)s %(version)s")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but data and errors.")
+@click.option("-v", "--verbose", is_flag=True, help="More detail; tracebacks for internal errors.")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
+    """lodtool: LoD tensors (nested variable-length sequences) in a versioned HDF5 container.
+
+    \b
+    Example:
+      lodtool pack sample_data/articles.json -o articles.lod.h5
+      lodtool inspect articles.lod.h5
+      lodtool tree articles.lod.h5
+      lodtool slice articles.lod.h5 '<2,0>' --to json
+    """
+    ctx.obj = {"quiet": quiet, "verbose": verbose}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    cli.main(args=argv, prog_name="lodtool")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

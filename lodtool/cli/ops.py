@@ -1,0 +1,199 @@
+"""Operator commands: expand, pool, softmax, pad, unpad, reverse, pack-plan.
+
+Each is a thin wrapper over one function of :mod:`lodtool.pipeline`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import _options as opt
+
+
+def _report(ctx, result, as_json: bool, verb: str) -> None:
+    summary = {"output": result.output, "name": result.name, "rows": result.rows, "sequences": result.sequences,
+               "lod_level": result.lod_level, "dtype": result.dtype}
+    if as_json:
+        opt.emit_json(summary)
+    elif result.output != "-":
+        opt.message(ctx, f"{verb}: {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
+                         f"{result.lod_level} LoD levels) -> {result.output}:{result.name}")
+
+
+def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
+    @click.command(name)
+    @click.argument("file")
+    @opt.name_option
+    @opt.output_option(required=True, help_="The container to write, or - for stdout.")
+    @click.option("--out-name", default=None, help="Tensor name in the output (default: the input's).")
+    @opt.compression_option
+    @opt.max_memory_option
+    @opt.json_option
+    @click.pass_context
+    def command(ctx, file, name, output, out_name, compression, max_memory, as_json, **kwargs):
+        from .. import pipeline
+
+        with opt.input_path(file) as src, opt.container_output(output) as dst:
+            result = getattr(pipeline, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
+                                                max_memory=opt.parse_size(max_memory), **kwargs)
+        result.output = output
+        _report(ctx, result, as_json, verb)
+
+    for decorator in extra:
+        command = decorator(command)
+    command.help = doc
+    return command
+
+
+pool = _file_op(
+    "pool", "pooled", "pool_file",
+    """Reduce each last-level sequence to one row (Paddle's sequence_pool); upper levels stay as the LoD.
+
+    Empty sequences get --pad-value.  Streams chunks of top-level sequences, so
+    files larger than memory work.
+
+    \b
+    Example:
+      lodtool pool sentences.lod.h5 --type average -o sentence_vectors.lod.h5
+    """,
+    extra=[click.option("--type", "pool_type", default="sum", show_default=True,
+                        type=click.Choice(["sum", "average", "sqrt", "max", "min", "first", "last"])),
+           click.option("--pad-value", type=float, default=0.0, show_default=True,
+                        help="Value for empty sequences.")])
+
+softmax = _file_op(
+    "softmax", "softmax", "softmax_file",
+    """Softmax within each last-level sequence (numerically stable), for data of width 1.
+
+    \b
+    Example:
+      lodtool softmax scores.lod.h5 -o probs.lod.h5
+    """)
+
+reverse = _file_op(
+    "reverse", "reversed", "reverse_file",
+    """Reverse the rows of each last-level sequence; the LoD is unchanged.
+
+    \b
+    Example:
+      lodtool reverse articles.lod.h5 -o reversed.lod.h5
+    """)
+
+
+@click.command("expand")
+@click.argument("x")
+@click.argument("y")
+@click.option("--ref-level", type=int, default=-1, show_default=True, help="Level of Y's LoD to expand by.")
+@opt.output_option(required=True, help_="The container to write, or - for stdout.")
+@click.option("--out-name", default=None, help="Tensor name in the output (default: X's).")
+@opt.compression_option
+@opt.max_memory_option
+@opt.json_option
+@click.pass_context
+def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, as_json):
+    """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
+
+    X and Y are files or FILE:tensor.  Y's data is never read.  Results are
+    exactly Paddle's sequence_expand.
+
+    \b
+    Example:
+      lodtool pack sample_data/expand_x.json --lod-level 1 -o x.lod.h5
+      lodtool pack sample_data/expand_y.json --lod-level 2 -o y.lod.h5
+      lodtool expand x.lod.h5 y.lod.h5 --ref-level 0 -o out.lod.h5
+    """
+    from ..pipeline import expand_file
+
+    x_path, x_name = opt.parse_file_ref(x)
+    y_path, y_name = opt.parse_file_ref(y)
+    with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
+        result = expand_file(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
+                             compression=compression, max_memory=opt.parse_size(max_memory))
+    result.output = output
+    _report(ctx, result, as_json, "expanded")
+
+
+@click.command("pad")
+@click.argument("file")
+@opt.name_option
+@opt.output_option(required=True, help_="The NPZ to write (padded, lengths, mask), or - for stdout.")
+@click.option("--pad-value", type=float, default=0.0, show_default=True)
+@click.option("--maxlen", type=click.IntRange(min=1), default=None, help="Padded length (default: the longest).")
+@click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
+@opt.max_memory_option
+@opt.json_option
+@click.pass_context
+def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, as_json):
+    """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
+
+    Writes an NPZ with `padded`, `lengths` and a boolean `mask`.
+
+    \b
+    Example:
+      lodtool pad articles.lod.h5 -o padded.npz --level 1
+      lodtool unpad padded.npz -o back.lod.h5
+    """
+    from ..pipeline import pad_file
+
+    with opt.input_path(file) as src:
+        info = pad_file(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
+                        maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory))
+    if as_json:
+        opt.emit_json(info)
+    elif output != "-":
+        opt.message(ctx, f"padded {info['sequences']:,} sequences to {tuple(info['shape'])} -> {output}")
+
+
+@click.command("unpad")
+@click.argument("npz")
+@opt.output_option(required=True, help_="The container to write, or - for stdout.")
+@click.option("--name", default="tensor", show_default=True, help="Tensor name in the output.")
+@opt.compression_option
+@opt.json_option
+@click.pass_context
+def unpad(ctx, npz, output, name, compression, as_json):
+    """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
+
+    \b
+    Example:
+      lodtool unpad padded.npz -o back.lod.h5
+    """
+    from ..pipeline import unpad_file
+
+    with opt.input_path(npz) as src, opt.container_output(output) as dst:
+        result = unpad_file(src, dst, name=name, compression=compression)
+    result.output = output
+    _report(ctx, result, as_json, "unpadded")
+
+
+@click.command("pack-plan")
+@click.argument("file")
+@opt.name_option
+@click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
+@opt.json_option
+def pack_plan(file, name, level, as_json):
+    """The RNN packing plan of a level: sequences sorted by decreasing length
+    (stable), the batch size of each time step, and the indices that restore
+    the order (as torch's PackedSequence).  Reads the offsets only.
+
+    \b
+    Example:
+      lodtool pack-plan articles.lod.h5 --level 1 --json
+    """
+    from ..pipeline import pack_plan_file
+
+    with opt.input_path(file) as src:
+        plan = pack_plan_file(src, name=name, level=level)
+    info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
+            "lengths": plan.lengths, "batch_sizes": plan.batch_sizes}
+    if as_json:
+        opt.emit_json(info)
+    else:
+        from ._render import console
+
+        con = console()
+        con.print(f"{len(plan.lengths)} sequences, {len(plan.batch_sizes)} time steps")
+        for key, value in info.items():
+            con.print(f"{key}: {list(map(int, value))}", markup=False)

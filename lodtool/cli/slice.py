@@ -1,0 +1,110 @@
+"""``lodtool slice`` / ``head`` / ``tail``: parts of a tensor, read lazily from disk."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import _options as opt
+from ..lod import parse_path
+
+
+def _write_result(ctx, tensor, output, fmt, name):
+    from ..format.export import write_tensor
+
+    if fmt == "h5":
+        if output is None:
+            raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
+        with opt.container_output(output) as path:
+            write_tensor(tensor, path, to="h5", name=name)
+    else:
+        write_tensor(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
+
+
+@click.command("slice", context_settings={"ignore_unknown_options": True})
+@click.argument("file")
+@click.argument("path", required=False)
+@opt.name_option
+@click.option("--level", type=int, default=None, help="With --range: slice this level instead of a branch.")
+@click.option("--range", "range_", default=None, metavar="A:B", help="Sequences A..B of --level.")
+@opt.to_option(("json", "jsonl", "npz", "h5"))
+@opt.output_option()
+@click.pass_context
+def slice_(ctx, file, path, name, level, range_, to, output):
+    """Extract the <i,j,...>-slice (a branch and everything under it) as a tensor of its own.
+
+    PATH is written 2, 2,0 or '<2,0>'; negative indices count from the end.
+    Only a few offsets and one contiguous block of data are read from disk.
+    The output is a container (-o x.h5 or --to h5) or what unpack writes.
+
+    \b
+    Example:
+      lodtool slice articles.lod.h5 '<2>' --to json        # article 2: [[[11,12],[13,14,15]]]
+      lodtool slice articles.lod.h5 2,0 -o sentence.lod.h5
+      lodtool slice articles.lod.h5 --level 1 --range 2:4 --to jsonl
+    """
+    from ..format.container import open_file
+
+    if (level is None) != (range_ is None):
+        raise click.UsageError("--level and --range go together")
+    if level is not None and path is not None:
+        raise click.UsageError("give a branch PATH or --level/--range, not both")
+    if level is None and path is None:
+        raise click.UsageError("give a branch PATH (e.g. 2,0) or --level L --range A:B")
+    fmt = opt.output_format(output, to, "json")
+    with opt.input_path(file) as src, open_file(src) as f:
+        t = f.tensor(name)
+        if level is not None:
+            begin, end = _parse_range(range_)
+            result = t.slice_level(level, begin, end)
+        else:
+            result = t.branch(*parse_path(path))
+        _write_result(ctx, result, output, fmt, t.name)
+
+
+def _parse_range(text: str) -> tuple[int, int]:
+    try:
+        a, b = text.split(":")
+        return int(a), int(b)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: write the range as A:B", param_hint="--range") from None
+
+
+def _head_tail(which: str):
+    @click.command(which)
+    @click.argument("file")
+    @click.option("-n", "--count", "count", type=click.IntRange(min=1), default=5, show_default=True,
+                  help="How many top-level sequences.")
+    @opt.name_option
+    @opt.to_option(("tree", "json", "jsonl", "npz", "h5"))
+    @opt.output_option()
+    @click.pass_context
+    def command(ctx, file, count, name, to, output):
+        from ..format.container import open_file
+
+        default = "tree" if output is None and sys.stdout.isatty() else "jsonl"
+        fmt = opt.output_format(output, to, default)
+        with opt.input_path(file) as src, open_file(src) as f:
+            t = f.tensor(name)
+            part = t.head(count) if which == "head" else t.tail(count)
+            if fmt == "tree":
+                from ._render import TreeSource, build_tree, print_
+
+                first = 0 if which == "head" or not part.lod_level else len(t) - len(part)
+                src_ = TreeSource(part, lazy=False)
+                title = f"[bold]{t.name}[/] {which} {len(part)} of {len(t):,}"
+                top = src_.level_sizes[0] - 1 if part.lod_level else part.shape[0]
+                print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
+                                  first_label=first))
+            else:
+                _write_result(ctx, part, output, fmt, t.name)
+
+    command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
+                    "jsonl when piped.\n\n\b\nExample:\n"
+                    f"  lodtool {which} docs.lod.h5 -n 3\n  lodtool {which} docs.lod.h5 -n 3 --to jsonl | jq length")
+    return command
+
+
+head = _head_tail("head")
+tail = _head_tail("tail")

@@ -1,0 +1,41 @@
+"""``lodtool validate``: check containers against the format and the LoD rules."""
+
+from __future__ import annotations
+
+import click
+
+from . import _options as opt
+
+
+@click.command("validate")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@opt.json_option
+@opt.isolate_option
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per file with --isolate.")
+@opt.max_memory_option
+@click.pass_context
+def validate(ctx, files, as_json, isolate, timeout, max_memory):
+    """Validate containers: the format, every dataset's shape and dtype, and the LoD.
+
+    Every problem is listed with file, tensor, level and index.  Reads the
+    offsets only, never the data.  Exit 0: all valid; 1: a file is invalid;
+    2: a file is unreadable (missing, not HDF5, not a lodtool container).
+
+    \b
+    Example:
+      lodtool validate articles.lod.h5
+      lodtool validate --json *.lod.h5 | jq '.[] | select(.ok | not)'
+    """
+    from ..format.checks import validate_files
+
+    reports = validate_files(files, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
+    if as_json:
+        opt.emit_json([r.to_dict() for r in reports])
+    elif not opt.is_quiet(ctx) or any(not r.ok for r in reports):
+        from ._render import validation_report
+
+        validation_report(reports)
+    if any(r.error for r in reports):
+        ctx.exit(2)
+    if any(not r.ok for r in reports):
+        ctx.exit(1)

@@ -1,0 +1,48 @@
+"""``lodtool verify``: recompute the checksums recorded in containers."""
+
+from __future__ import annotations
+
+import click
+
+from . import _options as opt
+
+
+@click.command("verify")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@opt.json_option
+@opt.isolate_option
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per file with --isolate.")
+@click.pass_context
+def verify(ctx, files, as_json, isolate, timeout):
+    """Recompute the checksum of every dataset and name each one that does not match.
+
+    Exit 0: all match; 1: a mismatch (or a crash with --isolate); 2: unreadable.
+
+    \b
+    Example:
+      lodtool verify articles.lod.h5
+      lodtool verify --json *.lod.h5
+    """
+    from ..format.checks import verify_files
+
+    reports = verify_files(files, isolate=isolate, timeout=timeout)
+    if as_json:
+        opt.emit_json([r.to_dict() for r in reports])
+    else:
+        from ._render import console
+
+        con = console()
+        for r in reports:
+            if r.error:
+                con.print(f"[red]unreadable[/] {r.path}: {r.error}", markup=True)
+            elif r.ok:
+                if not opt.is_quiet(ctx):
+                    con.print(f"[green]ok[/] {r.path} ({r.checked} datasets)")
+            else:
+                con.print(f"[red]mismatch[/] {r.path}")
+                for m in r.mismatches:
+                    con.print(f"  {r.path}: {m}", markup=False)
+    if any(r.error for r in reports):
+        ctx.exit(2)
+    if any(not r.ok for r in reports):
+        ctx.exit(1)

@@ -1,0 +1,224 @@
+"""The CLI end to end with CliRunner: pack / inspect / validate / unpack / slice / tree / ops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lodtool import load
+from lodtool.cli.main import cli
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+ARTICLES = json.loads((SAMPLES / "articles.json").read_text())
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input)
+
+
+def one_line_error(result) -> str:
+    text = result.stderr if hasattr(result, "stderr") else result.output
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+@pytest.fixture
+def articles(tmp_path) -> Path:
+    out = tmp_path / "articles.lod.h5"
+    result = run("pack", SAMPLES / "articles.json", "-o", out, "--level-names", "article,sentence")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_pack_inspect_validate_unpack_round_trip(articles):
+    info = json.loads(run("inspect", articles, "--json").stdout)
+    (tensor,) = info["tensors"]
+    assert tensor["name"] == "tensor" and tensor["rows"] == 15 and tensor["lod_level"] == 2
+    assert tensor["level_names"] == ["article", "sentence"]
+    assert [lv["sequences"] for lv in tensor["levels"]] == [3, 6]
+    assert tensor["levels"][1]["max"] == 4 and tensor["levels"][0]["min"] == 1
+    assert run("validate", articles).exit_code == 0
+    result = run("unpack", articles, "--to", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout) == ARTICLES
+    t = load(articles)
+    assert t.recursive_sequence_lengths == [[3, 1, 2], [3, 2, 4, 1, 2, 3]]
+
+
+def test_inspect_human_output(articles):
+    result = run("inspect", articles)
+    assert result.exit_code == 0
+    assert "article" in result.stdout and "sentence" in result.stdout and "median" in result.stdout
+
+
+def test_pack_jsonl_from_stdin(tmp_path):
+    out = tmp_path / "docs.lod.h5"
+    lines = "\n".join(json.dumps(a) for a in ARTICLES) + "\n"
+    result = run("pack", "-", "--format", "jsonl", "-o", out, input=lines)
+    assert result.exit_code == 0, result.output
+    assert load(out).to_nested() == ARTICLES
+    result = run("unpack", out, "--to", "jsonl")
+    assert [json.loads(line) for line in result.stdout.splitlines()] == ARTICLES
+
+
+def test_pack_npy_videos(tmp_path):
+    out = tmp_path / "videos.lod.h5"
+    files = sorted((SAMPLES / "videos").glob("*.npy"))
+    assert run("pack", *files, "-o", out).exit_code == 0
+    t = load(out)
+    assert t.recursive_sequence_lengths == [[3, 1, 2]] and t.element_shape == (48, 64) and t.dtype == np.uint8
+    assert np.array_equal(t.branch(2).data, np.load(files[2]))
+
+
+def test_pack_lod_level_makes_element_shape(tmp_path):
+    out = tmp_path / "p.lod.h5"
+    assert run("pack", SAMPLES / "paddle_lod.json", "--lod-level", "2", "-o", out).exit_code == 0
+    t = load(out)
+    assert t.lod == [[0, 2, 3], [0, 2, 4, 7]] and t.shape == (7, 2)
+
+
+def test_append(tmp_path, articles):
+    assert run("pack", SAMPLES / "articles.json", "-o", articles, "--append").exit_code == 0
+    assert load(articles).to_nested() == ARTICLES + ARTICLES
+
+
+def test_malformed_json_is_one_line_with_position_and_no_output(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[[[1, 2], [3,, 4]]]")
+    out = tmp_path / "out.lod.h5"
+    result = run("pack", bad, "-o", out)
+    assert result.exit_code == 1
+    line = one_line_error(result)
+    assert "bad.json" in line and ":1:" in line
+    assert not out.exists()
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_ragged_elements_name_the_position(tmp_path):
+    bad = tmp_path / "ragged.json"
+    bad.write_text("[[[1, 2], [3]]]")
+    result = run("pack", bad, "--lod-level", "1", "-o", tmp_path / "o.h5")
+    assert result.exit_code == 1
+    assert "<0,1>" in one_line_error(result) or "1:" in one_line_error(result)
+
+
+def test_missing_file_and_foreign_files(tmp_path):
+    result = run("inspect", tmp_path / "nope.h5")
+    assert result.exit_code != 0 and "nope.h5" in one_line_error(result)
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5")
+    result = run("inspect", text)
+    assert result.exit_code == 1 and "text.h5" in one_line_error(result)
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = np.arange(3)
+    result = run("inspect", foreign)
+    assert result.exit_code == 1 and "not a lodtool container" in one_line_error(result)
+
+
+def test_validate_exit_codes_and_problem_listing(tmp_path, articles):
+    broken = tmp_path / "broken.lod.h5"
+    broken.write_bytes(articles.read_bytes())
+    with h5py.File(broken, "r+") as f:
+        (offsets_name,) = [n for n in _datasets(f) if n.endswith("1") and "lod" in n]
+        f[offsets_name][4] = 2  # level 1: offset[4]=2 < offset[3]=9
+    result = run("validate", articles, broken)
+    assert result.exit_code == 1
+    assert "level 1" in result.stdout and "offset[4]=2" in result.stdout and "broken.lod.h5" in result.stdout
+    report = json.loads(run("validate", "--json", broken).stdout)
+    assert report[0]["ok"] is False and report[0]["problems"][0]["level"] == 1
+    assert run("validate", tmp_path / "missing.h5").exit_code == 2
+    not_h5 = tmp_path / "x.h5"
+    not_h5.write_bytes(b"\0" * 100)
+    assert run("validate", not_h5).exit_code == 2
+    assert run("validate", articles, "--isolate").exit_code == 0
+
+
+def _datasets(f):
+    names = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+def test_slice_seed_examples(articles, tmp_path):
+    assert json.loads(run("slice", articles, "<2>", "--to", "json").stdout) == [[11, 12], [13, 14, 15]]
+    assert json.loads(run("slice", articles, "2,0", "--to", "json").stdout) == [11, 12]
+    assert json.loads(run("slice", articles, "-1,-1", "--to", "json").stdout) == [13, 14, 15]
+    out = tmp_path / "two.lod.h5"
+    assert run("slice", articles, "2", "-o", out).exit_code == 0
+    assert load(out).lod == [[0, 2, 5]]
+    result = run("slice", articles, "--level", "1", "--range", "2:4", "--to", "jsonl")
+    assert [json.loads(x) for x in result.stdout.splitlines()] == [[6, 7, 8, 9], [10]]
+
+
+@pytest.mark.parametrize("path, code, text", [
+    ("3", 1, "out of range"), ("0,5", 1, "out of range"), ("0,0,0", 1, "has 3 indices"), ("a", 2, "bad branch"),
+])
+def test_slice_errors(articles, path, code, text):
+    result = run("slice", articles, path, "--to", "json")
+    assert result.exit_code == code
+    assert text in one_line_error(result)
+
+
+def test_head_tail(articles):
+    result = run("head", articles, "-n", "2", "--to", "jsonl")
+    assert [json.loads(x) for x in result.stdout.splitlines()] == ARTICLES[:2]
+    result = run("tail", articles, "-n", "1", "--to", "jsonl")
+    assert [json.loads(x) for x in result.stdout.splitlines()] == ARTICLES[-1:]
+    result = run("tail", articles, "-n", "1", "--to", "tree")
+    assert "<2>" in result.stdout
+
+
+def test_tree_and_bars(articles):
+    result = run("tree", articles, "--max-children", "2")
+    assert result.exit_code == 0
+    assert "<0>" in result.stdout and "<0,1>" in result.stdout and "1 more" in result.stdout
+    assert "[4, 5]" in result.stdout
+    result = run("tree", articles, "--style", "bars")
+    assert result.stdout.splitlines() == ["3           1 2", "3   2  4    1 2  3", "||| || |||| | || |||"]
+    result = run("tree", articles, "--style", "bars", "--path", "2")
+    assert result.stdout.splitlines() == ["2  3", "|| |||"]
+
+
+def test_expand_seed_example(tmp_path):
+    x, y, out = tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5"
+    assert run("pack", SAMPLES / "expand_x.json", "--lod-level", "1", "--dtype", "float32", "-o", x).exit_code == 0
+    assert run("pack", SAMPLES / "expand_y.json", "--lod-level", "2", "-o", y).exit_code == 0
+    result = run("expand", x, y, "--ref-level", "0", "-o", out)
+    assert result.exit_code == 0, result.output
+    t = load(out)
+    assert t.lod == [[0, 1, 4, 7, 10]]
+    assert np.allclose(t.data.ravel(), [1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4])
+
+
+def test_pool_pad_unpad_reverse_pack_plan(articles, tmp_path):
+    out = tmp_path / "pool.h5"
+    assert run("pool", articles, "--type", "sum", "-o", out).exit_code == 0
+    pooled = load(out)
+    assert pooled.lod == [[0, 3, 4, 6]] and pooled.data.tolist() == [6, 9, 30, 10, 23, 42]
+    npz = tmp_path / "pad.npz"
+    assert run("pad", articles, "-o", npz).exit_code == 0
+    arrays = np.load(npz)
+    assert arrays["padded"].shape == (6, 4) and arrays["lengths"].tolist() == [3, 2, 4, 1, 2, 3]
+    assert arrays["mask"].sum() == 15
+    back = tmp_path / "back.h5"
+    assert run("unpad", npz, "-o", back).exit_code == 0
+    assert load(back).to_nested() == [s for a in ARTICLES for s in a]
+    rev = tmp_path / "rev.h5"
+    assert run("reverse", articles, "-o", rev).exit_code == 0
+    assert load(rev).to_nested()[0][0] == [3, 2, 1]
+    plan = json.loads(run("pack-plan", articles, "--level", "1", "--json").stdout)
+    assert plan["sorted_indices"] == [2, 0, 5, 1, 4, 3] and plan["batch_sizes"] == [6, 5, 3, 1]
+
+
+def test_container_to_stdout_and_back(articles):
+    result = CliRunner().invoke(cli, ["slice", str(articles), "2", "--to", "h5", "-o", "-"])
+    assert result.exit_code == 0 and result.stdout_bytes[:8] == b"\x89HDF\r\n\x1a\n"
+    result = CliRunner().invoke(cli, ["unpack", "-", "--to", "json"], input=result.stdout_bytes)
+    assert json.loads(result.stdout) == [[11, 12], [13, 14, 15]]
