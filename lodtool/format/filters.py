@@ -28,6 +28,9 @@ COMPRESSIONS = ("lzf", "gzip", "none", "zstd", "blosc", "lz4")
 #: the names that need hdf5plugin, with their registered HDF5 filter ids
 PLUGIN_FILTERS = {"zstd": 32015, "blosc": 32001, "lz4": 32004}
 
+#: the HDF5 filter id of the fletcher32 chunk checksum
+FLETCHER32 = 3
+
 #: HDF5 filter ids -> names, for messages about files written by anyone
 FILTER_NAMES = {1: "gzip", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset",
                 307: "bzip2", 32000: "lzf", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle",

@@ -47,6 +47,10 @@ OFFSETS_CHUNK_BYTES = 64 << 10
 #: smallest chunk for a dataset whose final size is known and small (keeps later appends efficient)
 MIN_CHUNK_BYTES = 64 << 10
 
+#: smallest write that computes fletcher32 itself and writes chunks directly (below it, importing
+#: numba would cost more than libhdf5's slower filter)
+DIRECT_MIN_BYTES = 4 << 20
+
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
 
@@ -114,6 +118,7 @@ class _Column:
         self.written = int(dataset.shape[0]) if dataset is not None else 0
         row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
         self.target = target
+        self.direct: bool | None = None
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
             chunk_rows(row_bytes, target=target)
 
@@ -157,11 +162,24 @@ class _Column:
         rest = block[k:]
         block = np.ascontiguousarray(block[:k], dtype=self.dtype)
         self.ds.resize(self.written + k, axis=0)
-        self.ds[self.written:self.written + k] = block
+        if self._direct_ok(block):
+            _write_chunks_direct(self.ds, self.written, block, self.rows)
+        else:
+            self.ds[self.written:self.written + k] = block
         checksum.update(self.hasher, block)
         self.written += k
         self.pending = [np.array(rest)] if rest.shape[0] else []  # own the remainder (< 1 chunk)
         self.n_pending = int(rest.shape[0])
+
+    def _direct_ok(self, block: np.ndarray) -> bool:
+        """Whether ``block`` can bypass libhdf5's filter pipeline (see :mod:`._fletcher`)."""
+        if block.nbytes < DIRECT_MIN_BYTES or self.written % self.rows:
+            return False
+        if self.direct is None:  # decided once per dataset: fletcher32 alone, whole rows per chunk
+            self.direct = (filters.filter_ids(self.ds) == [filters.FLETCHER32]
+                           and self.ds.chunks == (self.rows,) + self.tail
+                           and self.dtype.byteorder in "<|=" and np.little_endian)
+        return self.direct
 
     def prime(self, path: str, what: str) -> None:
         """Hash the rows already in the dataset (appending) and compare with the recorded checksum."""
@@ -186,6 +204,30 @@ class _Column:
         if self.ds is None:
             self._create(final=True)
         self.ds.attrs[spec.ATTR_DIGEST] = checksum.format_digest(self.hasher)
+
+
+def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: int) -> None:
+    """Write ``block`` at row ``start`` (a chunk boundary) as whole chunks with their fletcher32.
+
+    The bytes are what libhdf5's filter would store: the chunk (the last one
+    padded with the fill value, zero), then its Fletcher-32 as a little-endian uint32.
+    """
+    from ._fletcher import fletcher32_chunks
+
+    chunk_bytes = rows * (block.nbytes // max(block.shape[0], 1))
+    n_chunks = -(-block.shape[0] // rows)
+    flat = block.reshape(-1).view(np.uint8)
+    if flat.shape[0] < n_chunks * chunk_bytes:
+        padded = np.zeros(n_chunks * chunk_bytes, np.uint8)
+        padded[: flat.shape[0]] = flat
+        flat = padded
+    sums = fletcher32_chunks(flat, chunk_bytes).astype("<u4").view(np.uint8).reshape(-1, 4)
+    buf = np.empty(chunk_bytes + 4, np.uint8)
+    zeros = (0,) * (block.ndim - 1)
+    for i in range(n_chunks):
+        buf[:chunk_bytes] = flat[i * chunk_bytes:(i + 1) * chunk_bytes]
+        buf[chunk_bytes:] = sums[i]
+        ds.id.write_direct_chunk((start + i * rows,) + zeros, buf, 0)
 
 
 def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:

@@ -1,0 +1,76 @@
+"""The writer's direct chunk path stores exactly what libhdf5's fletcher32 filter stores."""
+
+from __future__ import annotations
+
+import struct
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lodtool import LoDTensor
+from lodtool.format import writer
+from lodtool.format._fletcher import fletcher32_chunks
+from lodtool.format.container import load, verify_file
+from lodtool.format.writer import save
+
+
+def _raw_chunks(path: str) -> list[bytes]:
+    with h5py.File(path, "r") as f:
+        ds = f["tensor/data"]
+        infos = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+        return [ds.id.read_direct_chunk(info.chunk_offset)[1] for info in infos]
+
+
+def _libhdf5_fletcher(payload: bytes, chunk: int) -> list[int]:
+    """The checksums libhdf5 itself stores for ``payload`` cut into chunks of ``chunk`` bytes."""
+    raw = np.frombuffer(payload, np.uint8)
+    with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
+        ds = f.create_dataset("x", data=raw, chunks=(chunk,), fletcher32=True)
+        return [struct.unpack("<I", ds.id.read_direct_chunk((c,))[1][-4:])[0] for c in range(0, raw.size, chunk)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(payload=st.binary(min_size=1, max_size=3000), chunk=st.integers(1, 800))
+def test_fletcher32_matches_libhdf5(payload, chunk):
+    padded = payload + bytes(-len(payload) % chunk)  # libhdf5 pads the edge chunk with the fill value
+    assert fletcher32_chunks(np.frombuffer(padded, np.uint8), chunk).tolist() == _libhdf5_fletcher(padded, chunk)
+
+
+@pytest.mark.parametrize("shape, dtype", [((3_000_001,), np.int64), ((500_003, 3), np.float32),
+                                          ((200_001, 2, 2), np.int16), ((5_000_001,), np.int8)])
+def test_direct_chunks_equal_filtered_chunks(tmp_path, monkeypatch, shape, dtype):
+    data = np.random.default_rng(7).integers(-100, 100, shape).astype(dtype)
+    tensor = LoDTensor(data, [[0, 1, shape[0]]])
+    direct, filtered = str(tmp_path / "direct.h5"), str(tmp_path / "filtered.h5")
+    save(direct, tensor, compression="none")
+    monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 1 << 62)  # everything through libhdf5's filter
+    save(filtered, tensor, compression="none")
+    assert _raw_chunks(direct) == _raw_chunks(filtered)
+    assert np.array_equal(load(direct).data, data)
+    assert verify_file(direct) == []
+
+
+def test_direct_path_is_skipped_for_compressed_data(tmp_path):
+    data = np.arange(2_000_000, dtype=np.int64)
+    path = str(tmp_path / "lzf.h5")
+    save(path, LoDTensor(data, [[0, data.shape[0]]]), compression="lzf")
+    with h5py.File(path, "r") as f:
+        assert f["tensor/data"].compression == "lzf"
+    assert np.array_equal(load(path).data, data)
+
+
+def test_a_flipped_byte_in_a_direct_chunk_is_detected(tmp_path):
+    data = np.arange(1_000_000, dtype=np.int64)
+    path = str(tmp_path / "x.h5")
+    save(path, LoDTensor(data, [[0, data.shape[0]]]), compression="none")
+    with h5py.File(path, "r+") as f:
+        ds = f["tensor/data"]
+        mask, raw = ds.id.read_direct_chunk((0,))
+        broken = bytearray(raw)
+        broken[100] ^= 0x10
+        ds.id.write_direct_chunk((0,), bytes(broken), mask)
+    with h5py.File(path, "r") as f, pytest.raises(OSError):
+        f["tensor/data"][:10]
