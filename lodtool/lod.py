@@ -3,7 +3,8 @@
 A LoD index is a list of levels; each level is an int64 offsets array.
 ``offsets[k][j]`` is where sequence ``j`` of level ``k`` starts in level ``k+1``
 (or in the data rows, for the last level).  This module knows nothing about
-data, files or kernels, so every other floor can use it.
+data, files or kernels, so every other floor can use it (the one compiled check,
+in :mod:`lodtool._monotonic`, runs only where Numba is loaded already).
 
 >>> lengths_to_offsets([3, 1, 2]).tolist()
 [0, 3, 4, 6]
@@ -14,6 +15,7 @@ data, files or kernels, so every other floor can use it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -26,6 +28,8 @@ OFFSET_DTYPE = np.dtype(np.int64)
 #: offsets are checked in blocks of this many entries: the check stops early on
 #: bad input and never allocates more than a block's worth of temporaries.
 _BLOCK = 1 << 20
+#: blocks at least this long use the compiled check when Numba is loaded (below, NumPy is as fast)
+_KERNEL_MIN = 1 << 16
 
 #: reads ``offsets[level][start:stop]`` (a window of one level) from wherever the
 #: index lives: memory, an HDF5 file, a device.
@@ -157,7 +161,7 @@ class LevelChecker:
         if self.last is not None and block[0] < self.last:
             self._add(start, f"offset[{start}]={int(block[0])} < offset[{start - 1}]={self.last} "
                              "(offsets must not decrease)")
-        if block.size > 1:
+        if block.size > 1 and not _surely_monotonic(block):
             bad = block[1:] < block[:-1]
             if bad.any():
                 for j in np.flatnonzero(bad)[: max(self.max_problems - len(self.problems), 1)]:
@@ -171,6 +175,15 @@ class LevelChecker:
     def finish(self) -> None:
         if self.count < 2:
             self._add(None, f"has {self.count} offset(s); a level needs at least 2 (one sequence)")
+
+
+def _surely_monotonic(block: np.ndarray) -> bool:
+    """True when a compiled check finds no decrease (only where Numba is loaded already)."""
+    if block.size < _KERNEL_MIN or "numba" not in sys.modules or block.dtype != OFFSET_DTYPE:
+        return False
+    from ._monotonic import first_decrease
+
+    return first_decrease(np.ascontiguousarray(block)) < 0
 
 
 def iter_blocks(arr: np.ndarray, block: int = _BLOCK) -> Iterator[np.ndarray]:
