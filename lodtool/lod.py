@@ -219,13 +219,27 @@ def find_lod_problems(levels: Sequence[Iterable[np.ndarray]] | Sequence[np.ndarr
             problems.append(LodProblem(level, None, f"... and {checker.extra_problems} more problem(s)"))
         ends.append(checker.last)
         counts.append(level_sizes[level] if level_sizes is not None else checker.count)
-    # cross-level rules: each level ends where the level below has sequences
+    return problems + cross_level_problems(ends, counts, n_rows)
+
+
+def cross_level_problems(ends: Sequence[int | None], sizes: Sequence[int], n_rows: int) -> list[LodProblem]:
+    """The rules across levels: each level ends at the number of sequences below it, the last at the rows.
+
+    ``ends[k]`` is the last offset of level ``k`` (``None`` if unknown) and
+    ``sizes[k]`` the number of its offsets.
+
+    >>> [str(p) for p in cross_level_problems([6, 6], [4, 7], n_rows=5)]
+    ['level 1: offset[6]=6 but the data has 5 rows (the last offset must equal it)']
+    >>> [str(p) for p in cross_level_problems([4, 6], [4, 7], n_rows=6)]
+    ['level 0: offset[3]=4 but level 1 has 6 sequences (the last offset must equal it)']
+    """
+    problems = []
     for level, end in enumerate(ends):
         if end is None:
             continue
-        size = counts[level]
+        size = sizes[level]
         if level + 1 < len(ends):
-            below = counts[level + 1] - 1
+            below = sizes[level + 1] - 1
             if end != below:
                 problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but level {level + 1} has "
                                                             f"{below} sequences (the last offset must equal it)"))
@@ -293,6 +307,7 @@ def resolve_branch(path: Sequence[int], read: WindowReader, level_sizes: Sequenc
     (2, 10, 12)
     """
     n_levels = len(level_sizes)
+    check_level_sizes(level_sizes)
     if len(path) > n_levels:
         raise LodIndexError(f"branch {format_path(path)} has {len(path)} indices but the tensor has "
                             f"{n_levels} LoD level(s)")
@@ -323,12 +338,26 @@ def extract_range(level: int, begin: int, end: int, read: WindowReader,
     >>> [o.tolist() for o in levels], r0, r1
     ([[0, 2, 5]], 10, 15)
     """
+    check_level_sizes(level_sizes)
     out = []
     for k in range(level, len(level_sizes)):
         window = _checked_window(read, k, begin, end + 1, level_sizes, n_rows)
         out.append(window - window[0])
         begin, end = int(window[0]), int(window[-1])
     return out, begin, end
+
+
+def check_level_sizes(level_sizes: Sequence[int]) -> None:
+    """Every level has at least 2 offsets: known from the sizes alone, so checked before any window is read.
+
+    >>> check_level_sizes([4, 1])
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodValidationError: level 1: has 1 offset(s); a level needs at least 2 (one sequence)
+    """
+    for level, size in enumerate(level_sizes):
+        if size < 2:
+            raise LodValidationError(f"level {level}: has {size} offset(s); a level needs at least 2 (one sequence)")
 
 
 def _checked_window(read: WindowReader, level: int, start: int, stop: int, level_sizes: Sequence[int],
@@ -339,6 +368,8 @@ def _checked_window(read: WindowReader, level: int, start: int, stop: int, level
     if window.size != stop - start:
         raise LodValidationError(f"level {level}: read {window.size} offsets, expected {stop - start}")
     limit = level_sizes[level + 1] - 1 if level + 1 < len(level_sizes) else n_rows
+    if start == 0 and window[0] != 0:
+        raise LodValidationError(f"level {level}: offset[0]={int(window[0])} (the first offset must be 0)")
     if window[0] < 0:
         raise LodValidationError(f"level {level}: offset[{start}]={int(window[0])} is negative")
     if window.size > 1 and (window[1:] < window[:-1]).any():
@@ -348,4 +379,9 @@ def _checked_window(read: WindowReader, level: int, start: int, stop: int, level
     if limit is not None and window[-1] > limit:
         below = f"{limit} sequences of level {level + 1}" if level + 1 < len(level_sizes) else f"{limit} data rows"
         raise LodValidationError(f"level {level}: offset[{stop - 1}]={int(window[-1])} is past the {below}")
+    if limit is not None and stop == level_sizes[level] and window[-1] != limit:
+        below = f"level {level + 1} has {limit} sequences" if level + 1 < len(level_sizes) else \
+            f"the data has {limit} rows"
+        raise LodValidationError(f"level {level}: offset[{stop - 1}]={int(window[-1])} but {below} "
+                                 "(the last offset must equal it)")
     return window

@@ -28,3 +28,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+def pytest_report_header(config):
+    # the fuzzing suites draw their variants from this seed: a failure names what to rerun
+    seed = os.environ.get("LODTOOL_FUZZ_SEED", "0")
+    return f"lodtool test profile: {'long' if LONG else 'default'}; fuzz seed: {seed} (LODTOOL_FUZZ_SEED)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 import click
 
@@ -64,6 +65,14 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, help_) for name, (_, _, help_) in COMMANDS.items()])
 
     def invoke(self, ctx: click.Context):
+        with warnings.catch_warnings():
+            if not ctx.params.get("verbose"):
+                # a library warning (numpy on an old .npy header, h5py deprecations) is not the user's to act
+                # on, and would break the one-line error contract; -v shows them
+                warnings.simplefilter("ignore")
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except LodError as exc:

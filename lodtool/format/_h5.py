@@ -14,6 +14,7 @@ from typing import Iterator
 import h5py
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError
+from .atomic import is_temp_path
 
 #: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it
 READ_CACHE = 4 << 20
@@ -67,6 +68,9 @@ def check_input_path(path: str) -> None:
         size = os.path.getsize(path)
     except OSError as exc:  # pragma: no cover - raced with a delete
         raise LodFileNotFoundError(f"{path}: {exc.strerror}") from None
+    if is_temp_path(path):
+        raise LodFormatError(f"{path}: the temp file of an unfinished lodtool write, not a container "
+                             "(safe to delete once no lodtool is writing)")
     if size == 0:
         raise LodFormatError(f"{path}: empty file, not a lodtool container")
 
@@ -94,10 +98,20 @@ def open_h5(path: str, mode: str = "r") -> h5py.File:
 def create_h5(path: str, mode: str = "w") -> h5py.File:
     """Create (``"w"``) or reopen for appending (``"r+"``) a file lodtool writes (its own temp file)."""
     kwargs = {"track_order": True} if mode == "w" else {}
+    if mode != "w":
+        # appending re-reads (and re-hashes) the stored data, whatever filter wrote it
+        _register_plugin_filters()
     try:
         return h5py.File(path, mode, locking=False, rdcc_nbytes=WRITE_CACHE, rdcc_nslots=_CACHE_SLOTS, **kwargs)
     except (OSError, RuntimeError, ValueError) as exc:
         raise LodFormatError(f"{path}: cannot open for writing ({_reason(exc)})") from None
+
+
+def _register_plugin_filters() -> None:
+    try:
+        import hdf5plugin  # noqa: F401  (registers the zstd/blosc/lz4 filters on import)
+    except ImportError:
+        pass
 
 
 def hard_member(group: h5py.Group, name: str):

@@ -12,6 +12,10 @@ never leaves a half-written target: readers see the old file or the new one.
   and the target is untouched.
 * Two writers on one target each have their own temp file; the last rename
   wins and the target is always one complete file.
+* A writer holds an exclusive ``flock`` on its temp file until it is renamed or
+  removed.  A process killed mid-write (``SIGKILL``, power loss) leaves its temp
+  file behind, unlocked: the next write to the same target removes such
+  leftovers (:func:`sweep_stale_temps`), and readers refuse temp files by name.
 
 >>> import os, tempfile
 >>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
@@ -28,14 +32,23 @@ import errno
 import os
 import secrets
 import shutil
+import stat
 import tempfile
+import time
 from typing import BinaryIO, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no locks, so no sweeping either
+    fcntl = None
 
 from ..errors import LodFileNotFoundError, LodUsageError
 
 #: marks lodtool's temp files: ``.NAME.lodtmp-<random>``
 TEMP_MARK = ".lodtmp-"
 _MAX_BASE = 200  # keep temp names under the usual 255-byte limit
+#: a leftover temp file younger than this is never swept (its writer may not have locked it yet)
+SWEEP_MIN_AGE = 10.0
 
 
 def temp_path_for(target: str | os.PathLike) -> str:
@@ -57,6 +70,62 @@ def is_temp_path(path: str | os.PathLike) -> bool:
     """
     base = os.path.basename(os.fspath(path))
     return base.startswith(".") and TEMP_MARK in base
+
+
+def _try_lock(fd: int) -> bool:
+    """Take an exclusive lock on ``fd`` without waiting; ``False`` if another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:  # EWOULDBLOCK: held; ENOLCK/EINVAL: a file system without locks
+        return False
+
+
+def _is_token(text: str) -> bool:
+    return len(text) == 12 and all(c in "0123456789abcdef" for c in text)
+
+
+def sweep_stale_temps(target: str | os.PathLike, min_age: float = SWEEP_MIN_AGE) -> list[str]:
+    """Remove the temp files of ``target`` left by killed writers; return their paths.
+
+    A temp file is stale when no process holds its lock (its writer died:
+    the kernel drops a dead process's locks) and it is older than ``min_age``
+    seconds.  Temp files of live writers, files of other targets and anything
+    on a file system without ``flock`` are left alone.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> leftover = os.path.join(folder, ".x.h5.lodtmp-0123456789ab")
+    >>> _ = open(leftover, "wb").write(b"half a file")
+    >>> [os.path.basename(p) for p in sweep_stale_temps(os.path.join(folder, "x.h5"), min_age=0)]
+    ['.x.h5.lodtmp-0123456789ab']
+    """
+    if fcntl is None:  # pragma: no cover
+        return []
+    folder, base = os.path.split(os.fspath(target))
+    prefix = f".{base[:_MAX_BASE]}{TEMP_MARK}"
+    try:
+        names = [n for n in os.listdir(folder or ".") if n.startswith(prefix) and _is_token(n[len(prefix):])]
+    except OSError:
+        return []
+    removed = []
+    now = time.time()
+    for name in names:
+        path = os.path.join(folder, name)
+        try:  # never block on, or follow, something planted under a temp name (a FIFO, a symlink)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:  # renamed or removed meanwhile
+            continue
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and now - info.st_mtime >= min_age and _try_lock(fd):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _resolve_target(target: str | os.PathLike) -> str:
@@ -99,6 +168,8 @@ class AtomicPath:
 
     def __init__(self, target: str | os.PathLike, *, copy_existing: bool = False):
         self.target = _resolve_target(target)
+        self._lock_fd: int | None = None
+        sweep_stale_temps(self.target)
         self.tmp = self._create()
         self._open = True
         if copy_existing and os.path.exists(self.target):
@@ -120,7 +191,10 @@ class AtomicPath:
                                            "does not exist") from None
             except OSError as exc:
                 raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
-            os.close(fd)
+            if fcntl is not None and _try_lock(fd):
+                self._lock_fd = fd  # held until the rename or removal: "a live writer owns this file"
+            else:
+                os.close(fd)
             return tmp
         raise LodUsageError(f"{self.target}: cannot create a temp file next to it")  # pragma: no cover
 
@@ -144,6 +218,7 @@ class AtomicPath:
                 raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror})") from None
             raise
         self._open = False
+        self._unlock()
         fsync_folder(os.path.dirname(self.target))
 
     def discard(self) -> None:
@@ -151,6 +226,13 @@ class AtomicPath:
         self._open = False
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
 
     def __enter__(self) -> str:
         return self.tmp
@@ -231,4 +313,4 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
 
 
 __all__ = ["AtomicPath", "atomic_path", "atomic_open", "temp_path_for", "is_temp_path", "is_stream",
-           "fsync_folder", "copy_to_stream", "TEMP_MARK"]
+           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK"]

@@ -114,6 +114,10 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                 problems.extend(Problem(path, name, level, None, message) for level, message in issues)
                 if layout is None:
                     continue
+                with translate(path, f"cannot read the layout of tensor {name!r}"):
+                    gap = storage_gap(layout.data)
+                if gap:  # the data is never read here, but a size it does not store is damage all the same
+                    problems.append(Problem(path, name, None, None, f"the data {gap}"))
                 if f.checksum_algorithm is not None:
                     with translate(path, f"cannot read the attributes of tensor {name!r}"):
                         for ds, label in _datasets_of(layout.group, layout.lod_level):
@@ -145,8 +149,7 @@ def inspect_file(path: str | os.PathLike) -> dict:
         for name in f.names:
             t = f[name]
             levels = []
-            for k in range(t.lod_level):
-                stats = t.level_stats(k)
+            for k, stats in enumerate(t.checked_level_stats()):
                 levels.append({"level": k, "name": t.level_names[k] if t.level_names else None,
                                "sequences": stats["count"], "min": stats["min"], "median": stats["median"],
                                "mean": stats["mean"], "max": stats["max"], "empty": stats["empty"]})
@@ -172,6 +175,8 @@ class ChecksumMismatch:
     error: str | None = None
 
     def __str__(self) -> str:
+        if self.error and self.expected is None:
+            return f"{self.dataset}: {self.error}"
         if self.error:
             return f"{self.dataset}: unreadable ({self.error}); recorded {self.expected}"
         if self.expected is None:
@@ -220,7 +225,10 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
                 lod_level = int(group.attrs.get(spec.ATTR_LOD_LEVEL, 0))
                 items = list(_datasets_of(group, max(0, min(lod_level, spec.MAX_LOD_LEVEL))))
             for ds, label in items:
-                if ds is None or not isinstance(ds, h5py.Dataset) or any(ds.id == s for s in seen):
+                if not isinstance(ds, h5py.Dataset):  # lost data must not verify as "ok"
+                    out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
+                    continue
+                if any(ds.id == s for s in seen):
                     continue
                 seen.append(ds.id)
                 mismatch = _verify_dataset(path, ds, label)

@@ -63,11 +63,17 @@ def _signal_text(exitcode: int | None) -> str:
 
 
 def _child(sender, fn, args, address_space) -> None:  # pragma: no cover - runs in the child
+    import faulthandler
+
+    faulthandler.disable()  # the parent reports a crash in one line; no dump of the child's stack
     if address_space:
         try:
             import resource
 
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            # only ever lower a limit: a caller's tighter cap stays in force
+            limit = min([address_space, *(x for x in (soft, hard) if x != resource.RLIM_INFINITY)])
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
         except (ImportError, ValueError, OSError):
             pass
     try:

@@ -130,6 +130,8 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                     issues.append((None, f"attribute {spec.ATTR_DTYPE!r} is {declared!r} but {spec.DATA!r} "
                                          f"has dtype {data.dtype}"))
         lod_sets: list = []
+        if lod_level == 0 and spec.LOD in group:  # offsets a 0-level tensor would ignore: a lying lod_level
+            issues.append((None, f"{spec.ATTR_LOD_LEVEL!r} is 0 but the tensor has a {spec.LOD!r} member"))
         if lod_level:
             lod_group = hard_member(group, spec.LOD)
             if not isinstance(lod_group, h5py.Group):
@@ -292,6 +294,10 @@ class LazyTensor:
                          f"{end - begin:,} rows of {self._what}")
         if not self._readable:
             filters.ensure_readable(self._data, self._path, self._what)
+            with translate(self._path, f"cannot read the data of {self._what}"):
+                gap = storage_gap(self._data)
+            if gap:  # chunks that are not stored would read as zeros: a crafted or damaged size
+                raise LodFormatError(f"{self._path}: {self._what}: the data {gap}")
             self._readable = True
         try:
             return self._data[begin:end]
@@ -346,6 +352,7 @@ class LazyTensor:
     def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
         """Sequences ``begin..end`` of ``level`` with everything under them (Paddle's ``LODSlice``)."""
         level = self._level(level)
+        _lod.check_level_sizes(self._sizes)  # an empty level is a broken file, not an empty range
         count = self.num_sequences(level)
         if not 0 <= begin < end <= count:
             raise LodIndexError(f"level {level}: range {begin}:{end} is not a non-empty range inside 0:{count}")
@@ -432,6 +439,13 @@ class LazyTensor:
                 exc.level = level
                 raise
 
+    def _problem_blocks(self, level: int) -> Iterator[np.ndarray]:
+        """:meth:`_checked_blocks`, with offsets that are not int64 integers as this tensor's error."""
+        try:
+            yield from self._checked_blocks(level)
+        except LodValidationError as exc:
+            raise self._problem_error(exc) from None
+
     def _check_valid(self) -> None:
         problems = self.validate(max_problems=1)
         if problems:
@@ -493,6 +507,43 @@ class LazyTensor:
             i0 = i1
 
     # -- statistics --------------------------------------------------------------------------------------
+    def checked_level_stats(self) -> list[dict]:
+        """:meth:`level_stats` of every level, validating the whole LoD on the same single read.
+
+        Statistics of an invalid LoD would be nonsense (negative lengths, counts
+        that do not add up), so the first broken rule raises
+        :class:`~lodtool.errors.LodValidationError` instead.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1], [3, 0, 3]]))
+        >>> with open_file(p) as f:
+        ...     [s["max"] for s in f.tensor().checked_level_stats()]
+        [2, 3]
+        """
+        stats, ends = [], []
+        for level in range(self.lod_level):
+            checker = _lod.LevelChecker(level)
+
+            def checked(level: int = level, checker=checker) -> Iterator[np.ndarray]:
+                for block in self._problem_blocks(level):
+                    checker.feed(block)
+                    if checker.problems:  # before the statistics see a bad block
+                        raise self._problem_error(checker.problems[0])
+                    yield block
+
+            stats.append(_length_stats(checked(), self._limit, self._path, f"{self._what} level {level} lengths"))
+            checker.finish()
+            if checker.problems:
+                raise self._problem_error(checker.problems[0])
+            ends.append(checker.last)
+        problems = _lod.cross_level_problems(ends, self._sizes, self._n_rows)
+        if problems:
+            raise self._problem_error(problems[0])
+        return stats
+
     def level_stats(self, level: int) -> dict:
         """Length statistics of one level, from its offsets alone (read block by block).
 

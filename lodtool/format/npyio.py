@@ -30,10 +30,12 @@ names) ``level_names``, so npz -> pack -> unpack -> npz gives the same arrays.
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import sys
 import zipfile
+import zlib
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -104,6 +106,9 @@ def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, .
     try:
         start = f.tell()
         shape, fortran, dtype = _header(f, label)
+        data_start = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        _check_claim(shape, dtype, end - data_start, label)
         f.seek(start)
         return shape, dtype, fortran
     finally:
@@ -112,15 +117,29 @@ def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, .
 
 
 def _header(f, label: str):
+    # numpy parses the header with tokenize and ast: a damaged one raises almost anything
     try:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
         else:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-    except (ValueError, OSError, SyntaxError, TypeError) as exc:
-        raise LodInputError(f"{label}: not a readable .npy file ({exc})") from None
-    return tuple(int(d) for d in shape), bool(fortran), np.dtype(dtype)
+        return tuple(int(d) for d in shape), bool(fortran), np.dtype(dtype)
+    except Exception as exc:
+        raise LodInputError(f"{label}: not a readable .npy file ({_short(exc)})") from None
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _check_claim(shape: tuple[int, ...], dtype: np.dtype, stored: int, label: str) -> None:
+    """Refuse a header that claims more data than the file holds, before anything is allocated."""
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed > stored:
+        raise LodInputError(f"{label}: the header claims shape {shape} of {dtype} ({claimed:,} bytes) but only "
+                            f"{stored:,} bytes follow it (truncated?)")
 
 
 def _check_array_dtype(dtype: np.dtype, label: str) -> None:
@@ -251,8 +270,11 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
     try:
         try:
             archive = np.load(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-            raise LodInputError(f"{label}: not a readable .npz archive ({exc})") from None
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+            if "pickle" in str(exc):  # numpy took it for a pickle and suggests allow_pickle: never
+                raise LodInputError(f"{label}: not an .npz archive (it looks like a Python pickle, which "
+                                    "lodtool never loads)") from None
+            raise LodInputError(f"{label}: not a readable .npz archive ({_short(exc)})") from None
         if not isinstance(archive, np.lib.npyio.NpzFile):
             archive_type = "a single .npy array" if isinstance(archive, np.ndarray) else type(archive).__name__
             raise LodInputError(f"{label}: is {archive_type}, not an .npz archive")
@@ -268,6 +290,7 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
                                         "offsets_0.. (or lengths_0.., lod_0..) and optionally level_names")
             out = {}
             for n in names:
+                _check_member(archive, n, label)
                 try:
                     out[n] = archive[n]
                 except ValueError as exc:
@@ -275,12 +298,33 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
                         raise LodInputError(f"{label}: array {n!r} holds Python objects (dtype object); lodtool "
                                             "never unpickles, so it refuses such arrays") from None
                     raise LodInputError(f"{label}: array {n!r} cannot be read ({exc})") from None
-                except (OSError, EOFError, zipfile.BadZipFile) as exc:
+                except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
                     raise LodInputError(f"{label}: array {n!r} cannot be read ({exc})") from None
+                if not isinstance(out[n], np.ndarray):  # numpy hands back a member that is not .npy as bytes
+                    raise LodInputError(f"{label}: member {n!r} is not a .npy array")
             return out
     finally:
         if own:
             f.close()
+
+
+def _check_member(archive, name: str, label: str) -> None:
+    """Check an .npz member's header against the member's size (numpy would allocate what it claims)."""
+    member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
+    try:
+        info = archive.zip.getinfo(member)
+        with archive.zip.open(member) as f:
+            if f.read(6) != b"\x93NUMPY":
+                return  # not an array: refused once numpy hands it back as bytes
+        with archive.zip.open(member) as f:
+            shape, _, dtype = _header(f, f"{label}: array {name!r}")
+            data_start = f.tell()
+    except LodInputError:
+        raise
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, KeyError) as exc:
+        raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
+    if not dtype.hasobject:  # object arrays are refused by name, below
+        _check_claim(shape, dtype, info.file_size - data_start, f"{label}: array {name!r}")
 
 
 def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, level_names=None,

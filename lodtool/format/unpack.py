@@ -19,10 +19,11 @@ inference, level names for npz).
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 from ..errors import LodUsageError
 
@@ -108,7 +109,20 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
         return UnpackResult(label, t.name, to, t.n_rows, len(t), written)
 
 
+def _first_then_rest(t, chunk_rows: int) -> Iterator:
+    """The chunks of ``t``, the first one read before anything is written.
+
+    Reading it validates the whole LoD and decodes the first rows, so a file
+    that cannot be unpacked (an invalid LoD, a missing filter plugin) fails
+    before a partial document reaches the output.
+    """
+    chunks = t.iter_chunks(max_rows=chunk_rows)
+    first = next(chunks, None)
+    return itertools.chain([] if first is None else [first], chunks)
+
+
 def _write(t, out: _Counter, to: str, chunk_rows: int) -> int:
+    chunks = _first_then_rest(t, chunk_rows)
     if to == "npz":
         from .npyio import write_npz_parts
 
@@ -118,13 +132,13 @@ def _write(t, out: _Counter, to: str, chunk_rows: int) -> int:
                 yield t.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
 
         write_npz_parts(out, shape=t.shape, dtype=t.dtype,
-                        data_blocks=(c.data for c in t.iter_chunks(max_rows=chunk_rows)),
+                        data_blocks=(c.data for c in chunks),
                         offsets=[offsets(k) for k in range(t.lod_level)], level_sizes=t.level_sizes,
                         level_names=t.level_names)
     else:
         from .jsonio import write_json
 
-        write_json(t.iter_chunks(max_rows=chunk_rows), out, to)
+        write_json(chunks, out, to)
     return out.count
 
 
