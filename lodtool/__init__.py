@@ -23,7 +23,10 @@ from .errors import (LodBackendError, LodChecksumError, LodDtypeError, LodError,
                      LodFormatError, LodIndexError, LodInputError, LodMemoryError, LodShapeError,
                      LodUsageError, LodValidationError, LodVersionError)
 from .lod import lengths_to_offsets, offsets_to_lengths, validate_lod
-from .tensor import LoDTensor, from_nested
+from .tensor import LoDTensor, from_nested, set_device_hooks
+
+# LoDTensor.to("cuda") and device offsets need lodtool.ops._backend's helpers; import it on first need only
+set_device_hooks(loader=lambda: importlib.import_module("lodtool.ops._backend"))
 
 try:
     from importlib.metadata import version as _version

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import lod as _lod
-from .errors import LodDtypeError, LodIndexError, LodShapeError, LodUsageError, LodValidationError
+from .errors import LodBackendError, LodDtypeError, LodIndexError, LodShapeError, LodUsageError, LodValidationError
 
 #: dtype kinds a LoD tensor may hold: bool, signed/unsigned int, float, complex
 NUMERIC_KINDS = "biufc"
@@ -34,12 +34,50 @@ def _is_device_array(data: Any) -> bool:
     return hasattr(data, "__cuda_array_interface__")
 
 
+def _host(a: Any) -> Any:
+    """A device array's host copy (CuPy's ``.get()``); anything else as it is."""
+    return a.get() if _is_device_array(a) else a
+
+
+#: GPU helpers with ``upload(host_array)``, ``validate(levels, n_rows)`` (device int64 levels, or a
+#: LodValidationError worded as lod.validate_lod) and ``lengths_to_offsets(lengths)``.  The core may import
+#: neither CuPy nor the operators (ARCHITECTURE.md), so lodtool.ops._backend installs them when imported.
+_device_hooks: Any = None
+#: imports the module that installs the hooks; set by the ``lodtool`` package, which sits above both floors
+_device_hooks_loader: Any = None
+
+
+def set_device_hooks(hooks: Any = None, *, loader: Any = None) -> None:
+    """Install the GPU helpers (:mod:`lodtool.ops._backend` does, on import); ``None`` removes them.
+
+    ``loader`` is called (once) when the helpers are first needed and none are installed yet.
+    """
+    global _device_hooks, _device_hooks_loader
+    if loader is not None:
+        _device_hooks_loader = loader
+    else:
+        _device_hooks = hooks
+
+
+def _need_device_hooks(what: str) -> Any:
+    if _device_hooks is None and _device_hooks_loader is not None:
+        _device_hooks_loader()
+    if _device_hooks is None:
+        raise LodBackendError(f"{what} needs lodtool's CUDA backend: import lodtool.ops first "
+                              "(and pip install 'lodtool[gpu]')")
+    return _device_hooks
+
+
 class LoDTensor:
     """A tensor whose first dimension is segmented by a (possibly nested) LoD index.
 
     Give the index as offsets (``lod``) or as lengths
     (``recursive_sequence_lengths``), never both; neither gives a 0-level (plain)
     tensor.  The index is validated with Paddle's rules on construction.
+
+    The data may be a CuPy array; its offsets may then be CuPy arrays too (they
+    are validated on the GPU) or host arrays.  :meth:`to` moves a tensor between
+    ``"cpu"`` and ``"cuda"``, and :attr:`device` says where it is.
 
     >>> t = LoDTensor(np.ones((6, 4), np.float32), recursive_sequence_lengths=[[3, 1, 2]])
     >>> t.lod, t.lod_level, t.shape, len(t)
@@ -53,19 +91,26 @@ class LoDTensor:
                  level_names: Sequence[str] | None = None, validate: bool = True):
         if lod is not None and recursive_sequence_lengths is not None:
             raise LodUsageError("give lod (offsets) or recursive_sequence_lengths, not both")
-        if not _is_device_array(data):
+        on_device = _is_device_array(data)
+        if not on_device:
             data = np.asarray(data)
         check_dtype(data.dtype)
         if data.ndim == 0:
             raise LodShapeError("data must have at least one dimension (its rows)")
-        if recursive_sequence_lengths is not None:
-            offsets = _lod.lod_from_lengths(recursive_sequence_lengths)
-        elif lod is not None:
-            offsets = [_lod.as_index_array(level, level=k) for k, level in enumerate(lod)]
+        table = recursive_sequence_lengths if recursive_sequence_lengths is not None else lod
+        if table is not None and on_device and any(_is_device_array(level) for level in table):
+            offsets = _device_offsets(table, recursive_sequence_lengths is not None, data.shape[0], validate)
         else:
-            offsets = []
-        if validate and not _is_device_array(data):
-            _lod.validate_lod(offsets, data.shape[0])
+            if table is not None:  # host data and device offsets: the data decides where the tensor lives
+                table = [_host(level) for level in table]
+            if recursive_sequence_lengths is not None:
+                offsets = _lod.lod_from_lengths(table)
+            elif lod is not None:
+                offsets = [_lod.as_index_array(level, level=k) for k, level in enumerate(table)]
+            else:
+                offsets = []
+            if validate:
+                _lod.validate_lod(offsets, data.shape[0])
         self._data = data
         self._offsets = tuple(offsets)
         self._level_names = _check_level_names(level_names, len(offsets))
@@ -118,6 +163,37 @@ class LoDTensor:
         return self._data.dtype
 
     @property
+    def device(self) -> str:
+        """Where the data lives: ``"cpu"`` or ``"cuda"``."""
+        return "cuda" if _is_device_array(self._data) else "cpu"
+
+    def to(self, device: str) -> "LoDTensor":
+        """The same tensor with its data and offsets on ``device`` (``"cpu"`` or ``"cuda"``).
+
+        Returns ``self`` when everything is already there.  ``"cuda"`` needs CuPy
+        and a GPU (else a :class:`~lodtool.errors.LodBackendError`) and
+        :mod:`lodtool.ops` imported (it brings the GPU helpers).
+
+        >>> t = LoDTensor(np.arange(3), [[0, 1, 3]])
+        >>> t.to("cpu") is t, t.device
+        (True, 'cpu')
+        >>> t.to("cuda").device  # doctest: +SKIP
+        'cuda'
+        """
+        parts = (self._data,) + self._offsets
+        if device == "cpu":
+            if not any(_is_device_array(a) for a in parts):
+                return self
+            return LoDTensor._trusted(_host(self._data), tuple(_host(o) for o in self._offsets), self._level_names)
+        if device == "cuda":
+            if all(_is_device_array(a) for a in parts):
+                return self
+            upload = _need_device_hooks("LoDTensor.to('cuda')").upload
+            moved = tuple(a if _is_device_array(a) else upload(a) for a in parts)
+            return LoDTensor._trusted(moved[0], moved[1:], self._level_names)
+        raise LodUsageError(f"unknown device {device!r}; choose cpu or cuda")
+
+    @property
     def element_shape(self) -> tuple[int, ...]:
         """The trailing dimensions: ``()`` for scalars, ``(D,)`` for vectors, ..."""
         return tuple(self._data.shape[1:])
@@ -159,7 +235,7 @@ class LoDTensor:
             return False
         if self.dtype != other.dtype or self.shape != other.shape:
             return False
-        if any(not np.array_equal(a, b) for a, b in zip(self._offsets, other._offsets)):
+        if any(not np.array_equal(_host(a), _host(b)) for a, b in zip(self._offsets, other._offsets)):
             return False
         a, b = np.asarray(self), np.asarray(other)
         return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
@@ -188,7 +264,7 @@ class LoDTensor:
         if not self._offsets:
             raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
         sizes = [len(o) for o in self._offsets]
-        read = _lod.memory_reader(self._offsets)
+        read = self._reader()
         level, begin, end = _lod.resolve_branch(path, read, sizes, self.n_rows)
         return self._extract(level, begin, end, read, sizes)
 
@@ -213,7 +289,7 @@ class LoDTensor:
         if not 0 <= begin < end <= count:
             raise LodIndexError(f"level {level}: range {begin}:{end} is not a non-empty range inside 0:{count}")
         sizes = [len(o) for o in self._offsets]
-        return self._extract(level, begin, end, _lod.memory_reader(self._offsets), sizes)
+        return self._extract(level, begin, end, self._reader(), sizes)
 
     def head(self, k: int = 5) -> "LoDTensor":
         """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
@@ -226,6 +302,12 @@ class LoDTensor:
         n = len(self)
         k = max(1, min(int(k), n))
         return self.slice_level(0, n - k, n) if self._offsets else LoDTensor._trusted(self._data[n - k:], ())
+
+    def _reader(self) -> _lod.WindowReader:
+        """Windows of the offsets, on the host (a device level's window is copied back)."""
+        if not any(_is_device_array(o) for o in self._offsets):
+            return _lod.memory_reader(self._offsets)
+        return lambda level, start, stop: _host(self._offsets[level][start:stop])
 
     def _extract(self, level, begin, end, read, sizes) -> "LoDTensor":
         offsets, row_begin, row_end = _lod.extract_range(level, begin, end, read, sizes, self.n_rows)
@@ -251,6 +333,24 @@ class LoDTensor:
 
 def _tolist(a) -> list[int]:
     return a.tolist() if isinstance(a, np.ndarray) else [int(x) for x in a.get()]
+
+
+def _device_offsets(table, as_lengths: bool, n_rows: int, validate: bool) -> list:
+    """Offsets for device data from levels given on the device (some may be host ones), checked there."""
+    hooks = _need_device_hooks("a LoDTensor with offsets on the GPU")
+    if as_lengths:
+        offsets = []
+        for k, lengths in enumerate(table):
+            try:
+                offsets.append(hooks.lengths_to_offsets(lengths))
+            except LodValidationError as exc:
+                raise LodValidationError(f"level {k}: {exc}") from None
+    else:
+        offsets = list(table)
+    if validate:
+        return list(hooks.validate(offsets, n_rows))
+    return [o.astype(np.int64, copy=False) if _is_device_array(o) else _lod.as_index_array(o, level=k)
+            for k, o in enumerate(offsets)]
 
 
 def _check_level_names(level_names, lod_level: int):
@@ -412,4 +512,4 @@ def _element_path(k: int, lengths: list[list[int]]) -> str:
     return "branch " + _lod.format_path(list(reversed(path)))
 
 
-__all__ = ["LoDTensor", "from_nested", "check_dtype", "LodValidationError"]
+__all__ = ["LoDTensor", "from_nested", "check_dtype", "set_device_hooks", "LodValidationError"]

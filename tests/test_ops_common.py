@@ -11,6 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from lodtool import LoDTensor
+from lodtool import ops
 from lodtool.errors import LodBackendError, LodDtypeError, LodShapeError, LodUsageError
 from lodtool.ops import _backend
 from lodtool.ops._backend import prange
@@ -86,17 +87,79 @@ def test_get_backend_choices():
         _backend.get_backend(None, device="tpu")
 
 
-def test_cuda_without_cupy_or_kernel_is_a_clear_error(monkeypatch):
+def _fake_cupy(count):
+    """A module named cupy whose runtime reports ``count`` devices (or raises it, if an exception)."""
+    def device_count():
+        if isinstance(count, Exception):
+            raise count
+        return count
+    module = type(sys)("cupy")
+    module.cuda = type(sys)("cupy.cuda")
+    module.cuda.runtime = type(sys)("cupy.cuda.runtime")
+    module.cuda.runtime.getDeviceCount = device_count
+    return module
+
+
+@pytest.fixture
+def no_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # make "import cupy" fail
+    monkeypatch.setattr(_backend, "_cupy_module", None)  # forget a CuPy found earlier (on a GPU machine)
+
+
+def test_cuda_without_cupy_is_a_clear_error(no_cupy):
     with pytest.raises(LodBackendError) as info:
         _backend.get_backend(None, device="cuda", op="sequence_pool")
     assert "\n" not in str(info.value) and "CuPy" in str(info.value)
 
 
-def test_cuda_with_cupy_but_no_kernel(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", type(sys)("cupy"))
-    with pytest.raises(LodBackendError, match="sequence_pool has no CUDA implementation"):
+OPS_CALLS = {
+    "sequence_expand": lambda x: ops.sequence_expand(x, x, device="cuda"),
+    "sequence_pool": lambda x: ops.sequence_pool(x, device="cuda"),
+    "sequence_softmax": lambda x: ops.sequence_softmax(x, device="cuda"),
+    "sequence_pad": lambda x: ops.sequence_pad(x, device="cuda"),
+    "sequence_unpad": lambda x: ops.sequence_unpad(np.zeros((2, 3)), [1, 2], device="cuda"),
+    "sequence_mask": lambda x: ops.sequence_mask([1, 2], device="cuda"),
+    "sequence_reverse": lambda x: ops.sequence_reverse(x, device="cuda"),
+    "pack_plan": lambda x: ops.pack_plan(x, device="cuda"),
+    "to_time_major": lambda x: ops.to_time_major(x, ops.pack_plan(x), device="cuda"),
+    "from_time_major": lambda x: ops.from_time_major(x.data, ops.pack_plan(x), device="cuda"),
+    "LoDTensor.to": lambda x: x.to("cuda"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS_CALLS))
+def test_every_operator_on_cuda_without_cupy_is_one_line(no_cupy, name):
+    x = LoDTensor(np.arange(5.0), [[0, 2, 5]])
+    with pytest.raises(LodBackendError) as info:
+        OPS_CALLS[name](x)
+    assert str(info.value) == "device='cuda' needs CuPy: pip install 'lodtool[gpu]'"
+
+
+def test_every_operator_has_a_cuda_path():
+    assert _backend.CUDA_OPS == {name for name in OPS_CALLS if name != "LoDTensor.to"}
+
+
+@pytest.mark.parametrize("count,match", [(0, "needs a CUDA GPU; CuPy finds none$"),
+                                         (RuntimeError("cudaErrorNoDevice: no CUDA-capable device"),
+                                          r"needs a CUDA GPU; CuPy finds none \(cudaErrorNoDevice")])
+def test_cuda_with_cupy_but_no_gpu(monkeypatch, count, match):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count))
+    monkeypatch.setattr(_backend, "_cupy_module", None)
+    with pytest.raises(LodBackendError, match=match):
         _backend.get_backend(None, device="cuda", op="sequence_pool")
+
+
+def test_cuda_with_cupy_but_no_kernel(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(1))
+    monkeypatch.setattr(_backend, "_cupy_module", None)
+    assert _backend.get_backend(None, device="cuda", op="sequence_pool").name == "cupy"
+    with pytest.raises(LodBackendError, match="frobnicate has no CUDA implementation"):
+        _backend.get_backend(None, device="cuda", op="frobnicate")
+
+
+def test_cpu_backends_with_cuda_are_a_usage_error():
+    with pytest.raises(LodUsageError, match="leave backend unset"):
+        _backend.get_backend(None, "numba", "cuda", op="sequence_pool")
 
 
 def test_device_array_on_cpu_is_refused():
@@ -105,6 +168,8 @@ def test_device_array_on_cpu_is_refused():
 
     with pytest.raises(LodBackendError, match="on the GPU"):
         _backend.get_backend(FakeGpuArray(), device="cpu")
+    with pytest.raises(LodBackendError, match="on the GPU"):  # any of several arrays
+        _backend.get_backend((np.zeros(2), FakeGpuArray()), device="cpu")
 
 
 @_backend.kernel

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -163,3 +166,59 @@ def test_branch_equals_nested_slicing(t, data):
 def test_public_api_surface():
     for name in ("LoDTensor", "from_nested", "open", "load", "save", "pack", "unpack", "LodError"):
         assert name in dir(lodtool)
+
+
+# -- devices (the GPU path itself is tested in test_gpu_sim.py's simulator run and in test_gpu.py) --
+
+class _DeviceLevel:
+    """Stands in for a CuPy offsets array: only ``__cuda_array_interface__`` and ``.get()``."""
+
+    __cuda_array_interface__: dict = {}
+
+    def __init__(self, values):
+        self.values = np.asarray(values)
+
+    def get(self):
+        return self.values.copy()
+
+
+def test_device_and_to_on_the_host():
+    t = LoDTensor(np.arange(3), [[0, 1, 3]])
+    assert t.device == "cpu" and t.to("cpu") is t
+    with pytest.raises(LodUsageError, match="unknown device 'tpu'"):
+        t.to("tpu")
+
+
+def test_host_data_takes_device_offsets_to_the_host():
+    t = LoDTensor(np.arange(3), [_DeviceLevel([0, 1, 3])])
+    assert isinstance(t.offsets[0], np.ndarray) and t.lod == [[0, 1, 3]]
+    with pytest.raises(lodtool.LodValidationError, match="must not decrease"):
+        LoDTensor(np.arange(3), [_DeviceLevel([0, 2, 1, 3])])
+    t = LoDTensor(np.arange(3), recursive_sequence_lengths=[_DeviceLevel([1, 2])])
+    assert t.lod == [[0, 1, 3]]
+
+
+def test_to_cuda_needs_the_backend(monkeypatch):
+    import lodtool.ops._backend as backend
+    from lodtool import tensor
+
+    assert tensor._device_hooks is backend._CudaHooks  # importing lodtool.ops installs them
+    monkeypatch.setattr(tensor, "_device_hooks", None)
+    with pytest.raises(lodtool.LodBackendError, match="import lodtool.ops first"):
+        LoDTensor(np.arange(3), [[0, 1, 3]]).to("cuda")
+
+
+def test_to_cuda_loads_the_backend_on_first_need():
+    # a fresh interpreter that never imported lodtool.ops: .to("cuda") still reaches the CUDA backend
+    code = ("import sys, numpy as np, lodtool\n"
+            "assert 'lodtool.ops' not in sys.modules\n"
+            "try:\n"
+            "    lodtool.LoDTensor(np.arange(3), [[0, 1, 3]]).to('cuda')\n"
+            "except lodtool.LodBackendError as exc:\n"
+            "    print('error:', exc)\n"
+            "else:\n"
+            "    print('moved')\n"
+            "print('backend loaded:', 'lodtool.ops._backend' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "backend loaded: True" in out
+    assert "import lodtool.ops first" not in out

@@ -1,6 +1,7 @@
 """Operator commands: expand, pool, softmax, pad, unpad, reverse, pack-plan.
 
-Each is a thin wrapper over one function of :mod:`lodtool.pipeline`.
+Each is a thin wrapper over one function of :mod:`lodtool.pipeline`, and takes
+``--device cpu|cuda`` (where the operator's kernels run).
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @click.option("--out-name", default=None, help="Tensor name in the output (default: the input's).")
     @opt.compression_option
     @opt.max_memory_option
+    @opt.device_option
     @opt.json_option
     @click.pass_context
-    def command(ctx, file, name, output, out_name, compression, max_memory, as_json, **kwargs):
+    def command(ctx, file, name, output, out_name, compression, max_memory, device, as_json, **kwargs):
         from .. import pipeline
 
         with opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(pipeline, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
-                                                max_memory=opt.parse_size(max_memory), **kwargs)
+                                                max_memory=opt.parse_size(max_memory), device=device, **kwargs)
         result.output = output
         _report(ctx, result, as_json, verb)
 
@@ -52,11 +54,13 @@ pool = _file_op(
     """Reduce each last-level sequence to one row (Paddle's sequence_pool); upper levels stay as the LoD.
 
     Empty sequences get --pad-value.  Streams chunks of top-level sequences, so
-    files larger than memory work.
+    files larger than memory work (with --device cuda each chunk goes to the GPU
+    and back).
 
     \b
     Example:
       lodtool pool sentences.lod.h5 --type average -o sentence_vectors.lod.h5
+      lodtool pool sentences.lod.h5 --type max --device cuda -o maxed.lod.h5
     """,
     extra=[click.option("--type", "pool_type", default="sum", show_default=True,
                         type=click.Choice(["sum", "average", "sqrt", "max", "min", "first", "last"])),
@@ -90,9 +94,10 @@ reverse = _file_op(
 @click.option("--out-name", default=None, help="Tensor name in the output (default: X's).")
 @opt.compression_option
 @opt.max_memory_option
+@opt.device_option
 @opt.json_option
 @click.pass_context
-def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, as_json):
+def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, device, as_json):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -110,7 +115,7 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, as_j
     y_path, y_name = opt.parse_file_ref(y)
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = expand_file(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
-                             compression=compression, max_memory=opt.parse_size(max_memory))
+                             compression=compression, max_memory=opt.parse_size(max_memory), device=device)
     result.output = output
     _report(ctx, result, as_json, "expanded")
 
@@ -123,9 +128,10 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, as_j
 @click.option("--maxlen", type=click.IntRange(min=1), default=None, help="Padded length (default: the longest).")
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
 @opt.max_memory_option
+@opt.device_option
 @opt.json_option
 @click.pass_context
-def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, as_json):
+def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.
@@ -139,7 +145,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, as_json):
 
     with opt.input_path(file) as src:
         info = pad_file(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                        maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory))
+                        maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -151,9 +157,10 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, as_json):
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name in the output.")
 @opt.compression_option
+@opt.device_option
 @opt.json_option
 @click.pass_context
-def unpad(ctx, npz, output, name, compression, as_json):
+def unpad(ctx, npz, output, name, compression, device, as_json):
     """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
 
     \b
@@ -163,7 +170,7 @@ def unpad(ctx, npz, output, name, compression, as_json):
     from ..pipeline import unpad_file
 
     with opt.input_path(npz) as src, opt.container_output(output) as dst:
-        result = unpad_file(src, dst, name=name, compression=compression)
+        result = unpad_file(src, dst, name=name, compression=compression, device=device)
     result.output = output
     _report(ctx, result, as_json, "unpadded")
 
@@ -172,8 +179,9 @@ def unpad(ctx, npz, output, name, compression, as_json):
 @click.argument("file")
 @opt.name_option
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
+@opt.device_option
 @opt.json_option
-def pack_plan(file, name, level, as_json):
+def pack_plan(file, name, level, device, as_json):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
     the order (as torch's PackedSequence).  Reads the offsets only.
@@ -185,7 +193,7 @@ def pack_plan(file, name, level, as_json):
     from ..pipeline import pack_plan_file
 
     with opt.input_path(file) as src:
-        plan = pack_plan_file(src, name=name, level=level)
+        plan = pack_plan_file(src, name=name, level=level, device=device)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
             "lengths": plan.lengths, "batch_sizes": plan.batch_sizes}
     if as_json:

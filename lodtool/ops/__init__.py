@@ -6,6 +6,11 @@ package imports neither Numba nor CuPy: kernels compile on their first call
 (and are cached on disk), and :mod:`lodtool.ops._backend` is the only module
 that may touch CuPy.
 
+Every operator also runs on a CUDA GPU (``pip install 'lodtool[gpu]'``): give it
+a tensor on the device (``x.to("cuda")``, or CuPy arrays) or pass
+``device="cuda"``, and the results stay on the device (``.to("cpu")`` brings
+them back).  The CUDA kernels are in :mod:`lodtool.ops._cuda`.
+
 >>> import numpy as np
 >>> from lodtool import LoDTensor
 >>> from lodtool import ops

@@ -1,19 +1,28 @@
-"""Which implementation runs an operator: the NumPy reference, a Numba kernel, or (later) CuPy.
+"""Which implementation runs an operator: the NumPy reference, a Numba kernel, or CUDA through CuPy.
 
 This is the one module of lodtool that may import ``cupy`` (lazily), and the
 one that imports ``numba`` (lazily too), so ``import lodtool.ops`` costs
 neither.  An operator asks :func:`get_backend` once per call::
 
-    be = get_backend(x.data, backend, device, op="sequence_expand")
+    be = get_backend((x.data, *x.offsets), backend, device, op="sequence_expand")
+    if be.name == "cupy":
+        return ...  # lodtool.ops._cuda, with be.xp (CuPy) as the array module
     if be.name == "numpy":
         return _reference(...)
     ...  # be.name == "numba": call the kernels
 
 * ``backend``: ``None``/``"auto"`` (the fastest available: Numba on the CPU),
-  ``"numpy"`` (the plain reference) or ``"numba"``.
-* ``device``: ``None`` (where the data lives), ``"cpu"`` or ``"cuda"``.  A CUDA
-  request without CuPy is a :class:`~lodtool.errors.LodBackendError`; so is one
-  for an operator that has no CUDA implementation yet (see :data:`CUDA_OPS`).
+  ``"numpy"`` (the plain reference) or ``"numba"``; both of the last two run on
+  the CPU, so with ``device="cuda"`` leave it unset.
+* ``device``: ``None`` (the GPU if any of the arrays lives there, else the CPU),
+  ``"cpu"`` or ``"cuda"``.  A CUDA request without CuPy, or without a GPU, is a
+  one-line :class:`~lodtool.errors.LodBackendError`; so is one for an operator
+  outside :data:`CUDA_OPS`.
+
+Importing this module also gives :mod:`lodtool.tensor` its device helpers
+(:func:`lodtool.tensor.set_device_hooks`): the core floor may import neither
+CuPy nor the operators, so ``LoDTensor.to("cuda")`` and the validation of
+device offsets come from here.
 
 Kernels are declared with :func:`kernel`, which compiles them with
 ``numba.njit(cache=True, nogil=True)`` on their first call.  Inside a kernel,
@@ -38,6 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import LodBackendError, LodUsageError
+from ..tensor import set_device_hooks
 
 #: ``for i in prange(n)`` in a kernel: plain ``range`` until the kernel is compiled,
 #: where :func:`kernel` swaps in ``numba.prange``.
@@ -46,8 +56,11 @@ prange = range
 BACKENDS = ("auto", "numpy", "numba")
 DEVICES = ("cpu", "cuda")
 
-#: operators that have a CUDA implementation (the CUDA path adds its names here)
-CUDA_OPS: set[str] = set()
+#: operators that have a CUDA implementation (in lodtool.ops._cuda)
+CUDA_OPS: frozenset[str] = frozenset({
+    "sequence_expand", "sequence_pool", "sequence_softmax", "sequence_pad", "sequence_unpad", "sequence_mask",
+    "sequence_reverse", "pack_plan", "to_time_major", "from_time_major",
+})
 
 _numba_module = None
 _numba_error: str | None = None
@@ -139,13 +152,34 @@ def numba_module():
     return _numba_module
 
 
+_cupy_module = None
+
+
 def cupy_module():
-    """Import CuPy on first use; a clear one-line :class:`LodBackendError` if it is missing."""
-    try:
-        import cupy  # noqa: TID251 (the only place lodtool imports cupy)
-    except Exception:
-        raise LodBackendError("device='cuda' needs CuPy: pip install 'lodtool[gpu]'") from None
-    return cupy
+    """CuPy, imported on first use; a clear one-line :class:`LodBackendError` without CuPy or a GPU."""
+    global _cupy_module
+    if _cupy_module is None:
+        try:
+            import cupy  # noqa: TID251 (the only place lodtool imports cupy)
+        except ModuleNotFoundError as exc:
+            if exc.name == "cupy":
+                raise LodBackendError("device='cuda' needs CuPy: pip install 'lodtool[gpu]'") from None
+            raise LodBackendError(f"device='cuda' needs CuPy, which failed to import: {_one_line(exc)}") from None
+        except Exception as exc:  # CuPy is there but broken (its CUDA libraries, say)
+            raise LodBackendError(f"device='cuda' needs CuPy, which failed to import: {_one_line(exc)}") from None
+        try:
+            count = int(cupy.cuda.runtime.getDeviceCount())
+        except Exception as exc:  # no driver: CuPy raises here, not at import
+            raise LodBackendError(f"device='cuda' needs a CUDA GPU; CuPy finds none ({_one_line(exc)})") from None
+        if count < 1:
+            raise LodBackendError("device='cuda' needs a CUDA GPU; CuPy finds none")
+        _cupy_module = cupy
+    return _cupy_module
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def is_device_array(data: Any) -> bool:
@@ -155,7 +189,7 @@ def is_device_array(data: Any) -> bool:
 
 def get_backend(data: Any = None, backend: str | None = None, device: str | None = None, *,
                 op: str = "this operator") -> Backend:
-    """Choose the implementation for an operator call on ``data``.
+    """Choose the implementation for an operator call on ``data`` (one array, or a tuple of them).
 
     >>> get_backend(None).name
     'numba'
@@ -165,22 +199,48 @@ def get_backend(data: Any = None, backend: str | None = None, device: str | None
     backend = "auto" if backend is None else backend
     if backend not in BACKENDS:
         raise LodUsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    on_gpu = is_device_array(data)
+    arrays = data if isinstance(data, tuple) else (data,)
+    on_gpu = any(is_device_array(a) for a in arrays)
     if device is None:
         device = "cuda" if on_gpu else "cpu"
     if device not in DEVICES:
         raise LodUsageError(f"unknown device {device!r}; choose cpu or cuda")
     if device == "cuda":
+        if backend != "auto":
+            raise LodUsageError(f"backend={backend!r} runs on the CPU; with device='cuda' leave backend unset")
         cp = cupy_module()
         if op not in CUDA_OPS:
-            raise LodBackendError(f"{op} has no CUDA implementation yet; use device='cpu'")
-        return Backend("cupy", "cuda", cp)  # pragma: no cover - no CUDA path yet
+            raise LodBackendError(f"{op} has no CUDA implementation; use device='cpu'")
+        return Backend("cupy", "cuda", cp)
     if on_gpu:
-        raise LodBackendError("the data is on the GPU; pass device='cuda', or copy it to the host with .get()")
+        raise LodBackendError("an input is on the GPU; pass device='cuda', or copy it to the host with .to('cpu')")
     if backend == "numpy":
         return Backend("numpy", "cpu", np)
     numba_module()
     return Backend("numba", "cpu", np)
+
+
+class _CudaHooks:
+    """What :mod:`lodtool.tensor` needs for device arrays, on CuPy (see :func:`lodtool.tensor.set_device_hooks`)."""
+
+    @staticmethod
+    def upload(a):
+        return cupy_module().asarray(a)
+
+    @staticmethod
+    def validate(levels, n_rows):
+        from . import _cuda
+
+        return _cuda.validate_offsets(cupy_module(), levels, n_rows)
+
+    @staticmethod
+    def lengths_to_offsets(lengths):
+        from . import _cuda
+
+        return _cuda.lengths_to_offsets(cupy_module(), lengths)
+
+
+set_device_hooks(_CudaHooks)
 
 
 class LazyKernel:

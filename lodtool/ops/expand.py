@@ -42,6 +42,7 @@ import numpy as np
 
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
+from . import _cuda
 from ._backend import atomic_add, get_backend, kernel, prange, schedule
 from ._util import U, as_tensor, as_words, empty_words
 
@@ -54,8 +55,10 @@ def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str |
 
     ``x`` is a :class:`~lodtool.LoDTensor` with at most one LoD level, or a plain
     array (no LoD).  ``backend`` is ``"numba"`` (default) or ``"numpy"`` (the
-    reference).  Raises :class:`~lodtool.errors.LodShapeError` when the counts do
-    not fit and :class:`~lodtool.errors.LodIndexError` for a bad ``ref_level``.
+    reference).  ``device="cuda"`` (the default when ``x``'s data or either
+    tensor's offsets are CuPy arrays) runs on the GPU and returns CuPy arrays.
+    Raises :class:`~lodtool.errors.LodShapeError` when the counts do not fit and
+    :class:`~lodtool.errors.LodIndexError` for a bad ``ref_level``.
 
     Rows case (``x`` without LoD):
 
@@ -68,7 +71,9 @@ def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str |
     xt = as_tensor(x, "x")
     yt = as_tensor(y, "y")
     ref, ref_level = _check(xt, yt, ref_level)
-    be = get_backend(xt.data, backend, device, op=OP)
+    be = get_backend((xt.data, ref, *xt.offsets), backend, device, op=OP)
+    if be.name == "cupy":
+        return _expand_cuda(be.xp, xt, ref)
     if be.name == "numpy":
         return _reference(xt, ref)
     return _expand_numba(xt, ref)
@@ -96,7 +101,7 @@ def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, in
         if xs != count:
             raise LodShapeError(f"{OP}: x has {xs} sequences but y's level {level} has {count}; "
                                 "they must have the same number of sequences")
-        if ref[-1] == 0:
+        if int(ref[-1]) == 0:
             raise LodShapeError(f"{OP}: every sequence is repeated 0 times, so the output would have no "
                                 "sequences, which no valid LoD can hold")
     return ref, level
@@ -127,6 +132,14 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     src_start = np.repeat(xoff[:-1], reps)
     index = np.repeat(src_start - out_off[:-1], out_lens) + np.arange(out_off[-1], dtype=np.int64)
     return LoDTensor._trusted(data[index], (out_off,), xt.level_names)
+
+
+def _expand_cuda(xp, xt: LoDTensor, ref) -> LoDTensor:
+    """On the GPU (lodtool.ops._cuda): both offsets validated there first."""
+    out, out_off = _cuda.expand(xp, xt.data, xt.offsets[0] if xt.lod_level else None, ref)
+    if out_off is None:
+        return LoDTensor._trusted(out, ())
+    return LoDTensor._trusted(out, (out_off,), xt.level_names)
 
 
 def _expand_numba(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:

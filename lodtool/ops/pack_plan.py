@@ -10,7 +10,9 @@ layout exactly.
 
 The sort is stable (ties keep their input order).  Empty sequences sort last
 and appear in no step (torch refuses them).  For a level above the last, a
-sequence's time steps are all the data rows under it.
+sequence's time steps are all the data rows under it.  A tensor on the GPU
+(CuPy data or offsets, or ``device="cuda"``) gets a plan of CuPy arrays, and
+the packing runs there too.
 
 >>> import numpy as np
 >>> from lodtool import LoDTensor
@@ -27,7 +29,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +37,8 @@ import numpy as np
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import validate_lod
 from ..tensor import LoDTensor, check_dtype
-from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from . import _cuda
+from ._backend import atomic_add, cupy_module, get_backend, is_device_array, kernel, prange, schedule
 from ._util import U, as_tensor, as_words, empty_words, level_index, need_lod, row_offsets
 
 OP = "pack_plan"
@@ -43,7 +46,7 @@ OP = "pack_plan"
 
 @dataclass(frozen=True, eq=False)
 class PackPlan:
-    """How the sequences of one level pack into time steps (all arrays int64).
+    """How the sequences of one level pack into time steps (all arrays int64, all on one device).
 
     * ``lengths[i]``: rows (time steps) of sequence ``i``, in input order.
     * ``sorted_indices``: the sequences by decreasing length, ties in input order.
@@ -74,10 +77,37 @@ class PackPlan:
     def n_rows(self) -> int:
         return int(self.row_offsets[-1])
 
+    @property
+    def device(self) -> str:
+        """Where the plan's arrays are: ``"cpu"`` or ``"cuda"``."""
+        return "cuda" if is_device_array(self.row_offsets) else "cpu"
+
+    def to(self, device: str) -> "PackPlan":
+        """The same plan with its arrays (and ``lod``) on ``device``, ``"cpu"`` or ``"cuda"``.
+
+        >>> import numpy as np
+        >>> from lodtool import LoDTensor
+        >>> plan = pack_plan(LoDTensor(np.arange(3), [[0, 1, 3]]))
+        >>> plan.to("cpu") is plan, plan.device
+        (True, 'cpu')
+        """
+        if device == "cpu":
+            move = _cuda.to_host
+        elif device == "cuda":
+            move = cupy_module().asarray
+        else:
+            raise LodUsageError(f"unknown device {device!r}; choose cpu or cuda")
+        arrays = [getattr(self, f.name) for f in fields(self) if f.name not in ("lod", "level")]
+        if all(is_device_array(a) == (device == "cuda") for a in arrays + list(self.lod)):
+            return self
+        moved = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name not in ("lod", "level")}
+        return replace(self, lod=tuple(move(o) for o in self.lod), **moved)
+
     def step_offsets(self) -> np.ndarray:
         """Where each time step starts in the time-major data (``num_steps + 1`` entries)."""
-        out = np.zeros(len(self.batch_sizes) + 1, np.int64)
-        np.cumsum(self.batch_sizes, out=out[1:])
+        xp = _module_of(self.batch_sizes)
+        out = xp.zeros(len(self.batch_sizes) + 1, np.int64)
+        xp.cumsum(self.batch_sizes, out=out[1:])
         return out
 
     def split(self, data: np.ndarray) -> list[np.ndarray]:
@@ -90,7 +120,7 @@ class PackPlan:
         >>> [s.tolist() for s in plan.split(to_time_major(x, plan)[0])]
         [[1, 0], [2]]
         """
-        bounds = self.step_offsets()
+        bounds = _cuda.to_host(self.step_offsets()).tolist()  # host ints: slicing with device scalars syncs each
         return [data[bounds[t]:bounds[t + 1]] for t in range(len(self.batch_sizes))]
 
 
@@ -106,9 +136,15 @@ def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, devi
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
     lvl = level_index(xt, level, OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    if be.name == "cupy":
+        # every level is checked on the device before row_offsets indexes with them
+        levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
+        roff = _cuda.row_offsets(be.xp, levels, lvl)
+        lengths, sorted_idx, unsorted_idx, batch_sizes = _cuda.pack_plan(be.xp, roff, validated=True)
+        return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(levels), lvl)
     roff = row_offsets(xt.offsets, lvl)
     lengths = roff[1:] - roff[:-1]
-    be = get_backend(None, backend, device, op=OP)
     if be.name == "numpy":
         sorted_idx, unsorted_idx, batch_sizes = _reference(lengths)
     else:
@@ -153,44 +189,68 @@ def _plan(lengths, start, sorted_idx, unsorted_idx, batch_sizes):  # pragma: no 
         start[lengths[i]] = p + 1
 
 
+def _module_of(a: Any):
+    return cupy_module() if is_device_array(a) else np
+
+
 def _check_plan(plan: PackPlan, op: str) -> None:
     """Refuse a plan whose arrays do not fit together (a hand-made one could send a kernel out of bounds).
 
-    O(sequences + steps): cheap next to moving the rows.
+    O(sequences + steps), on the plan's device: cheap next to moving the rows.
     """
     if not isinstance(plan, PackPlan):
         raise LodUsageError(f"{op}: plan must be a PackPlan from pack_plan(), got {type(plan).__name__}")
-    lengths, order = plan.lengths, plan.sorted_indices
+    lengths, order, inverse = plan.lengths, plan.sorted_indices, plan.unsorted_indices
+    arrays = (lengths, order, inverse, plan.batch_sizes, plan.row_offsets)
+    on_gpu = [is_device_array(a) for a in arrays]
+    if any(on_gpu) and not all(on_gpu):
+        raise LodValidationError(f"{op}: the plan's arrays must all be on one device")
+    xp = cupy_module() if all(on_gpu) else np
     n = len(lengths)
-    arrays = (lengths, order, plan.unsorted_indices, plan.batch_sizes, plan.row_offsets)
-    if any(not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1 for a in arrays):
+    if any(not isinstance(a, xp.ndarray) or a.dtype != np.int64 or a.ndim != 1 for a in arrays):
         raise LodValidationError(f"{op}: the plan's arrays must be 1-D int64 arrays")
-    if len(order) != n or len(plan.unsorted_indices) != n or len(plan.row_offsets) != n + 1:
+    if len(order) != n or len(inverse) != n or len(plan.row_offsets) != n + 1:
         raise LodValidationError(f"{op}: the plan's arrays have inconsistent lengths")
-    validate_lod([plan.row_offsets], int(plan.row_offsets[-1]))
-    if not np.array_equal(np.diff(plan.row_offsets), lengths):
+    if xp is np:
+        validate_lod([plan.row_offsets], int(plan.row_offsets[-1]))
+    else:
+        _cuda.validate_offsets(xp, [plan.row_offsets], None)
+    if not bool(xp.array_equal(plan.row_offsets[1:] - plan.row_offsets[:-1], lengths)):
         raise LodValidationError(f"{op}: the plan's lengths do not match its row offsets")
-    if n and (order.min() < 0 or order.max() >= n or not np.array_equal(order[plan.unsorted_indices], np.arange(n))):
+    # both in range, and order[inverse] == 0..n-1: inverse permutations (checked before indexing with them)
+    if n and (int(order.min()) < 0 or int(order.max()) >= n or int(inverse.min()) < 0 or int(inverse.max()) >= n
+              or not bool(xp.array_equal(order[inverse], xp.arange(n, dtype=np.int64)))):
         raise LodValidationError(f"{op}: the plan's sorted/unsorted indices are not inverse permutations")
     ranked = lengths[order]
-    if n and np.any(ranked[1:] > ranked[:-1]):
+    if n and bool(xp.any(ranked[1:] > ranked[:-1])):
         raise LodValidationError(f"{op}: the plan's sorted_indices are not in decreasing length order")
     longest = int(ranked[0]) if n else 0
-    expected = n - np.cumsum(np.bincount(lengths, minlength=longest + 1))[:longest]
-    if not np.array_equal(plan.batch_sizes, expected):
+    expected = n - xp.cumsum(xp.bincount(lengths, minlength=longest + 1))[:longest]
+    if len(plan.batch_sizes) != longest or not bool(xp.array_equal(plan.batch_sizes, expected)):
         raise LodValidationError(f"{op}: the plan's batch_sizes do not match its lengths")
 
 
-def _source_rows(x: Any, plan: PackPlan, op: str) -> np.ndarray:
+def _same_level(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if len(a) != len(b):
+        return False
+    if is_device_array(a) or is_device_array(b):
+        xp = cupy_module()
+        return bool(xp.array_equal(xp.asarray(a), xp.asarray(b)))
+    return bool(np.array_equal(a, b))
+
+
+def _source_rows(x: Any, plan: PackPlan, op: str):
     _check_plan(plan, op)
     if isinstance(x, LoDTensor):
-        if len(x.offsets) != len(plan.lod) or any(a is not b and not np.array_equal(a, b)
-                                                 for a, b in zip(x.offsets, plan.lod)):
+        if len(x.offsets) != len(plan.lod) or not all(_same_level(a, b) for a, b in zip(x.offsets, plan.lod)):
             raise LodShapeError(f"{op}: x's LoD is not the one the plan was made for")
         data = x.data
     else:
         data = as_tensor(x, "x").data
-    data = np.asarray(data)
+    if not is_device_array(data):
+        data = np.asarray(data)
     if data.shape[0] != plan.n_rows:
         raise LodShapeError(f"{op}: x has {data.shape[0]} rows but the plan covers {plan.n_rows}")
     return data
@@ -211,7 +271,10 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
     ([2, 1, 3], [2, 1])
     """
     data = _source_rows(x, plan, "to_time_major")
-    be = get_backend(data, backend, device, op="to_time_major")
+    be = get_backend((data, plan.row_offsets), backend, device, op="to_time_major")
+    if be.name == "cupy":
+        out = _cuda.to_time_major(be.xp, data, plan.row_offsets, plan.sorted_indices, plan.batch_sizes)
+        return out, plan.batch_sizes
     if be.name == "numpy":
         src, pos = _time_major_index(plan)
         out = np.empty_like(data)
@@ -239,7 +302,10 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
     [1, 2, 3]
     """
     data = _steps_array(steps, plan)
-    be = get_backend(data, backend, device, op="from_time_major")
+    be = get_backend((data, plan.row_offsets), backend, device, op="from_time_major")
+    if be.name == "cupy":
+        out = _cuda.from_time_major(be.xp, data, plan.row_offsets, plan.unsorted_indices, plan.batch_sizes)
+        return LoDTensor._trusted(out, plan.lod)
     if be.name == "numpy":
         src, pos = _time_major_index(plan)
         out = np.empty_like(data)
@@ -253,20 +319,21 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
     return LoDTensor._trusted(out, plan.lod)
 
 
-def _steps_array(steps: Any, plan: PackPlan) -> np.ndarray:
+def _steps_array(steps: Any, plan: PackPlan):
     _check_plan(plan, "from_time_major")
     if isinstance(steps, (list, tuple)):
         if len(steps) != plan.num_steps:
             raise LodShapeError(f"from_time_major: {len(steps)} steps given, the plan has {plan.num_steps}")
-        arrays = [np.asarray(s) for s in steps]
+        xp = cupy_module() if any(is_device_array(s) for s in steps) else np
+        arrays = [xp.asarray(s) for s in steps]
         for t, (s, b) in enumerate(zip(arrays, plan.batch_sizes.tolist())):
             if s.ndim == 0 or s.shape[0] != b:
                 raise LodShapeError(f"from_time_major: step {t} has shape {s.shape}; the plan says {b} rows")
         if not arrays:
             raise LodShapeError("from_time_major: the plan has no time steps; pass the (empty) data array")
-        data = np.concatenate(arrays, axis=0)
+        data = xp.concatenate(arrays, axis=0)
     else:
-        data = np.asarray(steps)
+        data = steps if is_device_array(steps) else np.asarray(steps)
     check_dtype(data.dtype, "steps")
     if data.ndim == 0 or data.shape[0] != plan.n_rows:
         raise LodShapeError(f"from_time_major: the steps hold {data.shape[0] if data.ndim else 0} rows, "

@@ -35,7 +35,8 @@ import numpy as np
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import as_index_array
 from ..tensor import LoDTensor, check_dtype
-from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from . import _cuda
+from ._backend import atomic_add, get_backend, is_device_array, kernel, prange, schedule
 from ._util import U, as_tensor, as_words, cast_value, empty_words, level_index, need_lod, row_offsets, words_of
 
 OP_PAD = "sequence_pad"
@@ -50,6 +51,8 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
     ``padded`` has shape ``(sequences, maxlen, *element_shape)`` and ``x``'s
     dtype; ``lengths`` is int64, counted in data rows.  ``maxlen`` defaults to
     the longest sequence; a shorter one is a :class:`~lodtool.errors.LodShapeError`.
+    ``device="cuda"`` (the default for CuPy data or offsets) pads on the GPU
+    and returns CuPy arrays with the same bits.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -61,6 +64,13 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
     xt = as_tensor(x, "x")
     need_lod(xt, OP_PAD)
     lvl = level_index(xt, level, OP_PAD)
+    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP_PAD)
+    if be.name == "cupy":
+        # every level is checked on the device before row_offsets indexes with them
+        levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
+        roff = _cuda.row_offsets(be.xp, levels, lvl)
+        maxlen = None if maxlen is None else _check_maxlen(maxlen, OP_PAD)
+        return _cuda.pad(be.xp, xt.data, roff, maxlen, pad_value, validated=True, level=lvl)
     roff = row_offsets(xt.offsets, lvl)
     lengths = roff[1:] - roff[:-1]
     longest = int(lengths.max()) if lengths.size else 0
@@ -72,7 +82,6 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
             raise LodShapeError(f"{OP_PAD}: maxlen {maxlen} is shorter than the longest sequence ({longest} rows) "
                                 f"of level {lvl}; as in Paddle, it must be at least the longest length")
     pad = cast_value(pad_value, xt.dtype, f"{OP_PAD}: pad_value", xt.element_shape)
-    be = get_backend(xt.data, backend, device, op=OP_PAD)
     if be.name == "numpy":
         return _reference(np.asarray(xt.data), lengths, maxlen, pad), lengths
     return _pad_numba(xt.data, roff, maxlen, pad), lengths
@@ -110,6 +119,9 @@ def _pad_numba(data: np.ndarray, roff: np.ndarray, maxlen: int, pad: np.ndarray)
 def _pad(xw, k, roff, maxlen, padw, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
     """Rows ``roff[i]..roff[i+1]`` to ``out[i, :len]``; ``padw`` (``k`` words) after them.
 
+    One-word rows: the block's whole output gets the pad value first (one long
+    vectorised loop, which leaves those lines in cache), then the rows are
+    copied over it; short per-sequence tail loops cost about twice as much.
     See the kernel notes in expand.py (unsigned indices, dynamic blocks).
     """
     one = U(1)
@@ -118,18 +130,25 @@ def _pad(xw, k, roff, maxlen, padw, outw, nblocks, counter, nworkers):  # pragma
     for _ in prange(nworkers):
         blk = atomic_add(counter, one)
         while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = roff[i]
-                m = (roff[i + one] - a) * k
-                src = a * k
-                dst = i * width
-                for j in range(m):
-                    outw[dst + j] = xw[src + j]
-                if k == one:
-                    v = padw[0]
-                    for j in range(m, width):
-                        outw[dst + j] = v
-                else:
+            lo = n * blk // nblocks
+            hi = n * (blk + one) // nblocks
+            if k == one:
+                v = padw[0]
+                for j in range(lo * width, hi * width):
+                    outw[j] = v
+                for i in range(lo, hi):
+                    a = roff[i]
+                    dst = i * width
+                    for j in range(roff[i + one] - a):
+                        outw[dst + j] = xw[a + j]
+            else:
+                for i in range(lo, hi):
+                    a = roff[i]
+                    m = (roff[i + one] - a) * k
+                    src = a * k
+                    dst = i * width
+                    for j in range(m):
+                        outw[dst + j] = xw[src + j]
                     rest = dst + m
                     for t in range((width - m) // k):
                         for j in range(k):
@@ -143,17 +162,22 @@ def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
     """The first ``lengths[i]`` rows of each ``padded[i]``, as a 1-level LoD tensor (Paddle's ``sequence_unpad``).
 
     ``padded`` has shape ``(sequences, maxlen, *element_shape)``; ``lengths``
-    holds one integer per sequence (shape ``(n,)`` or ``(n, 1)``).
+    holds one integer per sequence (shape ``(n,)`` or ``(n, 1)``).  With CuPy
+    arrays (or ``device="cuda"``) it runs on the GPU, lengths checked there.
 
     >>> import numpy as np
     >>> t = sequence_unpad(np.arange(12).reshape(3, 4), [2, 0, 3])
     >>> t.data.tolist(), t.lod
     ([0, 1, 8, 9, 10], [[0, 2, 2, 5]])
     """
-    data = padded if hasattr(padded, "__cuda_array_interface__") else np.asarray(padded)
+    data = padded if is_device_array(padded) else np.asarray(padded)
     check_dtype(data.dtype, "padded")
     if data.ndim < 2:
         raise LodShapeError(f"{OP_UNPAD}: padded must have shape (sequences, maxlen, ...), got {data.shape}")
+    be = get_backend((data, lengths), backend, device, op=OP_UNPAD)
+    if be.name == "cupy":
+        out, off = _cuda.unpad(be.xp, data, lengths)
+        return LoDTensor._trusted(out, (off,))
     lens = np.asarray(lengths)
     if lens.size == 0:
         lens = lens.astype(np.int64)
@@ -174,7 +198,6 @@ def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
     off = np.empty(n + 1, np.int64)
     off[0] = 0
     np.cumsum(lens, out=off[1:])
-    be = get_backend(data, backend, device, op=OP_UNPAD)
     if be.name == "numpy":
         out = _unpad_reference(data, lens, maxlen)
     else:
@@ -216,15 +239,22 @@ def _unpad(xw, k, off, maxlen, outw, nblocks, counter, nworkers):  # pragma: no 
             blk = atomic_add(counter, one)
 
 
-def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool) -> np.ndarray:
+def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool, *,
+                  device: str | None = None) -> np.ndarray:
     """``mask[..., j] = j < lengths[...]`` with ``maxlen`` columns (Paddle's ``sequence_mask``).
 
     ``maxlen`` defaults to the longest length; a shorter one truncates the mask,
     as in Paddle.  Negative lengths are a :class:`~lodtool.errors.LodValidationError`.
+    CuPy lengths (or ``device="cuda"``) give a CuPy mask.
 
     >>> sequence_mask([1, 3], dtype="int64").tolist()
     [[1, 0, 0], [1, 1, 1]]
     """
+    if device is not None or is_device_array(lengths):
+        be = get_backend(lengths, "numpy" if device == "cpu" else None, device, op=OP_MASK)  # no Numba for a mask
+        if be.name == "cupy":
+            maxlen = None if maxlen is None else _check_maxlen(maxlen, OP_MASK)
+            return _cuda.mask(be.xp, lengths, maxlen, dtype)
     lens = np.asarray(lengths)
     if lens.dtype.kind not in "iu":
         if lens.size == 0:

@@ -52,6 +52,7 @@ import numpy as np
 
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
+from . import _cuda
 from ._backend import atomic_add, get_backend, kernel, prange, schedule
 from ._util import U, as_tensor, as_words, cast_value, empty_words, need_lod, row_size, words_of
 
@@ -102,7 +103,10 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, b
     ``pool_type`` is one of ``sum``, ``average``, ``sqrt``, ``max``, ``min``,
     ``first``, ``last`` (any case).  Empty sequences get ``pad_value``.  The
     output keeps the upper LoD levels.  ``backend``: ``"numba"`` (default) or
-    ``"numpy"`` (the reference).
+    ``"numpy"`` (the reference).  ``device="cuda"`` (the default for CuPy data
+    or offsets) runs on the GPU: first/last give the same bits, sum/max/min the
+    CPU kernel's bits, average/sqrt the same IEEE division (see
+    :func:`lodtool.ops._cuda.pool`).
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -116,12 +120,16 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, b
     code = _code(pool_type)
     out_dtype, acc_dtype = pool_dtypes(xt.dtype, pool_type)
     pad = cast_value(pad_value, out_dtype, f"{OP}: pad_value", xt.element_shape)
-    be = get_backend(xt.data, backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
+    if be.name == "cupy":  # every level checked on the device; the kept levels live there too
+        levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
+        data = _cuda.pool(be.xp, xt.data, levels[-1], pool_type, pad_value, validated=True)
+        return LoDTensor._trusted(data, levels[:-1], names)
     if be.name == "numpy":
         data = _reference(np.asarray(xt.data), xt.offsets[-1], code, pad, out_dtype, acc_dtype)
     else:
         data = _pool_numba(xt.data, xt.offsets[-1], code, pad, out_dtype, acc_dtype)
-    names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
     return LoDTensor._trusted(data, xt.offsets[:-1], names)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import LoDTensor
+from . import _cuda
 from ._backend import atomic_add, get_backend, kernel, prange, schedule
 from ._util import U, as_tensor, as_words, empty_words, need_lod
 
@@ -26,6 +27,8 @@ def sequence_reverse(x: LoDTensor, *, backend: str | None = None, device: str | 
     """Reverse the rows within each last-level sequence; the LoD is kept.
 
     ``backend``: ``"numba"`` (default) or ``"numpy"`` (the reference).
+    ``device="cuda"`` (the default for CuPy data or offsets) runs on the GPU
+    and moves the same bytes.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -36,7 +39,10 @@ def sequence_reverse(x: LoDTensor, *, backend: str | None = None, device: str | 
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
     off = xt.offsets[-1]
-    be = get_backend(xt.data, backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
+        levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
+        return LoDTensor._trusted(_cuda.reverse(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)
     if be.name == "numpy":
         data = _reference(np.asarray(xt.data), off)
     else:

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
+from . import _cuda
 from ._backend import atomic_add, get_backend, kernel, prange, schedule
 from ._util import U, as_tensor, need_lod, row_size
 
@@ -49,6 +50,8 @@ def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | 
     """Softmax over the rows of each last-level sequence (Paddle's ``sequence_softmax``).
 
     ``backend``: ``"numba"`` (default) or ``"numpy"`` (the reference).
+    ``device="cuda"`` (the default for CuPy data or offsets) runs on the GPU;
+    its ``exp`` is the device's, so results match within a few ulp.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -62,7 +65,10 @@ def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | 
         raise LodShapeError(f"{OP}: each row must hold one value (shape (N,) or (N, 1)), but rows have shape "
                             f"{xt.element_shape}; as in Paddle, the width of each time step must be 1")
     out_dtype = softmax_dtype(xt.dtype)
-    be = get_backend(xt.data, backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
+        levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
+        return LoDTensor._trusted(_cuda.softmax(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)
     work = np.float32 if out_dtype == np.float16 else out_dtype
     flat = np.ascontiguousarray(xt.data).reshape(-1).astype(work, copy=False)
     off = xt.offsets[-1]

@@ -1,0 +1,956 @@
+"""CUDA kernels of the sequence operators (Numba CUDA over CuPy arrays), and their launchers.
+
+Every function takes the array module ``xp`` as its first argument: CuPy on a
+GPU, or NumPy under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), where
+the very same kernels run, slowly, on the host; that is how CI tests them
+without a GPU.  This module never imports CuPy (only ``_backend`` may) and
+imports ``numba.cuda`` on the first kernel launch, so importing it is free.
+
+Inputs are plain arrays: data on the device (C-contiguous or not), offsets as
+int64 arrays on the host or the device.  Outputs are device arrays, offsets
+included.  The public operators (``lodtool.ops.<op>``) call these when
+:func:`~lodtool.ops._backend.get_backend` picks CuPy.  Offsets are
+validated **on the device** before any kernel indexes with them (first is 0,
+never decreasing, the last equals the rows), and a bad index raises
+:class:`~lodtool.errors.LodValidationError` worded exactly as
+:func:`lodtool.lod.validate_lod`; pass ``validated=True`` to skip a check the
+caller has already made.
+
+Data movement (expand, pad, unpad, reverse, first/last, time-major packing) moves
+bytes, never values: rows are viewed as ``k`` unsigned words (the widest that
+divides the row and its alignment), so the output is bit-identical to the CPU
+path for every dtype.  All of them run one tiled gather kernel: a block owns a
+tile of output rows, finds each row's source row from the offsets (a binary
+search inside a window of offsets staged in shared memory, then a forward walk;
+one small kernel first finds every tile's window), and then copies
+``tile_rows * k`` words with consecutive threads on consecutive words
+(coalesced), four loads in flight per thread.
+
+Reductions (pool, softmax) run one thread per (sequence, column) in row order,
+as the CPU kernels do, so sum/average/sqrt/max/min give the CPU kernel's bits;
+softmax uses the device's ``exp`` (within 2 ulp of the host's).
+
+>>> tile_rows(1), tile_rows(8), tile_rows(100_000)
+(2048, 1024, 1)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import types
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
+from ..tensor import check_dtype
+from ._util import cast_value, row_size, word_dtype
+
+#: threads per block (the simulator runs each thread as a Python thread: fewer there)
+THREADS = 256
+THREADS_SIM = 32
+#: output words a gather block copies, and the most output rows a tile may hold
+TILE_WORDS = 8192
+MAX_TILE_ROWS = 2048
+#: offsets staged per tile in shared memory (a tile without empty sequences needs at most rows + 2)
+STAGE = MAX_TILE_ROWS + 2
+#: grid-stride kernels launch at most this many blocks
+MAX_BLOCKS = 65535 * 4
+
+# gather modes: how an output row's source row is found (see _src_of)
+MODE_ROW, MODE_BASE, MODE_REV, MODE_STRIDE, MODE_TO_STEPS, MODE_FROM_STEPS = range(6)
+MODE_PAD, MODE_FIRST, MODE_LAST = 6, 7, 8
+
+POOL_CODES = {"sum": 0, "average": 1, "sqrt": 2, "max": 3, "min": 4, "first": 5, "last": 6}
+
+_I64 = np.dtype(np.int64)
+#: bound to ``numba.cuda`` in the kernels' globals when they compile (see _compiled)
+cuda: Any = None
+
+
+def tile_rows(k: int) -> int:
+    """Output rows per gather tile for rows of ``k`` words (at least 1, at most ``MAX_TILE_ROWS``).
+
+    >>> tile_rows(2)
+    2048
+    """
+    return max(1, min(MAX_TILE_ROWS, TILE_WORDS // max(int(k), 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# device code (plain Python functions; compiled by numba.cuda on first use, see _compiled)
+# ---------------------------------------------------------------------------------------------
+
+def _upper_bound(a, lo, hi, v):  # pragma: no cover - device function
+    """First index in ``[lo, hi)`` with ``a[i] > v`` (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _src_of(mode, j, lo_v, hi_v, o, base, aux, p):  # pragma: no cover - device function
+    """Source row of output row ``o`` in segment ``j`` (whose offsets are ``lo_v, hi_v``)."""
+    if mode == 0:  # MODE_ROW: segment j repeats source row j
+        return j
+    if mode == 1:  # MODE_BASE: segment j copies rows from base[j]
+        return base[j] + (o - lo_v)
+    if mode == 2:  # MODE_REV: segment reversed in place
+        return lo_v + hi_v - 1 - o
+    if mode == 3:  # MODE_STRIDE: segment j copies rows from j * p (unpad)
+        return j * p + (o - lo_v)
+    if mode == 4:  # MODE_TO_STEPS: step j, rank o-lo: time step j of the sorted sequence
+        return base[aux[o - lo_v]] + j
+    # MODE_FROM_STEPS: sequence j, time step o-lo: the row at step (o-lo), rank aux[j]
+    return base[o - lo_v] + aux[j]
+
+
+def _fill_seg(arr, lo, hi, jshift, o0, r_lo, r_hi, mode, base, aux, p, srcrow):  # pragma: no cover
+    """Source rows of tile rows ``r_lo..r_hi`` by a search in ``arr[lo:hi]`` then a forward walk."""
+    j = _upper_bound(arr, lo, hi, o0 + r_lo) - 1
+    for r in range(r_lo, r_hi):
+        o = o0 + r
+        while arr[j + 1] <= o:
+            j += 1
+        srcrow[r] = _src_of(mode, j + jshift, arr[j], arr[j + 1], o, base, aux, p)
+
+
+def _gather(srcw, k, off, nseg, ts, base, aux, p, mode, n_out, tile, padw, outw):  # pragma: no cover
+    """Output rows ``[b*tile, (b+1)*tile)`` of ``k`` words each; see the module docstring."""
+    srcrow = cuda.shared.array(MAX_TILE_ROWS, np.int64)
+    win = cuda.shared.array(STAGE, np.int64)
+    tid = np.int64(cuda.threadIdx.x)
+    nt = np.int64(cuda.blockDim.x)
+    b = np.int64(cuda.blockIdx.x)
+    o0 = b * tile
+    rows = min(tile, n_out - o0)
+    rpt = (rows + nt - 1) // nt
+    r_lo = min(rows, tid * rpt)
+    r_hi = min(rows, r_lo + rpt)
+    # the offsets this tile needs: off[j0 .. j1+1]
+    if mode == 6:  # MODE_PAD: output row o is (o // p, o % p)
+        j0 = o0 // p
+        j1 = (o0 + rows - 1) // p
+    elif mode >= 7:  # MODE_FIRST / MODE_LAST: output row i from sequence i
+        j0 = o0
+        j1 = o0 + rows - 1
+    else:  # segment modes: found for every tile at once by _tile_segs
+        j0 = ts[b]
+        j1 = ts[b + 1]
+    cnt = j1 - j0 + 2
+    staged = cnt <= STAGE
+    if staged:  # one coalesced load of the window into shared memory
+        for q in range(tid, cnt, nt):
+            win[q] = off[j0 + q]
+    cuda.syncthreads()
+    # phase 1: each tile row's source row (-1: the pad row)
+    if r_lo < r_hi:
+        if mode == 6:
+            i = (o0 + r_lo) // p
+            t = o0 + r_lo - i * p
+            for r in range(r_lo, r_hi):
+                a = win[i - j0]
+                srcrow[r] = a + t if t < win[i - j0 + 1] - a else -1
+                t += 1
+                if t == p:
+                    t = 0
+                    i += 1
+        elif mode >= 7:
+            for r in range(r_lo, r_hi):
+                a = win[r]
+                e = win[r + 1]
+                if a == e:
+                    srcrow[r] = -1
+                elif mode == 7:
+                    srcrow[r] = a
+                else:
+                    srcrow[r] = e - 1
+        elif staged:
+            _fill_seg(win, 0, cnt, j0, o0, r_lo, r_hi, mode, base, aux, p, srcrow)
+        else:  # many empty segments in this tile: search the offsets in place
+            _fill_seg(off, j0, j0 + cnt, 0, o0, r_lo, r_hi, mode, base, aux, p, srcrow)
+    cuda.syncthreads()
+    # phase 2: copy words; thread tid takes words tid, tid+nt, ... of the tile (coalesced)
+    total = rows * k
+    out0 = o0 * k
+    e = tid
+    r = tid // k
+    c = tid - r * k
+    dr = nt // k
+    dc = nt - dr * k
+    while e + 3 * nt < total:
+        r1, c1 = _advance(r, c, dr, dc, k)
+        r2, c2 = _advance(r1, c1, dr, dc, k)
+        r3, c3 = _advance(r2, c2, dr, dc, k)
+        s0 = srcrow[r]
+        s1 = srcrow[r1]
+        s2 = srcrow[r2]
+        s3 = srcrow[r3]
+        v0 = srcw[s0 * k + c] if s0 >= 0 else padw[c]
+        v1 = srcw[s1 * k + c1] if s1 >= 0 else padw[c1]
+        v2 = srcw[s2 * k + c2] if s2 >= 0 else padw[c2]
+        v3 = srcw[s3 * k + c3] if s3 >= 0 else padw[c3]
+        outw[out0 + e] = v0
+        outw[out0 + e + nt] = v1
+        outw[out0 + e + 2 * nt] = v2
+        outw[out0 + e + 3 * nt] = v3
+        e += 4 * nt
+        r, c = _advance(r3, c3, dr, dc, k)
+    while e < total:
+        s0 = srcrow[r]
+        outw[out0 + e] = srcw[s0 * k + c] if s0 >= 0 else padw[c]
+        e += nt
+        r, c = _advance(r, c, dr, dc, k)
+
+
+def _tile_segs(off, nseg, tile, n_out, n_tiles, ts):  # pragma: no cover - kernel
+    """``ts[b]``: the segment of ``off`` holding the first row of tile ``b`` (``b = n_tiles``: the last row)."""
+    b = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while b <= n_tiles:
+        ts[b] = _upper_bound(off, 0, nseg + 1, min(b * tile, n_out - 1)) - 1
+        b += stride
+
+
+def _advance(r, c, dr, dc, k):  # pragma: no cover - device function
+    """(row, column) of the word ``blockDim`` further on, without a division."""
+    c += dc
+    r += dr
+    if c >= k:
+        c -= k
+        r += 1
+    return r, c
+
+
+def _first_decrease(off, n, res, slot):  # pragma: no cover - kernel
+    """``res[slot] = min(res[slot], j)`` for every ``j`` with ``off[j] < off[j-1]``."""
+    i = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while i < n - 1:
+        if off[i + 1] < off[i]:
+            cuda.atomic.min(res, slot, i + 1)
+        i += stride
+
+
+def _first_outside(vals, n, lo, hi, res):  # pragma: no cover - kernel
+    """``res[0]``: first ``j`` with ``vals[j] < lo``; ``res[1]``: first with ``vals[j] > hi``."""
+    i = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while i < n:
+        v = vals[i]
+        if v < lo:
+            cuda.atomic.min(res, 0, i)
+        if v > hi:
+            cuda.atomic.min(res, 1, i)
+        i += stride
+
+
+def _seg_ids(off, nseg, n, out):  # pragma: no cover - kernel
+    """``out[q]``: the segment of ``off`` holding position ``q``."""
+    q = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while q < n:
+        out[q] = _upper_bound(off, 0, nseg + 1, q) - 1
+        q += stride
+
+
+def _pool(x2, off, n, w, code, pad, scale, out):  # pragma: no cover - kernel
+    """``out[i, c]``: rows ``off[i]..off[i+1]`` of column ``c`` reduced in row order (codes as POOL_CODES)."""
+    e = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while e < n * w:
+        i = e // w
+        c = e - i * w
+        a = off[i]
+        b = off[i + 1]
+        if a == b:
+            out[i, c] = pad[c]
+        else:
+            acc = x2[a, c]
+            if code <= 2:
+                for r in range(a + 1, b):
+                    acc += x2[r, c]
+            elif code == 3:
+                for r in range(a + 1, b):
+                    v = x2[r, c]
+                    if v > acc:
+                        acc = v
+            else:
+                for r in range(a + 1, b):
+                    v = x2[r, c]
+                    if v < acc:
+                        acc = v
+            if code == 1 or code == 2:
+                out[i, c] = acc / scale[i]
+            else:
+                out[i, c] = acc
+        e += stride
+
+
+def _softmax(x, off, n, out):  # pragma: no cover - kernel
+    """Stable softmax of ``x[off[i]:off[i+1]]``, one thread a sequence; sums in float64."""
+    i = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while i < n:
+        a = off[i]
+        b = off[i + 1]
+        if b > a:
+            peak = x[a]
+            for r in range(a + 1, b):
+                v = x[r]
+                if v > peak or v != v:
+                    peak = v
+            total = 0.0
+            for r in range(a, b):
+                ev = math.exp(x[r] - peak)
+                out[r] = ev
+                total += ev
+            for r in range(a, b):
+                out[r] = out[r] / total
+        i += stride
+
+
+_DEVICE_FUNCS = ("_upper_bound", "_src_of", "_fill_seg", "_advance")
+_KERNELS = ("_gather", "_tile_segs", "_first_decrease", "_first_outside", "_seg_ids", "_pool", "_softmax")
+_compiled_ns: types.SimpleNamespace | None = None
+_compile_lock = threading.Lock()
+
+
+def numba_cuda():
+    """``numba.cuda``, imported on first use (a :class:`LodBackendError` if it cannot be)."""
+    if not hasattr(np, "row_stack"):
+        # numba-cuda <= 0.30.4 registers an overload of np.row_stack (an alias of vstack that
+        # NumPy 2.5 removed) when it loads its CUDA target, and fails without it.
+        np.row_stack = np.vstack
+    try:
+        from numba import cuda
+    except Exception as exc:  # pragma: no cover - depends on the install
+        raise LodBackendError(f"device='cuda' needs numba's CUDA target ({exc}): pip install numba-cuda") from None
+    return cuda
+
+
+def simulated() -> bool:
+    """True when Numba runs CUDA kernels in its simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    from numba.core import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def _compiled() -> types.SimpleNamespace:
+    """The kernels, each ``cuda.jit(cache=True)``-ed once, with the device functions bound."""
+    global _compiled_ns
+    if _compiled_ns is None:
+        with _compile_lock:
+            if _compiled_ns is None:
+                cuda = numba_cuda()
+                glb = dict(globals())
+                glb["cuda"] = cuda
+
+                def rebind(fn):
+                    f = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__)
+                    f.__qualname__ = fn.__qualname__
+                    f.__module__ = fn.__module__
+                    return f
+
+                for name in _DEVICE_FUNCS:  # later ones call earlier ones through glb
+                    glb[name] = cuda.jit(device=True)(rebind(globals()[name]))
+                ns = types.SimpleNamespace(cuda=cuda)
+                for name in _KERNELS:
+                    setattr(ns, name.lstrip("_"), cuda.jit(cache=not simulated())(rebind(globals()[name])))
+                _compiled_ns = ns
+    return _compiled_ns
+
+
+# ---------------------------------------------------------------------------------------------
+# host helpers
+# ---------------------------------------------------------------------------------------------
+
+def _is_device(a: Any) -> bool:
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A NumPy copy (or view) of a device or host array."""
+    return a.get() if _is_device(a) and hasattr(a, "get") else np.asarray(a)
+
+
+def _address(a: Any) -> int:
+    iface = a.__cuda_array_interface__ if _is_device(a) else a.__array_interface__
+    return int(iface["data"][0])
+
+
+def _threads() -> int:
+    return THREADS_SIM if simulated() else THREADS
+
+
+#: set to a list to record ``(kernel name, start event, end event)`` around each launch (benchmarks)
+PROFILE: list | None = None
+_streams: dict = {}
+
+
+def _launch(xp, kern, blocks: int, *args) -> None:
+    """Launch ``kern`` on CuPy's current stream (no host synchronisation), or in the simulator."""
+    ns = _compiled()
+    if blocks <= 0:
+        return
+    if simulated() or not _is_device_any(args):
+        kern[blocks, _threads()](*args)
+        return
+    cuda = ns.cuda
+    ptr = int(xp.cuda.get_current_stream().ptr)
+    stream = _streams.get(ptr)
+    if stream is None:
+        stream = _streams[ptr] = cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
+    conv = tuple(cuda.as_cuda_array(a, sync=False) if _is_device(a) else a for a in args)
+    if PROFILE is None:
+        kern[blocks, _threads(), stream](*conv)
+        return
+    start, end = xp.cuda.Event(), xp.cuda.Event()
+    start.record()
+    kern[blocks, _threads(), stream](*conv)
+    end.record()
+    PROFILE.append((getattr(kern, "py_func", kern).__name__, start, end))
+
+
+def _is_device_any(args) -> bool:
+    return any(_is_device(a) for a in args)
+
+
+def _grid(n: int) -> int:
+    t = _threads()
+    return max(1, min(MAX_BLOCKS, (int(n) + t - 1) // t))
+
+
+def _scalars(xp, *parts) -> list[int]:
+    """Several one-element device arrays read back in one transfer, as Python ints."""
+    if not parts:
+        return []
+    return [int(v) for v in to_host(xp.concatenate([p.reshape(-1)[:1].astype(_I64, copy=False) for p in parts]))]
+
+
+def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offsets"):
+    """One level of offsets (host or device) as a 1-D int64 device array; refuses floats and ranks != 1."""
+    where = f"level {level}: " if level is not None else ""
+    if not _is_device(values):
+        from ..lod import as_index_array
+
+        return xp.asarray(as_index_array(values, what=what, level=level))
+    if values.ndim != 1:
+        raise LodValidationError(f"{where}{what} must be 1-D, got shape {tuple(values.shape)}")
+    if values.dtype.kind not in "iu":
+        raise LodValidationError(f"{where}{what} must be integers, got dtype {values.dtype}")
+    return xp.ascontiguousarray(values.astype(_I64, copy=False))
+
+
+def lengths_to_offsets(xp, lengths: Any):
+    """Lengths to offsets on the device (``[0, l0, l0+l1, ...]``); a negative length is an error.
+
+    >>> import numpy as np
+    >>> lengths_to_offsets(np, [3, 2, 4]).tolist()  # doctest: +SKIP
+    [0, 3, 5, 9]
+    """
+    lens = as_offsets(xp, lengths, what="lengths")
+    n = int(lens.shape[0])
+    if n:
+        res = xp.full(2, n, _I64)
+        _launch(xp, _compiled().first_outside, _grid(n), lens, n, 0, np.iinfo(np.int64).max, res)
+        j = _scalars(xp, res)[0]
+        if j < n:
+            raise LodValidationError(f"length[{j}]={_scalars(xp, lens[j:j + 1])[0]} is negative")
+    out = xp.zeros(n + 1, _I64)
+    if n:
+        xp.cumsum(lens, out=out[1:])
+    return out
+
+
+def offsets_to_lengths(xp, offsets: Any):
+    """Offsets to lengths on the device (``offsets[1:] - offsets[:-1]``).
+
+    >>> import numpy as np
+    >>> offsets_to_lengths(np, np.array([0, 3, 5, 9])).tolist()  # doctest: +SKIP
+    [3, 2, 4]
+    """
+    off = as_offsets(xp, offsets)
+    return off[1:] - off[:-1]
+
+
+def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
+    """Check a LoD on the device with Paddle's rules; returns its levels as int64 device arrays.
+
+    Every level has at least 2 offsets, starts at 0 and never decreases; each
+    level ends at the sequence count of the level below, and the last one at
+    ``n_rows`` (``None``: not checked, for a lone reference level).  One kernel
+    per level finds the first decrease (an atomic min over the bad indices);
+    one transfer brings every level's verdict back.  The first broken rule
+    raises :class:`LodValidationError`, worded as :func:`lodtool.lod.validate_lod`.
+
+    >>> import numpy as np
+    >>> validate_offsets(np, [np.array([0, 3, 2])], 2)  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodValidationError: level 0: offset[2]=2 < offset[1]=3 (offsets must not decrease)
+    """
+    offs = tuple(as_offsets(xp, lv, level=k) for k, lv in enumerate(levels))
+    if not offs:
+        return offs
+    kerns = _compiled()
+    sizes = [int(o.shape[0]) for o in offs]
+    res = xp.asarray(np.array(sizes, dtype=np.int64))
+    for k, o in enumerate(offs):
+        if sizes[k] > 1:
+            _launch(xp, kerns.first_decrease, _grid(sizes[k] - 1), o, sizes[k], res, k)
+    parts = [res]
+    for o in offs:
+        if o.shape[0]:
+            parts += [o[:1], o[-1:]]
+    flat = to_host(xp.concatenate([p.astype(_I64, copy=False) for p in parts]))
+    bad, rest = flat[:len(offs)].tolist(), flat[len(offs):].tolist()
+    firsts, lasts = [], []
+    for size in sizes:
+        if size:
+            firsts.append(rest.pop(0))
+            lasts.append(rest.pop(0))
+        else:
+            firsts.append(None)
+            lasts.append(None)
+    for k, (o, size) in enumerate(zip(offs, sizes)):
+        if size and firsts[k] != 0:
+            raise LodValidationError(f"level {k}: offset[0]={firsts[k]} (the first offset must be 0)")
+        j = bad[k]
+        if j < size:
+            a, b = _scalars(xp, o[j - 1:j], o[j:j + 1])
+            raise LodValidationError(f"level {k}: offset[{j}]={b} < offset[{j - 1}]={a} (offsets must not decrease)")
+        if size < 2:
+            raise LodValidationError(f"level {k}: has {size} offset(s); a level needs at least 2 (one sequence)")
+    for k, size in enumerate(sizes):
+        end = lasts[k]
+        if k + 1 < len(sizes):
+            below = sizes[k + 1] - 1
+            if end != below:
+                raise LodValidationError(f"level {k}: offset[{size - 1}]={end} but level {k + 1} has {below} "
+                                         "sequences (the last offset must equal it)")
+        elif n_rows is not None and end != n_rows:
+            raise LodValidationError(f"level {k}: offset[{size - 1}]={end} but the data has {n_rows} rows "
+                                     "(the last offset must equal it)")
+    return offs
+
+
+def row_offsets(xp, levels: Sequence[Any], level: int):
+    """Data-row offsets of the sequences of ``level`` (validated levels, device arrays).
+
+    >>> import numpy as np
+    >>> row_offsets(np, [np.array([0, 2, 3]), np.array([0, 2, 4, 7])], 0).tolist()  # doctest: +SKIP
+    [0, 4, 7]
+    """
+    o = levels[level]
+    for below in levels[level + 1:]:
+        o = below[o]
+    return o
+
+
+def device_words(xp, data: Any, w: np.dtype | None = None) -> tuple[Any, int]:
+    """``(words, k)``: C-contiguous ``data`` as a flat unsigned device array, ``k`` words per row."""
+    data = xp.ascontiguousarray(data)
+    row_bytes = data.dtype.itemsize * row_size(data.shape[1:])
+    if w is None:
+        w = word_dtype(row_bytes, _address(data)) if row_bytes else np.dtype(np.uint8)
+    flat = data.reshape(-1).view(np.uint8)
+    return (flat.view(w) if w.itemsize > 1 else flat), row_bytes // w.itemsize
+
+
+def _gather_rows(xp, src, k: int, off, nseg: int, n_out: int, outw, *, mode: int, base=None, aux=None,
+                 p: int = 0, padw=None) -> None:
+    """Launch the tiled gather: ``n_out`` output rows of ``k`` words into ``outw``."""
+    if n_out == 0 or k == 0:
+        return
+    dummy = xp.zeros(1, _I64)
+    if padw is None:
+        padw = xp.zeros(max(k, 1), outw.dtype)
+    tile = tile_rows(k)
+    blocks = (n_out + tile - 1) // tile
+    kerns = _compiled()
+    ts = dummy
+    if mode < MODE_PAD:
+        ts = xp.empty(blocks + 1, _I64)
+        _launch(xp, kerns.tile_segs, _grid(blocks + 1), off, nseg, tile, n_out, blocks, ts)
+    _launch(xp, kerns.gather, blocks, src, k, off, nseg, ts, dummy if base is None else base,
+            dummy if aux is None else aux, p, mode, n_out, tile, padw, outw)
+
+
+def _pad_words(xp, pad: np.ndarray, w: np.dtype, k: int):
+    """The pad row (host array of the data's dtype and element shape) as ``k`` device words."""
+    flat = np.ascontiguousarray(pad).reshape(-1).view(np.uint8)
+    words = flat.view(w) if w.itemsize > 1 else flat
+    if words.size != k:  # pragma: no cover - shapes checked by callers
+        raise LodShapeError(f"pad value has {words.size} words, rows have {k}")
+    return xp.asarray(words) if k else xp.zeros(1, w)
+
+
+# ---------------------------------------------------------------------------------------------
+# operators
+# ---------------------------------------------------------------------------------------------
+
+def expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, validated: bool = False):
+    """``sequence_expand`` on the device: ``(out_data, out_offsets or None)``.
+
+    ``x_offsets`` is ``None`` (``x`` has no LoD: row ``i`` is repeated ``rep_i``
+    times) or ``x``'s one level (sequence ``i`` repeated ``rep_i`` times back to
+    back; the output's level holds ``rep_i`` copies of each length), where
+    ``rep_i = ref[i+1] - ref[i]`` for ``y``'s offsets ``ref`` at ``ref_level``.
+    Bit-identical to ``lodtool.ops.sequence_expand``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> out, off = expand(cp, cp.arange(4.0), cp.array([0, 1, 4]), [0, 1, 3])  # doctest: +SKIP
+    >>> out.tolist(), off.tolist()  # doctest: +SKIP
+    ([0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [0, 1, 4, 7])
+    """
+    data = xp.asarray(data) if not _is_device(data) else data
+    n_rows = int(data.shape[0])
+    if validated:
+        ref = as_offsets(xp, ref_offsets)
+    else:
+        (ref,) = validate_offsets(xp, [ref_offsets], None)
+    count = int(ref.shape[0]) - 1
+    xw, k = device_words(xp, data)
+    if x_offsets is None:
+        if n_rows != count:
+            raise LodShapeError(f"sequence_expand: x has {n_rows} rows but the reference level has {count} "
+                                "sequences; without a LoD, x needs one row per sequence")
+        total = _scalars(xp, ref[-1:])[0]
+        out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
+        outw, _ = device_words(xp, out, xw.dtype)
+        _gather_rows(xp, xw, k, ref, count, total, outw, mode=MODE_ROW)
+        return out, None
+    if validated:
+        xoff = as_offsets(xp, x_offsets)
+    else:
+        (xoff,) = validate_offsets(xp, [x_offsets], n_rows)
+    if int(xoff.shape[0]) != count + 1:
+        raise LodShapeError(f"sequence_expand: x has {int(xoff.shape[0]) - 1} sequences but the reference level "
+                            f"has {count}; they must have the same number of sequences")
+    lens = xoff[1:] - xoff[:-1]
+    reps = ref[1:] - ref[:-1]
+    out_start = xp.zeros(count + 1, _I64)
+    xp.cumsum(lens * reps, out=out_start[1:])
+    nq, total = _scalars(xp, ref[-1:], out_start[-1:])
+    if nq == 0:
+        raise LodShapeError("sequence_expand: every sequence is repeated 0 times, so the output would have no "
+                            "sequences, which no valid LoD can hold")
+    seg = xp.empty(nq, _I64)
+    _launch(xp, _compiled().seg_ids, _grid(nq), ref, count, nq, seg)
+    out_off = xp.empty(nq + 1, _I64)
+    out_off[:-1] = out_start[seg] + (xp.arange(nq, dtype=_I64) - ref[seg]) * lens[seg]
+    out_off[-1:] = out_start[-1:]
+    src_start = xp.ascontiguousarray(xoff[seg])
+    out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
+    outw, _ = device_words(xp, out, xw.dtype)
+    _gather_rows(xp, xw, k, out_off, nq, total, outw, mode=MODE_BASE, base=src_start)
+    return out, out_off
+
+
+def pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_value: Any = 0, *,
+        validated: bool = False, level: int | None = None):
+    """``sequence_pad`` on the device: ``(padded, lengths)``, padded ``(n, maxlen, *element_shape)``.
+
+    ``row_offsets`` are the data-row offsets of the padded level (the last
+    level, or :func:`row_offsets` of an upper one).  ``pad_value`` is a scalar
+    or an array of the element shape, representable in the data's dtype.
+    ``maxlen`` defaults to the longest sequence; a shorter one is a
+    :class:`LodShapeError` (naming ``level`` when given).  Bit-identical to
+    ``lodtool.ops.sequence_pad``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> padded, lengths = pad(cp, cp.arange(5), [0, 2, 2, 5], pad_value=-1)  # doctest: +SKIP
+    >>> padded.tolist(), lengths.tolist()  # doctest: +SKIP
+    ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
+    """
+    data = xp.asarray(data) if not _is_device(data) else data
+    if validated:
+        roff = as_offsets(xp, row_offsets)
+    else:
+        (roff,) = validate_offsets(xp, [row_offsets], int(data.shape[0]))
+    n = int(roff.shape[0]) - 1
+    lengths = roff[1:] - roff[:-1]
+    longest = int(to_host(lengths.max())) if n else 0
+    if maxlen is None:
+        maxlen = longest
+    else:
+        if isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)) or maxlen < 0:
+            raise LodUsageError(f"sequence_pad: maxlen must be an integer >= 0 or None, got {maxlen!r}")
+        maxlen = int(maxlen)
+        if maxlen < longest:
+            where = "" if level is None else f" of level {level}"
+            raise LodShapeError(f"sequence_pad: maxlen {maxlen} is shorter than the longest sequence ({longest} "
+                                f"rows){where}; as in Paddle, it must be at least the longest length")
+    elem = tuple(data.shape[1:])
+    padv = cast_value(pad_value, data.dtype, "sequence_pad: pad_value", elem)
+    xw, k = device_words(xp, data)
+    out = xp.empty((n, maxlen) + elem, data.dtype)
+    outw, _ = device_words(xp, out, xw.dtype)
+    _gather_rows(xp, xw, k, roff, n, n * maxlen, outw, mode=MODE_PAD, p=maxlen,
+                 padw=_pad_words(xp, padv, xw.dtype, k))
+    return out, lengths
+
+
+def unpad(xp, padded: Any, lengths: Any):
+    """``sequence_unpad`` on the device: ``(data, offsets)`` from ``padded`` ``(n, maxlen, ...)`` and lengths.
+
+    ``lengths`` (host or device, shape ``(n,)`` or ``(n, 1)``) are checked on
+    the device: a negative one is a :class:`LodValidationError`, one longer
+    than ``maxlen`` a :class:`LodShapeError`.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> data, off = unpad(cp, cp.arange(12).reshape(3, 4), [2, 0, 3])  # doctest: +SKIP
+    >>> data.tolist(), off.tolist()  # doctest: +SKIP
+    ([0, 1, 8, 9, 10], [0, 2, 2, 5])
+    """
+    padded = xp.asarray(padded) if not _is_device(padded) else padded
+    if padded.ndim < 2:
+        raise LodShapeError(f"sequence_unpad: padded must have shape (sequences, maxlen, ...), got {padded.shape}")
+    if not _is_device(lengths):
+        lengths = np.asarray(lengths)
+        if lengths.size == 0:
+            lengths = lengths.astype(np.int64)
+    if lengths.ndim == 2 and lengths.shape[1] == 1:
+        lengths = lengths[:, 0]
+    lens = as_offsets(xp, lengths, what="lengths")
+    n, maxlen = int(padded.shape[0]), int(padded.shape[1])
+    if int(lens.shape[0]) != n:
+        raise LodShapeError(f"sequence_unpad: {int(lens.shape[0])} lengths for {n} padded sequences")
+    if n == 0:
+        raise LodShapeError("sequence_unpad: no sequences; a LoD needs at least one")
+    res = xp.full(2, n, _I64)
+    _launch(xp, _compiled().first_outside, _grid(n), lens, n, 0, maxlen, res)
+    neg, over = _scalars(xp, res[:1], res[1:])
+    if neg < n:
+        raise LodValidationError(f"sequence_unpad: lengths[{neg}]={_scalars(xp, lens[neg:neg + 1])[0]} is negative")
+    if over < n:
+        raise LodShapeError(f"sequence_unpad: lengths[{over}]={_scalars(xp, lens[over:over + 1])[0]} is longer "
+                            f"than the padded length {maxlen}")
+    off = xp.zeros(n + 1, _I64)
+    xp.cumsum(lens, out=off[1:])
+    total = _scalars(xp, off[-1:])[0]
+    elem = tuple(padded.shape[2:])
+    rows = xp.ascontiguousarray(padded).reshape((n * maxlen,) + elem)
+    xw, k = device_words(xp, rows)
+    out = xp.empty((total,) + elem, padded.dtype)
+    outw, _ = device_words(xp, out, xw.dtype)
+    _gather_rows(xp, xw, k, off, n, total, outw, mode=MODE_STRIDE, p=maxlen)
+    return out, off
+
+
+def mask(xp, lengths: Any, maxlen: int | None = None, dtype: Any = bool):
+    """``sequence_mask`` on the device: ``mask[..., j] = j < lengths[...]``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> mask(cp, cp.array([1, 3]), dtype="int64").tolist()  # doctest: +SKIP
+    [[1, 0, 0], [1, 1, 1]]
+    """
+    lens = lengths if _is_device(lengths) else xp.asarray(np.asarray(lengths))
+    if lens.dtype.kind not in "iu":
+        if lens.size:
+            raise LodValidationError(f"sequence_mask: lengths must be integers, got dtype {lens.dtype}")
+        lens = lens.astype(_I64)
+    lo = int(to_host(lens.min())) if lens.size else 0
+    if lo < 0:
+        raise LodValidationError(f"sequence_mask: lengths must not be negative (found {lo})")
+    if maxlen is None:
+        maxlen = int(to_host(lens.max())) if lens.size else 0
+    elif isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)) or maxlen < 0:
+        raise LodUsageError(f"sequence_mask: maxlen must be an integer >= 0 or None, got {maxlen!r}")
+    out = xp.arange(int(maxlen), dtype=_I64) < lens[..., None]
+    dtype = check_dtype(dtype, "dtype")
+    return out if dtype == np.bool_ else out.astype(dtype)
+
+
+def reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
+    """``sequence_reverse`` on the device: the rows of each sequence of ``offsets`` reversed.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> reverse(cp, cp.arange(5), [0, 2, 2, 5]).tolist()  # doctest: +SKIP
+    [1, 0, 4, 3, 2]
+    """
+    data = xp.asarray(data) if not _is_device(data) else data
+    n_rows = int(data.shape[0])
+    if validated:
+        off = as_offsets(xp, offsets)
+    else:
+        (off,) = validate_offsets(xp, [offsets], n_rows)
+    xw, k = device_words(xp, data)
+    out = xp.empty(data.shape, data.dtype)
+    outw, _ = device_words(xp, out, xw.dtype)
+    _gather_rows(xp, xw, k, off, int(off.shape[0]) - 1, n_rows, outw, mode=MODE_REV)
+    return out
+
+
+def pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: Any = 0, *, validated: bool = False):
+    """``sequence_pool`` on the device: one row per sequence of ``offsets`` (the last level).
+
+    Dtypes and pad rules as :func:`lodtool.ops.sequence_pool` (``pool_dtypes``).
+    ``first``/``last`` move bytes (bit-identical); the reductions run one
+    thread per (sequence, column) in row order, as the CPU kernel does, and give
+    its bits for sum/max/min; average and sqrt divide by the same IEEE
+    ``len``/``sqrt(len)``.  One thread walks a whole sequence, so a batch of a
+    few very long sequences uses little of the GPU.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> pool(cp, cp.arange(12.0).reshape(6, 2), [0, 2, 2, 6], "sum", -1).tolist()  # doctest: +SKIP
+    [[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
+    """
+    from .pool import pool_dtypes
+
+    data = xp.asarray(data) if not _is_device(data) else data
+    name = str(pool_type).lower()
+    if name not in POOL_CODES:
+        raise LodUsageError(f"sequence_pool: unknown pool_type {pool_type!r}; choose one of "
+                            f"{', '.join(POOL_CODES)}")
+    code = POOL_CODES[name]
+    out_dtype, acc_dtype = pool_dtypes(data.dtype, name)
+    elem = tuple(data.shape[1:])
+    padv = cast_value(pad_value, out_dtype, "sequence_pool: pad_value", elem)
+    if validated:
+        off = as_offsets(xp, offsets)
+    else:
+        (off,) = validate_offsets(xp, [offsets], int(data.shape[0]))
+    n = int(off.shape[0]) - 1
+    if code >= 5:
+        xw, k = device_words(xp, data)
+        out = xp.empty((n,) + elem, data.dtype)
+        outw, _ = device_words(xp, out, xw.dtype)
+        _gather_rows(xp, xw, k, off, n, n, outw, mode=MODE_FIRST if code == 5 else MODE_LAST,
+                     padw=_pad_words(xp, padv, xw.dtype, k))
+        return out
+    width = row_size(elem)
+    if acc_dtype.kind == "f":
+        work = acc_dtype
+    else:
+        work = np.dtype(np.uint64) if data.dtype.kind == "u" else np.dtype(np.int64)
+    x2 = xp.ascontiguousarray(data.reshape(int(data.shape[0]), width).astype(work, copy=False))
+    out = xp.empty((n, width), work)
+    pad2 = xp.asarray(padv.astype(work).reshape(width))
+    if code in (1, 2):
+        scale = (off[1:] - off[:-1]).astype(work)
+        if code == 2:
+            scale = xp.sqrt(scale)
+    else:
+        scale = xp.zeros(1, work)
+    if n and width:
+        _launch(xp, _compiled().pool, _grid(n * width), x2, off, n, width, code, pad2, scale, out)
+    return out.astype(out_dtype, copy=False).reshape((n,) + elem)
+
+
+def softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
+    """``sequence_softmax`` on the device (one value per row), dtypes as ``softmax_dtype``.
+
+    Stable (the sequence's maximum is subtracted), sums in float64; equal to
+    the CPU kernel within a few ulp (the device's ``exp`` differs from the host's).
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> softmax(cp, cp.array([1.0, 1.0, 5.0]), [0, 2, 3]).tolist()  # doctest: +SKIP
+    [0.5, 0.5, 1.0]
+    """
+    from .softmax import softmax_dtype
+
+    data = xp.asarray(data) if not _is_device(data) else data
+    if row_size(data.shape[1:]) != 1:
+        raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
+                            f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
+    out_dtype = softmax_dtype(data.dtype)
+    work = np.dtype(np.float32) if out_dtype == np.float16 else out_dtype
+    if validated:
+        off = as_offsets(xp, offsets)
+    else:
+        (off,) = validate_offsets(xp, [offsets], int(data.shape[0]))
+    flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
+    out = xp.empty_like(flat)
+    n = int(off.shape[0]) - 1
+    if n and flat.size:
+        _launch(xp, _compiled().softmax, _grid(n), flat, off, n, out)
+    return out.astype(out_dtype, copy=False).reshape(data.shape)
+
+
+def pack_plan(xp, row_offsets: Any, *, validated: bool = False):
+    """The RNN packing plan on the device: ``(lengths, sorted_indices, unsorted_indices, batch_sizes)``.
+
+    A stable sort by decreasing length (ties keep their input order): the sort
+    key ``(maxlen - length) * n + i`` is unique, so any sort is stable; a
+    lexsort where that key would overflow.  ``batch_sizes[t]`` counts the
+    sequences longer than ``t``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> [a.tolist() for a in pack_plan(cp, [0, 1, 1, 4])[1:]]  # doctest: +SKIP
+    [[2, 0, 1], [1, 2, 0], [2, 1, 1]]
+    """
+    if validated:
+        roff = as_offsets(xp, row_offsets)
+    else:
+        (roff,) = validate_offsets(xp, [row_offsets], None)
+    lengths = roff[1:] - roff[:-1]
+    n = int(lengths.shape[0])
+    maxlen = int(to_host(lengths.max())) if n else 0
+    idx = xp.arange(n, dtype=_I64)
+    if (maxlen + 1) * max(n, 1) < 2 ** 62:
+        sorted_idx = xp.argsort((maxlen - lengths) * n + idx).astype(_I64, copy=False)
+    else:  # pragma: no cover - needs more than 2**31 rows
+        sorted_idx = xp.lexsort(xp.stack([idx, -lengths])).astype(_I64, copy=False)
+    unsorted_idx = xp.empty(n, _I64)
+    unsorted_idx[sorted_idx] = idx
+    at_most = xp.cumsum(xp.bincount(lengths, minlength=maxlen + 1))[:maxlen]
+    batch_sizes = (n - at_most).astype(_I64)
+    return lengths, sorted_idx, unsorted_idx, batch_sizes
+
+
+def _step_offsets(xp, batch_sizes):
+    out = xp.zeros(int(batch_sizes.shape[0]) + 1, _I64)
+    if batch_sizes.shape[0]:
+        xp.cumsum(batch_sizes, out=out[1:])
+    return out
+
+
+def to_time_major(xp, data: Any, row_offsets: Any, sorted_idx: Any, batch_sizes: Any):
+    """Rows step by step (torch's ``PackedSequence.data``) from a :func:`pack_plan` plan.
+
+    ``row_offsets`` must be the validated offsets the plan was made from.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> _, s, u, b = pack_plan(cp, [0, 1, 3])  # doctest: +SKIP
+    >>> to_time_major(cp, cp.array([1, 2, 3]), [0, 1, 3], s, b).tolist()  # doctest: +SKIP
+    [2, 1, 3]
+    """
+    data = xp.asarray(data) if not _is_device(data) else data
+    roff = as_offsets(xp, row_offsets)
+    steps = _step_offsets(xp, as_offsets(xp, batch_sizes, what="batch_sizes"))
+    xw, k = device_words(xp, data)
+    out = xp.empty(data.shape, data.dtype)
+    outw, _ = device_words(xp, out, xw.dtype)
+    _gather_rows(xp, xw, k, steps, int(steps.shape[0]) - 1, int(data.shape[0]), outw, mode=MODE_TO_STEPS,
+                 base=roff, aux=as_offsets(xp, sorted_idx, what="sorted_indices"))
+    return out
+
+
+def from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: Any, batch_sizes: Any):
+    """Undo :func:`to_time_major`: the rows back in sequence order.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> _, s, u, b = pack_plan(cp, [0, 1, 3])  # doctest: +SKIP
+    >>> from_time_major(cp, cp.array([2, 1, 3]), [0, 1, 3], u, b).tolist()  # doctest: +SKIP
+    [1, 2, 3]
+    """
+    data = xp.asarray(steps_data) if not _is_device(steps_data) else steps_data
+    roff = as_offsets(xp, row_offsets)
+    steps = _step_offsets(xp, as_offsets(xp, batch_sizes, what="batch_sizes"))
+    xw, k = device_words(xp, data)
+    out = xp.empty(data.shape, data.dtype)
+    outw, _ = device_words(xp, out, xw.dtype)
+    _gather_rows(xp, xw, k, roff, int(roff.shape[0]) - 1, int(data.shape[0]), outw, mode=MODE_FROM_STEPS,
+                 base=steps, aux=as_offsets(xp, unsorted_idx, what="unsorted_indices"))
+    return out
+
+
+__all__ = ["expand", "pool", "softmax", "pad", "unpad", "mask", "reverse", "pack_plan", "to_time_major",
+           "from_time_major", "validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
+           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated"]
