@@ -1,6 +1,7 @@
 """Ingest benchmark: JSON Lines of nested token ids (docs > sentences > tokens) into flat data + LoD.
 
     python benchmarks/bench_ingest.py --size-mb 200 --write-md bench_ingest.md
+    python benchmarks/bench_ingest.py --size full --json ingest.json     # as benchmarks/run.py calls it
 
 Generates a deterministic JSONL file of about ``--size-mb`` MB in a temp folder
 (Zipf-like token ids, geometric sentence lengths, like sample_data/corpus.jsonl),
@@ -17,8 +18,9 @@ method is a warm-up and is not counted):
 - orjson, one line at a time, flattened to arrays (what a Python script would do).
 
 Every row produces the same thing: flat int64 token ids plus the lengths of each
-level.  The table gives the median of ``--runs`` timed runs (default 5, 3 above
-500 MB) as MB/s of input, and the ratio to awkward with a schema.  Optional
+level.  The methods run interleaved (a, b, c, a, b, c, ...), so load from other
+processes hits them alike.  The table gives the median of ``--runs`` timed runs
+(default 5) as MB/s of input, and the ratio to awkward with a schema.  Optional
 anchors that are not installed (awkward, pysimdjson) are skipped with a note.
 """
 
@@ -27,8 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
 
@@ -169,92 +170,124 @@ def available(module: str) -> bool:
         return False
 
 
-def time_runs(fn, path: Path, tmp: Path, runs: int):
-    fn(path, tmp)  # warm-up: imports, Numba's compiled-code cache, the page cache
-    times, result = [], None
+METHODS = [
+    ("lodtool-parse", "lodtool fast parse (iter_json -> LoDTensor chunks)", lodtool_parse, None),
+    ("lodtool-pack-none", "lodtool pack, compression none (end to end, into the container)",
+     lodtool_pack("none"), None),
+    ("lodtool-pack-none-serial", "lodtool pack, compression none, without the parse thread",
+     lodtool_pack("none", overlap=False), None),
+    ("lodtool-pack-default", "lodtool pack, default compression (end to end)", lodtool_pack(None), None),
+    ("writer-only", "(reference) LodWriter alone, compression none: appending pre-parsed chunks", WriterOnly(), None),
+    ("awkward-schema", "awkward from_json(line_delimited=True, schema=...)", awkward_from_json(SCHEMA), "awkward"),
+    ("awkward", "awkward from_json(line_delimited=True), no schema", awkward_from_json(None), "awkward"),
+    ("simdjson", "pysimdjson per line -> lists -> flat arrays", simdjson_lines, "simdjson"),
+    ("orjson", "orjson per line -> flat arrays", orjson_lines, "orjson"),
+]
+#: generated input per suite size (MB)
+SIZES = {"tiny": 2.0, "small": 30.0, "full": 100.0}
+
+
+def measure(path: Path, tmp: Path, runs: int, only: set[str] | None = None):
+    """Median seconds of every available method, interleaved (a, b, c, a, b, c, ...) after one warm-up each."""
+    notes, chosen = [], []
+    for key, label, fn, needs in METHODS:
+        if only and key not in only:
+            continue
+        if needs and not available(needs):
+            notes.append(f"{label}: skipped ({needs} is not installed)")
+            continue
+        chosen.append((key, label, fn))
+    results = {}
+    for key, label, fn in chosen:  # warm-up: imports, Numba's compiled-code cache, the page cache
+        results[key] = fn(path, tmp)
+    times: dict[str, list[float]] = {key: [] for key, _, _ in chosen}
+    gc.freeze()  # keeps gc.collect() below cheap; the runs' own garbage is still collected
     for _ in range(runs):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = fn(path, tmp)
-        times.append(time.perf_counter() - t0)
-    return times, result
+        for key, label, fn in chosen:
+            gc.collect()
+            t0 = time.perf_counter()
+            results[key] = fn(path, tmp)
+            times[key].append(time.perf_counter() - t0)
+    size = path.stat().st_size
+    rows = []
+    for key, label, _ in chosen:
+        med = statistics.median(times[key])
+        rows.append((key, label, med, min(times[key]), size / med / 1e6, results[key]))
+        print(f"{label}: median {med:.3f} s ({size / med / 1e6:.0f} MB/s)", file=sys.stderr)
+    counts = {r[5][0] for r in rows if r[5] is not None}
+    sums = {r[5][1] for r in rows if r[5] is not None and r[5][1] is not None}
+    if len(counts) > 1 or len(sums) > 1:
+        notes.append(f"WARNING: the methods disagree (token counts {counts}, sums {sums})")
+    return rows, notes
+
+
+def section(rows, notes, size: int, tokens: int, runs: int, load: tuple[float, float]) -> dict:
+    """The suite's section (see ``_common.py``): targets and the full table."""
+    import _common as C
+
+    by = {r[0]: r for r in rows}
+    base = by.get("awkward-schema")
+    targets = []
+    for key, goal in (("lodtool-pack-none", 2.0), ("lodtool-pack-default", None), ("lodtool-parse", None)):
+        if key not in by:
+            continue
+        r = by[key]
+        ratio = base[2] / r[2] if base else None
+        what = {"lodtool-pack-none": "`lodtool pack` JSONL → container, `--compression none`, ≥ 2× awkward "
+                                     "`from_json` with a schema",
+                "lodtool-pack-default": "the same with the default compression (reported)",
+                "lodtool-parse": "the fast parse alone (no writing)"}[key]
+        targets.append(C.target(what, f"{r[4]:.0f} MB/s", f"awkward with schema {base[4]:.0f} MB/s" if base else
+                                "awkward not installed", C.fmt_x(ratio) if ratio else "skipped",
+                                (ratio >= goal if ratio else None) if goal else None,
+                                f"≥ {goal:g}×" if goal else "reported"))
+    table_rows = [[label, f"{med:.3f}", f"{best:.3f}", f"{mbs:.0f}", C.fmt_x(base[2] / med) if base else "–"]
+                  for key, label, med, best, mbs, _ in rows]
+    about = (f"Input: {size / 1e6:.1f} MB of JSON Lines, {tokens:,} int64 token ids (documents > sentences > "
+             f"tokens), read from the page cache; median of {runs} interleaved runs after one warm-up each; "
+             f"in-process calls. Load average {load[0]} before, {load[1]} after.")
+    return {"key": "ingest", "title": "Ingest: JSON Lines → data + LoD (issue 5)", "about": about,
+            "targets": targets,
+            "tables": [{"title": "All methods (ratio = awkward-with-schema time / method time, higher is faster)",
+                        "head": ["method", "median s", "best s", "MB/s", "vs awkward with schema"],
+                        "rows": table_rows}],
+            "notes": notes, "meta": {"rows": [r[:5] for r in rows], "size": size}}
 
 
 def main(argv=None) -> int:
+    import json
+
+    import _common as C
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=float, default=200.0, help="size of the generated JSONL file (default 200)")
-    ap.add_argument("--runs", type=int, default=None, help="timed runs per method (default 5; 3 above 500 MB)")
+    ap.add_argument("--size", choices=sorted(SIZES), default=None, help="suite size: tiny 2 MB, small 30, full 100")
+    ap.add_argument("--size-mb", type=float, default=None, help="size of the generated JSONL file (default 200)")
+    ap.add_argument("--runs", type=int, default=None, help="timed runs per method (default 5; tiny 1)")
     ap.add_argument("--write-md", metavar="PATH", help="also write the Markdown table to PATH")
+    ap.add_argument("--json", dest="json_out", default=None, help="write the suite section as JSON to PATH")
     ap.add_argument("--tmpdir", default=None, help="where to put the generated file and containers")
     ap.add_argument("--only", default=None, help="comma-separated method keys to run (default: all)")
     args = ap.parse_args(argv)
-    runs = args.runs or (5 if args.size_mb <= 500 else 3)
+    size_mb = args.size_mb or SIZES[args.size or "full"]
+    runs = args.runs or (1 if args.size == "tiny" else 5)
 
     with tempfile.TemporaryDirectory(prefix="lodtool-bench-", dir=args.tmpdir) as d:
         tmp = Path(d)
         path = tmp / "docs.jsonl"
         t0 = time.perf_counter()
-        tokens = generate(path, args.size_mb)
+        load0 = C.loadavg()
+        tokens = generate(path, size_mb)
         size = path.stat().st_size
         print(f"generated {size / 1e6:.1f} MB, {tokens:,} tokens in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
-
-        methods = [
-            ("lodtool-parse", "lodtool fast parse (iter_json -> LoDTensor chunks)", lodtool_parse, None),
-            ("lodtool-pack-none", "lodtool pack, compression none (end to end, into the container)",
-             lodtool_pack("none"), None),
-            ("lodtool-pack-none-serial", "lodtool pack, compression none, without the parse thread",
-             lodtool_pack("none", overlap=False), None),
-            ("lodtool-pack-default", "lodtool pack, default compression (end to end)", lodtool_pack(None), None),
-            ("writer-only", "(reference) LodWriter alone, compression none: appending pre-parsed chunks",
-             WriterOnly(), None),
-            ("awkward-schema", "awkward from_json(line_delimited=True, schema=...)", awkward_from_json(SCHEMA),
-             "awkward"),
-            ("awkward", "awkward from_json(line_delimited=True), no schema", awkward_from_json(None), "awkward"),
-            ("simdjson", "pysimdjson per line -> lists -> flat arrays", simdjson_lines, "simdjson"),
-            ("orjson", "orjson per line -> flat arrays", orjson_lines, "orjson"),
-        ]
-        only = set(args.only.split(",")) if args.only else None
-        rows, notes = [], []
-        for key, label, fn, needs in methods:
-            if only and key not in only:
-                continue
-            if needs and not available(needs):
-                notes.append(f"{label}: skipped ({needs} is not installed)")
-                continue
-            times, result = time_runs(fn, path, tmp, runs)
-            med = statistics.median(times)
-            rows.append((key, label, med, min(times), size / med / 1e6, result))
-            print(f"{label}: median {med:.3f} s ({size / med / 1e6:.0f} MB/s)", file=sys.stderr)
-        counts = {r[5][0] for r in rows if r[5] is not None}
-        sums = {r[5][1] for r in rows if r[5] is not None and r[5][1] is not None}
-        if len(counts) > 1 or len(sums) > 1:
-            notes.append(f"WARNING: the methods disagree (token counts {counts}, sums {sums})")
-        base = next((r[2] for r in rows if r[0] == "awkward-schema"), None)
-
-        import numba
-
-        import lodtool
-
-        lines = [
-            f"Input: {size / 1e6:.1f} MB JSONL, {tokens:,} int64 token ids (docs > sentences > tokens), "
-            f"read from the page cache; median of {runs} runs after one warm-up.",
-            f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}, "
-            f"numpy {np.__version__}, numba {numba.__version__}, lodtool {lodtool.__version__}.",
-            "",
-            "| method | median s | best s | MB/s | vs awkward with schema |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for key, label, med, best, mbs, _ in rows:
-            ratio = f"{base / med:.2f}x" if base else "n/a"
-            lines.append(f"| {label} | {med:.3f} | {best:.3f} | {mbs:.0f} | {ratio} |")
-        if notes:
-            lines.append("")
-            lines.extend(f"- {n}" for n in notes)
-        table = "\n".join(lines)
-        print(table)
-        if args.write_md:
-            Path(args.write_md).write_text(table + "\n")
+        rows, notes = measure(path, tmp, runs, set(args.only.split(",")) if args.only else None)
+        sec = section(rows, notes, size, tokens, runs, (load0, C.loadavg()))
+    text = C.section_markdown(sec)
+    print(text)
+    if args.write_md:
+        Path(args.write_md).write_text(text)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(sec, indent=1, default=str))
     return 0
 
 

@@ -44,9 +44,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lodtool import LoDTensor  # noqa: E402
-from lodtool.ops import (sequence_expand, sequence_pad, sequence_pool, sequence_reverse,  # noqa: E402
-                         sequence_softmax)
+from lodtool import LoDTensor
+from lodtool.ops import sequence_expand, sequence_pad, sequence_pool, sequence_reverse, sequence_softmax
 
 NOTES: list[str] = []
 
@@ -63,16 +62,19 @@ def measure(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, floa
     own = {k: v for k, v in fns.items() if k not in FOREIGN}
     out = _interleaved(own, repeat)
     for name in (k for k in fns if k in FOREIGN):
-        time.sleep(0.2)
+        time.sleep(PAUSE)
         out.update(_interleaved({name: fns[name]}, repeat))
-        time.sleep(0.2)
+        time.sleep(PAUSE)
     return out
 
 
 FOREIGN = ("torch", "awkward", "paddle")
+#: seconds to let another library's background threads settle (0 at the tiny size)
+PAUSE = 0.2
 
 
 def _interleaved(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    gc.freeze()  # the imports' objects (torch, numba) would make every gc.collect() below take ~0.2 s
     for fn in fns.values():
         result = fn()
         del result
@@ -322,7 +324,16 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default="expand,pad,pool,misc", help="which groups to run")
     parser.add_argument("--no-paddle", action="store_true", help="skip the PaddlePaddle baseline")
     parser.add_argument("--write-md", metavar="PATH", help="also write the Markdown report to PATH")
+    parser.add_argument("--size", choices=sorted(SIZES), default=None,
+                        help="suite size (sets --rows and, for tiny, --widths 1): tiny 2e4, small 1e6, full 1e7")
+    parser.add_argument("--json", dest="json_out", default=None, help="write the suite section as JSON to PATH")
     args = parser.parse_args(argv)
+    if args.size:
+        args.rows = SIZES[args.size]
+        if args.size == "tiny":
+            args.widths = "1"
+            global PAUSE
+            PAUSE = 0.0
     rows = int(args.rows)
     repeat = max(5, args.repeat)
     widths = [int(w) for w in args.widths.split(",")]
@@ -338,7 +349,9 @@ def main(argv=None) -> int:
         try:
             paddle = Paddle()
         except Exception as exc:
-            NOTES.append(f"paddle is not installed here ({type(exc).__name__}); its baseline is skipped")
+            NOTES.append(f"paddle is not installed in {sys.executable} ({type(exc).__name__}); its baseline is "
+                         "skipped (benchmarks/run.py --paddle-python PYTHON runs this table under an interpreter "
+                         "that has it)")
 
     load_before = os.getloadavg()[0]
     results: list[dict] = []
@@ -359,7 +372,8 @@ def main(argv=None) -> int:
     import numba
 
     threads = numba.config.NUMBA_NUM_THREADS
-    load = f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    load_after = os.getloadavg()[0]
+    load = f"load average {load_before:.2f} before, {load_after:.2f} after"
     report = ["# lodtool sequence operators: benchmark\n",
               f"`python benchmarks/bench_ops.py --rows {rows:g} --repeat {repeat}` on {platform.machine()}, "
               f"{os.cpu_count()} CPUs, Python {platform.python_version()}, NumPy {np.__version__}, "
@@ -376,7 +390,103 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.write_md)), exist_ok=True)
         with open(args.write_md, "w", encoding="utf-8") as f:
             f.write(text)
+    if args.json_out:
+        import json
+
+        versions = {"python": f"{platform.python_version()} ({sys.executable})", "numpy": np.__version__,
+                    "numba": f"{numba.__version__} ({threads} threads)"}
+        for name, mod in (("torch", torch), ("awkward", ak), ("paddle", paddle and paddle.paddle)):
+            if mod is not None:
+                versions[name] = mod.__version__
+        sec = section(results, rows, repeat, versions, (round(load_before, 2), round(load_after, 2)))
+        with open(args.json_out, "w", encoding="utf-8") as f:
+            json.dump(sec, f, indent=1, default=str)
     return 0
+
+
+# -- the suite's section ---------------------------------------------------------------------------------
+
+#: suite size -> output rows per case
+SIZES = {"tiny": 2e4, "small": 1e6, "full": 1e7}
+
+
+def _case(r: dict) -> str:
+    return f"{r['op']} {r['case']} w{r['width']}"
+
+
+def _criterion(rows: list[dict], what: str, goal: str, pick, ratio, ok) -> dict:
+    """One target row summarising ``ratio(r)`` (higher is better) over the rows ``pick`` selects."""
+    sel = [r for r in rows if pick(r)]
+    have = [r for r in sel if ratio(r) is not None]
+    if not have:
+        return {"target": what, "goal": goal, "lodtool": "–", "anchor": "not installed", "ratio": "skipped",
+                "met": None}
+    worst = min(have, key=ratio)
+    passed = sum(bool(ok(ratio(r))) for r in have)
+    text = ", ".join(f"{_case(r)} {ratio(r):.3g}×" for r in have)
+    return {"target": what, "goal": goal, "lodtool": f"{passed} of {len(have)} cases", "anchor": text,
+            "ratio": f"worst {_case(worst)}: {ratio(worst):.3g}×", "met": passed == len(have)}
+
+
+def section(rows: list[dict], n_rows: int, repeat: int, versions: dict, load: tuple[float, float]) -> dict:
+    """The suite's section (see ``_common.py``): the issue 4 targets and the full table."""
+    def vs(base):
+        return lambda r: r[base] / r["lodtool"] if base in r else None
+
+    def copy_ratio(r):
+        return r["lodtool"] / r["copyto"] if "copyto" in r else None
+
+    exp_pad = lambda r: r["op"] in ("expand", "pad")
+    targets = [
+        _criterion(rows, "`sequence_expand` and `sequence_pad` ≥ 1.5× the NumPy reference, every case",
+                   "≥ 1.5×", exp_pad, vs("numpy ref"), lambda x: x >= 1.5),
+        _criterion(rows, "`sequence_expand` ≥ 10× Paddle's op", "≥ 10×", lambda r: r["op"] == "expand",
+                   vs("paddle"), lambda x: x >= 10),
+        _worst_copy(rows, copy_ratio),
+        _criterion(rows, "`sequence_pad` ≥ 5× torch `pad_sequence` (split into a list included)", "≥ 5×",
+                   lambda r: r["op"] == "pad", vs("torch"), lambda x: x >= 5),
+        _criterion(rows, "`sequence_pad` ≥ 2× awkward `pad_none` + `to_numpy`", "≥ 2×",
+                   lambda r: r["op"] == "pad", vs("awkward"), lambda x: x >= 2),
+        _criterion(rows, "`sequence_pool` ≥ 2× Paddle's op", "≥ 2×", lambda r: r["op"].startswith("pool"),
+                   vs("paddle"), lambda x: x >= 2),
+        _criterion(rows, "`sequence_pool` sum ≥ 1× `np.add.reduceat`", "≥ 1×", lambda r: r["op"] == "pool sum",
+                   vs("np.add.reduceat"), lambda x: x >= 1),
+    ]
+    present = [b for b in BASELINES if any(b in r for r in rows)]
+    head = ["op", "case", "width", "out rows", "lodtool ms"] + [f"{b} ms" for b in present] + \
+        [f"× vs {b}" for b in present] + ["copyto ms", "lodtool / copyto"]
+    body = []
+    for r in rows:
+        ours = r["lodtool"]
+        cells = [r["op"], r["case"], str(r["width"]), f"{r['out_rows']:,}", f"{ours * 1e3:.1f}"]
+        cells += [f"{r[b] * 1e3:.1f}" if b in r else "–" for b in present]
+        cells += [f"{r[b] / ours:.2f}×" if b in r else "–" for b in present]
+        cells += [f"{r['copyto'] * 1e3:.1f}" if "copyto" in r else "–",
+                  f"{ours / r['copyto']:.2f}" if "copyto" in r else "–"]
+        body.append(cells)
+    about = (f"In-memory operators on float32 data, {n_rows:,} output rows per case (pool: 1/10 of that); "
+             f"median of {repeat} runs after a warm-up; lodtool, its NumPy reference and `np.copyto` interleaved, "
+             "torch, awkward and Paddle each timed on their own afterwards. "
+             f"Interpreter and versions: {', '.join(f'{k} {v}' for k, v in versions.items())}. "
+             f"Load average {load[0]} before, {load[1]} after.")
+    return {"key": "ops", "title": "Sequence operators in memory (issue 4)", "about": about, "targets": targets,
+            "tables": [{"title": "`× vs X` = X's time / lodtool's time (higher is better for lodtool); "
+                                 "`lodtool / copyto` = lodtool's time / a fresh `np.copyto` of the output's bytes",
+                        "head": head, "rows": body}],
+            "notes": list(NOTES), "meta": {"rows": rows, "versions": versions}}
+
+
+def _worst_copy(rows: list[dict], copy_ratio) -> dict:
+    sel = [r for r in rows if r["op"] in ("expand", "pad") and r["width"] == 16 and copy_ratio(r) is not None]
+    what = "width 16: `sequence_expand` and `sequence_pad` within 1.5× of a fresh `np.copyto` of the output"
+    if not sel:
+        return {"target": what, "goal": "≤ 1.5×", "lodtool": "–", "anchor": "no width-16 cases run",
+                "ratio": "skipped", "met": None}
+    worst = max(sel, key=copy_ratio)
+    passed = sum(copy_ratio(r) <= 1.5 for r in sel)
+    return {"target": what, "goal": "≤ 1.5×", "lodtool": f"{passed} of {len(sel)} cases",
+            "anchor": ", ".join(f"{_case(r)} {copy_ratio(r):.3g}×" for r in sel),
+            "ratio": f"worst {_case(worst)}: {copy_ratio(worst):.3g}×", "met": passed == len(sel)}
 
 
 if __name__ == "__main__":

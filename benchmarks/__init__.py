@@ -1,0 +1,1 @@
+"""lodtool's benchmark suite: ``python -m benchmarks --size full`` writes ``docs/benchmarks.md`` (see run.py)."""

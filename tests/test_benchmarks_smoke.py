@@ -1,0 +1,73 @@
+"""Smoke test of the benchmark suite: ``python -m benchmarks --size tiny`` runs every section and reports it.
+
+The figures of a tiny run mean nothing; this checks that every benchmark still
+runs against the current code, that the report has every section and target
+row, that an existing ``## GPU`` section survives verbatim, and that the run
+never touches ``docs/benchmarks.md``.  The real numbers come from
+``python -m benchmarks --size full`` (see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GPU = "## GPU\n\nKept verbatim: | a | table | from the GPU run |\n"
+
+SECTIONS = [
+    "## Targets",
+    "## Ingest: JSON Lines → data + LoD (issue 5)",
+    "## Sequence operators in memory (issue 4)",
+    "## Branches from disk (issue 3)",
+    "## CLI start-up (issue 5)",
+    "## Validation speed (issue 5)",
+    "## Bounded memory: pack (issue 5)",
+    "## Out-of-core operators (issue 5)",
+]
+
+TARGET_ROWS = [
+    "`lodtool pack` JSONL → container, `--compression none`, ≥ 2× awkward `from_json` with a schema",
+    "`sequence_expand` and `sequence_pad` ≥ 1.5× the NumPy reference, every case",
+    "`sequence_pool` sum ≥ 1× `np.add.reduceat`",
+    "offsets read per branch ≤ 64 KiB",
+    "`f[name].branch(i)` latency ≤ 3× the h5py floor",
+    "`lodtool slice FILE i --to jsonl` process ≤ 1.5× `python -c \"import numpy, h5py\"`",
+    "`lodtool inspect` start-up ≤ 1.5×",
+    "`lodtool validate` start-up ≤ 1.5×",
+    "the second run pays no Numba compile",
+    "full offsets validation ≥ 0.8× a read-only pass",
+    "`lodtool pack` peak RSS below 1 GB for both inputs",
+    "`lodtool pool` on a file ≥ 2× the RSS cap: flat memory, under the cap",
+    "`lodtool pool` out-of-core throughput ≤ 1.5× slower than in memory",
+]
+
+
+def _digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def test_suite_runs_at_tiny_size(tmp_path):
+    docs = ROOT / "docs" / "benchmarks.md"
+    before = _digest(docs)
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# an older report\n\n## Targets\n\nold\n\n" + GPU, encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--output", str(out),
+                        "--tmpdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                       check=False)
+    assert r.returncode == 0, r.stderr[-4000:]
+    text = out.read_text(encoding="utf-8")
+    for heading in SECTIONS:
+        assert f"\n{heading}\n" in text, heading
+    for row in TARGET_ROWS:
+        assert row in text, row
+    assert text.endswith(GPU)
+    assert [line for line in text.splitlines() if line.startswith("## GPU")] == ["## GPU"]
+    assert "old" not in text.split("## Targets", 1)[1]
+    assert "python -m benchmarks --size full" in text
+    assert "Load average" in text or "load average" in text
+    assert _digest(docs) == before, "the smoke run must not write docs/benchmarks.md"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("lodtool-bench-")], "temp data left behind"
