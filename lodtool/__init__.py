@@ -28,13 +28,6 @@ from .tensor import LoDTensor, from_nested, set_device_hooks
 # LoDTensor.to("cuda") and device offsets need lodtool.ops._backend's helpers; import it on first need only
 set_device_hooks(loader=lambda: importlib.import_module("lodtool.ops._backend"))
 
-try:
-    from importlib.metadata import version as _version
-
-    __version__ = _version("lodtool")
-except Exception:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
-
 #: public name -> (module, attribute), resolved lazily
 _LAZY = {
     "open": ("lodtool.format.container", "open_file"),
@@ -50,7 +43,19 @@ _LAZY = {
 }
 
 
+def _package_version() -> str:
+    try:  # importlib.metadata costs ~15 ms: asked for only when someone reads __version__
+        from importlib.metadata import version
+
+        return version("lodtool")
+    except Exception:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = value = _package_version()
+        return value
     if name in _LAZY:
         module, attr = _LAZY[name]
         mod = importlib.import_module(module)

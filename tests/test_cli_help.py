@@ -55,3 +55,55 @@ def test_cli_reference_is_current():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.TARGET.read_text() == module.render(), "run python docs/gen_cli_reference.py"
+
+
+_PROBE = ("import sys, atexit\n"
+          "atexit.register(lambda: sys.stderr.write('\\n@modules=' + ','.join(sorted(sys.modules)) + '\\n'))\n"
+          "sys.argv = ['lodtool'] + sys.argv[1:]\n"
+          "from lodtool.cli.main import main\n"
+          "main()\n")
+#: what a command that only reads offsets and writes to a pipe must not load (each costs milliseconds in a
+#: shell loop): the kernels, the writer, the checksum library, the isolating child, the package metadata
+_HEAVY = ("numba", "lodtool.format.writer", "xxhash", "multiprocessing", "importlib.metadata")
+
+
+def _modules_loaded(args: list[str], cwd) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("@modules="))
+    return set(line.removeprefix("@modules=").split(","))
+
+
+@pytest.mark.parametrize("args, rich_allowed", [
+    (["inspect", "t.lod.h5"], True),  # draws a table
+    (["validate", "t.lod.h5"], False),  # plain lines into a pipe
+    (["slice", "t.lod.h5", "1", "--to", "jsonl"], False),
+    (["inspect", "t.lod.h5", "--json"], False),
+])
+def test_reading_commands_load_only_what_they_use(tmp_path, args, rich_allowed):
+    import numpy as np
+
+    import lodtool
+
+    lodtool.save(str(tmp_path / "t.lod.h5"), lodtool.LoDTensor(np.arange(6), [[0, 2, 6]]))
+    loaded = _modules_loaded(args, tmp_path)
+    assert not loaded & set(_HEAVY), f"{args[0]} loads {sorted(loaded & set(_HEAVY))}"
+    assert rich_allowed or "rich" not in loaded
+
+
+def test_validate_in_a_pipe_prints_whole_plain_lines(tmp_path):
+    import h5py
+    import numpy as np
+
+    import lodtool
+
+    path = tmp_path / ("a-long-file-name-[red]-" + "x" * 80 + ".lod.h5")
+    lodtool.save(str(path), lodtool.LoDTensor(np.arange(6), [[0, 2, 6]]))
+    with h5py.File(path, "r+") as f:  # break the LoD: offsets that decrease
+        name = next(iter(f))
+        f[name]["lod"]["0"][1] = 9
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0] == f"invalid {path}: 1 problem(s)"  # no wrapping at 80 columns, "[red]" kept as text
+    assert lines[1].startswith(f"  {path}: ") and "offset" in lines[1]

@@ -120,8 +120,16 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    # looked up only when asked: importlib.metadata costs ~15 ms on every start-up otherwise
+    if value and not ctx.resilient_parsing:
+        click.echo(f"lodtool {_version()}")
+        ctx.exit()
+
+
 @click.group("lodtool", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(_version(), "--version", prog_name="lodtool", message="%(prog)s %(version)s")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but data and errors.")
 @click.option("-v", "--verbose", is_flag=True, help="More detail; tracebacks for internal errors.")
 @click.pass_context

@@ -29,19 +29,18 @@ def verify(ctx, files, as_json, isolate, timeout):
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])
     else:
-        from ._render import console
+        from ._render import detail_line, status_line
 
-        con = console()
         for r in reports:
             if r.error:
-                con.print(f"[red]unreadable[/] {r.path}: {r.error}", markup=True)
+                status_line("unreadable", "red", f"{r.path}: {r.error}")
             elif r.ok:
                 if not opt.is_quiet(ctx):
-                    con.print(f"[green]ok[/] {r.path} ({r.checked} datasets)")
+                    status_line("ok", "green", f"{r.path} ({r.checked} datasets)")
             else:
-                con.print(f"[red]mismatch[/] {r.path}")
+                status_line("mismatch", "red", r.path)
                 for m in r.mismatches:
-                    con.print(f"  {r.path}: {m}", markup=False)
+                    detail_line(f"{r.path}: {m}")
     if any(r.error for r in reports):
         ctx.exit(2)
     if any(not r.ok for r in reports):

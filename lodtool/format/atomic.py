@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import shutil
 import stat
 import tempfile
@@ -59,7 +58,7 @@ def temp_path_for(target: str | os.PathLike) -> str:
     """
     target = os.fspath(target)
     folder, base = os.path.split(target)
-    return os.path.join(folder, f".{base[:_MAX_BASE]}{TEMP_MARK}{secrets.token_hex(6)}")
+    return os.path.join(folder, f".{base[:_MAX_BASE]}{TEMP_MARK}{os.urandom(6).hex()}")
 
 
 def is_temp_path(path: str | os.PathLike) -> bool:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..errors import LodError
-from .isolate import run_isolated
 
 
 @dataclass
@@ -46,7 +45,11 @@ class FileVerification:
 
 
 def _call(fn, *args, path: str, isolate: bool, timeout: float) -> Any:
-    return run_isolated(fn, *args, path=path, timeout=timeout) if isolate else fn(*args)
+    if not isolate:
+        return fn(*args)
+    from .isolate import run_isolated  # multiprocessing: only --isolate pays for it
+
+    return run_isolated(fn, *args, path=path, timeout=timeout)
 
 
 def _crash_problem(path: str, exc: LodError):

@@ -8,6 +8,7 @@ module adds the whole-file operations: :func:`load`, :func:`validate_file`,
 
 >>> import os, tempfile, numpy as np
 >>> from lodtool import LoDTensor
+>>> from lodtool.format.writer import save
 >>> path = os.path.join(tempfile.mkdtemp(), "articles.lod.h5")
 >>> t = LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]])
 >>> save(path, {"tokens": t})
@@ -24,11 +25,23 @@ import h5py
 
 from ..errors import LodFormatError
 from ..tensor import LoDTensor
-from . import checksum, spec
+from . import spec
 from ._h5 import hard_member, storage_gap, translate
 from .filters import COMPRESSIONS, DEFAULT_COMPRESSION, ensure_readable
 from .lazy import LazyTensor, LodFile, open_file
-from .writer import AUTO, LodWriter, TensorWriter, save
+
+#: the writer's names, imported on first use: reading commands (inspect, validate, slice) never load it
+_FROM_WRITER = ("AUTO", "LodWriter", "TensorWriter", "save")
+
+
+def __getattr__(name: str):
+    if name in _FROM_WRITER:
+        from . import writer
+
+        value = getattr(writer, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
@@ -39,6 +52,7 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
+    >>> from lodtool.format.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
     >>> load(p).to_nested()
@@ -92,6 +106,7 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
 
     >>> import os, tempfile, numpy as np, h5py
     >>> from lodtool import LoDTensor
+    >>> from lodtool.format.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
     >>> with h5py.File(p, "r+") as f:
@@ -137,6 +152,7 @@ def inspect_file(path: str | os.PathLike) -> dict:
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
+    >>> from lodtool.format.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 1, 2]], level_names=["doc"]))
     >>> info = inspect_file(p)
@@ -202,6 +218,7 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
 
     >>> import os, tempfile, numpy as np, h5py
     >>> from lodtool import LoDTensor
+    >>> from lodtool.format.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
     >>> with h5py.File(p, "r+") as f:
@@ -238,6 +255,8 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
 
 
 def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch | None:
+    from . import checksum  # xxhash: only verify needs it
+
     with translate(path, f"cannot read the checksum of {label}"):
         stored = ds.attrs.get(spec.ATTR_DIGEST)
     expected = spec.text_attr(stored) if stored is not None else None
