@@ -473,7 +473,7 @@ class _Assembler:
             data = cast_values(data, self.dtype, lambda row: "{}: at branch {}: ".format(
                 *_locate(piece, levels, n_lod, row, self.name)))
         elif data.dtype.kind == "u":  # pragma: no cover - only a uint64 target makes uint64
-            raise LodInputError(f"{self.name}: integers above int64 need dtype=uint64")
+            raise LodInputError(f"{self.name}: integers above int64 need the uint64 dtype (--dtype uint64)")
         offsets = [_lod.lengths_to_offsets(lengths) for lengths in lod_lengths]
         return LoDTensor(data, lod=offsets, level_names=self.level_names)
 
@@ -649,8 +649,8 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
     if bigs:
         i, offset, token = bigs[0]
         if asm.target == _TARGET_DEFAULT:
-            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; pass dtype=uint64 "
-                                "(0..2**64-1) or a float dtype")
+            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; read it as uint64 "
+                                "(0..2**64-1; --dtype uint64, or dtype=np.uint64) or as a float dtype")
         if asm.target == _TARGET_UINT64:
             for i, offset, token in bigs:
                 if not 0 <= int(token) <= _U64_MAX:
