@@ -395,3 +395,64 @@ def test_write_then_read_round_trips(t):
 
 def test_branch_regex_matches_from_nested_paths():
     assert re.search(jsonio._BRANCH, "inconsistent nesting at <2,1,0>: x").group(1) == "2"
+
+
+# -- syntax errors of long texts, located without building objects ----------------------------------
+def _full_parse_error(text: bytes, line: int | None, name: str = "big.json") -> str | None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jsonio, "_LOCATE_MIN", 1 << 62)  # the reference: parse it all
+        try:
+            jsonio._load_json(text, name, line)
+        except LodInputError as exc:
+            return str(exc)
+    return None
+
+
+_mutations = st.tuples(st.sampled_from(["delete", "insert", "truncate", "replace"]), st.floats(0, 1),
+                       st.sampled_from(list(b"[],0123456789.eE+- \nxtfnNI\"{")))
+
+
+@given(st.recursive(st.lists(st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)),
+                    lambda inner: st.lists(inner, max_size=4), max_leaves=30),
+       _mutations, st.sampled_from([None, 3]))
+def test_long_text_syntax_errors_match_a_full_parse(value, mutation, line):
+    # the located message must be the one a full parse gives, wherever the damage is
+    text = bytearray(json.dumps(value).encode())
+    kind, where, byte = mutation
+    k = min(int(where * len(text)), len(text) - 1)
+    if kind == "delete":
+        del text[k]
+    elif kind == "insert":
+        text.insert(k, byte)
+    elif kind == "truncate":
+        del text[k:]
+    else:
+        text[k] = byte
+    text = bytes(text)
+    expected = _full_parse_error(text, line)
+    located = jsonio._located_syntax_error(text, "big.json", line)
+    if located is not None:
+        assert str(located) == expected
+    elif expected is not None:
+        # not a syntax error of the fast grammar's JSON: the full parse words it (strings, objects, ...)
+        assert jsonio._scanner().first_syntax_problem(np.frombuffer(text, np.uint8),
+                                                       jsonio._scanner().LITERALS)[0] == -1 or \
+            not re.search(r":\d+:\d+: (unexpected end|expected|unexpected data)", expected)
+
+
+@pytest.mark.parametrize("tail, message", [
+    (b"", "big.jsonl:1:{col}: unexpected end of line (is it truncated, or does a sequence span lines?)"),
+    (b",]", "big.jsonl:1:{col1}: expected a value (a trailing comma?)"),
+    (b" 7]", "big.jsonl:1:{col1}: expected ',' or ']'"),
+])
+def test_a_long_bad_line_is_located_in_bounded_memory(tail, message):
+    body = b"[" + b",".join(b"[%d,%d]" % (i, i) for i in range(200_000))  # ~3 MB, lacks its "]"
+    text = body + tail
+    located = jsonio._located_syntax_error(text, "big.jsonl", 1)
+    assert str(located) == message.format(col=len(text) + 1, col1=len(body) + 2)
+    assert str(located) == _full_parse_error(text, 1, "big.jsonl")  # what the full parse says too
+
+
+def test_a_long_valid_text_is_left_to_the_parsers():
+    text = b"[" + b",".join(b"[%d,\"s\"]" % i for i in range(200_000)) + b"]"
+    assert jsonio._located_syntax_error(text, "big.json", None) is None

@@ -712,6 +712,125 @@ def count_structure(buf, start, end):
     return n_open, n_comma, n_line
 
 
+#: what came before the place :func:`first_syntax_problem` stops at
+PREV_START, PREV_OPEN, PREV_COMMA, PREV_VALUE = range(4)
+
+
+@njit(cache=True, nogil=True)
+def _number_end(buf, i, n):
+    """End of the JSON number that starts at ``i``, or -1 if it breaks the grammar there."""
+    if buf[i] == 45:  # '-'
+        i += 1
+    if i >= n or not 48 <= buf[i] <= 57:
+        return -1
+    if buf[i] == 48:
+        i += 1
+    else:
+        while i < n and 48 <= buf[i] <= 57:
+            i += 1
+    if i < n and buf[i] == 46:  # '.'
+        i += 1
+        if i >= n or not 48 <= buf[i] <= 57:
+            return -1
+        while i < n and 48 <= buf[i] <= 57:
+            i += 1
+    if i < n and (buf[i] == 101 or buf[i] == 69):  # 'e' / 'E'
+        i += 1
+        if i < n and (buf[i] == 43 or buf[i] == 45):
+            i += 1
+        if i >= n or not 48 <= buf[i] <= 57:
+            return -1
+        while i < n and 48 <= buf[i] <= 57:
+            i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _literal_end(buf, i, n, word):
+    m = word.shape[0]
+    if i + m > n:
+        return -1
+    for k in range(m):
+        if buf[i + k] != word[k]:
+            return -1
+    return i + m
+
+
+@njit(cache=True, nogil=True)
+def first_syntax_problem(buf, words):
+    """Where ``buf`` stops being one JSON value made of lists and scalars, in O(1) memory.
+
+    Returns ``(position, depth, previous)``: the start of the first token that
+    breaks the grammar (or ``len(buf)`` if the text ends too early; ``-1`` if
+    there is no problem), the number of lists open there, and what came before
+    it (``PREV_*``).  ``words`` holds the literals (true, false, NaN, Infinity,
+    -Infinity) as rows of a zero-padded uint8 array with their lengths in the
+    last column.  Numbers follow JSON's grammar exactly; strings, objects and
+    null count as problems (the caller decides what to make of them).
+    """
+    n = buf.shape[0]
+    depth = 0
+    prev = PREV_START
+    i = 0
+    while i < n:
+        c = buf[i]
+        if c == 32 or c == 9 or c == 10 or c == 13:
+            i += 1
+            continue
+        if prev == PREV_VALUE:  # after a value: ',' or ']' inside a list, nothing at the top
+            if depth == 0:
+                return i, depth, prev
+            if c == 44:
+                prev = PREV_COMMA
+                i += 1
+                continue
+            if c == 93:
+                depth -= 1
+                i += 1
+                continue
+            return i, depth, prev
+        # a value is expected (or, right after '[', a ']')
+        if c == 91:
+            depth += 1
+            prev = PREV_OPEN
+            i += 1
+            continue
+        if c == 93 and prev == PREV_OPEN:
+            depth -= 1
+            prev = PREV_VALUE
+            i += 1
+            continue
+        end = -1
+        if c == 45 or 48 <= c <= 57:
+            end = _number_end(buf, i, n)
+        if end < 0:
+            for w in range(words.shape[0]):
+                word = words[w, :words[w, words.shape[1] - 1]]
+                end = _literal_end(buf, i, n, word)
+                if end >= 0:
+                    break
+        if end < 0:
+            return i, depth, prev
+        i = end
+        prev = PREV_VALUE
+    if prev == PREV_VALUE and depth == 0:
+        return -1, depth, prev
+    return n, depth, prev
+
+
+def _literal_table() -> np.ndarray:
+    words = [b"true", b"false", b"NaN", b"Infinity", b"-Infinity"]
+    width = max(map(len, words)) + 1
+    table = np.zeros((len(words), width), dtype=np.uint8)
+    for k, w in enumerate(words):
+        table[k, :len(w)] = np.frombuffer(w, dtype=np.uint8)
+        table[k, width - 1] = len(w)
+    return table
+
+
+LITERALS = _literal_table()
+
+
 #: blocks above this size get output arrays sized by an exact count, not by the worst case
 _COUNT_ABOVE = 32 << 20
 
@@ -769,6 +888,17 @@ class Scanner:
             self.error = E_RANGE  # integers above int64 and negative ones: no integer dtype holds both
             status = FALLBACK
         return status
+
+    def release(self, above: int = 1 << 20) -> None:
+        """Free the scratch arrays if they hold more than ``above`` entries.
+
+        After a FALLBACK the general path parses the same text: a block with
+        one huge line must not keep its partial outputs alive meanwhile.
+        """
+        if self.cap > above or (self.iv is not None and self.iv.shape[0] > above):
+            self.iv = None
+            self.lens = self.ldep = self.slow = self.spans = self.iline = None
+            self.cap = 0
 
     @property
     def mode(self) -> int:
@@ -862,5 +992,5 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
     return None
 
 
-__all__ = ["scan", "scan_bytes", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
+__all__ = ["scan", "scan_bytes", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
            "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -542,6 +542,10 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
     limit = MAX_LEVELS if line is not None else MAX_LEVELS + 1  # a JSON document's outer list is the batch
     if text.count(b"[") > limit and _deep_offset(text, limit) >= 0:
         raise _too_deep(text, name, line)  # before any recursive parser sees it
+    if len(text) >= _LOCATE_MIN:
+        located = _located_syntax_error(text, name, line)
+        if located is not None:
+            raise located
     bigs: list[tuple[int, str]] = []
     if not _LONG_DIGITS.search(text):
         try:
@@ -579,6 +583,72 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
             bigs.append((offset, token))
             start = offset + len(token) if m else start
     return obj, bigs
+
+
+#: texts at least this long are checked for syntax errors in O(1) memory before any parser builds objects
+_LOCATE_MIN = 1 << 20
+#: bytes of text after the problem that the standard library reads to word it (grown if it needs more)
+_WINDOW = 1 << 16
+_WINDOW_MAX = 1 << 26
+
+
+def _located_syntax_error(text: bytes, name: str, line: int | None) -> LodInputError | None:
+    """The syntax error of a long text, worded like the general path's, without parsing the whole text.
+
+    Parsers build a Python object per number (about 20 times the text in
+    memory: a 1 GiB line would need 20 GiB to be told it is truncated).  A
+    Numba pass finds the first token that breaks the grammar; the standard
+    library then reads only a stand-in for everything before it (the open
+    lists and the last token's kind) plus a window of text from there, so its
+    message and position match a full parse.  ``None`` when there is no
+    syntax error, or the problem is valid JSON the fast grammar does not take
+    (a string, say): the general path decides then.
+    """
+    js = _scanner()
+    if js is None:  # pragma: no cover - numba is a dependency
+        return None
+    buf = np.frombuffer(text, dtype=np.uint8)
+    pos, depth, prev = (int(v) for v in js.first_syntax_problem(buf, js.LITERALS))
+    if pos < 0:
+        return None
+    # "[]" stands for the value before the problem: a number there could run on into the window ("0" ".5")
+    lead = "[" * depth + {js.PREV_START: "", js.PREV_OPEN: "", js.PREV_COMMA: "0,", js.PREV_VALUE: "[]"}[prev]
+    size = _WINDOW
+    while True:
+        stop = min(len(text), pos + size)
+        chunk = text[pos:stop]
+        try:
+            window = chunk.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.start < len(chunk) - 3 or stop == len(text):
+                return None  # invalid UTF-8 near the problem: the general path words it
+            window = chunk[:exc.start].decode("utf-8")
+        s = lead + window
+        try:
+            json.loads(s)
+        except json.JSONDecodeError as exc:
+            cut = stop < len(text)
+            if cut and exc.pos >= len(s.rstrip()) and size < _WINDOW_MAX:
+                size *= 4  # the problem may run past the window (a long string): read more
+                continue
+            if cut and exc.pos >= len(s.rstrip()):
+                return None
+            offset = pos + len(s[len(lead):exc.pos].encode("utf-8"))
+            lno, col = _line_col_large(text, offset, line)
+            return LodInputError(f"{name}:{lno}:{col}: {_phrase(exc, s, line is not None)}")
+        except (RecursionError, ValueError):
+            return None
+        return None  # the window parses: the problem is JSON the fast grammar does not take
+
+
+def _line_col_large(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
+    """Line and column of a syntax error in a long text: columns count UTF-8 lead bytes (no decoding)."""
+    a = np.frombuffer(text, dtype=np.uint8)
+    start = text.rfind(b"\n", 0, offset) + 1  # as json.JSONDecodeError counts them
+    col = 1
+    for block in range(start, offset, 1 << 24):  # in blocks: no temporary the size of the text
+        col += int(np.count_nonzero((a[block:min(block + (1 << 24), offset)] & 0xC0) != 0x80))
+    return (1 if line is None else line) + text.count(b"\n", 0, offset), col
 
 
 def _phrase(exc: json.JSONDecodeError, s: str, jsonl: bool) -> str:
@@ -1002,6 +1072,7 @@ def _scan_block(js, view: np.ndarray, start: int, stop: int, state0: np.ndarray)
     sc.state[:] = state0
     status = sc.scan(view, start, stop)
     if status != js.DONE:
+        sc.release()  # this thread's scanner lives on; the general path needs the memory now
         return status, None, -1
     piece = _fast_piece(js, sc, 0, 0) if sc.state[js.ITEMS] else None
     return status, piece, int(sc.state[js.NEWLINES])
@@ -1048,6 +1119,8 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                     if sc.state[js.ITEMS]:
                         piece = _fast_piece(js, sc, first_line, seq_base)
             if newlines < 0:
+                if sc is not None:
+                    sc.release()
                 region = view[start:stop].tobytes()
                 piece = _general_jsonl(region, first_line, seq_base, asm)
                 newlines = region.count(b"\n")
@@ -1093,6 +1166,8 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 if stop == buf.filled and status == js.DONE:
                     break
             if status == js.FALLBACK:
+                sc.release()
+                del buf, view  # the general path reads the document again, whole
                 break
             if buf.eof:
                 return
