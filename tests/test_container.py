@@ -564,6 +564,27 @@ def test_missing_plugin_is_a_clear_error(path):
     assert not os.path.exists(path + ".new")
 
 
+def test_appending_to_a_file_whose_filter_is_missing_names_the_fix(path):
+    pytest.importorskip("hdf5plugin")
+    save(path, articles(), compression="zstd")
+    before = open(path, "rb").read()
+    code = ("import sys; sys.modules['hdf5plugin'] = None\n"
+            "from lodtool.format.container import LodWriter\n"
+            "from lodtool.errors import LodFormatError\n"
+            "from lodtool import LoDTensor\n"
+            "import numpy as np\n"
+            "try:\n"
+            f"    with LodWriter({path!r}, append=True) as w:\n"
+            "        w.write('tensor', LoDTensor(np.arange(2), [[0, 1], [0, 2]]))\n"
+            "except LodFormatError as e:\n"
+            "    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{path}: tensor 'tensor': /tensor/data is compressed with zstd; pip install hdf5plugin"
+    assert open(path, "rb").read() == before
+
+
 # -- checksums ---------------------------------------------------------------------------------------------
 def test_checksums_are_recorded_and_match_plain_xxhash(path):
     import xxhash

@@ -343,6 +343,8 @@ class TensorWriter:
         for ds in [layout.data, *layout.lod]:
             if ds.maxshape[0] is not None or not ds.chunks:
                 raise LodFormatError(f"{path}: tensor {name!r}: {ds.name} is not resizable; cannot append")
+            # the stored rows are re-read (and re-hashed): a filter this machine lacks is named, with the fix
+            filters.ensure_readable(ds, path, f"tensor {name!r}: {ds.name}")
         self._group = layout.group
         self._existing = True
         self._element_shape = stored_shape
