@@ -6,7 +6,7 @@ Generates a 1-level float32 container (sequences of 1..1999 rows; ``full``:
 2.4 GB of data, ``small`` 400 MB, ``tiny`` 20 MB) and a part of it, a quarter
 of the size.  For each of ``pool`` (sum), ``softmax``, ``reverse``, ``expand``
 (by a 2-level LoD whose level 0 repeats each sequence 0..2 times), ``pad`` and
-``unpack`` (to NPZ on stdout), interleaved over the runs:
+``unpack`` (to NPZ on stdout), interleaved over the runs (``--ops`` picks some of them):
 
 * **out of core**: ``lodtool OP BIG ... --max-memory CAP --compression none`` as
   a child process; its wall time and its peak RSS (``os.wait4``).  ``CAP`` (1 GiB)
@@ -30,6 +30,7 @@ for both) out of the comparison.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -144,8 +145,9 @@ def cli_args(op: str, src: Path, y: Path, out: Path) -> list[str]:
     raise ValueError(op)
 
 
-def run(size: str, runs: int, tmpdir: str | None) -> dict:
+def run(size: str, runs: int, tmpdir: str | None, ops: tuple[str, ...] | None = None) -> dict:
     data_bytes, mean_len = SIZES[size]
+    ops = ops or OPS[size]
     runs = max(runs, 1)
     notes: list[str] = []
     cli, env = C.lodtool_cmd(), C.child_env()
@@ -165,7 +167,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         results: dict[str, dict] = {}
         kinds = ("big", "part", "nil", "mem")
         report = tmp / "elapsed.txt"
-        for op in OPS[size]:
+        for op in ops:
             res = {k: [] for k in kinds}
             res["refused"] = None
             for r in range(runs):
@@ -264,9 +266,19 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                                                   for op, res in results.items()}}}
 
 
+def _ops_list(text: str) -> tuple[str, ...]:
+    ops = tuple(op.strip() for op in text.split(",") if op.strip())
+    unknown = [op for op in ops if op not in OPS["full"]]
+    if unknown or not ops:
+        raise argparse.ArgumentTypeError(f"choose among {', '.join(OPS['full'])} (comma-separated)")
+    return ops
+
+
 def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv)
-    return C.finish(run(args.size, args.runs, args.tmpdir), args)
+    args = C.bench_args(__doc__.split("\n\n")[0], argv, lambda ap: ap.add_argument(
+        "--ops", type=_ops_list, default=None,
+        help=f"comma-separated operators to measure (default: pool at tiny, {','.join(OPS['full'])} otherwise)"))
+    return C.finish(run(args.size, args.runs, args.tmpdir, args.ops), args)
 
 
 if __name__ == "__main__":

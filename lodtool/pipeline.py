@@ -1,9 +1,14 @@
 """Operators on files: read a container, run an operator, write a container.
 
 This is the one place where :mod:`lodtool.format` and :mod:`lodtool.ops` meet
-(neither imports the other).  Operators that work sequence by sequence (pool,
-softmax, reverse) stream over chunks of whole top-level sequences, so files
-larger than memory work; the output is written through the atomic writer.
+(neither imports the other).  Every operator on a container streams, so files
+larger than memory work: pool, softmax and reverse over chunks of whole
+top-level sequences; expand over chunks of x's sequences (or rows) bounded by
+the rows read and the rows written; pad over chunks of the padded level's
+sequences, written into the NPZ as they come.  Chunks hold at most
+:data:`CHUNK_ROWS` rows and :data:`CHUNK_BYTES` bytes (fewer under a tight
+``max_memory``), unless one sequence alone is bigger.  Containers are written
+through the atomic writer.
 
 ``device="cuda"`` runs the operator on the GPU: each chunk goes to the device,
 through the CUDA kernels, and back to the host for writing.  Without CuPy or a
@@ -21,18 +26,23 @@ GPU it fails at once, before any data is read, with a one-line
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import LodUsageError
+from .errors import LodUsageError, LodValidationError
 from .lod import validate_lod
 from .tensor import LoDTensor
 
 #: rows per chunk for the streaming operators
 CHUNK_ROWS = 1 << 22
+#: bytes of rows a chunk reads, or writes, at most (wide rows make chunks of fewer rows)
+CHUNK_BYTES = 64 << 20
+#: offsets entries read at a time when a streaming operator plans its chunks
+OFFSET_WINDOW = 1 << 16
 
 
 @dataclass
@@ -61,13 +71,68 @@ def _open_tensor(path: str, name: str | None, max_memory: int | None):
     return f, f.tensor(name)
 
 
+def _chunk_rows(element_shape: Sequence[int], dtype: np.dtype, max_memory: int) -> int:
+    """Rows per chunk: :data:`CHUNK_ROWS`, fewer when the rows are wide or the memory limit is tight.
+
+    A chunk's rows are read in one piece, and the memory limit refuses any read
+    above it; an eighth of the limit leaves room for the chunk's output and the
+    writer's buffers beside it.
+
+    >>> _chunk_rows((), np.dtype("float32"), 1 << 30) == CHUNK_ROWS
+    True
+    >>> _chunk_rows((1024,), np.dtype("float64"), 1 << 30)  # 64 MiB of 8 KiB rows
+    8192
+    """
+    row_bytes = np.dtype(dtype).itemsize * int(np.prod(element_shape, dtype=np.int64))
+    budget = min(CHUNK_BYTES, max_memory // 8)
+    return max(1, min(CHUNK_ROWS, budget // max(row_bytes, 1)))
+
+
+def _offset_window(max_memory: int) -> int:
+    """Offsets entries to read at once: :data:`OFFSET_WINDOW`, fewer under a tight memory limit."""
+    return max(1, min(OFFSET_WINDOW, max_memory // 64))
+
+
+def _require_valid(path: str, t) -> None:
+    """Validate a lazy tensor's whole LoD block by block (offsets only), as a full read would."""
+    problems = t.validate(max_problems=1)
+    if problems:
+        raise LodValidationError(f"{path}: tensor {t.name!r}: {problems[0]}")
+
+
+def _runs(costs: Sequence[np.ndarray], budget: int) -> Iterator[tuple[int, int]]:
+    """Cut items ``0..n`` into consecutive runs ``(a, b)`` whose summed costs each stay within ``budget``.
+
+    ``costs`` holds one array per kind of cost (rows read, rows written, ...),
+    one entry per item.  A run is as long as the budget allows, and at least one
+    item: an item whose cost alone is over the budget is a run of its own.
+
+    >>> list(_runs([np.array([2, 2, 5, 1, 1])], 4))
+    [(0, 2), (2, 3), (3, 5)]
+    >>> list(_runs([np.array([1, 1, 1]), np.array([0, 3, 1])], 3))
+    [(0, 2), (2, 3)]
+    """
+    ends = []
+    for cost in costs:
+        end = np.zeros(len(cost) + 1, np.int64)
+        np.cumsum(cost, out=end[1:])
+        ends.append(end)
+    n, a = len(costs[0]), 0
+    while a < n:
+        b = min(int(np.searchsorted(end, end[a] + budget, side="right")) - 1 for end in ends)
+        b = max(b, a + 1)
+        yield a, b
+        a = b
+
+
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
-            *, compression: str | None, max_memory: int | None, chunk_rows: int = CHUNK_ROWS) -> OpResult:
+            *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None) -> OpResult:
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results."""
     from .format.container import LodWriter
 
     f, t = _open_tensor(path, name, max_memory)
     with f:
+        chunk_rows = chunk_rows or _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         name_out = out_name or t.name
         writer_kwargs = {"compression": compression} if compression else {}
         rows = seqs = 0
@@ -134,45 +199,205 @@ def read_lod_only(lazy) -> LoDTensor:
 def expand_file(x: str, y: str, output: str, *, x_name: str | None = None, y_name: str | None = None,
                 ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
                 max_memory: int | None = None, device: str = "cpu") -> OpResult:
-    """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y`` (y's data is never read)."""
-    from .format.container import save
-    from .ops import sequence_expand
+    """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y``, streamed (y's data is never read).
+
+    x's sequences (its rows, without a LoD) go through the operator in runs
+    bounded by the rows read and written and the sequences written, each with
+    the matching window of y's reference level rebased to 0; a sequence repeated
+    more often than a chunk holds goes a part of its copies at a time.  The
+    output is exactly ``sequence_expand(x, y, ref_level)``.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.array([1.1, 2.2, 3.3, 4.4]), [[0, 1, 4]]))
+    >>> save(os.path.join(d, "y.h5"), LoDTensor(np.zeros(6), recursive_sequence_lengths=[[1, 3], [1, 2, 1, 2]]))
+    >>> r = expand_file(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), os.path.join(d, "out.h5"), ref_level=0)
+    >>> out = load(os.path.join(d, "out.h5"))
+    >>> out.data.tolist(), out.lod, r.sequences
+    ([1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4], [[0, 1, 4, 7, 10]], 4)
+    """
+    from .format.container import LodWriter
+    from .ops.expand import expand_level
 
     _check_device(device, "sequence_expand")
     fy, ty = _open_tensor(y, y_name, max_memory)
     with fy:
-        y_lod = read_lod_only(ty)
-    fx, tx = _open_tensor(x, x_name, max_memory)
-    with fx:
-        xt = tx.read()
-        name_out = out_name or tx.name
-    result = sequence_expand(xt, y_lod, ref_level=ref_level, device=device).to("cpu")
-    kwargs = {"compression": compression} if compression else {}
-    save(output, {name_out: result}, **kwargs)
-    return OpResult(str(output), name_out, result.shape[0], len(result), result.lod_level, str(result.dtype))
+        _require_valid(fy.path, ty)
+        fx, tx = _open_tensor(x, x_name, max_memory)
+        with fx:
+            _require_valid(fx.path, tx)
+            level = expand_level(tx, ty, ref_level)
+            name_out = out_name or tx.name
+            max_rows = _chunk_rows(tx.element_shape, tx.dtype, fx.max_memory)
+            window = _offset_window(min(fx.max_memory, fy.max_memory))
+            writer_kwargs = {"compression": compression} if compression else {}
+            rows = seqs = 0
+            with LodWriter(output, **writer_kwargs) as w:
+                tw = w.add_tensor(name_out, dtype=tx.dtype, element_shape=tx.element_shape,
+                                  lod_level=tx.lod_level, level_names=tx.level_names)
+                for chunk in _expanded_chunks(tx, ty, level, max_rows, window, device):
+                    tw.append(chunk)
+                    rows += chunk.shape[0]
+                    seqs += len(chunk)
+                    del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
+    return OpResult(str(output), name_out, rows, seqs, tx.lod_level, str(tx.dtype))
+
+
+def _expanded_chunks(tx, ty, level: int, max_rows: int, window: int, device: str) -> Iterator[LoDTensor]:
+    """``sequence_expand`` of x's sequences (or rows) by y's ``level``, chunk by chunk, on the host.
+
+    Sequence ``i`` of x has ``len_i`` rows (1 without a LoD) and is copied
+    ``rep_i`` times: a run of sequences reads the sum of ``len_i`` rows and
+    writes the sum of ``len_i * rep_i`` rows in the sum of ``rep_i`` sequences.
+    The rows read and written together (both are in memory at once), and the
+    sequences written, stay within ``max_rows``.  Runs without copies write
+    nothing and are not read.
+    """
+    from .ops import sequence_expand
+
+    has_lod = tx.lod_level == 1
+    count = ty.num_sequences(level)
+    for start in range(0, count, window):
+        stop = min(start + window, count)
+        ref = ty.read_offsets(level, start, stop + 1)
+        reps = ref[1:] - ref[:-1]
+        xoff = tx.read_offsets(0, start, stop + 1) if has_lod else np.arange(start, stop + 1, dtype=np.int64)
+        lens = xoff[1:] - xoff[:-1]
+        for a, b in _runs([lens * (reps + 1), reps], max_rows):
+            copies = int(ref[b] - ref[a])
+            if not copies:
+                continue
+            rows = tx.read_rows(xoff[a], xoff[b])
+            xs = LoDTensor._trusted(rows, (xoff[a:b + 1] - xoff[a],) if has_lod else (), tx.level_names)
+            for part in _copy_parts(ref[a:b + 1] - ref[a], int(lens[a]), max_rows):
+                y_part = LoDTensor._trusted(np.broadcast_to(np.zeros(1, np.int8), (int(part[-1]),)), (part,))
+                yield sequence_expand(xs, y_part, device=device).to("cpu")
+            del rows, xs  # before the next run is read
+
+
+def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndarray]:
+    """The reference offsets of a run, or for a run of one sequence, its copies a chunk's worth at a time.
+
+    A part of the copies of a sequence of ``length`` rows holds, with the
+    sequence itself, at most ``max_rows`` rows (and at least one copy).
+
+    >>> [p.tolist() for p in _copy_parts(np.array([0, 5]), 2, 6)]
+    [[0, 2], [0, 2], [0, 1]]
+    >>> [p.tolist() for p in _copy_parts(np.array([0, 1, 3]), 2, 6)]
+    [[0, 1, 3]]
+    """
+    copies = int(ref[-1])
+    if len(ref) > 2 or copies <= 1:
+        yield ref
+        return
+    per = max(1, min((max_rows - length) // max(length, 1), max_rows))
+    for done in range(0, copies, per):
+        yield np.array([0, min(per, copies - done)], np.int64)
+
+
+def _row_offset_windows(t, level: int, window: int) -> Iterator[np.ndarray]:
+    """Where each sequence of ``level`` starts and ends in the data rows, ``window`` sequences at a time.
+
+    Each window holds ``window + 1`` entries (the last one has fewer), so
+    consecutive windows share one; a level above the last is mapped down
+    through the levels below it, whose offsets it indexes.  The LoD must have
+    been validated.
+    """
+    count = t.num_sequences(level)
+    for start in range(0, count, window):
+        offsets = t.read_offsets(level, start, min(start + window, count) + 1)
+        for below in range(level + 1, t.lod_level):
+            offsets = _entries_at(t, below, offsets, window)
+        yield offsets
+
+
+def _entries_at(t, level: int, index: np.ndarray, window: int) -> np.ndarray:
+    """``offsets[level][index]`` for a non-decreasing ``index``, reading at most ``window`` entries at a time."""
+    out = np.empty_like(index)
+    i = 0
+    while i < len(index):
+        lo = int(index[i])
+        j = int(np.searchsorted(index, lo + window, side="left"))  # every index below lo + window
+        part = t.read_offsets(level, lo, int(index[j - 1]) + 1)
+        out[i:j] = part[index[i:j] - lo]
+        i = j
+    return out
 
 
 def pad_file(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
              level: int = -1, max_memory: int | None = None, device: str = "cpu") -> dict:
-    """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``."""
-    from .format.atomic import atomic_path
-    from .ops import sequence_mask, sequence_pad
+    """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``, streamed.
+
+    The lengths come from the offsets alone (and with them ``maxlen``, when
+    not given); then each member of the archive is written in blocks: the
+    padded rows of a run of sequences at a time (bounded by the rows read and
+    padded), then the lengths, then the mask.  The arrays are
+    exactly ``sequence_pad``'s and ``sequence_mask``'s.  ``output`` is a path,
+    written atomically, or a binary stream (a pipe too), written as the blocks come.
+
+    >>> import io, os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.h5")
+    >>> save(p, LoDTensor(np.arange(5), recursive_sequence_lengths=[[2, 0, 3]]))
+    >>> buf = io.BytesIO()
+    >>> pad_file(p, buf, pad_value=-1)["shape"]
+    [3, 3]
+    >>> arrays = np.load(io.BytesIO(buf.getvalue()))
+    >>> arrays["padded"].tolist(), arrays["lengths"].tolist(), arrays["mask"].sum(axis=1).tolist()
+    ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3], [2, 0, 3])
+    """
+    from .format.npyio import write_npz_members
+    from .ops import sequence_mask
+    from .ops.pad import pad_level, padded_length
 
     _check_device(device, "sequence_pad")
     f, t = _open_tensor(path, name, max_memory)
     with f:
-        x = t.read()
-    padded, lengths = (_to_host(a) for a in sequence_pad(x, pad_value=pad_value, maxlen=maxlen, level=level,
-                                                         device=device))
-    mask = sequence_mask(lengths, padded.shape[1])
-    arrays = {"padded": padded, "lengths": np.asarray(lengths), "mask": mask}
-    if isinstance(output, (str, os.PathLike)):
-        with atomic_path(output) as tmp, open(tmp, "wb") as stream:
-            np.savez(stream, **arrays)
-    else:
-        np.savez(output, **arrays)
+        _require_valid(f.path, t)
+        lvl = pad_level(t, level)
+        window = _offset_window(f.max_memory)
+        count = t.num_sequences(lvl)
+
+        def lengths() -> Iterator[np.ndarray]:
+            for roff in _row_offset_windows(t, lvl, window):
+                yield roff[1:] - roff[:-1]
+
+        longest = max(int(block.max()) for block in lengths())
+        maxlen = padded_length(maxlen, longest, lvl)
+        max_rows = _chunk_rows(t.element_shape, t.dtype, f.max_memory)
+        mask_rows = max(1, max_rows // max(maxlen, 1))  # no more sequences than a padded chunk, at a byte each
+
+        def mask() -> Iterator[np.ndarray]:
+            for block in lengths():
+                for a in range(0, len(block), mask_rows):
+                    yield sequence_mask(block[a:a + mask_rows], maxlen)
+
+        padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device)
+        # the first block before anything is written: a pad_value the dtype cannot hold, a device or a read that
+        # fails, fails with nothing written (a stream gets no partial archive)
+        first = next(padded)
+        shape = (count, maxlen) + tuple(t.element_shape)
+        write_npz_members(output, [("padded", shape, t.dtype, itertools.chain([first], padded)),
+                                   ("lengths", (count,), np.int64, lengths()),
+                                   ("mask", (count, maxlen), np.bool_, mask())])
     return {"output": str(output) if isinstance(output, (str, os.PathLike)) else "-",
-            "shape": list(padded.shape), "sequences": int(padded.shape[0]), "maxlen": int(padded.shape[1])}
+            "shape": list(shape), "sequences": count, "maxlen": maxlen}
+
+
+def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window: int,
+                   device: str) -> Iterator[np.ndarray]:
+    """``sequence_pad`` of ``level``'s sequences, a run at a time (its rows read and padded rows within ``max_rows``)."""
+    from .ops import sequence_pad
+
+    for roff in _row_offset_windows(t, level, window):
+        lens = roff[1:] - roff[:-1]
+        for a, b in _runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
+            chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
+            padded = _to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
+            del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
+            yield padded
+            del padded
 
 
 def unpad_file(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,

@@ -101,7 +101,9 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
-    exactly Paddle's sequence_expand.
+    exactly Paddle's sequence_expand.  Streams runs of X's sequences (a
+    sequence with very many copies a few copies at a time), so files larger
+    than memory work.
 
     \b
     Example:
@@ -134,7 +136,10 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
 def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
-    Writes an NPZ with `padded`, `lengths` and a boolean `mask`.
+    Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
+    come from the offsets alone and the padded rows are written block by block,
+    so inputs larger than memory work (the NPZ itself is as large as the padding
+    makes it).
 
     \b
     Example:

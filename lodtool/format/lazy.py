@@ -319,6 +319,26 @@ class LazyTensor:
             raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{size}")
         return _lod.as_index_array(self._window(level, start, stop), level=level)
 
+    def read_rows(self, begin: int, end: int) -> np.ndarray:
+        """Data rows ``begin..end`` as an array (no LoD): one hyperslab, checked against the memory limit.
+
+        The streaming operators read the rows of a chunk this way, from
+        offsets they have validated.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.format.container import save, open_file
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(10, 16), [[0, 2, 6]]))
+        >>> with open_file(p) as f:
+        ...     f.tensor().read_rows(1, 4).tolist()
+        [11, 12, 13]
+        """
+        begin, end = int(begin), int(end)
+        if not 0 <= begin <= end <= self._n_rows:
+            raise LodIndexError(f"rows {begin}:{end} are outside 0:{self._n_rows} of {self._what}")
+        return self._rows(begin, end)
+
     def _blocks(self, level: int, block: int = OFFSET_BLOCK) -> Iterator[np.ndarray]:
         size = self._sizes[level]
         for start in range(0, size, block):

@@ -452,6 +452,7 @@ class NpzWriter:
                 block = np.ascontiguousarray(block, dtype=dtype)
                 member.write(memoryview(block.reshape(-1)).cast("B"))
                 written += block.nbytes
+                del block  # a generator's next block is made without this one still held
         if written != expected:
             raise LodError(f"{name}: wrote {written} bytes, but its shape {shape} needs {expected}")
 
@@ -486,28 +487,49 @@ def write_npz_parts(out: str | os.PathLike | BinaryIO, *, shape: tuple[int, ...]
                     level_sizes: Sequence[int], level_names: Sequence[str] | None = None,
                     compress: bool = False) -> None:
     """Write an LoD archive whose data and offsets arrive in blocks (``unpack`` streams this way)."""
+    members = [("data", tuple(shape), dtype, data_blocks)]
+    members += [(f"offsets_{k}", (int(size),), np.dtype(np.int64), blocks)
+                for k, (blocks, size) in enumerate(zip(offsets, level_sizes))]
+    if level_names:
+        names = np.array([str(n) for n in level_names])
+        members.append(("level_names", names.shape, names.dtype, [names]))
+    write_npz_members(out, members, compress=compress)
+
+
+def write_npz_members(out: str | os.PathLike | BinaryIO,
+                      members: Sequence[tuple[str, tuple[int, ...], Any, Iterable[np.ndarray]]], *,
+                      compress: bool = False) -> None:
+    """Write an .npz of ``(name, shape, dtype, blocks)`` members, in order, each from its blocks of rows.
+
+    The blocks of one member are drawn only while that member is written, so
+    generators that read and compute as they go keep memory bounded.  A path is
+    written atomically; a stream (a pipe too) in place.
+
+    >>> buf = io.BytesIO()
+    >>> write_npz_members(buf, [("a", (3, 2), "int32", (np.full((n, 2), n) for n in (1, 2))),
+    ...                         ("b", (2,), "bool", [np.array([True, False])])])
+    >>> _ = buf.seek(0); arrays = np.load(buf)
+    >>> arrays.files, arrays["a"].tolist(), arrays["b"].tolist()
+    (['a', 'b'], [[1, 1], [2, 2], [2, 2]], [True, False])
+    """
     if isinstance(out, (str, os.PathLike)):
         from .atomic import atomic_open
 
         with atomic_open(out) as f:
-            _write_parts(f, shape, dtype, data_blocks, offsets, level_sizes, level_names, compress)
+            _write_members(f, members, compress)
     else:
-        _write_parts(out, shape, dtype, data_blocks, offsets, level_sizes, level_names, compress)
+        _write_members(out, members, compress)
 
 
-def _write_parts(f, shape, dtype, data_blocks, offsets, level_sizes, level_names, compress) -> None:
+def _write_members(f, members, compress: bool) -> None:
     writer = NpzWriter(f, compress)
     try:
-        writer.add("data", tuple(shape), dtype, data_blocks)
-        for k, (blocks, size) in enumerate(zip(offsets, level_sizes)):
-            writer.add(f"offsets_{k}", (int(size),), np.dtype(np.int64), blocks)
-        if level_names:
-            names = np.array([str(n) for n in level_names])
-            writer.add("level_names", names.shape, names.dtype, [names])
+        for name, shape, dtype, blocks in members:
+            writer.add(name, tuple(shape), np.dtype(dtype), blocks)
     finally:
         writer.close()
 
 
 __all__ = ["iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",
-           "write_npz_parts", "NpzWriter", "CHUNK_BYTES"]
+           "write_npz_parts", "write_npz_members", "NpzWriter", "CHUNK_BYTES"]
 

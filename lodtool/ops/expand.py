@@ -79,31 +79,63 @@ def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str |
     return _expand_numba(xt, ref)
 
 
-def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, int]:
-    if xt.lod_level > 1:
-        raise LodShapeError(f"{OP}: x has {xt.lod_level} LoD levels; it must have 0 or 1 (as in Paddle)")
-    if yt.lod_level == 0:
+def expand_level(x: Any, y: Any, ref_level: int = -1) -> int:
+    """The level of ``y``'s LoD that ``sequence_expand(x, y, ref_level)`` expands by, after its shape checks.
+
+    Raises what the operator raises for tensors that do not fit, from their
+    sizes alone: ``x`` and ``y`` need only ``lod_level``, ``n_rows`` and
+    ``num_sequences`` (a :class:`~lodtool.LoDTensor`, or a file's lazy tensor,
+    checked before any data is read).  The LoDs must be valid.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> y = LoDTensor(np.zeros(6), recursive_sequence_lengths=[[1, 3], [1, 2, 1, 2]])
+    >>> expand_level(LoDTensor(np.zeros(4), [[0, 1, 4]]), y, ref_level=0)
+    0
+    >>> expand_level(np.zeros(3), y)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodShapeError: sequence_expand: x has 3 rows but y's level 1 has 4 sequences; ...
+    """
+    if not hasattr(x, "lod_level"):  # a plain array: a 0-level tensor, as sequence_expand takes it
+        x = as_tensor(x, "x")
+    if x.lod_level > 1:
+        raise LodShapeError(f"{OP}: x has {x.lod_level} LoD levels; it must have 0 or 1 (as in Paddle)")
+    if y.lod_level == 0:
         raise LodShapeError(f"{OP}: y has no LoD; expanding needs y's LoD at ref_level")
-    n = yt.lod_level
+    n = y.lod_level
     ref_level = int(ref_level)
     if not (ref_level == -1 or 0 <= ref_level < n):
         raise LodIndexError(f"{OP}: ref_level {ref_level} is out of range; it must be -1 or in [0, {n}) "
                             f"for a y with {n} LoD level(s)")
     level = n - 1 if ref_level == -1 else ref_level
-    ref = yt.offsets[level]
-    count = len(ref) - 1
-    if xt.lod_level == 0:
-        if xt.n_rows != count:
-            raise LodShapeError(f"{OP}: x has {xt.n_rows} rows but y's level {level} has {count} sequences; "
+    count = y.num_sequences(level)
+    if x.lod_level == 0:
+        if x.n_rows != count:
+            raise LodShapeError(f"{OP}: x has {x.n_rows} rows but y's level {level} has {count} sequences; "
                                 "without a LoD, x needs one row per sequence")
     else:
-        xs = xt.num_sequences(0)
+        xs = x.num_sequences(0)
         if xs != count:
             raise LodShapeError(f"{OP}: x has {xs} sequences but y's level {level} has {count}; "
                                 "they must have the same number of sequences")
-        if int(ref[-1]) == 0:
-            raise LodShapeError(f"{OP}: every sequence is repeated 0 times, so the output would have no "
-                                "sequences, which no valid LoD can hold")
+        # a valid LoD's level ends where the next level (or the data) does
+        copies = y.num_sequences(level + 1) if level + 1 < n else y.n_rows
+        if copies == 0:
+            _refuse_no_copies()
+    return level
+
+
+def _refuse_no_copies() -> None:
+    raise LodShapeError(f"{OP}: every sequence is repeated 0 times, so the output would have no "
+                        "sequences, which no valid LoD can hold")
+
+
+def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, int]:
+    level = expand_level(xt, yt, ref_level)
+    ref = yt.offsets[level]
+    if xt.lod_level and int(ref[-1]) == 0:  # the same for a valid LoD; device offsets are validated only later
+        _refuse_no_copies()
     return ref, level
 
 
@@ -239,4 +271,4 @@ def _expand_seqs(xw, k, xoff, ref, out_start, outw, out_off, nblocks, counter,
     out_off[ref[n]] = out_start[n]
 
 
-__all__ = ["sequence_expand"]
+__all__ = ["sequence_expand", "expand_level"]

@@ -62,8 +62,7 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
     ([[0, 1, 2, 0], [3, 4, 5, 0]], [3, 3])
     """
     xt = as_tensor(x, "x")
-    need_lod(xt, OP_PAD)
-    lvl = level_index(xt, level, OP_PAD)
+    lvl = pad_level(xt, level)
     be = get_backend((xt.data, *xt.offsets), backend, device, op=OP_PAD)
     if be.name == "cupy":
         # every level is checked on the device before row_offsets indexes with them
@@ -73,18 +72,44 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
         return _cuda.pad(be.xp, xt.data, roff, maxlen, pad_value, validated=True, level=lvl)
     roff = row_offsets(xt.offsets, lvl)
     lengths = roff[1:] - roff[:-1]
-    longest = int(lengths.max()) if lengths.size else 0
-    if maxlen is None:
-        maxlen = longest
-    else:
-        maxlen = _check_maxlen(maxlen, OP_PAD)
-        if maxlen < longest:
-            raise LodShapeError(f"{OP_PAD}: maxlen {maxlen} is shorter than the longest sequence ({longest} rows) "
-                                f"of level {lvl}; as in Paddle, it must be at least the longest length")
+    maxlen = padded_length(maxlen, int(lengths.max()) if lengths.size else 0, lvl)
     pad = cast_value(pad_value, xt.dtype, f"{OP_PAD}: pad_value", xt.element_shape)
     if be.name == "numpy":
         return _reference(np.asarray(xt.data), lengths, maxlen, pad), lengths
     return _pad_numba(xt.data, roff, maxlen, pad), lengths
+
+
+def pad_level(x: Any, level: int = -1) -> int:
+    """The index of the level whose sequences ``sequence_pad(x, level=level)`` pads, with its errors.
+
+    ``x`` needs only ``lod_level`` (a :class:`~lodtool.LoDTensor`, or a file's
+    lazy tensor, checked before any data is read).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> pad_level(LoDTensor(np.arange(3), [[0, 1, 3], [0, 1, 2, 3]]), -1)
+    1
+    """
+    need_lod(x, OP_PAD)
+    return level_index(x, level, OP_PAD)
+
+
+def padded_length(maxlen: int | None, longest: int, level: int) -> int:
+    """The padded length ``sequence_pad`` uses: ``maxlen``, or ``longest`` for ``None``.
+
+    A ``maxlen`` shorter than the longest sequence (``longest`` rows, of
+    ``level``) is a :class:`~lodtool.errors.LodShapeError`, as in Paddle.
+
+    >>> padded_length(None, 4, 0), padded_length(6, 4, 0)
+    (4, 6)
+    """
+    if maxlen is None:
+        return longest
+    maxlen = _check_maxlen(maxlen, OP_PAD)
+    if maxlen < longest:
+        raise LodShapeError(f"{OP_PAD}: maxlen {maxlen} is shorter than the longest sequence ({longest} rows) "
+                            f"of level {level}; as in Paddle, it must be at least the longest length")
+    return maxlen
 
 
 def _check_maxlen(maxlen: Any, op: str) -> int:
@@ -272,4 +297,4 @@ def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool, *,
     return mask if dtype == np.bool_ else mask.astype(dtype)
 
 
-__all__ = ["sequence_pad", "sequence_unpad", "sequence_mask"]
+__all__ = ["sequence_pad", "sequence_unpad", "sequence_mask", "pad_level", "padded_length"]
