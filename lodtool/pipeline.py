@@ -33,6 +33,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from ._memory import keep_large_buffers_unpooled
 from .errors import LodUsageError, LodValidationError
 from .lod import validate_lod
 from .tensor import LoDTensor
@@ -130,6 +131,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results."""
     from .format.container import LodWriter
 
+    keep_large_buffers_unpooled()  # flat memory however long the file (see lodtool._memory)
+
     f, t = _open_tensor(path, name, max_memory)
     with f:
         chunk_rows = chunk_rows or _chunk_rows(t.element_shape, t.dtype, f.max_memory)
@@ -221,6 +224,7 @@ def expand_file(x: str, y: str, output: str, *, x_name: str | None = None, y_nam
     from .ops.expand import expand_level
 
     _check_device(device, "sequence_expand")
+    keep_large_buffers_unpooled()
     fy, ty = _open_tensor(y, y_name, max_memory)
     with fy:
         _require_valid(fy.path, ty)
@@ -352,6 +356,7 @@ def pad_file(path: str, output, *, name: str | None = None, pad_value: float = 0
     from .ops.pad import pad_level, padded_length
 
     _check_device(device, "sequence_pad")
+    keep_large_buffers_unpooled()
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
