@@ -224,7 +224,6 @@ def expand_file(x: str, y: str, output: str, *, x_name: str | None = None, y_nam
     from .ops.expand import expand_level
 
     _check_device(device, "sequence_expand")
-    keep_large_buffers_unpooled()
     fy, ty = _open_tensor(y, y_name, max_memory)
     with fy:
         _require_valid(fy.path, ty)
@@ -356,7 +355,6 @@ def pad_file(path: str, output, *, name: str | None = None, pad_value: float = 0
     from .ops.pad import pad_level, padded_length
 
     _check_device(device, "sequence_pad")
-    keep_large_buffers_unpooled()
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
