@@ -32,10 +32,8 @@ reference (``backend="numpy"``), ``np.copyto``, ``np.add.reduceat``,
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -43,6 +41,9 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common as C  # noqa: E402
 
 from lodtool import LoDTensor
 from lodtool.ops import sequence_expand, sequence_pad, sequence_pool, sequence_reverse, sequence_softmax
@@ -74,19 +75,8 @@ PAUSE = 0.2
 
 
 def _interleaved(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    gc.freeze()  # the imports' objects (torch, numba) would make every gc.collect() below take ~0.2 s
-    for fn in fns.values():
-        result = fn()
-        del result
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            gc.collect()
-            t0 = time.perf_counter()
-            result = fn()
-            times[name].append(time.perf_counter() - t0)
-            del result
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    """Median wall time of each callable, interleaved (benchmarks/_common.py; gc frozen, collected between runs)."""
+    return {name: C.median(ts) for name, ts in C.interleaved(fns, repeat).items()}
 
 
 def fresh_copyto(like: np.ndarray) -> Callable[[], np.ndarray]:
