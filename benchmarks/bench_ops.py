@@ -290,11 +290,12 @@ def bench_misc(rng, rows: int, repeat: int, paddle) -> list[dict]:
 BASELINES = ["numpy ref", "np.add.reduceat", "torch", "awkward", "paddle"]
 
 
-def table(rows: list[dict]) -> str:
+def table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The header and the cells of the results table: times, ratios to each baseline present, copyto."""
     present = [b for b in BASELINES if any(b in r for r in rows)]
     head = ["op", "case", "width", "out rows", "lodtool ms"] + [f"{b} ms" for b in present] + \
         [f"× vs {b}" for b in present] + ["copyto ms", "lodtool / copyto"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for r in rows:
         ours = r["lodtool"]
         cells = [r["op"], r["case"], str(r["width"]), f"{r['out_rows']:,}", f"{ours * 1e3:.1f}"]
@@ -302,7 +303,14 @@ def table(rows: list[dict]) -> str:
         cells += [f"{r[b] / ours:.2f}×" if b in r else "–" for b in present]
         cells += [f"{r['copyto'] * 1e3:.1f}" if "copyto" in r else "–",
                   f"{ours / r['copyto']:.2f}" if "copyto" in r else "–"]
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
+    return head, body
+
+
+def table(rows: list[dict]) -> str:
+    head, body = table_cells(rows)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
     return "\n".join(lines)
 
 
@@ -442,18 +450,7 @@ def section(rows: list[dict], n_rows: int, repeat: int, versions: dict, load: tu
         _criterion(rows, "`sequence_pool` sum ≥ 1× `np.add.reduceat`", "≥ 1×", lambda r: r["op"] == "pool sum",
                    vs("np.add.reduceat"), lambda x: x >= 1),
     ]
-    present = [b for b in BASELINES if any(b in r for r in rows)]
-    head = ["op", "case", "width", "out rows", "lodtool ms"] + [f"{b} ms" for b in present] + \
-        [f"× vs {b}" for b in present] + ["copyto ms", "lodtool / copyto"]
-    body = []
-    for r in rows:
-        ours = r["lodtool"]
-        cells = [r["op"], r["case"], str(r["width"]), f"{r['out_rows']:,}", f"{ours * 1e3:.1f}"]
-        cells += [f"{r[b] * 1e3:.1f}" if b in r else "–" for b in present]
-        cells += [f"{r[b] / ours:.2f}×" if b in r else "–" for b in present]
-        cells += [f"{r['copyto'] * 1e3:.1f}" if "copyto" in r else "–",
-                  f"{ours / r['copyto']:.2f}" if "copyto" in r else "–"]
-        body.append(cells)
+    head, body = table_cells(rows)
     about = (f"In-memory operators on float32 data, {n_rows:,} output rows per case (pool: 1/10 of that); "
              f"median of {repeat} runs after a warm-up; lodtool, its NumPy reference and `np.copyto` interleaved, "
              "torch, awkward and Paddle each timed on their own afterwards. "
