@@ -107,3 +107,19 @@ def test_validate_in_a_pipe_prints_whole_plain_lines(tmp_path):
     lines = result.output.splitlines()
     assert lines[0] == f"invalid {path}: 1 problem(s)"  # no wrapping at 80 columns, "[red]" kept as text
     assert lines[1].startswith(f"  {path}: ") and "offset" in lines[1]
+
+
+def test_inspect_into_a_pipe_keeps_each_report_line_whole(tmp_path, monkeypatch):
+    import numpy as np
+
+    import lodtool
+    from lodtool.cli import _render
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(_render, "_console", None)  # a fresh console, made for CliRunner's non-terminal output
+    name = "token_ids_of_every_sentence_of_every_document"  # makes the tensor's line longer than 80 columns
+    lodtool.save(str(tmp_path / "t.lod.h5"), {name: lodtool.LoDTensor(np.arange(6), [[0, 2, 6]])})
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path / "t.lod.h5")])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith(name))
+    assert len(line) > 80 and "compression" in line and "stored" in line  # not wrapped at 80 columns

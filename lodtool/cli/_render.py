@@ -25,7 +25,14 @@ def console():
         from rich.console import Console
 
         _console = Console(soft_wrap=False, highlight=False)
+        if not _console.is_terminal and "COLUMNS" not in os.environ:
+            # into a pipe or a file: rich would wrap at 80 columns; keep a report line whole instead
+            _console.width = PIPE_WIDTH
     return _console
+
+
+#: the width reports get when stdout is not a terminal (and COLUMNS does not say otherwise)
+PIPE_WIDTH = 200
 
 
 def print_(renderable: Any) -> None:
