@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 #: mallopt's parameter number for the mmap threshold (glibc's malloc.h)
@@ -34,7 +35,7 @@ def keep_large_buffers_unpooled(threshold: int = MMAP_THRESHOLD) -> bool:
     global _done
     if _done:
         return True
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in _environ():
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -43,12 +44,6 @@ def keep_large_buffers_unpooled(threshold: int = MMAP_THRESHOLD) -> bool:
         return False
     _done = ok
     return ok
-
-
-def _environ():
-    import os
-
-    return os.environ
 
 
 __all__ = ["keep_large_buffers_unpooled", "MMAP_THRESHOLD"]
