@@ -76,8 +76,9 @@ def _chunk_rows(element_shape: Sequence[int], dtype: np.dtype, max_memory: int) 
     """Rows per chunk: :data:`CHUNK_ROWS`, fewer when the rows are wide or the memory limit is tight.
 
     A chunk's rows are read in one piece, and the memory limit refuses any read
-    above it; an eighth of the limit leaves room for the chunk's output and the
-    writer's buffers beside it.
+    above it; an eighth of the limit leaves room for the chunk's output, the
+    two outputs before it that are still being written (see :class:`_WriteBehind`)
+    and the writer's buffers beside them.
 
     >>> _chunk_rows((), np.dtype("float32"), 1 << 30) == CHUNK_ROWS
     True
@@ -99,6 +100,53 @@ def _require_valid(path: str, t) -> None:
     problems = t.validate(max_problems=1)
     if problems:
         raise LodValidationError(f"{path}: tensor {t.name!r}: {problems[0]}")
+
+
+class _WriteBehind:
+    """Runs writes on a second thread, one at a time and in order, so writing a chunk overlaps reading and
+    computing the next (the kernels and libhdf5's reads and writes release the GIL).
+
+    At most one write waits while another runs.  The first write that fails stops the rest; its error
+    is raised by the next :meth:`put` or on leaving the block, which always waits for the thread.
+    """
+
+    _STOP = object()
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self._queue = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="lodtool-write-behind", daemon=True)
+
+    def __enter__(self) -> "_WriteBehind":
+        self._thread.start()
+        return self
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._STOP:
+                return
+            if self._error is None:
+                write, arg = item
+                try:
+                    write(arg)
+                except BaseException as exc:  # handed to the caller's thread
+                    self._error = exc
+            del item
+
+    def put(self, write: Callable, arg) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((write, arg))
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._queue.put(self._STOP)
+        self._thread.join()
+        if exc_type is None and self._error is not None:
+            raise self._error
 
 
 def _runs(costs: Sequence[np.ndarray], budget: int) -> Iterator[tuple[int, int]]:
@@ -141,16 +189,19 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
         rows = seqs = 0
         with LodWriter(output, **writer_kwargs) as w:
             tw = None
-            for chunk in t.iter_chunks(max_rows=chunk_rows):
-                result = fn(chunk)
-                if tw is None:
-                    names = result.level_names if result.level_names else None
-                    tw = w.add_tensor(name_out, dtype=result.dtype, element_shape=result.element_shape,
-                                      lod_level=result.lod_level, level_names=names)
-                tw.append(result)
-                rows += result.shape[0]
-                seqs += len(result)
-                last = result
+            with _WriteBehind() as behind:
+                for chunk in t.iter_chunks(max_rows=chunk_rows):
+                    result = fn(chunk)
+                    del chunk
+                    if tw is None:
+                        names = result.level_names if result.level_names else None
+                        tw = w.add_tensor(name_out, dtype=result.dtype, element_shape=result.element_shape,
+                                          lod_level=result.lod_level, level_names=names)
+                    behind.put(tw.append, result)
+                    rows += result.shape[0]
+                    seqs += len(result)
+                    last = result
+                    del result
         return OpResult(str(output), name_out, rows, seqs, last.lod_level, str(last.dtype))
 
 
@@ -239,11 +290,12 @@ def expand_file(x: str, y: str, output: str, *, x_name: str | None = None, y_nam
             with LodWriter(output, **writer_kwargs) as w:
                 tw = w.add_tensor(name_out, dtype=tx.dtype, element_shape=tx.element_shape,
                                   lod_level=tx.lod_level, level_names=tx.level_names)
-                for chunk in _expanded_chunks(tx, ty, level, max_rows, window, device):
-                    tw.append(chunk)
-                    rows += chunk.shape[0]
-                    seqs += len(chunk)
-                    del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
+                with _WriteBehind() as behind:
+                    for chunk in _expanded_chunks(tx, ty, level, max_rows, window, device):
+                        behind.put(tw.append, chunk)
+                        rows += chunk.shape[0]
+                        seqs += len(chunk)
+                        del chunk  # freed once written, so the heap stays flat
     return OpResult(str(output), name_out, rows, seqs, tx.lod_level, str(tx.dtype))
 
 

@@ -14,6 +14,7 @@ import io
 import itertools
 import os
 import tempfile
+import threading
 from pathlib import Path
 from unittest import mock
 
@@ -28,7 +29,6 @@ from lodtool.cli.main import cli
 from lodtool.errors import LodError, LodIndexError, LodShapeError, LodValidationError
 from lodtool.format.container import open_file
 from lodtool.format.lazy import LazyTensor
-from lodtool.format.writer import TensorWriter
 from lodtool.ops import sequence_expand, sequence_mask, sequence_pad
 from lodtool.ops._util import row_offsets
 from tests.strategies import lod_lengths, lod_tensors
@@ -156,9 +156,15 @@ def test_expand_reads_and_writes_bounded_chunks(tmp_path, monkeypatch):
     save(tmp_path / "x.h5", x)
     save(tmp_path / "y.h5", y)
     runs = []  # per read: [rows read, rows of each chunk written from them...]
-    read_rows, append = LazyTensor.read_rows, TensorWriter.append
+    read_rows, chunks = LazyTensor.read_rows, pipeline._expanded_chunks
+
+    def recorded_chunks(*args):  # as each chunk is made (it is written on another thread, later)
+        for chunk in chunks(*args):
+            runs[-1].append(chunk.n_rows)
+            yield chunk
+
     monkeypatch.setattr(LazyTensor, "read_rows", lambda self, a, b: runs.append([b - a]) or read_rows(self, a, b))
-    monkeypatch.setattr(TensorWriter, "append", lambda self, chunk: runs[-1].append(chunk.n_rows) or append(self, chunk))
+    monkeypatch.setattr(pipeline, "_expanded_chunks", recorded_chunks)
     with budget(16, 64):
         pipeline.expand_file(tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5")
     assert same_tensor(load(tmp_path / "out.h5"), sequence_expand(x, y))
@@ -358,3 +364,47 @@ def test_cli_pad_out_of_core(big_pair, tmp_path):
     assert result.exit_code == 0, result.stderr
     with np.load(io.BytesIO(result.stdout_bytes)) as got:
         assert got.files == ["padded", "lengths", "mask"] and same_bits(got["padded"], sequence_pad(x)[0])
+
+
+@pytest.mark.parametrize("op", ["pool", "expand"])
+def test_a_failed_write_behind_stops_the_stream_and_leaves_no_output(tmp_path, monkeypatch, op):
+    from lodtool.format.writer import TensorWriter
+
+    x = LoDTensor(np.arange(400.0), recursive_sequence_lengths=[[4] * 100])
+    save(tmp_path / "x.h5", x)
+    save(tmp_path / "y.h5", lod_only([np.arange(101)]))
+    append, calls = TensorWriter.append, []
+
+    def failing_append(self, chunk):  # the third write fails, on the writer's thread
+        calls.append(chunk.n_rows)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return append(self, chunk)
+
+    monkeypatch.setattr(TensorWriter, "append", failing_append)
+    out = tmp_path / "out.h5"
+    with budget(8, 4), pytest.raises(OSError, match="No space left"):
+        if op == "pool":
+            pipeline.pool_file(tmp_path / "x.h5", out, pool_type="sum")
+        else:
+            pipeline.expand_file(tmp_path / "x.h5", tmp_path / "y.h5", out)
+    assert len(calls) == 3  # no write after the failed one
+    assert sorted(os.listdir(tmp_path)) == ["x.h5", "y.h5"]
+
+
+def test_an_error_while_reading_waits_for_the_writes_in_flight(tmp_path, monkeypatch):
+    x = LoDTensor(np.arange(400.0), recursive_sequence_lengths=[[4] * 100])
+    save(tmp_path / "x.h5", x)
+    slice_level, seen = LazyTensor.slice_level, []
+
+    def failing_read(self, level, a, b):
+        seen.append(a)
+        if len(seen) == 5:
+            raise LodValidationError("boom")
+        return slice_level(self, level, a, b)
+
+    monkeypatch.setattr(LazyTensor, "slice_level", failing_read)
+    with budget(8, 4), pytest.raises(LodValidationError, match="boom"):
+        pipeline.reverse_file(tmp_path / "x.h5", tmp_path / "out.h5")
+    assert sorted(os.listdir(tmp_path)) == ["x.h5"]
+    assert not [t for t in threading.enumerate() if t.name == "lodtool-write-behind"]
