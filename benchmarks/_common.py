@@ -163,11 +163,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def mem_total() -> int | None:
+def mem_total(field: str = "MemTotal") -> int | None:
+    """A /proc/meminfo figure in bytes (``MemAvailable`` for what can be had now); ``None`` off Linux."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass

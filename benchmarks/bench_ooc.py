@@ -15,16 +15,23 @@ of the size.  For each of ``pool`` (sum), ``softmax``, ``reverse``, ``expand``
   that reads its whole input fails here instead of swapping;
 * the same command on the part (peak RSS: flat memory means the same peak for a
   file 4x larger);
-* **in memory**: the library call on the part in a child process,
-  ``load`` + the operator + ``save`` (compression none), timed inside the child
-  after a warm-up call on a nil file (10,000 rows) that loads the imports and
-  Numba's cache.
+* **in memory, same file**: the library call on the big file in a child
+  process, without a cap, ``load`` + the operator + ``save`` (compression
+  none), timed inside the child after a warm-up call on a nil file (10,000
+  rows) that loads the imports and Numba's cache.  This is the anchor of the
+  throughput target: both paths read the same input and write the same output,
+  so the page cache's write-back of the output costs both alike (a 4x smaller
+  output does not reach the kernel's dirty-page limits; a 2.4 GB one does).
+  It needs the whole file and its result in memory (up to ~4x the ¼ file's
+  in-memory peak); where the machine has less available, it is skipped with a
+  note and the ¼ file's in-memory run stands in;
+* **in memory, ¼ file**: the same on the part (reported).
 
 The CLI also runs on the nil file: its wall time there is the fixed cost
 (interpreter, imports, Numba's cache, opening files), subtracted from the big
 run's, so both throughputs are input rows per second of the work itself (the
 start-up has a benchmark of its own).  The target is the out-of-core run within
-1.5x of the in-memory one.  ``--compression none`` keeps LZF's cost (the same
+1.5x of the in-memory one on the same file.  ``--compression none`` keeps LZF's cost (the same
 for both) out of the comparison.
 """
 
@@ -165,19 +172,24 @@ def run(size: str, runs: int, tmpdir: str | None, ops: tuple[str, ...] | None = 
                         f"{time.perf_counter() - t0:.1f} s")
         out = tmp / "out.lod.h5"
         results: dict[str, dict] = {}
-        kinds = ("big", "part", "nil", "mem")
+        kinds = ("big", "part", "nil", "mem", "mem_big")
         report = tmp / "elapsed.txt"
         for op in ops:
             res = {k: [] for k in kinds}
-            res["refused"] = None
+            res["refused"] = res["mem_big_skipped"] = None
             for r in range(runs):
                 for which in kinds if r % 2 == 0 else kinds[::-1]:
                     if which == "big" and res["refused"]:
                         continue
-                    if which == "mem":
+                    if which == "mem_big" and res["mem_big_skipped"] is None:
+                        res["mem_big_skipped"] = _no_room_for_big(res["mem"])
+                    if which == "mem_big" and res["mem_big_skipped"]:
+                        continue
+                    if which in ("mem", "mem_big"):
                         target = out.with_suffix(".npz") if op == "pad" else out
+                        src = files["part" if which == "mem" else "big"][0]
                         c = C.run_child([sys.executable, "-c", _IN_MEMORY, op, str(report), str(files["nil"][0]),
-                                         str(files["part"][0]), str(target)], env=env).check(f"in-memory {op}")
+                                         str(src), str(target)], env=env).check(f"in-memory {op}")
                         c.work = float(report.read_text())
                     else:
                         src, y = files[which]
@@ -198,7 +210,9 @@ def run(size: str, runs: int, tmpdir: str | None, ops: tuple[str, ...] | None = 
                                           f"big {C.fmt_s(C.median([c.wall for c in big]))}, peak RSS "
                                           f"{C.fmt_bytes(max(c.maxrss for c in big))}") +
                        f"; part {C.fmt_s(C.median([c.wall for c in res['part']]))}, in memory "
-                       f"{C.fmt_s(C.median([c.work for c in res['mem']]))}")
+                       f"{C.fmt_s(C.median([c.work for c in res['mem']]))} (¼ file)" +
+                       ("" if res["mem_big_skipped"] else
+                        f", {C.fmt_s(C.median([c.work for c in res['mem_big']]))} (big file)"))
         load1 = C.loadavg()
 
     rows_big, rows_part, rows_nil = shape["big"]["rows"], shape["part"]["rows"], shape["nil"]["rows"]
@@ -216,15 +230,28 @@ def run(size: str, runs: int, tmpdir: str | None, ops: tuple[str, ...] | None = 
         nil_w, nil_rss = wall(res, "nil"), max(c.maxrss for c in res["nil"])
         mem_w = C.median([c.work for c in res["mem"]])
         mem_rss = max(c.maxrss for c in res["mem"])
-        mem_tp = rows_part / mem_w
+        part_tp = rows_part / mem_w
+        if res["mem_big_skipped"]:
+            same_file = False
+            memb_w = memb_rss = None
+            mem_tp = part_tp
+            notes.append(f"`{op}` in memory on the big file: skipped ({res['mem_big_skipped']}); its throughput "
+                         "target compares with the ¼ file's in-memory run instead")
+        else:
+            same_file = True
+            memb_w = C.median([c.work for c in res["mem_big"]])
+            memb_rss = max(c.maxrss for c in res["mem_big"])
+            mem_tp = rows_big / memb_w
+        mem_what = "in memory, same file" if same_file else "in memory, ¼ file"
         if res["refused"]:
             targets.append(C.target(f"`lodtool {op}` on a file ≥ 2× the RSS cap: flat memory, under the cap",
                                     "refused: reads its whole input", f"cap {C.fmt_bytes(CAP)}, file "
                                     f"{C.fmt_bytes(fsize)}", "–", False, FLAT_GOAL))
-            targets.append(C.target(f"`lodtool {op}` out-of-core throughput ≤ 1.5× slower than in memory",
-                                    "–", f"in memory {mem_tp / 1e6:.0f} M rows/s", "–", False, "≤ 1.5×"))
+            targets.append(C.target(f"`lodtool {op}` out-of-core throughput ≤ 1.5× slower than in memory on the "
+                                    "same file", "–", f"{mem_what} {mem_tp / 1e6:.0f} M rows/s", "–", False, "≤ 1.5×"))
             table.append([f"`{op}`", "refused", "–", "–", C.fmt_bytes(part_rss), C.fmt_bytes(nil_rss), C.fmt_s(nil_w),
-                          C.fmt_s(mem_w), f"{mem_tp / 1e6:.1f}", C.fmt_bytes(mem_rss), "–"])
+                          *_mem_cells(memb_w, rows_big, memb_rss), "–",
+                          *_mem_cells(mem_w, rows_part, mem_rss), "–"])
             notes.append(f"`lodtool {op}` on the big file: {res['refused']}")
             continue
         big_w, big_rss = wall(res, "big"), max(c.maxrss for c in res["big"])
@@ -233,37 +260,62 @@ def run(size: str, runs: int, tmpdir: str | None, ops: tuple[str, ...] | None = 
         # a file smaller than twice the cap (the small and tiny sizes) cannot show the target met, only missed
         mem_ok = (big_rss <= CAP and flat <= 1.2) if fsize >= 2 * CAP else (False if flat > 1.2 else None)
         slow = mem_tp / big_tp
+        slow_part = part_tp / big_tp
         targets.append(C.target(f"`lodtool {op}` on a file ≥ 2× the RSS cap: flat memory, under the cap",
                                 f"peak RSS {C.fmt_bytes(big_rss)} ({C.fmt_bytes(part_rss)} on a ¼-size file)",
                                 f"cap {C.fmt_bytes(CAP)}, file {C.fmt_bytes(fsize)}",
                                 f"big / ¼ = {C.fmt_x(flat)}", mem_ok, FLAT_GOAL))
-        targets.append(C.target(f"`lodtool {op}` out-of-core throughput ≤ 1.5× slower than in memory",
-                                f"{big_tp / 1e6:.0f} M rows/s", f"in memory {mem_tp / 1e6:.0f} M rows/s",
-                                f"{C.fmt_x(slow)} slower" if slow >= 1 else f"{C.fmt_x(1 / slow)} faster",
-                                slow <= 1.5, "≤ 1.5×"))
+        targets.append(C.target(f"`lodtool {op}` out-of-core throughput ≤ 1.5× slower than in memory on the same "
+                                "file", f"{big_tp / 1e6:.0f} M rows/s", f"{mem_what} {mem_tp / 1e6:.0f} M rows/s",
+                                _slower(slow), slow <= 1.5, "≤ 1.5×"))
+        targets.append(C.target(f"`lodtool {op}` out of core vs in memory on a ¼-size file (4× less output to "
+                                "write back)", f"{big_tp / 1e6:.0f} M rows/s",
+                                f"in memory, ¼ file {part_tp / 1e6:.0f} M rows/s", _slower(slow_part), None,
+                                "reported"))
         table.append([f"`{op}`", C.fmt_s(big_w), f"{big_tp / 1e6:.1f}", C.fmt_bytes(big_rss), C.fmt_bytes(part_rss),
-                       C.fmt_bytes(nil_rss), C.fmt_s(nil_w), C.fmt_s(mem_w), f"{mem_tp / 1e6:.1f}",
-                       C.fmt_bytes(mem_rss), C.fmt_x(slow)])
+                       C.fmt_bytes(nil_rss), C.fmt_s(nil_w),
+                       *_mem_cells(memb_w, rows_big, memb_rss), C.fmt_x(slow) if same_file else "–",
+                       *_mem_cells(mem_w, rows_part, mem_rss), C.fmt_x(slow_part)])
     if fsize < 2 * CAP:
         notes.append(f"at this size the big file ({C.fmt_bytes(fsize)}) is not 2× the {C.fmt_bytes(CAP)} cap: run "
                      "`--size full` for the real measurement")
     tables = [{"title": "Per operator (medians; RSS = the largest peak of the runs)",
                "head": ["op", "CLI, big file: wall", "M rows/s", "peak RSS", "CLI, ¼ file: peak RSS",
-                        "CLI, nil file: peak RSS", "CLI, nil file: wall", "in memory, ¼ file: work time",
-                        "M rows/s", "peak RSS",
-                        "in-memory rows/s ÷ out-of-core rows/s"],
+                        "CLI, nil file: peak RSS", "CLI, nil file: wall", "in memory, big file: work time",
+                        "M rows/s", "peak RSS", "in-memory rows/s ÷ out-of-core rows/s",
+                        "in memory, ¼ file: work time", "M rows/s", "peak RSS",
+                        "in-memory (¼) rows/s ÷ out-of-core rows/s"],
                "rows": table}]
     about = (f"Big file: {C.fmt_bytes(fsize)} ({rows_big:,} float32 rows in {shape['big']['sequences']:,} sequences, "
              f"1 LoD level, uncompressed); part: {C.fmt_bytes(shape['part']['bytes'])} ({rows_part:,} rows). RSS cap "
              f"{C.fmt_bytes(CAP)} (`--max-memory {CAP}`; `unpack` has no such flag). {runs} interleaved runs; wall "
              f"times are whole processes; out of core, M rows/s = (rows − the nil file's {rows_nil:,}) / (wall − "
-             f"the nil file's wall); in memory, the child times `load` + the operator + `save` itself, after a "
-             f"warm-up on the nil file. Load average {load0} before, {load1} after.")
+             f"the nil file's wall); in memory (no cap; on the big file and on the part), the child times `load` + "
+             f"the operator + `save` itself, after a warm-up on the nil file. Load average {load0} before, {load1} after.")
     return {"key": TAG, "title": "Out-of-core operators (issue 5)", "about": about, "targets": targets,
             "tables": tables, "notes": notes,
             "meta": {"shape": shape, "results": {op: {k: ([(c.wall, c.maxrss) for c in v] if isinstance(v, list)
                                                            else v) for k, v in res.items()}
                                                   for op, res in results.items()}}}
+
+
+def _no_room_for_big(mem_part: list) -> str | None:
+    """Why the in-memory run on the big file is skipped (``None``: it fits): it needs ~4x the ¼ file's peak."""
+    need = 4.5 * max(c.maxrss for c in mem_part)
+    avail = C.mem_total("MemAvailable")
+    if avail is None or need <= 0.8 * avail:
+        return None
+    return f"it would need ~{C.fmt_bytes(need)}, {C.fmt_bytes(avail)} is available"
+
+
+def _mem_cells(work: float | None, rows: int, rss: int | None) -> list[str]:
+    if work is None:
+        return ["skipped", "–", "–"]
+    return [C.fmt_s(work), f"{rows / work / 1e6:.1f}", C.fmt_bytes(rss)]
+
+
+def _slower(ratio: float) -> str:
+    return f"{C.fmt_x(ratio)} slower" if ratio >= 1 else f"{C.fmt_x(1 / ratio)} faster"
 
 
 def _ops_list(text: str) -> tuple[str, ...]:
