@@ -8,8 +8,9 @@ Times, interleaved, over the same in-memory int64 offsets of a 2-level LoD:
   decreasing, each level ending where the level below does), run twice: in a
   process without Numba loaded (what ``lodtool validate`` and ``inspect`` run)
   and after ``import numba`` (what the kernel commands run: a compiled
-  monotonicity check takes over);
-* the anchor: a read-only pass, ``o.sum()`` of every level;
+  monotonicity check takes over).  Either way a level of 4M offsets or more
+  is checked in two halves on two threads (this machine's two cores);
+* the anchor: a read-only pass, ``o.sum()`` of every level (NumPy's sum, one thread);
 * a baseline: NumPy's ``(o[1:] >= o[:-1]).all()`` of every level;
 
 and, from a container on disk, ``LazyTensor.validate()`` (what ``lodtool
