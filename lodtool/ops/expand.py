@@ -139,16 +139,6 @@ def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, in
     return ref, level
 
 
-def _out_lod(xoff: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(lengths, repeats, out_start)``: out_start[i] is x-sequence i's first output row."""
-    lens = xoff[1:] - xoff[:-1]
-    reps = ref[1:] - ref[:-1]
-    out_start = np.empty(len(lens) + 1, np.int64)
-    out_start[0] = 0
-    np.cumsum(lens * reps, out=out_start[1:])
-    return lens, reps, out_start
-
-
 def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     """The plain NumPy implementation (the specification the kernels are tested against)."""
     data = np.asarray(xt.data)
@@ -156,7 +146,7 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     if xt.lod_level == 0:
         return LoDTensor._trusted(np.repeat(data, reps, axis=0), ())
     xoff = xt.offsets[0]
-    lens, reps, _ = _out_lod(xoff, ref)
+    lens = xoff[1:] - xoff[:-1]
     out_lens = np.repeat(lens, reps)
     out_off = np.zeros(len(out_lens) + 1, np.int64)
     np.cumsum(out_lens, out=out_off[1:])
@@ -182,12 +172,17 @@ def _expand_numba(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
         if k:
             _expand_rows(xw, U(k), uref, outw, *schedule(len(ref) - 1))
         return LoDTensor._trusted(out, ())
-    xoff = xt.offsets[0]
-    out_start = _out_lod(xoff, ref)[2]
-    out, outw = empty_words(int(out_start[-1]), xt.data, xw.dtype)
+    uxoff = xt.offsets[0].view(np.uint64)
+    nblocks, counter, nworkers = schedule(len(ref) - 1)
+    # each block of sequences' output rows, then where each block starts: the output's size before
+    # it is allocated, without NumPy temporaries the size of x's LoD
+    block_start = np.zeros(int(nblocks) + 1, np.uint64)
+    _expand_seq_rows(uxoff, uref, block_start[1:], nblocks, counter, nworkers)
+    np.cumsum(block_start, out=block_start)
+    out, outw = empty_words(int(block_start[-1]), xt.data, xw.dtype)
     out_off = np.empty(int(ref[-1]) + 1, np.int64)
-    _expand_seqs(xw, U(k), xoff.view(np.uint64), uref, out_start.view(np.uint64), outw, out_off.view(np.uint64),
-                 *schedule(len(ref) - 1))
+    counter[0] = 0
+    _expand_seqs(xw, U(k), uxoff, uref, block_start, outw, out_off.view(np.uint64), nblocks, counter, nworkers)
     return LoDTensor._trusted(out, (out_off,), xt.level_names)
 
 
@@ -244,20 +239,35 @@ def _expand_rows(xw, k, ref, outw, nblocks, counter, nworkers):  # pragma: no co
 
 
 @kernel(parallel=True)
-def _expand_seqs(xw, k, xoff, ref, out_start, outw, out_off, nblocks, counter,
-                 nworkers):  # pragma: no cover - compiled by Numba
-    """Sequence ``i`` of ``x`` copied ``ref[i+1]-ref[i]`` times from output row ``out_start[i]``."""
+def _expand_seq_rows(xoff, ref, block_rows, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """``block_rows[b]``: the output rows of block ``b`` of x's sequences (their lengths times their copies)."""
     one = U(1)
     n = U(ref.shape[0]) - one
     for _ in prange(nworkers):
         blk = atomic_add(counter, one)
         while blk < nblocks:
+            total = U(0)
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                total += (xoff[i + one] - xoff[i]) * (ref[i + one] - ref[i])
+            block_rows[blk] = total
+            blk = atomic_add(counter, one)
+
+
+@kernel(parallel=True)
+def _expand_seqs(xw, k, xoff, ref, block_start, outw, out_off, nblocks, counter,
+                 nworkers):  # pragma: no cover - compiled by Numba
+    """Sequence ``i`` of ``x`` copied ``ref[i+1]-ref[i]`` times; block ``b``'s copies from row ``block_start[b]``."""
+    one = U(1)
+    n = U(ref.shape[0]) - one
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            base = block_start[blk]
             for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
                 r0 = ref[i]
                 reps = ref[i + one] - r0
                 a = xoff[i]
                 m = xoff[i + one] - a
-                base = out_start[i]
                 for t in range(reps):
                     out_off[r0 + t] = base + t * m
                 span = m * k
@@ -267,8 +277,9 @@ def _expand_seqs(xw, k, xoff, ref, out_start, outw, out_off, nblocks, counter,
                     for j in range(span):
                         outw[dst + j] = xw[src + j]
                     dst += span
+                base += reps * m
             blk = atomic_add(counter, one)
-    out_off[ref[n]] = out_start[n]
+    out_off[ref[n]] = block_start[nblocks]
 
 
 __all__ = ["sequence_expand", "expand_level"]
