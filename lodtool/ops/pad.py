@@ -135,18 +135,22 @@ def _pad_numba(data: np.ndarray, roff: np.ndarray, maxlen: int, pad: np.ndarray)
     out, outw = empty_words(n * maxlen, data, xw.dtype)
     out = out.reshape((n, maxlen) + data.shape[1:])
     padw = words_of(np.ascontiguousarray(pad), xw.dtype)
+    uniform = bool((padw == padw[0]).all()) if padw.size else True  # 0 and most pad values: one fill
     if k and maxlen:
-        _pad(xw, U(k), roff.view(np.uint64), U(maxlen), padw, outw, *schedule(n))
+        _pad(xw, U(k), roff.view(np.uint64), U(maxlen), padw, uniform, outw, *schedule(n))
     return out
 
 
 @kernel(parallel=True)
-def _pad(xw, k, roff, maxlen, padw, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+def _pad(xw, k, roff, maxlen, padw, uniform, outw, nblocks, counter,
+         nworkers):  # pragma: no cover - compiled by Numba
     """Rows ``roff[i]..roff[i+1]`` to ``out[i, :len]``; ``padw`` (``k`` words) after them.
 
     One-word rows: the block's whole output gets the pad value first (one long
     vectorised loop, which leaves those lines in cache), then the rows are
     copied over it; short per-sequence tail loops cost about twice as much.
+    Wider rows whose pad words are all the same (``uniform``: a pad value of 0,
+    say) get their tail in one flat loop instead of a loop per padded row.
     See the kernel notes in expand.py (unsigned indices, dynamic blocks).
     """
     one = U(1)
@@ -174,11 +178,17 @@ def _pad(xw, k, roff, maxlen, padw, outw, nblocks, counter, nworkers):  # pragma
                     dst = i * width
                     for j in range(m):
                         outw[dst + j] = xw[src + j]
-                    rest = dst + m
-                    for t in range((width - m) // k):
-                        for j in range(k):
-                            outw[rest + j] = padw[j]
-                        rest += k
+                    if uniform:
+                        v = padw[0]
+                        rest = dst + m
+                        for j in range(width - m):
+                            outw[rest + j] = v
+                    else:
+                        rest = dst + m
+                        for t in range((width - m) // k):
+                            for j in range(k):
+                                outw[rest + j] = padw[j]
+                            rest += k
             blk = atomic_add(counter, one)
 
 
