@@ -276,6 +276,7 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch
     return None
 
 
-__all__ = ["save", "load", "open_file", "LodFile", "LazyTensor", "LodWriter", "TensorWriter", "validate_file",
-           "inspect_file", "verify_file", "FileReport", "Problem", "ChecksumMismatch", "DEFAULT_COMPRESSION",
-           "COMPRESSIONS", "AUTO"]
+# save, LodWriter, TensorWriter and AUTO come from the writer on first use (the module __getattr__ above)
+__all__ = ["save", "load", "open_file", "LodFile", "LazyTensor", "LodWriter", "TensorWriter",  # noqa: F822
+           "validate_file", "inspect_file", "verify_file", "FileReport", "Problem", "ChecksumMismatch",
+           "DEFAULT_COMPRESSION", "COMPRESSIONS", "AUTO"]  # noqa: F822
