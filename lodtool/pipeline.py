@@ -8,7 +8,8 @@ the rows read and the rows written; pad over chunks of the padded level's
 sequences, written into the NPZ as they come.  Chunks hold at most
 :data:`CHUNK_ROWS` rows and :data:`CHUNK_BYTES` bytes (fewer under a tight
 ``max_memory``), unless one sequence alone is bigger.  Containers are written
-through the atomic writer.
+through the atomic writer, each chunk on a second thread while the next one
+is read and computed.
 
 ``device="cuda"`` runs the operator on the GPU: each chunk goes to the device,
 through the CUDA kernels, and back to the host for writing.  Without CuPy or a
@@ -107,7 +108,8 @@ class _WriteBehind:
     computing the next (the kernels and libhdf5's reads and writes release the GIL).
 
     At most one write waits while another runs.  The first write that fails stops the rest; its error
-    is raised by the next :meth:`put` or on leaving the block, which always waits for the thread.
+    is raised by the next :meth:`put` or on leaving the block, which always waits for the thread.  When
+    the block fails, writes still waiting are dropped (the output is discarded anyway).
     """
 
     _STOP = object()
@@ -118,6 +120,7 @@ class _WriteBehind:
 
         self._queue = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
+        self._dropping = False
         self._thread = threading.Thread(target=self._work, name="lodtool-write-behind", daemon=True)
 
     def __enter__(self) -> "_WriteBehind":
@@ -129,7 +132,7 @@ class _WriteBehind:
             item = self._queue.get()
             if item is self._STOP:
                 return
-            if self._error is None:
+            if self._error is None and not self._dropping:
                 write, arg = item
                 try:
                     write(arg)
@@ -143,6 +146,7 @@ class _WriteBehind:
         self._queue.put((write, arg))
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self._dropping = exc_type is not None
         self._queue.put(self._STOP)
         self._thread.join()
         if exc_type is None and self._error is not None:
