@@ -74,3 +74,27 @@ def test_a_flipped_byte_in_a_direct_chunk_is_detected(tmp_path):
         ds.id.write_direct_chunk((0,), bytes(broken), mask)
     with h5py.File(path, "r") as f, pytest.raises(OSError):
         f["tensor/data"][:10]
+
+
+def test_the_writer_starts_write_back_as_it_goes(tmp_path, monkeypatch):
+    from lodtool.format import _writeback
+
+    started = []
+    real = _writeback.start_writeback
+    monkeypatch.setattr(writer, "start_writeback", lambda f: started.append(f.filename) or real(f))
+    monkeypatch.setattr(writer, "WRITEBACK_BYTES", 1 << 20)
+    data = np.arange(4 << 20, dtype=np.int64)  # 32 MiB in appends of 4 MiB
+    with writer.LodWriter(tmp_path / "a.lod.h5", compression="none") as w:
+        tw = w.add_tensor("tensor", dtype=None, element_shape=(), lod_level=1)
+        for part in np.split(data, 8):
+            tw.append(LoDTensor(part, [[0, len(part)]]))
+    assert len(started) >= 8 and all(name.endswith(".lod.h5") or "lodtmp" in name for name in started)
+    out = load(tmp_path / "a.lod.h5")
+    assert np.array_equal(out.data, data) and verify_file(tmp_path / "a.lod.h5") == []
+
+
+def test_start_writeback_is_a_no_op_without_a_file_descriptor():
+    from lodtool.format._writeback import start_writeback
+
+    with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
+        assert start_writeback(f) is False

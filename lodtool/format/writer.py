@@ -37,6 +37,7 @@ from ..errors import (LodChecksumError, LodDtypeError, LodFormatError, LodShapeE
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
 from ._h5 import create_h5, hard_member, link_count, open_h5, same_object, storage_gap, translate
+from ._writeback import WRITEBACK_BYTES, start_writeback
 from .atomic import AtomicPath, copy_to_stream, is_stream
 from .lazy import describe_tensor, tensor_names
 
@@ -120,6 +121,7 @@ class _Column:
         row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
         self.target = target
         self.direct: bool | None = None
+        self.unqueued = 0  # bytes written since this column last started the file's write-back
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
             chunk_rows(row_bytes, target=target)
 
@@ -169,6 +171,10 @@ class _Column:
             self.ds[self.written:self.written + k] = block
         checksum.update(self.hasher, block)
         self.written += k
+        self.unqueued += block.nbytes
+        if self.unqueued >= WRITEBACK_BYTES:  # spread the write-back over the writing (see _writeback)
+            start_writeback(self.ds.file)
+            self.unqueued = 0
         self.pending = [np.array(rest)] if rest.shape[0] else []  # own the remainder (< 1 chunk)
         self.n_pending = int(rest.shape[0])
 
