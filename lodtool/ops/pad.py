@@ -178,13 +178,12 @@ def _pad(xw, k, roff, maxlen, padw, uniform, outw, nblocks, counter,
                     dst = i * width
                     for j in range(m):
                         outw[dst + j] = xw[src + j]
+                    rest = dst + m
                     if uniform:
                         v = padw[0]
-                        rest = dst + m
                         for j in range(width - m):
                             outw[rest + j] = v
                     else:
-                        rest = dst + m
                         for t in range((width - m) // k):
                             for j in range(k):
                                 outw[rest + j] = padw[j]
