@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lodtool import LoDTensor  # noqa: E402
 from lodtool.ops import _cuda, sequence_expand, sequence_pad, sequence_pool  # noqa: E402
-from lodtool.ops._backend import cupy_module  # noqa: E402
+from lodtool._device import cupy_module  # noqa: E402
 
 cp = cupy_module()
 

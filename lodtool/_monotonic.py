@@ -14,12 +14,12 @@ so ``lodtool validate`` and ``inspect`` keep their light start-up.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ._jit import kernel
 
 _BLOCK = 4096
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _first_decrease(o):  # pragma: no cover - compiled
     n = o.shape[0] - 1
     for start in range(0, n, _BLOCK):

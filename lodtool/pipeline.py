@@ -34,6 +34,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from ._device import to_host
 from ._memory import keep_large_buffers_unpooled
 from .errors import LodUsageError, LodValidationError
 from .lod import validate_lod
@@ -63,7 +64,7 @@ def _check_device(device: str, op: str) -> None:
     """Fail early (before reading anything) when ``device`` cannot run ``op``."""
     from .ops import get_backend
 
-    get_backend(None, None, device, op=op)
+    get_backend(None, None, device)
 
 
 def _open_tensor(path: str, name: str | None, max_memory: int | None):
@@ -453,7 +454,7 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
         lens = roff[1:] - roff[:-1]
         for a, b in _runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
             chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
-            padded = _to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
+            padded = to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
             del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
             yield padded
             del padded
@@ -486,8 +487,3 @@ def pack_plan_file(path: str, *, name: str | None = None, level: int = -1, max_m
     if not lod_only.lod_level:
         raise LodUsageError("a 0-level tensor has no sequences to plan")
     return pack_plan(lod_only, level=level, device=device).to("cpu")
-
-
-def _to_host(a):
-    """A device array's host copy (CuPy's ``.get()``); a host array as it is."""
-    return a.get() if hasattr(a, "__cuda_array_interface__") else a

@@ -16,6 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import lod as _lod
+from ._device import is_device_array as _is_device_array
+from ._device import to_host as _host
 from .errors import LodBackendError, LodDtypeError, LodIndexError, LodShapeError, LodUsageError, LodValidationError
 
 #: dtype kinds a LoD tensor may hold: bool, signed/unsigned int, float, complex
@@ -28,15 +30,6 @@ def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
     if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
         raise LodDtypeError(f"{where} has dtype {dtype}; lodtool stores numeric and bool data only")
     return dtype
-
-
-def _is_device_array(data: Any) -> bool:
-    return hasattr(data, "__cuda_array_interface__")
-
-
-def _host(a: Any) -> Any:
-    """A device array's host copy (CuPy's ``.get()``); anything else as it is."""
-    return a.get() if _is_device_array(a) else a
 
 
 #: GPU helpers with ``upload(host_array)``, ``validate(levels, n_rows)`` (device int64 levels, or a

@@ -990,9 +990,9 @@ def drive(jobs_path: str, results_path: str) -> None:
     from lodtool.cli import inspect, ops, pack, slice, tree, unpack, validate, verify  # noqa: F401
     from lodtool.format import container  # noqa: F401
     from lodtool.format.jsonio import parse_json
-    from lodtool.ops import _backend
+    from lodtool import _jit
 
-    _backend.numba_module()
+    _jit.numba_module()
     # load the JSON scanner's kernels once (single-threaded: safe to fork after); the operators' kernels
     # are parallel, and a threading layer started before fork() is unsafe in the children, so they load there
     parse_json("[[1, 2.5]]")

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from lodtool.cli.main import cli
-from lodtool.ops import _backend
+from lodtool import _device
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 
@@ -22,7 +22,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 @pytest.fixture
 def no_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # "import cupy" fails, as where it is not installed
-    monkeypatch.setattr(_backend, "_cupy_module", None)
+    monkeypatch.setattr(_device, "_cupy_module", None)
 
 
 @pytest.fixture

@@ -33,7 +33,8 @@ from lodtool.errors import LodError
 from lodtool.lod import lod_from_lengths, validate_lod
 from lodtool.ops import (from_time_major, pack_plan, sequence_expand, sequence_mask, sequence_pad, sequence_pool,
                          sequence_reverse, sequence_softmax, sequence_unpad, to_time_major)
-from lodtool.ops import _backend, _cuda
+from lodtool import _device
+from lodtool.ops import _cuda
 from lodtool.ops._util import row_offsets
 from tests.strategies import lod_lengths
 from tests.test_ops_common import arrays, same_bits, same_tensor, tensors
@@ -255,7 +256,7 @@ def check_op_validation(levels: list[np.ndarray], n_rows: int) -> None:
     want = outcome(lambda: validate_lod(levels, n_rows))
     data = LoDTensor(np.zeros(n_rows, np.int8)).to("cuda").data
     try:
-        got = ("ok", LoDTensor(data, [_backend.cupy_module().asarray(o) for o in levels]))
+        got = ("ok", LoDTensor(data, [_device.cupy_module().asarray(o) for o in levels]))
     except LodError as exc:
         got = ("error", str(exc))
     if want[0] == "ok":
@@ -474,7 +475,7 @@ def _launch_device_arrays_only(xp, kern, blocks, *args):
     return _launch(xp, kern, blocks, *args)
 
 
-if SIM:  # the child: "import cupy" finds the stand-in (only lodtool.ops._backend imports it)
+if SIM:  # the child: "import cupy" finds the stand-in (only lodtool._device imports it)
     sys.modules["cupy"] = FakeCupy()
     _cuda._launch = _launch_device_arrays_only
 

@@ -11,10 +11,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from lodtool import LoDTensor
-from lodtool import ops
+from lodtool import _device, _jit, ops
 from lodtool.errors import LodBackendError, LodDtypeError, LodShapeError, LodUsageError
 from lodtool.ops import _backend
-from lodtool.ops._backend import prange
+from lodtool._jit import prange
 from lodtool.ops._util import as_words, cast_value, row_offsets
 from tests.strategies import lod_lengths
 
@@ -103,18 +103,20 @@ def _fake_cupy(count):
 @pytest.fixture
 def no_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # make "import cupy" fail
-    monkeypatch.setattr(_backend, "_cupy_module", None)  # forget a CuPy found earlier (on a GPU machine)
+    monkeypatch.setattr(_device, "_cupy_module", None)  # forget a CuPy found earlier (on a GPU machine)
 
 
 def test_cuda_without_cupy_is_a_clear_error(no_cupy):
     with pytest.raises(LodBackendError) as info:
-        _backend.get_backend(None, device="cuda", op="sequence_pool")
+        _backend.get_backend(None, device="cuda")
     assert "\n" not in str(info.value) and "CuPy" in str(info.value)
 
 
 OPS_CALLS = {
     "sequence_expand": lambda x: ops.sequence_expand(x, x, device="cuda"),
     "sequence_pool": lambda x: ops.sequence_pool(x, device="cuda"),
+    "sequence_first_step": lambda x: ops.sequence_first_step(x, device="cuda"),
+    "sequence_last_step": lambda x: ops.sequence_last_step(x, device="cuda"),
     "sequence_softmax": lambda x: ops.sequence_softmax(x, device="cuda"),
     "sequence_pad": lambda x: ops.sequence_pad(x, device="cuda"),
     "sequence_unpad": lambda x: ops.sequence_unpad(np.zeros((2, 3)), [1, 2], device="cuda"),
@@ -136,7 +138,9 @@ def test_every_operator_on_cuda_without_cupy_is_one_line(no_cupy, name):
 
 
 def test_every_operator_has_a_cuda_path():
-    assert _backend.CUDA_OPS == {name for name in OPS_CALLS if name != "LoDTensor.to"}
+    operators = {name for name in ops.__all__ if callable(getattr(ops, name)) and name not in
+                 ("get_backend", "pool_dtypes", "softmax_dtype", "PackPlan")}
+    assert operators == {name for name in OPS_CALLS if name != "LoDTensor.to"}
 
 
 @pytest.mark.parametrize("count,match", [(0, "needs a CUDA GPU; CuPy finds none$"),
@@ -144,22 +148,20 @@ def test_every_operator_has_a_cuda_path():
                                           r"needs a CUDA GPU; CuPy finds none \(cudaErrorNoDevice")])
 def test_cuda_with_cupy_but_no_gpu(monkeypatch, count, match):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count))
-    monkeypatch.setattr(_backend, "_cupy_module", None)
+    monkeypatch.setattr(_device, "_cupy_module", None)
     with pytest.raises(LodBackendError, match=match):
-        _backend.get_backend(None, device="cuda", op="sequence_pool")
+        _backend.get_backend(None, device="cuda")
 
 
 def test_cuda_with_cupy_but_no_kernel(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(1))
-    monkeypatch.setattr(_backend, "_cupy_module", None)
-    assert _backend.get_backend(None, device="cuda", op="sequence_pool").name == "cupy"
-    with pytest.raises(LodBackendError, match="frobnicate has no CUDA implementation"):
-        _backend.get_backend(None, device="cuda", op="frobnicate")
+    monkeypatch.setattr(_device, "_cupy_module", None)
+    assert _backend.get_backend(None, device="cuda").name == "cupy"
 
 
 def test_cpu_backends_with_cuda_are_a_usage_error():
     with pytest.raises(LodUsageError, match="leave backend unset"):
-        _backend.get_backend(None, "numba", "cuda", op="sequence_pool")
+        _backend.get_backend(None, "numba", "cuda")
 
 
 def test_device_array_on_cpu_is_refused():
@@ -172,12 +174,12 @@ def test_device_array_on_cpu_is_refused():
         _backend.get_backend((np.zeros(2), FakeGpuArray()), device="cpu")
 
 
-@_backend.kernel
+@_jit.kernel
 def _inner(a, i):
     return a[i] * 2
 
 
-@_backend.kernel(parallel=True)
+@_jit.kernel(parallel=True)
 def _outer(a, out):
     for i in prange(a.shape[0]):
         out[i] = _inner(a, i)

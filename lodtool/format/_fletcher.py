@@ -11,8 +11,8 @@ verifies them as usual.
 This is ``H5_checksum_fletcher32`` from libhdf5's ``H5checksum.c``: 16-bit
 big-endian words, sums folded every 360 words, an odd last byte as a high byte.
 
-Importing this module imports numba; :mod:`.writer` imports it only for
-datasets that take the direct path.
+Its kernels compile on first use (:mod:`lodtool._jit`); :mod:`.writer` imports it only
+for datasets that take the direct path.
 
 >>> import numpy as np
 >>> fletcher32_chunks(np.frombuffer(b"abcde", np.uint8), 5).tolist()  # what libhdf5 stores for these bytes
@@ -22,10 +22,10 @@ datasets that take the direct path.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .._jit import kernel
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _fletcher32(words, tail, start, nwords, odd):  # pragma: no cover - compiled
     # Each 360-word block in closed form (sum1 += sum(w); sum2 += n*sum1 + n*sum(w) - sum(j*w_j)):
     # two plain reductions that vectorise, and the same integers as libhdf5's loop,
@@ -61,7 +61,7 @@ def _fletcher32(words, tail, start, nwords, odd):  # pragma: no cover - compiled
     return (sum2 << np.uint32(16)) | sum1
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _fletcher32_each(data, words, chunk_bytes, out):  # pragma: no cover - compiled
     for i in range(out.shape[0]):
         start = i * chunk_bytes

@@ -23,8 +23,8 @@ algorithm (a 128-bit product with a table of powers of five), else, for the
 rare inputs those cannot decide (subnormals, more than 19 significant digits
 that straddle a rounding boundary), Python's ``float()`` on the token text.
 
-Importing this module imports numba; :mod:`.jsonio` imports it only when the
-fast path runs.
+Its kernels compile on first use (:mod:`lodtool._jit`); :mod:`.jsonio` imports it only when
+the fast path runs.
 
 >>> import numpy as np
 >>> r = scan_bytes(b"[[1,2],[3]]\\n[[4.5]]\\n", jsonl=True)
@@ -37,8 +37,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from .._jit import intrinsic, kernel
 
 #: scan statuses
 DONE = 0        # every complete item up to the end of the buffer was scanned
@@ -119,6 +118,8 @@ _INF = math.inf
 @intrinsic
 def _bits_to_double(typingctx, bits):
     """Reinterpret uint64 bits as a float64 (no allocation)."""
+    from numba import types
+
     sig = types.float64(types.uint64)
 
     def codegen(context, builder, signature, args):
@@ -127,7 +128,7 @@ def _bits_to_double(typingctx, bits):
     return sig, codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _mul128(a, b):
     """(high, low) 64-bit halves of the 128-bit product of two uint64."""
     a_lo = a & _M32
@@ -144,7 +145,7 @@ def _mul128(a, b):
     return hi, lo
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _clz64(x):
     n = 0
     if x <= _U64(0x00000000FFFFFFFF):
@@ -167,7 +168,7 @@ def _clz64(x):
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _eisel_lemire(w, q, table):
     """The double nearest to ``w * 10**q`` (w > 0): (True, value), or (False, 0.0) when undecided."""
     if q < -342:
@@ -206,7 +207,7 @@ def _eisel_lemire(w, q, table):
     return True, _bits_to_double(mantissa | (_U64(power2) << _U64(52)))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _decimal_to_double(w, e10, truncated, table, pow10):
     """(ok, value) for ``w * 10**e10`` (w is the first 19 significant digits)."""
     if w == _U64(0):
@@ -226,12 +227,12 @@ def _decimal_to_double(w, e10, truncated, table, pow10):
     return True, f
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _is_ws(c):
     return c == 32 or c == 9 or c == 13 or c == 10
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, table, pow10):
     """Scan ``buf[st[POS]:end]``; outputs go to the arrays, counters and the new position to ``st``.
 
@@ -698,7 +699,7 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
     return status
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def count_structure(buf, start, end):
     """(``[`` count, ``,`` count, newline count) of ``buf[start:end]``: bounds for the output sizes."""
     n_open = 0
@@ -716,7 +717,7 @@ def count_structure(buf, start, end):
 PREV_START, PREV_OPEN, PREV_COMMA, PREV_VALUE = range(4)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _number_end(buf, i, n):
     """End of the JSON number that starts at ``i``, or -1 if it breaks the grammar there."""
     if buf[i] == 45:  # '-'
@@ -745,7 +746,7 @@ def _number_end(buf, i, n):
     return i
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _literal_end(buf, i, n, word):
     m = word.shape[0]
     if i + m > n:
@@ -756,7 +757,7 @@ def _literal_end(buf, i, n, word):
     return i + m
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def first_syntax_problem(buf, words):
     """Where ``buf`` stops being one JSON value made of lists and scalars, in O(1) memory.
 

@@ -32,6 +32,7 @@ import h5py
 import numpy as np
 
 from .. import lod as _lod
+from .._device import to_host
 from ..errors import (LodChecksumError, LodDtypeError, LodFormatError, LodShapeError, LodUsageError,
                       LodValidationError)
 from ..tensor import LoDTensor, check_dtype
@@ -99,11 +100,7 @@ def _chunk_tail(tail: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 
 def _host(a) -> np.ndarray:
-    if isinstance(a, np.ndarray):
-        return a
-    if hasattr(a, "get") and hasattr(a, "__cuda_array_interface__"):
-        return a.get()
-    return np.asarray(a)
+    return a if isinstance(a, np.ndarray) else np.asarray(to_host(a))
 
 
 class _Column:

@@ -43,6 +43,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._device import is_device_array
+from .._device import to_host as _to_host
 from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
 from ..tensor import check_dtype
 from ._util import cast_value, row_size, word_dtype
@@ -369,17 +371,13 @@ def _compiled() -> types.SimpleNamespace:
 # host helpers
 # ---------------------------------------------------------------------------------------------
 
-def _is_device(a: Any) -> bool:
-    return hasattr(a, "__cuda_array_interface__")
-
-
 def to_host(a: Any) -> np.ndarray:
     """A NumPy copy (or view) of a device or host array."""
-    return a.get() if _is_device(a) and hasattr(a, "get") else np.asarray(a)
+    return np.asarray(_to_host(a))
 
 
 def _address(a: Any) -> int:
-    iface = a.__cuda_array_interface__ if _is_device(a) else a.__array_interface__
+    iface = a.__cuda_array_interface__ if is_device_array(a) else a.__array_interface__
     return int(iface["data"][0])
 
 
@@ -405,7 +403,7 @@ def _launch(xp, kern, blocks: int, *args) -> None:
     stream = _streams.get(ptr)
     if stream is None:
         stream = _streams[ptr] = cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
-    conv = tuple(cuda.as_cuda_array(a, sync=False) if _is_device(a) else a for a in args)
+    conv = tuple(cuda.as_cuda_array(a, sync=False) if is_device_array(a) else a for a in args)
     if PROFILE is None:
         kern[blocks, _threads(), stream](*conv)
         return
@@ -417,7 +415,7 @@ def _launch(xp, kern, blocks: int, *args) -> None:
 
 
 def _is_device_any(args) -> bool:
-    return any(_is_device(a) for a in args)
+    return any(is_device_array(a) for a in args)
 
 
 def _grid(n: int) -> int:
@@ -435,7 +433,7 @@ def _scalars(xp, *parts) -> list[int]:
 def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offsets"):
     """One level of offsets (host or device) as a 1-D int64 device array; refuses floats and ranks != 1."""
     where = f"level {level}: " if level is not None else ""
-    if not _is_device(values):
+    if not is_device_array(values):
         from ..lod import as_index_array
 
         return xp.asarray(as_index_array(values, what=what, level=level))
@@ -608,7 +606,7 @@ def expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, validated:
     >>> out.tolist(), off.tolist()  # doctest: +SKIP
     ([0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [0, 1, 4, 7])
     """
-    data = xp.asarray(data) if not _is_device(data) else data
+    data = xp.asarray(data) if not is_device_array(data) else data
     n_rows = int(data.shape[0])
     if validated:
         ref = as_offsets(xp, ref_offsets)
@@ -668,7 +666,7 @@ def pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_value: A
     >>> padded.tolist(), lengths.tolist()  # doctest: +SKIP
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
     """
-    data = xp.asarray(data) if not _is_device(data) else data
+    data = xp.asarray(data) if not is_device_array(data) else data
     if validated:
         roff = as_offsets(xp, row_offsets)
     else:
@@ -708,10 +706,10 @@ def unpad(xp, padded: Any, lengths: Any):
     >>> data.tolist(), off.tolist()  # doctest: +SKIP
     ([0, 1, 8, 9, 10], [0, 2, 2, 5])
     """
-    padded = xp.asarray(padded) if not _is_device(padded) else padded
+    padded = xp.asarray(padded) if not is_device_array(padded) else padded
     if padded.ndim < 2:
         raise LodShapeError(f"sequence_unpad: padded must have shape (sequences, maxlen, ...), got {padded.shape}")
-    if not _is_device(lengths):
+    if not is_device_array(lengths):
         lengths = np.asarray(lengths)
         if lengths.size == 0:
             lengths = lengths.astype(np.int64)
@@ -750,7 +748,7 @@ def mask(xp, lengths: Any, maxlen: int | None = None, dtype: Any = bool):
     >>> mask(cp, cp.array([1, 3]), dtype="int64").tolist()  # doctest: +SKIP
     [[1, 0, 0], [1, 1, 1]]
     """
-    lens = lengths if _is_device(lengths) else xp.asarray(np.asarray(lengths))
+    lens = lengths if is_device_array(lengths) else xp.asarray(np.asarray(lengths))
     if lens.dtype.kind not in "iu":
         if lens.size:
             raise LodValidationError(f"sequence_mask: lengths must be integers, got dtype {lens.dtype}")
@@ -774,7 +772,7 @@ def reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
     >>> reverse(cp, cp.arange(5), [0, 2, 2, 5]).tolist()  # doctest: +SKIP
     [1, 0, 4, 3, 2]
     """
-    data = xp.asarray(data) if not _is_device(data) else data
+    data = xp.asarray(data) if not is_device_array(data) else data
     n_rows = int(data.shape[0])
     if validated:
         off = as_offsets(xp, offsets)
@@ -803,7 +801,7 @@ def pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: Any = 0
     """
     from .pool import pool_dtypes
 
-    data = xp.asarray(data) if not _is_device(data) else data
+    data = xp.asarray(data) if not is_device_array(data) else data
     name = str(pool_type).lower()
     if name not in POOL_CODES:
         raise LodUsageError(f"sequence_pool: unknown pool_type {pool_type!r}; choose one of "
@@ -855,7 +853,7 @@ def softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
     """
     from .softmax import softmax_dtype
 
-    data = xp.asarray(data) if not _is_device(data) else data
+    data = xp.asarray(data) if not is_device_array(data) else data
     if row_size(data.shape[1:]) != 1:
         raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
                             f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
@@ -921,7 +919,7 @@ def to_time_major(xp, data: Any, row_offsets: Any, sorted_idx: Any, batch_sizes:
     >>> to_time_major(cp, cp.array([1, 2, 3]), [0, 1, 3], s, b).tolist()  # doctest: +SKIP
     [2, 1, 3]
     """
-    data = xp.asarray(data) if not _is_device(data) else data
+    data = xp.asarray(data) if not is_device_array(data) else data
     roff = as_offsets(xp, row_offsets)
     steps = _step_offsets(xp, as_offsets(xp, batch_sizes, what="batch_sizes"))
     xw, k = device_words(xp, data)
@@ -940,7 +938,7 @@ def from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: Any, ba
     >>> from_time_major(cp, cp.array([2, 1, 3]), [0, 1, 3], u, b).tolist()  # doctest: +SKIP
     [1, 2, 3]
     """
-    data = xp.asarray(steps_data) if not _is_device(steps_data) else steps_data
+    data = xp.asarray(steps_data) if not is_device_array(steps_data) else steps_data
     roff = as_offsets(xp, row_offsets)
     steps = _step_offsets(xp, as_offsets(xp, batch_sizes, what="batch_sizes"))
     xw, k = device_words(xp, data)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._device import is_device_array
 from ..errors import LodDtypeError, LodIndexError, LodShapeError
 from ..tensor import LoDTensor, check_dtype
 
@@ -32,7 +33,7 @@ def as_tensor(x: Any, what: str = "x") -> LoDTensor:
     """A :class:`LoDTensor` as is; an array (or anything array-like) as a 0-level tensor."""
     if isinstance(x, LoDTensor):
         return x
-    if hasattr(x, "__cuda_array_interface__"):
+    if is_device_array(x):
         data = x
     else:
         try:

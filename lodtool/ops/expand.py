@@ -40,10 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
-from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._backend import get_backend
 from ._util import U, as_tensor, as_words, empty_words
 
 OP = "sequence_expand"
@@ -71,7 +72,7 @@ def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str |
     xt = as_tensor(x, "x")
     yt = as_tensor(y, "y")
     ref, ref_level = _check(xt, yt, ref_level)
-    be = get_backend((xt.data, ref, *xt.offsets), backend, device, op=OP)
+    be = get_backend((xt.data, ref, *xt.offsets), backend, device)
     if be.name == "cupy":
         return _expand_cuda(be.xp, xt, ref)
     if be.name == "numpy":

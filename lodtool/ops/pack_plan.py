@@ -34,11 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from .._device import cupy_module, is_device_array
+from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import validate_lod
 from ..tensor import LoDTensor, check_dtype
 from . import _cuda
-from ._backend import atomic_add, cupy_module, get_backend, is_device_array, kernel, prange, schedule
+from ._backend import get_backend
 from ._util import U, as_tensor, as_words, empty_words, level_index, need_lod, row_offsets
 
 OP = "pack_plan"
@@ -136,7 +138,7 @@ def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, devi
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
     lvl = level_index(xt, level, OP)
-    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":
         # every level is checked on the device before row_offsets indexes with them
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
@@ -271,7 +273,7 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
     ([2, 1, 3], [2, 1])
     """
     data = _source_rows(x, plan, "to_time_major")
-    be = get_backend((data, plan.row_offsets), backend, device, op="to_time_major")
+    be = get_backend((data, plan.row_offsets), backend, device)
     if be.name == "cupy":
         out = _cuda.to_time_major(be.xp, data, plan.row_offsets, plan.sorted_indices, plan.batch_sizes)
         return out, plan.batch_sizes
@@ -302,7 +304,7 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
     [1, 2, 3]
     """
     data = _steps_array(steps, plan)
-    be = get_backend((data, plan.row_offsets), backend, device, op="from_time_major")
+    be = get_backend((data, plan.row_offsets), backend, device)
     if be.name == "cupy":
         out = _cuda.from_time_major(be.xp, data, plan.row_offsets, plan.unsorted_indices, plan.batch_sizes)
         return LoDTensor._trusted(out, plan.lod)

@@ -32,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from .._device import is_device_array
+from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import as_index_array
 from ..tensor import LoDTensor, check_dtype
 from . import _cuda
-from ._backend import atomic_add, get_backend, is_device_array, kernel, prange, schedule
+from ._backend import get_backend
 from ._util import U, as_tensor, as_words, cast_value, empty_words, level_index, need_lod, row_offsets, words_of
 
 OP_PAD = "sequence_pad"
@@ -63,7 +65,7 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
     """
     xt = as_tensor(x, "x")
     lvl = pad_level(xt, level)
-    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP_PAD)
+    be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":
         # every level is checked on the device before row_offsets indexes with them
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
@@ -208,7 +210,7 @@ def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
     check_dtype(data.dtype, "padded")
     if data.ndim < 2:
         raise LodShapeError(f"{OP_UNPAD}: padded must have shape (sequences, maxlen, ...), got {data.shape}")
-    be = get_backend((data, lengths), backend, device, op=OP_UNPAD)
+    be = get_backend((data, lengths), backend, device)
     if be.name == "cupy":
         out, off = _cuda.unpad(be.xp, data, lengths)
         return LoDTensor._trusted(out, (off,))
@@ -285,7 +287,7 @@ def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool, *,
     [[1, 0, 0], [1, 1, 1]]
     """
     if device is not None or is_device_array(lengths):
-        be = get_backend(lengths, "numpy" if device == "cpu" else None, device, op=OP_MASK)  # no Numba for a mask
+        be = get_backend(lengths, "numpy" if device == "cpu" else None, device)  # no Numba for a mask
         if be.name == "cupy":
             maxlen = None if maxlen is None else _check_maxlen(maxlen, OP_MASK)
             return _cuda.mask(be.xp, lengths, maxlen, dtype)

@@ -50,10 +50,11 @@ from typing import Any
 
 import numpy as np
 
+from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
-from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._backend import get_backend
 from ._util import U, as_tensor, as_words, cast_value, empty_words, need_lod, row_size, words_of
 
 OP = "sequence_pool"
@@ -120,7 +121,7 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, b
     code = _code(pool_type)
     out_dtype, acc_dtype = pool_dtypes(xt.dtype, pool_type)
     pad = cast_value(pad_value, out_dtype, f"{OP}: pad_value", xt.element_shape)
-    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device)
     names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
     if be.name == "cupy":  # every level checked on the device; the kept levels live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)

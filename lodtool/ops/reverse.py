@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._jit import atomic_add, kernel, prange, schedule
 from ..tensor import LoDTensor
 from . import _cuda
-from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._backend import get_backend
 from ._util import U, as_tensor, as_words, empty_words, need_lod
 
 OP = "sequence_reverse"
@@ -39,7 +40,7 @@ def sequence_reverse(x: LoDTensor, *, backend: str | None = None, device: str | 
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
     off = xt.offsets[-1]
-    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
         return LoDTensor._trusted(_cuda.reverse(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
-from ._backend import atomic_add, get_backend, kernel, prange, schedule
+from ._backend import get_backend
 from ._util import U, as_tensor, need_lod, row_size
 
 OP = "sequence_softmax"
@@ -65,7 +66,7 @@ def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | 
         raise LodShapeError(f"{OP}: each row must hold one value (shape (N,) or (N, 1)), but rows have shape "
                             f"{xt.element_shape}; as in Paddle, the width of each time step must be 1")
     out_dtype = softmax_dtype(xt.dtype)
-    be = get_backend((xt.data, *xt.offsets), backend, device, op=OP)
+    be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
         return LoDTensor._trusted(_cuda.softmax(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)

@@ -1,0 +1,244 @@
+"""The one Numba entry of lodtool: the kernel decorator, ``prange``, atomics and block scheduling.
+
+Numba is imported on a kernel's first call, never at import, so a module full
+of kernels costs nothing until one runs.  Every compiled function of lodtool
+(the operators, the JSON scanner, the Fletcher-32 checksum, the monotonicity
+check) is declared here the same way::
+
+    from lodtool._jit import kernel, prange
+
+    @kernel(parallel=True)
+    def _fill(out):
+        for i in prange(out.shape[0]):
+            out[i] = i
+
+:func:`kernel` compiles with ``numba.njit(cache=True, nogil=True, **options)``;
+inside a kernel ``prange`` is ``numba.prange``, ``atomic_add`` an LLVM atomic,
+other kernels may be called by name, and an :func:`intrinsic` is compiled with
+Numba's ``numba.extending.intrinsic``.
+
+>>> @kernel
+... def _twice(a, out):
+...     for i in range(a.shape[0]):
+...         out[i] = 2 * a[i]
+>>> _twice  # doctest: +ELLIPSIS
+<lodtool kernel _twice (not compiled yet)>
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable
+
+import numpy as np
+
+from .errors import LodBackendError
+
+#: ``for i in prange(n)`` in a kernel: plain ``range`` until the kernel is compiled,
+#: where :func:`kernel` swaps in ``numba.prange``.
+prange = range
+
+_numba_module = None
+_numba_error: str | None = None
+#: Numba's workqueue threading layer aborts the process on concurrent parallel
+#: launches; parallel kernels therefore run one at a time (each already uses every core).
+_PARALLEL_LOCK = threading.Lock()
+
+
+def numba_module():
+    """Import Numba on first use; a clear :class:`LodBackendError` if it is missing."""
+    global _numba_module, _numba_error
+    if _numba_module is None:
+        if _numba_error is not None:
+            raise LodBackendError(_numba_error)
+        try:
+            import numba
+        except Exception as exc:  # pragma: no cover - numba is a dependency
+            _numba_error = f"backend='numba' needs Numba, which failed to import ({exc}); use backend='numpy'"
+            raise LodBackendError(_numba_error) from None
+        _numba_module = numba
+    return _numba_module
+
+
+def atomic_add(counter, value):
+    """``old = counter[0]; counter[0] += value; return old``, atomically in a compiled kernel.
+
+    Parallel kernels hand out blocks of work through it (dynamic scheduling):
+    Numba's OpenMP layer splits a ``prange`` statically, so a thread that shares
+    its core with another process would hold up the whole kernel; with blocks
+    taken from a counter, the other threads take over its share.  This is the
+    plain-Python stand-in (for ``NUMBA_DISABLE_JIT``); :func:`kernel` swaps in an
+    LLVM ``atomicrmw add``.
+
+    >>> import numpy as np
+    >>> c = np.zeros(1, np.uint64)
+    >>> int(atomic_add(c, 3)), int(atomic_add(c, 4)), c.tolist()
+    (0, 3, [7])
+    """
+    old = counter[0]
+    counter[0] += value
+    return old
+
+
+_ATOMIC_ADD = None
+
+
+def _atomic_add_intrinsic():
+    global _ATOMIC_ADD
+    if _ATOMIC_ADD is None:
+        numba_module()
+        from numba import types
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def atomic_add_i64(typingctx, counter, value):
+            if not (isinstance(counter, types.Array) and counter.dtype in (types.int64, types.uint64)):
+                return None
+            sig = counter.dtype(counter, counter.dtype)
+
+            def codegen(context, builder, signature, args):
+                ary = context.make_array(signature.args[0])(context, builder, args[0])
+                return builder.atomic_rmw("add", ary.data, args[1], "monotonic")
+            return sig, codegen
+
+        _ATOMIC_ADD = atomic_add_i64
+    return _ATOMIC_ADD
+
+
+def workers() -> int:
+    """Threads a parallel kernel runs on (Numba's current setting)."""
+    return int(numba_module().get_num_threads())
+
+
+def schedule(n: int, per_worker: int = 16) -> tuple[np.uint64, np.ndarray, int]:
+    """``(nblocks, counter, nworkers)`` for a kernel that hands out ``n`` items in blocks.
+
+    ``nblocks`` is a uint64 and ``counter`` a zeroed uint64 array of one, so the
+    kernel's block and item indices are unsigned (see the kernel notes in ops/expand.py).
+
+    >>> nblocks, counter, nworkers = schedule(1000)
+    >>> counter.tolist(), 1 <= int(nblocks) <= 1000
+    ([0], True)
+    """
+    nworkers = workers()
+    nblocks = max(1, min(int(n), nworkers * per_worker))
+    return np.uint64(nblocks), np.zeros(1, np.uint64), nworkers
+
+
+class LazyIntrinsic:
+    """A Numba intrinsic (``numba.extending.intrinsic``) made on a calling kernel's compilation."""
+
+    def __init__(self, fn: Callable):
+        self.py_func = fn
+        self._compiled = None
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    @property
+    def compiled(self):
+        if self._compiled is None:
+            numba_module()
+            from numba.extending import intrinsic as make
+
+            self._compiled = make(self.py_func)
+        return self._compiled
+
+    def __repr__(self) -> str:
+        return f"<lodtool intrinsic {self.__name__}>"
+
+
+def intrinsic(fn: Callable) -> LazyIntrinsic:
+    """Declare a Numba intrinsic (for kernels only); its typing function imports ``numba.types`` itself.
+
+    >>> @intrinsic
+    ... def _noop(typingctx, x):
+    ...     from numba import types
+    ...     return types.none(x), lambda context, builder, signature, args: None
+    >>> _noop
+    <lodtool intrinsic _noop>
+    """
+    return LazyIntrinsic(fn)
+
+
+def _resolve(value):
+    if isinstance(value, LazyKernel):
+        return value.dispatcher
+    if isinstance(value, LazyIntrinsic):
+        return value.compiled
+    return value
+
+
+class LazyKernel:
+    """A Numba kernel compiled on its first call (``njit(cache=True, nogil=True, **options)``)."""
+
+    def __init__(self, fn: Callable, options: dict):
+        self.py_func = fn
+        self.options = options
+        self.parallel = bool(options.get("parallel"))
+        self._dispatcher = None
+        self._lock = threading.Lock()
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+
+    @property
+    def dispatcher(self):
+        """The compiled Numba dispatcher (compiles on first access)."""
+        if self._dispatcher is None:
+            with self._lock:
+                if self._dispatcher is None:
+                    self._dispatcher = self._compile()
+        return self._dispatcher
+
+    def _compile(self):
+        numba = numba_module()
+        fn = self.py_func
+        glb = dict(fn.__globals__)
+        glb["prange"] = numba.prange
+        if "atomic_add" in fn.__code__.co_names and not numba.config.DISABLE_JIT:
+            glb["atomic_add"] = _atomic_add_intrinsic()
+        for name in fn.__code__.co_names:  # kernels calling kernels see their dispatchers
+            if name in glb:
+                glb[name] = _resolve(glb[name])
+        closure = fn.__closure__
+        if closure:
+            closure = tuple(types.CellType(_resolve(c.cell_contents))
+                            if isinstance(c.cell_contents, (LazyKernel, LazyIntrinsic)) else c for c in closure)
+        func = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, closure)
+        func.__qualname__ = fn.__qualname__
+        func.__module__ = fn.__module__
+        func.__doc__ = fn.__doc__
+        return numba.njit(cache=True, nogil=True, **self.options)(func)
+
+    def __call__(self, *args):
+        dispatcher = self.dispatcher
+        if self.parallel:
+            with _PARALLEL_LOCK:
+                return dispatcher(*args)
+        return dispatcher(*args)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self._dispatcher is not None else "not compiled yet"
+        return f"<lodtool kernel {self.__qualname__} ({state})>"
+
+
+def kernel(fn: Callable | None = None, **options):
+    """Declare a Numba kernel, compiled lazily; ``@kernel`` or ``@kernel(parallel=True)``.
+
+    >>> @kernel(parallel=True)
+    ... def _fill(out):
+    ...     for i in prange(out.shape[0]):
+    ...         out[i] = i
+    >>> _fill.parallel, _fill  # doctest: +ELLIPSIS
+    (True, <lodtool kernel _fill (not compiled yet)>)
+    """
+    if fn is None:
+        return lambda f: LazyKernel(f, options)
+    return LazyKernel(fn, options)
+
+
+__all__ = ["kernel", "intrinsic", "prange", "atomic_add", "schedule", "workers", "numba_module", "LazyKernel",
+           "LazyIntrinsic"]
