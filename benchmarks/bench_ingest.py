@@ -69,7 +69,7 @@ def generate(path: Path, size_mb: float, seed: int = 2026) -> int:
 
 # -- the methods: each returns (token count, data checksum) -------------------------------------------
 def lodtool_parse(path: Path, tmp: Path):
-    from lodtool.format.jsonio import iter_json
+    from lodtool.io.json import iter_json
 
     n = s = 0
     for chunk in iter_json(path):
@@ -80,7 +80,7 @@ def lodtool_parse(path: Path, tmp: Path):
 
 def lodtool_pack(compression, overlap: bool = True):
     def run(path: Path, tmp: Path):
-        from lodtool.format import pack as mod
+        from lodtool.tasks import _pack as mod
 
         saved, mod.OVERLAP = mod.OVERLAP, overlap
         try:
@@ -98,8 +98,8 @@ class WriterOnly:
         self.chunks = None
 
     def __call__(self, path: Path, tmp: Path):
-        from lodtool.format.container import LodWriter
-        from lodtool.format.jsonio import iter_json
+        from lodtool.container import LodWriter
+        from lodtool.io.json import iter_json
 
         if self.chunks is None:
             self.chunks = list(iter_json(path))

@@ -61,7 +61,7 @@ OPS = {"tiny": ("pool",),
 _IN_MEMORY = r"""
 import os, sys, time, numpy as np
 import lodtool
-from lodtool.format.export import write_tensor
+from lodtool.tasks import export
 from lodtool import ops
 op, report, warm, src, out = sys.argv[1:6]
 
@@ -96,7 +96,7 @@ def run(src, out, y):
         with open(out, "wb") as f:
             np.savez(f, padded=padded, lengths=np.asarray(lengths), mask=mask)
     elif op == "unpack":
-        write_tensor(t, Sink(), to="npz")
+        export(t, Sink(), to="npz")
 
 
 run(warm, out, warm.replace(".lod.h5", "_y.lod.h5"))  # imports, Numba's cache, the page cache
@@ -110,7 +110,7 @@ with open(report, "w") as f:
 def build(path: Path, y_path: Path, data_bytes: float, mean_len: int, seed: int) -> dict:
     """The 1-level float32 tensor, and y: a 2-level LoD-only tensor whose level 0 has one entry per sequence."""
     from lodtool import LoDTensor
-    from lodtool.format.container import LodWriter
+    from lodtool.container import LodWriter
 
     rng = np.random.default_rng(seed)
     rows_total = int(data_bytes / 4)

@@ -46,7 +46,7 @@ MEAN_SENTENCE = 30  # tokens; sentences are 1..59 tokens long
 def build(path: Path, data_bytes: float, n_docs: int, compression: str, seed: int = 3) -> dict:
     """Write the 2-level file in chunks of documents; returns its shape."""
     from lodtool import LoDTensor
-    from lodtool.format.container import LodWriter
+    from lodtool.container import LodWriter
 
     rng = np.random.default_rng(seed)
     rows_per_doc = data_bytes / 8 / n_docs

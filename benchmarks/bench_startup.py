@@ -43,7 +43,7 @@ _PROBE = ("import sys, atexit\n"
 
 def make_inputs(d: Path) -> dict[str, Path]:
     from lodtool import LoDTensor
-    from lodtool.format.container import save
+    from lodtool.container import save
 
     rng = np.random.default_rng(7)
     docs = rng.integers(1, 5, 50)

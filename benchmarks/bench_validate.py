@@ -67,7 +67,7 @@ def measure_memory(levels, n_rows: int, runs: int, numba_loaded: bool) -> dict[s
 
 def measure_file(path: Path, runs: int) -> dict[str, float]:
     import lodtool
-    from lodtool.format.lazy import OFFSET_BLOCK
+    from lodtool.container.reader import OFFSET_BLOCK
 
     def lodtool_():
         with lodtool.open(path) as f:
@@ -106,7 +106,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="lodtool-bench-validate-", dir=tmpdir) as d:
         from lodtool import LoDTensor
-        from lodtool.format.container import save
+        from lodtool.container import save
 
         path = Path(d) / "offsets.lod.h5"
         save(path, {"x": LoDTensor._trusted(np.zeros(n_rows, np.int8), levels)}, compression="none")

@@ -24,21 +24,24 @@ from .errors import (LodBackendError, LodChecksumError, LodDtypeError, LodError,
                      LodUsageError, LodValidationError, LodVersionError)
 from .lod import lengths_to_offsets, offsets_to_lengths, validate_lod
 from .tensor import LoDTensor, from_nested, set_device_hooks
+from ._moved import install as _install_moved_paths
+
+_install_moved_paths()  # lodtool.format.* and lodtool.pipeline still import, with a DeprecationWarning (until 0.2)
 
 # LoDTensor.to("cuda") and device offsets need lodtool.ops._backend's helpers; import it on first need only
 set_device_hooks(loader=lambda: importlib.import_module("lodtool.ops._backend"))
 
 #: public name -> (module, attribute), resolved lazily
 _LAZY = {
-    "open": ("lodtool.format.container", "open_file"),
-    "load": ("lodtool.format.container", "load"),
-    "save": ("lodtool.format.container", "save"),
-    "LodWriter": ("lodtool.format.container", "LodWriter"),
-    "validate_file": ("lodtool.format.container", "validate_file"),
-    "inspect_file": ("lodtool.format.container", "inspect_file"),
-    "verify_file": ("lodtool.format.container", "verify_file"),
-    "pack": ("lodtool.format.pack", "pack"),
-    "unpack": ("lodtool.format.unpack", "unpack"),
+    "open": ("lodtool.container.reader", "open_file"),
+    "load": ("lodtool.container.reader", "load"),
+    "save": ("lodtool.container.writer", "save"),
+    "LodWriter": ("lodtool.container.writer", "LodWriter"),
+    "validate_file": ("lodtool.container.checks", "validate_file"),
+    "inspect_file": ("lodtool.container.checks", "inspect_file"),
+    "verify_file": ("lodtool.container.checks", "verify_file"),
+    "pack": ("lodtool.tasks._pack", "pack"),
+    "unpack": ("lodtool.tasks._unpack", "unpack"),
     "ops": ("lodtool.ops", None),
 }
 

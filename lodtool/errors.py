@@ -51,6 +51,10 @@ class LodChecksumError(LodFormatError):
     """Stored contents that do not match their recorded checksum."""
 
 
+class LodReaderCrashError(LodFormatError):
+    """The HDF5 reader crashed or hung on a file (caught by the isolated child process)."""
+
+
 class LodFileNotFoundError(LodError, FileNotFoundError):
     """A named input file (or tensor inside a file) does not exist."""
 
@@ -79,6 +83,7 @@ __all__ = [
     "LodFormatError",
     "LodVersionError",
     "LodChecksumError",
+    "LodReaderCrashError",
     "LodFileNotFoundError",
     "LodMemoryError",
     "LodBackendError",

@@ -80,9 +80,9 @@ class Base:
 def make_bases(folder: str) -> dict[str, Base]:
     """Write the base containers into ``folder`` (the zstd one only where hdf5plugin is installed)."""
     from lodtool import LoDTensor
-    from lodtool.format import filters
-    from lodtool.format.container import save
-    from lodtool.format.export import write_tensor
+    from lodtool.container import filters
+    from lodtool.container import save
+    from lodtool.tasks import export
 
     rng = np.random.default_rng(0)
     art = [[3, 1, 2], [3, 2, 4, 1, 2, 3]]
@@ -117,7 +117,7 @@ def make_bases(folder: str) -> dict[str, Base]:
         t = tensors[main]
         append_input = os.path.join(folder, f"{name}.append.jsonl")
         part = t.slice_level(0, 0, 1) if t.lod_level else LoDTensor(t.data[:2])
-        write_tensor(part, append_input, to="jsonl")
+        export(part, append_input, to="jsonl")
         out[name] = Base(name, path, main, len(tensors) > 1, t.lod_level, str(t.dtype), append_input)
     return out
 
@@ -169,7 +169,7 @@ class Mutation:
 
 
 def _rehash(ds: h5py.Dataset) -> None:
-    from lodtool.format import checksum
+    from lodtool.container import checksum
 
     ds.attrs["checksum"] = checksum.format_digest(checksum.hash_dataset(ds))
 
@@ -851,7 +851,7 @@ def _digest_output(folder: str) -> str | None:
     h5, npz = os.path.join(folder, "out.lod.h5"), os.path.join(folder, "out.npz")
     hasher = hashlib.sha256()
     if os.path.exists(h5):
-        from lodtool.format.container import load
+        from lodtool.container import load
 
         t = load(h5)
         hasher.update(json.dumps([str(t.dtype), t.lod, list(t.shape)]).encode())
@@ -988,8 +988,8 @@ def drive(jobs_path: str, results_path: str) -> None:
     """The driver: import lodtool once, then fork one child per job (run with NUMBA_BOUNDSCHECK=1)."""
     import lodtool.cli.main  # noqa: F401 - everything a child needs, imported once
     from lodtool.cli import inspect, ops, pack, slice, tree, unpack, validate, verify  # noqa: F401
-    from lodtool.format import container  # noqa: F401
-    from lodtool.format.jsonio import parse_json
+    from lodtool.container import checks, reader  # noqa: F401
+    from lodtool.io.json import parse_json
     from lodtool import _jit
 
     _jit.numba_module()

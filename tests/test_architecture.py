@@ -1,21 +1,43 @@
-"""The floors of ARCHITECTURE.md, checked on the source: each imports only from the floors below it."""
+"""The floors of ARCHITECTURE.md, checked on the source, and the CLI's mirror of lodtool.tasks.
+
+core (the top-level modules) <- container | io | ops <- tasks | interop <- cli.  Each floor imports only
+from the floors below it (and itself); container, io and ops never import each other; no module imports
+another in a cycle; the deprecated aliases (lodtool.format.*, lodtool.pipeline; see lodtool._moved) are used
+by nothing inside the package.
+"""
 
 from __future__ import annotations
 
 import ast
+import inspect as pyinspect
 from pathlib import Path
 
+import numpy as np
 import pytest
+from click.testing import CliRunner
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lodtool"
-CORE = {"errors", "lod", "tensor"}
+#: floor -> the floors it may import from (besides its own)
+ALLOWED = {
+    "core": set(),
+    "container": {"core"},
+    "io": {"core"},
+    "ops": {"core"},
+    "tasks": {"core", "container", "io", "ops", "interop"},
+    "interop": {"core", "container", "io", "ops", "tasks"},
+    "cli": {"core", "container", "io", "ops", "tasks", "interop"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imports_of(path: Path) -> set[str]:
-    """Absolute module names a file imports (relative imports resolved)."""
+    """Absolute module names a file imports anywhere in it (relative imports resolved)."""
     tree = ast.parse(path.read_text())
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -33,28 +55,103 @@ def imports_of(path: Path) -> set[str]:
 
 
 def files(sub: str = "") -> list[Path]:
-    return sorted((PACKAGE / sub).rglob("*.py"))
+    return sorted(p for p in (PACKAGE / sub).rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def floor_of(path: Path) -> str:
-    rel = path.relative_to(PACKAGE).parts
-    return rel[0] if len(rel) > 1 else "core"
+MODULES = {module_name(p): p for p in files()}
+
+
+def _module_of(name: str) -> str | None:
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in MODULES:
+            return ".".join(parts[:k])
+    return None
+
+
+def _nodes(tree: ast.AST, lazy: bool):
+    """Every node, or (``lazy=False``) those outside function bodies: what runs at import."""
+    if lazy:
+        yield from ast.walk(tree)
+        return
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(c for c in ast.iter_child_nodes(node)
+                    if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+
+def lodtool_modules(path: Path, lazy: bool = True) -> set[str]:
+    """The lodtool modules (files) a file imports: ``from pkg import sub`` counts as ``pkg.sub``.
+
+    ``lazy=False``: only the imports that run when the module is imported.
+    """
+    tree = ast.parse(path.read_text())
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = set()
+    for node in _nodes(tree, lazy):
+        if isinstance(node, ast.Import):
+            out.update(_module_of(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                out.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else _module_of(base))
+    return out - {module, None}
+
+
+def floor_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] not in {"container", "io", "ops", "tasks", "interop",
+                                                                     "cli"}):
+        return "core"
+    return parts[1]
 
 
 @pytest.mark.parametrize("path", files(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_floors(path):
-    floor = floor_of(path)
-    imported = {name for name in imports_of(path) if name.startswith("lodtool")}
-    if floor == "core" and path.stem in CORE:
-        assert not {n for n in imported if n.split(".")[1:2] and n.split(".")[1] in ("format", "ops", "cli",
-                                                                                     "pipeline")}, imported
-    if floor == "format":
-        assert not any(n.startswith(("lodtool.ops", "lodtool.cli", "lodtool.pipeline")) for n in imported), imported
-    if floor == "ops":
-        assert not any(n.startswith(("lodtool.format", "lodtool.cli", "lodtool.pipeline")) for n in imported), \
-            imported
-    if floor != "cli" and path.name != "__main__.py":
-        assert not any(n.startswith("lodtool.cli") for n in imported), f"{path} imports the CLI"
+    module = module_name(path)
+    floor = floor_of(module)
+    if module in ("lodtool", "lodtool.__main__"):
+        return  # the public API and the entry point
+    allowed = ALLOWED[floor] | {floor}
+    wrong = {m for m in lodtool_modules(path) if floor_of(m) not in allowed}
+    assert not wrong, f"{module} ({floor}) imports {sorted(wrong)} from a floor above or beside it"
+
+
+@pytest.mark.parametrize("path", files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_inside_uses_the_deprecated_paths(path):
+    from lodtool._moved import MOVED
+
+    used = {n for n in imports_of(path) if n in MOVED or n.startswith("lodtool.format.")}
+    assert not used, f"{module_name(path)} imports the deprecated {sorted(used)}"
+
+
+def test_no_import_cycles():
+    graph = {m: lodtool_modules(p, lazy=False) for m, p in MODULES.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
 
 
 @pytest.mark.parametrize("path", files(), ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -63,3 +160,82 @@ def test_only_the_device_module_imports_cupy(path):
         return
     assert not any(name == "cupy" or name.startswith("cupy.") for name in imports_of(path)), \
         f"{path} imports cupy; only lodtool/_device.py may"
+
+
+@pytest.mark.parametrize("path", files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_jit_module_imports_numba_for_the_cpu(path):
+    allowed = {"_jit.py", "ops/_cuda.py"}  # _cuda imports numba.cuda, the GPU target
+    if path.relative_to(PACKAGE).as_posix() in allowed:
+        return
+    names = imports_of(path)
+    numba = {n for n in names if n == "numba" or n.startswith("numba.")} - {"numba.types"}
+    if "numba.types" in names:  # an intrinsic's typing function reads numba.types (see lodtool._jit.intrinsic)
+        numba.discard("numba")
+    assert not numba, f"{path} imports numba; kernels come from lodtool._jit"
+
+
+# -- the CLI mirrors lodtool.tasks -------------------------------------------------------------------------
+#: CLI command -> the lodtool.tasks function it is one call of
+COMMAND_TASKS = {
+    "pack": "pack", "unpack": "unpack", "validate": "validate", "inspect": "inspect", "verify": "verify",
+    "slice": "slice", "head": "head", "tail": "tail", "tree": "tree", "expand": "expand", "pool": "pool",
+    "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan",
+}
+
+
+def test_every_command_has_a_tasks_function():
+    from lodtool.cli.main import COMMANDS
+
+    assert set(COMMAND_TASKS) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_TASKS))
+def test_the_tasks_function_is_public_and_documented(command):
+    import lodtool.tasks as tasks
+
+    name = COMMAND_TASKS[command]
+    assert name in tasks.__all__
+    doc = pyinspect.getdoc(getattr(tasks, name)) or ""
+    assert doc and ">>>" in doc, f"lodtool.tasks.{name} needs a docstring with an example"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    from lodtool import LoDTensor, save
+
+    d = tmp_path_factory.mktemp("mirror")
+    save(d / "x.lod.h5", LoDTensor(np.arange(5.0), [[0, 2, 5]]))
+    (d / "x.jsonl").write_text("[1, 2]\n[3]\n")
+    np.savez(d / "p.npz", padded=np.zeros((2, 2)), lengths=np.array([1, 2]))
+    return d
+
+
+def _args(command: str, d: Path) -> list[str]:
+    h5, out = str(d / "x.lod.h5"), str(d / "out.lod.h5")
+    return {
+        "pack": [str(d / "x.jsonl"), "-o", out], "unpack": [h5], "validate": [h5], "inspect": [h5],
+        "verify": [h5], "slice": [h5, "0"], "head": [h5, "--to", "jsonl"], "tail": [h5, "--to", "jsonl"],
+        "tree": [h5], "expand": [h5, h5, "-o", out], "pool": [h5, "-o", out], "softmax": [h5, "-o", out],
+        "reverse": [h5, "-o", out], "pad": [h5, "-o", str(d / "out.npz")], "unpad": [str(d / "p.npz"), "-o", out],
+        "pack-plan": [h5],
+    }[command]
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_TASKS))
+def test_each_command_is_one_call_of_its_tasks_function(command, inputs, monkeypatch):
+    import lodtool.tasks as tasks
+    from lodtool.cli.main import cli
+    from lodtool.errors import LodError
+
+    class Called(LodError):
+        exit_code = 7
+
+    calls = []
+
+    def record(*args, **kwargs):
+        calls.append(COMMAND_TASKS[command])
+        raise Called("called")
+
+    monkeypatch.setattr(tasks, COMMAND_TASKS[command], record)
+    result = CliRunner().invoke(cli, [command, *_args(command, inputs)])
+    assert (result.exit_code, calls) == (7, [COMMAND_TASKS[command]]), result.output

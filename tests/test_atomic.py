@@ -12,8 +12,8 @@ import pytest
 
 from lodtool import LoDTensor
 from lodtool.errors import LodFileNotFoundError, LodUsageError
-from lodtool.format.atomic import AtomicPath, atomic_open, atomic_path, is_temp_path, temp_path_for
-from lodtool.format.container import LodWriter, load, save, validate_file
+from lodtool.atomic import AtomicPath, atomic_open, atomic_path, is_temp_path, temp_path_for
+from lodtool.container import LodWriter, load, save, validate_file
 
 
 @pytest.fixture

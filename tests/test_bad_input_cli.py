@@ -1,6 +1,6 @@
 """Bad JSON / JSON Lines / NPY / NPZ through ``lodtool pack``: a one-line message that says where, no output.
 
-``tests/test_jsonio.py`` and ``tests/test_npyio.py`` check the library's
+``tests/test_io_json.py`` and ``tests/test_io_npy.py`` check the library's
 messages in detail; this is the list of issue 6, end to end at the command
 line: each case exits non-zero with one line naming the file and the line and
 column (or the array and index), and leaves no output file and no temp file,

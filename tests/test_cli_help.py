@@ -40,7 +40,7 @@ def test_unknown_command_is_a_usage_error():
 def test_light_commands_do_not_import_numba(command):
     # these commands read offsets and small windows; numba costs ~0.5 s at start-up
     code = ("import sys; from lodtool.cli.main import cli; cli.get_command(None, %r); "
-            "import lodtool.format.container; "
+            "import lodtool.container.reader; "
             "print('numba' in sys.modules, 'rich' in sys.modules)" % command)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "False", f"{command} imports numba"
@@ -64,7 +64,7 @@ _PROBE = ("import sys, atexit\n"
           "main()\n")
 #: what a command that only reads offsets and writes to a pipe must not load (each costs milliseconds in a
 #: shell loop): the kernels, the writer, the checksum library, the isolating child, the package metadata
-_HEAVY = ("numba", "lodtool.format.writer", "xxhash", "multiprocessing", "importlib.metadata")
+_HEAVY = ("numba", "lodtool.container.writer", "xxhash", "multiprocessing", "importlib.metadata")
 
 
 def _modules_loaded(args: list[str], cwd) -> set[str]:

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from lodtool.format.container import inspect_file, load, open_file, validate_file, verify_file
+from lodtool.container import inspect_file, load, open_file, validate_file, verify_file
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 GOLDEN_V1 = os.path.join(DATA, "golden_v1.h5")

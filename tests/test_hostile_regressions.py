@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from lodtool import LoDTensor
 from lodtool.cli.main import cli
 from lodtool.errors import LodFormatError, LodInputError, LodValidationError
-from lodtool.format.atomic import AtomicPath, sweep_stale_temps
-from lodtool.format.container import inspect_file, load, open_file, save, validate_file, verify_file
-from lodtool.format.npyio import iter_npy, read_npz
-from lodtool.format.unpack import unpack
+from lodtool.atomic import AtomicPath, sweep_stale_temps
+from lodtool.container import inspect_file, load, open_file, save, validate_file, verify_file
+from lodtool.io.npy import iter_npy, read_npz
+from lodtool.tasks import unpack
 
 ARTICLES = [[3, 1, 2], [3, 2, 4, 1, 2, 3]]
 
@@ -173,7 +173,7 @@ def test_npz_members_that_are_not_arrays_or_claim_too_much(tmp_path):
 def test_library_warnings_stay_off_the_command_line(tmp_path, monkeypatch):
     import warnings
 
-    import lodtool.format.container as container
+    import lodtool.container.checks as container
 
     real = container.inspect_file
 

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 
 from lodtool.errors import LodFormatError
-from lodtool.format.atomic import is_temp_path, sweep_stale_temps
-from lodtool.format.container import load, open_file, validate_file, verify_file
+from lodtool.atomic import is_temp_path, sweep_stale_temps
+from lodtool.container import load, open_file, validate_file, verify_file
 
 LONG = os.environ.get("LODTOOL_TEST_PROFILE", "").lower() == "long"
 TRIALS = 60 if LONG else 8
@@ -71,8 +71,8 @@ class Fixture:
     """Inputs (the same tensor as JSON Lines and NPZ), the files they pack into, and write timings."""
 
     def __init__(self, folder: str):
-        from lodtool.format.npyio import write_npz
-        from lodtool.format.pack import pack
+        from lodtool.io.npy import write_npz
+        from lodtool.tasks import pack
 
         self.folder = folder
         self.small = os.path.join(folder, "small.jsonl")
@@ -229,7 +229,7 @@ def test_readers_during_writes_see_old_or_new(fixture, tmp_path):
 
 def test_sweep_leaves_live_writers_alone(tmp_path):
     """The lock that marks a live writer's temp file keeps a concurrent sweep away from it."""
-    from lodtool.format.atomic import AtomicPath
+    from lodtool.atomic import AtomicPath
 
     target = str(tmp_path / "x.lod.h5")
     live = AtomicPath(target)

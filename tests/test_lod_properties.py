@@ -20,8 +20,8 @@ from hypothesis import given, strategies as st
 
 from lodtool import LoDTensor
 from lodtool.errors import LodError, LodValidationError
-from lodtool.format import checksum
-from lodtool.format.container import inspect_file, load, open_file, save, validate_file
+from lodtool.container import checksum
+from lodtool.container import inspect_file, load, open_file, save, validate_file
 from lodtool.lod import find_lod_problems, lod_from_lengths, validate_lod
 
 from .strategies import lod_lengths

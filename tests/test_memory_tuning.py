@@ -27,11 +27,11 @@ def test_an_explicit_environment_setting_wins():
 
 def test_streaming_operators_set_it(tmp_path):
     code = ("import numpy as np, lodtool, lodtool._memory as m\n"
-            "from lodtool.pipeline import softmax_file\n"
+            "from lodtool.tasks import softmax\n"
             f"p = {str(tmp_path / 'x.lod.h5')!r}\n"
             "lodtool.save(p, lodtool.LoDTensor(np.ones(4, np.float32), [[0, 1, 4]]))\n"
             "assert not m._done\n"
-            f"softmax_file(p, {str(tmp_path / 'y.lod.h5')!r})\n"
+            f"softmax(p, {str(tmp_path / 'y.lod.h5')!r})\n"
             "print(m._done)\n")
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout

@@ -12,9 +12,11 @@ from typing import Iterator
 
 import click
 
+from .. import io as formats
 from ..errors import LodFileNotFoundError, LodUsageError
 
-FORMATS_OUT = ["json", "jsonl", "npz", "h5"]
+#: what slice, head and tail write: every writable io format, then the container
+FORMATS_OUT = [*formats.writable(), "h5"]
 COMPRESSIONS = ["gzip", "lzf", "none", "zstd", "blosc", "lz4"]
 
 
@@ -34,7 +36,7 @@ def output_option(required: bool = False, default: str | None = None, help_: str
     return deco
 
 
-def to_option(choices=("json", "jsonl", "npz"), default=None):
+def to_option(choices=formats.writable(), default=None):
     def deco(f):
         return click.option("--to", "to", type=click.Choice(list(choices)), default=default,
                             help="Output format (default: from -o's extension, else "
@@ -97,9 +99,10 @@ def output_format(output: str | None, to: str | None, default: str) -> str:
     if to:
         return to
     if output and output != "-":
-        ext = os.path.splitext(output)[1].lower()
-        return {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".npz": "npz",
-                ".h5": "h5", ".hdf5": "h5"}.get(ext, default)
+        if os.path.splitext(output)[1].lower() in (".h5", ".hdf5"):
+            return "h5"
+        found = formats.format_of_path(output)
+        return found.name if found is not None and found.writes else default
     return default
 
 

@@ -23,10 +23,10 @@ def inspect(ctx, file, as_json, isolate, timeout):
       lodtool inspect articles.lod.h5
       lodtool inspect --json articles.lod.h5 | jq '.tensors[].levels'
     """
-    from ..format.checks import inspect_one
+    from .. import tasks
 
     with opt.input_path(file) as path:
-        info = inspect_one(path, isolate=isolate, timeout=timeout)
+        info = tasks.inspect(path, isolate=isolate, timeout=timeout)
     if file == "-":
         info["path"] = "-"
     if as_json:

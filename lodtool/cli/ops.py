@@ -1,6 +1,6 @@
 """Operator commands: expand, pool, softmax, pad, unpad, reverse, pack-plan.
 
-Each is a thin wrapper over one function of :mod:`lodtool.pipeline`, and takes
+Each is a thin wrapper over one function of :mod:`lodtool.tasks.operators`, and takes
 ``--device cpu|cuda`` (where the operator's kernels run).
 """
 
@@ -35,11 +35,11 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @opt.json_option
     @click.pass_context
     def command(ctx, file, name, output, out_name, compression, max_memory, device, as_json, **kwargs):
-        from .. import pipeline
+        from .. import tasks
 
         with opt.input_path(file) as src, opt.container_output(output) as dst:
-            result = getattr(pipeline, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
-                                                max_memory=opt.parse_size(max_memory), device=device, **kwargs)
+            result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
+                                             max_memory=opt.parse_size(max_memory), device=device, **kwargs)
         result.output = output
         _report(ctx, result, as_json, verb)
 
@@ -50,7 +50,7 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
 
 
 pool = _file_op(
-    "pool", "pooled", "pool_file",
+    "pool", "pooled", "pool",
     """Reduce each last-level sequence to one row (Paddle's sequence_pool); upper levels stay as the LoD.
 
     Empty sequences get --pad-value.  Streams chunks of top-level sequences, so
@@ -68,7 +68,7 @@ pool = _file_op(
                         help="Value for empty sequences.")])
 
 softmax = _file_op(
-    "softmax", "softmax", "softmax_file",
+    "softmax", "softmax", "softmax",
     """Softmax within each last-level sequence (numerically stable), for data of width 1.
 
     \b
@@ -77,7 +77,7 @@ softmax = _file_op(
     """)
 
 reverse = _file_op(
-    "reverse", "reversed", "reverse_file",
+    "reverse", "reversed", "reverse",
     """Reverse the rows of each last-level sequence; the LoD is unchanged.
 
     \b
@@ -111,13 +111,13 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
       lodtool pack sample_data/expand_y.json --lod-level 2 -o y.lod.h5
       lodtool expand x.lod.h5 y.lod.h5 --ref-level 0 -o out.lod.h5
     """
-    from ..pipeline import expand_file
+    from .. import tasks
 
     x_path, x_name = opt.parse_file_ref(x)
     y_path, y_name = opt.parse_file_ref(y)
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
-        result = expand_file(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
-                             compression=compression, max_memory=opt.parse_size(max_memory), device=device)
+        result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
+                              compression=compression, max_memory=opt.parse_size(max_memory), device=device)
     result.output = output
     _report(ctx, result, as_json, "expanded")
 
@@ -146,11 +146,11 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, a
       lodtool pad articles.lod.h5 -o padded.npz --level 1
       lodtool unpad padded.npz -o back.lod.h5
     """
-    from ..pipeline import pad_file
+    from .. import tasks
 
     with opt.input_path(file) as src:
-        info = pad_file(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                        maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
+        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
+                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -172,10 +172,10 @@ def unpad(ctx, npz, output, name, compression, device, as_json):
     Example:
       lodtool unpad padded.npz -o back.lod.h5
     """
-    from ..pipeline import unpad_file
+    from .. import tasks
 
     with opt.input_path(npz) as src, opt.container_output(output) as dst:
-        result = unpad_file(src, dst, name=name, compression=compression, device=device)
+        result = tasks.unpad(src, dst, name=name, compression=compression, device=device)
     result.output = output
     _report(ctx, result, as_json, "unpadded")
 
@@ -195,10 +195,10 @@ def pack_plan(file, name, level, device, as_json):
     Example:
       lodtool pack-plan articles.lod.h5 --level 1 --json
     """
-    from ..pipeline import pack_plan_file
+    from .. import tasks
 
     with opt.input_path(file) as src:
-        plan = pack_plan_file(src, name=name, level=level, device=device)
+        plan = tasks.pack_plan(src, name=name, level=level, device=device)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
             "lengths": plan.lengths, "batch_sizes": plan.batch_sizes}
     if as_json:

@@ -7,12 +7,13 @@ import os
 import click
 
 from . import _options as opt
+from .. import io as formats
 
 
 @click.command("pack")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @opt.output_option(required=True, help_="The container to write (atomically), or - for stdout.")
-@click.option("--format", "fmt", type=click.Choice(["json", "jsonl", "npy", "npz"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(list(formats.readable())), default=None,
               help="Input format (default: from the extension; required for stdin).")
 @click.option("--lod-level", type=click.IntRange(min=0), default=None,
               help="Number of LoD levels; deeper lists become the (uniform) element shape.")
@@ -38,7 +39,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack sample_data/articles.json -o articles.lod.h5 --level-names article,sentence
       cat docs.jsonl | lodtool pack - --format jsonl -o docs.lod.h5
     """
-    from ..format.pack import pack as pack_
+    from .. import tasks
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
@@ -47,9 +48,9 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
     with progress(total, "packing", not opt.is_quiet(ctx) and not as_json) as tick, \
             opt.container_output(output) as path:
-        result = pack_(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
-                       level_names=opt.split_names(level_names), compression=compression, append=append,
-                       progress=tick)
+        result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
+                            level_names=opt.split_names(level_names), compression=compression, append=append,
+                            progress=tick)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:

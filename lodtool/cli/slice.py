@@ -7,19 +7,18 @@ import sys
 import click
 
 from . import _options as opt
-from ..lod import parse_path
 
 
 def _write_result(ctx, tensor, output, fmt, name):
-    from ..format.export import write_tensor
+    from .. import tasks
 
     if fmt == "h5":
         if output is None:
             raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
         with opt.container_output(output) as path:
-            write_tensor(tensor, path, to="h5", name=name)
+            tasks.export(tensor, path, to="h5", name=name)
     else:
-        write_tensor(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
+        tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
 
 
 @click.command("slice", context_settings={"ignore_unknown_options": True})
@@ -28,7 +27,7 @@ def _write_result(ctx, tensor, output, fmt, name):
 @opt.name_option
 @click.option("--level", type=int, default=None, help="With --range: slice this level instead of a branch.")
 @click.option("--range", "range_", default=None, metavar="A:B", help="Sequences A..B of --level.")
-@opt.to_option(("json", "jsonl", "npz", "h5"))
+@opt.to_option(opt.FORMATS_OUT)
 @opt.output_option()
 @click.pass_context
 def slice_(ctx, file, path, name, level, range_, to, output):
@@ -44,7 +43,7 @@ def slice_(ctx, file, path, name, level, range_, to, output):
       lodtool slice articles.lod.h5 2,0 -o sentence.lod.h5
       lodtool slice articles.lod.h5 --level 1 --range 2:4 --to jsonl
     """
-    from ..format.container import open_file
+    from .. import tasks
 
     if (level is None) != (range_ is None):
         raise click.UsageError("--level and --range go together")
@@ -53,14 +52,10 @@ def slice_(ctx, file, path, name, level, range_, to, output):
     if level is None and path is None:
         raise click.UsageError("give a branch PATH (e.g. 2,0) or --level L --range A:B")
     fmt = opt.output_format(output, to, "json")
-    with opt.input_path(file) as src, open_file(src) as f:
-        t = f.tensor(name)
-        if level is not None:
-            begin, end = _parse_range(range_)
-            result = t.slice_level(level, begin, end)
-        else:
-            result = t.branch(*parse_path(path))
-        _write_result(ctx, result, output, fmt, t.name)
+    begin, end = _parse_range(range_) if range_ is not None else (None, None)
+    with opt.input_path(file) as src:
+        part = tasks.slice(src, path, name=name, level=level, start=begin, stop=end)
+        _write_result(ctx, part.tensor, output, fmt, part.name)
 
 
 def _parse_range(text: str) -> tuple[int, int]:
@@ -77,28 +72,28 @@ def _head_tail(which: str):
     @click.option("-n", "--count", "count", type=click.IntRange(min=1), default=5, show_default=True,
                   help="How many top-level sequences.")
     @opt.name_option
-    @opt.to_option(("tree", "json", "jsonl", "npz", "h5"))
+    @opt.to_option(("tree", *opt.FORMATS_OUT))
     @opt.output_option()
     @click.pass_context
     def command(ctx, file, count, name, to, output):
-        from ..format.container import open_file
+        from .. import tasks
 
         default = "tree" if output is None and sys.stdout.isatty() else "jsonl"
         fmt = opt.output_format(output, to, default)
-        with opt.input_path(file) as src, open_file(src) as f:
-            t = f.tensor(name)
-            part = t.head(count) if which == "head" else t.tail(count)
+        with opt.input_path(file) as src:
+            excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)
+            part = excerpt.tensor
             if fmt == "tree":
                 from ._render import TreeSource, build_tree, print_
 
-                first = 0 if which == "head" or not part.lod_level else len(t) - len(part)
+                first = 0 if which == "head" or not part.lod_level else excerpt.total - len(part)
                 src_ = TreeSource(part, lazy=False)
-                title = f"[bold]{t.name}[/] {which} {len(part)} of {len(t):,}"
+                title = f"[bold]{excerpt.name}[/] {which} {len(part)} of {excerpt.total:,}"
                 top = src_.level_sizes[0] - 1 if part.lod_level else part.shape[0]
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first))
             else:
-                _write_result(ctx, part, output, fmt, t.name)
+                _write_result(ctx, part, output, fmt, excerpt.name)
 
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
                     "jsonl when piped.\n\n\b\nExample:\n"

@@ -12,7 +12,7 @@ from . import _options as opt
 @click.command("unpack")
 @click.argument("file")
 @opt.name_option
-@opt.to_option(("json", "jsonl", "npz"))
+@opt.to_option()
 @opt.output_option(default="-")
 @click.pass_context
 def unpack(ctx, file, name, to, output):
@@ -27,10 +27,10 @@ def unpack(ctx, file, name, to, output):
       lodtool unpack docs.lod.h5 --to jsonl | jq -c '.[0]'
       lodtool unpack articles.lod.h5 --to npz -o articles.npz
     """
-    from ..format.unpack import unpack as unpack_
+    from .. import tasks
 
     fmt = opt.output_format(output, to, "json")
     if fmt == "h5":
         raise click.UsageError("unpack writes json, jsonl or npz; use `lodtool slice` to copy into a container")
     with opt.input_path(file) as path:
-        unpack_(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt)
+        tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt)

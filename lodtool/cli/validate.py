@@ -26,9 +26,9 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory):
       lodtool validate articles.lod.h5
       lodtool validate --json *.lod.h5 | jq '.[] | select(.ok | not)'
     """
-    from ..format.checks import validate_files
+    from .. import tasks
 
-    reports = validate_files(files, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
+    reports = tasks.validate(files, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])
     elif not opt.is_quiet(ctx) or any(not r.ok for r in reports):

@@ -23,9 +23,9 @@ def verify(ctx, files, as_json, isolate, timeout):
       lodtool verify articles.lod.h5
       lodtool verify --json *.lod.h5
     """
-    from ..format.checks import verify_files
+    from .. import tasks
 
-    reports = verify_files(files, isolate=isolate, timeout=timeout)
+    reports = tasks.verify(files, isolate=isolate, timeout=timeout)
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])
     else:

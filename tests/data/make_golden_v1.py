@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from lodtool import LoDTensor  # noqa: E402
-from lodtool.format.container import save  # noqa: E402
+from lodtool.container import save  # noqa: E402
 
 LENGTHS = [[3, 1, 2], [3, 2, 4, 1, 2, 3]]
 TOKENS = np.arange(1, 16, dtype=np.int64)

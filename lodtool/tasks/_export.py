@@ -9,19 +9,21 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
+from .. import io as formats
 from ..errors import LodUsageError
 from ..tensor import LoDTensor
 
-TARGETS = ("h5", "json", "jsonl", "npz")
+#: the container, then every interchange format lodtool writes
+TARGETS = ("h5", *formats.writable())
 
 
-def write_tensor(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
-                 compression: str | None = None) -> None:
+def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
+           compression: str | None = None) -> None:
     """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
-    >>> write_tensor(LoDTensor(np.arange(3), [[0, 2, 3]]), buf, to="jsonl")
+    >>> export(LoDTensor(np.arange(3), [[0, 2, 3]]), buf, to="jsonl")
     >>> buf.getvalue().decode()
     '[0,1]\\n[2]\\n'
     """
@@ -30,26 +32,18 @@ def write_tensor(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to:
     if to == "h5":
         if not isinstance(output, (str, os.PathLike)):
             raise LodUsageError("a container is written to a path")
-        from .container import save
+        from ..container.writer import save
 
         kwargs = {"compression": compression} if compression else {}
         save(output, {name: tensor}, **kwargs)
         return
     if isinstance(output, (str, os.PathLike)):
-        from .atomic import atomic_path
+        from ..atomic import atomic_path
 
         with atomic_path(output) as tmp, open(tmp, "wb") as stream:
-            _write_stream(tensor, stream, to)
+            formats.get(to).write(tensor, stream)
     else:
-        _write_stream(tensor, output, to)
+        formats.get(to).write(tensor, output)
 
 
-def _write_stream(tensor: LoDTensor, stream: BinaryIO, to: str) -> None:
-    if to == "npz":
-        from .npyio import write_npz
-
-        write_npz(tensor, stream)
-    else:
-        from .jsonio import write_json
-
-        write_json(tensor, stream, to)
+__all__ = ["export", "TARGETS"]

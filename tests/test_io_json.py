@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from lodtool import LoDTensor, from_nested
 from lodtool.errors import LodError, LodInputError, LodUsageError
-from lodtool.format import jsonio
-from lodtool.format.jsonio import iter_json, parse_json, read_json, write_json
+from lodtool.io import json as jsonio
+from lodtool.io.json import iter_json, parse_json, read_json, write_json
 
 from .strategies import lod_tensors
 
@@ -131,7 +131,7 @@ def test_numeric_input_never_takes_the_general_path(monkeypatch):
 
 
 def test_numba_is_imported_lazily():
-    code = "import sys, lodtool.format.jsonio; print('numba' in sys.modules)"
+    code = "import sys, lodtool.io.json; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -75,12 +75,12 @@ import numpy as np
 from .. import lod as _lod
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
-from ..tensor import LoDTensor, check_dtype, from_nested
+from ..tensor import LoDTensor, from_nested
+from . import format_of_path
+from ._values import cast_values, concat_chunks, resolve_dtype
 
 #: the formats this module reads and writes
 FORMATS = ("json", "jsonl")
-#: input formats by file extension
-EXTENSIONS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".npy": "npy", ".npz": "npz"}
 #: bytes read at a time
 CHUNK_BYTES = 64 << 20
 #: bytes the fast path scans at a time (its outputs then stay in reused, cache-warm memory)
@@ -99,133 +99,6 @@ _BOOL_TOKEN = re.compile(rb"\b(?:true|false)\b")
 _NUMBER_TOKEN = re.compile(rb"(?<![\w.])(?:-?\d|NaN\b|-?Infinity\b)")
 _NOT_A_NUMBER = re.compile(rb'["{]|\bnull\b')
 _BRANCH = re.compile(r"<(\d+)((?:,\s*-?\d+)*)>")
-
-
-# -- small public helpers ---------------------------------------------------------------------------
-def format_from_path(path: str | os.PathLike) -> str | None:
-    """The input format named by a file's extension, or None.
-
-    >>> format_from_path("docs.ndjson"), format_from_path("x.h5")
-    ('jsonl', None)
-    """
-    return EXTENSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
-
-
-def resolve_dtype(dtype: Any) -> np.dtype | None:
-    """``dtype`` as a numpy dtype lodtool can store, or None (infer).
-
-    >>> resolve_dtype("int32"), resolve_dtype(None)
-    (dtype('int32'), None)
-    """
-    if dtype is None:
-        return None
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise LodUsageError(f"unknown dtype {dtype!r}; use a numeric numpy dtype such as int32, int64, float32 "
-                            "or bool") from None
-    return check_dtype(dt, "the requested dtype")
-
-
-def cast_values(data: np.ndarray, dtype: np.dtype | None, where: Callable[[int], str] = lambda row: "") -> np.ndarray:
-    """``data`` as ``dtype``, refusing values the dtype cannot hold.
-
-    ``where(row)`` names the position of a data row for the error message.
-
-    >>> cast_values(np.array([1, 2]), np.dtype("uint8")).dtype
-    dtype('uint8')
-    >>> cast_values(np.array([1, 300]), np.dtype("uint8"))
-    Traceback (most recent call last):
-    ...
-    lodtool.errors.LodInputError: value 300 does not fit in uint8
-    """
-    if dtype is None or data.dtype == dtype:
-        return data
-    src, dst = data.dtype, np.dtype(dtype)
-    flat = data.reshape(-1)
-    bad = None
-    reason = ""
-    if dst.kind == "b":
-        if src.kind != "b":
-            bad = (flat != 0) & (flat != 1)
-            reason = "is neither 0 nor 1, so it is no bool"
-    elif dst.kind in "iu":
-        info = np.iinfo(dst)
-        if src.kind in "iu":
-            bad = (flat < info.min) | (flat > info.max)
-            reason = f"does not fit in {dst}"
-        elif src.kind == "f":
-            with np.errstate(invalid="ignore"):
-                bad = ~np.isfinite(flat) | (flat != np.trunc(flat)) | (flat < float(info.min)) | \
-                    (flat >= float(info.max) + 1.0)
-            reason = f"is not a whole number that fits in {dst}"
-        elif src.kind == "c":
-            bad = np.ones(flat.shape, dtype=bool)
-            reason = f"is complex, which {dst} cannot hold"
-    elif dst.kind == "f" and src.kind == "c":
-        bad = flat.imag != 0
-        reason = f"is complex, which {dst} cannot hold"
-    if bad is not None and bad.any():
-        k = int(np.argmax(bad))
-        raise _value_error(flat[k], k, data, where, reason)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = data.real.astype(dst) if (src.kind == "c" and dst.kind != "c") else data.astype(dst)
-    if dst.kind in "fc" and src.kind in "iufc":
-        out_flat = out.reshape(-1)
-        over = np.isinf(out_flat) & np.isfinite(flat)
-        if over.any():
-            k = int(np.argmax(over))
-            raise _value_error(flat[k], k, data, where, f"overflows {dst}")
-    return out
-
-
-def _value_error(value, k: int, data: np.ndarray, where: Callable[[int], str], reason: str) -> LodInputError:
-    per_row = max(int(np.prod(data.shape[1:], dtype=np.int64)), 1)
-    place = where(k // per_row)
-    text = repr(value.item() if hasattr(value, "item") else value)
-    return LodInputError(f"{place}value {text} {reason}")
-
-
-def concat_chunks(chunks: Iterable[LoDTensor]) -> LoDTensor:
-    """Concatenate chunks of whole top-level sequences into one tensor (dtypes promote).
-
-    >>> a, b = parse_json(b"[[1, 2]]"), parse_json(b"[[3.5], []]")
-    >>> t = concat_chunks([a, b])
-    >>> t.lod, t.data.tolist()
-    ([[0, 2, 3, 3]], [1.0, 2.0, 3.5])
-    """
-    chunks = list(chunks)
-    if not chunks:
-        raise LodInputError("no sequences to concatenate")
-    if len(chunks) == 1:
-        return chunks[0]
-    first = chunks[0]
-    for c in chunks[1:]:
-        if c.lod_level != first.lod_level or c.element_shape != first.element_shape:
-            raise LodShapeError(f"chunks differ: {c.lod_level} LoD levels and element shape {c.element_shape} "
-                                f"after {first.lod_level} and {first.element_shape}")
-    dtype = _promote([np.asarray(c).dtype for c in chunks if c.n_rows] or [first.dtype])
-    data = np.concatenate([np.asarray(c).astype(dtype, copy=False) for c in chunks])
-    offsets = []
-    for level in range(first.lod_level):
-        parts, base = [np.zeros(1, dtype=np.int64)], 0
-        for c in chunks:
-            o = c.offsets[level]
-            parts.append(o[1:] + base)
-            base += int(o[-1])
-        offsets.append(np.concatenate(parts))
-    return LoDTensor._trusted(data, offsets, first.level_names)
-
-
-def _promote(dtypes: list[np.dtype]) -> np.dtype:
-    out = dtypes[0]
-    for dt in dtypes[1:]:
-        if dt == out:
-            continue
-        if {dt.kind, out.kind} <= {"i", "u"} and np.result_type(dt, out).kind == "f":
-            raise LodDtypeError(f"chunks of {out} and {dt} have no common integer dtype; pass dtype=")
-        out = np.result_type(out, dt)
-    return out
 
 
 # -- inputs -----------------------------------------------------------------------------------------
@@ -939,7 +812,8 @@ def _names(level_names) -> tuple[str, ...] | None:
 def _resolve_format(source: Any, fmt: str | None) -> str:
     if fmt is None:
         if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
-            fmt = format_from_path(source)
+            found = format_of_path(source)
+            fmt = found.name if found is not None else None
         if fmt is None:
             raise LodUsageError("cannot tell the input format; give fmt='json' or 'jsonl'")
     if fmt not in FORMATS:
@@ -1261,5 +1135,29 @@ def _encode_sequences(chunk: LoDTensor) -> list[bytes]:
     return [json.dumps(seq, separators=(",", ":")).encode() for seq in nested]
 
 
-__all__ = ["FORMATS", "EXTENSIONS", "CHUNK_BYTES", "MAX_LEVELS", "format_from_path", "resolve_dtype", "cast_values",
-           "concat_chunks", "iter_json", "iter_json_inputs", "read_json", "parse_json", "write_json"]
+
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         stats: dict | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: ``sources`` of format ``fmt`` as chunks of whole top-level sequences.
+
+    >>> [c.to_nested() for c in read("jsonl", [b"[1, 2]\\n[3]\\n"])]
+    [[[1, 2], [3]]]
+    """
+    return iter_json_inputs(sources, fmt, lod_level=lod_level, dtype=dtype, chunk_bytes=chunk_bytes,
+                            progress=progress, stats=stats)
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
+    """The registry's writer of a tensor in memory (what ``slice`` writes)."""
+    write_json(tensor, out, fmt)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: a stored tensor's ``chunks``, written as they come (``unpack``)."""
+    write_json(chunks, out, fmt)
+
+
+__all__ = ["FORMATS", "CHUNK_BYTES", "MAX_LEVELS", "iter_json", "iter_json_inputs", "read_json", "parse_json",
+           "write_json", "read", "write", "write_stored"]

@@ -27,10 +27,13 @@ import numpy as np
 
 from ..errors import LodUsageError
 from ..tensor import LoDTensor
-from .jsonio import CHUNK_BYTES, format_from_path, iter_json_inputs, resolve_dtype
+from .. import io as formats
+from ..io._values import resolve_dtype
 
 #: the input formats ``pack`` reads
-INPUT_FORMATS = ("json", "jsonl", "npy", "npz")
+INPUT_FORMATS = formats.readable()
+#: input bytes parsed at a time
+CHUNK_BYTES = 64 << 20
 #: parse the next chunk in a thread while the previous one is written (measured: see benchmarks/bench_ingest.py)
 OVERLAP = True
 
@@ -62,7 +65,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     Several inputs concatenate as top-level sequences, in order: each .npy file
     is one sequence, each JSON / JSON Lines / NPZ input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
-    :mod:`lodtool.format.jsonio`; ``dtype=None`` infers (and promotes int64 to
+    :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
     float64 when a later chunk holds floats).  ``append=True`` adds the
     sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
@@ -70,7 +73,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     leave ``output`` as it was.
 
     >>> import os, tempfile, numpy as np
-    >>> from lodtool.format.container import load
+    >>> from lodtool.container import load
     >>> d = tempfile.mkdtemp()
     >>> a, b = os.path.join(d, "a.npy"), os.path.join(d, "b.npy")
     >>> np.save(a, np.zeros((3, 2), np.float32)); np.save(b, np.ones((1, 2), np.float32))
@@ -86,7 +89,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     names = None if level_names is None else [str(n) for n in level_names]
     stats: dict = {"bytes_read": 0}
     chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats)
-    from .container import LodWriter
+    from ..container.writer import LodWriter
 
     kwargs = {} if compression is None else {"compression": compression}
     rows = sequences = 0
@@ -134,34 +137,25 @@ def _input_format(inputs: list, format: str | None) -> str:
     found = {}
     for src in inputs:
         if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
-            raise LodUsageError("reading stdin or a stream needs format= (json, jsonl, npy or npz)")
-        fmt = format_from_path(src)
+            raise LodUsageError(f"reading stdin or a stream needs format= ({_either(INPUT_FORMATS)})")
+        fmt = formats.format_of_path(src)
         if fmt is None:
-            raise LodUsageError(f"{os.fspath(src)}: cannot tell the format from the extension (.json .jsonl "
-                                ".ndjson .npy .npz); pass format=")
-        found.setdefault(fmt, os.fspath(src))
+            raise LodUsageError(f"{os.fspath(src)}: cannot tell the format from the extension "
+                                f"({' '.join(formats.extensions())}); pass format=")
+        found.setdefault(fmt.name, os.fspath(src))
     if len(found) > 1:
         a, b = list(found.items())[:2]
         raise LodUsageError(f"inputs mix formats ({a[1]} is {a[0]}, {b[1]} is {b[0]}); pack one format at a time")
     return next(iter(found))
 
 
+def _either(names: Sequence[str]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+
+
 def _read(fmt: str, inputs: list, lod_level, target, chunk_bytes: int, progress, stats: dict) -> Iterator[LoDTensor]:
-    if fmt in ("json", "jsonl"):
-        yield from iter_json_inputs(inputs, fmt, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes,
-                                    progress=progress, stats=stats)
-        return
-    from . import npyio
-
-    def tick(n: int) -> None:
-        stats["bytes_read"] = n
-        if progress is not None:
-            progress(n)
-
-    if fmt == "npy":
-        yield from npyio.iter_npy(inputs, dtype=target, lod_level=lod_level, chunk_bytes=chunk_bytes, progress=tick)
-    else:
-        yield from npyio.iter_npz(inputs, dtype=target, lod_level=lod_level, progress=tick)
+    return formats.get(fmt).read(inputs, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes,
+                                 progress=progress, stats=stats)
 
 
 def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:

@@ -11,7 +11,7 @@ bytes written are fed to the dataset's checksum as they go.
 
 >>> import os, tempfile, numpy as np
 >>> from lodtool import LoDTensor
->>> from lodtool.format.container import load
+>>> from lodtool.container import load
 >>> path = os.path.join(tempfile.mkdtemp(), "s.lod.h5")
 >>> with LodWriter(path) as w:
 ...     tw = w.add_tensor("x", dtype=None, element_shape=(), lod_level=1)
@@ -39,8 +39,8 @@ from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
 from ._h5 import create_h5, hard_member, link_count, open_h5, same_object, storage_gap, translate
 from ._writeback import WRITEBACK_BYTES, start_writeback
-from .atomic import AtomicPath, copy_to_stream, is_stream
-from .lazy import describe_tensor, tensor_names
+from ..atomic import AtomicPath, copy_to_stream, is_stream
+from .reader import describe_tensor, tensor_names
 
 #: target bytes per chunk of data: a branch read decodes whole chunks, so small chunks keep it
 #: near the branch's own bytes; measured, 64 KiB also read and wrote faster than 1 MiB
@@ -260,7 +260,7 @@ class TensorWriter:
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import load
+    >>> from lodtool.container import load
     >>> path = os.path.join(tempfile.mkdtemp(), "t.lod.h5")
     >>> with LodWriter(path) as w:
     ...     tw = w.add_tensor("x", dtype="float32", element_shape=(2,), lod_level=1)
@@ -527,7 +527,7 @@ class LodWriter:
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import load
+    >>> from lodtool.container import load
     >>> path = os.path.join(tempfile.mkdtemp(), "w.lod.h5")
     >>> with LodWriter(path) as w:
     ...     w.write("x", LoDTensor(np.arange(3), [[0, 2, 3]]))
@@ -782,7 +782,7 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import open_file
+    >>> from lodtool.container import open_file
     >>> p = os.path.join(tempfile.mkdtemp(), "s.lod.h5")
     >>> tokens = LoDTensor(np.arange(5), [[0, 2, 5]])
     >>> save(p, {"tokens": tokens, "labels": LoDTensor(np.ones(5, "int8"), tokens.lod)})

@@ -41,7 +41,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks, so no sweeping either
     fcntl = None
 
-from ..errors import LodFileNotFoundError, LodUsageError
+from .errors import LodFileNotFoundError, LodUsageError
 
 #: marks lodtool's temp files: ``.NAME.lodtmp-<random>``
 TEMP_MARK = ".lodtmp-"

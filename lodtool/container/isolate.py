@@ -2,7 +2,7 @@
 
 A crafted HDF5 file can make libhdf5 itself segfault or loop.  ``run_isolated``
 forks a child that does the reading and sends the result back over a pipe; the
-parent turns a dead or silent child into a one-line :class:`LodFormatError`.
+parent turns a dead or silent child into a one-line :class:`~lodtool.errors.LodReaderCrashError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import traceback
 from typing import Any, Callable
 
-from ..errors import LodError, LodFormatError
+from ..errors import LodError, LodFormatError, LodReaderCrashError
 
 #: address-space cap of the child, so a hostile file cannot exhaust the machine
 CHILD_ADDRESS_SPACE = 16 << 30
@@ -34,12 +34,12 @@ def run_isolated(fn: Callable[..., Any], *args: Any, path: str, timeout: float =
         if not receiver.poll(timeout):
             child.kill()
             child.join()
-            raise LodFormatError(f"{path}: unreadable (the HDF5 reader timed out after {timeout:g} s)")
+            raise LodReaderCrashError(f"{path}: unreadable (the HDF5 reader timed out after {timeout:g} s)")
         try:
             status, payload = receiver.recv()
         except (EOFError, OSError):
             child.join()
-            raise LodFormatError(f"{path}: unreadable (the HDF5 reader crashed"
+            raise LodReaderCrashError(f"{path}: unreadable (the HDF5 reader crashed"
                                  f"{_signal_text(child.exitcode)})") from None
     finally:
         receiver.close()

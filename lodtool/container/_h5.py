@@ -14,7 +14,7 @@ from typing import Iterator
 import h5py
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError
-from .atomic import is_temp_path
+from ..atomic import is_temp_path
 
 #: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it
 READ_CACHE = 4 << 20

@@ -11,7 +11,7 @@ from hypothesis import given
 
 from lodtool import LoDTensor
 from lodtool.errors import LodFileNotFoundError, LodInputError, LodUsageError
-from lodtool.format.npyio import (iter_npy, load_npz_arrays, read_npy, read_npy_header, read_npz, write_npz,
+from lodtool.io.npy import (iter_npy, load_npz_arrays, read_npy, read_npy_header, read_npz, write_npz,
                                   write_npz_parts)
 
 from .strategies import lod_tensors

@@ -9,7 +9,7 @@ claimed size against the memory limit and validate the whole LoD first.
 
 >>> import os, tempfile, numpy as np
 >>> from lodtool import LoDTensor
->>> from lodtool.format.container import save
+>>> from lodtool.container import save
 >>> path = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
 >>> save(path, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
 >>> with open_file(path) as f:
@@ -183,7 +183,7 @@ class LazyTensor:
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import save, open_file
+    >>> from lodtool.container import save, open_file
     >>> path = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
     >>> save(path, {"x": LoDTensor(np.arange(7.0), recursive_sequence_lengths=[[2, 1], [2, 2, 3]])})
     >>> with open_file(path) as f:
@@ -327,7 +327,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(10, 16), [[0, 2, 6]]))
         >>> with open_file(p) as f:
@@ -350,7 +350,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
         >>> with open_file(p) as f:
@@ -411,7 +411,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
         >>> with open_file(p) as f:
@@ -437,7 +437,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
         >>> with open_file(p) as f:
@@ -481,7 +481,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 1, 2]]))
         >>> with open_file(p) as f:
@@ -536,7 +536,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1], [3, 0, 3]]))
         >>> with open_file(p) as f:
@@ -573,7 +573,7 @@ class LazyTensor:
 
         >>> import os, tempfile, numpy as np
         >>> from lodtool import LoDTensor
-        >>> from lodtool.format.container import save, open_file
+        >>> from lodtool.container import save, open_file
         >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
         >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 0, 1, 2]]))
         >>> with open_file(p) as f:
@@ -666,7 +666,7 @@ class LodFile:
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import save, open_file
+    >>> from lodtool.container import save, open_file
     >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
     >>> save(p, {"a": LoDTensor(np.arange(3), [[0, 3]]), "b": LoDTensor(np.ones(2), [[0, 1, 2]])})
     >>> with open_file(p) as f:
@@ -777,7 +777,7 @@ def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodF
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import save
+    >>> from lodtool.container import save
     >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 3]]), name="x")
     >>> with open_file(p) as f:
@@ -793,4 +793,22 @@ def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodF
         raise
 
 
-__all__ = ["LodFile", "LazyTensor", "open_file", "describe_tensor", "tensor_names", "Layout"]
+def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
+    """Read a whole tensor, validated (``name=None``: the only tensor of the file).
+
+    The claimed size is checked against ``max_memory`` (default
+    ``min(available RAM / 2, 4 GiB)``) before anything is allocated.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.container import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> load(p).to_nested()
+    [[0, 1], [2]]
+    """
+    with open_file(path, max_memory=max_memory) as f:
+        return f.tensor(name).read()
+
+
+__all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "tensor_names", "Layout"]

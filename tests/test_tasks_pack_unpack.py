@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 
 from lodtool import LoDTensor, from_nested
 from lodtool.errors import LodError, LodInputError, LodUsageError
-from lodtool.format.container import load, save
-from lodtool.format.npyio import read_npz
-from lodtool.format.pack import pack
-from lodtool.format.unpack import unpack
+from lodtool.container import load, save
+from lodtool.io.npy import read_npz
+from lodtool.tasks import pack
+from lodtool.tasks import unpack
 
 from .strategies import lod_tensors
 

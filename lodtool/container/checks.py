@@ -1,14 +1,12 @@
-"""The lodtool container: one import for writing, reading, checking and verifying HDF5 LoD files.
+"""Whole-file checks of a container: :func:`validate_file`, :func:`inspect_file` and :func:`verify_file`.
 
-Writing lives in :mod:`.writer` (:func:`save`, :class:`LodWriter`), lazy reading
-in :mod:`.lazy` (:func:`open_file`, :class:`LodFile`, :class:`LazyTensor`); this
-module adds the whole-file operations: :func:`load`, :func:`validate_file`,
-:func:`inspect_file` and :func:`verify_file`.  The format is specified in
-``docs/format.md``.
+Each reports on one file (:class:`FileReport`, a dict, or a list of
+:class:`ChecksumMismatch`); :mod:`lodtool.tasks` runs them over many files,
+optionally isolated.  The format is specified in ``docs/format.md``.
 
 >>> import os, tempfile, numpy as np
 >>> from lodtool import LoDTensor
->>> from lodtool.format.writer import save
+>>> from lodtool.container import load, save
 >>> path = os.path.join(tempfile.mkdtemp(), "articles.lod.h5")
 >>> t = LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]])
 >>> save(path, {"tokens": t})
@@ -18,49 +16,17 @@ module adds the whole-file operations: :func:`load`, :func:`validate_file`,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
 import h5py
 
 from ..errors import LodFormatError
-from ..tensor import LoDTensor
 from . import spec
 from ._h5 import hard_member, storage_gap, translate
-from .filters import COMPRESSIONS, DEFAULT_COMPRESSION, ensure_readable
-from .lazy import LazyTensor, LodFile, open_file
-
-#: the writer's names, imported on first use: reading commands (inspect, validate, slice) never load it
-_FROM_WRITER = ("AUTO", "LodWriter", "TensorWriter", "save")
-
-
-def __getattr__(name: str):
-    if name in _FROM_WRITER:
-        from . import writer
-
-        value = getattr(writer, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
-    """Read a whole tensor, validated (``name=None``: the only tensor of the file).
-
-    The claimed size is checked against ``max_memory`` (default
-    ``min(available RAM / 2, 4 GiB)``) before anything is allocated.
-
-    >>> import os, tempfile, numpy as np
-    >>> from lodtool import LoDTensor
-    >>> from lodtool.format.writer import save
-    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
-    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
-    >>> load(p).to_nested()
-    [[0, 1], [2]]
-    """
-    with open_file(path, max_memory=max_memory) as f:
-        return f.tensor(name).read()
-
+from .filters import ensure_readable
+from .reader import open_file
 
 # -- validate ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -84,12 +50,21 @@ class Problem:
 
 @dataclass
 class FileReport:
-    """The result of :func:`validate_file`: ``ok``, the problems, or ``error`` if reading broke off."""
+    """The result of validating one file: ``ok``, the problems, or ``error`` if reading broke off (or never began).
+
+    >>> FileReport("x.lod.h5", False, error="not an HDF5 file").to_dict()
+    {'path': 'x.lod.h5', 'ok': False, 'error': 'not an HDF5 file', 'problems': []}
+    """
 
     path: str
     ok: bool
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "ok": self.ok, "error": self.error,
+                "problems": [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else {"message": str(p)}
+                             for p in self.problems]}
 
 
 def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None) -> FileReport:
@@ -106,7 +81,7 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
 
     >>> import os, tempfile, numpy as np, h5py
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.writer import save
+    >>> from lodtool.container.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
     >>> with h5py.File(p, "r+") as f:
@@ -152,7 +127,7 @@ def inspect_file(path: str | os.PathLike) -> dict:
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.writer import save
+    >>> from lodtool.container.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 1, 2]], level_names=["doc"]))
     >>> info = inspect_file(p)
@@ -218,7 +193,7 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
 
     >>> import os, tempfile, numpy as np, h5py
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.writer import save
+    >>> from lodtool.container.writer import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
     >>> with h5py.File(p, "r+") as f:
@@ -276,7 +251,4 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch
     return None
 
 
-# save, LodWriter, TensorWriter and AUTO come from the writer on first use (the module __getattr__ above)
-__all__ = ["save", "load", "open_file", "LodFile", "LazyTensor", "LodWriter", "TensorWriter",  # noqa: F822
-           "validate_file", "inspect_file", "verify_file", "FileReport", "Problem", "ChecksumMismatch",
-           "DEFAULT_COMPRESSION", "COMPRESSIONS", "AUTO"]  # noqa: F822
+__all__ = ["validate_file", "inspect_file", "verify_file", "FileReport", "Problem", "ChecksumMismatch"]

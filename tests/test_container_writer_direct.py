@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lodtool import LoDTensor
-from lodtool.format import writer
-from lodtool.format._fletcher import fletcher32_chunks
-from lodtool.format.container import load, verify_file
-from lodtool.format.writer import save
+from lodtool.container import writer
+from lodtool.container._fletcher import fletcher32_chunks
+from lodtool.container import load, verify_file
+from lodtool.container.writer import save
 
 
 def _raw_chunks(path: str) -> list[bytes]:
@@ -77,7 +77,7 @@ def test_a_flipped_byte_in_a_direct_chunk_is_detected(tmp_path):
 
 
 def test_the_writer_starts_write_back_as_it_goes(tmp_path, monkeypatch):
-    from lodtool.format import _writeback
+    from lodtool.container import _writeback
 
     started = []
     real = _writeback.start_writeback
@@ -94,7 +94,7 @@ def test_the_writer_starts_write_back_as_it_goes(tmp_path, monkeypatch):
 
 
 def test_start_writeback_is_a_no_op_without_a_file_descriptor():
-    from lodtool.format._writeback import start_writeback
+    from lodtool.container._writeback import start_writeback
 
     with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
         assert start_writeback(f) is False

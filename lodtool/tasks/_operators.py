@@ -1,6 +1,6 @@
 """Operators on files: read a container, run an operator, write a container.
 
-This is the one place where :mod:`lodtool.format` and :mod:`lodtool.ops` meet
+This is the one place where :mod:`lodtool.container` and :mod:`lodtool.ops` meet
 (neither imports the other).  Every operator on a container streams, so files
 larger than memory work: pool, softmax and reverse over chunks of whole
 top-level sequences; expand over chunks of x's sequences (or rows) bounded by
@@ -20,7 +20,7 @@ GPU it fails at once, before any data is read, with a one-line
 >>> from lodtool import LoDTensor, save, load
 >>> d = tempfile.mkdtemp()
 >>> save(os.path.join(d, "x.h5"), LoDTensor(np.arange(5.0), [[0, 2, 5]]))
->>> _ = pool_file(os.path.join(d, "x.h5"), os.path.join(d, "sum.h5"), pool_type="sum")
+>>> _ = pool(os.path.join(d, "x.h5"), os.path.join(d, "sum.h5"), pool_type="sum")
 >>> load(os.path.join(d, "sum.h5")).data.tolist()
 [1.0, 9.0]
 """
@@ -34,11 +34,11 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ._device import to_host
-from ._memory import keep_large_buffers_unpooled
-from .errors import LodUsageError, LodValidationError
-from .lod import validate_lod
-from .tensor import LoDTensor
+from .._device import to_host
+from .._memory import keep_large_buffers_unpooled
+from ..errors import LodUsageError, LodValidationError
+from ..lod import validate_lod
+from ..tensor import LoDTensor
 
 #: rows per chunk for the streaming operators
 CHUNK_ROWS = 1 << 22
@@ -60,15 +60,15 @@ class OpResult:
     dtype: str
 
 
-def _check_device(device: str, op: str) -> None:
-    """Fail early (before reading anything) when ``device`` cannot run ``op``."""
-    from .ops import get_backend
+def _check_device(device: str) -> None:
+    """Fail early (before reading anything) when ``device`` cannot run operators."""
+    from ..ops import get_backend
 
     get_backend(None, None, device)
 
 
 def _open_tensor(path: str, name: str | None, max_memory: int | None):
-    from .format.container import open_file
+    from ..container.reader import open_file
 
     f = open_file(path, max_memory=max_memory)
     return f, f.tensor(name)
@@ -182,7 +182,7 @@ def _runs(costs: Sequence[np.ndarray], budget: int) -> Iterator[tuple[int, int]]
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
             *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None) -> OpResult:
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results."""
-    from .format.container import LodWriter
+    from ..container.writer import LodWriter
 
     keep_large_buffers_unpooled()  # flat memory however long the file (see lodtool._memory)
 
@@ -210,34 +210,61 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
         return OpResult(str(output), name_out, rows, seqs, last.lod_level, str(last.dtype))
 
 
-def pool_file(path: str, output: str, *, pool_type: str = "sum", name: str | None = None,
-              out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
-              max_memory: int | None = None, device: str = "cpu") -> OpResult:
-    """``sequence_pool`` over a container, streamed by top-level sequences."""
-    from .ops import sequence_pool
+def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = None,
+         out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
+         max_memory: int | None = None, device: str = "cpu") -> OpResult:
+    """``sequence_pool`` over a container, streamed by top-level sequences.
 
-    _check_device(device, "sequence_pool")
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.arange(5.0), [[0, 2, 5]]))
+    >>> r = pool(os.path.join(d, "x.h5"), os.path.join(d, "avg.h5"), pool_type="average")
+    >>> load(os.path.join(d, "avg.h5")).data.tolist(), r.sequences
+    ([0.5, 3.0], 2)
+    """
+    from ..ops import sequence_pool
+
+    _check_device(device)
     return _stream(path, output, name, out_name,
                    lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
                    compression=compression, max_memory=max_memory)
 
 
-def softmax_file(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
-                 compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
-    """``sequence_softmax`` over a container, streamed by top-level sequences."""
-    from .ops import sequence_softmax
+def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+    """``sequence_softmax`` over a container, streamed by top-level sequences.
 
-    _check_device(device, "sequence_softmax")
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.zeros(3), [[0, 1, 3]]))
+    >>> _ = softmax(os.path.join(d, "x.h5"), os.path.join(d, "p.h5"))
+    >>> load(os.path.join(d, "p.h5")).data.tolist()
+    [1.0, 0.5, 0.5]
+    """
+    from ..ops import sequence_softmax
+
+    _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_softmax(c, device=device).to("cpu"),
                    compression=compression, max_memory=max_memory)
 
 
-def reverse_file(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
-                 compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
-    """``sequence_reverse`` over a container, streamed by top-level sequences."""
-    from .ops import sequence_reverse
+def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+    """``sequence_reverse`` over a container, streamed by top-level sequences.
 
-    _check_device(device, "sequence_reverse")
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.arange(5), [[0, 2, 5]]))
+    >>> _ = reverse(os.path.join(d, "x.h5"), os.path.join(d, "r.h5"))
+    >>> load(os.path.join(d, "r.h5")).data.tolist()
+    [1, 0, 4, 3, 2]
+    """
+    from ..ops import sequence_reverse
+
+    _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_reverse(c, device=device).to("cpu"),
                    compression=compression, max_memory=max_memory)
 
@@ -255,9 +282,9 @@ def read_lod_only(lazy) -> LoDTensor:
     return LoDTensor._trusted(stand_in, offsets, lazy.level_names)
 
 
-def expand_file(x: str, y: str, output: str, *, x_name: str | None = None, y_name: str | None = None,
-                ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
-                max_memory: int | None = None, device: str = "cpu") -> OpResult:
+def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: str | None = None,
+           ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
+           max_memory: int | None = None, device: str = "cpu") -> OpResult:
     """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y``, streamed (y's data is never read).
 
     x's sequences (its rows, without a LoD) go through the operator in runs
@@ -271,15 +298,15 @@ def expand_file(x: str, y: str, output: str, *, x_name: str | None = None, y_nam
     >>> d = tempfile.mkdtemp()
     >>> save(os.path.join(d, "x.h5"), LoDTensor(np.array([1.1, 2.2, 3.3, 4.4]), [[0, 1, 4]]))
     >>> save(os.path.join(d, "y.h5"), LoDTensor(np.zeros(6), recursive_sequence_lengths=[[1, 3], [1, 2, 1, 2]]))
-    >>> r = expand_file(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), os.path.join(d, "out.h5"), ref_level=0)
+    >>> r = expand(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), os.path.join(d, "out.h5"), ref_level=0)
     >>> out = load(os.path.join(d, "out.h5"))
     >>> out.data.tolist(), out.lod, r.sequences
     ([1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4], [[0, 1, 4, 7, 10]], 4)
     """
-    from .format.container import LodWriter
-    from .ops.expand import expand_level
+    from ..container.writer import LodWriter
+    from ..ops.expand import expand_level
 
-    _check_device(device, "sequence_expand")
+    _check_device(device)
     fy, ty = _open_tensor(y, y_name, max_memory)
     with fy:
         _require_valid(fy.path, ty)
@@ -314,7 +341,7 @@ def _expanded_chunks(tx, ty, level: int, max_rows: int, window: int, device: str
     sequences written, stay within ``max_rows``.  Runs without copies write
     nothing and are not read.
     """
-    from .ops import sequence_expand
+    from ..ops import sequence_expand
 
     has_lod = tx.lod_level == 1
     count = ty.num_sequences(level)
@@ -385,8 +412,8 @@ def _entries_at(t, level: int, index: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def pad_file(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
-             level: int = -1, max_memory: int | None = None, device: str = "cpu") -> dict:
+def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
+        level: int = -1, max_memory: int | None = None, device: str = "cpu") -> dict:
     """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``, streamed.
 
     The lengths come from the offsets alone (and with them ``maxlen``, when
@@ -401,17 +428,17 @@ def pad_file(path: str, output, *, name: str | None = None, pad_value: float = 0
     >>> p = os.path.join(tempfile.mkdtemp(), "x.h5")
     >>> save(p, LoDTensor(np.arange(5), recursive_sequence_lengths=[[2, 0, 3]]))
     >>> buf = io.BytesIO()
-    >>> pad_file(p, buf, pad_value=-1)["shape"]
+    >>> pad(p, buf, pad_value=-1)["shape"]
     [3, 3]
     >>> arrays = np.load(io.BytesIO(buf.getvalue()))
     >>> arrays["padded"].tolist(), arrays["lengths"].tolist(), arrays["mask"].sum(axis=1).tolist()
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3], [2, 0, 3])
     """
-    from .format.npyio import write_npz_members
-    from .ops import sequence_mask
-    from .ops.pad import pad_level, padded_length
+    from ..io.npy import write_npz_members
+    from ..ops import sequence_mask
+    from ..ops.pad import pad_level, padded_length
 
-    _check_device(device, "sequence_pad")
+    _check_device(device)
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
@@ -448,7 +475,7 @@ def pad_file(path: str, output, *, name: str | None = None, pad_value: float = 0
 def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window: int,
                    device: str) -> Iterator[np.ndarray]:
     """``sequence_pad`` of ``level``'s sequences, a run at a time (its rows read and padded rows within ``max_rows``)."""
-    from .ops import sequence_pad
+    from ..ops import sequence_pad
 
     for roff in _row_offset_windows(t, level, window):
         lens = roff[1:] - roff[:-1]
@@ -460,14 +487,23 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
             del padded
 
 
-def unpad_file(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
-               device: str = "cpu") -> OpResult:
-    """``sequence_unpad`` of an NPZ holding ``padded`` and ``lengths`` into a container."""
-    from .format.container import save
-    from .format.npyio import load_npz_arrays
-    from .ops import sequence_unpad
+def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
+          device: str = "cpu") -> OpResult:
+    """``sequence_unpad`` of an NPZ holding ``padded`` and ``lengths`` into a container.
 
-    _check_device(device, "sequence_unpad")
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import load
+    >>> d = tempfile.mkdtemp()
+    >>> np.savez(os.path.join(d, "p.npz"), padded=np.array([[1, 2, 0], [3, 0, 0]]), lengths=np.array([2, 1]))
+    >>> _ = unpad(os.path.join(d, "p.npz"), os.path.join(d, "u.h5"))
+    >>> load(os.path.join(d, "u.h5")).to_nested()
+    [[1, 2], [3]]
+    """
+    from ..container.writer import save
+    from ..io.npy import load_npz_arrays
+    from ..ops import sequence_unpad
+
+    _check_device(device)
     arrays = load_npz_arrays(npz, required=("padded", "lengths"))
     result = sequence_unpad(arrays["padded"], arrays["lengths"], device=device).to("cpu")
     kwargs = {"compression": compression} if compression else {}
@@ -475,15 +511,23 @@ def unpad_file(npz: str, output: str, *, name: str = "tensor", compression: str 
     return OpResult(str(output), name, result.shape[0], len(result), result.lod_level, str(result.dtype))
 
 
-def pack_plan_file(path: str, *, name: str | None = None, level: int = -1, max_memory: int | None = None,
-                   device: str = "cpu"):
-    """The RNN packing plan of a level, from the offsets alone (its arrays on the host)."""
-    from .ops import pack_plan
+def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory: int | None = None,
+              device: str = "cpu"):
+    """The RNN packing plan of a level, from the offsets alone (its arrays on the host).
 
-    _check_device(device, "pack_plan")
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 3, 2]]))
+    >>> pack_plan(p).batch_sizes.tolist()
+    [3, 2, 1]
+    """
+    from ..ops import pack_plan as plan_of
+
+    _check_device(device)
     f, t = _open_tensor(path, name, max_memory)
     with f:
         lod_only = read_lod_only(t)
     if not lod_only.lod_level:
         raise LodUsageError("a 0-level tensor has no sequences to plan")
-    return pack_plan(lod_only, level=level, device=device).to("cpu")
+    return plan_of(lod_only, level=level, device=device).to("cpu")

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from lodtool import LoDTensor, save
 from lodtool.cli.main import cli
 from lodtool.errors import LodFormatError, LodValidationError
-from lodtool.format import checks
-from lodtool.format.isolate import run_isolated
+from lodtool.tasks import _check as checks
+from lodtool.container.isolate import run_isolated
 
 
 def segfault(*_):
@@ -80,10 +80,10 @@ def test_a_crashing_reader_is_exit_1_with_one_line(tmp_path, monkeypatch, comman
 def test_inspect_isolated_crash_and_hang(tmp_path, monkeypatch):
     path = str(tmp_path / "x.lod.h5")
     save(path, LoDTensor(np.arange(3), [[0, 3]]))
-    monkeypatch.setattr("lodtool.format.container.inspect_file", segfault)
+    monkeypatch.setattr("lodtool.container.checks.inspect_file", segfault)
     result = CliRunner().invoke(cli, ["inspect", "--isolate", path])
     assert result.exit_code == 1
     assert result.stderr.strip() == f"lodtool: error: {path}: unreadable (the HDF5 reader crashed, SIGSEGV)"
-    monkeypatch.setattr("lodtool.format.container.inspect_file", hang)
+    monkeypatch.setattr("lodtool.container.checks.inspect_file", hang)
     result = CliRunner().invoke(cli, ["inspect", "--isolate", "--timeout", "0.5", path])
     assert result.exit_code == 1 and "timed out after 0.5 s" in result.stderr

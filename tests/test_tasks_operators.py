@@ -1,7 +1,7 @@
 """expand and pad on files, streamed: the same result as the operator in memory, in bounded chunks.
 
-Each property test shrinks the chunk budget (``pipeline.CHUNK_ROWS``) and the
-offsets window (``pipeline.OFFSET_WINDOW``) to a few rows and entries, so the
+Each property test shrinks the chunk budget (``lodtool.tasks._operators.CHUNK_ROWS``) and the
+offsets window (``lodtool.tasks._operators.OFFSET_WINDOW``) to a few rows and entries, so the
 tensors of a handful of rows are cut into many chunks and windows, and
 compares the streamed output with ``sequence_expand`` / ``sequence_pad`` on the
 whole tensor: data bits, dtype, LoD, level names, and the errors.
@@ -24,11 +24,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lodtool import LoDTensor, load, pipeline, save
+from lodtool import LoDTensor, load, save
+from lodtool.tasks import _operators as pipeline
 from lodtool.cli.main import cli
 from lodtool.errors import LodError, LodIndexError, LodShapeError, LodValidationError
-from lodtool.format.container import open_file
-from lodtool.format.lazy import LazyTensor
+from lodtool.container import open_file
+from lodtool.container.reader import LazyTensor
 from lodtool.ops import sequence_expand, sequence_mask, sequence_pad
 from lodtool.ops._util import row_offsets
 from tests.strategies import lod_lengths, lod_tensors
@@ -63,7 +64,7 @@ def streamed_expand(d: Path, x, y, ref_level, **kwargs):
     save(d / "y.h5", y, name="y")
     out = d / "out.h5"
     try:
-        result = pipeline.expand_file(d / "x.h5", d / "y.h5", out, ref_level=ref_level, **kwargs)
+        result = pipeline.expand(d / "x.h5", d / "y.h5", out, ref_level=ref_level, **kwargs)
     except LodError as exc:
         assert not out.exists()
         return exc, None
@@ -166,7 +167,7 @@ def test_expand_reads_and_writes_bounded_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(LazyTensor, "read_rows", lambda self, a, b: runs.append([b - a]) or read_rows(self, a, b))
     monkeypatch.setattr(pipeline, "_expanded_chunks", recorded_chunks)
     with budget(16, 64):
-        pipeline.expand_file(tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5")
+        pipeline.expand(tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5")
     assert same_tensor(load(tmp_path / "out.h5"), sequence_expand(x, y))
     assert len(runs) > 10 and sum(sum(written) for _, *written in runs) == int((lens * reps).sum())
     for read, *written in runs:  # the rows read and written stay within the budget, or one copy is written at a time
@@ -179,7 +180,7 @@ def test_expand_same_file_for_x_and_y(tmp_path):
     y = lod_only([[0, 1, 3]])
     save(tmp_path / "xy.h5", {"x": x, "y": y})
     with budget(1, 1):
-        pipeline.expand_file(f"{tmp_path / 'xy.h5'}", tmp_path / "xy.h5", tmp_path / "out.h5", x_name="x",
+        pipeline.expand(f"{tmp_path / 'xy.h5'}", tmp_path / "xy.h5", tmp_path / "out.h5", x_name="x",
                              y_name="y")
     assert same_tensor(load(tmp_path / "out.h5"), sequence_expand(x, y))
 
@@ -192,7 +193,7 @@ def test_expand_refuses_an_invalid_y_before_writing(tmp_path):
     with h5py.File(tmp_path / "y.h5", "r+") as f:
         f["tensor/lod/0"][1] = 5  # decreasing offsets
     with pytest.raises(LodValidationError, match="y.h5: tensor 'tensor'"):
-        pipeline.expand_file(tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5")
+        pipeline.expand(tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5")
     assert not (tmp_path / "out.h5").exists()
 
 
@@ -211,7 +212,7 @@ def assert_same_pad(x, pad_value=0, maxlen=None, level=-1, *, stream=None):
         save(Path(d) / "x.h5", x)
         out = Path(d) / "out.npz" if stream is None else stream
         try:
-            info = pipeline.pad_file(Path(d) / "x.h5", out, pad_value=pad_value, maxlen=maxlen, level=level)
+            info = pipeline.pad(Path(d) / "x.h5", out, pad_value=pad_value, maxlen=maxlen, level=level)
         except LodError as exc:
             assert type(exc) is type(expected) and str(exc) == str(expected)
             assert not (out.exists() if stream is None else stream.getvalue())  # nothing written
@@ -368,7 +369,7 @@ def test_cli_pad_out_of_core(big_pair, tmp_path):
 
 @pytest.mark.parametrize("op", ["pool", "expand"])
 def test_a_failed_write_behind_stops_the_stream_and_leaves_no_output(tmp_path, monkeypatch, op):
-    from lodtool.format.writer import TensorWriter
+    from lodtool.container.writer import TensorWriter
 
     x = LoDTensor(np.arange(400.0), recursive_sequence_lengths=[[4] * 100])
     save(tmp_path / "x.h5", x)
@@ -385,9 +386,9 @@ def test_a_failed_write_behind_stops_the_stream_and_leaves_no_output(tmp_path, m
     out = tmp_path / "out.h5"
     with budget(8, 4), pytest.raises(OSError, match="No space left"):
         if op == "pool":
-            pipeline.pool_file(tmp_path / "x.h5", out, pool_type="sum")
+            pipeline.pool(tmp_path / "x.h5", out, pool_type="sum")
         else:
-            pipeline.expand_file(tmp_path / "x.h5", tmp_path / "y.h5", out)
+            pipeline.expand(tmp_path / "x.h5", tmp_path / "y.h5", out)
     assert len(calls) == 3  # no write after the failed one
     assert sorted(os.listdir(tmp_path)) == ["x.h5", "y.h5"]
 
@@ -405,6 +406,6 @@ def test_an_error_while_reading_waits_for_the_writes_in_flight(tmp_path, monkeyp
 
     monkeypatch.setattr(LazyTensor, "slice_level", failing_read)
     with budget(8, 4), pytest.raises(LodValidationError, match="boom"):
-        pipeline.reverse_file(tmp_path / "x.h5", tmp_path / "out.h5")
+        pipeline.reverse(tmp_path / "x.h5", tmp_path / "out.h5")
     assert sorted(os.listdir(tmp_path)) == ["x.h5"]
     assert not [t for t in threading.enumerate() if t.name == "lodtool-write-behind"]

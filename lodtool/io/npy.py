@@ -43,7 +43,7 @@ import numpy as np
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodInputError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
-from .jsonio import cast_values, resolve_dtype
+from ._values import cast_values, resolve_dtype
 
 #: bytes of data gathered into one chunk when packing many .npy files
 CHUNK_BYTES = 64 << 20
@@ -248,7 +248,7 @@ def read_npy(sources: Sequence[Any], *, dtype: Any = None) -> LoDTensor:
     >>> read_npy([a]).shape
     (2, 3)
     """
-    from .jsonio import concat_chunks
+    from ._values import concat_chunks
 
     return concat_chunks(iter_npy(sources, dtype=dtype))
 
@@ -513,7 +513,7 @@ def write_npz_members(out: str | os.PathLike | BinaryIO,
     (['a', 'b'], [[1, 1], [2, 2], [2, 2]], [True, False])
     """
     if isinstance(out, (str, os.PathLike)):
-        from .atomic import atomic_open
+        from ..atomic import atomic_open
 
         with atomic_open(out) as f:
             _write_members(f, members, compress)
@@ -530,6 +530,50 @@ def _write_members(f, members, compress: bool) -> None:
         writer.close()
 
 
+
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+_OFFSET_BLOCK = 1 << 20
+
+
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         stats: dict | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: ``.npy`` files (each one sequence) or LoD archives, as chunks.
+
+    >>> buf = io.BytesIO(); np.save(buf, np.arange(3)); _ = buf.seek(0)
+    >>> [c.lod for c in read("npy", [buf])]
+    [[[0, 3]]]
+    """
+    stats = {} if stats is None else stats
+    stats["bytes_read"] = 0
+
+    def tick(n: int) -> None:
+        stats["bytes_read"] = n
+        if progress is not None:
+            progress(n)
+
+    if fmt == "npy":
+        return iter_npy(sources, dtype=dtype, lod_level=lod_level, chunk_bytes=chunk_bytes, progress=tick)
+    return iter_npz(sources, dtype=dtype, lod_level=lod_level, progress=tick)
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
+    """The registry's writer of a tensor in memory: an LoD archive (``npz``)."""
+    write_npz(tensor, out)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: a stored tensor's data ``chunks`` and its offsets, block by block."""
+    def offsets(level: int):
+        size = stored.level_sizes[level]
+        for start in range(0, size, _OFFSET_BLOCK):
+            yield stored.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
+
+    write_npz_parts(out, shape=stored.shape, dtype=stored.dtype, data_blocks=(c.data for c in chunks),
+                    offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
+                    level_names=stored.level_names)
+
+
 __all__ = ["iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",
-           "write_npz_parts", "write_npz_members", "NpzWriter", "CHUNK_BYTES"]
+           "write_npz_parts", "write_npz_members", "NpzWriter", "CHUNK_BYTES", "read", "write", "write_stored"]
 

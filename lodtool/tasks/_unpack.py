@@ -3,13 +3,13 @@
 The tensor is read in chunks of whole top-level sequences and written as it
 goes, so memory stays bounded.  A path is written atomically (a temp file,
 renamed when complete); a stream (``-`` is stdout) is written as the chunks
-come.  ``unpack`` is the inverse of :func:`lodtool.format.pack.pack`: packing
+come.  ``unpack`` is the inverse of :func:`lodtool.tasks.pack`: packing
 its output again gives the same tensor (same LoD, dtype from the same
 inference, level names for npz).
 
 >>> import io, os, tempfile, numpy as np
 >>> from lodtool import LoDTensor
->>> from lodtool.format.container import save
+>>> from lodtool.container import save
 >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
 >>> save(p, LoDTensor(np.arange(5), [[0, 2, 5]]))
 >>> out = io.BytesIO()
@@ -25,11 +25,11 @@ import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
+from .. import io as formats
 from ..errors import LodUsageError
 
 #: the output formats ``unpack`` writes
-OUTPUT_FORMATS = ("json", "jsonl", "npz")
-_OFFSET_BLOCK = 1 << 20
+OUTPUT_FORMATS = formats.writable()
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,12 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
     binary stream.  ``json`` writes one nested list, ``jsonl`` one top-level
     sequence per line, ``npz`` the arrays ``data``, ``offsets_0..`` and
-    ``level_names`` (see :mod:`lodtool.format.npyio`).  Chunks of at most
+    ``level_names`` (see :mod:`lodtool.io.npy`).  Chunks of at most
     ``chunk_rows`` rows (or one top-level sequence) are read at a time.
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
-    >>> from lodtool.format.container import save
+    >>> from lodtool.container import save
     >>> p = os.path.join(tempfile.mkdtemp(), "b.lod.h5")
     >>> save(p, LoDTensor(np.array([0.5, 1.0, 2.0]), [[0, 1, 3]]))
     >>> out = io.BytesIO()
@@ -90,12 +90,12 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
         raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
-    from .container import open_file
+    from ..container.reader import open_file
 
     with open_file(path) as f:
         t = f.tensor(name)
         if isinstance(output, (str, os.PathLike)) and os.fspath(output) != "-":
-            from .atomic import atomic_open
+            from ..atomic import atomic_open
 
             with atomic_open(output) as stream:
                 written = _write(t, _Counter(stream), to, chunk_rows)
@@ -122,23 +122,7 @@ def _first_then_rest(t, chunk_rows: int) -> Iterator:
 
 
 def _write(t, out: _Counter, to: str, chunk_rows: int) -> int:
-    chunks = _first_then_rest(t, chunk_rows)
-    if to == "npz":
-        from .npyio import write_npz_parts
-
-        def offsets(level: int):
-            size = t.level_sizes[level]
-            for start in range(0, size, _OFFSET_BLOCK):
-                yield t.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
-
-        write_npz_parts(out, shape=t.shape, dtype=t.dtype,
-                        data_blocks=(c.data for c in chunks),
-                        offsets=[offsets(k) for k in range(t.lod_level)], level_sizes=t.level_sizes,
-                        level_names=t.level_names)
-    else:
-        from .jsonio import write_json
-
-        write_json(chunks, out, to)
+    formats.get(to).write_stored(t, _first_then_rest(t, chunk_rows), out)
     return out.count
 
 

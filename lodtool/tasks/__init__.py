@@ -1,0 +1,55 @@
+"""The verbs of lodtool over files: each ``lodtool <command>`` is one call of one function here.
+
+============================  ==============================================================
+:func:`pack`                  ragged JSON / JSON Lines / NPY / NPZ into a container
+:func:`unpack`                a stored tensor out as JSON, JSON Lines or NPZ (streamed)
+:func:`validate`              check files against the format and the LoD rules
+:func:`inspect`               tensors, levels and length statistics (offsets only)
+:func:`verify`                recompute every recorded checksum
+:func:`slice`                 a branch, or a range of one level, of a stored tensor
+:func:`head`, :func:`tail`    the first / last top-level sequences
+:func:`tree`                  a stored tensor opened for drawing its branches
+:func:`export`                write an in-memory tensor to a container or any io format
+:func:`pool`, :func:`softmax`, :func:`reverse`, :func:`expand`, :func:`pad`, :func:`unpad`,
+:func:`pack_plan`             the operators over containers, streamed chunk by chunk
+============================  ==============================================================
+
+The functions are imported on first use, so ``lodtool inspect`` never loads
+the writer, the formats or the operators.
+
+>>> import lodtool.tasks as tasks
+>>> callable(tasks.pack) and callable(tasks.validate) and callable(tasks.pool)
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> module (inside lodtool.tasks) that defines it
+_LAZY = {
+    "pack": "_pack", "PackResult": "_pack",
+    "unpack": "_unpack", "UnpackResult": "_unpack",
+    "validate": "_check", "inspect": "_check", "verify": "_check", "FileVerification": "_check",
+    "slice": "_slice", "head": "_slice", "tail": "_slice", "tree": "_slice", "Excerpt": "_slice",
+    "TreeView": "_slice",
+    "export": "_export",
+    **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
+                                       "OpResult")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(_LAZY)  # noqa: PLE0605 (a list, built from the table above)

@@ -1,0 +1,142 @@
+"""``validate``, ``inspect`` and ``verify``: the container's checks over many files, optionally isolated.
+
+These compose :mod:`lodtool.container.checks` with :mod:`lodtool.container.isolate`,
+and turn "cannot open" into a per-file result, so one bad file never hides the
+report on the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..container.checks import FileReport, Problem
+from ..errors import LodError, LodReaderCrashError
+
+
+@dataclass
+class FileVerification:
+    """The outcome of verifying one file's checksums."""
+
+    path: str
+    ok: bool
+    checked: int = 0
+    mismatches: list = field(default_factory=list)
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "ok": self.ok, "checked": self.checked, "error": self.error,
+                "mismatches": [dataclasses.asdict(m) if dataclasses.is_dataclass(m) else str(m)
+                               for m in self.mismatches]}
+
+
+def _call(fn, *args, path: str, isolate: bool, timeout: float) -> Any:
+    if not isolate:
+        return fn(*args)
+    from ..container.isolate import run_isolated  # multiprocessing: only --isolate pays for it
+
+    return run_isolated(fn, *args, path=path, timeout=timeout)
+
+
+def _crash_problem(path: str, exc: LodError) -> Problem:
+    return Problem(file=path, tensor=None, level=None, index=None, message=str(exc).removeprefix(f"{path}: "))
+
+
+def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bool = False,
+             timeout: float = 60.0) -> list[FileReport]:
+    """Validate each file (what ``lodtool validate`` runs); unreadable files become reports with ``error`` set.
+
+    With ``isolate`` a reader crash or hang counts as an invalid file (exit 1),
+    as the reliability guarantees promise.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> [(r.ok, r.error) for r in validate([p, p + ".missing"])][0]
+    (True, None)
+    """
+    out = []
+    for path in paths:
+        try:
+            report = _call(_validate_one, path, max_memory, path=path, isolate=isolate, timeout=timeout)
+            out.append(report)
+        except LodError as exc:
+            if isinstance(exc, LodReaderCrashError):
+                out.append(FileReport(path, False, [_crash_problem(path, exc)]))
+            else:
+                out.append(FileReport(path, False, error=_strip_path(str(exc), path)))
+    return out
+
+
+def _validate_one(path: str, max_memory: int | None) -> FileReport:
+    from ..container.checks import validate_file
+
+    return validate_file(path, max_memory=max_memory)
+
+
+def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
+    """:func:`~lodtool.container.checks.inspect_file`, optionally in a child process (``lodtool inspect``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]), name="tokens")
+    >>> [t["name"] for t in inspect(p)["tensors"]]
+    ['tokens']
+    """
+    from ..container.checks import inspect_file
+
+    return _call(inspect_file, path, path=path, isolate=isolate, timeout=timeout)
+
+
+def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0) -> list[FileVerification]:
+    """Recompute every recorded checksum of each file (``lodtool verify``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> [(r.ok, r.checked) for r in verify([p])]
+    [(True, 2)]
+    """
+    out = []
+    for path in paths:
+        try:
+            out.append(_call(_verify_one, path, path=path, isolate=isolate, timeout=timeout))
+        except LodError as exc:
+            if isinstance(exc, LodReaderCrashError):
+                out.append(FileVerification(path, False, mismatches=[_strip_path(str(exc), path)]))
+            else:
+                out.append(FileVerification(path, False, error=_strip_path(str(exc), path)))
+    return out
+
+
+def _verify_one(path: str) -> FileVerification:
+    from ..container.checks import verify_file
+
+    mismatches = verify_file(path)
+    return FileVerification(path, not mismatches, _count_datasets(path), list(mismatches))
+
+
+def _count_datasets(path: str) -> int:
+    from ..container.reader import open_file
+
+    # offsets shared by several tensors (hard links) are one dataset, counted once
+    with open_file(path) as f:
+        counted: set[str] = set()
+        total = 0
+        for name in f.names:
+            total += 1
+            if not counted.intersection(f.shared_lod_with(name)):
+                total += f[name].lod_level
+            counted.add(name)
+        return total
+
+
+def _strip_path(text: str, path: str) -> str:
+    return text[len(path) + 2:] if text.startswith(f"{path}: ") else text
+
+
+__all__ = ["validate", "inspect", "verify", "FileVerification"]

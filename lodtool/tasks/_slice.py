@@ -1,0 +1,150 @@
+"""``slice``, ``head``, ``tail`` and ``tree``: parts of a stored tensor, read lazily from disk.
+
+Each reads only a few offsets windows and one contiguous block of data.  The
+part comes back as an :class:`Excerpt` (the part, with the stored tensor's
+name and size); :func:`lodtool.tasks.export` writes it anywhere ``unpack``
+writes, or to a container.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from ..errors import LodUsageError
+from ..lod import parse_path, resolve_branch
+from ..tensor import LoDTensor
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """A part of a stored tensor: the part itself, the stored tensor's name and its top-level sequences."""
+
+    tensor: LoDTensor
+    name: str
+    total: int
+
+
+def _branch_path(branch: str | Sequence[int] | None) -> tuple[int, ...]:
+    if branch is None or (isinstance(branch, str) and not branch):
+        return ()
+    return parse_path(branch) if isinstance(branch, str) else tuple(int(i) for i in branch)
+
+
+def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *, name: str | None = None,
+          level: int | None = None, start: int | None = None, stop: int | None = None) -> Excerpt:
+    """The branch ``<i,j,...>`` of a stored tensor, or sequences ``start..stop`` of ``level`` (``lodtool slice``).
+
+    ``branch`` is written ``"2,0"``, ``"<2,0>"`` or ``(2, 0)``; negative indices
+    count from the end.  Give a branch or ``level`` with ``start``/``stop``.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
+    >>> slice(p, "<2>").tensor.to_nested(), slice(p, level=1, start=2, stop=4).tensor.to_nested()
+    ([[11, 12], [13, 14, 15]], [[6, 7, 8, 9], [10]])
+    """
+    if (level is None) != (start is None or stop is None) or (level is not None and branch is not None):
+        raise LodUsageError("give a branch, or level with start and stop")
+    if level is None and branch is None:
+        raise LodUsageError("give a branch (e.g. 2,0) or level with start and stop")
+    from ..container.reader import open_file
+
+    with open_file(path) as f:
+        t = f.tensor(name)
+        part = t.slice_level(level, start, stop) if level is not None else t.branch(*_branch_path(branch))
+        return Excerpt(part, t.name, len(t))
+
+
+def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None) -> Excerpt:
+    """The first ``count`` top-level sequences of a stored tensor (``lodtool head``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 2, 3]]))
+    >>> e = head(p, 2)
+    >>> e.tensor.to_nested(), e.total
+    ([[0], [1, 2]], 3)
+    """
+    return _end(path, count, name, first=True)
+
+
+def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None) -> Excerpt:
+    """The last ``count`` top-level sequences of a stored tensor (``lodtool tail``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 2, 3]]))
+    >>> tail(p, 1).tensor.to_nested()
+    [[3, 4, 5]]
+    """
+    return _end(path, count, name, first=False)
+
+
+def _end(path, count: int, name: str | None, *, first: bool) -> Excerpt:
+    from ..container.reader import open_file
+
+    with open_file(path) as f:
+        t = f.tensor(name)
+        return Excerpt(t.head(count) if first else t.tail(count), t.name, len(t))
+
+
+@dataclass(frozen=True)
+class TreeView:
+    """What ``lodtool tree`` draws: the lazy tensor, the branch ``path`` and its children ``begin..end`` of ``level``.
+
+    ``level`` equals the tensor's LoD levels when the children are data rows.
+    """
+
+    tensor: Any
+    path: tuple[int, ...]
+    level: int
+    begin: int
+    end: int
+
+    def rows(self) -> int:
+        """Data rows under the branch (two offsets read per level)."""
+        t, begin, end = self.tensor, self.begin, self.end
+        for k in range(self.level, t.lod_level):
+            begin = int(t.read_offsets(k, begin, begin + 1)[0])
+            end = int(t.read_offsets(k, end, end + 1)[0])
+        return end - begin
+
+    def read(self) -> LoDTensor:
+        """The branch as a tensor (the whole tensor for the empty path)."""
+        return self.tensor.branch(*self.path) if self.path else self.tensor.read()
+
+
+@contextmanager
+def tree(path: str | os.PathLike, *, name: str | None = None,
+         branch: str | Sequence[int] | None = None) -> Iterator[TreeView]:
+    """Open a stored tensor for drawing the sub-tree under ``branch`` (``lodtool tree``); nothing is read yet.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 2, 3]]))
+    >>> with tree(p, branch="2") as view:
+    ...     (view.level, view.begin, view.end), view.rows(), view.read().data.tolist()
+    ((1, 3, 6), 3, [3, 4, 5])
+    """
+    from ..container.reader import open_file
+
+    branch_path = _branch_path(branch)
+    with open_file(path) as f:
+        t = f.tensor(name)
+        if not t.lod_level and branch_path:
+            raise LodUsageError("a 0-level tensor has no branches; drop --path")
+        if t.lod_level:
+            level, begin, end = resolve_branch(branch_path, t.read_offsets, t.level_sizes, t.n_rows)
+        else:
+            level, begin, end = 0, 0, t.n_rows
+        yield TreeView(t, branch_path, level, begin, end)
+
+
+__all__ = ["slice", "head", "tail", "tree", "Excerpt", "TreeView"]

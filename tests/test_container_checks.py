@@ -1,0 +1,124 @@
+"""Whole-file checks: checksums and verify, inspect, validate."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from lodtool import LoDTensor
+from lodtool.container import (ChecksumMismatch, LazyTensor, LodWriter, inspect_file, load, save, validate_file,
+                               verify_file)
+from lodtool.errors import LodFormatError
+
+from .container_helpers import ARTICLES, ROOT, articles, path, raises_same, same, small_chunks, tmpfile  # noqa: F401
+
+
+# -- checksums ---------------------------------------------------------------------------------------------
+def test_checksums_are_recorded_and_match_plain_xxhash(path):
+    import xxhash
+
+    save(path, {"t": articles()})
+    with h5py.File(path, "r") as f:
+        assert f.attrs["lodtool_checksum"] == "xxh3_64"
+        for name in ("t/data", "t/lod/0", "t/lod/1"):
+            ds = f[name]
+            assert ds.attrs["checksum"] == "xxh3_64:" + xxhash.xxh3_64_hexdigest(
+                np.ascontiguousarray(ds[...]).tobytes())
+
+
+def test_verify_detects_rewritten_value(path):
+    save(path, {"a": articles(), "b": LoDTensor(np.zeros(15), articles().lod)})
+    with h5py.File(path, "r+") as f:
+        f["a/lod/1"][3] = 8
+    mismatches = verify_file(path)
+    assert [m.dataset for m in mismatches] == ["/a/lod/1"]  # shared with b: reported once
+    m = mismatches[0]
+    assert isinstance(m, ChecksumMismatch) and m.expected != m.actual and m.actual.startswith("xxh3_64:")
+    assert "/a/lod/1" in str(m)
+
+
+def test_verify_detects_a_flipped_byte(path):
+    data = np.arange(4096, dtype=np.int64)
+    save(path, LoDTensor(data, [[0, 4096]]), compression="none", fletcher32=False)
+    raw = bytearray(open(path, "rb").read())
+    needle = data[1000:1002].tobytes()
+    at = raw.find(needle)
+    assert at > 0
+    raw[at] ^= 0x01
+    open(path, "wb").write(bytes(raw))
+    assert [m.dataset for m in verify_file(path)] == ["/tensor/data"]
+
+
+def test_verify_reports_unreadable_chunk(path):
+    save(path, LoDTensor(np.arange(4096, dtype=np.int64), [[0, 4096]]))  # lzf + fletcher32
+    with h5py.File(path, "r") as f:
+        offset = f["tensor/data"].id.get_chunk_info(0).byte_offset
+    raw = bytearray(open(path, "rb").read())
+    raw[offset + 20] ^= 0xFF
+    open(path, "wb").write(bytes(raw))
+    (m,) = verify_file(path)
+    assert m.dataset == "/tensor/data" and m.actual is None and m.error
+    with pytest.raises(LodFormatError, match=f"{path}: cannot read the data of tensor 'tensor'"):
+        load(path)
+    assert validate_file(path).ok  # offsets are fine; validate never reads the data
+
+
+def test_verify_without_checksums(path):
+    save(path, articles())
+    with h5py.File(path, "r+") as f:
+        del f.attrs["lodtool_checksum"]
+    with pytest.raises(LodFormatError, match="no checksums"):
+        verify_file(path)
+    report = validate_file(path)
+    assert not report.ok and "no checksums" in report.problems[0].message
+
+
+# -- inspect / validate --------------------------------------------------------------------------------------
+def test_inspect(path, monkeypatch):
+    save(path, {"tokens": articles(level_names=["article", "sentence"]),
+                "labels": LoDTensor(np.zeros(15, np.int8), articles().lod),
+                "plain": LoDTensor(np.ones((4, 2), np.float32))}, compression="gzip", compression_level=1)
+    monkeypatch.setattr(LazyTensor, "_rows", lambda *a: pytest.fail("inspect read the data"))
+    info = inspect_file(path)
+    json.dumps(info)
+    assert info["path"] == path and info["format"] == "lodtool" and info["format_version"] == "1.0"
+    assert info["created_by"].startswith("lodtool") and info["file_size"] == os.path.getsize(path)
+    tokens = info["tensors"][0]
+    assert tokens["name"] == "tokens" and tokens["dtype"] == "int64" and tokens["element_shape"] == []
+    assert (tokens["rows"], tokens["lod_level"], tokens["level_names"]) == (15, 2, ["article", "sentence"])
+    assert tokens["compression"] == "gzip" and tokens["compression_level"] == 1
+    assert tokens["levels"] == [
+        {"level": 0, "name": "article", "sequences": 3, "min": 1, "median": 2.0, "mean": 2.0, "max": 3, "empty": 0},
+        {"level": 1, "name": "sentence", "sequences": 6, "min": 1, "median": 2.5, "mean": 2.5, "max": 4,
+         "empty": 0}]
+    assert tokens["nbytes"] == 15 * 8 + 11 * 8 and tokens["storage_size"] > 0
+    assert tokens["shared_lod_with"] == ["labels"]
+    plain = info["tensors"][2]
+    assert plain["levels"] == [] and plain["element_shape"] == [2] and plain["dtype"] == "float32"
+
+
+def test_validate_reports_every_problem(path):
+    save(path, {"a": articles(), "b": LoDTensor(np.arange(3), [[0, 3]])})
+    with h5py.File(path, "r+") as f:
+        f["a/lod/1"][1:4] = [9, 8, 7]
+        f["b/lod/0"][0] = 1
+    report = validate_file(path, max_problems=20)
+    assert not report.ok
+    where = [(p.tensor, p.level, p.index) for p in report.problems]
+    assert ("a", 1, 2) in where and ("a", 1, 3) in where and ("b", 0, 0) in where
+    assert all(p.file == path for p in report.problems)
+    assert str(report.problems[0]).startswith(f"{path}: tensor 'a', level 1, index")
+
+
+def test_validate_empty_container_is_fine(path):
+    with LodWriter(path):
+        pass
+    assert validate_file(path).ok and inspect_file(path)["tensors"] == []
+    with pytest.raises(LodFormatError, match="holds no tensors"):
+        load(path)
+
+

@@ -1,0 +1,416 @@
+"""The container reader: round trips, lazy partial reads, chunks, layout checks of hostile and broken files, level statistics, cost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lodtool import LoDTensor
+from lodtool.container import (FileReport, LazyTensor, LodFile, LodWriter, inspect_file, load, open_file, save,
+                               validate_file, verify_file)
+from lodtool.errors import (LodFileNotFoundError, LodFormatError, LodIndexError, LodMemoryError, LodUsageError,
+                            LodValidationError, LodVersionError)
+
+from .container_helpers import ARTICLES, ROOT, articles, path, raises_same, same, small_chunks, tmpfile  # noqa: F401
+from .strategies import lod_tensors
+
+
+# -- round trips ----------------------------------------------------------------------------------------
+@given(lod_tensors(min_levels=0, max_levels=3), st.booleans())
+def test_round_trip(t, named):
+    if named and t.lod_level:
+        t = t.with_level_names([f"l{k}" for k in range(t.lod_level)])
+    p = tmpfile()
+    save(p, t)
+    back = load(p)
+    assert same(back, t)
+    assert back.dtype == t.dtype and back.shape == t.shape
+    assert verify_file(p) == []
+    assert validate_file(p).ok
+
+
+@given(lod_tensors(min_levels=1, max_levels=3), st.lists(st.integers(-8, 8), min_size=0, max_size=4))
+def test_lazy_branch_equals_in_memory(t, path_):
+    p = tmpfile()
+    save(p, t)
+    with open_file(p) as f:
+        lazy = f.tensor()
+        raises_same(lambda: t.branch(*path_), lambda: lazy.branch(*path_))
+
+
+@given(lod_tensors(min_levels=1, max_levels=3), st.integers(-3, 3), st.integers(-1, 8), st.integers(-1, 9),
+       st.integers(0, 7))
+def test_lazy_slices_equal_in_memory(t, level, begin, end, k):
+    p = tmpfile()
+    save(p, t)
+    with open_file(p) as f:
+        lazy = f.tensor()
+        assert (len(lazy), lazy.shape, lazy.dtype, lazy.lod_level) == (len(t), t.shape, t.dtype, t.lod_level)
+        assert lazy.level_sizes == [len(o) for o in t.offsets]
+        raises_same(lambda: t.slice_level(level, begin, end), lambda: lazy.slice_level(level, begin, end))
+        if k:
+            raises_same(lambda: t.head(k), lambda: lazy.head(k))
+            raises_same(lambda: t.tail(k), lambda: lazy.tail(k))
+        for lv in range(t.lod_level):
+            assert lazy.read_offsets(lv).tolist() == t.lod[lv]
+
+
+@given(lod_tensors(min_levels=0, max_levels=3), st.integers(1, 12))
+def test_iter_chunks_concatenate_to_whole(t, max_rows):
+    p = tmpfile()
+    save(p, t)
+    with open_file(p) as f:
+        chunks = list(f.tensor().iter_chunks(max_rows=max_rows))
+    assert chunks
+    data = np.concatenate([np.asarray(c) for c in chunks])
+    assert np.array_equal(data, np.asarray(t))
+    if t.lod_level:
+        for c in chunks:  # every chunk is a valid tensor of whole top-level sequences
+            LoDTensor(np.asarray(c), c.lod)
+        # rebuild the whole LoD by concatenating the chunks' lengths
+        lengths = [sum((c.recursive_sequence_lengths[k] for c in chunks), []) for k in range(t.lod_level)]
+        assert lengths == t.recursive_sequence_lengths
+
+
+def test_iter_chunks_respects_max_rows(path):
+    t = LoDTensor(np.arange(100), recursive_sequence_lengths=[[10] * 10])
+    save(path, t)
+    with open_file(path) as f:
+        sizes = [c.shape[0] for c in f.tensor().iter_chunks(max_rows=25)]
+    assert sizes == [20, 20, 20, 20, 20]
+    # one sequence larger than max_rows is one chunk on its own
+    save(path, LoDTensor(np.arange(12), recursive_sequence_lengths=[[1, 10, 1]]))
+    with open_file(path) as f:
+        assert [c.lod for c in f.tensor().iter_chunks(max_rows=2)] == [[[0, 1]], [[0, 10]], [[0, 1]]]
+
+
+def test_iter_chunks_never_yields_an_empty_lower_level(path):
+    # top-level sequences 0 and 2 have no sentences: no chunk may consist of them alone
+    t = LoDTensor(np.arange(4), recursive_sequence_lengths=[[0, 2, 0], [2, 2]])
+    save(path, t)
+    with open_file(path) as f:
+        chunks = list(f.tensor().iter_chunks(max_rows=1))
+    assert all(len(o) >= 2 for c in chunks for o in c.offsets)
+    assert sum(len(c) for c in chunks) == 3
+
+
+def test_zero_level_and_empty_sequences(path):
+    save(path, {"plain": LoDTensor(np.arange(5.0)), "empty": LoDTensor(np.zeros((0, 3)), [[0, 0, 0]])})
+    with open_file(path) as f:
+        assert f["plain"].lod_level == 0 and len(f["plain"]) == 5
+        assert f["plain"].head(2).data.tolist() == [0.0, 1.0]
+        assert f["plain"].tail(2).data.tolist() == [3.0, 4.0]
+        with pytest.raises(LodIndexError, match="0-level"):
+            f["plain"].branch(0)
+        e = f["empty"]
+        assert e.shape == (0, 3) and len(e) == 2
+        assert e.branch(1).shape == (0, 3)
+    assert load(path, "empty").lod == [[0, 0, 0]]
+
+
+def test_element_shapes_and_dtypes(path):
+    tensors = {
+        "f16": LoDTensor(np.arange(6, dtype=np.float16).reshape(3, 2), [[0, 3]]),
+        "c128": LoDTensor(np.array([1 + 2j, 3j]), [[0, 1, 2]]),
+        "b": LoDTensor(np.array([True, False, True]), [[0, 3]]),
+        "u64": LoDTensor(np.array([2**64 - 1], dtype=np.uint64), [[0, 1]]),
+        "be": LoDTensor(np.arange(4, dtype=">i4").reshape(2, 2), [[0, 2]]),
+        "cube": LoDTensor(np.ones((2, 2, 3, 4), np.float32), [[0, 2]]),
+        "zero_width": LoDTensor(np.zeros((3, 0)), [[0, 3]]),
+    }
+    save(path, tensors)
+    for name, t in tensors.items():
+        back = load(path, name)
+        assert np.array_equal(back.data, t.data) and back.shape == t.shape, name
+        assert back.dtype == t.dtype.newbyteorder("<") or back.dtype == t.dtype
+    assert load(path, "be").dtype.byteorder in "=<|"
+    assert verify_file(path) == []
+
+
+def test_names_and_lookup(path):
+    save(path, {"a": articles(), "b": LoDTensor(np.arange(3), [[0, 3]])})
+    with pytest.raises(LodUsageError, match="'a'.*'b'|a, b"):
+        load(path)
+    with pytest.raises(LodFileNotFoundError, match="no tensor named 'zz'"):
+        load(path, "zz")
+    with open_file(path) as f:
+        assert isinstance(f, LodFile) and list(f) == ["a", "b"] and "a" in f and "zz" not in f
+        assert isinstance(f.tensor("a"), LazyTensor) and f["a"] is f.tensor("a")
+        assert f["a"][2, 0].data.tolist() == [11, 12]
+    for bad in ["", "a/b", "_x", ".x"]:
+        with pytest.raises(LodUsageError, match="bad tensor name"):
+            save(path, {bad: articles()})
+    with pytest.raises(LodUsageError):
+        save(path, {})
+    with pytest.raises(LodUsageError):
+        save(path, [articles()])
+
+
+# -- hostile and broken files ---------------------------------------------------------------------------------
+def test_missing_file(path):
+    for fn in (load, open_file, validate_file, inspect_file, verify_file):
+        with pytest.raises(LodFileNotFoundError, match=f"{path}: no such file"):
+            fn(path)
+
+
+def test_not_hdf5_empty_folder(path, tmp_path):
+    open(path, "w").write("[[1, 2], [3]]\n")
+    with pytest.raises(LodFormatError, match=f"{path}: not an HDF5 file"):
+        load(path)
+    open(path, "w").close()
+    with pytest.raises(LodFormatError, match=f"{path}: empty file"):
+        validate_file(path)
+    with pytest.raises(LodFormatError, match="is a folder"):
+        open_file(str(tmp_path))
+
+
+def test_truncated_file(path):
+    save(path, LoDTensor(np.arange(100_000), [[0, 100_000]]))
+    raw = open(path, "rb").read()
+    open(path, "wb").write(raw[: len(raw) // 2])
+    with pytest.raises(LodFormatError) as info:
+        load(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_foreign_hdf5_and_versions(path):
+    with h5py.File(path, "w") as f:
+        f["data"] = np.arange(3)
+    with pytest.raises(LodFormatError, match=r"not a lodtool container \(the root attribute 'lodtool_format'"):
+        load(path)
+    with h5py.File(path, "w") as f:
+        f.attrs["lodtool_format"] = "zarr"
+    with pytest.raises(LodFormatError, match="not a lodtool container"):
+        open_file(path)
+    save(path, articles())
+    for version, error, message in [("2.0", LodVersionError, "version 2.0 is not supported .this lodtool reads 1.x"),
+                                    ("1", LodFormatError, "not of the form MAJOR.MINOR"),
+                                    ("01.0", LodFormatError, "not of the form"),
+                                    ("1.0 ", LodFormatError, "not of the form")]:
+        with h5py.File(path, "r+") as f:
+            f.attrs["lodtool_format_version"] = version
+        with pytest.raises(error, match=message):
+            open_file(path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["lodtool_format_version"] = np.int64(1)
+    with pytest.raises(LodFormatError, match="not a string"):
+        open_file(path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["lodtool_format_version"] = b"1.0"  # bytes from other writers are fine
+    assert open_file(path).format_version == "1.0"
+
+
+def _rewrite(path: str, name: str, values, **kw) -> None:
+    with h5py.File(path, "r+") as f:
+        del f[name]
+        f.create_dataset(name, data=values, **kw)
+
+
+@pytest.mark.parametrize("values,message", [
+    (np.array([0.0, 3.0, 4.0, 6.0]), "offsets have dtype float64; offsets must be integers"),
+    (np.array([False, True, True, True]), "offsets have dtype bool"),
+    (np.array([[0, 3, 4, 6]]), "offsets must be 1-D"),
+])
+def test_offsets_of_the_wrong_kind(path, values, message):
+    save(path, articles())
+    _rewrite(path, "tensor/lod/0", values)
+    with pytest.raises(LodFormatError, match=message):
+        load(path)
+    report = validate_file(path)
+    assert not report.ok and report.error is None
+    assert any(message in p.message and p.level == 0 and p.tensor == "tensor" for p in report.problems)
+
+
+def test_offsets_beyond_int64(path):
+    save(path, articles())
+    _rewrite(path, "tensor/lod/1", np.array([0, 3, 5, 9, 10, 12, 2**63], dtype=np.uint64))
+    problems = validate_file(path).problems
+    assert [(p.level, p.message) for p in problems if p.level is not None] == [(1, "offsets do not fit in int64")]
+    with pytest.raises(LodValidationError, match="do not fit in int64"):
+        load(path)
+
+
+@pytest.mark.parametrize("level,values,message", [
+    (1, [0, 3, 5, 4, 10, 12, 15], "offset[3]=4 < offset[2]=5"),
+    (0, [1, 3, 4, 6], "the first offset must be 0"),
+    (0, [0, 3, 4, 5], "level 1 has 6 sequences"),
+    (1, [0, 3, 5, 9, 10, 12, 14], "the data has 15 rows"),
+    (0, [0], "a level needs at least 2"),
+])
+def test_bad_offsets_are_reported_and_refused(path, level, values, message):
+    save(path, articles())
+    _rewrite(path, f"tensor/lod/{level}", np.array(values, dtype=np.int64), maxshape=(None,), chunks=(2,))
+    report = validate_file(path)
+    assert not report.ok and isinstance(report, FileReport)
+    assert any(message in p.message for p in report.problems), report.problems
+    with pytest.raises(LodValidationError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load(path)
+    with pytest.raises(LodValidationError):
+        with open_file(path) as f:
+            list(f.tensor().iter_chunks())
+
+
+def test_branch_checks_the_windows_it_reads(path):
+    save(path, articles())
+    with h5py.File(path, "r+") as f:
+        f["tensor/lod/0"][2] = 99  # points past level 1
+    with open_file(path) as f:
+        t = f.tensor()
+        with pytest.raises(LodValidationError, match="past the 6 sequences of level 1"):
+            t.branch(1)
+        assert t.branch(0).data.tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9]  # untouched part still reads
+
+
+def test_layout_problems(path):
+    save(path, {"x": articles()})
+    with h5py.File(path, "r+") as f:
+        f["x"].attrs["lod_level"] = 3
+    with pytest.raises(LodFormatError, match="'lod/2' is missing"):
+        load(path)
+    with h5py.File(path, "r+") as f:
+        f["x"].attrs["lod_level"] = "two"
+    with pytest.raises(LodFormatError, match="expected an integer"):
+        load(path)
+    save(path, {"x": articles()})
+    with h5py.File(path, "r+") as f:
+        f["x/data2"] = h5py.ExternalLink("/etc/passwd", "/")
+        del f["x/data"]
+        f["x/data"] = h5py.SoftLink("/x/data2")
+    with pytest.raises(LodFormatError, match="'data' is missing or not a dataset"):
+        load(path)
+    save(path, {"x": articles()})
+    with h5py.File(path, "r+") as f:
+        del f["x/data"]
+        f["x/data"] = np.array(["a", "b"], dtype=h5py.string_dtype())
+    assert not validate_file(path).ok
+    with pytest.raises(LodFormatError):
+        load(path)
+
+
+def test_memory_limit(path):
+    save(path, LoDTensor(np.zeros(10_000), [[0, 5_000, 10_000]]))
+    with pytest.raises(LodMemoryError, match="above the memory limit of 1.0 KiB"):
+        load(path, max_memory=1024)
+    with open_file(path, max_memory=1024) as f:
+        with pytest.raises(LodMemoryError):
+            f.tensor().branch(0)
+        assert f.tensor().validate() == []  # blockwise, allocates nothing big
+    with pytest.raises(LodUsageError):
+        load(path, max_memory=0)
+
+
+def test_claimed_huge_size_is_refused_before_allocating(path):
+    with h5py.File(path, "w") as f:
+        f.attrs["lodtool_format"] = "lodtool"
+        f.attrs["lodtool_format_version"] = "1.0"
+        g = f.create_group("x")
+        g.attrs["lod_level"] = 1
+        g.create_dataset("data", shape=(10**12,), dtype="f8", chunks=(1 << 16,), maxshape=(None,))
+        g.create_dataset("lod/0", data=np.array([0, 10**12]))
+    with pytest.raises(LodMemoryError, match="reading tensor 'x' needs"):
+        load(path)
+    with open_file(path) as f:
+        assert f["x"].shape == (10**12,)
+        with pytest.raises(LodMemoryError):
+            f["x"].branch(0)
+    assert inspect_file(path)["tensors"][0]["rows"] == 10**12
+
+
+def test_sizes_without_stored_chunks_are_refused(path):
+    # a crafted shape whose chunks are not stored would read as zeros, block after block, for ages
+    save(path, {"x": articles(), "y": LoDTensor(np.arange(3), [[0, 3]])})
+    with h5py.File(path, "r+") as f:
+        f["x/lod/1"].resize((10**12,))
+        f["y/data"].resize((10**15,))
+    report = validate_file(path)
+    assert any("stores 1 of its" in p.message and p.tensor == "x" and p.level == 1 for p in report.problems)
+    with pytest.raises(LodFormatError, match="offsets dataset claims shape"):
+        load(path, "x")
+    with pytest.raises(LodFormatError, match="the data claims shape"):
+        load(path, "y", max_memory=1 << 62)
+    bad = {m.dataset: m for m in verify_file(path)}
+    assert "stores 1 of its" in bad["/y/data"].error and "stores 1 of its" in bad["/x/lod/1"].error
+    with pytest.raises((LodFormatError, LodValidationError), match="cannot append|refusing to append"):
+        with LodWriter(path, append=True) as w:
+            w.write("y", LoDTensor(np.arange(3), [[0, 3]]))
+
+
+def test_default_memory_limit():
+    from lodtool.container.limits import default_max_memory
+
+    assert (1 << 20) <= default_max_memory() <= (4 << 30)
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60))
+def test_level_stats_match_numpy(lengths):
+    p = tmpfile()
+    t = LoDTensor(np.zeros(sum(lengths)), recursive_sequence_lengths=[lengths])
+    save(p, t)
+    with open_file(p) as f:
+        stats = f.tensor().level_stats(0)
+    a = np.array(lengths)
+    assert stats == {"count": a.size, "min": int(a.min()), "median": float(np.median(a)), "mean": float(a.mean()),
+                     "max": int(a.max()), "empty": int((a == 0).sum())}
+
+
+def test_level_stats_blockwise_and_long_lengths(path, monkeypatch):
+    from lodtool.container import reader as lazy
+
+    monkeypatch.setattr(lazy, "OFFSET_BLOCK", 3)
+    lengths = [5, 0, 2_000_000, 1, 7, 0, 3]
+    save(path, LoDTensor(np.zeros(sum(lengths), np.int8), recursive_sequence_lengths=[lengths]))
+    with open_file(path) as f:
+        assert f.tensor().level_stats(0) == {"count": 7, "min": 0, "median": 3.0, "mean": sum(lengths) / 7,
+                                             "max": 2_000_000, "empty": 2}
+        assert f.tensor().validate() == []
+
+
+# -- cost -------------------------------------------------------------------------------------------------
+def test_import_is_light():
+    code = ("import sys, lodtool.container.checks, lodtool.container.reader\n"
+            "heavy = [m for m in ('numba', 'rich', 'click', 'hdf5plugin') if m in sys.modules]\n"
+            "print(heavy)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_branch_is_close_to_raw_h5py(path):
+    import time
+
+    rng = np.random.default_rng(0)
+    lengths0 = rng.integers(1, 20, 5_000)
+    lengths1 = rng.integers(1, 30, int(lengths0.sum()))
+    t = LoDTensor(np.arange(int(lengths1.sum()), dtype=np.int32), recursive_sequence_lengths=[lengths0, lengths1])
+    save(path, t)
+    picks = rng.integers(0, len(t), 300)
+
+    def best(fn):
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            for i in picks:
+                fn(int(i))
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    with h5py.File(path, "r") as f:
+        o0, o1, data = f["tensor/lod/0"], f["tensor/lod/1"], f["tensor/data"]
+
+        def raw(i):
+            a, b = o0[i:i + 2]
+            w = o1[a:b + 1]
+            return data[w[0]:w[-1]]
+
+        raw_time = best(raw)
+    with open_file(path) as f:
+        lazy = f.tensor()
+        lazy_time = best(lambda i: lazy.branch(i))
+        for i in picks[:20]:
+            assert lazy.branch(int(i)).equals(t.branch(int(i)))
+    assert lazy_time < 5 * raw_time, (lazy_time, raw_time)
