@@ -30,7 +30,7 @@ MOVED: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "lodtool.format": (("lodtool.container", "lodtool.atomic"), {}),
     "lodtool.format.container": (("lodtool.container.checks", "lodtool.container.reader",
                                   "lodtool.container.writer"), {}),
-    "lodtool.format.lazy": (("lodtool.container.reader",), {}),
+    "lodtool.format.lazy": (("lodtool.container.reader", "lodtool.container.planner"), {}),
     "lodtool.format.writer": (("lodtool.container.writer",), {}),
     "lodtool.format.spec": (("lodtool.container.spec",), {}),
     "lodtool.format.checksum": (("lodtool.container.checksum",), {}),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import os
 import tempfile
 import threading
@@ -25,13 +24,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lodtool import LoDTensor, load, save
-from lodtool.tasks import _operators as pipeline
 from lodtool.cli.main import cli
 from lodtool.errors import LodError, LodIndexError, LodShapeError, LodValidationError
-from lodtool.container import open_file
 from lodtool.container.reader import LazyTensor
 from lodtool.ops import sequence_expand, sequence_mask, sequence_pad
 from lodtool.ops._util import row_offsets
+from lodtool.tasks import _operators as pipeline
 from tests.strategies import lod_lengths, lod_tensors
 from tests.test_ops_common import arrays, same_bits, same_tensor
 
@@ -296,22 +294,6 @@ def test_pad_reads_and_writes_bounded_chunks(tmp_path, monkeypatch):
     with budget(32, 1000):
         assert_same_pad(x)
     assert len(reads) == 25 and max(reads) == 16  # 4 sequences: 16 rows read, 16 padded
-
-
-@STREAM_SETTINGS
-@given(lod_tensors(min_levels=2, max_levels=3, allow_empty=True))
-def test_row_offset_windows_map_every_level_down_to_the_rows(x):
-    with tempfile.TemporaryDirectory() as d:
-        save(Path(d) / "x.h5", x)
-        with open_file(Path(d) / "x.h5") as f:
-            t = f.tensor()
-            for level in range(x.lod_level):
-                expected = row_offsets(x.offsets, level)
-                for window in range(1, 6):
-                    got = list(pipeline._row_offset_windows(t, level, window))
-                    assert all(len(w) <= window + 1 for w in got)
-                    assert all(a[-1] == b[0] for a, b in itertools.pairwise(got))  # consecutive windows share an entry
-                    assert np.concatenate([got[0]] + [w[1:] for w in got[1:]]).tolist() == expected.tolist()
 
 
 # -- chunk budget ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ..tensor import LoDTensor, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, domain_error, hard_member, open_h5, same_object, storage_gap, translate
 from .limits import check_memory, resolve_max_memory
+from .planner import sequence_ranges
 
 #: offsets are read for validation and statistics in blocks of this many entries
 OFFSET_BLOCK = 1 << 20
@@ -496,35 +497,8 @@ class LazyTensor:
                 yield LoDTensor._trusted(self._rows(start, min(start + max_rows, self._n_rows)), ())
             return
         self._check_valid()
-        n = self._sizes[0] - 1
-        cache: dict[int, list[int]] = {}
-
-        def bounds(i: int) -> list[int]:
-            """Where top-level sequence ``i`` starts on every level below, down to the rows."""
-            if i not in cache:
-                if len(cache) > 4096:
-                    cache.clear()
-                pos = [i]
-                for k in range(self.lod_level):
-                    pos.append(int(self._window(k, pos[-1], pos[-1] + 1)[0]))
-                cache[i] = pos
-            return cache[i]
-
-        def filled(a: int, b: int) -> bool:
-            """Whether top-level sequences a..b hold at least one entry on every level below the top."""
-            ba, bb = bounds(a), bounds(b)
-            return all(bb[k] > ba[k] for k in range(1, self.lod_level))
-
-        i0 = 0
-        while i0 < n:
-            rows0 = bounds(i0)[-1]
-            i1 = _last_true(i0 + 1, n, lambda i: bounds(i)[-1] - rows0 <= max_rows)
-            if not filled(i0, i1):
-                i1 = min(_last_true(i1, n, lambda i: not filled(i0, i)) + 1, n)
-            if i1 < n and not filled(i1, n):
-                i1 = n
+        for i0, i1 in sequence_ranges(self._window, self.lod_level, self._sizes[0] - 1, max_rows):
             yield self.slice_level(0, i0, i1)
-            i0 = i1
 
     # -- statistics --------------------------------------------------------------------------------------
     def checked_level_stats(self) -> list[dict]:
@@ -583,27 +557,6 @@ class LazyTensor:
         level = self._level(level)
         return _length_stats(self._checked_blocks(level), self._limit, self._path,
                              f"{self._what} level {level} lengths")
-
-
-def _last_true(lo: int, hi: int, pred) -> int:
-    """The largest ``i`` in ``lo..hi`` with ``pred(i)``, for ``pred`` true up to a point (``lo`` counts as true).
-
-    Gallops from ``lo``, then bisects: O(log distance) calls of ``pred``.
-    """
-    good, step = lo, 1
-    while good < hi:
-        probe = min(good + step, hi)
-        if not pred(probe):
-            bad = probe
-            while bad - good > 1:
-                mid = (good + bad) // 2
-                if pred(mid):
-                    good = mid
-                else:
-                    bad = mid
-            return good
-        good, step = probe, step * 2
-    return good
 
 
 #: exact medians by counting lengths up to this value; longer lengths fall back to sorting

@@ -38,6 +38,7 @@ from .._device import to_host
 from .._memory import keep_large_buffers_unpooled
 from ..errors import LodUsageError, LodValidationError
 from ..lod import validate_lod
+from ..container.planner import row_offset_windows, runs
 from ..tensor import LoDTensor
 
 #: rows per chunk for the streaming operators
@@ -152,31 +153,6 @@ class _WriteBehind:
         self._thread.join()
         if exc_type is None and self._error is not None:
             raise self._error
-
-
-def _runs(costs: Sequence[np.ndarray], budget: int) -> Iterator[tuple[int, int]]:
-    """Cut items ``0..n`` into consecutive runs ``(a, b)`` whose summed costs each stay within ``budget``.
-
-    ``costs`` holds one array per kind of cost (rows read, rows written, ...),
-    one entry per item.  A run is as long as the budget allows, and at least one
-    item: an item whose cost alone is over the budget is a run of its own.
-
-    >>> list(_runs([np.array([2, 2, 5, 1, 1])], 4))
-    [(0, 2), (2, 3), (3, 5)]
-    >>> list(_runs([np.array([1, 1, 1]), np.array([0, 3, 1])], 3))
-    [(0, 2), (2, 3)]
-    """
-    ends = []
-    for cost in costs:
-        end = np.zeros(len(cost) + 1, np.int64)
-        np.cumsum(cost, out=end[1:])
-        ends.append(end)
-    n, a = len(costs[0]), 0
-    while a < n:
-        b = min(int(np.searchsorted(end, end[a] + budget, side="right")) - 1 for end in ends)
-        b = max(b, a + 1)
-        yield a, b
-        a = b
 
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
@@ -351,7 +327,7 @@ def _expanded_chunks(tx, ty, level: int, max_rows: int, window: int, device: str
         reps = ref[1:] - ref[:-1]
         xoff = tx.read_offsets(0, start, stop + 1) if has_lod else np.arange(start, stop + 1, dtype=np.int64)
         lens = xoff[1:] - xoff[:-1]
-        for a, b in _runs([lens * (reps + 1), reps], max_rows):
+        for a, b in runs([lens * (reps + 1), reps], max_rows):
             copies = int(ref[b] - ref[a])
             if not copies:
                 continue
@@ -381,35 +357,6 @@ def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndar
     per = max(1, min((max_rows - length) // max(length, 1), max_rows))
     for done in range(0, copies, per):
         yield np.array([0, min(per, copies - done)], np.int64)
-
-
-def _row_offset_windows(t, level: int, window: int) -> Iterator[np.ndarray]:
-    """Where each sequence of ``level`` starts and ends in the data rows, ``window`` sequences at a time.
-
-    Each window holds ``window + 1`` entries (the last one has fewer), so
-    consecutive windows share one; a level above the last is mapped down
-    through the levels below it, whose offsets it indexes.  The LoD must have
-    been validated.
-    """
-    count = t.num_sequences(level)
-    for start in range(0, count, window):
-        offsets = t.read_offsets(level, start, min(start + window, count) + 1)
-        for below in range(level + 1, t.lod_level):
-            offsets = _entries_at(t, below, offsets, window)
-        yield offsets
-
-
-def _entries_at(t, level: int, index: np.ndarray, window: int) -> np.ndarray:
-    """``offsets[level][index]`` for a non-decreasing ``index``, reading at most ``window`` entries at a time."""
-    out = np.empty_like(index)
-    i = 0
-    while i < len(index):
-        lo = int(index[i])
-        j = int(np.searchsorted(index, lo + window, side="left"))  # every index below lo + window
-        part = t.read_offsets(level, lo, int(index[j - 1]) + 1)
-        out[i:j] = part[index[i:j] - lo]
-        i = j
-    return out
 
 
 def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
@@ -447,7 +394,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
         count = t.num_sequences(lvl)
 
         def lengths() -> Iterator[np.ndarray]:
-            for roff in _row_offset_windows(t, lvl, window):
+            for roff in row_offset_windows(t, lvl, window):
                 yield roff[1:] - roff[:-1]
 
         longest = max(int(block.max()) for block in lengths())
@@ -477,9 +424,9 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
     """``sequence_pad`` of ``level``'s sequences, a run at a time (its rows read and padded rows within ``max_rows``)."""
     from ..ops import sequence_pad
 
-    for roff in _row_offset_windows(t, level, window):
+    for roff in row_offset_windows(t, level, window):
         lens = roff[1:] - roff[:-1]
-        for a, b in _runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
+        for a, b in runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
             chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
             padded = to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
             del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
