@@ -45,6 +45,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lodtool import LoDTensor  # noqa: E402
 from lodtool.ops import _cuda, sequence_expand, sequence_pad, sequence_pool  # noqa: E402
+from lodtool.ops.expand import cuda_expand  # noqa: E402
+from lodtool.ops.pad import cuda_pad  # noqa: E402
+from lodtool.ops.pool import cuda_pool  # noqa: E402
 from lodtool._device import cupy_module  # noqa: E402
 
 cp = cupy_module()
@@ -130,11 +133,11 @@ def case_expand(width: int, gb: float, seed: int):
     y = LoDTensor._trusted(np.broadcast_to(np.zeros(1, np.float32), (total,)), (ref_host,))
     return dict(
         op="expand", width=width, out_bytes=out_bytes, moved_bytes=out_bytes,
-        lodtool=lambda: _cuda.expand(cp, x, None, ref),
-        upload=lambda: _cuda.expand(cp, x, None, ref_host),
-        kernel=lambda: _cuda.expand(cp, x, None, ref, validated=True),
+        lodtool=lambda: cuda_expand(cp, x, None, ref),
+        upload=lambda: cuda_expand(cp, x, None, ref_host),
+        kernel=lambda: cuda_expand(cp, x, None, ref, validated=True),
         naive=naive, cpu=lambda: sequence_expand(host_x, y, backend="numba"),
-        check=lambda: bool(cp.array_equal(_cuda.expand(cp, x, None, ref)[0], naive())),
+        check=lambda: bool(cp.array_equal(cuda_expand(cp, x, None, ref)[0], naive())),
     )
 
 
@@ -157,11 +160,11 @@ def case_pad(width: int, gb: float, seed: int, maxlen: int = 19):
     host = LoDTensor(x.get(), [off_host])
     return dict(
         op="pad", width=width, out_bytes=out_bytes, moved_bytes=out_bytes,
-        lodtool=lambda: _cuda.pad(cp, x, off, maxlen),
-        upload=lambda: _cuda.pad(cp, x, off_host, maxlen),
-        kernel=lambda: _cuda.pad(cp, x, off, maxlen, validated=True),
+        lodtool=lambda: cuda_pad(cp, x, off, maxlen),
+        upload=lambda: cuda_pad(cp, x, off_host, maxlen),
+        kernel=lambda: cuda_pad(cp, x, off, maxlen, validated=True),
         naive=naive, cpu=lambda: sequence_pad(host, 0, maxlen, backend="numba"),
-        check=lambda: bool(cp.array_equal(_cuda.pad(cp, x, off, maxlen)[0], naive())),
+        check=lambda: bool(cp.array_equal(cuda_pad(cp, x, off, maxlen)[0], naive())),
     )
 
 
@@ -186,11 +189,11 @@ def case_pool(width: int, gb: float, seed: int):
     in_bytes = rows * row_bytes
     return dict(
         op="pool sum", width=width, out_bytes=n * row_bytes, moved_bytes=in_bytes,
-        lodtool=lambda: _cuda.pool(cp, x, off, "sum"),
-        upload=lambda: _cuda.pool(cp, x, off_host, "sum"),
-        kernel=lambda: _cuda.pool(cp, x, off, "sum", validated=True),
+        lodtool=lambda: cuda_pool(cp, x, off, "sum"),
+        upload=lambda: cuda_pool(cp, x, off_host, "sum"),
+        kernel=lambda: cuda_pool(cp, x, off, "sum", validated=True),
         naive=naive, cpu=lambda: sequence_pool(host, "sum", backend="numba"),
-        check=lambda: bool(cp.allclose(_cuda.pool(cp, x, off, "sum"), naive(), rtol=1e-4, atol=1e-4)),
+        check=lambda: bool(cp.allclose(cuda_pool(cp, x, off, "sum"), naive(), rtol=1e-4, atol=1e-4)),
     )
 
 

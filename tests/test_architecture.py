@@ -2,7 +2,7 @@
 
 core (the top-level modules) <- container | io | ops <- tasks | interop <- cli.  Each floor imports only
 from the floors below it (and itself); container, io and ops never import each other; no module imports
-another in a cycle; the deprecated aliases (lodtool.format.*, lodtool.pipeline; see lodtool._moved) are used
+another in a cycle (imports inside functions count too); the deprecated aliases (lodtool.format.*, lodtool.pipeline; see lodtool._moved) are used
 by nothing inside the package.
 """
 
@@ -69,29 +69,13 @@ def _module_of(name: str) -> str | None:
     return None
 
 
-def _nodes(tree: ast.AST, lazy: bool):
-    """Every node, or (``lazy=False``) those outside function bodies: what runs at import."""
-    if lazy:
-        yield from ast.walk(tree)
-        return
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        todo.extend(c for c in ast.iter_child_nodes(node)
-                    if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-
-
-def lodtool_modules(path: Path, lazy: bool = True) -> set[str]:
-    """The lodtool modules (files) a file imports: ``from pkg import sub`` counts as ``pkg.sub``.
-
-    ``lazy=False``: only the imports that run when the module is imported.
-    """
+def lodtool_modules(path: Path) -> set[str]:
+    """The lodtool modules (files) a file imports anywhere in it: ``from pkg import sub`` counts as ``pkg.sub``."""
     tree = ast.parse(path.read_text())
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out = set()
-    for node in _nodes(tree, lazy):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(_module_of(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -133,7 +117,7 @@ def test_nothing_inside_uses_the_deprecated_paths(path):
 
 
 def test_no_import_cycles():
-    graph = {m: lodtool_modules(p, lazy=False) for m, p in MODULES.items()}
+    graph = {m: lodtool_modules(p) for m, p in MODULES.items()}
     state: dict[str, int] = {}
     stack: list[str] = []
 

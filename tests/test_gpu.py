@@ -23,6 +23,11 @@ from lodtool.errors import LodShapeError, LodValidationError
 from lodtool.lod import validate_lod
 from lodtool.ops import sequence_expand, sequence_pad, sequence_pool, sequence_reverse, sequence_softmax
 from lodtool.ops import _cuda
+from lodtool.ops.expand import cuda_expand
+from lodtool.ops.pad import cuda_pad
+from lodtool.ops.pool import cuda_pool
+from lodtool.ops.reverse import cuda_reverse
+from lodtool.ops.softmax import cuda_softmax
 from tests.test_gpu_sim import (POOL_TYPES, REAL, check_cli_devices, check_expand, check_op_expand, check_op_pack,
                                 check_op_pad, check_op_pool, check_op_reverse, check_op_softmax,
                                 check_op_validation, check_pack, check_pad_unpad, check_pool, check_reverse,
@@ -162,20 +167,20 @@ def test_large_movement_is_bit_identical(shape, dtype):
     # expand, rows case and sequences case
     reps = rng.integers(0, 4, len(lens))
     y = LoDTensor(np.zeros(int(reps.sum())), recursive_sequence_lengths=[reps])
-    out, _ = _cuda.expand(cp, cp.asarray(data[:len(lens)]), None, y.offsets[0])
+    out, _ = cuda_expand(cp, cp.asarray(data[:len(lens)]), None, y.offsets[0])
     assert same_bits(sequence_expand(data[:len(lens)], y, backend="numba").data, out.get())
     want = sequence_expand(x, y, backend="numba")
-    out, off = _cuda.expand(cp, d, x.offsets[0], y.offsets[0])
+    out, off = cuda_expand(cp, d, x.offsets[0], y.offsets[0])
     assert same_bits(want.data, out.get()) and off.get().tolist() == want.lod[0]
     # pad (to the longest, and longer), reverse, first/last
     for maxlen in (None, 25):
         wp, wl = sequence_pad(x, 1, maxlen, backend="numba")
-        gp, gl = _cuda.pad(cp, d, x.offsets[0], maxlen, 1)
+        gp, gl = cuda_pad(cp, d, x.offsets[0], maxlen, 1)
         assert same_bits(wp, gp.get()) and np.array_equal(wl, gl.get())
-    assert same_bits(sequence_reverse(x, backend="numba").data, _cuda.reverse(cp, d, x.offsets[0]).get())
+    assert same_bits(sequence_reverse(x, backend="numba").data, cuda_reverse(cp, d, x.offsets[0]).get())
     for kind in ("first", "last"):
         want = sequence_pool(x, kind, 1, backend="numba").data
-        assert same_bits(want, _cuda.pool(cp, d, x.offsets[0], kind, 1).get())
+        assert same_bits(want, cuda_pool(cp, d, x.offsets[0], kind, 1).get())
 
 
 @pytest.mark.parametrize("width", [1, 16])
@@ -187,7 +192,7 @@ def test_large_pool_matches_the_numba_kernel(width, dtype):
     x = LoDTensor(data, recursive_sequence_lengths=[lens])
     for pool_type in ("sum", "average", "sqrt", "max", "min"):
         want = sequence_pool(x, pool_type, 0, backend="numba").data
-        got = _cuda.pool(cp, cp.asarray(data), x.offsets[0], pool_type, 0).get()
+        got = cuda_pool(cp, cp.asarray(data), x.offsets[0], pool_type, 0).get()
         # the same operations in the same order: the CPU kernel's bits
         assert same_bits(want, got), pool_type
 
@@ -199,7 +204,7 @@ def test_large_softmax():
         data = (rng.standard_normal(int(lens.sum())) * 10).astype(dtype)
         x = LoDTensor(data, recursive_sequence_lengths=[lens])
         want = sequence_softmax(x, backend="numba").data
-        assert close(want, _cuda.softmax(cp, cp.asarray(data), x.offsets[0]).get())
+        assert close(want, cuda_softmax(cp, cp.asarray(data), x.offsets[0]).get())
 
 
 def test_many_empty_sequences_in_one_tile():
@@ -237,18 +242,18 @@ def test_runs_on_cupys_current_stream():
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         d = cp.asarray(data)
-        out = _cuda.reverse(cp, d, x.offsets[0])
-        padded, _ = _cuda.pad(cp, out, x.offsets[0])
+        out = cuda_reverse(cp, d, x.offsets[0])
+        padded, _ = cuda_pad(cp, out, x.offsets[0])
     stream.synchronize()
     assert same_bits(sequence_reverse(x, backend="numpy").data, out.get())
     assert same_bits(sequence_pad(LoDTensor(out.get(), [x.offsets[0]]), backend="numpy")[0], padded.get())
 
 
 def test_outputs_are_device_arrays_and_errors_are_lodtool_errors():
-    out, off = _cuda.expand(cp, cp.arange(3.0), [0, 1, 3], cp.asarray([0, 2, 3]))
+    out, off = cuda_expand(cp, cp.arange(3.0), [0, 1, 3], cp.asarray([0, 2, 3]))
     assert isinstance(out, cp.ndarray) and isinstance(off, cp.ndarray)
     assert out.tolist() == [0.0, 0.0, 1.0, 2.0] and off.tolist() == [0, 1, 2, 4]
     with pytest.raises(LodShapeError):
-        _cuda.expand(cp, cp.arange(3.0), None, [0, 1, 2])
+        cuda_expand(cp, cp.arange(3.0), None, [0, 1, 2])
     with pytest.raises(LodValidationError, match="offset"):
-        _cuda.pad(cp, cp.arange(3.0), cp.asarray([0, 2, 1, 3]))
+        cuda_pad(cp, cp.arange(3.0), cp.asarray([0, 2, 1, 3]))

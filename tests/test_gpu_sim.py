@@ -35,6 +35,12 @@ from lodtool.ops import (from_time_major, pack_plan, sequence_expand, sequence_m
                          sequence_reverse, sequence_softmax, sequence_unpad, to_time_major)
 from lodtool import _device
 from lodtool.ops import _cuda
+from lodtool.ops.expand import cuda_expand
+from lodtool.ops.pack_plan import cuda_from_time_major, cuda_pack_plan, cuda_to_time_major
+from lodtool.ops.pad import cuda_mask, cuda_pad, cuda_unpad
+from lodtool.ops.pool import cuda_pool
+from lodtool.ops.reverse import cuda_reverse
+from lodtool.ops.softmax import cuda_softmax
 from lodtool.ops._util import row_offsets
 from tests.strategies import lod_lengths
 from tests.test_ops_common import arrays, same_bits, same_tensor, tensors
@@ -66,7 +72,7 @@ def check_expand(xp, x: LoDTensor, reps: list[int]) -> None:
     ref = np.concatenate([[0], np.cumsum(reps)]).astype(np.int64)
     y = LoDTensor._trusted(np.zeros(int(ref[-1])), (ref,))
     want = outcome(lambda: sequence_expand(x, y, backend="numpy"))
-    got = outcome(lambda: _cuda.expand(xp, xp.asarray(x.data), x.offsets[0] if x.lod_level else None, ref))
+    got = outcome(lambda: cuda_expand(xp, xp.asarray(x.data), x.offsets[0] if x.lod_level else None, ref))
     assert want[0] == got[0], (want, got)
     if want[0] == "error":
         assert want[1] == got[1]
@@ -89,7 +95,7 @@ def close(want: np.ndarray, got: np.ndarray) -> bool:
 
 def check_pool(xp, x: LoDTensor, pool_type: str, pad_value) -> None:
     want = outcome(lambda: sequence_pool(x, pool_type, pad_value, backend="numpy").data)
-    got = outcome(lambda: host(_cuda.pool(xp, xp.asarray(x.data), x.offsets[-1], pool_type, pad_value)))
+    got = outcome(lambda: host(cuda_pool(xp, xp.asarray(x.data), x.offsets[-1], pool_type, pad_value)))
     assert want[0] == got[0] and (want[0] == "ok" or want[1] == got[1]), (want, got)
     if want[0] == "ok":
         if pool_type in ("first", "last"):
@@ -100,7 +106,7 @@ def check_pool(xp, x: LoDTensor, pool_type: str, pad_value) -> None:
 
 def check_softmax(xp, x: LoDTensor) -> None:
     want = outcome(lambda: sequence_softmax(x, backend="numpy").data)
-    got = outcome(lambda: host(_cuda.softmax(xp, xp.asarray(x.data), x.offsets[-1])))
+    got = outcome(lambda: host(cuda_softmax(xp, xp.asarray(x.data), x.offsets[-1])))
     assert want[0] == got[0] and (want[0] == "ok" or want[1] == got[1]), (want, got)
     if want[0] == "ok":
         assert close(want[1], got[1]), (want[1], got[1])
@@ -112,34 +118,34 @@ def check_pad_unpad(xp, x: LoDTensor, level: int, extra: int, pad_value) -> None
     longest = int((roff[1:] - roff[:-1]).max())
     maxlen = None if extra < 0 else longest + extra
     want = outcome(lambda: sequence_pad(x, pad_value, maxlen, lvl, backend="numpy"))
-    got = outcome(lambda: _cuda.pad(xp, xp.asarray(x.data), roff, maxlen, pad_value))
+    got = outcome(lambda: cuda_pad(xp, xp.asarray(x.data), roff, maxlen, pad_value))
     assert want[0] == got[0] and (want[0] == "ok" or want[1] == got[1]), (want, got)
     if want[0] == "error":
         return
     (wp, wl), (gp, gl) = want[1], got[1]
     assert same_bits(wp, host(gp)) and np.array_equal(wl, host(gl))
     back = sequence_unpad(wp, wl, backend="numpy")
-    data, off = _cuda.unpad(xp, gp, gl)
+    data, off = cuda_unpad(xp, gp, gl)
     assert same_bits(back.data, host(data)) and host(off).tolist() == back.lod[0]
-    m = host(_cuda.mask(xp, gl, maxlen, dtype="int32"))
+    m = host(cuda_mask(xp, gl, maxlen, dtype="int32"))
     assert same_bits(sequence_mask(wl, maxlen, dtype="int32"), m)
 
 
 def check_reverse(xp, x: LoDTensor) -> None:
     want = sequence_reverse(x, backend="numpy").data
-    assert same_bits(want, host(_cuda.reverse(xp, xp.asarray(x.data), x.offsets[-1])))
+    assert same_bits(want, host(cuda_reverse(xp, xp.asarray(x.data), x.offsets[-1])))
 
 
 def check_pack(xp, x: LoDTensor, level: int) -> None:
     lvl = level % x.lod_level
     plan = pack_plan(x, lvl, backend="numpy")
-    lengths, s, u, b = _cuda.pack_plan(xp, plan.row_offsets)
+    lengths, s, u, b = cuda_pack_plan(xp, plan.row_offsets)
     assert np.array_equal(host(lengths), plan.lengths)
     assert np.array_equal(host(s), plan.sorted_indices) and np.array_equal(host(u), plan.unsorted_indices)
     assert np.array_equal(host(b), plan.batch_sizes)
-    steps = _cuda.to_time_major(xp, xp.asarray(x.data), plan.row_offsets, s, b)
+    steps = cuda_to_time_major(xp, xp.asarray(x.data), plan.row_offsets, s, b)
     assert same_bits(to_time_major(x, plan, backend="numpy")[0], host(steps))
-    back = _cuda.from_time_major(xp, steps, plan.row_offsets, u, b)
+    back = cuda_from_time_major(xp, steps, plan.row_offsets, u, b)
     assert same_bits(np.asarray(x.data), host(back))
 
 
@@ -464,7 +470,7 @@ def test_kernels_under_the_simulator():
 sim_only = pytest.mark.skipif(not SIM, reason="runs in the simulator child (NUMBA_ENABLE_CUDASIM=1)")
 SIM_SETTINGS = settings(max_examples=12, deadline=None)
 
-_launch = _cuda._launch
+_launch = _cuda.launch
 
 
 def _launch_device_arrays_only(xp, kern, blocks, *args):
@@ -477,7 +483,7 @@ def _launch_device_arrays_only(xp, kern, blocks, *args):
 
 if SIM:  # the child: "import cupy" finds the stand-in (only lodtool._device imports it)
     sys.modules["cupy"] = FakeCupy()
-    _cuda._launch = _launch_device_arrays_only
+    _cuda.launch = _launch_device_arrays_only
 
 
 @sim_only
@@ -563,11 +569,11 @@ def test_sim_edge_cases():
     with pytest.raises(LodError, match="must be integers"):
         _cuda.validate_offsets(np, [np.array([0.0, 1.0])], 1)
     with pytest.raises(LodError, match=r"lengths\[1\]=5 is longer"):
-        _cuda.unpad(np, np.zeros((2, 4)), [1, 5])
+        cuda_unpad(np, np.zeros((2, 4)), [1, 5])
     with pytest.raises(LodError, match=r"lengths\[0\]=-1 is negative"):
-        _cuda.unpad(np, np.zeros((2, 4)), [-1, 2])
+        cuda_unpad(np, np.zeros((2, 4)), [-1, 2])
     with pytest.raises(LodError, match="every sequence is repeated 0 times"):
-        _cuda.expand(np, np.zeros(2), [0, 2], [0, 0])
+        cuda_expand(np, np.zeros(2), [0, 2], [0, 0])
 
 
 # -- the public path on the stand-in "device" -----------------------------------------------------

@@ -3,13 +3,14 @@
 One operator per module, each with a plain NumPy reference and a Numba kernel
 (``backend="numpy"`` or ``"numba"``; the default picks Numba).  Importing this
 package imports neither Numba nor CuPy: kernels compile on their first call
-(and are cached on disk), and :mod:`lodtool.ops._backend` is the only module
-that may touch CuPy.
+(and are cached on disk, see :mod:`lodtool._jit`), and :mod:`lodtool._device` is
+the only module that may touch CuPy.
 
 Every operator also runs on a CUDA GPU (``pip install 'lodtool[gpu]'``): give it
 a tensor on the device (``x.to("cuda")``, or CuPy arrays) or pass
 ``device="cuda"``, and the results stay on the device (``.to("cpu")`` brings
-them back).  The CUDA kernels are in :mod:`lodtool.ops._cuda`.
+them back).  Each operator's module holds its CUDA launcher too; the shared device
+primitives are in :mod:`lodtool.ops._cuda`.
 
 >>> import numpy as np
 >>> from lodtool import LoDTensor

@@ -6,7 +6,7 @@ imported lazily, so ``import lodtool.ops`` costs neither.  An operator asks
 
     be = get_backend((x.data, *x.offsets), backend, device)
     if be.name == "cupy":
-        return ...  # lodtool.ops._cuda, with be.xp (CuPy) as the array module
+        return cuda_expand(be.xp, ...)  # the op's CUDA launcher, with be.xp (CuPy) as the array module
     if be.name == "numpy":
         return _reference(...)
     ...  # be.name == "numba": call the kernels

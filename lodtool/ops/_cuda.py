@@ -1,14 +1,19 @@
-"""CUDA kernels of the sequence operators (Numba CUDA over CuPy arrays), and their launchers.
+"""The shared device primitives of the sequence operators (Numba CUDA over CuPy arrays).
+
+This module holds the CUDA kernels (compiled once, together), the validation
+of offsets on the device, the tiled gather and the launch helpers.  Each
+operator's launcher (``cuda_<op>``) lives in the operator's own module,
+``lodtool/ops/<op>.py``, beside its NumPy reference and its Numba kernel.
 
 Every function takes the array module ``xp`` as its first argument: CuPy on a
 GPU, or NumPy under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), where
 the very same kernels run, slowly, on the host; that is how CI tests them
-without a GPU.  This module never imports CuPy (only ``_backend`` may) and
+without a GPU.  This module never imports CuPy (only :mod:`lodtool._device` may) and
 imports ``numba.cuda`` on the first kernel launch, so importing it is free.
 
 Inputs are plain arrays: data on the device (C-contiguous or not), offsets as
 int64 arrays on the host or the device.  Outputs are device arrays, offsets
-included.  The public operators (``lodtool.ops.<op>``) call these when
+included.  The public operators (``lodtool.ops.<op>``) call their launchers when
 :func:`~lodtool.ops._backend.get_backend` picks CuPy.  Offsets are
 validated **on the device** before any kernel indexes with them (first is 0,
 never decreasing, the last equals the rows), and a bad index raises
@@ -45,9 +50,8 @@ import numpy as np
 
 from .._device import is_device_array
 from .._device import to_host as _to_host
-from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
-from ..tensor import check_dtype
-from ._util import cast_value, row_size, word_dtype
+from ..errors import LodBackendError, LodShapeError, LodValidationError
+from ._util import row_size, word_dtype
 
 #: threads per block (the simulator runs each thread as a Python thread: fewer there)
 THREADS = 256
@@ -66,8 +70,8 @@ MODE_PAD, MODE_FIRST, MODE_LAST = 6, 7, 8
 
 POOL_CODES = {"sum": 0, "average": 1, "sqrt": 2, "max": 3, "min": 4, "first": 5, "last": 6}
 
-_I64 = np.dtype(np.int64)
-#: bound to ``numba.cuda`` in the kernels' globals when they compile (see _compiled)
+I64 = np.dtype(np.int64)
+#: bound to ``numba.cuda`` in the kernels' globals when they compile (see compiled)
 cuda: Any = None
 
 
@@ -81,7 +85,7 @@ def tile_rows(k: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# device code (plain Python functions; compiled by numba.cuda on first use, see _compiled)
+# device code (plain Python functions; compiled by numba.cuda on first use, see compiled)
 # ---------------------------------------------------------------------------------------------
 
 def _upper_bound(a, lo, hi, v):  # pragma: no cover - device function
@@ -342,7 +346,7 @@ def simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def _compiled() -> types.SimpleNamespace:
+def compiled() -> types.SimpleNamespace:
     """The kernels, each ``cuda.jit(cache=True)``-ed once, with the device functions bound."""
     global _compiled_ns
     if _compiled_ns is None:
@@ -390,9 +394,9 @@ PROFILE: list | None = None
 _streams: dict = {}
 
 
-def _launch(xp, kern, blocks: int, *args) -> None:
+def launch(xp, kern, blocks: int, *args) -> None:
     """Launch ``kern`` on CuPy's current stream (no host synchronisation), or in the simulator."""
-    ns = _compiled()
+    ns = compiled()
     if blocks <= 0:
         return
     if simulated() or not _is_device_any(args):
@@ -418,16 +422,16 @@ def _is_device_any(args) -> bool:
     return any(is_device_array(a) for a in args)
 
 
-def _grid(n: int) -> int:
+def grid(n: int) -> int:
     t = _threads()
     return max(1, min(MAX_BLOCKS, (int(n) + t - 1) // t))
 
 
-def _scalars(xp, *parts) -> list[int]:
+def scalars(xp, *parts) -> list[int]:
     """Several one-element device arrays read back in one transfer, as Python ints."""
     if not parts:
         return []
-    return [int(v) for v in to_host(xp.concatenate([p.reshape(-1)[:1].astype(_I64, copy=False) for p in parts]))]
+    return [int(v) for v in to_host(xp.concatenate([p.reshape(-1)[:1].astype(I64, copy=False) for p in parts]))]
 
 
 def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offsets"):
@@ -441,7 +445,7 @@ def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offset
         raise LodValidationError(f"{where}{what} must be 1-D, got shape {tuple(values.shape)}")
     if values.dtype.kind not in "iu":
         raise LodValidationError(f"{where}{what} must be integers, got dtype {values.dtype}")
-    return xp.ascontiguousarray(values.astype(_I64, copy=False))
+    return xp.ascontiguousarray(values.astype(I64, copy=False))
 
 
 def lengths_to_offsets(xp, lengths: Any):
@@ -454,12 +458,12 @@ def lengths_to_offsets(xp, lengths: Any):
     lens = as_offsets(xp, lengths, what="lengths")
     n = int(lens.shape[0])
     if n:
-        res = xp.full(2, n, _I64)
-        _launch(xp, _compiled().first_outside, _grid(n), lens, n, 0, np.iinfo(np.int64).max, res)
-        j = _scalars(xp, res)[0]
+        res = xp.full(2, n, I64)
+        launch(xp, compiled().first_outside, grid(n), lens, n, 0, np.iinfo(np.int64).max, res)
+        j = scalars(xp, res)[0]
         if j < n:
-            raise LodValidationError(f"length[{j}]={_scalars(xp, lens[j:j + 1])[0]} is negative")
-    out = xp.zeros(n + 1, _I64)
+            raise LodValidationError(f"length[{j}]={scalars(xp, lens[j:j + 1])[0]} is negative")
+    out = xp.zeros(n + 1, I64)
     if n:
         xp.cumsum(lens, out=out[1:])
     return out
@@ -495,17 +499,17 @@ def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
     offs = tuple(as_offsets(xp, lv, level=k) for k, lv in enumerate(levels))
     if not offs:
         return offs
-    kerns = _compiled()
+    kerns = compiled()
     sizes = [int(o.shape[0]) for o in offs]
     res = xp.asarray(np.array(sizes, dtype=np.int64))
     for k, o in enumerate(offs):
         if sizes[k] > 1:
-            _launch(xp, kerns.first_decrease, _grid(sizes[k] - 1), o, sizes[k], res, k)
+            launch(xp, kerns.first_decrease, grid(sizes[k] - 1), o, sizes[k], res, k)
     parts = [res]
     for o in offs:
         if o.shape[0]:
             parts += [o[:1], o[-1:]]
-    flat = to_host(xp.concatenate([p.astype(_I64, copy=False) for p in parts]))
+    flat = to_host(xp.concatenate([p.astype(I64, copy=False) for p in parts]))
     bad, rest = flat[:len(offs)].tolist(), flat[len(offs):].tolist()
     firsts, lasts = [], []
     for size in sizes:
@@ -520,7 +524,7 @@ def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
             raise LodValidationError(f"level {k}: offset[0]={firsts[k]} (the first offset must be 0)")
         j = bad[k]
         if j < size:
-            a, b = _scalars(xp, o[j - 1:j], o[j:j + 1])
+            a, b = scalars(xp, o[j - 1:j], o[j:j + 1])
             raise LodValidationError(f"level {k}: offset[{j}]={b} < offset[{j - 1}]={a} (offsets must not decrease)")
         if size < 2:
             raise LodValidationError(f"level {k}: has {size} offset(s); a level needs at least 2 (one sequence)")
@@ -560,26 +564,26 @@ def device_words(xp, data: Any, w: np.dtype | None = None) -> tuple[Any, int]:
     return (flat.view(w) if w.itemsize > 1 else flat), row_bytes // w.itemsize
 
 
-def _gather_rows(xp, src, k: int, off, nseg: int, n_out: int, outw, *, mode: int, base=None, aux=None,
+def gather_rows(xp, src, k: int, off, nseg: int, n_out: int, outw, *, mode: int, base=None, aux=None,
                  p: int = 0, padw=None) -> None:
     """Launch the tiled gather: ``n_out`` output rows of ``k`` words into ``outw``."""
     if n_out == 0 or k == 0:
         return
-    dummy = xp.zeros(1, _I64)
+    dummy = xp.zeros(1, I64)
     if padw is None:
         padw = xp.zeros(max(k, 1), outw.dtype)
     tile = tile_rows(k)
     blocks = (n_out + tile - 1) // tile
-    kerns = _compiled()
+    kerns = compiled()
     ts = dummy
     if mode < MODE_PAD:
-        ts = xp.empty(blocks + 1, _I64)
-        _launch(xp, kerns.tile_segs, _grid(blocks + 1), off, nseg, tile, n_out, blocks, ts)
-    _launch(xp, kerns.gather, blocks, src, k, off, nseg, ts, dummy if base is None else base,
+        ts = xp.empty(blocks + 1, I64)
+        launch(xp, kerns.tile_segs, grid(blocks + 1), off, nseg, tile, n_out, blocks, ts)
+    launch(xp, kerns.gather, blocks, src, k, off, nseg, ts, dummy if base is None else base,
             dummy if aux is None else aux, p, mode, n_out, tile, padw, outw)
 
 
-def _pad_words(xp, pad: np.ndarray, w: np.dtype, k: int):
+def pad_words(xp, pad: np.ndarray, w: np.dtype, k: int):
     """The pad row (host array of the data's dtype and element shape) as ``k`` device words."""
     flat = np.ascontiguousarray(pad).reshape(-1).view(np.uint8)
     words = flat.view(w) if w.itemsize > 1 else flat
@@ -592,363 +596,27 @@ def _pad_words(xp, pad: np.ndarray, w: np.dtype, k: int):
 # operators
 # ---------------------------------------------------------------------------------------------
 
-def expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, validated: bool = False):
-    """``sequence_expand`` on the device: ``(out_data, out_offsets or None)``.
-
-    ``x_offsets`` is ``None`` (``x`` has no LoD: row ``i`` is repeated ``rep_i``
-    times) or ``x``'s one level (sequence ``i`` repeated ``rep_i`` times back to
-    back; the output's level holds ``rep_i`` copies of each length), where
-    ``rep_i = ref[i+1] - ref[i]`` for ``y``'s offsets ``ref`` at ``ref_level``.
-    Bit-identical to ``lodtool.ops.sequence_expand``.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> out, off = expand(cp, cp.arange(4.0), cp.array([0, 1, 4]), [0, 1, 3])  # doctest: +SKIP
-    >>> out.tolist(), off.tolist()  # doctest: +SKIP
-    ([0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [0, 1, 4, 7])
-    """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    n_rows = int(data.shape[0])
-    if validated:
-        ref = as_offsets(xp, ref_offsets)
-    else:
-        (ref,) = validate_offsets(xp, [ref_offsets], None)
-    count = int(ref.shape[0]) - 1
-    xw, k = device_words(xp, data)
-    if x_offsets is None:
-        if n_rows != count:
-            raise LodShapeError(f"sequence_expand: x has {n_rows} rows but the reference level has {count} "
-                                "sequences; without a LoD, x needs one row per sequence")
-        total = _scalars(xp, ref[-1:])[0]
-        out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
-        outw, _ = device_words(xp, out, xw.dtype)
-        _gather_rows(xp, xw, k, ref, count, total, outw, mode=MODE_ROW)
-        return out, None
-    if validated:
-        xoff = as_offsets(xp, x_offsets)
-    else:
-        (xoff,) = validate_offsets(xp, [x_offsets], n_rows)
-    if int(xoff.shape[0]) != count + 1:
-        raise LodShapeError(f"sequence_expand: x has {int(xoff.shape[0]) - 1} sequences but the reference level "
-                            f"has {count}; they must have the same number of sequences")
-    lens = xoff[1:] - xoff[:-1]
-    reps = ref[1:] - ref[:-1]
-    out_start = xp.zeros(count + 1, _I64)
-    xp.cumsum(lens * reps, out=out_start[1:])
-    nq, total = _scalars(xp, ref[-1:], out_start[-1:])
-    if nq == 0:
-        raise LodShapeError("sequence_expand: every sequence is repeated 0 times, so the output would have no "
-                            "sequences, which no valid LoD can hold")
-    seg = xp.empty(nq, _I64)
-    _launch(xp, _compiled().seg_ids, _grid(nq), ref, count, nq, seg)
-    out_off = xp.empty(nq + 1, _I64)
-    out_off[:-1] = out_start[seg] + (xp.arange(nq, dtype=_I64) - ref[seg]) * lens[seg]
-    out_off[-1:] = out_start[-1:]
-    src_start = xp.ascontiguousarray(xoff[seg])
-    out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
-    outw, _ = device_words(xp, out, xw.dtype)
-    _gather_rows(xp, xw, k, out_off, nq, total, outw, mode=MODE_BASE, base=src_start)
-    return out, out_off
 
 
-def pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_value: Any = 0, *,
-        validated: bool = False, level: int | None = None):
-    """``sequence_pad`` on the device: ``(padded, lengths)``, padded ``(n, maxlen, *element_shape)``.
-
-    ``row_offsets`` are the data-row offsets of the padded level (the last
-    level, or :func:`row_offsets` of an upper one).  ``pad_value`` is a scalar
-    or an array of the element shape, representable in the data's dtype.
-    ``maxlen`` defaults to the longest sequence; a shorter one is a
-    :class:`LodShapeError` (naming ``level`` when given).  Bit-identical to
-    ``lodtool.ops.sequence_pad``.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> padded, lengths = pad(cp, cp.arange(5), [0, 2, 2, 5], pad_value=-1)  # doctest: +SKIP
-    >>> padded.tolist(), lengths.tolist()  # doctest: +SKIP
-    ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
-    """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    if validated:
-        roff = as_offsets(xp, row_offsets)
-    else:
-        (roff,) = validate_offsets(xp, [row_offsets], int(data.shape[0]))
-    n = int(roff.shape[0]) - 1
-    lengths = roff[1:] - roff[:-1]
-    longest = int(to_host(lengths.max())) if n else 0
-    if maxlen is None:
-        maxlen = longest
-    else:
-        if isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)) or maxlen < 0:
-            raise LodUsageError(f"sequence_pad: maxlen must be an integer >= 0 or None, got {maxlen!r}")
-        maxlen = int(maxlen)
-        if maxlen < longest:
-            where = "" if level is None else f" of level {level}"
-            raise LodShapeError(f"sequence_pad: maxlen {maxlen} is shorter than the longest sequence ({longest} "
-                                f"rows){where}; as in Paddle, it must be at least the longest length")
-    elem = tuple(data.shape[1:])
-    padv = cast_value(pad_value, data.dtype, "sequence_pad: pad_value", elem)
-    xw, k = device_words(xp, data)
-    out = xp.empty((n, maxlen) + elem, data.dtype)
-    outw, _ = device_words(xp, out, xw.dtype)
-    _gather_rows(xp, xw, k, roff, n, n * maxlen, outw, mode=MODE_PAD, p=maxlen,
-                 padw=_pad_words(xp, padv, xw.dtype, k))
-    return out, lengths
 
 
-def unpad(xp, padded: Any, lengths: Any):
-    """``sequence_unpad`` on the device: ``(data, offsets)`` from ``padded`` ``(n, maxlen, ...)`` and lengths.
-
-    ``lengths`` (host or device, shape ``(n,)`` or ``(n, 1)``) are checked on
-    the device: a negative one is a :class:`LodValidationError`, one longer
-    than ``maxlen`` a :class:`LodShapeError`.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> data, off = unpad(cp, cp.arange(12).reshape(3, 4), [2, 0, 3])  # doctest: +SKIP
-    >>> data.tolist(), off.tolist()  # doctest: +SKIP
-    ([0, 1, 8, 9, 10], [0, 2, 2, 5])
-    """
-    padded = xp.asarray(padded) if not is_device_array(padded) else padded
-    if padded.ndim < 2:
-        raise LodShapeError(f"sequence_unpad: padded must have shape (sequences, maxlen, ...), got {padded.shape}")
-    if not is_device_array(lengths):
-        lengths = np.asarray(lengths)
-        if lengths.size == 0:
-            lengths = lengths.astype(np.int64)
-    if lengths.ndim == 2 and lengths.shape[1] == 1:
-        lengths = lengths[:, 0]
-    lens = as_offsets(xp, lengths, what="lengths")
-    n, maxlen = int(padded.shape[0]), int(padded.shape[1])
-    if int(lens.shape[0]) != n:
-        raise LodShapeError(f"sequence_unpad: {int(lens.shape[0])} lengths for {n} padded sequences")
-    if n == 0:
-        raise LodShapeError("sequence_unpad: no sequences; a LoD needs at least one")
-    res = xp.full(2, n, _I64)
-    _launch(xp, _compiled().first_outside, _grid(n), lens, n, 0, maxlen, res)
-    neg, over = _scalars(xp, res[:1], res[1:])
-    if neg < n:
-        raise LodValidationError(f"sequence_unpad: lengths[{neg}]={_scalars(xp, lens[neg:neg + 1])[0]} is negative")
-    if over < n:
-        raise LodShapeError(f"sequence_unpad: lengths[{over}]={_scalars(xp, lens[over:over + 1])[0]} is longer "
-                            f"than the padded length {maxlen}")
-    off = xp.zeros(n + 1, _I64)
-    xp.cumsum(lens, out=off[1:])
-    total = _scalars(xp, off[-1:])[0]
-    elem = tuple(padded.shape[2:])
-    rows = xp.ascontiguousarray(padded).reshape((n * maxlen,) + elem)
-    xw, k = device_words(xp, rows)
-    out = xp.empty((total,) + elem, padded.dtype)
-    outw, _ = device_words(xp, out, xw.dtype)
-    _gather_rows(xp, xw, k, off, n, total, outw, mode=MODE_STRIDE, p=maxlen)
-    return out, off
 
 
-def mask(xp, lengths: Any, maxlen: int | None = None, dtype: Any = bool):
-    """``sequence_mask`` on the device: ``mask[..., j] = j < lengths[...]``.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> mask(cp, cp.array([1, 3]), dtype="int64").tolist()  # doctest: +SKIP
-    [[1, 0, 0], [1, 1, 1]]
-    """
-    lens = lengths if is_device_array(lengths) else xp.asarray(np.asarray(lengths))
-    if lens.dtype.kind not in "iu":
-        if lens.size:
-            raise LodValidationError(f"sequence_mask: lengths must be integers, got dtype {lens.dtype}")
-        lens = lens.astype(_I64)
-    lo = int(to_host(lens.min())) if lens.size else 0
-    if lo < 0:
-        raise LodValidationError(f"sequence_mask: lengths must not be negative (found {lo})")
-    if maxlen is None:
-        maxlen = int(to_host(lens.max())) if lens.size else 0
-    elif isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)) or maxlen < 0:
-        raise LodUsageError(f"sequence_mask: maxlen must be an integer >= 0 or None, got {maxlen!r}")
-    out = xp.arange(int(maxlen), dtype=_I64) < lens[..., None]
-    dtype = check_dtype(dtype, "dtype")
-    return out if dtype == np.bool_ else out.astype(dtype)
 
 
-def reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
-    """``sequence_reverse`` on the device: the rows of each sequence of ``offsets`` reversed.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> reverse(cp, cp.arange(5), [0, 2, 2, 5]).tolist()  # doctest: +SKIP
-    [1, 0, 4, 3, 2]
-    """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    n_rows = int(data.shape[0])
-    if validated:
-        off = as_offsets(xp, offsets)
-    else:
-        (off,) = validate_offsets(xp, [offsets], n_rows)
-    xw, k = device_words(xp, data)
-    out = xp.empty(data.shape, data.dtype)
-    outw, _ = device_words(xp, out, xw.dtype)
-    _gather_rows(xp, xw, k, off, int(off.shape[0]) - 1, n_rows, outw, mode=MODE_REV)
-    return out
 
 
-def pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: Any = 0, *, validated: bool = False):
-    """``sequence_pool`` on the device: one row per sequence of ``offsets`` (the last level).
-
-    Dtypes and pad rules as :func:`lodtool.ops.sequence_pool` (``pool_dtypes``).
-    ``first``/``last`` move bytes (bit-identical); the reductions run one
-    thread per (sequence, column) in row order, as the CPU kernel does, and give
-    its bits for sum/max/min; average and sqrt divide by the same IEEE
-    ``len``/``sqrt(len)``.  One thread walks a whole sequence, so a batch of a
-    few very long sequences uses little of the GPU.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> pool(cp, cp.arange(12.0).reshape(6, 2), [0, 2, 2, 6], "sum", -1).tolist()  # doctest: +SKIP
-    [[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
-    """
-    from .pool import pool_dtypes
-
-    data = xp.asarray(data) if not is_device_array(data) else data
-    name = str(pool_type).lower()
-    if name not in POOL_CODES:
-        raise LodUsageError(f"sequence_pool: unknown pool_type {pool_type!r}; choose one of "
-                            f"{', '.join(POOL_CODES)}")
-    code = POOL_CODES[name]
-    out_dtype, acc_dtype = pool_dtypes(data.dtype, name)
-    elem = tuple(data.shape[1:])
-    padv = cast_value(pad_value, out_dtype, "sequence_pool: pad_value", elem)
-    if validated:
-        off = as_offsets(xp, offsets)
-    else:
-        (off,) = validate_offsets(xp, [offsets], int(data.shape[0]))
-    n = int(off.shape[0]) - 1
-    if code >= 5:
-        xw, k = device_words(xp, data)
-        out = xp.empty((n,) + elem, data.dtype)
-        outw, _ = device_words(xp, out, xw.dtype)
-        _gather_rows(xp, xw, k, off, n, n, outw, mode=MODE_FIRST if code == 5 else MODE_LAST,
-                     padw=_pad_words(xp, padv, xw.dtype, k))
-        return out
-    width = row_size(elem)
-    if acc_dtype.kind == "f":
-        work = acc_dtype
-    else:
-        work = np.dtype(np.uint64) if data.dtype.kind == "u" else np.dtype(np.int64)
-    x2 = xp.ascontiguousarray(data.reshape(int(data.shape[0]), width).astype(work, copy=False))
-    out = xp.empty((n, width), work)
-    pad2 = xp.asarray(padv.astype(work).reshape(width))
-    if code in (1, 2):
-        scale = (off[1:] - off[:-1]).astype(work)
-        if code == 2:
-            scale = xp.sqrt(scale)
-    else:
-        scale = xp.zeros(1, work)
-    if n and width:
-        _launch(xp, _compiled().pool, _grid(n * width), x2, off, n, width, code, pad2, scale, out)
-    return out.astype(out_dtype, copy=False).reshape((n,) + elem)
 
 
-def softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
-    """``sequence_softmax`` on the device (one value per row), dtypes as ``softmax_dtype``.
-
-    Stable (the sequence's maximum is subtracted), sums in float64; equal to
-    the CPU kernel within a few ulp (the device's ``exp`` differs from the host's).
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> softmax(cp, cp.array([1.0, 1.0, 5.0]), [0, 2, 3]).tolist()  # doctest: +SKIP
-    [0.5, 0.5, 1.0]
-    """
-    from .softmax import softmax_dtype
-
-    data = xp.asarray(data) if not is_device_array(data) else data
-    if row_size(data.shape[1:]) != 1:
-        raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
-                            f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
-    out_dtype = softmax_dtype(data.dtype)
-    work = np.dtype(np.float32) if out_dtype == np.float16 else out_dtype
-    if validated:
-        off = as_offsets(xp, offsets)
-    else:
-        (off,) = validate_offsets(xp, [offsets], int(data.shape[0]))
-    flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
-    out = xp.empty_like(flat)
-    n = int(off.shape[0]) - 1
-    if n and flat.size:
-        _launch(xp, _compiled().softmax, _grid(n), flat, off, n, out)
-    return out.astype(out_dtype, copy=False).reshape(data.shape)
 
 
-def pack_plan(xp, row_offsets: Any, *, validated: bool = False):
-    """The RNN packing plan on the device: ``(lengths, sorted_indices, unsorted_indices, batch_sizes)``.
-
-    A stable sort by decreasing length (ties keep their input order): the sort
-    key ``(maxlen - length) * n + i`` is unique, so any sort is stable; a
-    lexsort where that key would overflow.  ``batch_sizes[t]`` counts the
-    sequences longer than ``t``.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> [a.tolist() for a in pack_plan(cp, [0, 1, 1, 4])[1:]]  # doctest: +SKIP
-    [[2, 0, 1], [1, 2, 0], [2, 1, 1]]
-    """
-    if validated:
-        roff = as_offsets(xp, row_offsets)
-    else:
-        (roff,) = validate_offsets(xp, [row_offsets], None)
-    lengths = roff[1:] - roff[:-1]
-    n = int(lengths.shape[0])
-    maxlen = int(to_host(lengths.max())) if n else 0
-    idx = xp.arange(n, dtype=_I64)
-    if (maxlen + 1) * max(n, 1) < 2 ** 62:
-        sorted_idx = xp.argsort((maxlen - lengths) * n + idx).astype(_I64, copy=False)
-    else:  # pragma: no cover - needs more than 2**31 rows
-        sorted_idx = xp.lexsort(xp.stack([idx, -lengths])).astype(_I64, copy=False)
-    unsorted_idx = xp.empty(n, _I64)
-    unsorted_idx[sorted_idx] = idx
-    at_most = xp.cumsum(xp.bincount(lengths, minlength=maxlen + 1))[:maxlen]
-    batch_sizes = (n - at_most).astype(_I64)
-    return lengths, sorted_idx, unsorted_idx, batch_sizes
 
 
-def _step_offsets(xp, batch_sizes):
-    out = xp.zeros(int(batch_sizes.shape[0]) + 1, _I64)
-    if batch_sizes.shape[0]:
-        xp.cumsum(batch_sizes, out=out[1:])
-    return out
 
 
-def to_time_major(xp, data: Any, row_offsets: Any, sorted_idx: Any, batch_sizes: Any):
-    """Rows step by step (torch's ``PackedSequence.data``) from a :func:`pack_plan` plan.
-
-    ``row_offsets`` must be the validated offsets the plan was made from.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> _, s, u, b = pack_plan(cp, [0, 1, 3])  # doctest: +SKIP
-    >>> to_time_major(cp, cp.array([1, 2, 3]), [0, 1, 3], s, b).tolist()  # doctest: +SKIP
-    [2, 1, 3]
-    """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    roff = as_offsets(xp, row_offsets)
-    steps = _step_offsets(xp, as_offsets(xp, batch_sizes, what="batch_sizes"))
-    xw, k = device_words(xp, data)
-    out = xp.empty(data.shape, data.dtype)
-    outw, _ = device_words(xp, out, xw.dtype)
-    _gather_rows(xp, xw, k, steps, int(steps.shape[0]) - 1, int(data.shape[0]), outw, mode=MODE_TO_STEPS,
-                 base=roff, aux=as_offsets(xp, sorted_idx, what="sorted_indices"))
-    return out
 
 
-def from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: Any, batch_sizes: Any):
-    """Undo :func:`to_time_major`: the rows back in sequence order.
-
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> _, s, u, b = pack_plan(cp, [0, 1, 3])  # doctest: +SKIP
-    >>> from_time_major(cp, cp.array([2, 1, 3]), [0, 1, 3], u, b).tolist()  # doctest: +SKIP
-    [1, 2, 3]
-    """
-    data = xp.asarray(steps_data) if not is_device_array(steps_data) else steps_data
-    roff = as_offsets(xp, row_offsets)
-    steps = _step_offsets(xp, as_offsets(xp, batch_sizes, what="batch_sizes"))
-    xw, k = device_words(xp, data)
-    out = xp.empty(data.shape, data.dtype)
-    outw, _ = device_words(xp, out, xw.dtype)
-    _gather_rows(xp, xw, k, roff, int(roff.shape[0]) - 1, int(data.shape[0]), outw, mode=MODE_FROM_STEPS,
-                 base=steps, aux=as_offsets(xp, unsorted_idx, what="unsorted_indices"))
-    return out
 
 
-__all__ = ["expand", "pool", "softmax", "pad", "unpad", "mask", "reverse", "pack_plan", "to_time_major",
-           "from_time_major", "validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
+__all__ = ["validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
            "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated"]

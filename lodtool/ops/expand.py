@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
@@ -159,7 +160,7 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
 
 def _expand_cuda(xp, xt: LoDTensor, ref) -> LoDTensor:
     """On the GPU (lodtool.ops._cuda): both offsets validated there first."""
-    out, out_off = _cuda.expand(xp, xt.data, xt.offsets[0] if xt.lod_level else None, ref)
+    out, out_off = cuda_expand(xp, xt.data, xt.offsets[0] if xt.lod_level else None, ref)
     if out_off is None:
         return LoDTensor._trusted(out, ())
     return LoDTensor._trusted(out, (out_off,), xt.level_names)
@@ -283,4 +284,64 @@ def _expand_seqs(xw, k, xoff, ref, block_start, outw, out_off, nblocks, counter,
     out_off[ref[n]] = block_start[nblocks]
 
 
-__all__ = ["sequence_expand", "expand_level"]
+
+# -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
+def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, validated: bool = False):
+    """``sequence_expand`` on the device: ``(out_data, out_offsets or None)``.
+
+    ``x_offsets`` is ``None`` (``x`` has no LoD: row ``i`` is repeated ``rep_i``
+    times) or ``x``'s one level (sequence ``i`` repeated ``rep_i`` times back to
+    back; the output's level holds ``rep_i`` copies of each length), where
+    ``rep_i = ref[i+1] - ref[i]`` for ``y``'s offsets ``ref`` at ``ref_level``.
+    Bit-identical to ``lodtool.ops.sequence_expand``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> out, off = cuda_expand(cp, cp.arange(4.0), cp.array([0, 1, 4]), [0, 1, 3])  # doctest: +SKIP
+    >>> out.tolist(), off.tolist()  # doctest: +SKIP
+    ([0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [0, 1, 4, 7])
+    """
+    data = xp.asarray(data) if not is_device_array(data) else data
+    n_rows = int(data.shape[0])
+    if validated:
+        ref = _cuda.as_offsets(xp, ref_offsets)
+    else:
+        (ref,) = _cuda.validate_offsets(xp, [ref_offsets], None)
+    count = int(ref.shape[0]) - 1
+    xw, k = _cuda.device_words(xp, data)
+    if x_offsets is None:
+        if n_rows != count:
+            raise LodShapeError(f"sequence_expand: x has {n_rows} rows but the reference level has {count} "
+                                "sequences; without a LoD, x needs one row per sequence")
+        total = _cuda.scalars(xp, ref[-1:])[0]
+        out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
+        outw, _ = _cuda.device_words(xp, out, xw.dtype)
+        _cuda.gather_rows(xp, xw, k, ref, count, total, outw, mode=_cuda.MODE_ROW)
+        return out, None
+    if validated:
+        xoff = _cuda.as_offsets(xp, x_offsets)
+    else:
+        (xoff,) = _cuda.validate_offsets(xp, [x_offsets], n_rows)
+    if int(xoff.shape[0]) != count + 1:
+        raise LodShapeError(f"sequence_expand: x has {int(xoff.shape[0]) - 1} sequences but the reference level "
+                            f"has {count}; they must have the same number of sequences")
+    lens = xoff[1:] - xoff[:-1]
+    reps = ref[1:] - ref[:-1]
+    out_start = xp.zeros(count + 1, _cuda.I64)
+    xp.cumsum(lens * reps, out=out_start[1:])
+    nq, total = _cuda.scalars(xp, ref[-1:], out_start[-1:])
+    if nq == 0:
+        raise LodShapeError("sequence_expand: every sequence is repeated 0 times, so the output would have no "
+                            "sequences, which no valid LoD can hold")
+    seg = xp.empty(nq, _cuda.I64)
+    _cuda.launch(xp, _cuda.compiled().seg_ids, _cuda.grid(nq), ref, count, nq, seg)
+    out_off = xp.empty(nq + 1, _cuda.I64)
+    out_off[:-1] = out_start[seg] + (xp.arange(nq, dtype=_cuda.I64) - ref[seg]) * lens[seg]
+    out_off[-1:] = out_start[-1:]
+    src_start = xp.ascontiguousarray(xoff[seg])
+    out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
+    outw, _ = _cuda.device_words(xp, out, xw.dtype)
+    _cuda.gather_rows(xp, xw, k, out_off, nq, total, outw, mode=_cuda.MODE_BASE, base=src_start)
+    return out, out_off
+
+
+__all__ = ["sequence_expand", "expand_level", "cuda_expand"]

@@ -143,7 +143,7 @@ def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, devi
         # every level is checked on the device before row_offsets indexes with them
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
         roff = _cuda.row_offsets(be.xp, levels, lvl)
-        lengths, sorted_idx, unsorted_idx, batch_sizes = _cuda.pack_plan(be.xp, roff, validated=True)
+        lengths, sorted_idx, unsorted_idx, batch_sizes = cuda_pack_plan(be.xp, roff, validated=True)
         return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(levels), lvl)
     roff = row_offsets(xt.offsets, lvl)
     lengths = roff[1:] - roff[:-1]
@@ -275,7 +275,7 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
     data = _source_rows(x, plan, "to_time_major")
     be = get_backend((data, plan.row_offsets), backend, device)
     if be.name == "cupy":
-        out = _cuda.to_time_major(be.xp, data, plan.row_offsets, plan.sorted_indices, plan.batch_sizes)
+        out = cuda_to_time_major(be.xp, data, plan.row_offsets, plan.sorted_indices, plan.batch_sizes)
         return out, plan.batch_sizes
     if be.name == "numpy":
         src, pos = _time_major_index(plan)
@@ -306,7 +306,7 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
     data = _steps_array(steps, plan)
     be = get_backend((data, plan.row_offsets), backend, device)
     if be.name == "cupy":
-        out = _cuda.from_time_major(be.xp, data, plan.row_offsets, plan.unsorted_indices, plan.batch_sizes)
+        out = cuda_from_time_major(be.xp, data, plan.row_offsets, plan.unsorted_indices, plan.batch_sizes)
         return LoDTensor._trusted(out, plan.lod)
     if be.name == "numpy":
         src, pos = _time_major_index(plan)
@@ -398,4 +398,85 @@ def _from_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
             blk = atomic_add(counter, one)
 
 
-__all__ = ["PackPlan", "pack_plan", "to_time_major", "from_time_major"]
+
+# -- the CUDA launchers (lodtool.ops._cuda holds the shared device primitives) -------------------------------
+def cuda_pack_plan(xp, row_offsets: Any, *, validated: bool = False):
+    """The RNN packing plan on the device: ``(lengths, sorted_indices, unsorted_indices, batch_sizes)``.
+
+    A stable sort by decreasing length (ties keep their input order): the sort
+    key ``(maxlen - length) * n + i`` is unique, so any sort is stable; a
+    lexsort where that key would overflow.  ``batch_sizes[t]`` counts the
+    sequences longer than ``t``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> [a.tolist() for a in cuda_pack_plan(cp, [0, 1, 1, 4])[1:]]  # doctest: +SKIP
+    [[2, 0, 1], [1, 2, 0], [2, 1, 1]]
+    """
+    if validated:
+        roff = _cuda.as_offsets(xp, row_offsets)
+    else:
+        (roff,) = _cuda.validate_offsets(xp, [row_offsets], None)
+    lengths = roff[1:] - roff[:-1]
+    n = int(lengths.shape[0])
+    maxlen = int(_cuda.to_host(lengths.max())) if n else 0
+    idx = xp.arange(n, dtype=_cuda.I64)
+    if (maxlen + 1) * max(n, 1) < 2 ** 62:
+        sorted_idx = xp.argsort((maxlen - lengths) * n + idx).astype(_cuda.I64, copy=False)
+    else:  # pragma: no cover - needs more than 2**31 rows
+        sorted_idx = xp.lexsort(xp.stack([idx, -lengths])).astype(_cuda.I64, copy=False)
+    unsorted_idx = xp.empty(n, _cuda.I64)
+    unsorted_idx[sorted_idx] = idx
+    at_most = xp.cumsum(xp.bincount(lengths, minlength=maxlen + 1))[:maxlen]
+    batch_sizes = (n - at_most).astype(_cuda.I64)
+    return lengths, sorted_idx, unsorted_idx, batch_sizes
+
+
+def _cuda_step_offsets(xp, batch_sizes):
+    out = xp.zeros(int(batch_sizes.shape[0]) + 1, _cuda.I64)
+    if batch_sizes.shape[0]:
+        xp.cumsum(batch_sizes, out=out[1:])
+    return out
+
+
+def cuda_to_time_major(xp, data: Any, row_offsets: Any, sorted_idx: Any, batch_sizes: Any):
+    """Rows step by step (torch's ``PackedSequence.data``) from a :func:`pack_plan` plan.
+
+    ``row_offsets`` must be the validated offsets the plan was made from.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> _, s, u, b = cuda_pack_plan(cp, [0, 1, 3])  # doctest: +SKIP
+    >>> cuda_to_time_major(cp, cp.array([1, 2, 3]), [0, 1, 3], s, b).tolist()  # doctest: +SKIP
+    [2, 1, 3]
+    """
+    data = xp.asarray(data) if not is_device_array(data) else data
+    roff = _cuda.as_offsets(xp, row_offsets)
+    steps = _cuda_step_offsets(xp, _cuda.as_offsets(xp, batch_sizes, what="batch_sizes"))
+    xw, k = _cuda.device_words(xp, data)
+    out = xp.empty(data.shape, data.dtype)
+    outw, _ = _cuda.device_words(xp, out, xw.dtype)
+    _cuda.gather_rows(xp, xw, k, steps, int(steps.shape[0]) - 1, int(data.shape[0]), outw, mode=_cuda.MODE_TO_STEPS,
+                      base=roff, aux=_cuda.as_offsets(xp, sorted_idx, what="sorted_indices"))
+    return out
+
+
+def cuda_from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: Any, batch_sizes: Any):
+    """Undo :func:`to_time_major`: the rows back in sequence order.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> _, s, u, b = cuda_pack_plan(cp, [0, 1, 3])  # doctest: +SKIP
+    >>> cuda_from_time_major(cp, cp.array([2, 1, 3]), [0, 1, 3], u, b).tolist()  # doctest: +SKIP
+    [1, 2, 3]
+    """
+    data = xp.asarray(steps_data) if not is_device_array(steps_data) else steps_data
+    roff = _cuda.as_offsets(xp, row_offsets)
+    steps = _cuda_step_offsets(xp, _cuda.as_offsets(xp, batch_sizes, what="batch_sizes"))
+    xw, k = _cuda.device_words(xp, data)
+    out = xp.empty(data.shape, data.dtype)
+    outw, _ = _cuda.device_words(xp, out, xw.dtype)
+    _cuda.gather_rows(xp, xw, k, roff, int(roff.shape[0]) - 1, int(data.shape[0]), outw, mode=_cuda.MODE_FROM_STEPS,
+                      base=steps, aux=_cuda.as_offsets(xp, unsorted_idx, what="unsorted_indices"))
+    return out
+
+
+__all__ = ["PackPlan", "pack_plan", "to_time_major", "from_time_major", "cuda_pack_plan", "cuda_to_time_major",
+           "cuda_from_time_major"]

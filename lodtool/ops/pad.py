@@ -71,7 +71,7 @@ def sequence_pad(x: LoDTensor, pad_value: Any = 0, maxlen: int | None = None, le
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
         roff = _cuda.row_offsets(be.xp, levels, lvl)
         maxlen = None if maxlen is None else _check_maxlen(maxlen, OP_PAD)
-        return _cuda.pad(be.xp, xt.data, roff, maxlen, pad_value, validated=True, level=lvl)
+        return cuda_pad(be.xp, xt.data, roff, maxlen, pad_value, validated=True, level=lvl)
     roff = row_offsets(xt.offsets, lvl)
     lengths = roff[1:] - roff[:-1]
     maxlen = padded_length(maxlen, int(lengths.max()) if lengths.size else 0, lvl)
@@ -212,7 +212,7 @@ def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
         raise LodShapeError(f"{OP_UNPAD}: padded must have shape (sequences, maxlen, ...), got {data.shape}")
     be = get_backend((data, lengths), backend, device)
     if be.name == "cupy":
-        out, off = _cuda.unpad(be.xp, data, lengths)
+        out, off = cuda_unpad(be.xp, data, lengths)
         return LoDTensor._trusted(out, (off,))
     lens = np.asarray(lengths)
     if lens.size == 0:
@@ -290,7 +290,7 @@ def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool, *,
         be = get_backend(lengths, "numpy" if device == "cpu" else None, device)  # no Numba for a mask
         if be.name == "cupy":
             maxlen = None if maxlen is None else _check_maxlen(maxlen, OP_MASK)
-            return _cuda.mask(be.xp, lengths, maxlen, dtype)
+            return cuda_mask(be.xp, lengths, maxlen, dtype)
     lens = np.asarray(lengths)
     if lens.dtype.kind not in "iu":
         if lens.size == 0:
@@ -308,4 +308,123 @@ def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool, *,
     return mask if dtype == np.bool_ else mask.astype(dtype)
 
 
-__all__ = ["sequence_pad", "sequence_unpad", "sequence_mask", "pad_level", "padded_length"]
+
+# -- the CUDA launchers (lodtool.ops._cuda holds the shared device primitives) -------------------------------
+def cuda_pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_value: Any = 0, *,
+             validated: bool = False, level: int | None = None):
+    """``sequence_pad`` on the device: ``(padded, lengths)``, padded ``(n, maxlen, *element_shape)``.
+
+    ``row_offsets`` are the data-row offsets of the padded level (the last
+    level, or :func:`row_offsets` of an upper one).  ``pad_value`` is a scalar
+    or an array of the element shape, representable in the data's dtype.
+    ``maxlen`` defaults to the longest sequence; a shorter one is a
+    :class:`LodShapeError` (naming ``level`` when given).  Bit-identical to
+    ``lodtool.ops.sequence_pad``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> padded, lengths = cuda_pad(cp, cp.arange(5), [0, 2, 2, 5], pad_value=-1)  # doctest: +SKIP
+    >>> padded.tolist(), lengths.tolist()  # doctest: +SKIP
+    ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
+    """
+    data = xp.asarray(data) if not is_device_array(data) else data
+    if validated:
+        roff = _cuda.as_offsets(xp, row_offsets)
+    else:
+        (roff,) = _cuda.validate_offsets(xp, [row_offsets], int(data.shape[0]))
+    n = int(roff.shape[0]) - 1
+    lengths = roff[1:] - roff[:-1]
+    longest = int(_cuda.to_host(lengths.max())) if n else 0
+    if maxlen is None:
+        maxlen = longest
+    else:
+        if isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)) or maxlen < 0:
+            raise LodUsageError(f"sequence_pad: maxlen must be an integer >= 0 or None, got {maxlen!r}")
+        maxlen = int(maxlen)
+        if maxlen < longest:
+            where = "" if level is None else f" of level {level}"
+            raise LodShapeError(f"sequence_pad: maxlen {maxlen} is shorter than the longest sequence ({longest} "
+                                f"rows){where}; as in Paddle, it must be at least the longest length")
+    elem = tuple(data.shape[1:])
+    padv = cast_value(pad_value, data.dtype, "sequence_pad: pad_value", elem)
+    xw, k = _cuda.device_words(xp, data)
+    out = xp.empty((n, maxlen) + elem, data.dtype)
+    outw, _ = _cuda.device_words(xp, out, xw.dtype)
+    _cuda.gather_rows(xp, xw, k, roff, n, n * maxlen, outw, mode=_cuda.MODE_PAD, p=maxlen,
+                      padw=_cuda.pad_words(xp, padv, xw.dtype, k))
+    return out, lengths
+
+
+def cuda_unpad(xp, padded: Any, lengths: Any):
+    """``sequence_unpad`` on the device: ``(data, offsets)`` from ``padded`` ``(n, maxlen, ...)`` and lengths.
+
+    ``lengths`` (host or device, shape ``(n,)`` or ``(n, 1)``) are checked on
+    the device: a negative one is a :class:`LodValidationError`, one longer
+    than ``maxlen`` a :class:`LodShapeError`.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> data, off = cuda_unpad(cp, cp.arange(12).reshape(3, 4), [2, 0, 3])  # doctest: +SKIP
+    >>> data.tolist(), off.tolist()  # doctest: +SKIP
+    ([0, 1, 8, 9, 10], [0, 2, 2, 5])
+    """
+    padded = xp.asarray(padded) if not is_device_array(padded) else padded
+    if padded.ndim < 2:
+        raise LodShapeError(f"sequence_unpad: padded must have shape (sequences, maxlen, ...), got {padded.shape}")
+    if not is_device_array(lengths):
+        lengths = np.asarray(lengths)
+        if lengths.size == 0:
+            lengths = lengths.astype(np.int64)
+    if lengths.ndim == 2 and lengths.shape[1] == 1:
+        lengths = lengths[:, 0]
+    lens = _cuda.as_offsets(xp, lengths, what="lengths")
+    n, maxlen = int(padded.shape[0]), int(padded.shape[1])
+    if int(lens.shape[0]) != n:
+        raise LodShapeError(f"sequence_unpad: {int(lens.shape[0])} lengths for {n} padded sequences")
+    if n == 0:
+        raise LodShapeError("sequence_unpad: no sequences; a LoD needs at least one")
+    res = xp.full(2, n, _cuda.I64)
+    _cuda.launch(xp, _cuda.compiled().first_outside, _cuda.grid(n), lens, n, 0, maxlen, res)
+    neg, over = _cuda.scalars(xp, res[:1], res[1:])
+    if neg < n:
+        value = _cuda.scalars(xp, lens[neg:neg + 1])[0]
+        raise LodValidationError(f"sequence_unpad: lengths[{neg}]={value} is negative")
+    if over < n:
+        raise LodShapeError(f"sequence_unpad: lengths[{over}]={_cuda.scalars(xp, lens[over:over + 1])[0]} is longer "
+                            f"than the padded length {maxlen}")
+    off = xp.zeros(n + 1, _cuda.I64)
+    xp.cumsum(lens, out=off[1:])
+    total = _cuda.scalars(xp, off[-1:])[0]
+    elem = tuple(padded.shape[2:])
+    rows = xp.ascontiguousarray(padded).reshape((n * maxlen,) + elem)
+    xw, k = _cuda.device_words(xp, rows)
+    out = xp.empty((total,) + elem, padded.dtype)
+    outw, _ = _cuda.device_words(xp, out, xw.dtype)
+    _cuda.gather_rows(xp, xw, k, off, n, total, outw, mode=_cuda.MODE_STRIDE, p=maxlen)
+    return out, off
+
+
+def cuda_mask(xp, lengths: Any, maxlen: int | None = None, dtype: Any = bool):
+    """``sequence_mask`` on the device: ``mask[..., j] = j < lengths[...]``.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> cuda_mask(cp, cp.array([1, 3]), dtype="int64").tolist()  # doctest: +SKIP
+    [[1, 0, 0], [1, 1, 1]]
+    """
+    lens = lengths if is_device_array(lengths) else xp.asarray(np.asarray(lengths))
+    if lens.dtype.kind not in "iu":
+        if lens.size:
+            raise LodValidationError(f"sequence_mask: lengths must be integers, got dtype {lens.dtype}")
+        lens = lens.astype(_cuda.I64)
+    lo = int(_cuda.to_host(lens.min())) if lens.size else 0
+    if lo < 0:
+        raise LodValidationError(f"sequence_mask: lengths must not be negative (found {lo})")
+    if maxlen is None:
+        maxlen = int(_cuda.to_host(lens.max())) if lens.size else 0
+    elif isinstance(maxlen, (bool, np.bool_)) or not isinstance(maxlen, (int, np.integer)) or maxlen < 0:
+        raise LodUsageError(f"sequence_mask: maxlen must be an integer >= 0 or None, got {maxlen!r}")
+    out = xp.arange(int(maxlen), dtype=_cuda.I64) < lens[..., None]
+    dtype = check_dtype(dtype, "dtype")
+    return out if dtype == np.bool_ else out.astype(dtype)
+
+
+__all__ = ["sequence_pad", "sequence_unpad", "sequence_mask", "pad_level", "padded_length", "cuda_pad", "cuda_unpad",
+           "cuda_mask"]

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
@@ -125,7 +126,7 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, b
     names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
     if be.name == "cupy":  # every level checked on the device; the kept levels live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
-        data = _cuda.pool(be.xp, xt.data, levels[-1], pool_type, pad_value, validated=True)
+        data = cuda_pool(be.xp, xt.data, levels[-1], pool_type, pad_value, validated=True)
         return LoDTensor._trusted(data, levels[:-1], names)
     if be.name == "numpy":
         data = _reference(np.asarray(xt.data), xt.offsets[-1], code, pad, out_dtype, acc_dtype)
@@ -314,4 +315,60 @@ def _pick_rows(xw, k, off, last, padw, outw, nblocks, counter, nworkers):  # pra
             blk = atomic_add(counter, one)
 
 
-__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "pool_dtypes", "POOL_TYPES"]
+
+# -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
+def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: Any = 0, *, validated: bool = False):
+    """``sequence_pool`` on the device: one row per sequence of ``offsets`` (the last level).
+
+    Dtypes and pad rules as :func:`lodtool.ops.sequence_pool` (``pool_dtypes``).
+    ``first``/``last`` move bytes (bit-identical); the reductions run one
+    thread per (sequence, column) in row order, as the CPU kernel does, and give
+    its bits for sum/max/min; average and sqrt divide by the same IEEE
+    ``len``/``sqrt(len)``.  One thread walks a whole sequence, so a batch of a
+    few very long sequences uses little of the GPU.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> cuda_pool(cp, cp.arange(12.0).reshape(6, 2), [0, 2, 2, 6], "sum", -1).tolist()  # doctest: +SKIP
+    [[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
+    """
+    data = xp.asarray(data) if not is_device_array(data) else data
+    name = str(pool_type).lower()
+    if name not in _cuda.POOL_CODES:
+        raise LodUsageError(f"sequence_pool: unknown pool_type {pool_type!r}; choose one of "
+                            f"{', '.join(_cuda.POOL_CODES)}")
+    code = _cuda.POOL_CODES[name]
+    out_dtype, acc_dtype = pool_dtypes(data.dtype, name)
+    elem = tuple(data.shape[1:])
+    padv = cast_value(pad_value, out_dtype, "sequence_pool: pad_value", elem)
+    if validated:
+        off = _cuda.as_offsets(xp, offsets)
+    else:
+        (off,) = _cuda.validate_offsets(xp, [offsets], int(data.shape[0]))
+    n = int(off.shape[0]) - 1
+    if code >= 5:
+        xw, k = _cuda.device_words(xp, data)
+        out = xp.empty((n,) + elem, data.dtype)
+        outw, _ = _cuda.device_words(xp, out, xw.dtype)
+        _cuda.gather_rows(xp, xw, k, off, n, n, outw, mode=_cuda.MODE_FIRST if code == 5 else _cuda.MODE_LAST,
+                          padw=_cuda.pad_words(xp, padv, xw.dtype, k))
+        return out
+    width = row_size(elem)
+    if acc_dtype.kind == "f":
+        work = acc_dtype
+    else:
+        work = np.dtype(np.uint64) if data.dtype.kind == "u" else np.dtype(np.int64)
+    x2 = xp.ascontiguousarray(data.reshape(int(data.shape[0]), width).astype(work, copy=False))
+    out = xp.empty((n, width), work)
+    pad2 = xp.asarray(padv.astype(work).reshape(width))
+    if code in (1, 2):
+        scale = (off[1:] - off[:-1]).astype(work)
+        if code == 2:
+            scale = xp.sqrt(scale)
+    else:
+        scale = xp.zeros(1, work)
+    if n and width:
+        _cuda.launch(xp, _cuda.compiled().pool, _cuda.grid(n * width), x2, off, n, width, code, pad2, scale, out)
+    return out.astype(out_dtype, copy=False).reshape((n,) + elem)
+
+
+__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "pool_dtypes", "POOL_TYPES", "cuda_pool"]

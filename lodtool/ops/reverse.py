@@ -13,8 +13,11 @@ Every dtype and element shape is accepted; the bytes of each row move as they ar
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..tensor import LoDTensor
 from . import _cuda
@@ -43,7 +46,7 @@ def sequence_reverse(x: LoDTensor, *, backend: str | None = None, device: str | 
     be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
-        return LoDTensor._trusted(_cuda.reverse(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)
+        return LoDTensor._trusted(cuda_reverse(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)
     if be.name == "numpy":
         data = _reference(np.asarray(xt.data), off)
     else:
@@ -85,4 +88,26 @@ def _reverse(xw, k, off, outw, nblocks, counter, nworkers):  # pragma: no cover 
             blk = atomic_add(counter, one)
 
 
-__all__ = ["sequence_reverse"]
+
+# -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
+def cuda_reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
+    """``sequence_reverse`` on the device: the rows of each sequence of ``offsets`` reversed.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> cuda_reverse(cp, cp.arange(5), [0, 2, 2, 5]).tolist()  # doctest: +SKIP
+    [1, 0, 4, 3, 2]
+    """
+    data = xp.asarray(data) if not is_device_array(data) else data
+    n_rows = int(data.shape[0])
+    if validated:
+        off = _cuda.as_offsets(xp, offsets)
+    else:
+        (off,) = _cuda.validate_offsets(xp, [offsets], n_rows)
+    xw, k = _cuda.device_words(xp, data)
+    out = xp.empty(data.shape, data.dtype)
+    outw, _ = _cuda.device_words(xp, out, xw.dtype)
+    _cuda.gather_rows(xp, xw, k, off, int(off.shape[0]) - 1, n_rows, outw, mode=_cuda.MODE_REV)
+    return out
+
+
+__all__ = ["sequence_reverse", "cuda_reverse"]

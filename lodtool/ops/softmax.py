@@ -21,8 +21,11 @@ sequence NaN.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
@@ -69,7 +72,7 @@ def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | 
     be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
-        return LoDTensor._trusted(_cuda.softmax(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)
+        return LoDTensor._trusted(cuda_softmax(be.xp, xt.data, levels[-1], validated=True), levels, xt.level_names)
     work = np.float32 if out_dtype == np.float16 else out_dtype
     flat = np.ascontiguousarray(xt.data).reshape(-1).astype(work, copy=False)
     off = xt.offsets[-1]
@@ -128,4 +131,34 @@ def _softmax(x, off, out, nblocks, counter, nworkers):  # pragma: no cover - com
             blk = atomic_add(counter, one)
 
 
-__all__ = ["sequence_softmax", "softmax_dtype"]
+
+# -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
+def cuda_softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
+    """``sequence_softmax`` on the device (one value per row), dtypes as ``softmax_dtype``.
+
+    Stable (the sequence's maximum is subtracted), sums in float64; equal to
+    the CPU kernel within a few ulp (the device's ``exp`` differs from the host's).
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> cuda_softmax(cp, cp.array([1.0, 1.0, 5.0]), [0, 2, 3]).tolist()  # doctest: +SKIP
+    [0.5, 0.5, 1.0]
+    """
+    data = xp.asarray(data) if not is_device_array(data) else data
+    if row_size(data.shape[1:]) != 1:
+        raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
+                            f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
+    out_dtype = softmax_dtype(data.dtype)
+    work = np.dtype(np.float32) if out_dtype == np.float16 else out_dtype
+    if validated:
+        off = _cuda.as_offsets(xp, offsets)
+    else:
+        (off,) = _cuda.validate_offsets(xp, [offsets], int(data.shape[0]))
+    flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
+    out = xp.empty_like(flat)
+    n = int(off.shape[0]) - 1
+    if n and flat.size:
+        _cuda.launch(xp, _cuda.compiled().softmax, _cuda.grid(n), flat, off, n, out)
+    return out.astype(out_dtype, copy=False).reshape(data.shape)
+
+
+__all__ = ["sequence_softmax", "softmax_dtype", "cuda_softmax"]
