@@ -11,8 +11,10 @@ finds the name in the modules that now hold it and warns with
 >>> with warnings.catch_warnings(record=True) as caught:
 ...     warnings.simplefilter("always")
 ...     fn = getattr_("old_name")
->>> fn.__name__, caught[0].category.__name__, str(caught[0].message)
-('validate_lod', 'DeprecationWarning', 'lodtool.old.old_name moved to lodtool.lod.validate_lod; the old path goes in 0.2')
+>>> fn.__name__, caught[0].category.__name__
+('validate_lod', 'DeprecationWarning')
+>>> str(caught[0].message)
+'lodtool.old.old_name moved to lodtool.lod.validate_lod; the old path goes in 0.2'
 """
 
 from __future__ import annotations
