@@ -40,8 +40,8 @@ _LAZY = {
     "validate_file": ("lodtool.container.checks", "validate_file"),
     "inspect_file": ("lodtool.container.checks", "inspect_file"),
     "verify_file": ("lodtool.container.checks", "verify_file"),
-    "pack": ("lodtool.tasks._pack", "pack"),
-    "unpack": ("lodtool.tasks._unpack", "unpack"),
+    "pack": ("lodtool.tasks", "pack"),
+    "unpack": ("lodtool.tasks", "unpack"),
     "ops": ("lodtool.ops", None),
 }
 
