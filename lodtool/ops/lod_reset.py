@@ -78,7 +78,9 @@ def lod_reset(x: Any, y: Any = None, target_lod: Any = None, *, append: bool = F
         parts += tuple(y.offsets) if y.lod_level else (y.data,)
     elif y is not None and hasattr(y, "__cuda_array_interface__"):
         parts += (y,)
-    be = get_backend(parts, None, device)
+    on_gpu = any(hasattr(a, "__cuda_array_interface__") for a in parts)
+    # no kernel runs on the host: NumPy's backend, so that Numba is not even imported
+    be = get_backend(parts, None if device == "cuda" or on_gpu else "numpy", device)
     xp = be.xp
     if y_tensor and y.lod_level:
         levels = _levels_of(xp, be.name, y.offsets, y.n_rows)
