@@ -89,3 +89,26 @@ def test_streamed_lod_reset(tmp_path_factory, tiny_chunks, x, lengths):
     if int(x.offsets[-1][-1]) == x.n_rows and x.n_rows == len(x.offsets[-1]) - 1:
         files.lod_reset(str(d / "x.h5"), str(d / "a.h5"), target_lod=per_row, append=True)
         assert same_tensor(load(d / "a.h5"), lod_append(x, per_row))
+
+
+def test_errors_name_the_file_and_the_global_sequence(tmp_path, tiny_chunks):
+    from lodtool.errors import LodDtypeError, LodIndexError, LodShapeError, LodUsageError
+
+    lens = [2] * 7 + [3] + [2] * 4
+    x = LoDTensor(np.arange(sum(lens), dtype=np.int32), recursive_sequence_lengths=[lens])
+    save(tmp_path / "x.h5", x)
+    src, out = str(tmp_path / "x.h5"), str(tmp_path / "out.h5")
+    with pytest.raises(LodShapeError, match=r"x\.h5: tensor 'tensor': sequence_reshape: sequence 7 of the last"):
+        files.reshape(src, out, new_dim=2)
+    with pytest.raises(LodIndexError, match=r"x\.h5: tensor 'tensor': sequence_slice: sequence 7 has 3 rows"):
+        files.seq_slice(src, out, offset=[0] * 7 + [2] + [0] * 4, length=2)
+    with pytest.raises(LodIndexError, match=r"length\[9\]=-1 is negative"):
+        files.seq_slice(src, out, offset=0, length=[1] * 9 + [-1, 1, 1], clip=True)
+    with pytest.raises(LodShapeError, match=r"x\.h5: tensor 'tensor': sequence_slice: offset has 2 entries"):
+        files.seq_slice(src, out, offset=[0, 0], length=1)
+    save(tmp_path / "f.h5", LoDTensor(np.zeros(4, np.float32), [[0, 4]]))
+    with pytest.raises(LodDtypeError, match=r"f\.h5: tensor 'tensor': sequence_erase: x must hold integer"):
+        files.erase(str(tmp_path / "f.h5"), out, tokens=[1])
+    with pytest.raises(LodUsageError, match=r"x\.h5: tensor 'tensor': sequence_enumerate: win_size"):
+        files.enumerate(src, out, win_size=1)
+    assert not (tmp_path / "out.h5").exists()

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..container.planner import row_offset_windows, runs, sequence_ranges
-from ..errors import LodShapeError, LodUsageError
+from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from ._operators import (
     OpResult,
@@ -74,6 +74,8 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
 
     _check_device(device)
     erase_tokens(tokens, np.int64)  # bad tokens fail before the file is opened
+    with _opened(path, name, max_memory, validate=False) as (where, t, _):  # what the operator refuses, first
+        _preflight(where, lambda: sequence_erase(_stand_in(t), tokens, backend="numpy"))
     return _stream(path, output, name, out_name, lambda c: _cpu(sequence_erase(c, tokens, device=device)),
                    compression=compression, max_memory=max_memory)
 
@@ -94,6 +96,8 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
     from ..ops import sequence_enumerate
 
     _check_device(device)
+    with _opened(path, name, max_memory, validate=False) as (where, t, _):
+        _preflight(where, lambda: sequence_enumerate(_stand_in(t), win_size, pad_value, backend="numpy"))
     return _stream(path, output, name, out_name,
                    lambda c: _cpu(sequence_enumerate(c, win_size, pad_value, device=device)),
                    compression=compression, max_memory=max_memory)
@@ -114,6 +118,19 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
     from ..ops import sequence_reshape
 
     _check_device(device)
+    with _opened(path, name, max_memory) as (where, t, memory):
+        _preflight(where, lambda: sequence_reshape(_stand_in(t), new_dim, backend="numpy"))
+        width = int(np.prod(t.element_shape, dtype=np.int64))
+        if width != new_dim:  # every sequence must fill whole rows: checked from the offsets, a window at a time
+            for start, lens in _last_lengths(t, _offset_window(memory)):
+                bad = np.flatnonzero(lens * width % new_dim)
+                if len(bad):
+                    i = int(bad[0])
+                    n = int(lens[i])
+                    raise LodShapeError(f"{where}: sequence_reshape: sequence {start + i} of the last level has {n} "
+                                        f"rows of {width} values = {n * width} values, which do not fill whole "
+                                        f"rows of new_dim={new_dim}; as in Paddle, every sequence's length * width "
+                                        "must divide by new_dim")
     return _stream(path, output, name, out_name, lambda c: _cpu(sequence_reshape(c, new_dim, device=device)),
                    compression=compression, max_memory=max_memory)
 
@@ -141,13 +158,27 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
     from ..ops import sequence_slice
 
     _check_device(device)
-    f, t = _open_tensor(path, name, max_memory)
-    with f:
+    with _opened(path, name, max_memory) as (where, t, memory):  # every slice checked from the offsets first
         if not t.lod_level:
-            raise LodShapeError(f"{f.path}: tensor {t.name!r} has no LoD; sequence_slice needs at least one level")
+            raise LodShapeError(f"{where}: has no LoD; sequence_slice needs at least one level")
         count = t.num_sequences(t.lod_level - 1)
-    offsets = _per_sequence(offset, "offset", count)
-    lengths = _per_sequence(length, "length", count)
+        try:
+            offsets = _per_sequence(offset, "offset", count)
+            lengths = _per_sequence(length, "length", count)
+        except LodError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+        for start, seq in _last_lengths(t, _offset_window(memory)):
+            off, ln = offsets(start, start + len(seq)), lengths(start, start + len(seq))
+            for what, values in (("offset", off), ("length", ln)):
+                if len(values) and values.min() < 0:
+                    i = int(np.argmax(values < 0))
+                    raise LodIndexError(f"{where}: sequence_slice: {what}[{start + i}]={int(values[i])} is negative")
+            past = np.flatnonzero(off + ln > seq) if not clip else ()
+            if len(past):
+                i = int(past[0])
+                o, m, n = int(off[i]), int(ln[i]), int(seq[i])
+                raise LodIndexError(f"{where}: sequence_slice: sequence {start + i} has {n} rows, but offset {o} + "
+                                    f"length {m} = {o + m} runs past its end (clip=True, --clip, shortens such slices)")
     done = [0]
 
     def one(chunk: LoDTensor) -> LoDTensor:
@@ -162,6 +193,39 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
         return _cpu(sequence_slice(chunk, off, ln, device=device))
 
     return _stream(path, output, name, out_name, one, compression=compression, max_memory=max_memory)
+
+
+@contextlib.contextmanager
+def _opened(path: str, name: str | None, max_memory: int | None, validate: bool = True):
+    """``(where, lazy tensor, memory limit)``, ``where`` being ``"path: tensor 'name'"`` for messages; the LoD is
+    validated first unless ``validate=False`` (for checks that read no offsets)."""
+    f, t = _open_tensor(path, name, max_memory)
+    with f:
+        if validate:
+            _require_valid(f.path, t)
+        yield f"{f.path}: tensor {t.name!r}", t, f.max_memory
+
+
+def _stand_in(t) -> LoDTensor:
+    """A one-sequence tensor of ``t``'s dtype and row shape (no data read): what an operator checks first."""
+    return LoDTensor._trusted(np.zeros((0,) + tuple(t.element_shape), t.dtype),
+                              tuple(np.zeros(2, _I64) for _ in range(t.lod_level)))
+
+
+def _preflight(where: str, check) -> None:
+    """Run ``check`` (an operator on a stand-in); its error names the file and tensor."""
+    try:
+        check()
+    except LodError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+
+
+def _last_lengths(t, window: int):
+    """``(index of the first, lengths)`` of the last level's sequences, ``window`` at a time."""
+    start = 0
+    for roff in row_offset_windows(t, t.lod_level - 1, window):
+        yield start, roff[1:] - roff[:-1]
+        start += len(roff) - 1
 
 
 def _per_sequence(value: Any, what: str, count: int):
