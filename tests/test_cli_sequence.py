@@ -73,7 +73,7 @@ def test_concat(tmp_path, ids):
     assert "at least two" in r.output
     save(tmp_path / "f.h5", LoDTensor(np.zeros(10), [[0, 3, 6, 10]]))
     r = run("concat", ids, tmp_path / "f.h5", "-o", tmp_path / "bad.h5", code=1)
-    assert "dtype" in r.output and not (tmp_path / "bad.h5").exists()
+    assert "dtype" in r.output and "f.h5:tensor" in r.output and not (tmp_path / "bad.h5").exists()
 
 
 def test_reshape(tmp_path):

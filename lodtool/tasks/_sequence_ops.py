@@ -30,6 +30,7 @@ and computed.  ``device="cuda"`` runs each chunk's operator on the GPU.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import Sequence
 from typing import Any
@@ -280,7 +281,11 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
         for f, t in opened:
             _require_valid(f.path, t)
         ts = [t for _, t in opened]
-        check_concat(ts)
+        try:
+            check_concat(ts)
+        except LodError as exc:  # which file is which input
+            files = ", ".join(f"xs[{j}] = {f.path}:{t.name}" for j, (f, t) in builtins.enumerate(opened))
+            raise type(exc)(f"{exc} ({files})") from None
         memory = min(f.max_memory for f, _ in opened)
         max_rows = _chunk_rows(ts[0].element_shape, ts[0].dtype, memory)
         window = _offset_window(memory)
