@@ -95,12 +95,16 @@ def lod_reset(x: Any, y: Any = None, target_lod: Any = None, *, append: bool = F
         level = as_index_array(target_lod, what=f"{OP}: target_lod")
     else:
         raise LodUsageError(f"{OP}: give the new level as y or as target_lod")
-    kept = tuple(xt.offsets) if append else ()
-    try:
-        levels = _levels_of(xp, be.name, kept + (level,), xt.n_rows)
+    try:  # Paddle's checks of the level itself first, then (appending) whether it fits under x's levels
+        (level,) = _levels_of(xp, be.name, (level,), xt.n_rows)
     except LodValidationError as exc:
-        what = "the appended level does not fit" if append else "the new level is not valid"
-        raise LodValidationError(f"{OP}: {what}: {exc}") from None
+        raise LodValidationError(f"{OP}: the new level is not valid: {exc}") from None
+    if not append:
+        return LoDTensor._trusted(_data_on(xp, be.name, xt.data), (level,))
+    try:
+        levels = _levels_of(xp, be.name, tuple(xt.offsets) + (level,), xt.n_rows)
+    except LodValidationError as exc:
+        raise LodValidationError(f"{OP}: the appended level does not fit: {exc}") from None
     return LoDTensor._trusted(_data_on(xp, be.name, xt.data), levels)
 
 

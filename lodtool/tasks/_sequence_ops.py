@@ -213,12 +213,17 @@ def _stand_in(t) -> LoDTensor:
                               tuple(np.zeros(2, _I64) for _ in range(t.lod_level)))
 
 
-def _preflight(where: str, check) -> None:
-    """Run ``check`` (an operator on a stand-in); its error names the file and tensor."""
+def _named(where: str, call):
+    """``call()``; a lodtool error it raises names the file and tensor."""
     try:
-        check()
+        return call()
     except LodError as exc:
         raise type(exc)(f"{where}: {exc}") from None
+
+
+def _preflight(where: str, check) -> None:
+    """Run ``check`` (an operator on a stand-in) for what it refuses; its error names the file and tensor."""
+    _named(where, check)
 
 
 def _last_lengths(t, window: int):
@@ -407,9 +412,11 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
                 y = read_lod_only(ty)
             if not y.lod_level:
                 raise LodShapeError(f"{fy.path}: tensor {ty.name!r} has no LoD to take")
-            new = reset(stand_in, y, append=append)
+            new = _named(f"{f.path}: tensor {t.name!r} (like {fy.path}: tensor {ty.name!r})",
+                         lambda: reset(stand_in, y, append=append))
         else:
-            new = reset(stand_in, target_lod=np.asarray(target_lod), append=append)
+            new = _named(f"{f.path}: tensor {t.name!r}",
+                         lambda: reset(stand_in, target_lod=np.asarray(target_lod), append=append))
         levels = new.offsets
         max_rows = _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         name_out = out_name or t.name
