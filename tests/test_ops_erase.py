@@ -81,6 +81,14 @@ def test_many_tokens_spread_out_are_binary_searched(backend):
     assert out.data.tolist() == [v for v in range(-5, 25) if v not in tokens]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_few_tokens_far_apart_are_compared_in_turn(backend):
+    tokens = [-(2**40), 3, 2**40]
+    x = LoDTensor(np.array([3, -(2**40), 4, 2**40, 5], np.int64), [[0, 2, 5]])
+    out = sequence_erase(x, tokens, backend=backend)
+    assert out.data.tolist() == [4, 5] and out.lod == [[0, 0, 2]]
+
+
 def test_tokens():
     assert erase_tokens([3, 1, 3, -5], np.uint16).tolist() == [1, 3]
     assert erase_tokens(np.array([2**63], np.uint64), np.uint64).tolist() == [2**63]

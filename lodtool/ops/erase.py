@@ -40,7 +40,7 @@ OP = "sequence_erase"
 _I64 = np.dtype(np.int64)
 #: up to this many tokens, a row is compared with each in turn; more are looked up or binary-searched
 _LINEAR_TOKENS = 8
-#: more tokens than that, spanning fewer values than this, are looked up in a table of flags
+#: tokens spanning fewer values than this are looked up in a table of flags
 _TABLE_SPAN = 1 << 20
 
 
@@ -104,8 +104,9 @@ def erase_tokens(tokens: Any, dtype: Any) -> np.ndarray:
 
 
 def _lookup_table(toks: np.ndarray) -> np.ndarray:
-    """A flag per value from the smallest token to the largest, when there are many tokens in a short span."""
-    if len(toks) <= _LINEAR_TOKENS or int(toks[-1]) - int(toks[0]) >= _TABLE_SPAN:
+    """A flag per value from the smallest token to the largest, when they span few values (a lookup beats
+    comparing a row with each token, even with three tokens)."""
+    if not len(toks) or int(toks[-1]) - int(toks[0]) >= _TABLE_SPAN:
         return np.zeros(0, np.bool_)
     table = np.zeros(int(toks[-1]) - int(toks[0]) + 1, np.bool_)
     table[np.array([int(t) - int(toks[0]) for t in toks.tolist()], np.int64)] = True
@@ -143,9 +144,13 @@ def cuda_erase(xp, xt: LoDTensor, toks: np.ndarray) -> LoDTensor:
 
 @kernel(inline="always")
 def _is_token(v, toks, table):  # pragma: no cover - compiled by Numba
-    """Whether ``v`` is in the sorted ``toks``: compared in turn when few, looked up in ``table`` (a flag per value
-    from ``toks[0]`` to ``toks[-1]``) when it is given, else a binary search."""
+    """Whether ``v`` is in the sorted ``toks``: looked up in ``table`` (a flag per value from ``toks[0]`` to
+    ``toks[-1]``) when it is given, else compared with each token when few, else a binary search."""
     m = toks.shape[0]
+    if table.shape[0]:
+        if v < toks[0] or v > toks[m - 1]:
+            return False
+        return table[U(v - toks[0])]
     if m <= 8:  # _LINEAR_TOKENS
         for t in range(m):
             if toks[t] == v:
@@ -153,8 +158,6 @@ def _is_token(v, toks, table):  # pragma: no cover - compiled by Numba
         return False
     if v < toks[0] or v > toks[m - 1]:
         return False
-    if table.shape[0]:
-        return table[U(v - toks[0])]
     lo = 0
     hi = m
     while lo < hi:
