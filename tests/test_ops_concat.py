@@ -135,3 +135,11 @@ def test_kernel_matches_reference(xs):
     for i in range(xs[0].num_sequences(0)):
         expected = b"".join(x.data[r[i]:r[i + 1]].tobytes() for x, r in zip(xs, rows))
         assert got.data[out_rows[i]:out_rows[i + 1]].tobytes() == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_sequences(backend):
+    # offsets [0] (no sequences at all), the empty value Paddle's operators produce
+    z = LoDTensor._trusted(np.zeros(0, np.int64), (np.zeros(1, np.int64),))
+    out = sequence_concat([z, z], backend=backend)
+    assert out.lod == [[0]] and out.n_rows == 0

@@ -90,3 +90,11 @@ def test_kernel_matches_reference(x, win_size, pad_value):
     want = sequence_enumerate(x, win_size, pad_value, backend="numpy")
     got = sequence_enumerate(x, win_size, pad_value, backend="numba")
     assert same_tensor(got, want) and got.shape == (x.n_rows, win_size)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_sequences(backend):
+    # offsets [0] (no sequences at all), the empty value Paddle's operators produce
+    z = LoDTensor._trusted(np.zeros(0, np.int64), (np.zeros(1, np.int64),))
+    out = sequence_enumerate(z, 2, backend=backend)
+    assert out.lod == [[0]] and out.n_rows == 0

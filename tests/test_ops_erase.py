@@ -119,3 +119,11 @@ def test_kernel_matches_reference(x, tokens):
     for i in range(len(off) - 1):
         kept = [v for v in x.data[off[i]:off[i + 1]].ravel().tolist() if v not in tokens]
         assert got.data[got.offsets[-1][i]:got.offsets[-1][i + 1]].ravel().tolist() == kept
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_sequences(backend):
+    # offsets [0] (no sequences at all), the empty value Paddle's operators produce
+    z = LoDTensor._trusted(np.zeros(0, np.int64), (np.zeros(1, np.int64),))
+    out = sequence_erase(z, [1], backend=backend)
+    assert out.lod == [[0]] and out.n_rows == 0

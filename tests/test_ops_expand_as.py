@@ -91,3 +91,11 @@ def test_kernel_matches_reference(case):
     got = sequence_expand_as(x, y, backend="numba")
     assert same_tensor(got, want) and got.lod == y.lod
     assert got.data.tobytes() == np.repeat(x, np.diff(y.offsets[-1]), axis=0).tobytes()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_sequences(backend):
+    # offsets [0] (no sequences at all), the empty value Paddle's operators produce
+    z = LoDTensor._trusted(np.zeros(0, np.int64), (np.zeros(1, np.int64),))
+    out = sequence_expand_as(np.zeros(0, np.int64), z, backend=backend)
+    assert out.lod == [[0]] and out.n_rows == 0

@@ -98,3 +98,11 @@ def test_kernel_matches_reference(case):
         return
     got = sequence_reshape(x, new_dim, backend="numba")
     assert same_tensor(got, want) and got.data.tobytes() == x.data.tobytes()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_sequences(backend):
+    # offsets [0] (no sequences at all), the empty value Paddle's operators produce
+    z = LoDTensor._trusted(np.zeros(0, np.int64), (np.zeros(1, np.int64),))
+    out = sequence_reshape(z, 1, backend=backend)
+    assert out.lod == [[0]] and out.n_rows == 0

@@ -111,3 +111,11 @@ def test_kernel_matches_reference(case):
     for i, (o, m) in enumerate(zip(offset, length)):
         assert got.data[got.offsets[-1][i]:got.offsets[-1][i + 1]].tobytes() == \
             x.data[off[i] + o:off[i] + o + m].tobytes()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_sequences(backend):
+    # offsets [0] (no sequences at all), the empty value Paddle's operators produce
+    z = LoDTensor._trusted(np.zeros(0, np.int64), (np.zeros(1, np.int64),))
+    out = sequence_slice(z, [], [], backend=backend)
+    assert out.lod == [[0]] and out.n_rows == 0
