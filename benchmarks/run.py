@@ -15,6 +15,7 @@ startup    CLI start-up vs ``python -c "import numpy, h5py"``; kernel commands' 
 validate   offsets validation vs a read-only pass (``o.sum()``) and NumPy's comparison
 memory     peak RSS of ``lodtool pack`` on a 1 GB and a 4 GB input
 ooc        operators on a file 2x larger than an RSS cap vs the in-memory path
+newops     the operators of issue 17 vs their NumPy references; ``lod_reset`` vs Paddle's op
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -51,6 +52,7 @@ SECTIONS = {
     "validate": ("bench_validate.py", "Validation speed"),
     "memory": ("bench_memory.py", "Bounded memory (pack)"),
     "ooc": ("bench_ooc.py", "Out-of-core operators"),
+    "newops": ("bench_ops_new.py", "More sequence operators"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "
@@ -154,6 +156,8 @@ def main(argv=None) -> int:
             json_out = Path(d) / f"{key}.json"
             python = args.paddle_python if key == "ops" and args.paddle_python else sys.executable
             cmd = section_command(key, args.size, args.runs, d, json_out, python)
+            if key == "newops" and args.paddle_python:  # Paddle's op is timed in a child of that interpreter
+                cmd += ["--paddle-python", args.paddle_python]
             C.progress("run", f"{key}: {' '.join(cmd)}")
             load0, t0 = C.loadavg(), time.perf_counter()
             r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,

@@ -165,6 +165,8 @@ COMMAND_TASKS = {
     "slice": "slice", "head": "head", "tail": "tail", "tree": "tree", "expand": "expand", "pool": "pool",
     "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan",
 }
+COMMAND_TASKS.update({"concat": "concat", "seq-slice": "seq_slice", "erase": "erase", "enumerate": "enumerate",
+                      "reshape": "reshape", "lod-reset": "lod_reset"})
 
 
 def test_every_command_has_a_tasks_function():
@@ -202,7 +204,14 @@ def _args(command: str, d: Path) -> list[str]:
         "tree": [h5], "expand": [h5, h5, "-o", out], "pool": [h5, "-o", out], "softmax": [h5, "-o", out],
         "reverse": [h5, "-o", out], "pad": [h5, "-o", str(d / "out.npz")], "unpad": [str(d / "p.npz"), "-o", out],
         "pack-plan": [h5],
+        **_sequence_args(h5, out),
     }[command]
+
+
+def _sequence_args(h5: str, out: str) -> dict[str, list[str]]:
+    return {"concat": [h5, h5, "-o", out], "seq-slice": [h5, "--offset", "0", "--length", "1", "-o", out],
+            "erase": [h5, "--tokens", "1", "-o", out], "enumerate": [h5, "--win-size", "2", "-o", out],
+            "reshape": [h5, "--new-dim", "1", "-o", out], "lod-reset": [h5, "--target-lod", "0,5", "-o", out]}
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_TASKS))

@@ -126,6 +126,14 @@ OPS_CALLS = {
     "to_time_major": lambda x: ops.to_time_major(x, ops.pack_plan(x), device="cuda"),
     "from_time_major": lambda x: ops.from_time_major(x.data, ops.pack_plan(x), device="cuda"),
     "LoDTensor.to": lambda x: x.to("cuda"),
+    "sequence_concat": lambda x: ops.sequence_concat([x, x], device="cuda"),
+    "sequence_slice": lambda x: ops.sequence_slice(x, [0, 0], [1, 1], device="cuda"),
+    "sequence_expand_as": lambda x: ops.sequence_expand_as(np.zeros(2), x, device="cuda"),
+    "lod_reset": lambda x: ops.lod_reset(x, target_lod=[0, 5], device="cuda"),
+    "lod_append": lambda x: ops.lod_append(np.arange(2), [0, 1, 2], device="cuda"),
+    "sequence_erase": lambda x: ops.sequence_erase(LoDTensor(np.arange(5), x.offsets), [1], device="cuda"),
+    "sequence_enumerate": lambda x: ops.sequence_enumerate(x, 2, device="cuda"),
+    "sequence_reshape": lambda x: ops.sequence_reshape(x, 1, device="cuda"),
 }
 
 

@@ -33,6 +33,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "unpad": ("ops", "unpad", "Turn a padded NPZ (padded + lengths) back into a container."),
     "reverse": ("ops", "reverse", "Reverse each last-level sequence."),
     "pack-plan": ("ops", "pack_plan", "The RNN packing plan: sort by length, batch sizes per step."),
+    "concat": ("sequence", "concat", "Join tensors sequence by sequence (Paddle's sequence_concat)."),
+    "seq-slice": ("sequence", "seq_slice", "Cut OFFSET..OFFSET+LENGTH rows out of every sequence (sequence_slice)."),
+    "erase": ("sequence", "erase", "Drop the rows holding given token ids (Paddle's sequence_erase)."),
+    "enumerate": ("sequence", "enumerate_", "The n-gram window at every row (Paddle's sequence_enumerate)."),
+    "reshape": ("sequence", "reshape", "Give the rows a new width, sequence by sequence (sequence_reshape)."),
+    "lod-reset": ("sequence", "lod_reset", "Give the rows a new LoD, or append a level (lod_reset / lod_append)."),
 }
 
 

@@ -25,11 +25,18 @@ primitives are in :mod:`lodtool.ops._cuda`.
 from __future__ import annotations
 
 from ._backend import BACKENDS, DEVICES, get_backend
+from .concat import sequence_concat
+from .enumerate import sequence_enumerate
+from .erase import sequence_erase
 from .expand import sequence_expand
+from .expand_as import sequence_expand_as
+from .lod_reset import lod_append, lod_reset
 from .pack_plan import PackPlan, from_time_major, pack_plan, to_time_major
 from .pad import sequence_mask, sequence_pad, sequence_unpad
 from .pool import POOL_TYPES, pool_dtypes, sequence_first_step, sequence_last_step, sequence_pool
+from .reshape import sequence_reshape
 from .reverse import sequence_reverse
+from .seq_slice import sequence_slice
 from .softmax import sequence_softmax, softmax_dtype
 
 __all__ = [
@@ -37,3 +44,5 @@ __all__ = [
     "sequence_softmax", "softmax_dtype", "sequence_pad", "sequence_unpad", "sequence_mask", "sequence_reverse",
     "PackPlan", "pack_plan", "to_time_major", "from_time_major", "get_backend", "BACKENDS", "DEVICES",
 ]
+__all__ += ["lod_append", "lod_reset", "sequence_concat", "sequence_enumerate", "sequence_erase", "sequence_expand_as",
+            "sequence_reshape", "sequence_slice"]

@@ -12,6 +12,9 @@
 :func:`export`                write an in-memory tensor to a container or any io format
 :func:`pool`, :func:`softmax`, :func:`reverse`, :func:`expand`, :func:`pad`, :func:`unpad`,
 :func:`pack_plan`             the operators over containers, streamed chunk by chunk
+:func:`concat`, :func:`seq_slice`, :func:`erase`, :func:`enumerate`, :func:`reshape`,
+:func:`lod_reset`             Paddle's sequence_concat, _slice, _erase, _enumerate, _reshape and lod_reset
+                              over containers, streamed
 ============================  ==============================================================
 
 The functions are imported on first use, so ``lodtool inspect`` never loads
@@ -36,6 +39,7 @@ _LAZY = {
     "export": "_export",
     **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
                                        "OpResult")},
+    **{name: "_sequence_ops" for name in ("concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset")},
 }
 
 

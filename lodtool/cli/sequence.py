@@ -1,0 +1,240 @@
+"""Sequence-editing commands: concat, seq-slice, erase, enumerate, reshape, lod-reset.
+
+Each is a thin wrapper over one function of lodtool's file-level operators
+(Paddle's sequence_concat, sequence_slice, sequence_erase, sequence_enumerate,
+sequence_reshape, lod_reset), and streams, so files larger than memory work.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+import numpy as np
+
+from ..errors import LodInputError
+from . import _options as opt
+from .ops import _report
+
+
+def _ints(text: str, what: str) -> np.ndarray | int:
+    """An option's integers: ``3``, ``0,2,5``, or a ``.npy`` file of them."""
+    text = text.strip()
+    if text.endswith(".npy") or os.path.exists(text):
+        try:
+            arr = np.load(text, allow_pickle=False)
+        except FileNotFoundError:
+            raise LodInputError(f"{text}: no such file (for {what})") from None
+        except Exception as exc:  # noqa: BLE001 (NumPy raises several types for a bad file)
+            raise LodInputError(f"{text}: not a readable .npy file for {what} ({exc})") from None
+        if arr.dtype.kind not in "iu" or arr.ndim > 2 or (arr.ndim == 2 and arr.shape[1] != 1):
+            raise LodInputError(f"{text}: {what} must be integers of shape (n,) or (n, 1), got {arr.dtype} "
+                                f"{arr.shape}")
+        return arr.reshape(-1) if arr.ndim else int(arr)
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an integer, a comma-separated list of them or a .npy file",
+                                 param_hint=what) from None
+    if "," not in text and len(values) == 1:
+        return values[0]
+    return np.array(values, np.int64)
+
+
+def _common(f):
+    for decorator in reversed([opt.output_option(required=True, help_="The container to write, or - for stdout."),
+                               click.option("--out-name", default=None,
+                                            help="Tensor name in the output (default: the input's)."),
+                               opt.compression_option, opt.max_memory_option]):
+        f = decorator(f)
+    return f
+
+
+def _run(ctx, output: str, as_json: bool, verb: str, call) -> None:
+    with opt.container_output(output) as dst:
+        result = call(dst)
+    result.output = output
+    _report(ctx, result, as_json, verb)
+
+
+@click.command("concat")
+@click.argument("files", nargs=-1, required=True)
+@_common
+@opt.device_option
+@opt.json_option
+@click.pass_context
+def concat(ctx, files, output, out_name, compression, max_memory, device, as_json):
+    """Join tensors sequence by sequence (Paddle's sequence_concat): sequence i of the output is sequence i of
+    each input, in order.
+
+    Takes two or more FILES (or FILE:tensor) with the same number of LoD
+    levels, top-level sequences, dtype and row shape.  Streams ranges of
+    top-level sequences from all inputs at once, so files larger than memory work.
+
+    \b
+    Example:
+      lodtool concat questions.lod.h5 answers.lod.h5 -o dialogues.lod.h5
+    """
+    from ..tasks import concat as concat_files
+
+    if len(files) < 2:
+        raise click.UsageError("concat joins at least two files")
+    refs = [opt.parse_file_ref(f) for f in files]
+    with_paths = [opt.input_path(p) for p, _ in refs]
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        paths = [stack.enter_context(cm) for cm in with_paths]
+        _run(ctx, output, as_json, "joined", lambda dst: concat_files(
+            paths, dst, names=[n for _, n in refs], out_name=out_name, compression=compression,
+            max_memory=opt.parse_size(max_memory), device=device))
+
+
+@click.command("seq-slice")
+@click.argument("file")
+@opt.name_option
+@click.option("--offset", "offset", required=True,
+              help="First row kept in each last-level sequence: an integer, a comma list or a .npy (one per sequence).")
+@click.option("--length", "length", required=True,
+              help="Rows kept from each sequence: an integer, a comma list or a .npy (one per sequence).")
+@click.option("--clip", is_flag=True, help="Shorten slices that run past their sequence's end (else an error, "
+                                           "as in Paddle).")
+@_common
+@opt.device_option
+@opt.json_option
+@click.pass_context
+def seq_slice(ctx, file, name, offset, length, clip, output, out_name, compression, max_memory, device, as_json):
+    """Cut rows OFFSET..OFFSET+LENGTH out of every last-level sequence (Paddle's sequence_slice).
+
+    Not `lodtool slice`, which selects whole sequences: seq-slice cuts inside
+    each one.  Upper levels are kept.  Streams chunks of top-level sequences.
+
+    \b
+    Example:
+      lodtool seq-slice sentences.lod.h5 --offset 0 --length 16 --clip -o first16.lod.h5
+      lodtool seq-slice sentences.lod.h5 --offset starts.npy --length lengths.npy -o spans.lod.h5
+    """
+    from ..tasks import seq_slice as seq_slice_file
+
+    offsets, lengths = _ints(offset, "--offset"), _ints(length, "--length")
+    with opt.input_path(file) as src:
+        _run(ctx, output, as_json, "sliced", lambda dst: seq_slice_file(
+            src, dst, offset=offsets, length=lengths, clip=clip, name=name, out_name=out_name,
+            compression=compression, max_memory=opt.parse_size(max_memory), device=device))
+
+
+@click.command("erase")
+@click.argument("file")
+@opt.name_option
+@click.option("--tokens", required=True, help="Token ids to drop: a comma list (0,2,5) or a .npy.")
+@_common
+@opt.device_option
+@opt.json_option
+@click.pass_context
+def erase(ctx, file, name, tokens, output, out_name, compression, max_memory, device, as_json):
+    """Drop the rows whose token id is one of --tokens (Paddle's sequence_erase); the LoD shrinks to match.
+
+    For integer ids, one per row.  Upper levels are kept.  Streams chunks of
+    top-level sequences.
+
+    \b
+    Example:
+      lodtool erase token_ids.lod.h5 --tokens 0,1,2 -o without_specials.lod.h5
+    """
+    from ..tasks import erase as erase_file
+
+    ids = _ints(tokens, "--tokens")
+    with opt.input_path(file) as src:
+        _run(ctx, output, as_json, "erased", lambda dst: erase_file(
+            src, dst, tokens=ids, name=name, out_name=out_name, compression=compression,
+            max_memory=opt.parse_size(max_memory), device=device))
+
+
+@click.command("enumerate")
+@click.argument("file")
+@opt.name_option
+@click.option("--win-size", type=int, required=True, help="Rows per window (at least 2, as in Paddle).")
+@click.option("--pad-value", type=float, default=0, show_default=True,
+              help="Value past the end of a sequence (must fit the dtype).")
+@_common
+@opt.device_option
+@opt.json_option
+@click.pass_context
+def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, compression, max_memory, device, as_json):
+    """The n-gram window starting at every row, padded past its sequence's end (Paddle's sequence_enumerate).
+
+    For one value per row; the output has --win-size values per row and the
+    input's LoD.  Streams chunks of top-level sequences.
+
+    \b
+    Example:
+      lodtool enumerate token_ids.lod.h5 --win-size 3 -o trigrams.lod.h5
+    """
+    from ..tasks import enumerate as enumerate_file
+
+    pad = int(pad_value) if float(pad_value).is_integer() else pad_value
+    with opt.input_path(file) as src:
+        _run(ctx, output, as_json, "enumerated", lambda dst: enumerate_file(
+            src, dst, win_size=win_size, pad_value=pad, name=name, out_name=out_name, compression=compression,
+            max_memory=opt.parse_size(max_memory), device=device))
+
+
+@click.command("reshape")
+@click.argument("file")
+@opt.name_option
+@click.option("--new-dim", type=int, required=True, help="Values per output row.")
+@_common
+@opt.device_option
+@opt.json_option
+@click.pass_context
+def reshape(ctx, file, name, new_dim, output, out_name, compression, max_memory, device, as_json):
+    """Give the rows a new width; each last-level sequence keeps its values (Paddle's sequence_reshape).
+
+    A sequence of L rows of width M becomes L*M/NEW_DIM rows, which must be
+    whole for every sequence.  Streams chunks of top-level sequences.
+
+    \b
+    Example:
+      lodtool reshape frames.lod.h5 --new-dim 80 -o stacked.lod.h5
+    """
+    from ..tasks import reshape as reshape_file
+
+    with opt.input_path(file) as src:
+        _run(ctx, output, as_json, "reshaped", lambda dst: reshape_file(
+            src, dst, new_dim=new_dim, name=name, out_name=out_name, compression=compression,
+            max_memory=opt.parse_size(max_memory), device=device))
+
+
+@click.command("lod-reset")
+@click.argument("file")
+@opt.name_option
+@click.option("--target-lod", default=None, help="The new level's offsets: a comma list (0,4,7,10) or a .npy.")
+@click.option("--like", default=None, help="Take the LoD of this container's tensor (FILE or FILE:tensor).")
+@click.option("--append", is_flag=True, help="Add the level below the tensor's own (lod_append).")
+@_common
+@opt.json_option
+@click.pass_context
+def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, compression, max_memory, as_json):
+    """Give the rows a new LoD (Paddle's lod_reset), or one more level below the old (--append: lod_append).
+
+    The data is copied unchanged.  The new level must start at 0, never
+    decrease and end at the row count; an appended level must fit the levels
+    above.  Reads only offsets to build and check it, then copies the rows in
+    chunks, so files larger than memory work.
+
+    \b
+    Example:
+      lodtool lod-reset words.lod.h5 --target-lod 0,4,7,10 -o regrouped.lod.h5
+      lodtool lod-reset chars.lod.h5 --like words.lod.h5 -o chars_by_word.lod.h5
+      lodtool lod-reset docs.lod.h5 --append --target-lod sentences.npy -o docs2.lod.h5
+    """
+    from ..tasks import lod_reset as lod_reset_file
+
+    if (target_lod is None) == (like is None):
+        raise click.UsageError("give the new level as --target-lod or --like (one of them)")
+    target = None if target_lod is None else np.atleast_1d(_ints(target_lod, "--target-lod"))
+    like_path, like_name = opt.parse_file_ref(like) if like else (None, None)
+    with opt.input_path(file) as src:
+        _run(ctx, output, as_json, "reset", lambda dst: lod_reset_file(
+            src, dst, target_lod=target, like=like_path, like_name=like_name, append=append, name=name,
+            out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory)))

@@ -1,0 +1,100 @@
+"""Copying runs of rows ("segments") from one array into another, on every backend.
+
+Several operators (``sequence_concat``, ``sequence_slice``) move whole runs of
+rows: segment ``i`` is ``length[i]`` rows read from row ``src_start[i]`` and
+written from row ``dst_start[i]``.  This module holds that one primitive, as a
+NumPy reference, a Numba kernel (bytes moved as words, see
+:func:`lodtool.ops._util.as_words`) and the CUDA gather of
+:mod:`lodtool.ops._cuda`, so each operator only computes its segment table.
+
+>>> import numpy as np
+>>> out = np.zeros(5, np.int64)
+>>> copy_segments(np.arange(10), [7, 0], [0, 2], [2, 3], out, backend="numpy")
+>>> out.tolist()
+[7, 8, 0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._jit import atomic_add, kernel, prange, schedule
+from ._util import U, as_words, words_of
+
+_I64 = np.dtype(np.int64)
+
+
+def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, out: np.ndarray, *,
+                  backend: str = "numba") -> None:
+    """``out[dst_start[i]:+length[i]] = src[src_start[i]:+length[i]]`` for every ``i`` (host arrays).
+
+    ``src`` and ``out`` have the same dtype and element shape; ``out`` is
+    C-contiguous.  Segments must lie inside both arrays and must not overlap in
+    ``out`` (the callers build them so; nothing else checks).  ``backend`` is
+    ``"numpy"`` (the reference) or ``"numba"``.
+
+    >>> out = np.zeros((3, 2), np.float32)
+    >>> copy_segments(np.ones((4, 2), np.float32), [1], [1], [2], out)
+    >>> out[:, 0].tolist()
+    [0.0, 1.0, 1.0]
+    """
+    src_start = np.asarray(src_start, _I64)
+    dst_start = np.asarray(dst_start, _I64)
+    length = np.asarray(length, _I64)
+    if backend == "numpy":
+        total = int(length.sum()) if length.size else 0
+        if total:
+            index = np.repeat(src_start, length) + _ramp(length, total)
+            dest = np.repeat(dst_start, length) + _ramp(length, total)
+            out[dest] = np.asarray(src)[index]
+        return
+    srcw, k = as_words(src)
+    outw = words_of(out, srcw.dtype) if k else None
+    if k and len(length):
+        _copy(srcw, U(k), src_start.view(np.uint64), dst_start.view(np.uint64), length.view(np.uint64), outw,
+              *schedule(len(length)))
+
+
+def _ramp(length: np.ndarray, total: int) -> np.ndarray:
+    """``0, 1, .., length[0]-1, 0, 1, .., length[1]-1, ..`` (``total`` values)."""
+    starts = np.zeros(len(length), _I64)
+    np.cumsum(length[:-1], out=starts[1:])
+    return np.arange(total, dtype=_I64) - np.repeat(starts, length)
+
+
+def gather_segments_cuda(xp, src: Any, src_start: Any, seg_offsets: Any, n_out: int, out: Any) -> None:
+    """On the device: output rows ``seg_offsets[i]..seg_offsets[i+1]`` from ``src`` rows ``src_start[i]..``.
+
+    The segments tile the output in order (``seg_offsets`` starts at 0, never
+    decreases and ends at ``n_out``), as the tiled gather of
+    :mod:`lodtool.ops._cuda` needs; ``out`` is a fresh C-contiguous device array.
+    """
+    from . import _cuda
+
+    srcw, k = _cuda.device_words(xp, src)
+    outw, _ = _cuda.device_words(xp, out, srcw.dtype)
+    nseg = int(seg_offsets.shape[0]) - 1
+    _cuda.gather_rows(xp, srcw, k, seg_offsets, nseg, n_out, outw, mode=_cuda.MODE_BASE,
+                       base=xp.ascontiguousarray(src_start.astype(_I64, copy=False)))
+
+
+@kernel(parallel=True)
+def _copy(xw, k, src_start, dst_start, length, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled
+    """Segment ``i``: ``length[i]`` rows of ``k`` words from ``src_start[i]`` to ``dst_start[i]``."""
+    one = U(1)
+    n = U(length.shape[0])
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                span = length[i] * k
+                src = src_start[i] * k
+                dst = dst_start[i] * k
+                for j in range(span):
+                    outw[dst + j] = xw[src + j]
+            blk = atomic_add(counter, one)
+
+
+__all__ = ["copy_segments", "gather_segments_cuda"]
