@@ -12,6 +12,7 @@
 :func:`export`                write an in-memory tensor to a container or any io format
 :func:`pool`, :func:`softmax`, :func:`reverse`, :func:`expand`, :func:`pad`, :func:`unpad`,
 :func:`pack_plan`             the operators over containers, streamed chunk by chunk
+:func:`batch`                 training batches planned from the offsets (:func:`batch_plan`, :func:`batches`)
 ============================  ==============================================================
 
 The functions are imported on first use, so ``lodtool inspect`` never loads
@@ -36,6 +37,8 @@ _LAZY = {
     "export": "_export",
     **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
                                        "OpResult")},
+    **{name: "_batch" for name in ("batch", "batch_plan", "batches", "BatchPlan", "BatchReader", "BatchResult",
+                                   "write_batches", "plan_report")},
 }
 
 
