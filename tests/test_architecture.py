@@ -164,6 +164,7 @@ COMMAND_TASKS = {
     "pack": "pack", "unpack": "unpack", "validate": "validate", "inspect": "inspect", "verify": "verify",
     "slice": "slice", "head": "head", "tail": "tail", "tree": "tree", "expand": "expand", "pool": "pool",
     "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan",
+    "batch": "batch",
 }
 
 
@@ -202,6 +203,7 @@ def _args(command: str, d: Path) -> list[str]:
         "tree": [h5], "expand": [h5, h5, "-o", out], "pool": [h5, "-o", out], "softmax": [h5, "-o", out],
         "reverse": [h5, "-o", out], "pad": [h5, "-o", str(d / "out.npz")], "unpad": [str(d / "p.npz"), "-o", out],
         "pack-plan": [h5],
+        "batch": [h5, "--max-tokens", "4"],
     }[command]
 
 

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "unpad": ("ops", "unpad", "Turn a padded NPZ (padded + lengths) back into a container."),
     "reverse": ("ops", "reverse", "Reverse each last-level sequence."),
     "pack-plan": ("ops", "pack_plan", "The RNN packing plan: sort by length, batch sizes per step."),
+    "batch": ("batch", "batch", "Plan training batches (sorted, megabatch, buckets, pack); show the waste; write them."),
 }
 
 
