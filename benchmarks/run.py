@@ -16,6 +16,7 @@ validate   offsets validation vs a read-only pass (``o.sum()``) and NumPy's comp
 memory     peak RSS of ``lodtool pack`` on a 1 GB and a 4 GB input
 ooc        operators on a file 2x larger than an RSS cap vs the in-memory path
 newops     the operators of issue 17 vs their NumPy references; ``lod_reset`` vs Paddle's op
+batch      padding waste per batching mode vs random, pack fill, planning 10M sequences, BatchDataset tokens/s
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -53,6 +54,7 @@ SECTIONS = {
     "memory": ("bench_memory.py", "Bounded memory (pack)"),
     "ooc": ("bench_ooc.py", "Out-of-core operators"),
     "newops": ("bench_ops_new.py", "More sequence operators"),
+    "batch": ("bench_batch.py", "Training batches"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "

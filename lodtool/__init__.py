@@ -43,6 +43,8 @@ _LAZY = {
     "pack": ("lodtool.tasks", "pack"),
     "unpack": ("lodtool.tasks", "unpack"),
     "ops": ("lodtool.ops", None),
+    "batch_plan": ("lodtool.tasks", "batch_plan"),
+    "batches": ("lodtool.tasks", "batches"),
 }
 
 
@@ -75,6 +77,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "LoDTensor", "from_nested", "lengths_to_offsets", "offsets_to_lengths", "validate_lod",
     "open", "load", "save", "LodWriter", "validate_file", "inspect_file", "verify_file", "pack", "unpack", "ops",
+    "batch_plan", "batches",
     "LodError", "LodValidationError", "LodIndexError", "LodShapeError", "LodDtypeError", "LodInputError",
     "LodFormatError", "LodVersionError", "LodChecksumError", "LodFileNotFoundError", "LodMemoryError",
     "LodBackendError", "LodUsageError", "__version__",

@@ -164,6 +164,7 @@ COMMAND_TASKS = {
     "pack": "pack", "unpack": "unpack", "validate": "validate", "inspect": "inspect", "verify": "verify",
     "slice": "slice", "head": "head", "tail": "tail", "tree": "tree", "expand": "expand", "pool": "pool",
     "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan",
+    "batch": "batch",
 }
 COMMAND_TASKS.update({"concat": "concat", "seq-slice": "seq_slice", "erase": "erase", "enumerate": "enumerate",
                       "reshape": "reshape", "lod-reset": "lod_reset"})
@@ -205,6 +206,7 @@ def _args(command: str, d: Path) -> list[str]:
         "reverse": [h5, "-o", out], "pad": [h5, "-o", str(d / "out.npz")], "unpad": [str(d / "p.npz"), "-o", out],
         "pack-plan": [h5],
         **_sequence_args(h5, out),
+        "batch": [h5, "--max-tokens", "4"],
     }[command]
 
 

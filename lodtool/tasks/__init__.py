@@ -15,6 +15,7 @@
 :func:`concat`, :func:`seq_slice`, :func:`erase`, :func:`enumerate`, :func:`reshape`,
 :func:`lod_reset`             Paddle's sequence_concat, _slice, _erase, _enumerate, _reshape and lod_reset
                               over containers, streamed
+:func:`batch`                 training batches planned from the offsets (:func:`batch_plan`, :func:`batches`)
 ============================  ==============================================================
 
 The functions are imported on first use, so ``lodtool inspect`` never loads
@@ -40,6 +41,8 @@ _LAZY = {
     **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
                                        "OpResult")},
     **{name: "_sequence_ops" for name in ("concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset")},
+    **{name: "_batch" for name in ("batch", "batch_plan", "batches", "BatchPlan", "BatchReader", "BatchResult",
+                                   "write_batches", "plan_report")},
 }
 
 

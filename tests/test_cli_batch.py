@@ -1,0 +1,118 @@
+"""``lodtool batch``: plans, --stats, saved plans, NPZ batches, and its errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import lodtool
+from lodtool import LoDTensor
+from lodtool.cli.main import cli
+from lodtool.tasks._batch import BatchPlan, batch_plan
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(1, 60, 300)
+    data = rng.integers(0, 30000, int(lengths.sum()))
+    docs = [3] * 100
+    path = tmp_path / "corpus.lod.h5"
+    lodtool.save(str(path), LoDTensor(data, recursive_sequence_lengths=[docs, list(lengths)]))
+    return str(path), lengths, data
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_plan_saved_matches_the_library(corpus, tmp_path):
+    path, lengths, _ = corpus
+    out = tmp_path / "plan.npz"
+    r = run("batch", path, "--level", 1, "--max-tokens", 256, "--mode", "sorted", "--seed", 3, "-o", out)
+    assert r.exit_code == 0, r.output
+    saved = BatchPlan.load(out)
+    want = batch_plan(path, level=1, max_tokens=256, seed=3)
+    assert saved.indices.tolist() == want.indices.tolist() and saved.offsets.tolist() == want.offsets.tolist()
+    assert "planned" in r.output
+
+
+def test_stats_table_histogram_and_json(corpus):
+    path, lengths, _ = corpus
+    r = run("batch", path, "--level", 1, "--max-tokens", 512, "--stats")
+    assert r.exit_code == 0, r.output
+    assert "random" in r.output and "padding waste" in r.output and "sequence lengths" in r.output
+    r = run("batch", path, "--level", 1, "--max-tokens", 512, "--mode", "pack", "--stats", "--json")
+    report = json.loads(r.output)
+    assert report["plan"]["mode"] == "pack" and report["plan"]["fill_rate"] > 0.9
+    assert report["random"]["padding_waste"] > report["plan"]["padding_waste"]
+    assert sum(report["histogram"]["counts"]) == len(lengths)
+
+
+def test_buckets_and_replica_options(corpus):
+    path, _, _ = corpus
+    r = run("batch", path, "--level", 1, "--mode", "buckets", "--boundaries", "8,16,32", "--max-tokens", 256,
+            "--num-replicas", 2, "--rank", 1, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["plan"]["batches"] > 0
+
+
+def test_write_batches_as_npz(corpus, tmp_path):
+    path, lengths, data = corpus
+    plan_file = tmp_path / "plan.npz"
+    assert run("batch", path, "--level", 1, "--max-tokens", 256, "-o", plan_file).exit_code == 0
+    out = tmp_path / "batches"
+    r = run("batch", path, "--plan", plan_file, "--to", "npz", "-o", out, "--layout", "varlen")
+    assert r.exit_code == 0, r.output
+    plan = BatchPlan.load(plan_file)
+    files = sorted(out.iterdir())
+    assert len(files) == len(plan)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    with np.load(files[0]) as z:
+        want = np.concatenate([data[rows[s]:rows[s + 1]] for s in z["indices"]])
+        assert np.array_equal(z["values"], want)
+        assert np.diff(z["cu_seqlens"]).tolist() == lengths[z["indices"]].tolist()
+    padded = tmp_path / "padded"
+    r = run("batch", path, "--plan", plan_file, "--to", "npz", "-o", padded, "--pad-value", "-1", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["files"] == len(plan)
+    with np.load(padded / files[0].name) as z:
+        assert (z["values"][~z["mask"]] == -1).all() and z["values"].dtype == data.dtype
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--plan", "PLAN", "--max-tokens", "5"], "--plan fixes the batches"),
+    (["--max-tokens", "64", "--to", "npz"], "needs -o"),
+    (["--max-tokens", "64", "--truncate", "head"], "apply to --to npz"),
+    (["--max-tokens", "64", "--pad-value", "-1"], "apply to --to npz"),
+    (["--max-tokens", "64", "--to", "npz", "-o", "OUT", "--pad-value", "x"], "not a number"),
+    (["--max-tokens", "0"], "0"),
+    (["--mode", "sideways", "--max-tokens", "4"], "sideways"),
+    (["--boundaries", "a,b", "--mode", "buckets"], "comma-separated"),
+    (["--level", "1", "--mode", "pack"], "needs max_tokens"),
+])
+def test_usage_errors_exit_2(corpus, tmp_path, args, message):
+    path, _, _ = corpus
+    plan_file = tmp_path / "p.npz"
+    batch_plan(path, level=1, max_tokens=256).save(plan_file)
+    swap = {"PLAN": str(plan_file), "OUT": str(tmp_path / "out")}
+    r = run("batch", path, *[swap.get(a, a) for a in args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+
+
+def test_bad_files_are_one_line_errors(corpus, tmp_path):
+    path, _, _ = corpus
+    missing = run("batch", tmp_path / "none.h5", "--max-tokens", 4)
+    assert missing.exit_code == 1 and "no such file" in missing.output
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"junk")
+    r = run("batch", path, "--plan", junk, "--to", "npz", "-o", tmp_path / "o")
+    assert r.exit_code == 1 and "not a batch plan" in r.output and "Traceback" not in r.output
+    other = tmp_path / "other.npz"
+    batch_plan(np.array([1, 2]), max_tokens=4).save(other)
+    r = run("batch", path, "--plan", other, "--to", "npz", "-o", tmp_path / "o2")
+    assert r.exit_code == 2 and "plan is for 2" in r.output
+    assert not (tmp_path / "o2").exists()

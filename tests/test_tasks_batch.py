@@ -1,0 +1,401 @@
+"""Batch plans (lodtool.tasks._batch): the anchors' semantics, budgets, replicas, packing, and the reader."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import lodtool
+from lodtool import LoDTensor
+from lodtool.errors import LodFormatError, LodUsageError, LodValidationError
+from lodtool.tasks import _batch as B
+
+lengths_st = st.lists(st.integers(0, 40), min_size=0, max_size=120).map(lambda v: np.array(v, dtype=np.int64))
+
+
+# -- fairseq's greedy pass -----------------------------------------------------------------------------
+@pytest.mark.parametrize("lengths, max_tokens, max_sequences, multiple, ends", [
+    # cost = n * max_len within 6: [1 1 2] costs 6, [2 3] 6, [3 3] 6, [5] 5
+    ([1, 1, 2, 2, 3, 3, 3, 5], 6, 0, 1, [3, 5, 7, 8]),
+    # sizes stay below the multiple or a multiple of it; the last batch is what is left
+    ([1, 1, 1, 1, 1], 3, 0, 2, [2, 4, 5]),
+    # the tail [1 1 4] alone breaks the budget: the batch and the tail without pos are closed together
+    ([1, 1, 1, 1, 1, 1, 4, 4], 8, 0, 4, [4, 6, 8]),
+    # max_sentences only: consecutive runs of that many
+    ([1] * 7, 0, 3, 1, [3, 6, 7]),
+    ([1] * 7, 0, 8, 4, [4, 7]),
+    ([], 10, 0, 1, []),
+])
+def test_greedy_fixed_cases(lengths, max_tokens, max_sequences, multiple, ends):
+    got = B.greedy_batch_ends(np.array(lengths, dtype=np.int64), max_tokens, max_sequences, multiple)
+    assert got.tolist() == ends
+    assert B._greedy_ends_reference(np.array(lengths), [len(lengths)] if lengths else [], max_tokens,
+                                    max_sequences, multiple).tolist() == ends
+
+
+@given(lengths_st, st.integers(0, 120), st.integers(0, 9), st.integers(1, 5), st.integers(1, 4), st.booleans())
+def test_greedy_kernel_matches_reference(lengths, budget, max_sequences, multiple, n_segments, sort):
+    if sort:
+        lengths = np.sort(lengths)
+    max_tokens = max(budget, int(lengths.max())) if lengths.size and budget else budget
+    if max_tokens == 0 and max_sequences == 0:
+        max_sequences = 4
+    cuts = np.sort(np.random.default_rng(len(lengths)).integers(0, len(lengths) + 1, n_segments - 1))
+    segments = np.concatenate([cuts, [len(lengths)]]).astype(np.int64)
+    segments = np.unique(segments) if lengths.size else np.array([0], np.int64)
+    want = B._greedy_ends_reference(lengths, segments.tolist(), max_tokens, max_sequences, multiple)
+    got = B.greedy_batch_ends(lengths, max_tokens, max_sequences, multiple, segments)
+    assert got.tolist() == want.tolist()
+    starts = np.concatenate([[0], got[:-1]])
+    for a, b in zip(starts, got):
+        n = b - a
+        assert n > 0
+        assert n < multiple or n % multiple == 0
+        if max_tokens:
+            assert n * lengths[a:b].max() <= max_tokens
+        if max_sequences:
+            assert n <= max_sequences
+
+
+# -- first-fit decreasing ------------------------------------------------------------------------------
+@given(st.lists(st.integers(0, 64), max_size=150), st.integers(64, 200))
+def test_ffd_kernel_matches_reference(values, capacity):
+    lengths = np.sort(np.array(values, dtype=np.int64))[::-1].copy()
+    bins, used = B.first_fit_decreasing(lengths, capacity)
+    assert bins.tolist() == B._ffd_reference(lengths, capacity).tolist()
+    assert used == (int(bins.max()) + 1 if bins.size else 0)
+    assert np.all(np.bincount(bins, weights=lengths, minlength=used) <= capacity)
+
+
+def test_pack_fill_cu_seqlens_and_positions():
+    lengths = np.clip(np.random.default_rng(3).lognormal(3.5, 1.0, 20_000).astype(np.int64), 1, 512)
+    plan = B.batch_plan(lengths, max_tokens=2048, mode="pack")
+    tokens = plan.batch_tokens
+    assert tokens.max() <= 2048
+    assert plan.stats()["fill_rate"] >= 0.98
+    assert sorted(plan.indices.tolist()) == list(range(lengths.size))
+    for i in (0, len(plan) // 2, len(plan) - 1):
+        lens = lengths[plan.batch(i)]
+        cu = plan.cu_seqlens(i)
+        assert cu.dtype == np.int32 and cu[0] == 0 and np.all(np.diff(cu) == lens)
+        assert plan.position_ids(i).tolist() == [p for n in lens.tolist() for p in range(n)]
+        assert np.all(np.diff(lens) <= 0)  # placed longest first
+
+
+# -- plan properties across modes and replicas ---------------------------------------------------------
+def _options(mode, lengths, budget):
+    top = int(lengths.max()) if lengths.size else 1
+    max_tokens = max(top, budget, 1)
+    if mode == "buckets":
+        return {"boundaries": [4, 12, 30], "max_tokens": max(max_tokens, 64)}
+    if mode == "pack":
+        return {"max_tokens": max_tokens}
+    return {"max_tokens": max_tokens, "max_sequences": 8}
+
+
+@given(lengths_st, st.sampled_from(B.MODES), st.integers(1, 4), st.integers(0, 200), st.integers(0, 3),
+       st.booleans())
+def test_replicas_disjoint_cover_and_even(lengths, mode, replicas, budget, seed, drop_last):
+    opts = _options(mode, lengths, budget)
+    plans = [B.batch_plan(lengths, mode=mode, seed=seed, num_replicas=replicas, rank=r, drop_last=drop_last, **opts)
+             for r in range(replicas)]
+    assert len({len(p) for p in plans}) == 1  # every rank the same number of batches
+    real = np.concatenate([p.sequences() for p in plans]) if plans else np.zeros(0)
+    assert len(set(real.tolist())) == real.size  # disjoint
+    if not drop_last:
+        assert sorted(real.tolist()) == list(range(lengths.size))  # every sequence once
+        for p in plans:  # repeats are copies of real batches
+            assert p.repeat.sum() < replicas
+    for p in plans:
+        if not p.indices.size:
+            continue
+        lens = p.lengths[p.indices]
+        padded = p.padded_tokens
+        if mode == "pack":
+            assert np.all(p.batch_tokens <= opts["max_tokens"])
+        elif mode != "buckets":
+            assert np.all(padded <= opts["max_tokens"])
+            assert np.all(p.batch_sizes <= opts["max_sequences"])
+        assert np.all(p.padded_lengths >= B._segment_max(lens, p.offsets))
+
+
+@given(lengths_st.filter(lambda a: a.size > 0), st.sampled_from(B.MODES), st.integers(0, 5), st.integers(0, 3))
+def test_deterministic_for_seed_and_epoch(lengths, mode, seed, epoch):
+    opts = _options(mode, lengths, 50)
+    a = B.batch_plan(lengths, mode=mode, seed=seed, epoch=epoch, **opts)
+    b = B.batch_plan(lengths.copy(), mode=mode, seed=seed, epoch=epoch, **opts)
+    assert a.indices.tolist() == b.indices.tolist() and a.offsets.tolist() == b.offsets.tolist()
+
+
+def test_sorted_keeps_batches_and_shuffles_their_order_per_epoch():
+    lengths = np.random.default_rng(0).integers(1, 100, 5000)
+    e0 = B.batch_plan(lengths, max_tokens=1024, seed=7, epoch=0)
+    e1 = B.batch_plan(lengths, max_tokens=1024, seed=7, epoch=1)
+    assert sorted(map(tuple, e0)) == sorted(map(tuple, e1))  # fairseq: one composition from the seed
+    assert [tuple(b) for b in e0] != [tuple(b) for b in e1]
+    assert e0.stats()["padding_waste"] < 0.25 * e0.random_baseline().stats()["padding_waste"]
+
+
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=200), st.sampled_from([2, 4, 8]))
+def test_multiple_of_respected(values, multiple):
+    lengths = np.array(values)
+    for mode in ("sorted", "random", "megabatch"):
+        plan = B.batch_plan(lengths, max_tokens=max(64, lengths.max()), mode=mode, multiple_of=multiple)
+        sizes = plan.batch_sizes
+        assert np.all((sizes % multiple == 0) | (sizes < multiple))
+        dropped = B.batch_plan(lengths, max_tokens=max(64, lengths.max()), mode=mode, multiple_of=multiple,
+                               drop_last=True)
+        if len(dropped):
+            last = dropped.batch_sizes
+            assert sorted(dropped.indices.tolist()) != [] and np.all((last % multiple == 0) | (last < multiple))
+
+
+# -- Hugging Face's group_by_length ---------------------------------------------------------------------
+def _hf_get_length_grouped_indices(lengths, perm, batch_size, mega_batch_mult):
+    """The documented algorithm of transformers' get_length_grouped_indices, given its permutation."""
+    size = mega_batch_mult * batch_size
+    megabatches = [perm[i:i + size] for i in range(0, len(lengths), size)]
+    megabatches = [sorted(m, key=lambda i: lengths[i], reverse=True) for m in megabatches]
+    maxima = [lengths[m[0]] for m in megabatches]
+    k = int(np.argmax(maxima))
+    megabatches[0][0], megabatches[k][0] = megabatches[k][0], megabatches[0][0]
+    return [i for m in megabatches for i in m]
+
+
+@given(st.lists(st.integers(0, 25), min_size=1, max_size=300), st.integers(1, 8), st.integers(1, 6))
+def test_megabatch_order_matches_transformers(values, batch_size, mult):
+    lengths = np.array(values)
+    perm = np.random.default_rng(len(values)).permutation(len(values))
+    order, _ = B.megabatch_order(lengths, perm, batch_size * mult)
+    assert order.tolist() == _hf_get_length_grouped_indices(lengths.tolist(), perm.tolist(), batch_size, mult)
+
+
+def test_megabatch_longest_first_like_transformers_test():
+    # transformers' test_group_by_length: 100 lengths below 25, one of 50, batch size 4
+    lengths = np.random.default_rng(0).integers(0, 25, 100)
+    lengths[32] = 50
+    plan = B.batch_plan(lengths, max_sequences=4, mode="megabatch")
+    assert plan.batch(0)[0] == 32
+    assert sorted(plan.indices.tolist()) == list(range(100))
+    assert set(plan.batch_sizes.tolist()) == {4}
+
+
+# -- tf.data's bucket_by_sequence_length ---------------------------------------------------------------
+def test_buckets_fixed_case():
+    lengths = np.array([1, 4, 2, 6, 1, 3, 7, 2, 8])
+    plan = B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], bucket_batch_sizes=[2, 2, 2], shuffle=False)
+    # a bucket's batch leaves when it fills, in stream order; the partial ones at the end
+    assert [b.tolist() for b in plan] == [[0, 2], [1, 5], [3, 6], [4, 7], [8]]
+    assert plan.padded_lengths.tolist() == [2, 4, 7, 2, 8]
+    fixed = B.batch_plan(lengths, mode="buckets", boundaries=[3, 6, 10], bucket_batch_sizes=[2, 2, 2, 2],
+                         shuffle=False, pad_to_bucket_boundary=True)
+    assert fixed.padded_lengths.tolist() == [2, 5, 9, 2, 9]  # boundary - 1
+    dropped = B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], bucket_batch_sizes=[2, 2, 2],
+                           shuffle=False, drop_last=True)
+    assert [b.tolist() for b in dropped] == [[0, 2], [1, 5], [3, 6], [4, 7]]
+    with pytest.raises(LodUsageError, match="below the last boundary"):
+        B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], max_tokens=12, pad_to_bucket_boundary=True)
+
+
+def test_buckets_sizes_from_a_token_budget():
+    lengths = np.random.default_rng(1).integers(1, 64, 3000)
+    plan = B.batch_plan(lengths, mode="buckets", boundaries=[8, 16, 32], max_tokens=256, pad_to_bucket_boundary=False)
+    assert np.all(plan.padded_tokens <= 256)
+    assert sorted(plan.indices.tolist()) == list(range(3000))
+
+
+# -- usage, oversize, truncation -----------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "bogus", "max_tokens": 8}, "mode 'bogus'"),
+    ({"mode": "sorted"}, "needs max_tokens or max_sequences"),
+    ({"mode": "pack"}, "needs max_tokens"),
+    ({"mode": "pack", "max_tokens": 8, "max_sequences": 2}, "tokens only"),
+    ({"mode": "buckets", "max_tokens": 8}, "needs boundaries"),
+    ({"max_tokens": 0}, "positive integer"),
+    ({"max_sequences": 6, "multiple_of": 4}, "not a multiple"),
+    ({"max_tokens": 8, "num_replicas": 2, "rank": 2}, "rank must be"),
+    ({"max_tokens": 8, "shuffle": False}, "buckets' only"),
+    ({"max_tokens": 8, "boundaries": [3]}, "buckets' only"),
+    ({"max_tokens": 3}, "more than max_tokens=3"),
+])
+def test_usage_errors(kwargs, message):
+    with pytest.raises(LodUsageError, match=message):
+        B.batch_plan(np.array([1, 4, 2]), **kwargs)
+
+
+def test_oversize_skip_and_max_length():
+    lengths = np.array([1, 9, 2, 3])
+    skipped = B.batch_plan(lengths, max_tokens=4, oversize="skip")
+    assert sorted(skipped.indices.tolist()) == [0, 2, 3] and skipped.stats()["skipped"] == 1
+    clipped = B.batch_plan(lengths, max_tokens=4, max_length=4)
+    assert clipped.lengths.tolist() == [1, 4, 2, 3]
+    with pytest.raises(LodUsageError):
+        B.batch_plan(np.array([[1, 2]]), max_tokens=4)
+    with pytest.raises(LodUsageError, match="negative"):
+        B.batch_plan(np.array([1, -2]), max_tokens=4)
+
+
+# -- files ---------------------------------------------------------------------------------------------
+def test_save_load_round_trip_and_damage(tmp_path):
+    plan = B.batch_plan(np.arange(1, 50), max_tokens=100, num_replicas=3, rank=1)
+    path = tmp_path / "plan.npz"
+    plan.save(path)
+    back = B.BatchPlan.load(path)
+    assert back.mode == plan.mode and back.options == plan.options
+    for name in ("lengths", "indices", "offsets", "padded_lengths", "repeat"):
+        assert np.array_equal(getattr(back, name), getattr(plan, name))
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(LodFormatError, match="not a batch plan"):
+        B.BatchPlan.load(tmp_path / "junk.npz")
+    bad = dict(np.load(path))
+    bad["indices"] = bad["indices"] + 1000
+    np.savez(tmp_path / "bad.npz", **bad)
+    with pytest.raises(LodFormatError, match="outside"):
+        B.BatchPlan.load(tmp_path / "bad.npz")
+
+
+def _container(tmp_path, lengths, *, width=None, name="c.lod.h5"):
+    rng = np.random.default_rng(len(lengths))
+    n = int(np.sum(lengths))
+    data = rng.integers(1, 1000, size=(n,) if width is None else (n, width)).astype(np.int32)
+    outer = [2] * (len(lengths) // 2) + [1] * (len(lengths) % 2)
+    t = LoDTensor(data, recursive_sequence_lengths=[outer, list(lengths)])
+    path = tmp_path / name
+    lodtool.save(str(path), t)
+    return str(path), t
+
+
+def test_plan_from_container_reads_offsets(tmp_path):
+    lengths = np.random.default_rng(2).integers(0, 30, 101)
+    path, _ = _container(tmp_path, lengths)
+    from_file = B.batch_plan(path, level=1, max_tokens=64)
+    assert from_file.lengths.tolist() == lengths.tolist()
+    assert from_file.indices.tolist() == B.batch_plan(lengths, max_tokens=64).indices.tolist()
+    top = B.batch_plan(path, level=0, max_tokens=128)
+    assert top.lengths.tolist() == [int(lengths[i:i + 2].sum()) for i in range(0, 101, 2)]
+    with lodtool.open(path) as f:
+        assert B.batch_plan(f.tensor(), level=-1, max_tokens=64).lengths.tolist() == lengths.tolist()
+    with pytest.raises(LodUsageError, match="level 2 is out of range"):
+        B.batch_plan(path, level=2, max_tokens=64)
+
+
+def test_plan_refuses_bad_offsets(tmp_path):
+    path, _ = _container(tmp_path, [3, 1, 2, 2])
+    with h5py.File(path, "r+") as h:
+        ds = h["tensor/lod/1"]
+        v = ds[...]
+        v[2] = v[1] - 1
+        ds[...] = v
+    with pytest.raises((LodValidationError, LodFormatError)):
+        B.batch_plan(path, level=1, max_tokens=64)
+
+
+# -- reading batches -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", [None, 3])
+@pytest.mark.parametrize("mode", ["sorted", "pack", "megabatch"])
+def test_batches_padded_and_varlen_hold_the_data(tmp_path, width, mode):
+    lengths = np.random.default_rng(5).integers(0, 40, 301)
+    path, t = _container(tmp_path, lengths, width=width)
+    flat = t.data
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    plan = B.batch_plan(path, level=1, max_tokens=128, mode=mode)
+    seen = []
+    for b in lodtool.batches(path, plan, output="padded", pad_value=-1):
+        for k, seq in enumerate(b["indices"]):
+            n = lengths[seq]
+            assert b["lengths"][k] == n
+            assert np.array_equal(b["values"][k, :n], flat[rows[seq]:rows[seq + 1]])
+            assert np.all(b["values"][k, n:] == -1)
+            assert b["mask"][k].sum() == n and b["mask"][k, :n].all()
+        seen.extend(b["indices"].tolist())
+    assert sorted(seen) == list(range(301))
+    for b in lodtool.batches(path, plan, output="varlen"):
+        want = np.concatenate([flat[rows[s]:rows[s + 1]] for s in b["indices"]])
+        assert np.array_equal(b["values"], want)
+        assert np.diff(b["cu_seqlens"]).tolist() == lengths[b["indices"]].tolist()
+        assert b["max_seqlen"] == lengths[b["indices"]].max()
+        assert b["position_ids"].tolist() == [p for s in b["indices"] for p in range(lengths[s])]
+    for b in lodtool.batches(path, plan, output="jagged-numpy"):
+        assert np.diff(b["offsets"]).tolist() == lengths[b["indices"]].tolist()
+
+
+def test_batches_reuse_buffers_and_small_cache(tmp_path):
+    lengths = np.random.default_rng(6).integers(1, 50, 400)
+    path, t = _container(tmp_path, lengths)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    plan = B.batch_plan(path, level=1, max_tokens=200)
+    reader = B.BatchReader(path, plan, output="varlen", cache_bytes=0)  # forces evictions between batches
+    first = reader.read(0)["values"]
+    second = reader.read(1)["values"]
+    assert np.shares_memory(first, second)  # one buffer, reused
+    for i in range(len(plan)):
+        b = reader.read(i)
+        want = np.concatenate([t.data[rows[s]:rows[s + 1]] for s in b["indices"]])
+        assert np.array_equal(b["values"], want)
+    reader.close()
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(reader))  # never carries the open file
+    assert np.array_equal(clone.read(3)["values"], reader.read(3)["values"])
+
+
+@pytest.mark.parametrize("side", ["head", "tail"])
+def test_batches_truncate(tmp_path, side):
+    lengths = np.array([10, 3, 7, 1])
+    path, t = _container(tmp_path, lengths)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    plan = B.batch_plan(path, level=1, max_tokens=8, max_length=4)
+    for b in lodtool.batches(path, plan, output="padded", truncate=side):
+        for k, s in enumerate(b["indices"]):
+            seq = t.data[rows[s]:rows[s + 1]]
+            keep = seq[:4] if side == "tail" else seq[-4:]
+            assert np.array_equal(b["values"][k, :b["lengths"][k]], keep)
+
+
+def test_batches_refuses_a_plan_for_another_file(tmp_path):
+    path, _ = _container(tmp_path, [3, 1, 2, 2])
+    plan = B.batch_plan(np.array([3, 1, 2]), max_tokens=8)
+    with pytest.raises(LodUsageError, match="plan is for 3"):
+        next(lodtool.batches(path, plan, tensor=None))
+    with pytest.raises(LodUsageError, match="output"):
+        next(lodtool.batches(path, max_tokens=8, level=1, output="nope"))
+
+
+@pytest.mark.parametrize("mode, output", [("sorted", "padded"), ("random", "varlen"), ("pack", "jagged-numpy")])
+def test_reader_across_many_chunks_with_evictions(tmp_path, mode, output):
+    # ~37 data chunks of 64 KiB; a cache of 2 chunks grows to what one batch needs, and evicts between batches
+    lengths = np.random.default_rng(9).integers(1, 400, 3000)
+    path, t = _container(tmp_path, lengths)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    options = {"max_tokens": 4000} if mode == "pack" else {"max_tokens": 4000, "max_sequences": 8}
+    plan = B.batch_plan(path, level=1, mode=mode, seed=2, **options)
+    reader = B.BatchReader(path, plan, output=output, cache_bytes=2 * (64 << 10))
+    seen = 0
+    with reader:
+        for b in reader:
+            want = [t.data[rows[s]:rows[s + 1]] for s in b["indices"]]
+            if output == "padded":
+                got = [b["values"][k, :n] for k, n in enumerate(b["lengths"])]
+            else:
+                bounds = b["offsets"] if output == "jagged-numpy" else b["cu_seqlens"]
+                got = [b["values"][bounds[k]:bounds[k + 1]] for k in range(len(b["indices"]))]
+            assert all(np.array_equal(g, w) for g, w in zip(got, want))
+            seen += len(b["indices"])
+        assert reader._c_slots >= 2
+        if mode != "pack":  # packed rows gather short sequences from everywhere: the cache may grow to all
+            assert reader._c_slots < reader._c_n_blocks  # so it evicted
+    assert seen == 3000
+
+
+def test_pad_value_must_fit_the_dtype(tmp_path):
+    path, _ = _container(tmp_path, [3, 1, 2, 2])  # int32 data
+    with pytest.raises(LodUsageError, match="does not fit"):
+        next(lodtool.batches(path, level=1, max_tokens=8, pad_value=2 ** 40))
+    with pytest.raises(LodUsageError, match="does not fit"):
+        next(lodtool.batches(path, level=1, max_tokens=8, pad_value=0.5))
+    pads = np.concatenate([b["values"][~b["mask"]] for b in lodtool.batches(path, level=1, max_tokens=8,
+                                                                          pad_value=-7)])
+    assert pads.size and (pads == -7).all()
