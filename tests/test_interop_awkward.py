@@ -17,9 +17,9 @@ DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint6
           "float64", "bool", "complex64", "complex128"]
 
 
-def shares(a, b) -> bool:
-    """np.shares_memory, where an empty array (which has no memory to share) counts as shared."""
-    return (np.asarray(a).size == 0 and np.asarray(b).size == 0) or np.shares_memory(a, b)
+def shares(view, base) -> bool:
+    """np.shares_memory, where an empty view (which has no memory to share) counts as shared."""
+    return np.asarray(view).size == 0 or np.shares_memory(view, base)
 
 
 def leaf(layout):
