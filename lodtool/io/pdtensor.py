@@ -502,7 +502,7 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
             checker.feed(block)
             if checker.problems:
                 raise LodValidationError(f"Paddle would refuse this LoD: {checker.problems[0]}")
-            out.write(block.astype("<u8", copy=False).tobytes())
+            out.write(np.ascontiguousarray(block, "<i8").view("<u8").data)  # checked non-negative: same bits
         checker.finish()
         if checker.problems or checker.count != size:
             raise LodValidationError(f"Paddle would refuse this LoD: "
@@ -519,7 +519,7 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
         block = np.asarray(block)
         if tuple(block.shape[1:]) != tuple(shape[1:]):
             raise LodShapeError(f"data block of shape {block.shape} does not fit the tensor shape {tuple(shape)}")
-        out.write(np.ascontiguousarray(block, dtype=target).tobytes())
+        out.write(np.ascontiguousarray(block, dtype=target).reshape(-1).view(np.uint8).data)
         rows += block.shape[0]
     if rows != shape[0]:
         raise LodShapeError(f"{rows} data rows written for a tensor of {shape[0]} rows")
