@@ -269,7 +269,7 @@ def awkward_buffers(path: str | os.PathLike, name: str | None = None) -> tuple[A
 
 # The container is reached through these three functions only (one place to re-point).
 def _tensor_info(path, name) -> dict:
-    from ..format.container import open_file
+    from ..container.reader import open_file
 
     with open_file(path) as f:
         t = f.tensor(name)
@@ -278,14 +278,14 @@ def _tensor_info(path, name) -> dict:
 
 
 def _read_offsets(path: str, name: str, level: int) -> np.ndarray:
-    from ..format.container import open_file
+    from ..container.reader import open_file
 
     with open_file(path) as f:
         return f.tensor(name).read_offsets(level)
 
 
 def _read_flat_data(path: str, name: str) -> np.ndarray:
-    from ..format.container import open_file
+    from ..container.reader import open_file
 
     with open_file(path) as f:
         t = f.tensor(name)

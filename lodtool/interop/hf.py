@@ -153,7 +153,7 @@ def _file_level_names(path: str, column: str | None):
 
 def _atomic(path):
     """The one place this module commits a file (re-pointed when the atomic helpers move)."""
-    from ..format.atomic import atomic_open
+    from ..atomic import atomic_open
 
     return atomic_open(path)
 

@@ -571,7 +571,7 @@ def _atomic(out):
 
     if hasattr(out, "write") and not isinstance(out, (str, bytes, os.PathLike)):
         return contextlib.nullcontext(out)
-    from ..format.atomic import atomic_open
+    from ..atomic import atomic_open
 
     return atomic_open(out)
 
