@@ -29,7 +29,7 @@ import os
 from typing import Any, Iterable
 
 from ..errors import LodBackendError, LodInputError
-from ..io.arrow import _level_names, arrow_field, from_arrow, to_record_batch
+from ..io.arrow import _level_names, arrow_field, from_arrow, sink_for, to_record_batch
 from ..tensor import LoDTensor
 
 
@@ -63,7 +63,7 @@ def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str |
     chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
     with _atomic(path) as out:
         writer = None
-        sink = pa.PythonFile(out, mode="w")
+        sink = sink_for(out)
         try:
             for chunk in chunks:
                 if writer is None:

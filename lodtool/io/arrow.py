@@ -381,6 +381,47 @@ def _check_same(tensors: Iterator[LoDTensor], label: str) -> Iterator[LoDTensor]
         yield t
 
 
+class _Sink:
+    """A write-only view of the caller's stream for pyarrow: it never closes the stream, and counts position."""
+
+    def __init__(self, out):
+        self._out = out
+        self._pos = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        n = self._out.write(data)
+        n = len(memoryview(data)) if n is None else n
+        self._pos += n
+        return n
+
+    def flush(self) -> None:
+        flush = getattr(self._out, "flush", None)
+        if flush is not None:
+            flush()
+
+    def tell(self) -> int:
+        return self._pos
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.flush()
+        self.closed = True
+
+
+def sink_for(out):
+    """A pyarrow output stream writing into ``out`` (a path, a NativeFile or any binary stream)."""
+    pa = _pa()
+    if isinstance(out, (str, os.PathLike, pa.NativeFile)):
+        return out
+    return pa.PythonFile(_Sink(out), mode="w")
+
+
 # -- Arrow IPC / Feather --------------------------------------------------------------------------------
 def _open_ipc(source: Any):
     """A record batch reader for an IPC file or stream (memory-mapped where it is a path)."""
@@ -452,7 +493,7 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     pa = _pa()
     writer = None
     rows = 0
-    sink = out if isinstance(out, pa.NativeFile) else pa.PythonFile(out, mode="w")
+    sink = sink_for(out)
     try:
         for chunk in chunks:
             batch = to_record_batch(chunk, name)
@@ -468,5 +509,57 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     return rows
 
 
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+def registry_chunks(chunks: Iterator[LoDTensor], *, lod_level=None, dtype=None, progress=None,
+                    stats: dict | None = None) -> Iterator[LoDTensor]:
+    """Chunks with the registry's options applied: ``lod_level`` checked, ``dtype`` cast, bytes counted."""
+    from ._values import cast_values, resolve_dtype
+
+    target = resolve_dtype(dtype)
+    stats = {} if stats is None else stats
+    stats["bytes_read"] = 0
+    for chunk in chunks:
+        if lod_level is not None and chunk.lod_level != lod_level:
+            raise LodInputError(f"the input holds {chunk.lod_level} LoD level(s), not the {lod_level} asked for; "
+                                "its lists state their own")
+        stats["bytes_read"] += chunk.data.nbytes + 8 * sum(len(o) for o in chunk.offsets)
+        if progress is not None:
+            progress(stats["bytes_read"])
+        if target is not None and target != chunk.dtype:
+            chunk = LoDTensor._trusted(cast_values(chunk.data, target), chunk.offsets, chunk.level_names)
+        yield chunk
+
+
+def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
+    for chunk in chunks:
+        yield chunk.with_level_names(names) if names and len(names) == chunk.lod_level else chunk
+
+
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = 0, progress=None, stats: dict | None = None,
+         column: str | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: Arrow IPC files or streams, one chunk per record batch (``column``: which one).
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> write("arrow", LoDTensor(np.arange(3), [[0, 1, 3]]), buf)
+    >>> [c.lod for c in read("arrow", [io.BytesIO(buf.getvalue())])]
+    [[[0, 1, 3]]]
+    """
+    return registry_chunks(iter_ipc(sources, column=column), lod_level=lod_level, dtype=dtype, progress=progress,
+                           stats=stats)
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
+    """The registry's writer of a tensor in memory: an Arrow IPC file of one column."""
+    write_ipc([tensor], out, name=name)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: one record batch per chunk, the column named after the tensor."""
+    write_ipc(_named(chunks, stored.level_names), out, name=stored.name)
+
+
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "batches_to_tensors", "valid_chunks", "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]
+           "pick_column", "batches_to_tensors", "valid_chunks", "registry_chunks", "sink_for", "read", "write", "write_stored",
+           "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]

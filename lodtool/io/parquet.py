@@ -26,7 +26,8 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 from ..errors import LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
-from .arrow import _check_same, _concat, _convert, _level_names, _pa, pick_column, to_record_batch, valid_chunks
+from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, pick_column, registry_chunks,
+                    sink_for, to_record_batch, valid_chunks)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -143,8 +144,7 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
         for chunk in chunks:
             batch = to_record_batch(chunk, name)
             if writer is None:
-                sink = out if isinstance(out, (str, os.PathLike)) else pa.PythonFile(out, mode="w")
-                writer = pq.ParquetWriter(sink, batch.schema, compression=codec, store_schema=True)
+                writer = pq.ParquetWriter(sink_for(out), batch.schema, compression=codec, store_schema=True)
             table = pa.Table.from_batches([batch])
             writer.write_table(table, row_group_size=max(table.num_rows, 1))
             rows += table.num_rows
@@ -156,4 +156,31 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     return rows
 
 
-__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "EXTENSIONS", "MAGIC", "COMPRESSIONS"]
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = 0, progress=None, stats: dict | None = None,
+         column: str | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: Parquet files, one chunk per row group (``column``: which one).
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> write("parquet", LoDTensor(np.arange(3), [[0, 1, 3]]), buf)
+    >>> [c.lod for c in read("parquet", [io.BytesIO(buf.getvalue())], dtype="float32")]
+    [[[0, 1, 3]]]
+    """
+    return registry_chunks(iter_parquet(sources, column=column), lod_level=lod_level, dtype=dtype,
+                           progress=progress, stats=stats)
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
+    """The registry's writer of a tensor in memory: a Parquet file of one column, one row group."""
+    write_parquet([tensor], out, name=name)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: one row group per chunk, the column named after the tensor."""
+    write_parquet(_named(chunks, stored.level_names), out, name=stored.name)
+
+
+__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "EXTENSIONS", "MAGIC", "COMPRESSIONS",
+           "read", "write", "write_stored"]

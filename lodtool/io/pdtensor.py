@@ -576,6 +576,62 @@ def _atomic(out):
     return atomic_open(out)
 
 
+
+
+
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+_OFFSET_BLOCK = 1 << 20
+
+
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = CHUNK_BYTES, progress=None, stats: dict | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: each source's one tensor, in chunks of whole top-level sequences.
+
+    ``lod_level`` (if given) must be the file's; ``dtype`` casts, refusing
+    values it cannot hold.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> write_pdtensor(LoDTensor(np.arange(3), [[0, 1, 3]]), buf)
+    >>> [c.lod for c in read("pdtensor", [io.BytesIO(buf.getvalue())], dtype="int16")]
+    [[[0, 1, 3]]]
+    """
+    from ._values import cast_values, resolve_dtype
+
+    target = resolve_dtype(dtype)
+    stats = {} if stats is None else stats
+    stats["bytes_read"] = 0
+    for chunk in iter_pdtensor(sources, chunk_bytes=chunk_bytes):
+        if lod_level is not None and chunk.lod_level != lod_level:
+            raise LodInputError(f"the input holds {chunk.lod_level} LoD level(s), not the {lod_level} asked for; "
+                                "Paddle's file states its own")
+        stats["bytes_read"] += chunk.data.nbytes + 8 * sum(len(o) for o in chunk.offsets)
+        if progress is not None:
+            progress(stats["bytes_read"])
+        if target is not None and target != chunk.dtype:
+            chunk = LoDTensor._trusted(cast_values(chunk.data, target), chunk.offsets, chunk.level_names)
+        yield chunk
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
+    """The registry's writer of a tensor in memory (what ``slice --to pdtensor`` writes)."""
+    write_pdtensor(tensor, out)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: the stored tensor's offsets block by block, then its data chunks."""
+    _code_of(stored.dtype)  # refuse before anything is written
+
+    def offsets(level: int):
+        size = stored.level_sizes[level]
+        for start in range(0, size, _OFFSET_BLOCK):
+            yield stored.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
+
+    write_pdtensor_parts(out, shape=stored.shape, dtype=stored.dtype,
+                         offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
+                         data_blocks=(c.data for c in chunks))
+
+
 __all__ = ["read_pdtensor", "read_pdtensors", "iter_pdtensor", "write_pdtensor", "write_pdtensors",
-           "write_pdtensor_parts", "scan", "tensor_desc", "PdHeader", "DTYPE_OF_CODE", "UNSUPPORTED_CODES", "CODE_OF_KIND",
-           "EXTENSIONS"]
+           "write_pdtensor_parts", "scan", "tensor_desc", "PdHeader", "DTYPE_OF_CODE", "UNSUPPORTED_CODES",
+           "CODE_OF_KIND", "EXTENSIONS", "read", "write", "write_stored"]

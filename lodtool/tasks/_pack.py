@@ -56,7 +56,7 @@ class PackResult:
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, chunk_bytes: int = CHUNK_BYTES,
-         progress: Callable[[int], None] | None = None) -> PackResult:
+         progress: Callable[[int], None] | None = None, column: str | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -69,7 +69,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     float64 when a later chunk holds floats).  ``append=True`` adds the
     sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
-    read so far.  Errors are :class:`~lodtool.errors.LodError` subclasses and
+    read so far.  ``column`` picks the column of a table input (parquet,
+    arrow; default: its only column).  Errors are :class:`~lodtool.errors.LodError` subclasses and
     leave ``output`` as it was.
 
     >>> import os, tempfile, numpy as np
@@ -88,7 +89,11 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     target = resolve_dtype(dtype)
     names = None if level_names is None else [str(n) for n in level_names]
     stats: dict = {"bytes_read": 0}
-    chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats)
+    extra = {} if column is None else {"column": column}
+    unknown = sorted(set(extra) - set(formats.get(fmt).options))
+    if unknown:
+        raise LodUsageError(f"{', '.join(unknown)} applies to table inputs (parquet, arrow), not {fmt}")
+    chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats, extra)
     from ..container.writer import LodWriter
 
     kwargs = {} if compression is None else {"compression": compression}
@@ -153,9 +158,10 @@ def _either(names: Sequence[str]) -> str:
     return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
-def _read(fmt: str, inputs: list, lod_level, target, chunk_bytes: int, progress, stats: dict) -> Iterator[LoDTensor]:
+def _read(fmt: str, inputs: list, lod_level, target, chunk_bytes: int, progress, stats: dict,
+          extra: dict | None = None) -> Iterator[LoDTensor]:
     return formats.get(fmt).read(inputs, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes,
-                                 progress=progress, stats=stats)
+                                 progress=progress, stats=stats, **(extra or {}))
 
 
 def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:
