@@ -54,3 +54,41 @@ def test_errors_name_the_file_and_row(tmp_path):
     junk.write_bytes(b"not arrow at all")
     with pytest.raises(LodInputError, match=rf"^{junk}: not an Arrow IPC file or stream"):
         read_ipc(junk)
+
+
+# -- the CLI: pack from Arrow IPC, unpack to it --------------------------------------------------------
+def cli(*args):
+    from click.testing import CliRunner
+
+    from lodtool.cli.main import cli as main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_round_trip(tmp_path):
+    src = tmp_path / "x.feather"
+    feather.write_feather(pa.table({"emb": pa.array([[[0.5, 1.0]], [[2.0, 3.0], [4.0, 5.0]]],
+                                                    pa.large_list(pa.list_(pa.float32(), 2)))}), src)
+    r = cli("pack", src, "-o", tmp_path / "e.lod.h5", "--name", "emb")
+    assert r.exit_code == 0, r.output
+    from lodtool import load
+
+    t = load(tmp_path / "e.lod.h5")
+    assert t.lod == [[0, 1, 3]] and t.element_shape == (2,) and t.dtype == np.float32
+    r = cli("unpack", tmp_path / "e.lod.h5", "--to", "arrow", "-o", tmp_path / "back.arrow")
+    assert r.exit_code == 0, r.output
+    with pa.memory_map(str(tmp_path / "back.arrow")) as f:
+        table = pa.ipc.open_file(f).read_all()
+    assert table.column("emb").to_pylist() == [[[0.5, 1.0]], [[2.0, 3.0], [4.0, 5.0]]]
+    assert read_ipc(tmp_path / "back.arrow").equals(t)
+
+
+def test_cli_null_is_a_one_line_error(tmp_path):
+    src = tmp_path / "n.arrow"
+    table = pa.table({"ids": pa.array([[1], [2, None]])})
+    with pa.ipc.new_file(str(src), table.schema) as w:
+        w.write_table(table)
+    r = cli("pack", src, "-o", tmp_path / "n.lod.h5")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1, r.output
+    assert f"{src}: record batch 0, column 'ids': row 1 (branch <1,1>) is null" in lines[0]

@@ -103,3 +103,44 @@ def test_not_parquet_and_missing(tmp_path):
         read_parquet(tmp_path / "none.parquet")
     with pytest.raises(LodUsageError, match="unknown Parquet compression"):
         write_parquet([LoDTensor(np.arange(2))], io.BytesIO(), compression="rar")
+
+
+# -- the CLI: pack from Parquet, unpack to it ----------------------------------------------------------
+def cli(*args):
+    from click.testing import CliRunner
+
+    from lodtool.cli.main import cli as main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_round_trip(tmp_path):
+    src = tmp_path / "corpus.parquet"
+    tokens = pa.array([[[1, 2], [3]], [[4, 5, 6]], [[7], [], [8, 9]], [[10]]], pa.list_(pa.list_(pa.int32())))
+    pq.write_table(pa.table({"tokens": tokens, "label": [0, 1, 0, 1]}), src, row_group_size=3)
+    r = cli("pack", src, "--column", "tokens", "-o", tmp_path / "c.lod.h5", "--level-names", "doc,sentence")
+    assert r.exit_code == 0, r.output
+    r = cli("unpack", tmp_path / "c.lod.h5", "-o", tmp_path / "back.parquet")  # the format from the extension
+    assert r.exit_code == 0, r.output
+    back = pq.read_table(tmp_path / "back.parquet")
+    assert back.column("tensor").to_pylist() == tokens.to_pylist()
+    assert pq.ParquetFile(tmp_path / "back.parquet").num_row_groups == 1
+    again = read_parquet(tmp_path / "back.parquet")
+    assert again.level_names == ("doc", "sentence") and again.dtype == np.int32
+    r = cli("pack", tmp_path / "back.parquet", "-o", tmp_path / "d.lod.h5")
+    assert r.exit_code == 0, r.output
+    from lodtool import load
+
+    assert load(tmp_path / "d.lod.h5").equals(load(tmp_path / "c.lod.h5"))
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    src = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"]}), src)
+    r = cli("pack", src, "-o", tmp_path / "x.lod.h5")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "Traceback" not in r.output
+    assert f"{src}: row group 0, column 'text': holds string, not numbers" in lines[0]
+    assert not (tmp_path / "x.lod.h5").exists()
+    r = cli("pack", tmp_path / "x.json", "--column", "tokens", "-o", tmp_path / "y.lod.h5")
+    assert r.exit_code != 0
