@@ -213,8 +213,8 @@ def form_json(lod_level: int, dtype: np.dtype, element_shape: tuple[int, ...] = 
 
     Keys are ``node0`` .. ``node{L-1}`` for the levels' offsets, then one per
     element dimension, then the data; ``ak.from_buffers`` reads buffers named
-    ``node{k}-offsets`` and ``node{n}-data``.  The container writer records it
-    in each tensor's attributes (cheap: a short string).
+    ``node{k}-offsets`` and ``node{n}-data``.  Everything in it follows from a
+    stored tensor's attributes, so the container does not store it.
 
     >>> json.loads(form_json(1, np.dtype("float32"), (2,)))["content"]["class"]
     'RegularArray'
