@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +70,7 @@ def conversions(t) -> dict[str, object]:
         fns["to_awkward"] = lambda: to_awkward(t)
         fns["from_awkward (validate=False)"] = lambda: from_awkward(a, validate=False)
         fns["from_awkward (validated)"] = lambda: from_awkward(a)
-    except Exception:  # noqa: BLE001 - awkward missing: its rows are skipped
+    except ImportError:  # awkward missing: its rows are skipped
         pass
     try:
         from lodtool import LoDTensor
@@ -81,7 +80,7 @@ def conversions(t) -> dict[str, object]:
         fns["to_torch (jagged)"] = lambda: to_torch(sentences)
         fns["from_torch (validate=False)"] = lambda: from_torch(nt, validate=False)
         fns["from_torch (validated)"] = lambda: from_torch(nt)
-    except Exception:  # noqa: BLE001 - torch missing
+    except ImportError:  # torch missing: its rows are skipped
         pass
     return fns
 

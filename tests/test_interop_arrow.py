@@ -12,7 +12,7 @@ from lodtool.errors import LodDtypeError, LodIndexError, LodInputError, LodValid
 from tests.strategies import lod_tensors
 
 pa = pytest.importorskip("pyarrow")
-from lodtool.interop.arrow import from_arrow, to_arrow, to_record_batch  # noqa: E402
+from lodtool.interop.arrow import from_arrow, to_arrow, to_record_batch
 
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
           "float64", "bool"]

@@ -11,7 +11,7 @@ from lodtool.errors import LodDtypeError
 from tests.strategies import lod_tensors
 
 ak = pytest.importorskip("awkward")
-from lodtool.interop.awkward import awkward_buffers, form_json, form_of, from_awkward, to_awkward  # noqa: E402
+from lodtool.interop.awkward import awkward_buffers, form_json, form_of, from_awkward, to_awkward
 
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
           "float64", "bool", "complex64", "complex128"]

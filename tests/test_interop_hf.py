@@ -11,7 +11,7 @@ from lodtool.errors import LodInputError
 from tests.strategies import lod_tensors
 
 datasets = pytest.importorskip("datasets")
-from lodtool.interop.hf import from_hf, to_hf, write_hf_file  # noqa: E402
+from lodtool.interop.hf import from_hf, to_hf, write_hf_file
 
 DTYPES = ["int8", "int32", "int64", "uint8", "uint64", "float16", "float32", "float64", "bool"]
 

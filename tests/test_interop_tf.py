@@ -11,7 +11,7 @@ from lodtool.errors import LodUsageError
 from tests.strategies import lod_tensors
 
 tf = pytest.importorskip("tensorflow")
-from lodtool.interop.tf import from_ragged_tensor, to_ragged_tensor  # noqa: E402
+from lodtool.interop.tf import from_ragged_tensor, to_ragged_tensor
 
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "float16", "float32", "float64", "bool",
           "complex64"]

@@ -12,9 +12,9 @@ from lodtool.errors import LodShapeError, LodValidationError
 from tests.strategies import lod_tensors
 
 torch = pytest.importorskip("torch")
-from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_sequence  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_sequence
 
-from lodtool.interop.torch import cu_seqlens, from_torch, to_packed_sequence, to_padded, to_torch  # noqa: E402
+from lodtool.interop.torch import cu_seqlens, from_torch, to_packed_sequence, to_padded, to_torch
 
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64", "bool", "complex64"]
 

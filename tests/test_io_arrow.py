@@ -13,9 +13,9 @@ from lodtool.errors import LodInputError
 from tests.strategies import lod_tensors
 
 pa = pytest.importorskip("pyarrow")
-import pyarrow.feather as feather  # noqa: E402
+import pyarrow.feather as feather
 
-from lodtool.io.arrow import iter_ipc, read_ipc, write_ipc  # noqa: E402
+from lodtool.io.arrow import iter_ipc, read_ipc, write_ipc
 
 
 @settings(max_examples=40)

@@ -15,7 +15,7 @@ from tests.strategies import lod_tensors
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-from lodtool.io.parquet import iter_parquet, read_parquet, write_parquet  # noqa: E402
+from lodtool.io.parquet import iter_parquet, read_parquet, write_parquet
 
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
           "float64", "bool"]

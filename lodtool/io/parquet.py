@@ -82,7 +82,6 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterat
     >>> [c.lod for c in iter_parquet([io.BytesIO(buf.getvalue())], column="ids")]
     [[[0, 2, 3]]]
     """
-    pa = _pa()
     for source in sources:
         pf, label = open_parquet(source)
         schema = pf.schema_arrow
