@@ -78,6 +78,13 @@ def test_combined_file_is_refused_where_one_tensor_is_expected():
         pd.read_pdtensors(GOLDEN / "combined.pdiparams", names=["a", "b"])
 
 
+def test_an_lod_paddle_accepts_only_over_no_rows_is_refused():
+    path = GOLDEN / "no_rows_lod_past_end.pdtensor"
+    with pytest.raises(LodInputError, match=rf"^{path}: byte 12: tensor 0: invalid LoD: level 0: offset\[1\]=3 "
+                                            r"but the data has 0 rows"):
+        pd.read_pdtensor(path)
+
+
 def test_bfloat16_is_refused_by_name():
     with pytest.raises(LodDtypeError, match=r"bf16\.pdtensor: byte \d+: tensor 0 holds BF16"):
         pd.read_pdtensor(GOLDEN / "bf16.pdtensor")
@@ -144,7 +151,7 @@ def test_every_truncation_is_a_located_error(tmp_path):
     (lambda b: struct.pack("<I", 1) + b[4:], r"byte 0: tensor 0: LoD version 1"),
     (lambda b: b[:4] + struct.pack("<Q", 1 << 40) + b[12:], r"byte 4: tensor 0: truncated or corrupt: lod_level 1,099,511,627,776 needs"),
     (lambda b: b[:12] + struct.pack("<Q", 23) + b[20:], r"byte 12: tensor 0: level 0 has 23 bytes"),
-    (lambda b: b[:20] + struct.pack("<Q", 5) + b[28:], r"tensor 0: invalid LoD \(Paddle's rule\): level 0: offset\[0\]=5"),
+    (lambda b: b[:20] + struct.pack("<Q", 5) + b[28:], r"tensor 0: invalid LoD: level 0: offset\[0\]=5"),
     (lambda b: b[:20] + struct.pack("<Q", 1 << 63) + b[28:], r"byte 20: tensor 0: level 0 holds an offset above 2\*\*63"),
 ])
 def test_bad_headers(tmp_path, patch, match):

@@ -20,7 +20,9 @@ Paddle's bfloat16, float8 and size_t tensors have no NumPy dtype and are
 refused by name (never reinterpreted).  Paddle 3.3 loads uint16/32/64 tensors
 but cannot hand them to NumPy itself.  The LoD is checked with Paddle's rule
 (:func:`lodtool.lod.validate_lod`) in both directions: a file whose LoD Paddle
-would refuse is not read, and nothing Paddle would refuse is written.
+would refuse is not read, and nothing Paddle would refuse is written.  One
+difference: Paddle skips the last-offset check for a tensor with no rows (it
+accepts ``lod [[0, 3]]`` over 0 rows); lodtool refuses such a file.
 
 >>> import io
 >>> from lodtool import LoDTensor
@@ -235,7 +237,7 @@ def _read_header(cur: _Cursor, index: int) -> PdHeader:
     try:
         _lod.validate_lod(list(levels), dims[0])
     except LodError as exc:
-        raise cur.error(f"tensor {index}: invalid LoD (Paddle's rule): {exc}", start + 12) from None
+        raise cur.error(f"tensor {index}: invalid LoD: {exc}", start + 12) from None
     return header
 
 

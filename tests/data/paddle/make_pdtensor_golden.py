@@ -7,7 +7,9 @@ Run with PaddlePaddle installed (these were made with paddle 3.3.1, CPU)::
 Each ``<case>.pdtensor`` is written by Paddle's own ``core.save_dense_tensor``;
 ``combined.pdiparams`` by ``core.save_combine_func`` (what ``.pdiparams`` files
 hold); ``bf16.pdtensor`` holds bfloat16 (NumPy uint16 set into a Paddle tensor
-becomes BF16), which lodtool must refuse by name.  ``expected.npz`` holds what
+becomes BF16), which lodtool must refuse by name; ``no_rows_lod_past_end.pdtensor``
+holds a LoD Paddle accepts only because the tensor has no rows, which lodtool
+refuses.  ``expected.npz`` holds what
 went in: ``<case>__data`` and ``<case>__offsets_<k>``.
 """
 
@@ -58,6 +60,8 @@ def main():
     core.save_combine_func([dense(*CASES[n]) for n in COMBINED], COMBINED, str(HERE / "combined.pdiparams"),
                            True, False, False)
     core.save_dense_tensor(dense(np.array([16256, 16384], np.uint16), [[0, 2]]), str(HERE / "bf16.pdtensor"))
+    # Paddle skips the last-offset check when a tensor has no rows; lodtool does not (it refuses this file)
+    core.save_dense_tensor(dense(np.zeros(0, np.float32), [[0, 3]]), str(HERE / "no_rows_lod_past_end.pdtensor"))
     np.savez(HERE / "expected.npz", **expected)
 
 
