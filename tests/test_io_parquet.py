@@ -144,3 +144,17 @@ def test_cli_errors_are_one_line(tmp_path):
     assert not (tmp_path / "x.lod.h5").exists()
     r = cli("pack", tmp_path / "x.json", "--column", "tokens", "-o", tmp_path / "y.lod.h5")
     assert r.exit_code != 0
+
+
+def test_cli_lod_level_and_dtype_options(tmp_path):
+    src = tmp_path / "v.parquet"
+    pq.write_table(pa.table({"v": pa.array([[1, 300], [2]])}), src)
+    r = cli("pack", src, "--lod-level", "2", "-o", tmp_path / "a.lod.h5")
+    assert r.exit_code == 1 and f"{src}: holds 1 LoD level(s), not the 2 asked for" in r.output
+    r = cli("pack", src, "--dtype", "uint8", "-o", tmp_path / "b.lod.h5")
+    assert r.exit_code == 1 and f"{src}: value 300 does not fit in uint8" in r.output
+    r = cli("pack", src, "--dtype", "int16", "--lod-level", "1", "-o", tmp_path / "c.lod.h5")
+    assert r.exit_code == 0, r.output
+    from lodtool import load
+
+    assert load(tmp_path / "c.lod.h5").dtype == np.int16

@@ -510,26 +510,6 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-def registry_chunks(chunks: Iterator[LoDTensor], *, lod_level=None, dtype=None, progress=None,
-                    stats: dict | None = None) -> Iterator[LoDTensor]:
-    """Chunks with the registry's options applied: ``lod_level`` checked, ``dtype`` cast, bytes counted."""
-    from ._values import cast_values, resolve_dtype
-
-    target = resolve_dtype(dtype)
-    stats = {} if stats is None else stats
-    stats["bytes_read"] = 0
-    for chunk in chunks:
-        if lod_level is not None and chunk.lod_level != lod_level:
-            raise LodInputError(f"the input holds {chunk.lod_level} LoD level(s), not the {lod_level} asked for; "
-                                "its lists state their own")
-        stats["bytes_read"] += chunk.data.nbytes + 8 * sum(len(o) for o in chunk.offsets)
-        if progress is not None:
-            progress(stats["bytes_read"])
-        if target is not None and target != chunk.dtype:
-            chunk = LoDTensor._trusted(cast_values(chunk.data, target), chunk.offsets, chunk.level_names)
-        yield chunk
-
-
 def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
     for chunk in chunks:
         yield chunk.with_level_names(names) if names and len(names) == chunk.lod_level else chunk
@@ -546,8 +526,10 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     >>> [c.lod for c in read("arrow", [io.BytesIO(buf.getvalue())])]
     [[[0, 1, 3]]]
     """
-    return registry_chunks(iter_ipc(sources, column=column), lod_level=lod_level, dtype=dtype, progress=progress,
-                           stats=stats)
+    from ._values import read_with_options
+
+    return read_with_options(sources, lambda source: iter_ipc([source], column=column), _label,
+                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
@@ -561,5 +543,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "batches_to_tensors", "valid_chunks", "registry_chunks", "sink_for", "read", "write", "write_stored",
+           "pick_column", "batches_to_tensors", "valid_chunks", "sink_for", "read", "write", "write_stored",
            "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]

@@ -26,8 +26,8 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 from ..errors import LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
-from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, pick_column, registry_chunks,
-                    sink_for, to_record_batch, valid_chunks)
+from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, pick_column, sink_for,
+                    to_record_batch, valid_chunks)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -167,8 +167,10 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     >>> [c.lod for c in read("parquet", [io.BytesIO(buf.getvalue())], dtype="float32")]
     [[[0, 1, 3]]]
     """
-    return registry_chunks(iter_parquet(sources, column=column), lod_level=lod_level, dtype=dtype,
-                           progress=progress, stats=stats)
+    from ._values import read_with_options
+
+    return read_with_options(sources, lambda source: iter_parquet([source], column=column), _label,
+                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:

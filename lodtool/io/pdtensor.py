@@ -598,21 +598,16 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     >>> [c.lod for c in read("pdtensor", [io.BytesIO(buf.getvalue())], dtype="int16")]
     [[[0, 1, 3]]]
     """
-    from ._values import cast_values, resolve_dtype
+    from ._values import read_with_options
 
-    target = resolve_dtype(dtype)
-    stats = {} if stats is None else stats
-    stats["bytes_read"] = 0
-    for chunk in iter_pdtensor(sources, chunk_bytes=chunk_bytes):
-        if lod_level is not None and chunk.lod_level != lod_level:
-            raise LodInputError(f"the input holds {chunk.lod_level} LoD level(s), not the {lod_level} asked for; "
-                                "Paddle's file states its own")
-        stats["bytes_read"] += chunk.data.nbytes + 8 * sum(len(o) for o in chunk.offsets)
-        if progress is not None:
-            progress(stats["bytes_read"])
-        if target is not None and target != chunk.dtype:
-            chunk = LoDTensor._trusted(cast_values(chunk.data, target), chunk.offsets, chunk.level_names)
-        yield chunk
+    def label(source: Any) -> str:
+        if isinstance(source, (str, os.PathLike)):
+            return "<stdin>" if os.fspath(source) == "-" else os.fspath(source)
+        name = getattr(source, "name", None)
+        return name if isinstance(name, str) else "<stream>"
+
+    return read_with_options(sources, lambda source: iter_pdtensor([source], chunk_bytes=chunk_bytes), label,
+                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
