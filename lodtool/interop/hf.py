@@ -42,7 +42,13 @@ def _datasets():
 
 
 def hf_schema(t: LoDTensor, name: str = "tensor"):
-    """The Arrow schema of tensor ``t`` as column ``name``, with ``datasets``' features in its metadata."""
+    """The Arrow schema of tensor ``t`` as column ``name``, with ``datasets``' features in its metadata.
+
+    >>> import json, numpy as np
+    >>> schema = hf_schema(LoDTensor(np.arange(2, dtype=np.int32), [[0, 2]]), "ids")
+    >>> json.loads(schema.metadata[b"huggingface"])["info"]["features"]["ids"]["_type"]
+    'LargeList'
+    """
     import pyarrow as pa
 
     datasets = _datasets()
@@ -57,6 +63,11 @@ def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str |
 
     One record batch per chunk; a path is written atomically.  Open it with
     ``datasets.Dataset.from_file(path)`` (memory-mapped).
+
+    >>> import os, tempfile, numpy as np, datasets
+    >>> p = write_hf_file(LoDTensor(np.arange(3.0), [[0, 1, 3]]), os.path.join(tempfile.mkdtemp(), "x.arrow"))
+    >>> datasets.Dataset.from_file(p)["tensor"][:]
+    [[0.0], [1.0, 2.0]]
     """
     import pyarrow as pa
 

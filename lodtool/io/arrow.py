@@ -100,7 +100,13 @@ def to_arrow(t: LoDTensor):
 
 
 def arrow_field(name: str, t: LoDTensor):
-    """The table field of tensor ``t`` named ``name``, its level names in the metadata."""
+    """The table field of tensor ``t`` named ``name``, its level names in the metadata.
+
+    >>> import numpy as np
+    >>> f = arrow_field("ids", LoDTensor(np.arange(2), [[0, 2]], level_names=["doc"]))
+    >>> str(f.type), f.metadata
+    ('large_list<item: int64>', {b'lodtool.level_names': b'["doc"]'})
+    """
     pa = _pa()
     meta = {LEVEL_NAMES_KEY: json.dumps(list(t.level_names)).encode()} if t.level_names else None
     return pa.field(name, to_arrow(LoDTensor._trusted(t.data[:0], [o[:1] for o in t.offsets])).type,
@@ -303,7 +309,12 @@ def _level_names(field) -> list[str] | None:
 
 # -- tables in files: shared by IPC and Parquet ---------------------------------------------------------
 def pick_column(schema, column: str | None, label: str) -> int:
-    """The index of ``column`` in ``schema`` (``None``: the only column), or a one-line error."""
+    """The index of ``column`` in ``schema`` (``None``: the only column), or a one-line error.
+
+    >>> import pyarrow as pa
+    >>> pick_column(pa.schema([("a", pa.int8()), ("b", pa.int8())]), "b", "x.parquet")
+    1
+    """
     names = list(schema.names)
     if column is None:
         if len(names) == 1:
@@ -316,7 +327,7 @@ def pick_column(schema, column: str | None, label: str) -> int:
     return names.index(column)
 
 
-def batches_to_tensors(batches: Iterable, index: int, label: str, names_field) -> Iterator[LoDTensor]:
+def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field) -> Iterator[LoDTensor]:
     """Each record batch's column ``index`` as a LoD tensor, errors naming the file, batch and global row."""
     def converted():
         base = 0
@@ -335,6 +346,12 @@ def valid_chunks(parts: Iterable[tuple[str, LoDTensor]], names=None) -> Iterator
     A chunk with nothing under some level (say one top-level sequence with no
     sentences) has no valid LoD of its own, so it is carried into the next one;
     errors name where the (first) chunk came from.
+
+    >>> import numpy as np
+    >>> hollow = LoDTensor._trusted(np.arange(0), [np.array([0, 0]), np.array([0])])  # a document, no sentence
+    >>> full = LoDTensor(np.arange(2), [[0, 1], [0, 2]])
+    >>> [c.lod for c in valid_chunks([("batch 0", hollow), ("batch 1", full)])]
+    [[[0, 0, 1], [0, 2]]]
     """
     pending: list[LoDTensor] = []
     where = ""
@@ -415,7 +432,17 @@ class _Sink:
 
 
 def sink_for(out):
-    """A pyarrow output stream writing into ``out`` (a path, a NativeFile or any binary stream)."""
+    """A pyarrow output stream writing into ``out`` (a path, a NativeFile or any binary stream).
+
+    The caller's stream is never closed by pyarrow.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> sink = sink_for(buf)
+    >>> _ = sink.write(b"abc"); sink.close()
+    >>> buf.getvalue(), buf.closed
+    (b'abc', False)
+    """
     pa = _pa()
     if isinstance(out, (str, os.PathLike, pa.NativeFile)):
         return out
@@ -470,13 +497,20 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[L
         batches, schema, label = _open_ipc(source)
         index = pick_column(schema, column, label)
         try:
-            yield from _check_same(batches_to_tensors(batches, index, label, schema.field(index)), label)
+            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index)), label)
         except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
             raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
 
 
 def read_ipc(source: Any, *, column: str | None = None) -> LoDTensor:
-    """The whole tensor of one IPC file's column (several record batches are concatenated: one copy)."""
+    """The whole tensor of one IPC file's column (several record batches are concatenated: one copy).
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> _ = write_ipc([LoDTensor(np.arange(2), [[0, 2]]), LoDTensor(np.arange(1), [[0, 1]])], buf)
+    >>> read_ipc(io.BytesIO(buf.getvalue())).lod
+    [[0, 2, 3]]
+    """
     parts = list(iter_ipc([source], column=column))
     if not parts:
         raise LodInputError(f"{_label(source)}: holds no record batches")
@@ -489,6 +523,13 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     The first chunk fixes the schema; returns the number of rows (top-level
     sequences) written.  ``out`` is a writable binary stream (use an atomic
     temp file for a path, as ``unpack`` does).
+
+    >>> import io, numpy as np, pyarrow as pa
+    >>> buf = io.BytesIO()
+    >>> write_ipc([LoDTensor(np.arange(3.0), [[0, 1, 3]])], buf, name="x")
+    2
+    >>> pa.ipc.open_file(pa.BufferReader(buf.getvalue())).read_all().column("x").to_pylist()
+    [[0.0], [1.0, 2.0]]
     """
     pa = _pa()
     writer = None
@@ -543,5 +584,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "batches_to_tensors", "valid_chunks", "sink_for", "read", "write", "write_stored",
+           "pick_column", "valid_chunks", "sink_for", "read", "write", "write_stored",
            "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]

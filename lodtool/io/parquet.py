@@ -45,7 +45,15 @@ def _label(source: Any) -> str:
 
 
 def open_parquet(source: Any):
-    """A ``pq.ParquetFile`` for a path, ``-`` or a binary stream, reading lists as ``large_list``."""
+    """A ``pq.ParquetFile`` for a path, ``-`` or a binary stream (and its label), reading lists as ``large_list``.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"ids": [[1], [2, 3]]}), buf, store_schema=False)  # as non-Arrow writers do
+    >>> pf, label = open_parquet(io.BytesIO(buf.getvalue()))
+    >>> str(pf.schema_arrow.field("ids").type), label
+    ('large_list<element: int64>', '<stream>')
+    """
     pa = _pa()
     import pyarrow.parquet as pq
 
@@ -130,6 +138,13 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
 
     ``out`` is a writable binary stream or a path (use an atomic temp file, as
     ``unpack`` does).  The first chunk fixes the schema.
+
+    >>> import io, numpy as np, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> write_parquet([LoDTensor(np.arange(3), [[0, 1, 3]]), LoDTensor(np.arange(2), [[0, 2]])], buf)
+    3
+    >>> pq.ParquetFile(io.BytesIO(buf.getvalue())).num_row_groups
+    2
     """
     pa = _pa()
     import pyarrow.parquet as pq

@@ -70,7 +70,15 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class PdHeader:
-    """One tensor's header: where it is in the file and what it holds."""
+    """One tensor's header: where it is in the file and what it holds.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> write_pdtensor(LoDTensor(np.zeros((2, 3), np.float32), [[0, 2]]), buf)
+    >>> h = scan(buf.getvalue())[0][0]
+    >>> h.shape, h.row_bytes, h.data_start, h.end
+    ((2, 3), 12, 50, 74)
+    """
 
     start: int  #: byte position of the tensor in the file
     offsets: tuple  #: LoD levels, int64 offsets arrays
@@ -391,7 +399,12 @@ def chunk_bounds(rows_at: np.ndarray, chunk_rows: int) -> list[tuple[int, int]]:
 
 
 def slice_top(offsets: Sequence[np.ndarray], a: int, b: int) -> tuple[list[np.ndarray], int, int]:
-    """The LoD of top-level sequences ``a:b`` (rebased to 0) and their row range."""
+    """The LoD of top-level sequences ``a:b`` (rebased to 0) and their row range.
+
+    >>> levels, lo, hi = slice_top([np.array([0, 2, 3]), np.array([0, 1, 4, 6])], 1, 2)
+    >>> [o.tolist() for o in levels], lo, hi
+    ([[0, 1], [0, 2]], 4, 6)
+    """
     out = []
     lo, hi = a, b
     for level in offsets:
@@ -492,6 +505,13 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
     data's row count against ``shape``: a :class:`~lodtool.errors.LodValidationError`
     or :class:`~lodtool.errors.LodShapeError` leaves a partial stream, so write
     to a temporary file (``unpack`` does).
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> write_pdtensor_parts(buf, shape=(3,), dtype=np.dtype("int32"), offsets=[[np.array([0, 1]), np.array([3])]],
+    ...                      level_sizes=[3], data_blocks=[np.arange(2, dtype=np.int32), np.array([7], np.int32)])
+    >>> read_pdtensor(buf.getvalue()).lod
+    [[0, 1, 3]]
     """
     desc = tensor_desc(dtype, shape)
     out.write(_lod_header(level_sizes))
