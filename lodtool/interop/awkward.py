@@ -57,7 +57,8 @@ def to_layout(t: LoDTensor):
     content = ak.contents.NumpyArray(data.reshape(-1) if elem else data)
     # one RegularArray per element dimension, innermost first; zeros_length keeps the length when a size is 0
     for j in reversed(range(len(elem))):
-        content = ak.contents.RegularArray(content, int(elem[j]), zeros_length=n * int(np.prod(elem[:j], dtype=np.int64)))
+        length = n * int(np.prod(elem[:j], dtype=np.int64))
+        content = ak.contents.RegularArray(content, int(elem[j]), zeros_length=length)
     for offsets in reversed(t.offsets):
         content = ak.contents.ListOffsetArray(ak.index.Index64(np.asarray(offsets)), content)
     return content

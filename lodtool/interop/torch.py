@@ -88,7 +88,8 @@ def to_torch(t: LoDTensor, layout: str = "jagged", *, level: int | None = None):
     >>> to_torch(LoDTensor(np.arange(3), [[0, 1, 2], [0, 1, 3]]))
     Traceback (most recent call last):
     ...
-    lodtool.errors.LodShapeError: a jagged nested tensor has one ragged dimension, but this tensor has 2 LoD levels: pass level=0..1 (that level's sequences become the batch) or convert branches (to_torch(t.branch(i)))
+    lodtool.errors.LodShapeError: a jagged nested tensor has one ragged dimension, but this tensor has 2 LoD levels: \
+pass level=0..1 (that level's sequences become the batch) or convert branches (to_torch(t.branch(i)))
     """
     torch = _torch()
     if layout not in LAYOUTS:

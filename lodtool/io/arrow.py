@@ -256,7 +256,7 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
     >>> from_arrow(pa.array([[1], None]))
     Traceback (most recent call last):
     ...
-    lodtool.errors.LodInputError: arrow array: row 1 is null (at depth 0); a LoD tensor has no missing values: fill or drop them first
+    lodtool.errors.LodInputError: arrow array: row 1 is null (at depth 0); a LoD tensor has no missing values: ...
     """
     pa = _pa()
     if isinstance(arr, pa.ChunkedArray):
