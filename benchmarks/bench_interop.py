@@ -195,8 +195,9 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
     ]
     about = (f"{t.n_rows:,} int32 tokens in {len(t.offsets[1]) - 1:,} sentences and {len(t):,} documents; "
              f"conversions timed {max(runs, 3) * 3} times {LOOPS} calls each, interleaved (median per call); "
-             f"{max(runs, 1)} runs of each child process; load average {load0} before, {load1} after. The `from_*` rows marked validated also check "
-             "the offsets (O(sequences), no copy); the others are the zero-copy conversions themselves.")
+             f"{max(runs, 1)} runs of each child process; load average {load0} before, {load1} after. The "
+             "`from_*` rows marked validated also check the offsets (O(sequences), no copy); the others are the "
+             "zero-copy conversions themselves.")
     return {"key": TAG, "title": "Interop: conversions and Parquet (issue 18)", "about": about, "targets": targets,
             "tables": tables, "notes": notes,
             "meta": {"rows": t.n_rows, "conversions_s": conv, "conversions_small_s": conv_small, "pack_s": pk,
