@@ -1,4 +1,4 @@
-"""``lodtool unpack``: a tensor back out as JSON, JSON Lines or NPZ."""
+"""``lodtool unpack``: a tensor back out as JSON, JSON Lines, NPZ, Parquet, Arrow or a Paddle tensor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``pack``: ragged JSON, JSON Lines, NPY or NPZ into a lodtool container (what ``lodtool pack`` runs).
+"""``pack``: ragged JSON, JSON Lines, NPY, NPZ, Parquet, Arrow or Paddle tensors into a container (``lodtool pack``).
 
 The input is read in chunks of whole top-level sequences and each chunk is
 appended to the container as it comes, so memory stays bounded whatever the
@@ -60,10 +60,11 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
-    ``format`` (``json``, ``jsonl``, ``npy``, ``npz``; default: from the file
-    extensions ``.json .jsonl .ndjson .npy .npz``; stdin and streams need it).
-    Several inputs concatenate as top-level sequences, in order: each .npy file
-    is one sequence, each JSON / JSON Lines / NPZ input adds its sequences.
+    ``format`` (one of :func:`lodtool.io.readable`: ``json``, ``jsonl``,
+    ``npy``, ``npz``, ``parquet``, ``arrow``, ``pdtensor``; default: from the
+    file extensions; stdin and streams need it).  Several inputs concatenate
+    as top-level sequences, in order: each .npy file is one sequence, every
+    other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
     :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
     float64 when a later chunk holds floats).  ``append=True`` adds the
