@@ -32,6 +32,7 @@ def sequences(t: LoDTensor, level: int) -> list[np.ndarray]:
     return [np.asarray(t.data[a:b]) for a, b in zip(rows[:-1], rows[1:])]
 
 
+@settings(max_examples=50)
 @given(lod_tensors(min_levels=1, max_levels=3, dtypes=DTYPES), st.data())
 def test_jagged_nested_tensor_is_a_view(t, data):
     level = data.draw(st.integers(0, t.lod_level - 1)) if t.lod_level > 1 else None
@@ -50,7 +51,7 @@ def test_jagged_nested_tensor_is_a_view(t, data):
         assert back.equals(t)
 
 
-@settings(max_examples=60)
+@settings(max_examples=50)
 @given(lod_tensors(min_levels=1, max_levels=2, dtypes=["float32", "int64", "float64"], allow_empty=False), st.data())
 def test_packed_sequence_is_identical_to_pack_padded_sequence(t, data):
     level = data.draw(st.integers(0, t.lod_level - 1))
@@ -82,6 +83,7 @@ def test_empty_sequences_have_no_packed_form():
         to_packed_sequence(LoDTensor(np.arange(3), [[0, 2, 2, 3]]))
 
 
+@settings(max_examples=40)
 @given(lod_tensors(min_levels=1, max_levels=3, dtypes=["float32"]), st.data())
 def test_cu_seqlens_and_padding(t, data):
     level = data.draw(st.integers(0, t.lod_level - 1))
