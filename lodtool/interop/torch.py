@@ -108,8 +108,10 @@ pass level=0..1 (that level's sequences become the batch) or convert branches (t
                                 f"LoD levels: pass level=0..{t.lod_level - 1} (that level's sequences become the "
                                 "batch) or convert branches (to_torch(t.branch(i)))")
         level = 0
-    offsets = _row_offsets(t, level)
-    return torch.nested.nested_tensor_from_jagged(_tensor(data), _tensor(offsets))
+    values, offsets = _tensor(data), _tensor(_row_offsets(t, level))
+    if offsets.device != values.device:  # device data with host offsets: torch wants both on one device
+        offsets = offsets.to(values.device)
+    return torch.nested.nested_tensor_from_jagged(values, offsets)
 
 
 def _plan(t: LoDTensor, level: int):
