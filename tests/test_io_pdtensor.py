@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lodtool import LoDTensor
@@ -274,3 +274,20 @@ def test_cli_errors_are_one_line(tmp_path):
         lines = [line for line in r.output.splitlines() if line.strip()]
         assert r.exit_code == 1 and len(lines) == 1 and expected in lines[0], r.output
         assert not (tmp_path / "x.lod.h5").exists()
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(CASES + ["combined"]), st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)),
+                                                       min_size=1, max_size=4))
+def test_damaged_files_are_read_or_refused_never_crash(case, flips):
+    path = GOLDEN / (f"{case}.pdtensor" if case != "combined" else "combined.pdiparams")
+    raw = bytearray(path.read_bytes())
+    for pos, value in flips:
+        raw[pos % len(raw)] = value
+    try:
+        tensors = pd.read_pdtensors(bytes(raw))
+    except LodError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<bytes>: ")
+    else:
+        for t in tensors.values():
+            assert t.n_rows == t.shape[0]
