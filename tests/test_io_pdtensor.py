@@ -149,10 +149,12 @@ def test_every_truncation_is_a_located_error(tmp_path):
 
 @pytest.mark.parametrize("patch, match", [
     (lambda b: struct.pack("<I", 1) + b[4:], r"byte 0: tensor 0: LoD version 1"),
-    (lambda b: b[:4] + struct.pack("<Q", 1 << 40) + b[12:], r"byte 4: tensor 0: truncated or corrupt: lod_level 1,099,511,627,776 needs"),
+    (lambda b: b[:4] + struct.pack("<Q", 1 << 40) + b[12:],
+     r"byte 4: tensor 0: truncated or corrupt: lod_level 1,099,511,627,776 needs"),
     (lambda b: b[:12] + struct.pack("<Q", 23) + b[20:], r"byte 12: tensor 0: level 0 has 23 bytes"),
     (lambda b: b[:20] + struct.pack("<Q", 5) + b[28:], r"tensor 0: invalid LoD: level 0: offset\[0\]=5"),
-    (lambda b: b[:20] + struct.pack("<Q", 1 << 63) + b[28:], r"byte 20: tensor 0: level 0 holds an offset above 2\*\*63"),
+    (lambda b: b[:20] + struct.pack("<Q", 1 << 63) + b[28:],
+     r"byte 20: tensor 0: level 0 holds an offset above 2\*\*63"),
 ])
 def test_bad_headers(tmp_path, patch, match):
     path = tmp_path / "bad.pdtensor"
