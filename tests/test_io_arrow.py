@@ -92,3 +92,11 @@ def test_cli_null_is_a_one_line_error(tmp_path):
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert r.exit_code == 1 and len(lines) == 1, r.output
     assert f"{src}: record batch 0, column 'ids': row 1 (branch <1,1>) is null" in lines[0]
+
+
+def test_a_file_of_no_batches_is_empty_input(tmp_path):
+    path = tmp_path / "empty.arrow"
+    with pa.ipc.new_file(str(path), pa.schema([("ids", pa.large_list(pa.int64()))])):
+        pass
+    with pytest.raises(LodInputError, match=rf"^{path}: empty input \(column 'ids' has no rows\)"):
+        read_ipc(path)

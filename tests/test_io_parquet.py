@@ -158,3 +158,10 @@ def test_cli_lod_level_and_dtype_options(tmp_path):
     from lodtool import load
 
     assert load(tmp_path / "c.lod.h5").dtype == np.int16
+
+
+def test_a_file_of_no_rows_is_empty_input(tmp_path):
+    path = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"ids": pa.array([], pa.list_(pa.int64()))}), path)
+    r = cli("pack", path, "-o", tmp_path / "e.lod.h5")
+    assert r.exit_code == 1 and f"{path}: empty input (column 'ids' has no rows)" in r.output

@@ -387,7 +387,8 @@ def _label(source: Any) -> str:
     return name if isinstance(name, str) else "<stream>"
 
 
-def _check_same(tensors: Iterator[LoDTensor], label: str) -> Iterator[LoDTensor]:
+def _check_same(tensors: Iterator[LoDTensor], label: str, column: str = "") -> Iterator[LoDTensor]:
+    """The chunks of one file, checked to agree with its first one; a file of no rows is an error."""
     first = None
     for t in tensors:
         if first is None:
@@ -396,6 +397,8 @@ def _check_same(tensors: Iterator[LoDTensor], label: str) -> Iterator[LoDTensor]
             raise LodInputError(f"{label}: a later batch holds {t.lod_level} level(s) of {t.dtype} with element "
                                 f"shape {t.element_shape}, the first {first[0]} of {first[1]} with {first[2]}")
         yield t
+    if first is None:
+        raise LodInputError(f"{label}: empty input (column {column!r} has no rows)")
 
 
 class _Sink:
@@ -497,7 +500,8 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[L
         batches, schema, label = _open_ipc(source)
         index = pick_column(schema, column, label)
         try:
-            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index)), label)
+            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index)), label,
+                                   schema.names[index])
         except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
             raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
 
@@ -511,9 +515,7 @@ def read_ipc(source: Any, *, column: str | None = None) -> LoDTensor:
     >>> read_ipc(io.BytesIO(buf.getvalue())).lod
     [[0, 2, 3]]
     """
-    parts = list(iter_ipc([source], column=column))
-    if not parts:
-        raise LodInputError(f"{_label(source)}: holds no record batches")
+    parts = list(iter_ipc([source], column=column))  # never empty: a file of no rows is an error
     return parts[0] if len(parts) == 1 else _concat(parts)
 
 

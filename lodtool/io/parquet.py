@@ -96,7 +96,7 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterat
         index = pick_column(schema, column, label)
         field = schema.field(index)
         names = _level_names(field)
-        yield from _check_same(_row_groups(pf, index, field, names, label), label)
+        yield from _check_same(_row_groups(pf, index, field, names, label), label, field.name)
 
 
 def _row_groups(pf, index: int, field, names, label: str) -> Iterator[LoDTensor]:
@@ -126,9 +126,7 @@ def read_parquet(source: Any, *, column: str | None = None) -> LoDTensor:
     >>> read_parquet(io.BytesIO(buf.getvalue())).lod
     [[0, 1, 1, 3]]
     """
-    parts = list(iter_parquet([source], column=column))
-    if not parts:
-        raise LodInputError(f"{_label(source)}: holds no row groups")
+    parts = list(iter_parquet([source], column=column))  # never empty: a file of no rows is an error
     return parts[0] if len(parts) == 1 else _concat(parts)
 
 
