@@ -256,8 +256,7 @@ def cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("case", ["tokens_int64_lod2", "pixels_uint8_lod3", "plain_float16_lod0",
-                                  "empty_float32_lod1"])
+@pytest.mark.parametrize("case", CASES)
 def test_cli_round_trip_is_byte_identical(tmp_path, case):
     golden = GOLDEN / f"{case}.pdtensor"
     r = cli("pack", golden, "-o", tmp_path / "t.lod.h5")
