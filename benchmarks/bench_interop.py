@@ -142,11 +142,15 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         container = tmp / "tokens.lod.h5"
         save(container, {"tokens": t})
         del big_fns, small_fns
-        packs, reads, unpacks, writes = [], [], [], []
+        packs, raw_packs, reads, unpacks, writes = [], [], [], [], []
         for i in range(max(runs, 1)):
             out = tmp / f"packed{i}.lod.h5"
             packs.append(C.run_child(cli + ["pack", str(parquet), "--column", "tokens", "--name", "tokens",
                                             "-o", str(out)], env=env).check("lodtool pack x.parquet"))
+            out.unlink()
+            raw_packs.append(C.run_child(cli + ["pack", str(parquet), "--column", "tokens", "--name", "tokens",
+                                                "--compression", "none", "-o", str(out)], env=env)
+                             .check("lodtool pack x.parquet --compression none"))
             out.unlink()
             reads.append(C.run_child([sys.executable, "-c", ANCHOR_READ, str(parquet)], env=env)
                          .check("read_table + from_arrow"))
@@ -188,6 +192,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                   "processes, medians",
          "head": ["measurement", "wall", "peak RSS"],
          "rows": [["`lodtool pack x.parquet --column tokens`", C.fmt_s(pk), C.fmt_bytes(pk_rss)],
+                  ["the same, `--compression none` (no lzf, for comparison)",
+                   C.fmt_s(C.median([c.wall for c in raw_packs])), C.fmt_bytes(max(c.maxrss for c in raw_packs))],
                   ["`pq.read_table` + `from_arrow`", C.fmt_s(rd), C.fmt_bytes(rd_rss)],
                   ["`lodtool unpack --to parquet`", C.fmt_s(up), C.fmt_bytes(max(c.maxrss for c in unpacks))],
                   ["`lodtool.load` + `to_arrow` + `pq.write_table`", C.fmt_s(wr),
