@@ -11,12 +11,14 @@ Generates a 2-level tensor (``full``: 100M rows, 4M sentences, 200k documents;
   O(levels) promise) and ``from_*`` with it (O(sequences), no copy); the same
   at a tenth of the rows, so the ratio shows whether the time depends on the
   rows;
-* **``lodtool pack x.parquet``** (a child process: wall time and peak RSS)
-  against ``pq.read_table`` + ``from_arrow`` in a child process of its own, on
-  a Parquet file written with 1M-row row groups (lodtool reads one row group at
-  a time);
+* **``lodtool pack x.parquet``** against ``pq.read_table`` + ``from_arrow``, on a
+  Parquet file written with 1M-row row groups (lodtool reads one row group at
+  a time): the work itself in this process (``tasks.pack``, interleaved with
+  the anchor; the targets' figures), and each as a child process of its own
+  (wall time with start-up, and peak RSS);
 * **``lodtool unpack --to parquet``** against ``pq.write_table`` of the same
-  table (``to_arrow`` of the loaded tensor, zero-copy), both child processes.
+  table (``to_arrow`` of the loaded tensor, zero-copy), measured the same two
+  ways.
 
 Optional anchors (awkward, torch) are skipped with a note when missing.
 """
@@ -93,6 +95,25 @@ def per_call(fns: dict, runs: int) -> dict[str, float]:
     return {k: C.median(v) / LOOPS for k, v in C.interleaved(looped, runs).items()}
 
 
+def in_process(tmp: Path, parquet: Path, container: Path, runs: int) -> dict[str, float]:
+    """Median seconds of the work itself, interleaved in this process: the task ``lodtool pack`` / ``unpack``
+    calls against its pyarrow anchor (no interpreter start-up or imports on either side)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lodtool import load, tasks
+    from lodtool.interop.arrow import from_arrow, to_arrow
+
+    fns = {
+        "pack": lambda: tasks.pack([str(parquet)], str(tmp / "inproc.lod.h5"), column="tokens", name="tokens"),
+        "read": lambda: from_arrow(pq.read_table(parquet, columns=["tokens"]).column("tokens")),
+        "unpack": lambda: tasks.unpack(str(container), str(tmp / "inproc.parquet"), name="tokens", to="parquet"),
+        "write": lambda: pq.write_table(pa.table({"tokens": to_arrow(load(container, "tokens"))}),
+                                        tmp / "anchor.parquet", compression="zstd"),
+    }
+    return {k: C.median(v) for k, v in C.interleaved(fns, runs).items()}
+
+
 ANCHOR_READ = """
 import sys, pyarrow.parquet as pq
 from lodtool.interop.arrow import from_arrow
@@ -142,6 +163,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         container = tmp / "tokens.lod.h5"
         save(container, {"tokens": t})
         del big_fns, small_fns
+        work = in_process(tmp, parquet, container, max(runs, 1))
+        C.progress(TAG, "in process: " + ", ".join(f"{k} {C.fmt_s(v)}" for k, v in work.items()))
         packs, raw_packs, reads, unpacks, writes = [], [], [], [], []
         for i in range(max(runs, 1)):
             out = tmp / f"packed{i}.lod.h5"
@@ -168,19 +191,22 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
     C.progress(TAG, f"pack {C.fmt_s(pk)} ({C.fmt_bytes(pk_rss)}), read_table+from_arrow {C.fmt_s(rd)} "
                     f"({C.fmt_bytes(rd_rss)}); unpack {C.fmt_s(up)}, write_table {C.fmt_s(wr)}")
 
+    ipk, ird, iup, iwr = work["pack"], work["read"], work["unpack"], work["write"]
     zero = {k: v for k, v in conv.items() if "validated" not in k}
     worst = max(zero, key=zero.get)
     targets = [
         C.target(f"zero-copy conversions in O(levels): under 1 ms ({rows:,} rows here; the issue's figure is for "
                  "100M)", f"slowest: {worst} {C.fmt_s(zero[worst])}", "1 ms",
                  C.fmt_x(zero[worst] / 1e-3), zero[worst] < 1e-3, "< 1 ms"),
-        C.target("`lodtool pack x.parquet` ≥ 1× `pq.read_table` + `from_arrow`", C.fmt_s(pk), C.fmt_s(rd),
-                 C.fmt_x(rd / pk) + " the speed", pk <= rd, "≥ 1×"),
+        C.target("`lodtool pack x.parquet` ≥ 1× `pq.read_table` + `from_arrow`", f"{C.fmt_s(ipk)} in process "
+                 f"({C.fmt_s(pk)} as a process)", f"{C.fmt_s(ird)} ({C.fmt_s(rd)})",
+                 C.fmt_x(ird / ipk) + " the speed", ipk <= ird, "≥ 1×"),
         C.target("`lodtool pack x.parquet` peak RSS bounded (one row group at a time)", C.fmt_bytes(pk_rss),
                  f"read_table + from_arrow {C.fmt_bytes(rd_rss)}", C.fmt_x(pk_rss / rd_rss), pk_rss < rd_rss,
                  "below the whole-table read"),
-        C.target("`lodtool unpack --to parquet` ≤ 1.2× `pq.write_table`", C.fmt_s(up), C.fmt_s(wr),
-                 C.fmt_x(up / wr), up <= 1.2 * wr, "≤ 1.2×"),
+        C.target("`lodtool unpack --to parquet` ≤ 1.2× `pq.write_table`", f"{C.fmt_s(iup)} in process "
+                 f"({C.fmt_s(up)} as a process)", f"{C.fmt_s(iwr)} ({C.fmt_s(wr)})", C.fmt_x(iup / iwr),
+                 iup <= 1.2 * iwr, "≤ 1.2×"),
     ]
     conv_rows = [[k, C.fmt_s(v), C.fmt_s(conv_small.get(k, float("nan"))),
                   C.fmt_x(v / conv_small[k]) if conv_small.get(k) else "–"] for k, v in conv.items()]
