@@ -27,6 +27,7 @@ SECTIONS = [
     "## Validation speed (issue 5)",
     "## Bounded memory: pack (issue 5)",
     "## Out-of-core operators (issue 5)",
+    "## Interop: conversions and Parquet (issue 18)",
 ]
 
 TARGET_ROWS = [
@@ -43,6 +44,8 @@ TARGET_ROWS = [
     "`lodtool pack` peak RSS below 1 GB for both inputs",
     "`lodtool pool` on a file ≥ 2× the RSS cap: flat memory, under the cap",
     "`lodtool pool` out-of-core throughput ≤ 1.5× slower than in memory",
+    "`lodtool pack x.parquet` ≥ 1× `pq.read_table` + `from_arrow`",
+    "`lodtool unpack --to parquet` ≤ 1.2× `pq.write_table`",
 ]
 
 

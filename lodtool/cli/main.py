@@ -17,8 +17,8 @@ from ..errors import LodError
 
 #: command name -> (module, function, one-line help shown in ``lodtool --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "pack": ("pack", "pack", "Pack ragged JSON / JSON Lines / NPY / NPZ into a container."),
-    "unpack": ("unpack", "unpack", "Write a tensor back out as JSON, JSON Lines or NPZ."),
+    "pack": ("pack", "pack", "Pack ragged JSON / NPY / NPZ / Parquet / Arrow / Paddle tensors into a container."),
+    "unpack": ("unpack", "unpack", "Write a tensor back out as JSON, NPZ, Parquet, Arrow or a Paddle tensor."),
     "validate": ("validate", "validate", "Check containers against the format and the LoD rules."),
     "inspect": ("inspect", "inspect", "Show tensors, levels and length statistics (reads offsets only)."),
     "verify": ("verify", "verify", "Recompute the recorded checksums of every dataset."),

@@ -1,4 +1,4 @@
-"""``lodtool pack``: ragged JSON / JSON Lines / NPY / NPZ into a container."""
+"""``lodtool pack``: ragged JSON / JSON Lines / NPY / NPZ / Parquet / Arrow / Paddle tensors into a container."""
 
 from __future__ import annotations
 
@@ -22,22 +22,27 @@ from .. import io as formats
 @click.option("--level-names", default=None, metavar="A,B,..", help="Names of the levels, e.g. article,sentence.")
 @opt.compression_option
 @click.option("--append", is_flag=True, help="Add the input's top-level sequences to an existing tensor.")
+@click.option("--column", default=None, help="The column of a Parquet or Arrow table (default: its only column).")
 @opt.json_option
 @click.pass_context
-def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, as_json):
+def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, as_json):
     """Pack ragged data into a lodtool container.
 
     \b
-    json   one nested list; its items are the top-level sequences
-    jsonl  one top-level sequence per line (streamed: memory stays bounded)
-    npy    several .npy files, each one sequence
-    npz    arrays `data` plus `offsets_0..` or `lengths_0..` per level
+    json      one nested list; its items are the top-level sequences
+    jsonl     one top-level sequence per line (streamed: memory stays bounded)
+    npy       several .npy files, each one sequence
+    npz       arrays `data` plus `offsets_0..` or `lengths_0..` per level
+    parquet   a column of nested lists (--column), read row group by row group
+    arrow     an Arrow IPC / Feather file or stream, a record batch at a time
+    pdtensor  Paddle's serialized LoDTensor (save_dense_tensor), one per file
     Use - to read stdin (then give --format).
 
     \b
     Example:
       lodtool pack sample_data/articles.json -o articles.lod.h5 --level-names article,sentence
       cat docs.jsonl | lodtool pack - --format jsonl -o docs.lod.h5
+      lodtool pack corpus.parquet --column tokens -o corpus.lod.h5
     """
     from .. import tasks
 
@@ -50,7 +55,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
             opt.container_output(output) as path:
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
-                            progress=tick)
+                            progress=tick, column=column)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:

@@ -17,10 +17,10 @@ its line to :data:`REGISTRY`.  ``pack``, ``unpack``, ``slice`` and the CLI's
 ``--format`` / ``--to`` choices all read the registry.
 
 >>> [f.name for f in REGISTRY]
-['json', 'jsonl', 'npy', 'npz']
+['json', 'jsonl', 'npy', 'npz', 'parquet', 'arrow', 'pdtensor']
 >>> format_of_path("docs.ndjson").name, format_of_path("x.h5")
 ('jsonl', None)
->>> get("npz").module, readable(), writable()
+>>> get("npz").module, readable()[:4], writable()[:3]
 ('npy', ('json', 'jsonl', 'npy', 'npz'), ('json', 'jsonl', 'npz'))
 """
 
@@ -47,6 +47,8 @@ class Format:
     #: whether the reader yields bounded chunks (True) or needs each input whole
     streams: bool
     writes: bool
+    #: extra reader options the format takes (``column`` for table formats), passed only when given
+    options: tuple[str, ...] = ()
 
     def _impl(self):
         return importlib.import_module(f"{__name__}.{self.module}")
@@ -77,6 +79,10 @@ REGISTRY: tuple[Format, ...] = (
     Format("jsonl", (".jsonl", ".ndjson"), (), "json", streams=True, writes=True),
     Format("npy", (".npy",), (b"\x93NUMPY",), "npy", streams=True, writes=False),
     Format("npz", (".npz",), (b"PK\x03\x04", b"PK\x05\x06"), "npy", streams=True, writes=True),
+    Format("parquet", (".parquet", ".pq"), (b"PAR1",), "parquet", streams=True, writes=True, options=("column",)),
+    Format("arrow", (".arrow", ".feather", ".arrows", ".ipc"), (b"ARROW1",), "arrow", streams=True, writes=True,
+           options=("column",)),
+    Format("pdtensor", (".pdtensor", ".pdiparams"), (), "pdtensor", streams=True, writes=True),
 )
 
 _BY_NAME = {f.name: f for f in REGISTRY}
@@ -108,7 +114,7 @@ def extensions() -> tuple[str, ...]:
     """Every registered file extension, in registry order.
 
     >>> " ".join(extensions())
-    '.json .jsonl .ndjson .npy .npz'
+    '.json .jsonl .ndjson .npy .npz .parquet .pq .arrow .feather .arrows .ipc .pdtensor .pdiparams'
     """
     return tuple(ext for f in REGISTRY for ext in f.extensions)
 

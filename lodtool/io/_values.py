@@ -137,4 +137,36 @@ def _promote(dtypes: list[np.dtype]) -> np.dtype:
     return out
 
 
-__all__ = ["resolve_dtype", "cast_values", "concat_chunks"]
+def read_with_options(sources, read_one: Callable, label_of: Callable, *, lod_level: int | None = None,
+                      dtype: Any = None, progress: Callable[[int], None] | None = None,
+                      stats: dict | None = None):
+    """The chunks ``read_one(source)`` yields for each source, with the registry's common options applied.
+
+    For formats that state their own LoD (Parquet, Arrow, Paddle's files):
+    ``lod_level`` must agree with it, ``dtype`` casts with :func:`cast_values`,
+    ``stats["bytes_read"]`` counts the chunks' bytes and ``progress`` hears it.
+
+    >>> from lodtool import LoDTensor
+    >>> chunks = read_with_options(["a"], lambda s: [LoDTensor(np.arange(2), [[0, 2]])], str, dtype="int8")
+    >>> [str(c.dtype) for c in chunks]
+    ['int8']
+    """
+    target = resolve_dtype(dtype)
+    stats = {} if stats is None else stats
+    stats["bytes_read"] = 0
+    for source in sources:
+        label = label_of(source)
+        for chunk in read_one(source):
+            if lod_level is not None and chunk.lod_level != lod_level:
+                raise LodInputError(f"{label}: holds {chunk.lod_level} LoD level(s), not the {lod_level} asked "
+                                    "for (the file states its own)")
+            stats["bytes_read"] += chunk.data.nbytes + 8 * sum(len(o) for o in chunk.offsets)
+            if progress is not None:
+                progress(stats["bytes_read"])
+            if target is not None and target != chunk.dtype:
+                data = cast_values(chunk.data, target, lambda row, label=label: f"{label}: ")
+                chunk = LoDTensor._trusted(data, chunk.offsets, chunk.level_names)
+            yield chunk
+
+
+__all__ = ["resolve_dtype", "cast_values", "concat_chunks", "read_with_options"]

@@ -1,8 +1,8 @@
 """The verbs of lodtool over files: each ``lodtool <command>`` is one call of one function here.
 
 ============================  ==============================================================
-:func:`pack`                  ragged JSON / JSON Lines / NPY / NPZ into a container
-:func:`unpack`                a stored tensor out as JSON, JSON Lines or NPZ (streamed)
+:func:`pack`                  ragged JSON / JSON Lines / NPY / NPZ / Parquet / Arrow / Paddle into a container
+:func:`unpack`                a stored tensor out as any io format lodtool writes (streamed)
 :func:`validate`              check files against the format and the LoD rules
 :func:`inspect`               tensors, levels and length statistics (offsets only)
 :func:`verify`                recompute every recorded checksum

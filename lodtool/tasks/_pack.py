@@ -1,4 +1,4 @@
-"""``pack``: ragged JSON, JSON Lines, NPY or NPZ into a lodtool container (what ``lodtool pack`` runs).
+"""``pack``: ragged JSON, JSON Lines, NPY, NPZ, Parquet, Arrow or Paddle tensors into a container (``lodtool pack``).
 
 The input is read in chunks of whole top-level sequences and each chunk is
 appended to the container as it comes, so memory stays bounded whatever the
@@ -56,20 +56,22 @@ class PackResult:
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, chunk_bytes: int = CHUNK_BYTES,
-         progress: Callable[[int], None] | None = None) -> PackResult:
+         progress: Callable[[int], None] | None = None, column: str | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
-    ``format`` (``json``, ``jsonl``, ``npy``, ``npz``; default: from the file
-    extensions ``.json .jsonl .ndjson .npy .npz``; stdin and streams need it).
-    Several inputs concatenate as top-level sequences, in order: each .npy file
-    is one sequence, each JSON / JSON Lines / NPZ input adds its sequences.
+    ``format`` (one of :func:`lodtool.io.readable`: ``json``, ``jsonl``,
+    ``npy``, ``npz``, ``parquet``, ``arrow``, ``pdtensor``; default: from the
+    file extensions; stdin and streams need it).  Several inputs concatenate
+    as top-level sequences, in order: each .npy file is one sequence, every
+    other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
     :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
     float64 when a later chunk holds floats).  ``append=True`` adds the
     sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
-    read so far.  Errors are :class:`~lodtool.errors.LodError` subclasses and
+    read so far.  ``column`` picks the column of a table input (parquet,
+    arrow; default: its only column).  Errors are :class:`~lodtool.errors.LodError` subclasses and
     leave ``output`` as it was.
 
     >>> import os, tempfile, numpy as np
@@ -88,7 +90,11 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     target = resolve_dtype(dtype)
     names = None if level_names is None else [str(n) for n in level_names]
     stats: dict = {"bytes_read": 0}
-    chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats)
+    extra = {} if column is None else {"column": column}
+    unknown = sorted(set(extra) - set(formats.get(fmt).options))
+    if unknown:
+        raise LodUsageError(f"{', '.join(unknown)} applies to table inputs (parquet, arrow), not {fmt}")
+    chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats, extra)
     from ..container.writer import LodWriter
 
     kwargs = {} if compression is None else {"compression": compression}
@@ -153,9 +159,10 @@ def _either(names: Sequence[str]) -> str:
     return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
-def _read(fmt: str, inputs: list, lod_level, target, chunk_bytes: int, progress, stats: dict) -> Iterator[LoDTensor]:
+def _read(fmt: str, inputs: list, lod_level, target, chunk_bytes: int, progress, stats: dict,
+          extra: dict | None = None) -> Iterator[LoDTensor]:
     return formats.get(fmt).read(inputs, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes,
-                                 progress=progress, stats=stats)
+                                 progress=progress, stats=stats, **(extra or {}))
 
 
 def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:

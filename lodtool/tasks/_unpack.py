@@ -68,12 +68,14 @@ class _Counter:
 
 def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
            to: str = "json", chunk_rows: int = 1 << 22) -> UnpackResult:
-    """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (json, jsonl or npz).
+    """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (a :func:`lodtool.io.writable`).
 
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
     binary stream.  ``json`` writes one nested list, ``jsonl`` one top-level
     sequence per line, ``npz`` the arrays ``data``, ``offsets_0..`` and
-    ``level_names`` (see :mod:`lodtool.io.npy`).  Chunks of at most
+    ``level_names`` (see :mod:`lodtool.io.npy`), ``parquet`` one row group
+    per chunk, ``arrow`` one record batch per chunk, ``pdtensor`` Paddle's
+    serialized LoDTensor (see each :mod:`lodtool.io` module).  Chunks of at most
     ``chunk_rows`` rows (or one top-level sequence) are read at a time.
 
     >>> import io, os, tempfile, numpy as np

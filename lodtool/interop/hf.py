@@ -1,0 +1,172 @@
+"""HuggingFace ``datasets`` bridge: a LoD tensor as a dataset column of nested ``LargeList`` features.
+
+:func:`write_hf_file` writes an Arrow IPC *stream* file, the format of
+``datasets``' own cache files, with the ``huggingface`` features in the schema
+metadata, so ``datasets.Dataset.from_file(path)`` opens it memory-mapped (no
+copy, no conversion).  The column is named ``name``; its feature is
+``LargeList`` per LoD level over ``Value(dtype)`` (``List(..., length=D)`` per
+element dimension), and the level names travel in the field's metadata
+(``lodtool.level_names``; ``datasets`` drops that when it loads a table, so
+:func:`from_hf` reads them from the file when given its path).  :func:`to_hf` gives an in-memory ``Dataset`` over
+the tensor's own buffers; :func:`from_hf` reads a column of a ``Dataset`` (or
+of such a file) back.  ``datasets`` and pyarrow are imported on first use
+(``pip install 'lodtool[hf]'``).
+
+>>> import os, tempfile, numpy as np, datasets
+>>> from lodtool import LoDTensor
+>>> t = LoDTensor(np.arange(5, dtype=np.int32), [[0, 2, 3], [0, 1, 3, 5]], level_names=["doc", "sentence"])
+>>> path = write_hf_file(t, os.path.join(tempfile.mkdtemp(), "ids.arrow"), name="ids")
+>>> ds = datasets.Dataset.from_file(path)
+>>> ds.features["ids"], ds[1]["ids"]
+(LargeList(LargeList(Value('int32'))), [[3, 4]])
+>>> from_hf(ds).equals(t)
+True
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from ..errors import LodBackendError, LodInputError
+from ..io.arrow import _level_names, arrow_field, from_arrow, sink_for, to_record_batch
+from ..tensor import LoDTensor
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise LodBackendError("the HuggingFace bridge needs datasets: pip install 'lodtool[hf]'") from None
+    return datasets
+
+
+def hf_schema(t: LoDTensor, name: str = "tensor"):
+    """The Arrow schema of tensor ``t`` as column ``name``, with ``datasets``' features in its metadata.
+
+    >>> import json, numpy as np
+    >>> schema = hf_schema(LoDTensor(np.arange(2, dtype=np.int32), [[0, 2]]), "ids")
+    >>> json.loads(schema.metadata[b"huggingface"])["info"]["features"]["ids"]["_type"]
+    'LargeList'
+    """
+    import pyarrow as pa
+
+    datasets = _datasets()
+    schema = pa.schema([arrow_field(name, t)])
+    features = datasets.Features.from_arrow_schema(schema)
+    return schema.with_metadata(features.arrow_schema.metadata)
+
+
+def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str | os.PathLike, *,
+                  name: str = "tensor") -> str:
+    """Write a tensor (or chunks of one) as a ``datasets`` Arrow file; returns the path.
+
+    One record batch per chunk; a path is written atomically.  Open it with
+    ``datasets.Dataset.from_file(path)`` (memory-mapped).
+
+    >>> import os, tempfile, numpy as np, datasets
+    >>> p = write_hf_file(LoDTensor(np.arange(3.0), [[0, 1, 3]]), os.path.join(tempfile.mkdtemp(), "x.arrow"))
+    >>> datasets.Dataset.from_file(p)["tensor"][:]
+    [[0.0], [1.0, 2.0]]
+    """
+    import pyarrow as pa
+
+    chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
+    with _atomic(path) as out:
+        writer = None
+        sink = sink_for(out)
+        try:
+            for chunk in chunks:
+                if writer is None:
+                    schema = hf_schema(chunk, name)
+                    writer = pa.ipc.new_stream(sink, schema)
+                writer.write_batch(to_record_batch(chunk, name).replace_schema_metadata(schema.metadata))
+            if writer is None:
+                raise LodInputError("nothing to write: no chunks")
+        finally:
+            if writer is not None:
+                writer.close()
+    return os.fspath(path)
+
+
+def to_hf(t: LoDTensor, name: str = "tensor"):
+    """An in-memory ``datasets.Dataset`` with one column ``name`` over ``t``'s own buffers (zero-copy).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> ds = to_hf(LoDTensor(np.arange(3.0), [[0, 1, 3]]), "x")
+    >>> ds.num_rows, ds[1]["x"]
+    (2, [1.0, 2.0])
+    """
+    import pyarrow as pa
+
+    datasets = _datasets()
+    table = pa.Table.from_batches([to_record_batch(t, name)]).replace_schema_metadata(hf_schema(t, name).metadata)
+    return datasets.Dataset(datasets.table.InMemoryTable(table))
+
+
+def from_hf(dataset: Any, column: str | None = None, *, level_names=None, validate: bool = True) -> LoDTensor:
+    """The LoD tensor in ``column`` of a ``datasets.Dataset`` (or of a path that ``Dataset.from_file`` opens).
+
+    ``column=None`` takes the only column.  A dataset whose table is one
+    record batch comes back zero-copy (views of the memory map); more batches
+    are concatenated (one copy); a dataset with an indices mapping (after
+    ``shuffle``, ``select``, ...) is gathered first (one copy).  ``datasets``
+    drops Arrow field metadata when it loads a table, so the level names come
+    back from a *path* (read from the file's schema) or from ``level_names``.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from_hf(to_hf(LoDTensor(np.arange(3), [[0, 2, 3]]), "ids"), "ids").lod
+    [[0, 2, 3]]
+    """
+    datasets = _datasets()
+    if isinstance(dataset, (str, os.PathLike)):
+        path = os.fspath(dataset)
+        if not os.path.exists(path):
+            from ..errors import LodFileNotFoundError
+
+            raise LodFileNotFoundError(f"{path}: no such file")
+        dataset = datasets.Dataset.from_file(path)
+        if level_names is None:
+            level_names = _file_level_names(path, column)
+    if not isinstance(dataset, datasets.Dataset):
+        raise LodInputError(f"from_hf takes a datasets.Dataset (pick a split of a DatasetDict), got "
+                            f"{type(dataset).__name__}")
+    names = list(dataset.column_names)
+    if column is None:
+        if len(names) != 1:
+            raise LodInputError(f"the dataset has {len(names)} columns ({', '.join(names[:10])}); choose one")
+        column = names[0]
+    if column not in names:
+        raise LodInputError(f"the dataset has no column {column!r} (columns: {', '.join(names[:10])})")
+    table = dataset.with_format("arrow")[:]
+    t = from_arrow(table.column(column), validate=validate)
+    if level_names is None:
+        level_names = _level_names(table.schema.field(column))
+    return t.with_level_names(level_names) if level_names and len(level_names) == t.lod_level else t
+
+
+def _file_level_names(path: str, column: str | None):
+    """The level names in the field metadata of a file :func:`write_hf_file` wrote (None if absent)."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(path) as source:
+            schema = pa.ipc.open_stream(source).schema
+    except (pa.ArrowInvalid, OSError):
+        return None
+    names = schema.names
+    if column is None and len(names) == 1:
+        column = names[0]
+    return _level_names(schema.field(column)) if column in names else None
+
+
+def _atomic(path):
+    """The one place this module commits a file (re-pointed when the atomic helpers move)."""
+    from ..atomic import atomic_open
+
+    return atomic_open(path)
+
+
+__all__ = ["write_hf_file", "to_hf", "from_hf", "hf_schema"]

@@ -1,0 +1,590 @@
+"""Apache Arrow: LoD tensors as nested ``large_list`` arrays (zero-copy), and Arrow IPC / Feather files.
+
+A LoD tensor is one ``large_list`` per LoD level (int64 offsets, as lodtool's),
+outermost first, over the flat data, with one ``fixed_size_list`` per element
+dimension.  :func:`to_arrow` wraps the tensor's own buffers; :func:`from_arrow`
+views Arrow's.  pyarrow is imported inside the functions that need it
+(``pip install 'lodtool[arrow]'``).
+
+Files: an Arrow IPC file (``.arrow``, ``.feather``: Feather v2 is the IPC file
+format) or stream (``.arrows``) holds a table; one column is the tensor, one
+row per top-level sequence.  :func:`iter_ipc` reads it record batch by record
+batch from a memory map; :func:`write_ipc` writes one record batch per chunk.
+The level names ride in the column's field metadata (``lodtool.level_names``).
+
+>>> import numpy as np
+>>> from lodtool import LoDTensor
+>>> a = to_arrow(LoDTensor(np.arange(5, dtype=np.int32), [[0, 2, 3], [0, 1, 3, 5]]))
+>>> str(a.type), a.to_pylist()
+('large_list<item: large_list<item: int32>>', [[[0], [1, 2]], [[3, 4]]])
+>>> from_arrow(a.slice(1)).lod
+[[0, 1], [0, 2]]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError
+from ..tensor import LoDTensor
+
+#: field metadata key holding the level names (JSON list)
+LEVEL_NAMES_KEY = b"lodtool.level_names"
+#: file extensions of Arrow IPC files (file format) and streams
+IPC_EXTENSIONS = (".arrow", ".feather", ".ipc", ".arrows")
+#: the 6-byte magic that opens (and closes) an Arrow IPC file
+IPC_MAGIC = b"ARROW1"
+
+
+def _pa():
+    try:
+        import pyarrow
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise LodBackendError("Arrow and Parquet need pyarrow: pip install 'lodtool[arrow]'") from None
+    return pyarrow
+
+
+# -- lodtool -> Arrow ---------------------------------------------------------------------------------
+def _leaf_array(data: np.ndarray):
+    """The flat data as an Arrow array: the same memory, except bool (Arrow packs bits: one copy)."""
+    pa = _pa()
+    flat = np.ascontiguousarray(data).reshape(-1)
+    if flat.dtype.kind == "c":
+        raise LodDtypeError(f"Arrow has no complex type ({flat.dtype}); store real and imaginary parts as an "
+                            "element dimension of 2 first (data.view(float).reshape(..., 2))")
+    if flat.dtype == np.bool_:
+        return pa.array(flat)
+    if flat.dtype.byteorder == ">" or (flat.dtype.byteorder == "=" and sys.byteorder == "big"):
+        flat = flat.astype(flat.dtype.newbyteorder("<"))  # pragma: no cover - big-endian data
+    return pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype.newbyteorder("=")), len(flat),
+                                 [None, pa.py_buffer(flat)])
+
+
+def to_arrow(t: LoDTensor):
+    """``t`` as a nested ``large_list`` Arrow array, one row per top-level sequence; zero-copy.
+
+    The offsets and data buffers are the tensor's own memory (kept alive by the
+    array).  Exceptions: bool data is bit-packed (one copy), non-contiguous
+    data is made contiguous (one copy), and complex data is refused (Arrow has
+    no complex type).  A 0-level tensor gives its rows (a primitive array, or
+    ``fixed_size_list`` for an element shape).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> t = LoDTensor(np.arange(6, dtype=np.float32).reshape(3, 2), [[0, 1, 3]])
+    >>> a = to_arrow(t)
+    >>> str(a.type)
+    'large_list<item: fixed_size_list<item: float>[2]>'
+    >>> np.shares_memory(np.frombuffer(a.values.values.buffers()[1], np.float32), t.data)
+    True
+    """
+    pa = _pa()
+    t = t.to("cpu")
+    data = np.asarray(t.data)
+    arr = _leaf_array(data)
+    n = data.shape[0]
+    elem = data.shape[1:]
+    for j in reversed(range(len(elem))):
+        length = n * int(np.prod(elem[:j], dtype=np.int64))
+        arr = pa.Array.from_buffers(pa.list_(arr.type, int(elem[j])), length, [None], children=[arr])
+    for offsets in reversed(t.offsets):
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        arr = pa.Array.from_buffers(pa.large_list(arr.type), len(offsets) - 1, [None, pa.py_buffer(offsets)],
+                                    children=[arr])
+    return arr
+
+
+def arrow_field(name: str, t: LoDTensor):
+    """The table field of tensor ``t`` named ``name``, its level names in the metadata.
+
+    >>> import numpy as np
+    >>> f = arrow_field("ids", LoDTensor(np.arange(2), [[0, 2]], level_names=["doc"]))
+    >>> str(f.type), f.metadata
+    ('large_list<item: int64>', {b'lodtool.level_names': b'["doc"]'})
+    """
+    pa = _pa()
+    meta = {LEVEL_NAMES_KEY: json.dumps(list(t.level_names)).encode()} if t.level_names else None
+    return pa.field(name, to_arrow(LoDTensor._trusted(t.data[:0], [o[:1] for o in t.offsets])).type,
+                    nullable=False, metadata=meta)
+
+
+def to_record_batch(t: LoDTensor, name: str = "tensor"):
+    """A one-column record batch of ``t`` (zero-copy), its level names in the field metadata.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> to_record_batch(LoDTensor(np.arange(3), [[0, 1, 3]]), "ids").num_rows
+    2
+    """
+    pa = _pa()
+    return pa.RecordBatch.from_arrays([to_arrow(t)], schema=pa.schema([arrow_field(name, t)]))
+
+
+# -- Arrow -> lodtool ---------------------------------------------------------------------------------
+def _top_row(levels: list[np.ndarray], depth: int, index: int, row_base: int = 0) -> str:
+    """``row r`` (and the branch) of entry ``index`` at ``depth`` (0: the rows of the array)."""
+    path = [index]
+    for off in reversed(levels[:depth]):
+        seq = int(np.searchsorted(off, path[0], side="right")) - 1
+        path[0] = path[0] - int(off[seq])
+        path.insert(0, seq)
+    path[0] += row_base
+    where = f"row {path[0]}"
+    if len(path) > 1:
+        where += " (branch <" + ",".join(str(p) for p in path) + ">)"
+    return where
+
+
+def _first_null(arr) -> int:
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return int(np.flatnonzero(~valid)[0])
+
+
+def _primitive(arr, where: str) -> np.ndarray:
+    pa = _pa()
+    t = arr.type
+    if pa.types.is_null(t):
+        if len(arr):
+            raise LodInputError(f"{where}: the values are all null")
+        return np.empty(0, np.float64)
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        raise LodDtypeError(f"{where}: holds {t}, not numbers; lodtool stores numeric and bool data only")
+    if pa.types.is_boolean(t):
+        return arr.to_numpy(zero_copy_only=False)  # Arrow packs bools in bits: one copy
+    return arr.to_numpy(zero_copy_only=True)
+
+
+def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bool = True) -> LoDTensor:
+    pa = _pa()
+    if isinstance(arr, pa.ExtensionArray):
+        ext_shape = tuple(arr.type.shape) if isinstance(arr.type, pa.FixedShapeTensorType) else None
+        if ext_shape is not None and arr.type.permutation not in (None, list(range(len(ext_shape)))):
+            raise LodShapeError(f"{where}: a fixed_shape_tensor with a permutation; make it C-ordered first")
+        arr = arr.storage
+    else:
+        ext_shape = None
+    levels: list[np.ndarray] = []
+    shape: list[int] = []
+    node = arr
+    while True:
+        t = node.type
+        if node.null_count:
+            index = _first_null(node) // int(np.prod(shape, dtype=np.int64) or 1)
+            raise LodInputError(f"{where}: {_top_row(levels, len(levels), index, row_base)} is null (at depth "
+                                f"{len(levels) + len(shape)}); a LoD tensor has no missing values: fill or drop "
+                                "them first")
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            if shape:  # pragma: no cover - _has_var_list makes such fixed sizes levels
+                raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
+            offsets = node.offsets.to_numpy()  # honours the slice (arrow#37733: .values does not)
+            start, stop = int(offsets[0]), int(offsets[-1])
+            if offsets.dtype != np.int64:
+                offsets = offsets.astype(np.int64)
+            if start:
+                offsets = offsets - start
+            levels.append(offsets)
+            node = node.values.slice(start, stop - start)
+        elif pa.types.is_fixed_size_list(t):
+            size = t.list_size
+            values = node.values.slice(node.offset * size, len(node) * size)
+            if _has_var_list(t.value_type):  # a fixed size above a variable one: a level of equal lengths
+                levels.append(np.arange(len(node) + 1, dtype=np.int64) * size)
+            else:
+                shape.append(size)
+            node = values
+        elif pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+            if shape:  # pragma: no cover - as above
+                raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
+            starts = node.offsets.to_numpy().astype(np.int64)
+            sizes = node.sizes.to_numpy().astype(np.int64)
+            offsets = np.zeros(len(sizes) + 1, np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+            levels.append(offsets)
+            if len(sizes) and np.array_equal(starts[1:], starts[:-1] + sizes[:-1]):
+                node = node.values.slice(int(starts[0]), int(offsets[-1]))  # in order: a view
+            else:  # out of order or overlapping views: gather the values (one copy)
+                gather = np.repeat(starts - offsets[:-1], sizes) + np.arange(offsets[-1])
+                node = node.values.take(pa.array(gather))
+        else:
+            break
+    data = _primitive(node, where)
+    rows = int(levels[-1][-1]) if levels else len(arr)
+    if shape:
+        data = data.reshape((rows, *shape))
+    if ext_shape is not None:
+        data = data.reshape((rows, *ext_shape))
+    if validate:
+        return LoDTensor(data, lod=levels)
+    return LoDTensor._trusted(data, levels)
+
+
+def _has_var_list(t) -> bool:
+    pa = _pa()
+    while True:
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return True
+        if not pa.types.is_fixed_size_list(t):
+            return False
+        t = t.value_type
+
+
+def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
+    """A LoD tensor from a nested list Arrow array (``list``, ``large_list``, ``fixed_size_list``).
+
+    Each variable-length list level is a LoD level; ``fixed_size_list`` levels
+    below the last one become the element shape.  Zero-copy for
+    ``large_list`` arrays whose offsets start at 0 (what :func:`to_arrow` and
+    unsliced files give): the data and offsets are views of Arrow's buffers.
+    A sliced array copies its offsets only (rebased to 0; ``.values`` ignores
+    the slice, arrow#37733, so the values are sliced by the offsets), 32-bit
+    ``list`` offsets are widened (one copy of the offsets), bool data is
+    unpacked from bits (one copy).  A ``ChunkedArray`` of one chunk is
+    zero-copy; several chunks are concatenated (one copy; iterate
+    ``arr.chunks`` to avoid it).  ``list_view`` arrays are read too (a view
+    when their lists lie in order, else one gather).  A null anywhere is an
+    error naming its row.
+
+    >>> import pyarrow as pa
+    >>> t = from_arrow(pa.array([[[1, 2], [3]], [[4]]], pa.large_list(pa.large_list(pa.int64()))))
+    >>> t.lod, t.data.tolist()
+    ([[0, 2, 3], [0, 2, 3, 4]], [1, 2, 3, 4])
+    >>> from_arrow(pa.array([[1], None]))
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodInputError: arrow array: row 1 is null (at depth 0); a LoD tensor has no missing values: ...
+    """
+    pa = _pa()
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [_convert(chunk, where=f"arrow array (chunk {k})", row_base=sum(len(c) for c in arr.chunks[:k]),
+                          validate=False) for k, chunk in enumerate(arr.chunks) if len(chunk)]
+        if not parts:
+            return _convert(pa.array([], type=arr.type), where="arrow array (no rows)", validate=validate)
+        t = parts[0] if len(parts) == 1 else _concat(parts)
+        if validate:
+            t = LoDTensor(t.data, lod=t.offsets)
+        return t
+    if isinstance(arr, (pa.Table, pa.RecordBatch)):
+        if arr.num_columns != 1:
+            raise LodShapeError(f"a table of {arr.num_columns} columns: pass one column (table['name'])")
+        names = _level_names(arr.schema.field(0))
+        t = from_arrow(arr.column(0), validate=validate)
+        return t.with_level_names(names) if names and len(names) == t.lod_level else t
+    if not isinstance(arr, pa.Array):
+        arr = pa.array(arr)
+    return _convert(arr, validate=validate)
+
+
+def _concat(parts: list[LoDTensor]) -> LoDTensor:
+    """Top-level concatenation of chunk tensors (one copy)."""
+    first = parts[0]
+    if any(p.lod_level != first.lod_level or p.element_shape != first.element_shape for p in parts):
+        raise LodShapeError("the chunks disagree in LoD levels or element shape")
+    data = np.concatenate([np.asarray(p.data) for p in parts])
+    levels = []
+    for k in range(first.lod_level):
+        pieces, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            pieces.append(p.offsets[k][1:] + base)
+            base += int(p.offsets[k][-1])
+        levels.append(np.concatenate(pieces))
+    return LoDTensor._trusted(data, levels, first.level_names)
+
+
+def _level_names(field) -> list[str] | None:
+    meta = field.metadata or {}
+    raw = meta.get(LEVEL_NAMES_KEY)
+    if raw is None:
+        return None
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        return None
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+# -- tables in files: shared by IPC and Parquet ---------------------------------------------------------
+def pick_column(schema, column: str | None, label: str) -> int:
+    """The index of ``column`` in ``schema`` (``None``: the only column), or a one-line error.
+
+    >>> import pyarrow as pa
+    >>> pick_column(pa.schema([("a", pa.int8()), ("b", pa.int8())]), "b", "x.parquet")
+    1
+    """
+    names = list(schema.names)
+    if column is None:
+        if len(names) == 1:
+            return 0
+        raise LodInputError(f"{label}: has {len(names)} columns ({', '.join(names[:10])}"
+                            f"{', ...' if len(names) > 10 else ''}); choose one with --column")
+    if column not in names:
+        raise LodInputError(f"{label}: has no column {column!r} (columns: {', '.join(names[:10])}"
+                            f"{', ...' if len(names) > 10 else ''})")
+    return names.index(column)
+
+
+def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field) -> Iterator[LoDTensor]:
+    """Each record batch's column ``index`` as a LoD tensor, errors naming the file, batch and global row."""
+    def converted():
+        base = 0
+        for k, batch in enumerate(batches):
+            col = batch.column(index)
+            where = f"{label}: record batch {k}, column {names_field.name!r}"
+            yield where, _convert(col, where=where, row_base=base, validate=False)
+            base += len(col)
+
+    yield from valid_chunks(converted(), _level_names(names_field))
+
+
+def valid_chunks(parts: Iterable[tuple[str, LoDTensor]], names=None) -> Iterator[LoDTensor]:
+    """Validated chunks from ``(where, unvalidated chunk)`` pairs.
+
+    A chunk with nothing under some level (say one top-level sequence with no
+    sentences) has no valid LoD of its own, so it is carried into the next one;
+    errors name where the (first) chunk came from.
+
+    >>> import numpy as np
+    >>> hollow = LoDTensor._trusted(np.arange(0), [np.array([0, 0]), np.array([0])])  # a document, no sentence
+    >>> full = LoDTensor(np.arange(2), [[0, 1], [0, 2]])
+    >>> [c.lod for c in valid_chunks([("batch 0", hollow), ("batch 1", full)])]
+    [[[0, 0, 1], [0, 2]]]
+    """
+    pending: list[LoDTensor] = []
+    where = ""
+    for here, t in parts:
+        if not len(t) and t.lod_level:
+            continue
+        if not pending:
+            where = here
+        pending.append(t)
+        if any(len(o) < 2 for o in t.offsets[1:]):
+            continue
+        yield _validated(pending, where, names)
+        pending = []
+    if pending:
+        yield _validated(pending, where, names)
+
+
+def _validated(parts: list[LoDTensor], where: str, names) -> LoDTensor:
+    from ..lod import validate_lod
+
+    t = parts[0] if len(parts) == 1 else _concat(parts)
+    try:
+        validate_lod(list(t.offsets), t.n_rows)
+    except LodError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+    return t.with_level_names(names) if names and len(names) == t.lod_level else t
+
+
+def _label(source: Any) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else "<stream>"
+
+
+def _check_same(tensors: Iterator[LoDTensor], label: str, column: str = "") -> Iterator[LoDTensor]:
+    """The chunks of one file, checked to agree with its first one; a file of no rows is an error."""
+    first = None
+    for t in tensors:
+        if first is None:
+            first = (t.lod_level, t.dtype, t.element_shape)
+        elif (t.lod_level, t.dtype, t.element_shape) != first:
+            raise LodInputError(f"{label}: a later batch holds {t.lod_level} level(s) of {t.dtype} with element "
+                                f"shape {t.element_shape}, the first {first[0]} of {first[1]} with {first[2]}")
+        yield t
+    if first is None:
+        raise LodInputError(f"{label}: empty input (column {column!r} has no rows)")
+
+
+class _Sink:
+    """A write-only view of the caller's stream for pyarrow: it never closes the stream, and counts position."""
+
+    def __init__(self, out):
+        self._out = out
+        self._pos = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        n = self._out.write(data)
+        n = len(memoryview(data)) if n is None else n
+        self._pos += n
+        return n
+
+    def flush(self) -> None:
+        flush = getattr(self._out, "flush", None)
+        if flush is not None:
+            flush()
+
+    def tell(self) -> int:
+        return self._pos
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.flush()
+        self.closed = True
+
+
+def sink_for(out):
+    """A pyarrow output stream writing into ``out`` (a path, a NativeFile or any binary stream).
+
+    The caller's stream is never closed by pyarrow.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> sink = sink_for(buf)
+    >>> _ = sink.write(b"abc"); sink.close()
+    >>> buf.getvalue(), buf.closed
+    (b'abc', False)
+    """
+    pa = _pa()
+    if isinstance(out, (str, os.PathLike, pa.NativeFile)):
+        return out
+    return pa.PythonFile(_Sink(out), mode="w")
+
+
+# -- Arrow IPC / Feather --------------------------------------------------------------------------------
+def _open_ipc(source: Any):
+    """A record batch reader for an IPC file or stream (memory-mapped where it is a path)."""
+    pa = _pa()
+    label = _label(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if path == "-":
+            source = pa.BufferReader(sys.stdin.buffer.read())
+        elif not os.path.exists(path):
+            raise LodFileNotFoundError(f"{path}: no such file")
+        elif os.path.isdir(path):
+            raise LodInputError(f"{path}: is a directory, not a file")
+        else:
+            source = pa.memory_map(path, "r")
+    elif not isinstance(source, pa.NativeFile):
+        source = pa.BufferReader(source.read())
+    head = source.read(6)
+    source.seek(0)
+    try:
+        if head == IPC_MAGIC:
+            reader = pa.ipc.open_file(source)
+            return (reader.get_batch(i) for i in range(reader.num_record_batches)), reader.schema, label
+        reader = pa.ipc.open_stream(source)
+        return iter(reader), reader.schema, label
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise LodInputError(f"{label}: not an Arrow IPC file or stream ({str(exc).splitlines()[0]})") from None
+
+
+def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
+    """The tensor in column ``column`` of Arrow IPC files / streams, one chunk per record batch.
+
+    Files are memory-mapped, so a chunk's data is a view of the map (nothing
+    is read before it is needed).  Several sources concatenate top-level
+    sequences, in order.
+
+    >>> import io, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> buf = io.BytesIO()
+    >>> _ = write_ipc([LoDTensor(np.arange(3), [[0, 1, 3]]), LoDTensor(np.arange(2), [[0, 2]])], buf, name="ids")
+    >>> [c.lod for c in iter_ipc([io.BytesIO(buf.getvalue())])]
+    [[[0, 1, 3]], [[0, 2]]]
+    """
+    pa = _pa()
+    for source in sources:
+        batches, schema, label = _open_ipc(source)
+        index = pick_column(schema, column, label)
+        try:
+            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index)), label,
+                                   schema.names[index])
+        except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
+            raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
+
+
+def read_ipc(source: Any, *, column: str | None = None) -> LoDTensor:
+    """The whole tensor of one IPC file's column (several record batches are concatenated: one copy).
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> _ = write_ipc([LoDTensor(np.arange(2), [[0, 2]]), LoDTensor(np.arange(1), [[0, 1]])], buf)
+    >>> read_ipc(io.BytesIO(buf.getvalue())).lod
+    [[0, 2, 3]]
+    """
+    parts = list(iter_ipc([source], column=column))  # never empty: a file of no rows is an error
+    return parts[0] if len(parts) == 1 else _concat(parts)
+
+
+def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor", stream: bool = False) -> int:
+    """Write chunks as an Arrow IPC file (``stream=True``: the streaming format), one record batch per chunk.
+
+    The first chunk fixes the schema; returns the number of rows (top-level
+    sequences) written.  ``out`` is a writable binary stream (use an atomic
+    temp file for a path, as ``unpack`` does).
+
+    >>> import io, numpy as np, pyarrow as pa
+    >>> buf = io.BytesIO()
+    >>> write_ipc([LoDTensor(np.arange(3.0), [[0, 1, 3]])], buf, name="x")
+    2
+    >>> pa.ipc.open_file(pa.BufferReader(buf.getvalue())).read_all().column("x").to_pylist()
+    [[0.0], [1.0, 2.0]]
+    """
+    pa = _pa()
+    writer = None
+    rows = 0
+    sink = sink_for(out)
+    try:
+        for chunk in chunks:
+            batch = to_record_batch(chunk, name)
+            if writer is None:
+                writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+        if writer is None:
+            raise LodShapeError("nothing to write: no chunks")
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
+    for chunk in chunks:
+        yield chunk.with_level_names(names) if names and len(names) == chunk.lod_level else chunk
+
+
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = 0, progress=None, stats: dict | None = None,
+         column: str | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: Arrow IPC files or streams, one chunk per record batch (``column``: which one).
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> write("arrow", LoDTensor(np.arange(3), [[0, 1, 3]]), buf)
+    >>> [c.lod for c in read("arrow", [io.BytesIO(buf.getvalue())])]
+    [[[0, 1, 3]]]
+    """
+    from ._values import read_with_options
+
+    return read_with_options(sources, lambda source: iter_ipc([source], column=column), _label,
+                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
+    """The registry's writer of a tensor in memory: an Arrow IPC file of one column."""
+    write_ipc([tensor], out, name=name)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: one record batch per chunk, the column named after the tensor."""
+    write_ipc(_named(chunks, stored.level_names), out, name=stored.name)
+
+
+__all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
+           "pick_column", "valid_chunks", "sink_for", "read", "write", "write_stored",
+           "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]

@@ -1,0 +1,200 @@
+"""Parquet: a column of nested lists in, one row group per chunk out.
+
+Reading goes row group by row group (``pq.ParquetFile.read_row_group`` of the
+one column), so memory holds one row group's column at a time, whatever the
+file size.  Lists are read as ``large_list`` (64-bit offsets) where the file
+has no stored Arrow schema that says otherwise, so no chunk overflows 2**31
+values.  The conversion is :func:`lodtool.io.arrow.from_arrow`'s: a null is an
+error naming its row (counted over the whole file).
+
+Writing: one row group per chunk, the tensor's level names in the column's
+field metadata, zstd compression by default.
+
+>>> import io, numpy as np
+>>> from lodtool import LoDTensor
+>>> buf = io.BytesIO()
+>>> _ = write_parquet([LoDTensor(np.arange(4), [[0, 1, 4]]), LoDTensor(np.arange(2), [[0, 2]])], buf, name="ids")
+>>> [c.lod for c in iter_parquet([io.BytesIO(buf.getvalue())])]
+[[[0, 1, 4]], [[0, 2]]]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+
+from ..errors import LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError
+from ..tensor import LoDTensor
+from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, pick_column, sink_for,
+                    to_record_batch, valid_chunks)
+
+#: file extensions of Parquet files
+EXTENSIONS = (".parquet", ".pq")
+#: the 4-byte magic that opens and closes a Parquet file
+MAGIC = b"PAR1"
+#: compressions ``write_parquet`` accepts (pyarrow's names)
+COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
+
+
+def _label(source: Any) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else "<stream>"
+
+
+def open_parquet(source: Any):
+    """A ``pq.ParquetFile`` for a path, ``-`` or a binary stream (and its label), reading lists as ``large_list``.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"ids": [[1], [2, 3]]}), buf, store_schema=False)  # as non-Arrow writers do
+    >>> pf, label = open_parquet(io.BytesIO(buf.getvalue()))
+    >>> str(pf.schema_arrow.field("ids").type), label
+    ('large_list<element: int64>', '<stream>')
+    """
+    pa = _pa()
+    import pyarrow.parquet as pq
+
+    label = _label(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if path == "-":
+            source = pa.BufferReader(sys.stdin.buffer.read())
+        elif not os.path.exists(path):
+            raise LodFileNotFoundError(f"{path}: no such file")
+        elif os.path.isdir(path):
+            raise LodInputError(f"{path}: is a directory, not a file")
+        else:
+            source = path
+    try:
+        try:
+            return pq.ParquetFile(source, list_type=pa.LargeListType), label
+        except TypeError:  # pyarrow < 21 has no list_type
+            return pq.ParquetFile(source), label
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise LodInputError(f"{label}: not a Parquet file ({str(exc).splitlines()[0]})") from None
+
+
+def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
+    """The tensor in column ``column`` of Parquet files, one chunk per row group (bounded memory).
+
+    ``column=None`` takes the file's only column.  Several sources
+    concatenate top-level sequences, in order.  Errors name the file, the row
+    group, the column and the row.
+
+    >>> import io, numpy as np, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"ids": [[1, 2], [3]], "label": [0, 1]}), buf)
+    >>> [c.lod for c in iter_parquet([io.BytesIO(buf.getvalue())], column="ids")]
+    [[[0, 2, 3]]]
+    """
+    for source in sources:
+        pf, label = open_parquet(source)
+        schema = pf.schema_arrow
+        index = pick_column(schema, column, label)
+        field = schema.field(index)
+        names = _level_names(field)
+        yield from _check_same(_row_groups(pf, index, field, names, label), label, field.name)
+
+
+def _row_groups(pf, index: int, field, names, label: str) -> Iterator[LoDTensor]:
+    pa = _pa()
+
+    def converted():
+        base = 0
+        for g in range(pf.num_row_groups):
+            where = f"{label}: row group {g}, column {field.name!r}"
+            try:
+                col = pf.read_row_group(g, columns=[field.name]).column(0)
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+                raise LodInputError(f"{where}: cannot read it ({str(exc).splitlines()[0]})") from None
+            for chunk in col.chunks:
+                yield where, _convert(chunk, where=where, row_base=base, validate=False)
+                base += len(chunk)
+
+    yield from valid_chunks(converted(), names)
+
+
+def read_parquet(source: Any, *, column: str | None = None) -> LoDTensor:
+    """The whole tensor of one Parquet file's column (row groups are concatenated: one copy).
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"x": [[1.5], [], [2.5, 3.5]]}), buf)
+    >>> read_parquet(io.BytesIO(buf.getvalue())).lod
+    [[0, 1, 1, 3]]
+    """
+    parts = list(iter_parquet([source], column=column))  # never empty: a file of no rows is an error
+    return parts[0] if len(parts) == 1 else _concat(parts)
+
+
+def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike, *, name: str = "tensor",
+                  compression: str | None = "zstd") -> int:
+    """Write chunks as a Parquet file with one column ``name``, one row group per chunk; returns the rows.
+
+    ``out`` is a writable binary stream or a path (use an atomic temp file, as
+    ``unpack`` does).  The first chunk fixes the schema.
+
+    >>> import io, numpy as np, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> write_parquet([LoDTensor(np.arange(3), [[0, 1, 3]]), LoDTensor(np.arange(2), [[0, 2]])], buf)
+    3
+    >>> pq.ParquetFile(io.BytesIO(buf.getvalue())).num_row_groups
+    2
+    """
+    pa = _pa()
+    import pyarrow.parquet as pq
+
+    codec = "none" if compression in (None, "none") else compression
+    if codec not in COMPRESSIONS:
+        raise LodUsageError(f"unknown Parquet compression {compression!r}; choose one of {', '.join(COMPRESSIONS)}")
+    writer = None
+    rows = 0
+    try:
+        for chunk in chunks:
+            batch = to_record_batch(chunk, name)
+            if writer is None:
+                writer = pq.ParquetWriter(sink_for(out), batch.schema, compression=codec, store_schema=True)
+            table = pa.Table.from_batches([batch])
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            rows += table.num_rows
+        if writer is None:
+            raise LodShapeError("nothing to write: no chunks")
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+# -- the io registry's entry points (see lodtool.io) ------------------------------------------------
+def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
+         chunk_bytes: int = 0, progress=None, stats: dict | None = None,
+         column: str | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: Parquet files, one chunk per row group (``column``: which one).
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO()
+    >>> write("parquet", LoDTensor(np.arange(3), [[0, 1, 3]]), buf)
+    >>> [c.lod for c in read("parquet", [io.BytesIO(buf.getvalue())], dtype="float32")]
+    [[[0, 1, 3]]]
+    """
+    from ._values import read_with_options
+
+    return read_with_options(sources, lambda source: iter_parquet([source], column=column), _label,
+                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
+
+
+def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
+    """The registry's writer of a tensor in memory: a Parquet file of one column, one row group."""
+    write_parquet([tensor], out, name=name)
+
+
+def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
+    """The registry's streaming writer: one row group per chunk, the column named after the tensor."""
+    write_parquet(_named(chunks, stored.level_names), out, name=stored.name)
+
+
+__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "EXTENSIONS", "MAGIC", "COMPRESSIONS",
+           "read", "write", "write_stored"]

@@ -1,0 +1,120 @@
+"""The PyTorch bridge: jagged nested tensors (zero-copy), PackedSequence identical to torch's, cu_seqlens, padding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lodtool import LoDTensor, from_nested
+from lodtool.errors import LodShapeError, LodValidationError
+from tests.strategies import lod_tensors
+
+torch = pytest.importorskip("torch")
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_sequence
+
+from lodtool.interop.torch import cu_seqlens, from_torch, to_packed_sequence, to_padded, to_torch
+
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64", "bool", "complex64"]
+
+
+def shares(view, base) -> bool:
+    """np.shares_memory, where an empty view (which has no memory to share) counts as shared."""
+    return np.asarray(view).size == 0 or np.shares_memory(view, base)
+
+
+def sequences(t: LoDTensor, level: int) -> list[np.ndarray]:
+    """The data rows under each sequence of ``level``."""
+    rows = t.offsets[level]
+    for below in t.offsets[level + 1:]:
+        rows = below[rows]
+    return [np.asarray(t.data[a:b]) for a, b in zip(rows[:-1], rows[1:])]
+
+
+@settings(max_examples=50)
+@given(lod_tensors(min_levels=1, max_levels=3, dtypes=DTYPES), st.data())
+def test_jagged_nested_tensor_is_a_view(t, data):
+    level = data.draw(st.integers(0, t.lod_level - 1)) if t.lod_level > 1 else None
+    nt = to_torch(t, level=level)
+    assert nt.is_nested and nt.layout == torch.jagged
+    assert shares(nt.values().numpy(), t.data)
+    if level is None or level == t.lod_level - 1:
+        assert shares(nt.offsets().numpy(), t.offsets[-1])
+    expected = sequences(t, level or 0)
+    assert nt.size(0) == len(expected)
+    for got, want in zip(nt.unbind(), expected):
+        np.testing.assert_array_equal(got.numpy(), want)
+    back = from_torch(nt)
+    assert shares(back.data, t.data)
+    if t.lod_level == 1:
+        assert back.equals(t)
+
+
+@settings(max_examples=50)
+@given(lod_tensors(min_levels=1, max_levels=2, dtypes=["float32", "int64", "float64"], allow_empty=False), st.data())
+def test_packed_sequence_is_identical_to_pack_padded_sequence(t, data):
+    level = data.draw(st.integers(0, t.lod_level - 1))
+    seqs = [torch.from_numpy(s.copy()) for s in sequences(t, level)]
+    lengths = torch.tensor([len(s) for s in seqs])
+    padded = pad_sequence(seqs, batch_first=True)
+    want = pack_padded_sequence(padded, lengths, batch_first=True, enforce_sorted=False)
+    got = to_packed_sequence(t, level)
+    assert torch.equal(got.data, want.data)
+    assert torch.equal(got.batch_sizes, want.batch_sizes) and got.batch_sizes.dtype == torch.int64
+    assert torch.equal(got.sorted_indices, want.sorted_indices)
+    assert torch.equal(got.unsorted_indices, want.unsorted_indices)
+    back = from_torch(got)
+    assert [b.tolist() for b in sequences(back, 0)] == [s.tolist() for s in seqs]
+    if t.lod_level == 1:
+        assert back.equals(t)
+
+
+def test_from_packed_sequence_of_torch():
+    seqs = [torch.tensor([1, 2]), torch.tensor([3, 4, 5]), torch.tensor([6])]
+    t = from_torch(pack_sequence(seqs, enforce_sorted=False))
+    assert t.to_nested() == [[1, 2], [3, 4, 5], [6]]
+    t = from_torch(pack_sequence([seqs[1], seqs[0], seqs[2]]))  # enforce_sorted: no sorted_indices
+    assert t.to_nested() == [[3, 4, 5], [1, 2], [6]]
+
+
+def test_empty_sequences_have_no_packed_form():
+    with pytest.raises(LodValidationError, match="sequence 1 of level 0 is empty"):
+        to_packed_sequence(LoDTensor(np.arange(3), [[0, 2, 2, 3]]))
+
+
+@settings(max_examples=40)
+@given(lod_tensors(min_levels=1, max_levels=3, dtypes=["float32"]), st.data())
+def test_cu_seqlens_and_padding(t, data):
+    level = data.draw(st.integers(0, t.lod_level - 1))
+    expected = sequences(t, level)
+    cu, longest = cu_seqlens(t, level)
+    assert cu.dtype == torch.int32
+    assert cu.tolist() == np.concatenate([[0], np.cumsum([len(s) for s in expected])]).tolist()
+    assert longest == max((len(s) for s in expected), default=0)
+    padded, mask = to_padded(t, -1.0, level=level)
+    assert padded.shape[:2] == (len(expected), longest) and mask.dtype == torch.bool
+    for row, m, want in zip(padded, mask, expected):
+        np.testing.assert_array_equal(row[m].numpy(), want)
+        assert bool((row[~m] == -1).all())
+
+
+def test_non_contiguous_nested_tensors_are_gathered():
+    holes = torch.nested.nested_tensor_from_jagged(torch.arange(10.0), torch.tensor([0, 4, 10]),
+                                                   lengths=torch.tensor([2, 3]))
+    assert holes.lengths() is not None
+    assert from_torch(holes).to_nested() == [[0.0, 1.0], [4.0, 5.0, 6.0]]
+
+
+def test_the_way_out_for_deep_tensors_and_plain_tensors():
+    t = from_nested([[[1, 2], [3]], [[4]]])
+    with pytest.raises(LodShapeError, match=r"pass level=0\.\.1 .* or convert branches"):
+        to_torch(t)
+    assert [x.tolist() for x in to_torch(t, level=0).unbind()] == [[1, 2, 3], [4]]
+    assert [x.tolist() for x in to_torch(t.branch(0)).unbind()] == [[1, 2], [3]]
+    flat = LoDTensor(np.arange(6.0).reshape(3, 2))
+    dense = to_torch(flat, layout="strided")
+    assert np.shares_memory(dense.numpy(), flat.data)
+    assert from_torch(dense).equals(flat)
+    with pytest.raises(LodShapeError, match="layout='strided'"):
+        to_torch(flat)

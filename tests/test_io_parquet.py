@@ -1,0 +1,167 @@
+"""Parquet files: round trips (one row group per chunk), row group by row group reading, located errors."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lodtool import LoDTensor, from_nested
+from lodtool.errors import LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodUsageError
+from tests.strategies import lod_tensors
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+from lodtool.io.parquet import iter_parquet, read_parquet, write_parquet
+
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+          "float64", "bool"]
+
+
+def split_top(t: LoDTensor, cuts: list[int]) -> list[LoDTensor]:
+    n = len(t)
+    bounds = sorted({0, n, *[c % (n + 1) for c in cuts]})
+    return [t.slice_level(0, a, b) if t.lod_level else LoDTensor(t.data[a:b])
+            for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+@settings(max_examples=40)
+@given(lod_tensors(min_levels=0, max_levels=3, dtypes=DTYPES), st.lists(st.integers(0, 50), max_size=3))
+def test_round_trip_one_row_group_per_chunk(t, cuts):
+    try:
+        chunks = split_top(t, cuts)
+    except LodError:  # a cut leaving a part with nothing below one level has no LoD of its own
+        chunks = [t]
+    buf = io.BytesIO()
+    rows = write_parquet(chunks, buf, name="ids")
+    assert rows == sum(len(c) for c in chunks)
+    pf = pq.ParquetFile(io.BytesIO(buf.getvalue()))
+    assert pf.num_row_groups == len(chunks)
+    back = read_parquet(io.BytesIO(buf.getvalue()))
+    assert back.equals(t) and back.dtype == t.dtype
+
+
+def test_reads_row_group_by_row_group(tmp_path, monkeypatch):
+    path = tmp_path / "x.parquet"
+    table = pa.table({"tokens": pa.array([[i] * (i % 4) for i in range(100)], pa.list_(pa.int32())),
+                      "label": pa.array(range(100))})
+    pq.write_table(table, path, row_group_size=10)
+    reads = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, i, **kw: reads.append(i) or real(self, i, **kw))
+    chunks = iter_parquet([path], column="tokens")
+    first = next(chunks)
+    assert reads == [0] and len(first) == 10
+    rest = list(chunks)
+    assert reads == list(range(10)) and sum(len(c) for c in rest) == 90
+    whole = read_parquet(path, column="tokens")
+    assert whole.to_nested() == table["tokens"].to_pylist()
+    assert whole.offsets[0].dtype == np.int64
+
+
+def test_level_names_survive_the_file():
+    t = from_nested([[[1], [2, 3]], [[4]]], level_names=["doc", "sentence"])
+    buf = io.BytesIO()
+    write_parquet([t], buf, name="ids")
+    assert read_parquet(io.BytesIO(buf.getvalue())).level_names == ("doc", "sentence")
+
+
+def parquet_file(tmp_path, table, **kw):
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path, **kw)
+    return path
+
+
+def test_a_null_names_file_row_group_column_and_global_row(tmp_path):
+    table = pa.table({"ids": pa.array([[1], [2], [3], [4, None]], pa.list_(pa.int64()))})
+    path = parquet_file(tmp_path, table, row_group_size=2)
+    with pytest.raises(LodInputError, match=rf"^{path}: row group 1, column 'ids': row 3 \(branch <3,1>\) is null"):
+        list(iter_parquet([path]))
+
+
+def test_columns_that_are_not_lists_of_numbers(tmp_path):
+    path = parquet_file(tmp_path, pa.table({"text": ["a", "b"], "n": [1, 2]}))
+    with pytest.raises(LodDtypeError, match=rf"^{path}: row group 0, column 'text': holds string, not numbers"):
+        read_parquet(path, column="text")
+    with pytest.raises(LodInputError, match=rf"^{path}: has 2 columns \(text, n\); choose one with --column"):
+        read_parquet(path)
+    with pytest.raises(LodInputError, match=r"has no column 'tokens' \(columns: text, n\)"):
+        read_parquet(path, column="tokens")
+    plain = read_parquet(path, column="n")  # a numeric column is a 0-level tensor: its rows
+    assert plain.lod_level == 0 and plain.data.tolist() == [1, 2]
+
+
+def test_not_parquet_and_missing(tmp_path):
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(LodInputError, match=rf"^{junk}: not a Parquet file"):
+        read_parquet(junk)
+    with pytest.raises(LodFileNotFoundError):
+        read_parquet(tmp_path / "none.parquet")
+    with pytest.raises(LodUsageError, match="unknown Parquet compression"):
+        write_parquet([LoDTensor(np.arange(2))], io.BytesIO(), compression="rar")
+
+
+# -- the CLI: pack from Parquet, unpack to it ----------------------------------------------------------
+def cli(*args):
+    from click.testing import CliRunner
+
+    from lodtool.cli.main import cli as main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_round_trip(tmp_path):
+    src = tmp_path / "corpus.parquet"
+    tokens = pa.array([[[1, 2], [3]], [[4, 5, 6]], [[7], [], [8, 9]], [[10]]], pa.list_(pa.list_(pa.int32())))
+    pq.write_table(pa.table({"tokens": tokens, "label": [0, 1, 0, 1]}), src, row_group_size=3)
+    r = cli("pack", src, "--column", "tokens", "-o", tmp_path / "c.lod.h5", "--level-names", "doc,sentence")
+    assert r.exit_code == 0, r.output
+    r = cli("unpack", tmp_path / "c.lod.h5", "-o", tmp_path / "back.parquet")  # the format from the extension
+    assert r.exit_code == 0, r.output
+    back = pq.read_table(tmp_path / "back.parquet")
+    assert back.column("tensor").to_pylist() == tokens.to_pylist()
+    assert pq.ParquetFile(tmp_path / "back.parquet").num_row_groups == 1
+    again = read_parquet(tmp_path / "back.parquet")
+    assert again.level_names == ("doc", "sentence") and again.dtype == np.int32
+    r = cli("pack", tmp_path / "back.parquet", "-o", tmp_path / "d.lod.h5")
+    assert r.exit_code == 0, r.output
+    from lodtool import load
+
+    assert load(tmp_path / "d.lod.h5").equals(load(tmp_path / "c.lod.h5"))
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    src = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"]}), src)
+    r = cli("pack", src, "-o", tmp_path / "x.lod.h5")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "Traceback" not in r.output
+    assert f"{src}: row group 0, column 'text': holds string, not numbers" in lines[0]
+    assert not (tmp_path / "x.lod.h5").exists()
+    r = cli("pack", tmp_path / "x.json", "--column", "tokens", "-o", tmp_path / "y.lod.h5")
+    assert r.exit_code != 0
+
+
+def test_cli_lod_level_and_dtype_options(tmp_path):
+    src = tmp_path / "v.parquet"
+    pq.write_table(pa.table({"v": pa.array([[1, 300], [2]])}), src)
+    r = cli("pack", src, "--lod-level", "2", "-o", tmp_path / "a.lod.h5")
+    assert r.exit_code == 1 and f"{src}: holds 1 LoD level(s), not the 2 asked for" in r.output
+    r = cli("pack", src, "--dtype", "uint8", "-o", tmp_path / "b.lod.h5")
+    assert r.exit_code == 1 and f"{src}: value 300 does not fit in uint8" in r.output
+    r = cli("pack", src, "--dtype", "int16", "--lod-level", "1", "-o", tmp_path / "c.lod.h5")
+    assert r.exit_code == 0, r.output
+    from lodtool import load
+
+    assert load(tmp_path / "c.lod.h5").dtype == np.int16
+
+
+def test_a_file_of_no_rows_is_empty_input(tmp_path):
+    path = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"ids": pa.array([], pa.list_(pa.int64()))}), path)
+    r = cli("pack", path, "-o", tmp_path / "e.lod.h5")
+    assert r.exit_code == 1 and f"{path}: empty input (column 'ids' has no rows)" in r.output
