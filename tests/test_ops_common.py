@@ -135,6 +135,13 @@ OPS_CALLS = {
     "sequence_enumerate": lambda x: ops.sequence_enumerate(x, 2, device="cuda"),
     "sequence_reshape": lambda x: ops.sequence_reshape(x, 1, device="cuda"),
 }
+OPS_CALLS.update({
+    "sequence_scatter": lambda x: ops.sequence_scatter(np.zeros((2, 3)), LoDTensor(np.array([0, 1]), [[0, 1, 2]]),
+                                                       [1.0, 2.0], device="cuda"),
+    "sequence_conv": lambda x: ops.sequence_conv(x, np.ones((3, 1)), device="cuda"),
+    "sequence_topk_avg_pooling": lambda x: ops.sequence_topk_avg_pooling(x, [1, 1], [2, 3], [1], device="cuda"),
+    "im2sequence": lambda x: ops.im2sequence(np.zeros((1, 1, 2, 2)), (1, 1), device="cuda"),
+})
 
 
 @pytest.mark.parametrize("name", sorted(OPS_CALLS))

@@ -593,30 +593,50 @@ def pad_words(xp, pad: np.ndarray, w: np.dtype, k: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# operators
+# compiling the kernels of other operator modules (their launchers live in ops/<op>.py)
 # ---------------------------------------------------------------------------------------------
 
+_jitted: dict = {}
 
 
+def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) -> types.SimpleNamespace:
+    """``numba.cuda.jit`` plain-Python ``kernels`` once; a namespace of them by name (leading ``_`` dropped).
 
+    ``device_functions`` are compiled first and bound by name in every kernel's
+    globals (later ones may call earlier ones), as is ``cuda``.  The functions
+    stay plain Python in their module, so importing it needs no Numba.
 
+    >>> def _twice(a, out):  # doctest: +SKIP
+    ...     i = cuda.grid(1)
+    ...     if i < a.shape[0]:
+    ...         out[i] = 2 * a[i]
+    >>> jit_kernels([_twice]).twice  # doctest: +SKIP
+    <numba.cuda.dispatcher.CUDADispatcher object at ...>
+    """
+    key = (tuple(kernels), tuple(device_functions))
+    ns = _jitted.get(key)
+    if ns is None:
+        with _compile_lock:
+            ns = _jitted.get(key)
+            if ns is None:
+                cuda = numba_cuda()
+                glb = dict(kernels[0].__globals__)
+                glb["cuda"] = cuda
 
+                def rebind(fn):
+                    f = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__)
+                    f.__qualname__ = fn.__qualname__
+                    f.__module__ = fn.__module__
+                    return f
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+                for fn in device_functions:
+                    glb[fn.__name__] = cuda.jit(device=True)(rebind(fn))
+                ns = types.SimpleNamespace(cuda=cuda)
+                for fn in kernels:
+                    setattr(ns, fn.__name__.lstrip("_"), cuda.jit(cache=not simulated())(rebind(fn)))
+                _jitted[key] = ns
+    return ns
 
 
 __all__ = ["validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
-           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated"]
+           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]
