@@ -27,6 +27,7 @@ SECTIONS = [
     "## Validation speed (issue 5)",
     "## Bounded memory: pack (issue 5)",
     "## Out-of-core operators (issue 5)",
+    "## Toolkit operators in memory (issue 17)",
 ]
 
 TARGET_ROWS = [
@@ -43,6 +44,8 @@ TARGET_ROWS = [
     "`lodtool pack` peak RSS below 1 GB for both inputs",
     "`lodtool pool` on a file ≥ 2× the RSS cap: flat memory, under the cap",
     "`lodtool pool` out-of-core throughput ≤ 1.5× slower than in memory",
+    "`sequence_conv` kernel ≥ 1.5× its NumPy reference",
+    "`im2sequence` ≥ 2× Paddle's op",
 ]
 
 
