@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from lodtool import LoDTensor
 from lodtool.errors import LodIndexError

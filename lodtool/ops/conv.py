@@ -39,6 +39,9 @@ from . import _cuda
 from ._backend import get_backend
 from ._util import U, as_tensor, need_lod, row_size
 
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
+
 OP = "sequence_conv"
 
 
@@ -154,8 +157,8 @@ def _im2col(data, off, length, start, col, nblocks, counter, nworkers):  # pragm
 
 def _im2col_dev(data, off, seq, t, m, length, start, col):  # pragma: no cover - CUDA kernel
     """``col[r, j*m + c]``, one thread per value (coalesced writes); ``seq[r]``: row ``r``'s sequence."""
-    e = np.int64(cuda.grid(1))  # noqa: F821 (bound by _cuda.jit_kernels)
-    stride = np.int64(cuda.gridsize(1))  # noqa: F821
+    e = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
     width = length * m
     while e < t * width:
         r = e // width

@@ -43,6 +43,9 @@ from . import _cuda
 from ._backend import get_backend
 from ._util import U, as_tensor
 
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
+
 OP = "im2sequence"
 
 
@@ -243,8 +246,8 @@ def _im2seq(images, off, widths, geometry, k, out, nblocks, counter, nworkers): 
 
 def _im2seq_dev(images, off, seq, widths, geometry, k, total, width, out):  # pragma: no cover - CUDA kernel
     """``out[g, e]``, one thread per word (coalesced writes); ``seq[g]``: row ``g``'s image; ``k`` words a value."""
-    t = np.int64(cuda.grid(1))  # noqa: F821 (bound by _cuda.jit_kernels)
-    stride = np.int64(cuda.gridsize(1))  # noqa: F821
+    t = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
     kh, kw, sh, sw, up, left = geometry[0], geometry[1], geometry[2], geometry[3], geometry[4], geometry[5]
     h = images.shape[2]
     w = images.shape[3] // k

@@ -50,6 +50,9 @@ from . import _cuda
 from ._backend import get_backend
 from ._util import as_tensor, need_lod, row_size
 
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
+
 OP = "sequence_scatter"
 
 
@@ -172,8 +175,8 @@ def _scatter(out, off, idx, upd):  # pragma: no cover - compiled by Numba
 
 def _scatter_dev(out, off, n, idx, upd):  # pragma: no cover - CUDA kernel
     """One thread per sequence, adding in order (the CPU kernel's bits)."""
-    i = np.int64(cuda.grid(1))  # noqa: F821 (bound by _cuda.jit_kernels)
-    stride = np.int64(cuda.gridsize(1))  # noqa: F821
+    i = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
     while i < n:
         for j in range(off[i], off[i + 1]):
             out[i, idx[j]] += upd[j]

@@ -44,6 +44,9 @@ from . import _cuda
 from ._backend import get_backend
 from ._util import U, as_tensor, need_lod, row_size
 
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
+
 OP = "sequence_topk_avg_pooling"
 
 
@@ -219,8 +222,8 @@ def _topk_avg(data, xoff, roff, coff, ks, kf, channels, out, pos, nblocks, count
 
 def _topk_dev(data, xoff, roff, coff, rseq, ks, kf, max_k, channels, total, out, pos):  # pragma: no cover - CUDA kernel
     """One thread per (output row, channel); ``rseq[row]``: the row's sequence."""
-    e = np.int64(cuda.grid(1))  # noqa: F821 (bound by _cuda.jit_kernels)
-    stride = np.int64(cuda.gridsize(1))  # noqa: F821
+    e = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
     nk = ks.shape[0]
     while e < total * channels:
         g = e // channels
