@@ -51,6 +51,7 @@ import numpy as np
 from .._device import is_device_array
 from .._device import to_host as _to_host
 from ..errors import LodBackendError, LodShapeError, LodValidationError
+from ..lod import _too_few
 from ._util import row_size, word_dtype
 
 #: threads per block (the simulator runs each thread as a Python thread: fewer there)
@@ -481,9 +482,9 @@ def offsets_to_lengths(xp, offsets: Any):
 
 
 def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
-    """Check a LoD on the device with Paddle's rules; returns its levels as int64 device arrays.
+    """Check a LoD on the device with lodtool's rules; returns its levels as int64 device arrays.
 
-    Every level has at least 2 offsets, starts at 0 and never decreases; each
+    Every level has at least 1 offset (``[0]``: zero sequences), starts at 0 and never decreases; each
     level ends at the sequence count of the level below, and the last one at
     ``n_rows`` (``None``: not checked, for a lone reference level).  One kernel
     per level finds the first decrease (an atomic min over the bad indices);
@@ -526,8 +527,8 @@ def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
         if j < size:
             a, b = scalars(xp, o[j - 1:j], o[j:j + 1])
             raise LodValidationError(f"level {k}: offset[{j}]={b} < offset[{j - 1}]={a} (offsets must not decrease)")
-        if size < 2:
-            raise LodValidationError(f"level {k}: has {size} offset(s); a level needs at least 2 (one sequence)")
+        if size < 1:
+            raise LodValidationError(f"level {k}: {_too_few(size, 1)}")
     for k, size in enumerate(sizes):
         end = lasts[k]
         if k + 1 < len(sizes):
