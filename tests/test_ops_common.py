@@ -141,6 +141,11 @@ OPS_CALLS.update({
     "sequence_conv": lambda x: ops.sequence_conv(x, np.ones((3, 1)), device="cuda"),
     "sequence_topk_avg_pooling": lambda x: ops.sequence_topk_avg_pooling(x, [1, 1], [2, 3], [1], device="cuda"),
     "im2sequence": lambda x: ops.im2sequence(np.zeros((1, 1, 2, 2)), (1, 1), device="cuda"),
+    "lod_tensor_to_array": lambda x: ops.lod_tensor_to_array(x, ops.pack_plan(x), device="cuda"),
+    "array_to_lod_tensor": lambda x: ops.array_to_lod_tensor(ops.lod_tensor_to_array(x, ops.pack_plan(x)),
+                                                             ops.pack_plan(x), device="cuda"),
+    "reorder_lod_tensor_by_rank": lambda x: ops.reorder_lod_tensor_by_rank(x, ops.pack_plan(x), device="cuda"),
+    "shrink_memory": lambda x: ops.shrink_memory(x, 0, ops.pack_plan(x), device="cuda"),
 })
 
 

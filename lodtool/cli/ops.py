@@ -189,11 +189,14 @@ def unpad(ctx, npz, output, name, compression, device, as_json):
 def pack_plan(file, name, level, device, as_json):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
-    the order (as torch's PackedSequence).  Reads the offsets only.
+    the order (as torch's PackedSequence).  Reads the offsets only.  A length
+    counts time steps: rows at the last level, sequences of the next level
+    above it (Paddle's lod_rank_table: an outer RNN steps over sentences).
 
     \b
     Example:
       lodtool pack-plan articles.lod.h5 --level 1 --json
+      lodtool pack-plan articles.lod.h5 --level 0     # articles, in sentences
     """
     from .. import tasks
 

@@ -183,6 +183,12 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
                     seqs += len(result)
                     last = result
                     del result
+                if tw is None:  # zero top-level sequences: the operator on the empty tensor gives the output
+                    last = fn(t.slice_level(0, 0, 0) if t.lod_level else t.head(0))
+                    names = last.level_names if last.level_names else None
+                    tw = w.add_tensor(name_out, dtype=last.dtype, element_shape=last.element_shape,
+                                      lod_level=last.lod_level, level_names=names)
+                    behind.put(tw.append, last)
         return OpResult(str(output), name_out, rows, seqs, last.lod_level, str(last.dtype))
 
 
@@ -397,7 +403,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
             for roff in row_offset_windows(t, lvl, window):
                 yield roff[1:] - roff[:-1]
 
-        longest = max(int(block.max()) for block in lengths())
+        longest = max((int(block.max()) for block in lengths() if block.size), default=0)
         maxlen = padded_length(maxlen, longest, lvl)
         max_rows = _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         mask_rows = max(1, max_rows // max(maxlen, 1))  # no more sequences than a padded chunk, at a byte each
@@ -410,7 +416,9 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
         padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device)
         # the first block before anything is written: a pad_value the dtype cannot hold, a device or a read that
         # fails, fails with nothing written (a stream gets no partial archive)
-        first = next(padded)
+        first = next(padded, None)
+        if first is None:  # zero sequences: an empty padded array of the right shape
+            first = np.zeros((0, maxlen) + tuple(t.element_shape), t.dtype)
         shape = (count, maxlen) + tuple(t.element_shape)
         write_npz_members(output, [("padded", shape, t.dtype, itertools.chain([first], padded)),
                                    ("lengths", (count,), np.int64, lengths()),
