@@ -122,3 +122,11 @@ def test_pack_plan_above_the_last_level_counts_sequences(tmp_path):
     assert plan["lengths"] == [2, 1, 3] and plan["sorted_indices"] == [2, 0, 1] and plan["batch_sizes"] == [3, 2, 1]
     plan = json.loads(run("pack-plan", out, "--level", "1", "--json").stdout)
     assert plan["lengths"] == [3, 1, 1, 2, 1, 2]
+
+
+def test_pool_pad_value_on_float64_goes_through_float32(tmp_path):
+    src = tmp_path / "x.lod.h5"
+    save(src, LoDTensor(np.array([1.0, 2.0]), [[0, 0, 2]]))
+    result = run("pool", src, "--type", "sum", "--pad-value", "0.3", "-o", tmp_path / "out.lod.h5")
+    assert result.exit_code == 0, result.output
+    assert load(tmp_path / "out.lod.h5").data.tolist() == [0.30000001192092896, 3.0]  # as Paddle's float attribute

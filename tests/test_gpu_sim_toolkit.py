@@ -1,4 +1,4 @@
-"""The CUDA launchers of sequence_scatter, sequence_conv, sequence_topk_avg_pooling and im2sequence, under Numba's simulator.
+"""The CUDA launchers of issue 17's operators (and sequence_pool's MaxIndex), under Numba's simulator.
 
 As tests/test_gpu_sim.py (whose NumPy-backed stand-in for CuPy this reuses):
 the one test of the ordinary run starts a child pytest on this file with
@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lodtool import LoDTensor
 from lodtool.errors import LodIndexError
-from lodtool.ops import im2sequence, sequence_conv, sequence_scatter, sequence_topk_avg_pooling
+from lodtool.ops import im2sequence, sequence_conv, sequence_pool, sequence_scatter, sequence_topk_avg_pooling
 from tests import test_gpu_sim as sim
-from tests.test_ops_common import same_bits, same_tensor
+from tests.test_ops_common import same_bits, same_tensor, tensors
 from tests.test_ops_conv import conv_cases
 from tests.test_ops_im2sequence import image_cases
 from tests.test_ops_scatter import scatter_cases
@@ -103,3 +104,15 @@ def test_sim_im2sequence_dtypes(dtype):
     x = (np.arange(2 * 2 * 4 * 3) % 5).astype(dtype).reshape(2, 2, 4, 3)
     want = im2sequence(x, (2, 2), (1, 2), (1, 0, 1, 1), backend="numpy")
     assert same_tensor(want, im2sequence(x, (2, 2), (1, 2), (1, 0, 1, 1), device="cuda").to("cpu"))
+
+
+@sim_only
+@SIM_SETTINGS
+@given(tensors(max_levels=2, dtypes=["int8", "uint16", "int64", "float16", "float32", "float64", "bool"],
+               values="small"), st.sampled_from(["max", "min"]))
+def test_sim_max_index(x, pool_type):
+    pad = 0.3 if x.dtype.kind == "f" else 1  # through float32 on float64, as on the CPU
+    want, want_index = sequence_pool(x, pool_type, pad, return_index=True, backend="numpy")
+    got, index = sequence_pool(x.to("cuda"), pool_type, pad, return_index=True)
+    assert sim.all_on_device(got) and sim.on_device(index)
+    assert same_tensor(want, got.to("cpu")) and same_bits(want_index, sim.host(index))
