@@ -12,6 +12,7 @@ from lodtool import LoDTensor, load, save
 from lodtool.container import open_file
 from lodtool.cli.main import cli
 from lodtool.lod import check_paddle_lod, paddle_valid
+from lodtool.ops import sequence_pool
 
 
 def run(*args, input=None):
@@ -130,3 +131,21 @@ def test_pool_pad_value_on_float64_goes_through_float32(tmp_path):
     result = run("pool", src, "--type", "sum", "--pad-value", "0.3", "-o", tmp_path / "out.lod.h5")
     assert result.exit_code == 0, result.output
     assert load(tmp_path / "out.lod.h5").data.tolist() == [0.30000001192092896, 3.0]  # as Paddle's float attribute
+
+
+def test_pool_index_is_paddles_max_index_over_a_streamed_file(tmp_path):
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 5, 3000).tolist()  # about 6000 rows: 6 chunks of 1024 rows at 64 KiB
+    x = LoDTensor(rng.integers(0, 9, (sum(lengths), 2)).astype(np.float32), recursive_sequence_lengths=[lengths])
+    src = tmp_path / "x.lod.h5"
+    save(src, x)
+    want, want_index = sequence_pool(x, "max", return_index=True)
+    out = tmp_path / "out.lod.h5"
+    # a small memory budget: many chunks, whose row indices must count from the file's first row
+    result = run("pool", src, "--type", "max", "--index", "--max-memory", "64KiB", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert load(out, "tensor").equals(want)
+    index = load(out, "tensor_index")
+    assert index.dtype == np.int32 and np.array_equal(index.data, want_index) and index.lod == want.lod
+    result = run("pool", src, "--type", "sum", "--index", "-o", tmp_path / "bad.lod.h5")
+    assert result.exit_code != 0 and "MaxIndex" in result.stderr and not (tmp_path / "bad.lod.h5").exists()
