@@ -175,7 +175,17 @@ def _im2col_dev(data, off, seq, t, m, length, start, col):  # pragma: no cover -
 
 
 def cuda_conv(xp, data, off, w, length: int, start: int, work: np.dtype):
-    """On the GPU: the windows by one kernel, then one matrix product (cuBLAS on CuPy)."""
+    """``sequence_conv`` on the device: the windows by one kernel, then one matrix product (cuBLAS on CuPy).
+
+    ``off`` are the validated offsets of the last level; ``w`` the filter,
+    ``length`` and ``start`` the window; ``work`` the dtype the product runs in.
+
+    >>> import cupy as cp, numpy as np  # doctest: +SKIP
+    >>> out = cuda_conv(cp, cp.array([[1.0], [2.0], [3.0]]), cp.array([0, 3]), np.array([[1.0], [10.0]]), 2, 0,
+    ...                 np.dtype(np.float64))  # doctest: +SKIP
+    >>> out.ravel().tolist()  # doctest: +SKIP
+    [21.0, 32.0, 3.0]
+    """
     data = xp.asarray(data) if not is_device_array(data) else data
     t = int(data.shape[0])
     m = row_size(data.shape[1:])

@@ -274,7 +274,17 @@ def _im2seq_dev(images, off, seq, widths, geometry, k, total, width, out):  # pr
 
 
 def cuda_im2sequence(xp, images, off: np.ndarray, widths: np.ndarray, geometry: np.ndarray):
-    """On the GPU: the grid's sizes come from the host (they are small), the values move on the device."""
+    """``im2sequence`` on the device: the grid's sizes come from the host (they are small), the values move there.
+
+    ``off`` are the output's offsets (windows per image), ``widths`` each image's
+    grid width, ``geometry`` ``(kh, kw, sh, sw, up, left)``; one thread per word.
+
+    >>> import cupy as cp, numpy as np  # doctest: +SKIP
+    >>> out = cuda_im2sequence(cp, cp.arange(4.0).reshape(1, 1, 2, 2), np.array([0, 1]), np.array([1]),
+    ...                        np.array([2, 2, 1, 1, 0, 0]))  # doctest: +SKIP
+    >>> out.tolist()  # doctest: +SKIP
+    [[0.0, 1.0, 2.0, 3.0]]
+    """
     images = xp.ascontiguousarray(xp.asarray(images) if not is_device_array(images) else images)
     n, c, h, w = (int(d) for d in images.shape)
     total = int(off[-1])

@@ -184,7 +184,18 @@ def _scatter_dev(out, off, n, idx, upd):  # pragma: no cover - CUDA kernel
 
 
 def cuda_scatter(xp, data, off, idx, upd, width: int):
-    """On the GPU: ids and offsets validated on the device first."""
+    """``sequence_scatter`` on the device: ``data`` with ``upd[j]`` added at ``ids[j]`` of row ``seq(j)``.
+
+    ``off`` are the ids' offsets and ``width`` the values per row; the offsets
+    and the ids' range are checked on the device first (a bad id is a
+    :class:`~lodtool.errors.LodIndexError`).  One thread per sequence, adding in
+    order: the CPU kernel's bits.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> ids, updates = cp.array([1, 1, 0]), cp.array([5.0, 1.0, 7.0])  # doctest: +SKIP
+    >>> cuda_scatter(cp, cp.zeros((2, 2)), [0, 2, 3], ids, updates, 2).tolist()  # doctest: +SKIP
+    [[0.0, 6.0], [7.0, 0.0]]
+    """
     data = xp.asarray(data) if not is_device_array(data) else data
     n = int(data.shape[0])
     (doff,) = _cuda.validate_offsets(xp, [off], None)

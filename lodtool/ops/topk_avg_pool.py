@@ -255,7 +255,17 @@ def _topk_dev(data, xoff, roff, coff, rseq, ks, kf, max_k, channels, total, out,
 
 
 def cuda_topk_avg_pool(xp, data, xoff, roff, coff, ks, channels: int, work: np.dtype):
-    """On the GPU (sizes were checked on the host: these offsets are small)."""
+    """``sequence_topk_avg_pooling`` on the device: ``(out, pos)``, one thread per (matrix row, channel).
+
+    The sizes (``xoff``, ``roff``, ``coff``: host offsets of x, row and column)
+    were checked on the host; they are small next to the data.
+
+    >>> import cupy as cp, numpy as np  # doctest: +SKIP
+    >>> out, pos = cuda_topk_avg_pool(cp, cp.array([1.0, 5.0, 3.0]), np.array([0, 3]), np.array([0, 1]),
+    ...                               np.array([0, 3]), np.array([1, 2]), 1, np.dtype(np.float64))  # doctest: +SKIP
+    >>> out.tolist(), pos.tolist()  # doctest: +SKIP
+    ([[5.0, 4.0]], [1, 2])
+    """
     data = xp.asarray(data) if not is_device_array(data) else data
     flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
     total = int(roff[-1])
