@@ -206,3 +206,33 @@ def test_ties_against_torch():
                                              torch.from_numpy(plan.unsorted_indices))
     padded2, _ = pad_packed_sequence(ours, batch_first=True)
     assert torch.equal(padded, padded2)
+
+
+# Paddle's own unit test of lod_rank_table / lod_tensor_to_array / array_to_lod_tensor
+# (test/legacy_test/test_lod_tensor_array_ops.py): (lengths, level, expected steps, their lengths, max_len)
+PADDLE_ARRAY_CASES = [
+    ([[3, 6, 1]], 0, [[3, 0, 9], [4, 1], [5, 2], [6], [7], [8]], [[]] * 6, 6),
+    ([[3, 6, 0, 1]], 0, [[3, 0, 9], [4, 1], [5, 2], [6], [7], [8]], [[]] * 6, 6),
+    ([[2, 3], [3, 6, 2, 6, 3]], 0,
+     [[9, 10, 0, 1, 2], [11, 12, 13, 14, 15, 16, 3, 4, 5, 6, 7, 8], [17, 18, 19]], [[[2, 3]], [[6, 6]], [[3]]], 3),
+    ([[3, 2, 4, 2], [3, 4, 4, 0, 1, 5, 2, 2, 2, 7, 1]], 0,
+     [[12, 13, 14, 15, 16, 0, 1, 2, 23, 24, 25, 26, 27, 28, 29], [17, 18, 3, 4, 5, 6, 11, 30], [19, 20, 7, 8, 9, 10],
+      [21, 22]], [[[5, 3, 0, 7]], [[2, 4, 1, 1]], [[2, 4]], [[2]]], 4),
+    ([[2, 3, 1], [2, 3, 1, 4, 2, 1], [3, 4, 4, 6, 4, 1, 1, 4, 4, 8, 6, 1, 4]], 0,
+     [[21, 0, 1, 2, 3, 4, 5, 6, 46, 47, 48, 49], list(range(22, 39)) + list(range(7, 21)), list(range(39, 46))],
+     [[[1, 2, 1], [1, 3, 4, 4]], [[4, 3], [1, 4, 4, 8, 4, 6, 4]], [[2], [6, 1]]], 3),
+    ([[2, 3, 1], [2, 3, 1, 4, 2, 1], [3, 4, 4, 6, 4, 1, 1, 4, 4, 8, 6, 1, 4]], 1, None, None, 4),
+]
+
+
+@pytest.mark.parametrize("lengths,level,expect,expect_lod,max_len", PADDLE_ARRAY_CASES)
+def test_paddle_lod_tensor_array_unit_tests(lengths, level, expect, expect_lod, max_len):
+    n = sum(lengths[-1])
+    x = LoDTensor(np.arange(n, dtype=np.int32).reshape(n, 1), recursive_sequence_lengths=lengths)
+    plan = pack_plan(x, level)
+    assert plan.num_steps == max_len  # Paddle's max_sequence_len
+    steps = lod_tensor_to_array(x, plan)
+    if expect is not None:
+        assert [s.data.ravel().tolist() for s in steps] == expect
+        assert [s.recursive_sequence_lengths for s in steps] == expect_lod
+    assert same_tensor(array_to_lod_tensor(steps, plan), x)
