@@ -1,4 +1,4 @@
-"""Write pool_edges.npz: PaddlePaddle's sequence_pool MaxIndex output and pad_value on float64 data, for lodtool's tests.
+"""Write pool_edges.npz: Paddle's sequence_pool MaxIndex output and pad_value on float64 data, for lodtool's tests.
 
 Run with a Python that has paddlepaddle 3.3.1 (CPU) installed, from anywhere::
 
