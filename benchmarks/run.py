@@ -18,6 +18,7 @@ ooc        operators on a file 2x larger than an RSS cap vs the in-memory path
 newops     the operators of issue 17 vs their NumPy references; ``lod_reset`` vs Paddle's op
 batch      padding waste per batching mode vs random, pack fill, planning 10M sequences, BatchDataset tokens/s
 interop    zero-copy conversions (awkward, Arrow, torch); pack/unpack Parquet vs pyarrow
+toolkit    issue 17's operators (scatter, conv, top-k average pooling, im2sequence) vs reference, Paddle
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -57,6 +58,7 @@ SECTIONS = {
     "newops": ("bench_ops_new.py", "More sequence operators"),
     "batch": ("bench_batch.py", "Training batches"),
     "interop": ("bench_interop.py", "Interop"),
+    "toolkit": ("bench_ops_toolkit.py", "Toolkit operators (issue 17)"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "
@@ -160,7 +162,7 @@ def main(argv=None) -> int:
             json_out = Path(d) / f"{key}.json"
             python = args.paddle_python if key == "ops" and args.paddle_python else sys.executable
             cmd = section_command(key, args.size, args.runs, d, json_out, python)
-            if key == "newops" and args.paddle_python:  # Paddle's op is timed in a child of that interpreter
+            if key in ("newops", "toolkit") and args.paddle_python:  # Paddle timed in a child there
                 cmd += ["--paddle-python", args.paddle_python]
             C.progress("run", f"{key}: {' '.join(cmd)}")
             load0, t0 = C.loadavg(), time.perf_counter()

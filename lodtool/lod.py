@@ -135,14 +135,16 @@ class LodProblem:
 class LevelChecker:
     """Checks one offsets level fed in blocks, in order (memory, file or stream).
 
-    It enforces Paddle's per-level rules: at least 2 offsets, the first is 0 and
-    the offsets never decrease.  Blocks let a file be checked without holding a
-    whole level and let the check stop at the first problem.
+    It enforces the per-level rules: at least ``min_offsets`` offsets (1 by
+    lodtool's rule, where ``[0]`` is a level of zero sequences; 2 by Paddle's),
+    the first is 0 and the offsets never decrease.  Blocks let a file be checked
+    without holding a whole level and let the check stop at the first problem.
     """
 
-    def __init__(self, level: int, max_problems: int = 1):
+    def __init__(self, level: int, max_problems: int = 1, min_offsets: int = 1):
         self.level = level
         self.max_problems = max_problems
+        self.min_offsets = min_offsets
         self.problems: list[LodProblem] = []
         self.extra_problems = 0
         self.count = 0
@@ -190,8 +192,8 @@ class LevelChecker:
                 return
 
     def finish(self) -> None:
-        if self.count < 2:
-            self._add(None, f"has {self.count} offset(s); a level needs at least 2 (one sequence)")
+        if self.count < self.min_offsets:
+            self._add(None, _too_few(self.count, self.min_offsets))
 
 
 def _may_decrease(block: np.ndarray) -> bool:
@@ -248,13 +250,21 @@ def iter_blocks(arr: np.ndarray, block: int = _BLOCK) -> Iterator[np.ndarray]:
         yield arr[start:start + block]
 
 
+def _too_few(count: int, least: int) -> str:
+    if least <= 1:
+        return f"has {count} offsets; a level needs at least the offset 0 (zero sequences)"
+    return f"has {count} offset(s); a level needs at least 2 (one sequence)"
+
+
 def find_lod_problems(levels: Sequence[Iterable[np.ndarray]] | Sequence[np.ndarray], n_rows: int,
-                      *, level_sizes: Sequence[int] | None = None, max_problems: int = 20) -> list[LodProblem]:
+                      *, level_sizes: Sequence[int] | None = None, max_problems: int = 20,
+                      paddle: bool = False) -> list[LodProblem]:
     """Every broken rule of a LoD index, up to ``max_problems`` per level.
 
     ``levels[k]`` is either a whole int64 offsets array or an iterable of its
     blocks (for reading files block by block).  ``level_sizes`` gives each level's
-    length when blocks are passed.
+    length when blocks are passed.  ``paddle=True`` checks Paddle's rule, which
+    refuses levels of zero sequences (see :func:`paddle_valid`).
 
     >>> [str(p) for p in find_lod_problems([np.array([0, 2, 1])], n_rows=1)]
     ['level 0: offset[2]=1 < offset[1]=2 (offsets must not decrease)']
@@ -263,7 +273,7 @@ def find_lod_problems(levels: Sequence[Iterable[np.ndarray]] | Sequence[np.ndarr
     ends: list[int | None] = []
     counts: list[int] = []
     for level, source in enumerate(levels):
-        checker = LevelChecker(level, max_problems)
+        checker = LevelChecker(level, max_problems, 2 if paddle else 1)
         if isinstance(source, np.ndarray):  # int64 as it is: one block (the checks bound their own temporaries)
             blocks = [source] if source.dtype == OFFSET_DTYPE else iter_blocks(source)
         else:
@@ -312,9 +322,14 @@ def cross_level_problems(ends: Sequence[int | None], sizes: Sequence[int], n_row
 def validate_lod(levels: Sequence[np.ndarray], n_rows: int) -> None:
     """Raise :class:`LodValidationError` for the first broken rule of a LoD index.
 
-    The rules are Paddle's: every level has at least 2 offsets and starts at 0,
-    offsets never decrease (empty sequences are fine), each level ends at the
-    number of sequences of the level below, and the last one at the data rows.
+    lodtool's rules: every level has at least 1 offset and starts at 0, offsets
+    never decrease (empty sequences are fine), each level ends at the number of
+    sequences of the level below, and the last one at the data rows.  A level
+    of offsets ``[0]`` holds zero sequences: an empty batch is a value.  Paddle
+    also asks for at least 2 offsets per level (one sequence); check that rule
+    with :func:`check_paddle_lod` or :func:`paddle_valid`.
+
+    >>> validate_lod([np.array([0])], n_rows=0)  # zero sequences
 
     >>> validate_lod([np.array([0, 3, 5, 10, 9])], n_rows=9)
     Traceback (most recent call last):
@@ -324,6 +339,33 @@ def validate_lod(levels: Sequence[np.ndarray], n_rows: int) -> None:
     problems = find_lod_problems(levels, n_rows, max_problems=1)
     if problems:
         raise LodValidationError(str(problems[0]))
+
+
+def check_paddle_lod(levels: Sequence[np.ndarray], n_rows: int) -> None:
+    """Raise :class:`LodValidationError` unless Paddle accepts the LoD (its ``CheckLoD``, unchanged).
+
+    Paddle's rules are lodtool's plus one: every level holds at least one
+    sequence (2 offsets).  Paddle's operators do produce levels of zero
+    sequences, but ``set_lod`` and a saved tensor with one are refused, so an
+    export to Paddle must check this first.
+
+    >>> check_paddle_lod([np.array([0])], n_rows=0)
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodValidationError: level 0: has 1 offset(s); a level needs at least 2 (one sequence)
+    """
+    problems = find_lod_problems(levels, n_rows, max_problems=1, paddle=True)
+    if problems:
+        raise LodValidationError(str(problems[0]))
+
+
+def paddle_valid(levels: Sequence[np.ndarray], n_rows: int) -> bool:
+    """Whether Paddle would accept this LoD (see :func:`check_paddle_lod`).
+
+    >>> paddle_valid([np.array([0, 2, 3])], 3), paddle_valid([np.array([0])], 0)
+    (True, False)
+    """
+    return not find_lod_problems(levels, n_rows, max_problems=1, paddle=True)
 
 
 def format_path(path: Sequence[int]) -> str:
@@ -367,7 +409,7 @@ def resolve_branch(path: Sequence[int], read: WindowReader, level_sizes: Sequenc
     (2, 10, 12)
     """
     n_levels = len(level_sizes)
-    check_level_sizes(level_sizes)
+    check_level_sizes(level_sizes, n_rows)
     if len(path) > n_levels:
         raise LodIndexError(f"branch {format_path(path)} has {len(path)} indices but the tensor has "
                             f"{n_levels} LoD level(s)")
@@ -398,7 +440,7 @@ def extract_range(level: int, begin: int, end: int, read: WindowReader,
     >>> [o.tolist() for o in levels], r0, r1
     ([[0, 2, 5]], 10, 15)
     """
-    check_level_sizes(level_sizes)
+    check_level_sizes(level_sizes, n_rows)
     out = []
     for k in range(level, len(level_sizes)):
         window = _checked_window(read, k, begin, end + 1, level_sizes, n_rows)
@@ -407,17 +449,29 @@ def extract_range(level: int, begin: int, end: int, read: WindowReader,
     return out, begin, end
 
 
-def check_level_sizes(level_sizes: Sequence[int]) -> None:
-    """Every level has at least 2 offsets: known from the sizes alone, so checked before any window is read.
+def check_level_sizes(level_sizes: Sequence[int], n_rows: int | None = None) -> None:
+    """What the sizes alone show, checked before any window is read.
 
-    >>> check_level_sizes([4, 1])
+    Every level has at least 1 offset, and a level of zero sequences (the one
+    offset 0) has zero sequences (or rows) below it.
+
+    >>> check_level_sizes([4, 0])
     Traceback (most recent call last):
     ...
-    lodtool.errors.LodValidationError: level 1: has 1 offset(s); a level needs at least 2 (one sequence)
+    lodtool.errors.LodValidationError: level 1: has 0 offsets; a level needs at least the offset 0 (zero sequences)
     """
     for level, size in enumerate(level_sizes):
-        if size < 2:
-            raise LodValidationError(f"level {level}: has {size} offset(s); a level needs at least 2 (one sequence)")
+        if size < 1:
+            raise LodValidationError(f"level {level}: {_too_few(size, 1)}")
+    for level, size in enumerate(level_sizes):  # a level of zero sequences ([0]) has nothing below it
+        if size != 1:
+            continue
+        if level + 1 < len(level_sizes) and level_sizes[level + 1] != 1:
+            raise LodValidationError(f"level {level}: offset[0]=0 but level {level + 1} has "
+                                     f"{level_sizes[level + 1] - 1} sequences (the last offset must equal it)")
+        if level + 1 == len(level_sizes) and n_rows:
+            raise LodValidationError(f"level {level}: offset[0]=0 but the data has {n_rows} rows "
+                                     "(the last offset must equal it)")
 
 
 def _checked_window(read: WindowReader, level: int, start: int, stop: int, level_sizes: Sequence[int],

@@ -279,21 +279,21 @@ class LoDTensor:
         """
         level = self._level(level)
         count = self.num_sequences(level)
-        if not 0 <= begin < end <= count:
-            raise LodIndexError(f"level {level}: range {begin}:{end} is not a non-empty range inside 0:{count}")
+        if not 0 <= begin <= end <= count:
+            raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
         sizes = [len(o) for o in self._offsets]
         return self._extract(level, begin, end, self._reader(), sizes)
 
     def head(self, k: int = 5) -> "LoDTensor":
         """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
         n = len(self)
-        k = max(1, min(int(k), n))
+        k = max(0, min(int(k), n))
         return self.slice_level(0, 0, k) if self._offsets else LoDTensor._trusted(self._data[:k], ())
 
     def tail(self, k: int = 5) -> "LoDTensor":
         """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
         n = len(self)
-        k = max(1, min(int(k), n))
+        k = max(0, min(int(k), n))
         return self.slice_level(0, n - k, n) if self._offsets else LoDTensor._trusted(self._data[n - k:], ())
 
     def _reader(self) -> _lod.WindowReader:
@@ -304,9 +304,6 @@ class LoDTensor:
 
     def _extract(self, level, begin, end, read, sizes) -> "LoDTensor":
         offsets, row_begin, row_end = _lod.extract_range(level, begin, end, read, sizes, self.n_rows)
-        if any(len(o) < 2 for o in offsets):
-            raise LodIndexError(f"level {level}: the selected part is empty below level {level}; "
-                                "an empty LoD level has no valid offsets")
         names = self._level_names[level:] if self._level_names else None
         return LoDTensor._trusted(self._data[row_begin:row_end], offsets, names)
 

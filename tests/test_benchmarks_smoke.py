@@ -28,6 +28,7 @@ SECTIONS = [
     "## Bounded memory: pack (issue 5)",
     "## Out-of-core operators (issue 5)",
     "## Interop: conversions and Parquet (issue 18)",
+    "## Toolkit operators in memory (issue 17)",
 ]
 
 TARGET_ROWS = [
@@ -46,6 +47,8 @@ TARGET_ROWS = [
     "`lodtool pool` out-of-core throughput ≤ 1.5× slower than in memory",
     "`lodtool pack x.parquet` ≥ 1× `pq.read_table` + `from_arrow`",
     "`lodtool unpack --to parquet` ≤ 1.2× `pq.write_table`",
+    "`sequence_conv` kernel ≥ 1.5× its NumPy reference",
+    "`im2sequence` ≥ 2× Paddle's op",
 ]
 
 

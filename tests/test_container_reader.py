@@ -241,7 +241,8 @@ def test_offsets_beyond_int64(path):
     (0, [1, 3, 4, 6], "the first offset must be 0"),
     (0, [0, 3, 4, 5], "level 1 has 6 sequences"),
     (1, [0, 3, 5, 9, 10, 12, 14], "the data has 15 rows"),
-    (0, [0], "a level needs at least 2"),
+    (0, [0], "offset[0]=0 but level 1 has 6 sequences"),  # zero sequences: legal, but not over 6 below
+    (0, [], "a level needs at least the offset 0"),
 ])
 def test_bad_offsets_are_reported_and_refused(path, level, values, message):
     save(path, articles())

@@ -122,6 +122,14 @@ def test_explicit_dtype_casts_safely_or_refuses(path):
             w.add_tensor("x", dtype=object, element_shape=(), lod_level=1)
 
 
+def test_a_tensor_of_zero_sequences_round_trips(path):
+    with LodWriter(path) as w:  # nothing appended: offsets [0] at every level, a value like any other
+        w.add_tensor("x", dtype="int64", element_shape=(3,), lod_level=2)
+    t = load(path, "x")
+    assert t.lod == [[0], [0]] and t.shape == (0, 3) and t.dtype == np.int64 and t.to_nested() == []
+    assert validate_file(path).ok
+
+
 def test_writer_shape_checks(path):
     with pytest.raises(LodShapeError, match="LoD level"):
         with LodWriter(path) as w:
@@ -129,9 +137,6 @@ def test_writer_shape_checks(path):
     with pytest.raises(LodShapeError, match="element shape"):
         with LodWriter(path) as w:
             w.add_tensor("x", dtype=None, element_shape=(2,), lod_level=2).append(articles())
-    with pytest.raises(LodShapeError, match="no sequences"):
-        with LodWriter(path) as w:
-            w.add_tensor("x", dtype="int64", element_shape=(), lod_level=1)
     with pytest.raises(LodShapeError, match="level name"):
         with LodWriter(path) as w:
             w.add_tensor("x", dtype=None, lod_level=2, level_names=["a"])

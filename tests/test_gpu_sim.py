@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 from lodtool import LoDTensor
 from lodtool.errors import LodError
 from lodtool.lod import lod_from_lengths, validate_lod
-from lodtool.ops import (from_time_major, pack_plan, sequence_expand, sequence_mask, sequence_pad, sequence_pool,
-                         sequence_reverse, sequence_softmax, sequence_unpad, to_time_major)
+from lodtool.ops import (array_to_lod_tensor, from_time_major, lod_tensor_to_array, pack_plan, sequence_expand,
+                         sequence_mask, sequence_pad, sequence_pool, sequence_reverse, sequence_softmax, sequence_unpad,
+                         to_time_major)
 from lodtool import _device
 from lodtool.ops import _cuda
 from lodtool.ops.expand import cuda_expand
@@ -137,7 +138,7 @@ def check_reverse(xp, x: LoDTensor) -> None:
 
 
 def check_pack(xp, x: LoDTensor, level: int) -> None:
-    lvl = level % x.lod_level
+    lvl = x.lod_level - 1  # the row-moving primitives: a step is a row at the last level
     plan = pack_plan(x, lvl, backend="numpy")
     lengths, s, u, b = cuda_pack_plan(xp, plan.row_offsets)
     assert np.array_equal(host(lengths), plan.lengths)
@@ -253,6 +254,9 @@ def check_op_pack(x: LoDTensor, level: int) -> None:
     assert all_on_device(restored) and same_tensor(x, restored.to("cpu"))
     if plan.num_steps:  # the per-step list form
         assert same_tensor(x, from_time_major(plan.split(steps), plan).to("cpu"))
+        parts = lod_tensor_to_array(xd, plan)
+        assert all(on_device(p.data) for p in parts)
+        assert same_tensor(x, array_to_lod_tensor(parts, plan).to("cpu"))
 
 
 def check_op_validation(levels: list[np.ndarray], n_rows: int) -> None:
@@ -572,8 +576,8 @@ def test_sim_edge_cases():
         cuda_unpad(np, np.zeros((2, 4)), [1, 5])
     with pytest.raises(LodError, match=r"lengths\[0\]=-1 is negative"):
         cuda_unpad(np, np.zeros((2, 4)), [-1, 2])
-    with pytest.raises(LodError, match="every sequence is repeated 0 times"):
-        cuda_expand(np, np.zeros(2), [0, 2], [0, 0])
+    out, off = cuda_expand(np, np.zeros(2), [0, 2], [0, 0])  # every sequence repeated 0 times: zero sequences
+    assert host(out).shape == (0,) and host(off).tolist() == [0]
 
 
 # -- the public path on the stand-in "device" -----------------------------------------------------

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from lodtool import LoDTensor
 from lodtool.errors import LodIndexError, LodUsageError, LodValidationError
-from lodtool.lod import (extract_range, find_lod_problems, format_path, lengths_from_lod, lengths_to_offsets,
-                         lod_from_lengths, memory_reader, offsets_to_lengths, parse_path, resolve_branch,
-                         validate_lod)
+from lodtool.lod import (check_paddle_lod, extract_range, find_lod_problems, format_path, lengths_from_lod,
+                         lengths_to_offsets, lod_from_lengths, memory_reader, offsets_to_lengths, paddle_valid,
+                         parse_path, resolve_branch, validate_lod)
 
 from .strategies import lod_lengths
 
@@ -41,7 +42,7 @@ def test_lengths_table_round_trip_and_valid(table):
 @pytest.mark.parametrize("lod, rows, message", [
     ([[0, 3, 5, 10, 9]], 9, "level 0: offset[4]=9 < offset[3]=10 (offsets must not decrease)"),
     ([[1, 3]], 3, "level 0: offset[0]=1 (the first offset must be 0)"),
-    ([[0]], 0, "level 0: has 1 offset(s); a level needs at least 2"),
+    ([[]], 0, "level 0: has 0 offsets; a level needs at least the offset 0"),
     ([[0, 2]], 3, "level 0: offset[1]=2 but the data has 3 rows"),
     ([[0, 2, 3], [0, 2, 4]], 4, "level 0: offset[2]=3 but level 1 has 2 sequences"),
     ([[0, 1.5]], 2, "level 0: offsets must be integers, got dtype float64"),
@@ -56,11 +57,11 @@ def test_validation_messages(lod, rows, message):
     assert isinstance(err.value, ValueError)
 
 
-def plain_rule_problems(lod, n_rows):
-    """The Paddle rules written out in plain Python, one loop per rule."""
+def plain_rule_problems(lod, n_rows, least=1):
+    """The rules written out in plain Python, one loop per rule (``least=2``: Paddle's)."""
     bad = []
     for k, level in enumerate(lod):
-        if len(level) < 2 or level[0] != 0:
+        if len(level) < least or (level and level[0] != 0):
             bad.append(k)
         elif any(b < a for a, b in zip(level, level[1:])):
             bad.append(k)
@@ -75,8 +76,31 @@ def plain_rule_problems(lod, n_rows):
 @given(st.lists(st.lists(st.integers(-3, 12), min_size=0, max_size=7), min_size=1, max_size=3),
        st.integers(0, 12))
 def test_validation_matches_plain_rules(lod, n_rows):
-    problems = find_lod_problems([np.array(level, dtype=np.int64) for level in lod], n_rows)
+    levels = [np.array(level, dtype=np.int64) for level in lod]
+    problems = find_lod_problems(levels, n_rows)
     assert sorted({p.level for p in problems}) == plain_rule_problems(lod, n_rows)
+    paddle = find_lod_problems(levels, n_rows, paddle=True)
+    assert sorted({p.level for p in paddle}) == plain_rule_problems(lod, n_rows, least=2)
+    assert paddle_valid(levels, n_rows) == (not paddle)
+
+
+@pytest.mark.parametrize("lod,rows", [([[0]], 0), ([[0], [0]], 0), ([[0, 0], [0]], 0), ([[0, 0, 0], [0]], 0),
+                                      ([[0, 2, 2], [0, 0, 0], [0]], 0)])
+def test_zero_sequences_are_valid_but_not_for_paddle(lod, rows):
+    levels = [np.array(o, np.int64) for o in lod]
+    validate_lod(levels, rows)
+    assert LoDTensor(np.zeros(rows), lod=lod).lod == lod
+    assert not paddle_valid(levels, rows)
+    with pytest.raises(LodValidationError, match="at least 2 .one sequence."):
+        check_paddle_lod(levels, rows)
+
+
+def test_paddle_rule_is_unchanged_for_everything_else():
+    good = [np.array([0, 2, 3]), np.array([0, 1, 1, 4])]
+    assert paddle_valid(good, 4) and not paddle_valid(good, 5)
+    check_paddle_lod(good, 4)
+    with pytest.raises(LodValidationError, match="offset\\[2\\]=1 < offset\\[1\\]=2"):
+        check_paddle_lod([np.array([0, 2, 1])], 1)
 
 
 def test_blockwise_validation_equals_whole():

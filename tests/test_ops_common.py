@@ -135,6 +135,18 @@ OPS_CALLS = {
     "sequence_enumerate": lambda x: ops.sequence_enumerate(x, 2, device="cuda"),
     "sequence_reshape": lambda x: ops.sequence_reshape(x, 1, device="cuda"),
 }
+OPS_CALLS.update({
+    "sequence_scatter": lambda x: ops.sequence_scatter(np.zeros((2, 3)), LoDTensor(np.array([0, 1]), [[0, 1, 2]]),
+                                                       [1.0, 2.0], device="cuda"),
+    "sequence_conv": lambda x: ops.sequence_conv(x, np.ones((3, 1)), device="cuda"),
+    "sequence_topk_avg_pooling": lambda x: ops.sequence_topk_avg_pooling(x, [1, 1], [2, 3], [1], device="cuda"),
+    "im2sequence": lambda x: ops.im2sequence(np.zeros((1, 1, 2, 2)), (1, 1), device="cuda"),
+    "lod_tensor_to_array": lambda x: ops.lod_tensor_to_array(x, ops.pack_plan(x), device="cuda"),
+    "array_to_lod_tensor": lambda x: ops.array_to_lod_tensor(ops.lod_tensor_to_array(x, ops.pack_plan(x)),
+                                                             ops.pack_plan(x), device="cuda"),
+    "reorder_lod_tensor_by_rank": lambda x: ops.reorder_lod_tensor_by_rank(x, ops.pack_plan(x), device="cuda"),
+    "shrink_memory": lambda x: ops.shrink_memory(x, 0, ops.pack_plan(x), device="cuda"),
+})
 
 
 @pytest.mark.parametrize("name", sorted(OPS_CALLS))

@@ -96,8 +96,8 @@ def test_unpad_errors():
         sequence_unpad(padded, [1, -2, 1])
     with pytest.raises(LodValidationError):
         sequence_unpad(padded, [1.0, 2.0, 1.0])
-    with pytest.raises(LodShapeError, match="no sequences"):
-        sequence_unpad(np.zeros((0, 4)), [])
+    empty = sequence_unpad(np.zeros((0, 4)), [])  # zero sequences: an empty tensor with offsets [0]
+    assert empty.lod == [[0]] and empty.shape == (0,)
     with pytest.raises(LodShapeError, match="sequences, maxlen"):
         sequence_unpad(np.zeros(4), [1, 2, 1, 0])
 
@@ -116,6 +116,31 @@ def test_mask():
         sequence_mask([1.5])
     with pytest.raises(LodUsageError):
         sequence_mask([1], maxlen=-3)
+
+
+@pytest.mark.parametrize("maxlen", [np.array([2]), np.array([[2]], np.int32), [2], np.int64(2)])
+def test_mask_takes_maxlen_as_a_one_element_array(maxlen):
+    # Paddle takes maxlen as a tensor of one element as well as an int
+    m = sequence_mask(np.array([2, 0, 3]), maxlen=maxlen, dtype="int64")
+    assert m.tolist() == [[1, 1], [0, 0], [1, 1]]
+
+
+@pytest.mark.parametrize("maxlen", [np.array([2, 3]), np.array([2.0]), np.array([], np.int64), np.array([-1])])
+def test_mask_refuses_other_arrays(maxlen):
+    with pytest.raises(LodUsageError, match="maxlen"):
+        sequence_mask([1, 2], maxlen=maxlen)
+
+
+def test_pad_and_pool_of_zero_sequences():
+    x = LoDTensor(np.zeros((0, 3), np.float32), [[0]])
+    for backend in BACKENDS:
+        padded, lengths = sequence_pad(x, backend=backend)
+        assert padded.shape == (0, 0, 3) and lengths.shape == (0,)
+        padded, _ = sequence_pad(x, maxlen=4, backend=backend)
+        assert padded.shape == (0, 4, 3)
+        back = sequence_unpad(padded, lengths, backend=backend)
+        assert back.lod == [[0]] and back.shape == (0, 3)
+    assert sequence_mask(np.zeros(0, np.int64), maxlen=np.array([3])).shape == (0, 3)
 
 
 @OPS_SETTINGS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,3 +193,82 @@ def test_random_floats_against_python(backend):
             total = seq.sum(axis=0)
             want = {"sum": total, "average": total / len(seq), "sqrt": total / math.sqrt(len(seq))}[pool_type]
             np.testing.assert_allclose(out[i], want, rtol=1e-12, atol=1e-12)
+
+
+# -- Paddle's edges: pad_value through float32, and MaxIndex (tests/data/paddle_ops/pool_edges.npz) -----------
+
+EDGES = Path(__file__).parent / "data" / "paddle_ops" / "pool_edges.npz"
+
+
+def paddle_pool_cases():
+    with np.load(EDGES) as z:
+        count = len([k for k in z.files if k.endswith("_out")])
+        cases = []
+        for i in range(count):
+            lod = [z[f"pool_{i}_lod{k}"] for k in range(2) if f"pool_{i}_lod{k}" in z.files]
+            cases.append({"x": z[f"pool_{i}_x"], "lod": lod, "type": ["max", "sum", "average"][int(z[f"pool_{i}_type"])],
+                          "pad": float(z[f"pool_{i}_attrs"][0]), "out": z[f"pool_{i}_out"],
+                          "index": z[f"pool_{i}_index"] if f"pool_{i}_index" in z.files else None})
+        return cases
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_paddle_pad_value_and_max_index(backend):
+    cases = paddle_pool_cases()
+    assert len(cases) >= 30 and sum(c["index"] is not None for c in cases) >= 10
+    for i, case in enumerate(cases):
+        x = LoDTensor(case["x"], case["lod"])
+        if case["index"] is not None:
+            out, index = sequence_pool(x, "max", case["pad"], return_index=True, backend=backend)
+            assert index.dtype == np.int32 and np.array_equal(index, case["index"]), i
+        else:
+            out = sequence_pool(x, case["type"], case["pad"], backend=backend)
+        tol = 1e-6 if x.dtype == np.float32 else 1e-15
+        np.testing.assert_allclose(out.data, case["out"], rtol=tol, atol=tol, err_msg=str(i))
+        empty = np.diff(x.offsets[-1]) == 0
+        assert same_bits(out.data[empty], case["out"][empty]), i  # the pad rows: Paddle's bits exactly
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pad_value_goes_through_float32_on_float64(backend):
+    x = LoDTensor(np.ones(2), [[0, 0, 2]])
+    out = sequence_pool(x, "sum", 0.3, backend=backend)
+    assert out.data.tolist() == [0.30000001192092896, 2.0]
+    out = sequence_pool(LoDTensor(np.ones(2, np.float32), [[0, 0, 2]]), "sum", 0.3, backend=backend)
+    assert out.data[0] == np.float32(0.3)
+    out = sequence_pool(LoDTensor(np.ones(2, np.int16), [[0, 0, 2]]), "average", 0.3, backend=backend)
+    assert out.dtype == np.float64 and out.data[0] == 0.30000001192092896  # float64 output: as Paddle's attribute
+    assert sequence_pool(LoDTensor(np.ones(2, np.int8), [[0, 0, 2]]), "sum", 7, backend=backend).data[0] == 7
+    assert np.isinf(sequence_pool(x, "max", 1e300, backend=backend).data[0])  # beyond float32: inf, as Paddle
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_index(backend):
+    x = LoDTensor(np.array([[1, 9], [4, 9], [4, 2], [0, 0]], np.float32), [[0, 3, 3, 4]])
+    out, index = sequence_pool(x, "max", return_index=True, backend=backend)
+    assert out.data.tolist() == [[4, 9], [0, 0], [0, 0]] and index.tolist() == [[1, 0], [-1, -1], [3, 3]]
+    _, index = sequence_pool(x, "min", return_index=True, backend=backend)
+    assert index.tolist() == [[3 - 3, 2], [-1, -1], [3, 3]]
+    nan = LoDTensor(np.array([np.nan, 5.0, 1.0, np.nan, 7.0]), [[0, 2, 5]])
+    out, index = sequence_pool(nan, "max", return_index=True, backend=backend)
+    assert np.isnan(out.data[0]) and out.data[1] == 7.0 and index.tolist() == [0, 4]
+    with pytest.raises(LodUsageError, match="return_index"):
+        sequence_pool(x, "sum", return_index=True, backend=backend)
+
+
+@OPS_SETTINGS
+@given(tensors(max_levels=2, dtypes=INTS + FLOATS + ["bool"], values="small"), st.sampled_from(["max", "min"]))
+def test_max_index_kernel_matches_reference(x, pool_type):
+    want, want_index = sequence_pool(x, pool_type, return_index=True, backend="numpy")
+    got, got_index = sequence_pool(x, pool_type, return_index=True, backend="numba")
+    assert same_bits(got.data, want.data) and same_bits(got_index, want_index)
+    data = np.asarray(x.data)
+    off = x.offsets[-1]
+    for i in range(len(off) - 1):  # each index points into its own sequence, at a row holding the result
+        idx = got_index[i]
+        if off[i] == off[i + 1]:
+            assert (idx == -1).all()
+        else:
+            assert ((idx >= off[i]) & (idx < off[i + 1])).all()
+            picked = np.take_along_axis(data, idx.reshape((1,) + idx.shape), axis=0)[0]
+            assert np.array_equal(picked, got.data[i], equal_nan=True)

@@ -53,19 +53,23 @@ pool = _file_op(
     "pool", "pooled", "pool",
     """Reduce each last-level sequence to one row (Paddle's sequence_pool); upper levels stay as the LoD.
 
-    Empty sequences get --pad-value.  Streams chunks of top-level sequences, so
-    files larger than memory work (with --device cuda each chunk goes to the GPU
-    and back).
+    Empty sequences get --pad-value (on float64 data through float32, as
+    Paddle's attribute).  --index (max, min) also writes Paddle's MaxIndex: the
+    data row each value came from, -1 for an empty sequence, as tensor
+    NAME_index.  Streams chunks of top-level sequences, so files larger than
+    memory work (with --device cuda each chunk goes to the GPU and back).
 
     \b
     Example:
       lodtool pool sentences.lod.h5 --type average -o sentence_vectors.lod.h5
       lodtool pool sentences.lod.h5 --type max --device cuda -o maxed.lod.h5
+      lodtool pool sentences.lod.h5 --type max --index -o maxed.lod.h5
     """,
     extra=[click.option("--type", "pool_type", default="sum", show_default=True,
                         type=click.Choice(["sum", "average", "sqrt", "max", "min", "first", "last"])),
            click.option("--pad-value", type=float, default=0.0, show_default=True,
-                        help="Value for empty sequences.")])
+                        help="Value for empty sequences."),
+           click.option("--index", is_flag=True, help="Also write the argmax/argmin rows (Paddle's MaxIndex).")])
 
 softmax = _file_op(
     "softmax", "softmax", "softmax",
@@ -189,11 +193,14 @@ def unpad(ctx, npz, output, name, compression, device, as_json):
 def pack_plan(file, name, level, device, as_json):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
-    the order (as torch's PackedSequence).  Reads the offsets only.
+    the order (as torch's PackedSequence).  Reads the offsets only.  A length
+    counts time steps: rows at the last level, sequences of the next level
+    above it (Paddle's lod_rank_table: an outer RNN steps over sentences).
 
     \b
     Example:
       lodtool pack-plan articles.lod.h5 --level 1 --json
+      lodtool pack-plan articles.lod.h5 --level 0     # articles, in sentences
     """
     from .. import tasks
 

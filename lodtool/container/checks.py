@@ -52,17 +52,22 @@ class Problem:
 class FileReport:
     """The result of validating one file: ``ok``, the problems, or ``error`` if reading broke off (or never began).
 
+    ``paddle_valid``: the file is valid and Paddle would accept every tensor's
+    LoD too (its rule also asks for at least one sequence per level; see
+    :func:`lodtool.lod.check_paddle_lod`).
+
     >>> FileReport("x.lod.h5", False, error="not an HDF5 file").to_dict()
-    {'path': 'x.lod.h5', 'ok': False, 'error': 'not an HDF5 file', 'problems': []}
+    {'path': 'x.lod.h5', 'ok': False, 'paddle_valid': False, 'error': 'not an HDF5 file', 'problems': []}
     """
 
     path: str
     ok: bool
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None
+    paddle_valid: bool = False
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "ok": self.ok, "error": self.error,
+        return {"path": self.path, "ok": self.ok, "paddle_valid": self.paddle_valid, "error": self.error,
                 "problems": [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else {"message": str(p)}
                              for p in self.problems]}
 
@@ -94,6 +99,7 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
     problems: list[Problem] = []
     error = None
     errors: list[str] = []
+    paddle = True  # every level holds a sequence (Paddle's rule on top of lodtool's)
     with open_file(path, max_memory=max_memory) as f:
         if f.checksum_algorithm is None:
             problems.append(Problem(path, None, None, None,
@@ -115,10 +121,12 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                                 problems.append(Problem(path, name, None, None, f"{label} has no recorded checksum"))
                 for p in f[name].validate(max_problems=max_problems):
                     problems.append(Problem(path, name, p.level, p.index, p.message))
+                paddle = paddle and all(size >= 2 for size in f[name].level_sizes)
             except LodFormatError as exc:  # an I/O failure part-way: this tensor is unreadable
                 errors.append(str(exc).removeprefix(f"{path}: "))
     error = "; ".join(errors) if errors else None
-    return FileReport(path, not problems and error is None, problems, error)
+    ok = not problems and error is None
+    return FileReport(path, ok, problems, error, paddle_valid=ok and paddle)
 
 
 # -- inspect -----------------------------------------------------------------------------------------------

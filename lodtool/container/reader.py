@@ -373,16 +373,16 @@ class LazyTensor:
     def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
         """Sequences ``begin..end`` of ``level`` with everything under them (Paddle's ``LODSlice``)."""
         level = self._level(level)
-        _lod.check_level_sizes(self._sizes)  # an empty level is a broken file, not an empty range
+        _lod.check_level_sizes(self._sizes, self._n_rows)  # a level of no offsets is a broken file
         count = self.num_sequences(level)
-        if not 0 <= begin < end <= count:
-            raise LodIndexError(f"level {level}: range {begin}:{end} is not a non-empty range inside 0:{count}")
+        if not 0 <= begin <= end <= count:
+            raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
         return self._extract(level, int(begin), int(end))
 
     def head(self, k: int = 5) -> LoDTensor:
         """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
         n = len(self)
-        k = max(1, min(int(k), n))
+        k = max(0, min(int(k), n))
         if self._sizes:
             return self.slice_level(0, 0, k)
         return LoDTensor._trusted(self._rows(0, k), ())
@@ -390,16 +390,13 @@ class LazyTensor:
     def tail(self, k: int = 5) -> LoDTensor:
         """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
         n = len(self)
-        k = max(1, min(int(k), n))
+        k = max(0, min(int(k), n))
         if self._sizes:
             return self.slice_level(0, n - k, n)
         return LoDTensor._trusted(self._rows(max(n - k, 0), n), ())
 
     def _extract(self, level: int, begin: int, end: int) -> LoDTensor:
         offsets, row_begin, row_end = _lod.extract_range(level, begin, end, self._window, self._sizes, self._n_rows)
-        if any(len(o) < 2 for o in offsets):
-            raise LodIndexError(f"level {level}: the selected part is empty below level {level}; "
-                                "an empty LoD level has no valid offsets")
         names = self.level_names[level:] if self.level_names else None
         return LoDTensor._trusted(self._rows(row_begin, row_end), offsets, names)
 

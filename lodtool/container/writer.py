@@ -460,9 +460,6 @@ class TensorWriter:
         if self._finished:
             return
         self._finished = True
-        if self.lod_level and self._lod and self._lod[0].size < 2:
-            raise LodShapeError(f"tensor {self.name!r} has no sequences; a LoD level needs at least one "
-                                "(append a chunk before closing)")
         if self._data is None:
             if self._dtype is None:
                 self._dtype = np.dtype(np.float64)

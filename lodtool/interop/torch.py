@@ -142,7 +142,13 @@ def to_packed_sequence(t: LoDTensor, level: int = -1):
 
     from ..ops.pack_plan import to_time_major
 
-    plan = _plan(t, level).to("cpu")
+    t = t.to("cpu")
+    if t.lod_level > 1:
+        # a PackedSequence steps over rows; the pack plan above the last level steps over sub-sequences (Paddle's
+        # unit), so plan a one-level view of the rows under each of the level's sequences
+        t = LoDTensor._trusted(t.data, [_row_offsets(t, level)])
+        level = 0
+    plan = _plan(t, level)
     lengths = plan.lengths
     if lengths.size and int(lengths.min()) == 0:
         empty = int(np.argmin(lengths))
@@ -153,7 +159,7 @@ def to_packed_sequence(t: LoDTensor, level: int = -1):
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order), dtype=order.dtype)
     plan = replace(plan, sorted_indices=order, unsorted_indices=inverse)
-    data, batch_sizes = to_time_major(t.to("cpu"), plan)
+    data, batch_sizes = to_time_major(t, plan)
     return PackedSequence(torch.from_numpy(data), torch.from_numpy(batch_sizes.copy()),
                           torch.from_numpy(order), torch.from_numpy(inverse))
 

@@ -771,8 +771,9 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
                      stats: dict | None = None) -> Iterator[LoDTensor]:
     """Read several JSON or JSON Lines inputs as one stream of chunks (their sequences concatenate).
 
-    Every input must hold at least one sequence, and all must agree in
-    structure.  ``progress(n)`` gets the bytes read so far over all inputs;
+    Every input must hold at least one sequence unless ``lod_level`` is given
+    (then an empty input adds zero sequences), and all must agree in structure.
+    ``progress(n)`` gets the bytes read so far over all inputs;
     ``stats["bytes_read"]`` holds the total when the iterator is done.
 
     >>> [c.to_nested() for c in iter_json_inputs([b"[[1]]\\n", b"[[2,3]]\\n"], "jsonl")]
@@ -796,9 +797,10 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
         try:
             reader = _read_jsonl if fmt_i == "jsonl" else _read_document
             yield from reader(inp, asm, js, chunk_bytes, tick)
-            if asm.sequences == before:
+            if asm.sequences == before and lod_level is None:  # with lod_level, zero sequences are a value
                 what = "no line holds a sequence" if fmt_i == "jsonl" else "it is an empty list"
-                raise LodInputError(f"{inp.name}: empty input ({what})")
+                raise LodInputError(f"{inp.name}: empty input ({what}); give lod_level (--lod-level) to store "
+                                    "zero sequences")
         finally:
             stats["bytes_read"] = base + inp.bytes_read
             inp.close()

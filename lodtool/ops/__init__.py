@@ -38,6 +38,11 @@ from .reshape import sequence_reshape
 from .reverse import sequence_reverse
 from .seq_slice import sequence_slice
 from .softmax import sequence_softmax, softmax_dtype
+from .scatter import sequence_scatter
+from .conv import sequence_conv
+from .topk_avg_pool import sequence_topk_avg_pooling
+from .im2sequence import im2sequence
+from .pack_plan import array_to_lod_tensor, lod_tensor_to_array, reorder_lod_tensor_by_rank, shrink_memory
 
 __all__ = [
     "sequence_expand", "sequence_pool", "sequence_first_step", "sequence_last_step", "POOL_TYPES", "pool_dtypes",
@@ -46,3 +51,5 @@ __all__ = [
 ]
 __all__ += ["lod_append", "lod_reset", "sequence_concat", "sequence_enumerate", "sequence_erase", "sequence_expand_as",
             "sequence_reshape", "sequence_slice"]
+__all__ += ["sequence_scatter", "sequence_conv", "sequence_topk_avg_pooling", "im2sequence"]
+__all__ += ["lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank", "shrink_memory"]

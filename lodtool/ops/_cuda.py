@@ -51,6 +51,7 @@ import numpy as np
 from .._device import is_device_array
 from .._device import to_host as _to_host
 from ..errors import LodBackendError, LodShapeError, LodValidationError
+from ..lod import _too_few
 from ._util import row_size, word_dtype
 
 #: threads per block (the simulator runs each thread as a Python thread: fewer there)
@@ -481,9 +482,9 @@ def offsets_to_lengths(xp, offsets: Any):
 
 
 def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
-    """Check a LoD on the device with Paddle's rules; returns its levels as int64 device arrays.
+    """Check a LoD on the device with lodtool's rules; returns its levels as int64 device arrays.
 
-    Every level has at least 2 offsets, starts at 0 and never decreases; each
+    Every level has at least 1 offset (``[0]``: zero sequences), starts at 0 and never decreases; each
     level ends at the sequence count of the level below, and the last one at
     ``n_rows`` (``None``: not checked, for a lone reference level).  One kernel
     per level finds the first decrease (an atomic min over the bad indices);
@@ -526,8 +527,8 @@ def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
         if j < size:
             a, b = scalars(xp, o[j - 1:j], o[j:j + 1])
             raise LodValidationError(f"level {k}: offset[{j}]={b} < offset[{j - 1}]={a} (offsets must not decrease)")
-        if size < 2:
-            raise LodValidationError(f"level {k}: has {size} offset(s); a level needs at least 2 (one sequence)")
+        if size < 1:
+            raise LodValidationError(f"level {k}: {_too_few(size, 1)}")
     for k, size in enumerate(sizes):
         end = lasts[k]
         if k + 1 < len(sizes):
@@ -593,30 +594,50 @@ def pad_words(xp, pad: np.ndarray, w: np.dtype, k: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# operators
+# compiling the kernels of other operator modules (their launchers live in ops/<op>.py)
 # ---------------------------------------------------------------------------------------------
 
+_jitted: dict = {}
 
 
+def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) -> types.SimpleNamespace:
+    """``numba.cuda.jit`` plain-Python ``kernels`` once; a namespace of them by name (leading ``_`` dropped).
 
+    ``device_functions`` are compiled first and bound by name in every kernel's
+    globals (later ones may call earlier ones), as is ``cuda``.  The functions
+    stay plain Python in their module, so importing it needs no Numba.
 
+    >>> def _twice(a, out):  # doctest: +SKIP
+    ...     i = cuda.grid(1)
+    ...     if i < a.shape[0]:
+    ...         out[i] = 2 * a[i]
+    >>> jit_kernels([_twice]).twice  # doctest: +SKIP
+    <numba.cuda.dispatcher.CUDADispatcher object at ...>
+    """
+    key = (tuple(kernels), tuple(device_functions))
+    ns = _jitted.get(key)
+    if ns is None:
+        with _compile_lock:
+            ns = _jitted.get(key)
+            if ns is None:
+                cuda = numba_cuda()
+                glb = dict(kernels[0].__globals__)
+                glb["cuda"] = cuda
 
+                def rebind(fn):
+                    f = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__)
+                    f.__qualname__ = fn.__qualname__
+                    f.__module__ = fn.__module__
+                    return f
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+                for fn in device_functions:
+                    glb[fn.__name__] = cuda.jit(device=True)(rebind(fn))
+                ns = types.SimpleNamespace(cuda=cuda)
+                for fn in kernels:
+                    setattr(ns, fn.__name__.lstrip("_"), cuda.jit(cache=not simulated())(rebind(fn)))
+                _jitted[key] = ns
+    return ns
 
 
 __all__ = ["validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
-           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated"]
+           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]

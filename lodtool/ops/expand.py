@@ -15,10 +15,10 @@ dimensions are kept.  Where lodtool differs from Paddle:
 
 * ``x`` with 0 rows (all its sequences empty): Paddle crashes; lodtool returns the
   correct empty result (0 rows, one empty sequence per copy).
-* an output with zero sequences (``x`` has a LoD and every ``rep_i`` is 0, which
-  needs a ``y`` with 0 rows): Paddle returns the offsets ``[0]``, which are not a
-  valid LoD by its own "at least 2 offsets" rule; lodtool raises
-  :class:`~lodtool.errors.LodShapeError`, as slicing an empty part does.
+* an output with zero sequences (``x`` has a LoD and every ``rep_i`` is 0):
+  0 rows with the LoD ``[[0]]``, as Paddle returns it (a level of zero
+  sequences is a value in lodtool, though Paddle's own ``set_lod`` refuses it;
+  see :func:`lodtool.lod.check_paddle_lod`).
 
 ``ref_level`` is ``-1`` (the last level) or ``0 .. levels-1``, as in Paddle;
 other negative values are refused like Paddle refuses them.
@@ -121,24 +121,12 @@ def expand_level(x: Any, y: Any, ref_level: int = -1) -> int:
         if xs != count:
             raise LodShapeError(f"{OP}: x has {xs} sequences but y's level {level} has {count}; "
                                 "they must have the same number of sequences")
-        # a valid LoD's level ends where the next level (or the data) does
-        copies = y.num_sequences(level + 1) if level + 1 < n else y.n_rows
-        if copies == 0:
-            _refuse_no_copies()
     return level
-
-
-def _refuse_no_copies() -> None:
-    raise LodShapeError(f"{OP}: every sequence is repeated 0 times, so the output would have no "
-                        "sequences, which no valid LoD can hold")
 
 
 def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, int]:
     level = expand_level(xt, yt, ref_level)
-    ref = yt.offsets[level]
-    if xt.lod_level and int(ref[-1]) == 0:  # the same for a valid LoD; device offsets are validated only later
-        _refuse_no_copies()
-    return ref, level
+    return yt.offsets[level], level
 
 
 def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
@@ -329,9 +317,6 @@ def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, valid
     out_start = xp.zeros(count + 1, _cuda.I64)
     xp.cumsum(lens * reps, out=out_start[1:])
     nq, total = _cuda.scalars(xp, ref[-1:], out_start[-1:])
-    if nq == 0:
-        raise LodShapeError("sequence_expand: every sequence is repeated 0 times, so the output would have no "
-                            "sequences, which no valid LoD can hold")
     seg = xp.empty(nq, _cuda.I64)
     _cuda.launch(xp, _cuda.compiled().seg_ids, _cuda.grid(nq), ref, count, nq, seg)
     out_off = xp.empty(nq + 1, _cuda.I64)

@@ -9,10 +9,18 @@ longer than ``t``.  :func:`pack_plan` computes that plan from the offsets alone;
 layout exactly.
 
 The sort is stable (ties keep their input order).  Empty sequences sort last
-and appear in no step (torch refuses them).  For a level above the last, a
-sequence's time steps are all the data rows under it.  A tensor on the GPU
-(CuPy data or offsets, or ``device="cuda"``) gets a plan of CuPy arrays, and
-the packing runs there too.
+and appear in no step (torch refuses them).  For a level ``k`` above the last,
+a time step is one sequence of level ``k+1``, as in Paddle's ``lod_rank_table``
+and DynamicRNN (an outer RNN steps over sentences, not words): the steps move
+whole sub-sequences, with everything under them.  A tensor on the GPU (CuPy
+data or offsets, or ``device="cuda"``) gets a plan of CuPy arrays, and the
+packing runs there too.
+
+The per-step pieces of Paddle's DynamicRNN build on a plan:
+:func:`lod_tensor_to_array` (the time steps as a list of LoD tensors) and
+:func:`array_to_lod_tensor` (back), :func:`reorder_lod_tensor_by_rank` (a
+tensor's top-level sequences in the plan's order) and :func:`shrink_memory`
+(the first ``batch_sizes[t]`` sequences of an RNN's state).
 
 >>> import numpy as np
 >>> from lodtool import LoDTensor
@@ -50,13 +58,17 @@ OP = "pack_plan"
 class PackPlan:
     """How the sequences of one level pack into time steps (all arrays int64, all on one device).
 
-    * ``lengths[i]``: rows (time steps) of sequence ``i``, in input order.
+    * ``lengths[i]``: time steps of sequence ``i``, in input order: its rows at the
+      last level, its sequences of level ``level + 1`` above it.
     * ``sorted_indices``: the sequences by decreasing length, ties in input order.
     * ``unsorted_indices``: the inverse permutation (``sorted_indices[unsorted_indices[i]] == i``).
     * ``batch_sizes[t]``: how many sequences are longer than ``t`` (one entry per step).
     * ``row_offsets``: where each sequence's rows start in the data (``n + 1`` entries).
     * ``lod``: the source tensor's offsets, so :func:`from_time_major` can rebuild it.
     * ``level``: the planned level (non-negative).
+    * ``unit_offsets``: above the last level, where each sequence of level
+      ``level + 1`` (one time step of a sequence) starts in the data rows; ``None``
+      at the last level, where a time step is one row.
     """
 
     lengths: np.ndarray
@@ -66,6 +78,7 @@ class PackPlan:
     row_offsets: np.ndarray
     lod: tuple
     level: int
+    unit_offsets: Any = None
 
     @property
     def num_sequences(self) -> int:
@@ -99,10 +112,12 @@ class PackPlan:
             move = cupy_module().asarray
         else:
             raise LodUsageError(f"unknown device {device!r}; choose cpu or cuda")
-        arrays = [getattr(self, f.name) for f in fields(self) if f.name not in ("lod", "level")]
+        names = [f.name for f in fields(self) if f.name not in ("lod", "level")
+                 and getattr(self, f.name) is not None]
+        arrays = [getattr(self, name) for name in names]
         if all(is_device_array(a) == (device == "cuda") for a in arrays + list(self.lod)):
             return self
-        moved = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name not in ("lod", "level")}
+        moved = {name: move(getattr(self, name)) for name in names}
         return replace(self, lod=tuple(move(o) for o in self.lod), **moved)
 
     def step_offsets(self) -> np.ndarray:
@@ -112,8 +127,23 @@ class PackPlan:
         xp.cumsum(self.batch_sizes, out=out[1:])
         return out
 
+    def step_row_offsets(self) -> np.ndarray:
+        """Where each time step starts in the rows of the time-major data (host int64, ``num_steps + 1``).
+
+        At the last level these are :meth:`step_offsets`; above it, a step's
+        rows are those of its sub-sequences.
+        """
+        steps = _cuda.to_host(self.step_offsets())
+        if self.unit_offsets is None:
+            return steps
+        order = _unit_order(self)
+        sizes = np.diff(_cuda.to_host(self.unit_offsets))[order]
+        rows = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=rows[1:])
+        return rows[steps]
+
     def split(self, data: np.ndarray) -> list[np.ndarray]:
-        """The time-major ``data`` as one view per step (``batch_sizes[t]`` rows each).
+        """The time-major ``data`` as one view per step (``batch_sizes[t]`` rows each, at the last level).
 
         >>> import numpy as np
         >>> from lodtool import LoDTensor
@@ -122,31 +152,42 @@ class PackPlan:
         >>> [s.tolist() for s in plan.split(to_time_major(x, plan)[0])]
         [[1, 0], [2]]
         """
-        bounds = _cuda.to_host(self.step_offsets()).tolist()  # host ints: slicing with device scalars syncs each
+        bounds = self.step_row_offsets().tolist()  # host ints: slicing with device scalars syncs each
         return [data[bounds[t]:bounds[t + 1]] for t in range(len(self.batch_sizes))]
 
 
 def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, device: str | None = None) -> PackPlan:
     """The packing plan of the sequences of ``level`` (reads the offsets only).
 
+    A sequence's length counts its time steps: rows at the last level, sequences
+    of the next level above it (Paddle's ``lod_rank_table``).
+
     >>> import numpy as np
     >>> from lodtool import LoDTensor
     >>> plan = pack_plan(LoDTensor(np.arange(4), recursive_sequence_lengths=[[1, 0, 3]]))
     >>> plan.sorted_indices.tolist(), plan.unsorted_indices.tolist(), plan.batch_sizes.tolist()
     ([2, 0, 1], [1, 2, 0], [2, 1, 1])
+    >>> x = LoDTensor(np.zeros((17, 1)), recursive_sequence_lengths=[[1, 2], [5, 1, 1], [3, 1, 5, 1, 3, 3, 1]])
+    >>> plan = pack_plan(x, level=1)  # the issue's example: an outer RNN steps over sentences
+    >>> list(zip(plan.sorted_indices.tolist(), plan.lengths[plan.sorted_indices].tolist()))
+    [(0, 5), (1, 1), (2, 1)]
     """
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
     lvl = level_index(xt, level, OP)
     be = get_backend((xt.data, *xt.offsets), backend, device)
+    upper = lvl + 1 < xt.lod_level
     if be.name == "cupy":
         # every level is checked on the device before row_offsets indexes with them
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
         roff = _cuda.row_offsets(be.xp, levels, lvl)
-        lengths, sorted_idx, unsorted_idx, batch_sizes = cuda_pack_plan(be.xp, roff, validated=True)
-        return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(levels), lvl)
+        units = _cuda.row_offsets(be.xp, levels, lvl + 1) if upper else None
+        lengths, sorted_idx, unsorted_idx, batch_sizes = cuda_pack_plan(be.xp, levels[lvl], validated=True)
+        return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(levels), lvl, units)
     roff = row_offsets(xt.offsets, lvl)
-    lengths = roff[1:] - roff[:-1]
+    units = row_offsets(xt.offsets, lvl + 1) if upper else None
+    steps = xt.offsets[lvl]
+    lengths = steps[1:] - steps[:-1]
     if be.name == "numpy":
         sorted_idx, unsorted_idx, batch_sizes = _reference(lengths)
     else:
@@ -156,7 +197,7 @@ def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, devi
         unsorted_idx = np.empty(n, np.int64)
         batch_sizes = np.empty(maxlen, np.int64)
         _plan(lengths, np.zeros(maxlen + 1, np.int64), sorted_idx, unsorted_idx, batch_sizes)
-    return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(xt.offsets), lvl)
+    return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(xt.offsets), lvl, units)
 
 
 def _reference(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,7 +258,22 @@ def _check_plan(plan: PackPlan, op: str) -> None:
         validate_lod([plan.row_offsets], int(plan.row_offsets[-1]))
     else:
         _cuda.validate_offsets(xp, [plan.row_offsets], None)
-    if not bool(xp.array_equal(plan.row_offsets[1:] - plan.row_offsets[:-1], lengths)):
+    if plan.unit_offsets is None:
+        steps = plan.row_offsets
+    else:  # above the last level: the steps are sequences of the next level, each spanning unit_offsets rows
+        units = plan.unit_offsets
+        if not isinstance(units, xp.ndarray) or units.dtype != np.int64 or units.ndim != 1 or \
+                not 0 <= plan.level < len(plan.lod):
+            raise LodValidationError(f"{op}: the plan's unit offsets must be a 1-D int64 array")
+        steps = xp.asarray(plan.lod[plan.level])
+        if xp is np:
+            validate_lod([units], plan.n_rows)
+            validate_lod([steps], len(units) - 1)
+        else:
+            _cuda.validate_offsets(xp, [steps, units], plan.n_rows)
+        if len(steps) != n + 1 or not bool(xp.array_equal(units[steps], plan.row_offsets)):
+            raise LodValidationError(f"{op}: the plan's unit offsets do not match its row offsets")
+    if not bool(xp.array_equal(steps[1:] - steps[:-1], lengths)):
         raise LodValidationError(f"{op}: the plan's lengths do not match its row offsets")
     # both in range, and order[inverse] == 0..n-1: inverse permutations (checked before indexing with them)
     if n and (int(order.min()) < 0 or int(order.max()) >= n or int(inverse.min()) < 0 or int(inverse.max()) >= n
@@ -274,6 +330,8 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
     """
     data = _source_rows(x, plan, "to_time_major")
     be = get_backend((data, plan.row_offsets), backend, device)
+    if plan.unit_offsets is not None:  # whole sub-sequences move: a gather of row ranges
+        return _take_units(be.xp, data, plan.unit_offsets, _unit_order(plan)), plan.batch_sizes
     if be.name == "cupy":
         out = cuda_to_time_major(be.xp, data, plan.row_offsets, plan.sorted_indices, plan.batch_sizes)
         return out, plan.batch_sizes
@@ -305,6 +363,15 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
     """
     data = _steps_array(steps, plan)
     be = get_backend((data, plan.row_offsets), backend, device)
+    if plan.unit_offsets is not None:
+        order = _unit_order(plan)
+        sizes = np.diff(_cuda.to_host(plan.unit_offsets))
+        at = np.zeros(len(order) + 1, np.int64)
+        np.cumsum(sizes[order], out=at[1:])  # the sub-sequences' rows in the time-major data
+        where = np.empty_like(order)
+        where[order] = np.arange(len(order), dtype=np.int64)
+        out = _take_units(be.xp, data, at, where)
+        return LoDTensor._trusted(out, plan.lod)
     if be.name == "cupy":
         out = cuda_from_time_major(be.xp, data, plan.row_offsets, plan.unsorted_indices, plan.batch_sizes)
         return LoDTensor._trusted(out, plan.lod)
@@ -321,6 +388,163 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
     return LoDTensor._trusted(out, plan.lod)
 
 
+def _unit_order(plan: PackPlan) -> np.ndarray:
+    """Above the last level: the sub-sequences (indices into level ``level + 1``) in time-major order (host)."""
+    starts = _cuda.to_host(plan.lod[plan.level])[:-1]
+    order = _cuda.to_host(plan.sorted_indices)
+    lens = _cuda.to_host(plan.lengths)[order]
+    rank = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    first = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=first[1:])
+    t = np.arange(first[-1], dtype=np.int64) - np.repeat(first[:-1], lens)
+    out = np.empty(first[-1], np.int64)
+    out[_cuda.to_host(plan.step_offsets())[t] + rank] = starts[order][rank] + t
+    return out
+
+
+def _take_units(xp, data, unit_offsets, order: np.ndarray):
+    """The rows of units ``order`` (row ranges ``unit_offsets[u]..unit_offsets[u+1]``), back to back."""
+    off = _cuda.to_host(unit_offsets)
+    starts, sizes = off[:-1][order], np.diff(off)[order]
+    at = np.zeros(len(order) + 1, np.int64)
+    np.cumsum(sizes, out=at[1:])
+    index = np.repeat(starts - at[:-1], sizes) + np.arange(at[-1], dtype=np.int64)
+    return data[xp.asarray(index)] if xp is not np else np.asarray(data)[index]
+
+
+def _array_module(arrays: tuple, device: str | None):
+    """NumPy, or CuPy for device arrays or ``device="cuda"`` (these steps gather with the array module alone)."""
+    on_gpu = any(is_device_array(a) for a in arrays)
+    return get_backend(arrays, None if (on_gpu or device == "cuda") else "numpy", device).xp
+
+
+def _take_sequences(x: LoDTensor, level: int, indices: np.ndarray, xp) -> LoDTensor:
+    """Sequences ``indices`` of ``level`` (in that order) with everything under them: a tensor of their own."""
+    current = np.asarray(indices, np.int64)
+    levels = []
+    for o in x.offsets[level:]:
+        o = _cuda.to_host(o)
+        starts, sizes = o[:-1][current], np.diff(o)[current]
+        off = np.zeros(len(current) + 1, np.int64)
+        np.cumsum(sizes, out=off[1:])
+        levels.append(off)
+        current = np.repeat(starts - off[:-1], sizes) + np.arange(off[-1], dtype=np.int64)
+    data = x.data[xp.asarray(current)] if xp is not np else np.asarray(x.data)[current]
+    names = x.level_names[level:] if x.level_names else None
+    if xp is not np:
+        levels = [xp.asarray(o) for o in levels]
+    return LoDTensor._trusted(data, tuple(levels), names)
+
+
+def lod_tensor_to_array(x: LoDTensor, plan: PackPlan, *, device: str | None = None) -> list[LoDTensor]:
+    """The time steps of ``x`` as a list of tensors (Paddle's ``lod_tensor_to_array`` over a rank table).
+
+    Step ``t`` holds the ``t``-th item of every sequence longer than ``t``, in the
+    plan's order (longest first): ``batch_sizes[t]`` rows at the last level, as a
+    0-level tensor; above it, ``batch_sizes[t]`` sub-sequences with everything
+    under them (``x.lod_level - plan.level - 1`` levels).
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 2], [2, 3, 1]])
+    >>> steps = lod_tensor_to_array(x, pack_plan(x, level=0))  # an outer RNN: one sentence a step
+    >>> [(s.data.tolist(), s.lod) for s in steps]
+    [([2, 3, 4, 0, 1], [[0, 3, 5]]), ([5], [[0, 1]])]
+    """
+    xt = as_tensor(x, "x")
+    _source_rows(xt, plan, "lod_tensor_to_array")
+    xp = _array_module((xt.data, plan.row_offsets), device)
+    steps = _cuda.to_host(plan.step_offsets()).tolist()
+    if plan.unit_offsets is None:
+        data, _ = to_time_major(xt, plan, device=device)
+        return [LoDTensor._trusted(part, ()) for part in plan.split(data)]
+    order = _unit_order(plan)
+    return [_take_sequences(xt, plan.level + 1, order[steps[t]:steps[t + 1]], xp) for t in range(len(steps) - 1)]
+
+
+def array_to_lod_tensor(steps: list, plan: PackPlan, *, device: str | None = None) -> LoDTensor:
+    """Undo :func:`lod_tensor_to_array`: the steps back into one tensor with the planned LoD.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> x = LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 2], [2, 3, 1]])
+    >>> plan = pack_plan(x, level=0)
+    >>> array_to_lod_tensor(lod_tensor_to_array(x, plan), plan).equals(x)
+    True
+    """
+    _check_plan(plan, "array_to_lod_tensor")
+    if len(steps) != plan.num_steps:
+        raise LodShapeError(f"array_to_lod_tensor: {len(steps)} steps given, the plan has {plan.num_steps}")
+    parts = [s.data if isinstance(s, LoDTensor) else s for s in steps]
+    if plan.unit_offsets is None:
+        return from_time_major(parts, plan, device=device) if parts else \
+            from_time_major(np.zeros((0,)), plan, device=device)
+    batch = _cuda.to_host(plan.batch_sizes).tolist()
+    for t, s in enumerate(steps):
+        if not isinstance(s, LoDTensor) or s.lod_level != len(plan.lod) - plan.level - 1 or len(s) != batch[t]:
+            raise LodShapeError(f"array_to_lod_tensor: step {t} must be a tensor of {batch[t]} sequences with "
+                                f"{len(plan.lod) - plan.level - 1} LoD level(s)")
+    if not parts:
+        raise LodShapeError("array_to_lod_tensor: the plan has no time steps; nothing to rebuild")
+    xp = cupy_module() if any(is_device_array(p) for p in parts) else np
+    return from_time_major(xp.concatenate([xp.asarray(p) for p in parts], axis=0), plan, device=device)
+
+
+def reorder_lod_tensor_by_rank(x: Any, plan: PackPlan, *, device: str | None = None) -> LoDTensor:
+    """``x``'s top-level sequences (rows, for a 0-level ``x``) in the plan's order (Paddle's op of that name).
+
+    ``x`` has one top-level sequence (or row) per planned sequence, such as an
+    RNN's initial state; the result lines up with the sorted batch.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> plan = pack_plan(LoDTensor(np.arange(4), recursive_sequence_lengths=[[1, 3]]))
+    >>> reorder_lod_tensor_by_rank(np.array([[10], [20]]), plan).data.tolist()
+    [[20], [10]]
+    """
+    _check_plan(plan, "reorder_lod_tensor_by_rank")
+    xt = as_tensor(x, "x")
+    count = len(xt) if xt.lod_level else xt.n_rows
+    if count != plan.num_sequences:
+        raise LodShapeError(f"reorder_lod_tensor_by_rank: x has {count} {'sequences' if xt.lod_level else 'rows'}, "
+                            f"the plan ranks {plan.num_sequences}")
+    xp = _array_module((xt.data, plan.sorted_indices), device)
+    order = _cuda.to_host(plan.sorted_indices)
+    if not xt.lod_level:
+        return LoDTensor._trusted(xt.data[xp.asarray(order)] if xp is not np else np.asarray(xt.data)[order], ())
+    return _take_sequences(xt, 0, order, xp)
+
+
+def shrink_memory(x: Any, step: int, plan: PackPlan, *, device: str | None = None) -> LoDTensor:
+    """The first ``batch_sizes[step]`` sequences (or rows) of ``x``: an RNN's state at ``step`` (``shrink_memory``).
+
+    ``x`` is in the plan's order (see :func:`reorder_lod_tensor_by_rank`), so the
+    sequences still running at ``step`` come first.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> plan = pack_plan(LoDTensor(np.arange(4), recursive_sequence_lengths=[[1, 3]]))
+    >>> shrink_memory(np.array([[20], [10]]), 1, plan).data.tolist()
+    [[20]]
+    """
+    _check_plan(plan, "shrink_memory")
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or \
+            not 0 <= step < plan.num_steps:
+        raise LodUsageError(f"shrink_memory: step must be an integer in [0, {plan.num_steps}), got {step!r}")
+    keep = int(_cuda.to_host(plan.batch_sizes[step:step + 1])[0])
+    xt = as_tensor(x, "x")
+    xp = _array_module((xt.data,), device)
+    if xp is not np and not is_device_array(xt.data):
+        xt = xt.to("cuda")
+    count = len(xt) if xt.lod_level else xt.n_rows
+    if count < keep:
+        raise LodShapeError(f"shrink_memory: x has {count} {'sequences' if xt.lod_level else 'rows'}; step {step} "
+                            f"keeps {keep}")
+    if not xt.lod_level:
+        return LoDTensor._trusted(xt.data[:keep], ())
+    return xt.slice_level(0, 0, keep)
+
+
 def _steps_array(steps: Any, plan: PackPlan):
     _check_plan(plan, "from_time_major")
     if isinstance(steps, (list, tuple)):
@@ -328,7 +552,9 @@ def _steps_array(steps: Any, plan: PackPlan):
             raise LodShapeError(f"from_time_major: {len(steps)} steps given, the plan has {plan.num_steps}")
         xp = cupy_module() if any(is_device_array(s) for s in steps) else np
         arrays = [xp.asarray(s) for s in steps]
-        for t, (s, b) in enumerate(zip(arrays, plan.batch_sizes.tolist())):
+        bounds = plan.step_row_offsets().tolist()  # rows per step: batch_sizes[t] at the last level
+        for t, s in enumerate(arrays):
+            b = bounds[t + 1] - bounds[t]
             if s.ndim == 0 or s.shape[0] != b:
                 raise LodShapeError(f"from_time_major: step {t} has shape {s.shape}; the plan says {b} rows")
         if not arrays:
@@ -479,4 +705,5 @@ def cuda_from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: An
 
 
 __all__ = ["PackPlan", "pack_plan", "to_time_major", "from_time_major", "cuda_pack_plan", "cuda_to_time_major",
-           "cuda_from_time_major"]
+           "cuda_from_time_major", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank",
+           "shrink_memory"]

@@ -223,8 +223,6 @@ def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
     n, maxlen = data.shape[:2]
     if len(lens) != n:
         raise LodShapeError(f"{OP_UNPAD}: {len(lens)} lengths for {n} padded sequences")
-    if n == 0:
-        raise LodShapeError(f"{OP_UNPAD}: no sequences; a LoD needs at least one")
     if lens.size and lens.min() < 0:
         j = int(np.argmin(lens))
         raise LodValidationError(f"{OP_UNPAD}: lengths[{j}]={int(lens[j])} is negative")
@@ -275,17 +273,35 @@ def _unpad(xw, k, off, maxlen, outw, nblocks, counter, nworkers):  # pragma: no 
             blk = atomic_add(counter, one)
 
 
+def _maxlen_scalar(maxlen: Any) -> Any:
+    """A one-element integer array (host or device) as its integer; anything else as it is."""
+    if maxlen is None or isinstance(maxlen, (int, np.integer, bool, np.bool_)):
+        return maxlen
+    if is_device_array(maxlen) or isinstance(maxlen, (np.ndarray, list, tuple)):
+        arr = np.asarray(_cuda.to_host(maxlen))
+        if arr.size != 1 or arr.dtype.kind not in "iu":
+            raise LodUsageError(f"{OP_MASK}: maxlen must be an integer or a one-element integer array, got "
+                                f"shape {arr.shape} of dtype {arr.dtype}")
+        return arr.reshape(-1)[0]
+    return maxlen
+
+
 def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = bool, *,
                   device: str | None = None) -> np.ndarray:
     """``mask[..., j] = j < lengths[...]`` with ``maxlen`` columns (Paddle's ``sequence_mask``).
 
     ``maxlen`` defaults to the longest length; a shorter one truncates the mask,
-    as in Paddle.  Negative lengths are a :class:`~lodtool.errors.LodValidationError`.
-    CuPy lengths (or ``device="cuda"``) give a CuPy mask.
+    as in Paddle.  It may also be a one-element integer array (NumPy or CuPy),
+    as Paddle takes a tensor.  Negative lengths are a
+    :class:`~lodtool.errors.LodValidationError`.  CuPy lengths (or
+    ``device="cuda"``) give a CuPy mask.
 
     >>> sequence_mask([1, 3], dtype="int64").tolist()
     [[1, 0, 0], [1, 1, 1]]
+    >>> sequence_mask([1, 3], maxlen=np.array([2])).tolist()
+    [[True, False], [True, True]]
     """
+    maxlen = _maxlen_scalar(maxlen)
     if device is not None or is_device_array(lengths):
         be = get_backend(lengths, "numpy" if device == "cpu" else None, device)  # no Numba for a mask
         if be.name == "cupy":
@@ -379,8 +395,6 @@ def cuda_unpad(xp, padded: Any, lengths: Any):
     n, maxlen = int(padded.shape[0]), int(padded.shape[1])
     if int(lens.shape[0]) != n:
         raise LodShapeError(f"sequence_unpad: {int(lens.shape[0])} lengths for {n} padded sequences")
-    if n == 0:
-        raise LodShapeError("sequence_unpad: no sequences; a LoD needs at least one")
     res = xp.full(2, n, _cuda.I64)
     _cuda.launch(xp, _cuda.compiled().first_outside, _cuda.grid(n), lens, n, 0, maxlen, res)
     neg, over = _cuda.scalars(xp, res[:1], res[1:])

@@ -58,6 +58,9 @@ from . import _cuda
 from ._backend import get_backend
 from ._util import U, as_tensor, as_words, cast_value, empty_words, need_lod, row_size, words_of
 
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
+
 OP = "sequence_pool"
 POOL_TYPES = ("sum", "average", "sqrt", "max", "min", "first", "last")
 SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
@@ -98,8 +101,8 @@ def _code(pool_type: str) -> int:
     return POOL_TYPES.index(name)
 
 
-def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, backend: str | None = None,
-                  device: str | None = None) -> LoDTensor:
+def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, return_index: bool = False,
+                  backend: str | None = None, device: str | None = None):
     """Pool each last-level sequence of ``x`` to one row (Paddle's ``sequence_pool``).
 
     ``pool_type`` is one of ``sum``, ``average``, ``sqrt``, ``max``, ``min``,
@@ -109,6 +112,12 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, b
     or offsets) runs on the GPU: first/last give the same bits, sum/max/min the
     CPU kernel's bits, average/sqrt the same IEEE division (see
     :func:`lodtool.ops._cuda.pool`).
+
+    On float64 output, ``pad_value`` is rounded to float32 first, as Paddle
+    stores it (a float attribute): 0.3 pads as 0.30000001192092896.
+    ``return_index=True`` (``max`` and ``min``) also returns Paddle's
+    ``MaxIndex``: per sequence and value, the data row the result came from
+    (the first such row; int32, -1 for an empty sequence), as ``(out, index)``.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -120,19 +129,51 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, b
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
     code = _code(pool_type)
+    if return_index and code not in (MAX, MIN):
+        raise LodUsageError(f"{OP}: return_index is for max and min pooling (Paddle's MaxIndex), not {pool_type!r}")
     out_dtype, acc_dtype = pool_dtypes(xt.dtype, pool_type)
+    pad_value = paddle_pad_value(pad_value, out_dtype)
     pad = cast_value(pad_value, out_dtype, f"{OP}: pad_value", xt.element_shape)
     be = get_backend((xt.data, *xt.offsets), backend, device)
     names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
+    index = None
     if be.name == "cupy":  # every level checked on the device; the kept levels live there too
         levels = _cuda.validate_offsets(be.xp, xt.offsets, xt.n_rows)
         data = cuda_pool(be.xp, xt.data, levels[-1], pool_type, pad_value, validated=True)
-        return LoDTensor._trusted(data, levels[:-1], names)
+        if return_index:
+            index = cuda_max_index(be.xp, xt.data, levels[-1], data, acc_dtype)
+        out = LoDTensor._trusted(data, levels[:-1], names)
+        return (out, index) if return_index else out
     if be.name == "numpy":
-        data = _reference(np.asarray(xt.data), xt.offsets[-1], code, pad, out_dtype, acc_dtype)
+        data, index = _reference(np.asarray(xt.data), xt.offsets[-1], code, pad, out_dtype, acc_dtype,
+                                 return_index)
     else:
-        data = _pool_numba(xt.data, xt.offsets[-1], code, pad, out_dtype, acc_dtype)
-    return LoDTensor._trusted(data, xt.offsets[:-1], names)
+        data, index = _pool_numba(xt.data, xt.offsets[-1], code, pad, out_dtype, acc_dtype, return_index)
+    out = LoDTensor._trusted(data, xt.offsets[:-1], names)
+    return (out, index) if return_index else out
+
+
+def paddle_pad_value(pad_value: Any, out_dtype: np.dtype) -> Any:
+    """``pad_value`` as Paddle applies it: through float32 (its attribute's type) when the output is float64.
+
+    >>> float(paddle_pad_value(0.3, np.dtype(np.float64)))
+    0.30000001192092896
+    """
+    if np.dtype(out_dtype) != np.float64:
+        return pad_value
+    try:
+        value = np.asarray(pad_value)
+    except (TypeError, ValueError):
+        return pad_value  # cast_value explains what is wrong with it
+    if value.dtype.kind not in "biuf":
+        return pad_value
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, as Paddle's attribute holds it
+        return value.astype(np.float64).astype(np.float32).astype(np.float64)
+
+
+def index_dtype(n_rows: int) -> np.dtype:
+    """MaxIndex's dtype: int32 as Paddle's, int64 for data of 2**31 rows or more."""
+    return np.dtype(np.int32) if n_rows < 2 ** 31 else np.dtype(np.int64)
 
 
 def sequence_first_step(x: LoDTensor, pad_value: Any = 0, **kwargs) -> LoDTensor:
@@ -158,7 +199,7 @@ def sequence_last_step(x: LoDTensor, pad_value: Any = 0, **kwargs) -> LoDTensor:
 
 
 def _reference(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, out_dtype: np.dtype,
-               acc_dtype: np.dtype) -> np.ndarray:
+               acc_dtype: np.dtype, return_index: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """The plain NumPy implementation (the specification the kernels are tested against)."""
     n = len(off) - 1
     lens = off[1:] - off[:-1]
@@ -166,11 +207,12 @@ def _reference(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, ou
     starts = off[:-1][full]
     out = np.empty((n,) + data.shape[1:], out_dtype)
     out[~full] = pad
+    index = np.full((n,) + data.shape[1:], -1, index_dtype(data.shape[0])) if return_index else None
     if not starts.size:
-        return out
+        return out, index
     if code in (FIRST, LAST):
         out[full] = data[starts if code == FIRST else off[1:][full] - 1]
-        return out
+        return out, index
     acc = data.astype(acc_dtype, copy=False)
     expand = (slice(None),) + (None,) * (data.ndim - 1)
     if code in (SUM, AVERAGE, SQRT):
@@ -189,11 +231,17 @@ def _reference(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, ou
         else:
             total = (np.maximum if code == MAX else np.minimum).reduceat(acc, starts, axis=0)
     out[full] = total.astype(out_dtype, copy=False)
-    return out
+    if return_index:  # the first row holding the result (a NaN result came from the first row)
+        seq = np.repeat(np.arange(starts.size), lens[full])
+        rows = np.arange(data.shape[0])[(slice(None),) + (None,) * (data.ndim - 1)]
+        hit = np.where(acc == total[seq], rows, np.iinfo(np.int64).max)
+        first = np.minimum.reduceat(hit, starts, axis=0)
+        index[full] = np.where(total != total, starts[expand], first)
+    return out, index
 
 
 def _pool_numba(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, out_dtype: np.dtype,
-                acc_dtype: np.dtype) -> np.ndarray:
+                acc_dtype: np.dtype, return_index: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     n = len(off) - 1
     shape = (n,) + tuple(data.shape[1:])
     if code in (FIRST, LAST):
@@ -202,7 +250,7 @@ def _pool_numba(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, o
         padw = words_of(np.ascontiguousarray(pad), xw.dtype)
         if k:
             _pick_rows(xw, U(k), off.view(np.uint64), code == LAST, padw, outw, *schedule(n))
-        return out
+        return out, None
     width = row_size(data.shape[1:])
     # one compiled kernel per 64-bit type: narrower ints widen (exactly), float16 computes in float32
     work = _kernel_dtype(data.dtype, acc_dtype)
@@ -219,7 +267,13 @@ def _pool_numba(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, o
         scale = np.empty(0, acc_dtype)
     if width:
         _pool(x2, off.view(np.uint64), code, pad2, scale, out, *schedule(n))
-    return out.astype(out_dtype, copy=False).reshape(shape)
+    index = None
+    if return_index:
+        index = np.empty((n, width), index_dtype(data.shape[0]))
+        if width:
+            _first_equal(x2, off.view(np.uint64), out, index, *schedule(n))
+        index = index.reshape(shape)
+    return out.astype(out_dtype, copy=False).reshape(shape), index
 
 
 def _kernel_dtype(dtype: np.dtype, acc_dtype: np.dtype) -> np.dtype:
@@ -371,4 +425,81 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
     return out.astype(out_dtype, copy=False).reshape((n,) + elem)
 
 
-__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "pool_dtypes", "POOL_TYPES", "cuda_pool"]
+@kernel(parallel=True)
+def _first_equal(x2, off, out, index, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+    """``index[i, j]``: the first row of sequence ``i`` whose value ``j`` is ``out[i, j]`` (MaxIndex).
+
+    A NaN result came from the first row (max and min keep a NaN first row); -1 for an empty sequence.
+    """
+    one = U(1)
+    n = U(off.shape[0]) - one
+    k = x2.shape[1]
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, one)
+        while blk < nblocks:
+            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
+                a = off[i]
+                b = off[i + one]
+                for j in range(k):
+                    v = out[i, j]
+                    found = -1
+                    if a < b:
+                        found = np.int64(a)
+                        if v == v:
+                            for r in range(a, b):
+                                if x2[r, j] == v:
+                                    found = np.int64(r)
+                                    break
+                    index[i, j] = found
+            blk = atomic_add(counter, one)
+
+
+def _first_equal_dev(x2, off, n, w, out, index):  # pragma: no cover - CUDA kernel
+    """``index[i, c]`` as :func:`_first_equal`, one thread per (sequence, column)."""
+    e = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while e < n * w:
+        i = e // w
+        c = e - i * w
+        a = off[i]
+        b = off[i + 1]
+        found = -1
+        if a < b:
+            found = a
+            v = out[i, c]
+            if v == v:
+                for r in range(a, b):
+                    if x2[r, c] == v:
+                        found = r
+                        break
+        index[i, c] = found
+        e += stride
+
+
+def cuda_max_index(xp, data, off, out, acc_dtype: np.dtype):
+    """MaxIndex on the device: the first row of each sequence equal to its result ``out`` (int32, -1: empty).
+
+    Exact, because max and min pick an existing value.
+
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> x, off, out = cp.array([3.0, 9.0, 9.0]), cp.array([0, 2, 2, 3]), cp.array([9.0, 0.0, 9.0])  # doctest: +SKIP
+    >>> cuda_max_index(cp, x, off, out, np.dtype(np.float64)).tolist()  # doctest: +SKIP
+    [1, -1, 2]
+    """
+    n_rows = int(data.shape[0])
+    n = int(off.shape[0]) - 1
+    elem = tuple(data.shape[1:])
+    width = row_size(elem)
+    work = acc_dtype if acc_dtype.kind == "f" else (np.dtype(np.uint64) if data.dtype.kind == "u" else
+                                                      np.dtype(np.int64))
+    x2 = xp.ascontiguousarray(data.reshape(n_rows, width).astype(work, copy=False))
+    o2 = xp.ascontiguousarray(out.reshape(n, width).astype(work, copy=False))
+    index = xp.empty((n, width), index_dtype(n_rows))
+    if n and width:
+        kern = _cuda.jit_kernels([_first_equal_dev]).first_equal_dev
+        _cuda.launch(xp, kern, _cuda.grid(n * width), x2, off, n, width, o2, index)
+    return index.reshape((n,) + elem)
+
+
+__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "pool_dtypes", "POOL_TYPES",
+           "paddle_pad_value", "index_dtype", "cuda_pool", "cuda_max_index"]

@@ -156,8 +156,13 @@ class _WriteBehind:
 
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
-            *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None) -> OpResult:
-    """Apply ``fn`` to each chunk of whole top-level sequences and append the results."""
+            *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None,
+            second: str | None = None) -> OpResult:
+    """Apply ``fn`` to each chunk of whole top-level sequences and append the results.
+
+    With ``second`` (a tensor name), ``fn`` returns two tensors per chunk; the
+    second goes to tensor ``{output name}_{second}`` of the same file.
+    """
     from ..container.writer import LodWriter
 
     keep_large_buffers_unpooled()  # flat memory however long the file (see lodtool._memory)
@@ -171,25 +176,49 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
         with LodWriter(output, **writer_kwargs) as w:
             tw = None
             with _WriteBehind() as behind:
+                tw2 = None
+
+                def add(result):
+                    names = result.level_names if result.level_names else None
+                    return w.add_tensor(name_out if tw is None else f"{name_out}_{second}", dtype=result.dtype,
+                                        element_shape=result.element_shape, lod_level=result.lod_level,
+                                        level_names=names)
+
                 for chunk in t.iter_chunks(max_rows=chunk_rows):
                     result = fn(chunk)
                     del chunk
+                    if second is not None:
+                        result, extra = result
                     if tw is None:
-                        names = result.level_names if result.level_names else None
-                        tw = w.add_tensor(name_out, dtype=result.dtype, element_shape=result.element_shape,
-                                          lod_level=result.lod_level, level_names=names)
+                        tw = add(result)
+                        if second is not None:
+                            tw2 = add(extra)
                     behind.put(tw.append, result)
+                    if second is not None:
+                        behind.put(tw2.append, extra)
                     rows += result.shape[0]
                     seqs += len(result)
                     last = result
                     del result
+                if tw is None:  # zero top-level sequences: the operator on the empty tensor gives the output
+                    last = fn(t.slice_level(0, 0, 0) if t.lod_level else t.head(0))
+                    if second is not None:
+                        last, extra = last
+                    tw = add(last)
+                    behind.put(tw.append, last)
+                    if second is not None:
+                        behind.put(add(extra).append, extra)
         return OpResult(str(output), name_out, rows, seqs, last.lod_level, str(last.dtype))
 
 
 def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = None,
          out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
-         max_memory: int | None = None, device: str = "cpu") -> OpResult:
+         max_memory: int | None = None, device: str = "cpu", index: bool = False) -> OpResult:
     """``sequence_pool`` over a container, streamed by top-level sequences.
+
+    ``index=True`` (``max``/``min``) also writes Paddle's ``MaxIndex``, the data
+    row each value came from (-1 for an empty sequence), as tensor
+    ``{name}_index`` with the same LoD.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -198,13 +227,37 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     >>> r = pool(os.path.join(d, "x.h5"), os.path.join(d, "avg.h5"), pool_type="average")
     >>> load(os.path.join(d, "avg.h5")).data.tolist(), r.sequences
     ([0.5, 3.0], 2)
+    >>> _ = pool(os.path.join(d, "x.h5"), os.path.join(d, "max.h5"), pool_type="max", index=True)
+    >>> load(os.path.join(d, "max.h5"), "tensor_index").data.tolist()
+    [1, 4]
     """
     from ..ops import sequence_pool
+    from ..ops.pool import index_dtype
 
     _check_device(device)
-    return _stream(path, output, name, out_name,
-                   lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+    if not index:
+        return _stream(path, output, name, out_name,
+                       lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
+                       compression=compression, max_memory=max_memory)
+    if str(pool_type).lower() not in ("max", "min"):
+        raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
+    rows_before = [0]  # chunk indices count from the chunk's first row; the file's count from its first
+    dtype = []
+
+    def run(chunk):
+        if not dtype:  # one dtype for the whole file: int32 as Paddle's, int64 past 2**31 rows
+            f, t = _open_tensor(path, name, max_memory)
+            with f:
+                dtype.append(index_dtype(t.n_rows))
+        out, idx = sequence_pool(chunk, pool_type, pad_value=pad_value, return_index=True, device=device)
+        idx = np.asarray(to_host(idx)).astype(dtype[0])
+        idx[idx >= 0] += rows_before[0]
+        rows_before[0] += chunk.n_rows
+        out = out.to("cpu")
+        return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
+
+    return _stream(path, output, name, out_name, run, compression=compression, max_memory=max_memory,
+                   second="index")
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -397,7 +450,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
             for roff in row_offset_windows(t, lvl, window):
                 yield roff[1:] - roff[:-1]
 
-        longest = max(int(block.max()) for block in lengths())
+        longest = max((int(block.max()) for block in lengths() if block.size), default=0)
         maxlen = padded_length(maxlen, longest, lvl)
         max_rows = _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         mask_rows = max(1, max_rows // max(maxlen, 1))  # no more sequences than a padded chunk, at a byte each
@@ -410,7 +463,9 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
         padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device)
         # the first block before anything is written: a pad_value the dtype cannot hold, a device or a read that
         # fails, fails with nothing written (a stream gets no partial archive)
-        first = next(padded)
+        first = next(padded, None)
+        if first is None:  # zero sequences: an empty padded array of the right shape
+            first = np.zeros((0, maxlen) + tuple(t.element_shape), t.dtype)
         shape = (count, maxlen) + tuple(t.element_shape)
         write_npz_members(output, [("padded", shape, t.dtype, itertools.chain([first], padded)),
                                    ("lengths", (count,), np.int64, lengths()),

@@ -116,11 +116,17 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
             rows += chunk.n_rows
             sequences += len(chunk)
             seen = chunk.dtype if seen is None else np.result_type(seen, chunk.dtype)
+        if tw is None:  # empty input with a known lod_level (readers refuse it otherwise): zero sequences
+            if names is not None and len(names) != lod_level:
+                raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {lod_level}")
+            writer.add_tensor(name, dtype=target if target is not None else np.float64, element_shape=(),
+                              lod_level=lod_level, level_names=names)
+            seen = target if target is not None else np.dtype(np.float64)
     if progress is not None:
         progress(stats["bytes_read"])
-    assert first is not None  # every reader raises on empty input
     out_dtype = target if target is not None else seen
-    return PackResult(os.fspath(output), name, rows, sequences, first.lod_level, np.dtype(out_dtype),
+    levels = first.lod_level if first is not None else lod_level
+    return PackResult(os.fspath(output), name, rows, sequences, levels, np.dtype(out_dtype),
                       int(stats["bytes_read"]))
 
 
