@@ -13,11 +13,23 @@ from hypothesis import strategies as st
 
 from lodtool import LoDTensor, load, save
 from lodtool.container import shards
-from lodtool.container.shards import (MANIFEST_NAME, ShardWriter, commit_manifest, concat_tensors, merge,
-                                      open_path, open_sharded, read_manifest, shard_file, shard_name,
-                                      validate_sharded, verify_sharded, write_shard)
+from lodtool.container.reader import open_file
+from lodtool.container.shards import (
+    MANIFEST_NAME,
+    ShardWriter,
+    commit_manifest,
+    concat_tensors,
+    merge,
+    open_path,
+    open_sharded,
+    read_manifest,
+    shard_file,
+    shard_name,
+    validate_sharded,
+    verify_sharded,
+    write_shard,
+)
 from lodtool.errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodVersionError
-from lodtool.format.container import open_file
 
 from .strategies import lod_tensors
 

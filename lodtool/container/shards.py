@@ -49,15 +49,13 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .. import atomic as _atomic
 from .. import lod as _lod
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor
-
-# the container's own modules (one place to re-point when the layout moves)
-from ..format import atomic as _atomic
-from ..format import checksum as _checksum
-from ..format import spec as _spec
-from ..format.limits import check_memory, resolve_max_memory
+from . import checksum as _checksum
+from . import spec as _spec
+from .limits import check_memory, resolve_max_memory
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -325,7 +323,7 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
 
 def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
     """Write ``folder/lodtool.json`` atomically (temp file, fsync, rename, fsync the folder)."""
-    from ..format.writer import _created_by
+    from .writer import _created_by
 
     manifest.created_by = manifest.created_by or _created_by()
     text = json.dumps(manifest.to_json(), indent=1).encode() + b"\n"
@@ -335,7 +333,7 @@ def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
 
 # -- shards -------------------------------------------------------------------------------------------------
 def _tensor_datasets(h5, name: str):
-    from ..format.container import _datasets_of
+    from .checks import _datasets_of
 
     group = h5[name]
     level = int(group.attrs.get(_spec.ATTR_LOD_LEVEL, 0))
@@ -352,8 +350,8 @@ def shard_checksum(path: str | os.PathLike) -> str:
     >>> shard_checksum(p).startswith("xxh3_64:")
     True
     """
-    from ..format._h5 import translate
-    from ..format.lazy import open_file
+    from ._h5 import translate
+    from .reader import open_file
 
     path = os.fspath(path)
     hasher = _checksum.new_hasher()
@@ -370,7 +368,7 @@ def shard_checksum(path: str | os.PathLike) -> str:
 
 def refuse_foreign_storage(path: str, f) -> None:
     """Refuse a container whose datasets keep their values in other files (external storage, virtual datasets)."""
-    from ..format._h5 import translate
+    from ._h5 import translate
 
     with translate(path, "cannot check the storage of its datasets"):
         for name in f.names:
@@ -383,7 +381,7 @@ def refuse_foreign_storage(path: str, f) -> None:
 
 def describe_shard(path: str | os.PathLike, file: str | None = None) -> ShardInfo:
     """The manifest entry of a container: its checksum and every tensor's counts (metadata only)."""
-    from ..format.lazy import open_file
+    from .reader import open_file
 
     path = os.fspath(path)
     with open_file(path) as f:
@@ -402,7 +400,7 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
     >>> info.file, info.tensors["t"].sequences, info.tensors["t"].rows
     ('part-00000.lod.h5', 2, 4)
     """
-    from ..format.writer import save
+    from .writer import save
 
     path = os.fspath(path)
     kwargs = {} if compression is None else {"compression": compression}
@@ -594,7 +592,7 @@ class ShardWriter:
 
     # the shard being written
     def _start_shard(self) -> None:
-        from ..format.writer import LodWriter
+        from .writer import LodWriter
 
         kwargs = {} if self.compression is None else {"compression": self.compression}
         self._path = os.path.join(self.folder, shard_name(self._index))
@@ -770,7 +768,7 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
     >>> load(os.path.join(d, "m.lod.h5")).equals(t)
     True
     """
-    from ..format.writer import LodWriter
+    from .writer import LodWriter
 
     kwargs = {} if compression is None else {"compression": compression}
     with open_sharded(folder, max_memory=max_memory) as f, LodWriter(output, **kwargs) as w:
@@ -818,7 +816,7 @@ def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
 class ShardedTensor:
     """One tensor of a sharded folder, read lazily as one logical tensor.
 
-    It answers what :class:`~lodtool.format.lazy.LazyTensor` answers for the
+    It answers what :class:`~lodtool.container.reader.LazyTensor` answers for the
     reading commands and the streaming operators: sizes, dtype, offsets windows
     and row ranges (global positions), branches, level slices, head, tail,
     chunks of whole top-level sequences, validation and level statistics.  A
@@ -1040,7 +1038,7 @@ class ShardedTensor:
 
     def checked_level_stats(self) -> list[dict]:
         """Length statistics of every level across all shards, after validating every shard."""
-        from ..format.lazy import _length_stats
+        from .reader import _length_stats
 
         for i in range(self.n_shards):
             problems = self.shard(i)[1].validate(max_problems=1)
@@ -1050,7 +1048,7 @@ class ShardedTensor:
                               f"tensor {self.name!r} level {k} lengths") for k in range(self.lod_level)]
 
     def level_stats(self, level: int) -> dict:
-        from ..format.lazy import _length_stats
+        from .reader import _length_stats
 
         level = self._level(level)
         return _length_stats(self._global_blocks(level), self._file.max_memory, self._path,
@@ -1081,7 +1079,7 @@ class ShardedFile:
         return os.path.join(self.path, self.manifest.shards[i].file)
 
     def _shard_file(self, i: int):
-        from ..format.lazy import open_file
+        from .reader import open_file
 
         if i in self._open:
             return self._open[i]
@@ -1189,7 +1187,7 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
     ...     len(f.tensor())
     1
     """
-    from ..format.lazy import open_file
+    from .reader import open_file
 
     if is_sharded(path):
         return open_sharded(path, max_memory=max_memory)
@@ -1209,7 +1207,7 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
     >>> validate_sharded(d).ok
     True
     """
-    from ..format.container import FileReport, Problem, validate_file
+    from .checks import FileReport, Problem, validate_file
 
     path = os.fspath(path)
     problems: list = []
@@ -1270,7 +1268,7 @@ def verify_sharded(path: str | os.PathLike) -> list:
     >>> verify_sharded(d)
     []
     """
-    from ..format.container import ChecksumMismatch, verify_file
+    from .checks import ChecksumMismatch, verify_file
 
     path = os.fspath(path)
     manifest = read_manifest(path)
