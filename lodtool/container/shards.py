@@ -53,7 +53,6 @@ from .. import atomic as _atomic
 from .. import lod as _lod
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor
-from . import checksum as _checksum
 from . import spec as _spec
 from .limits import check_memory, resolve_max_memory
 
@@ -238,6 +237,8 @@ def _parse_shard(k: int, raw, specs: dict, where: str) -> ShardInfo:
     checksum = raw.get("checksum")
     if not isinstance(checksum, str):
         raise _bad(where, f"shard {k}: checksum is {checksum!r}; expected a string")
+    from . import checksum as _checksum  # xxhash: only when a manifest is read
+
     checksum = _checksum.parse_digest(checksum, f"{where}: shard {k}")
     tensors = raw.get("tensors")
     if not isinstance(tensors, dict) or set(tensors) != set(specs):
@@ -350,6 +351,7 @@ def shard_checksum(path: str | os.PathLike) -> str:
     >>> shard_checksum(p).startswith("xxh3_64:")
     True
     """
+    from . import checksum as _checksum
     from ._h5 import translate
     from .reader import open_file
 
