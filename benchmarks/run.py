@@ -17,6 +17,7 @@ memory     peak RSS of ``lodtool pack`` on a 1 GB and a 4 GB input
 ooc        operators on a file 2x larger than an RSS cap vs the in-memory path
 newops     the operators of issue 17 vs their NumPy references; ``lod_reset`` vs Paddle's op
 batch      padding waste per batching mode vs random, pack fill, planning 10M sequences, BatchDataset tokens/s
+dask       ``lodtool.dask`` pool and parallel pack on 2 process workers vs 1; scheduler overhead
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -55,6 +56,7 @@ SECTIONS = {
     "ooc": ("bench_ooc.py", "Out-of-core operators"),
     "newops": ("bench_ops_new.py", "More sequence operators"),
     "batch": ("bench_batch.py", "Training batches"),
+    "dask": ("bench_dask.py", "lodtool on Dask"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "

@@ -27,6 +27,7 @@ SECTIONS = [
     "## Validation speed (issue 5)",
     "## Bounded memory: pack (issue 5)",
     "## Out-of-core operators (issue 5)",
+    "## lodtool on Dask (issue 19)",
 ]
 
 TARGET_ROWS = [

@@ -26,7 +26,7 @@ from lodtool.interop import dask as lod_dask  # noqa: E402
 def client():
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
                            silence_logs=logging.ERROR)
     with Client(cluster) as c:
         yield c
