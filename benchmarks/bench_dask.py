@@ -25,7 +25,6 @@ overhead falls under 5% of a partition's work.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile

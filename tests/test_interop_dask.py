@@ -16,8 +16,17 @@ import pytest
 pytest.importorskip("distributed")
 
 from lodtool import LoDTensor, load, save, tasks  # noqa: E402
-from lodtool.container.shards import (MANIFEST_NAME, ShardWriter, concat_tensors, merge, open_sharded,  # noqa: E402
-                                      read_manifest, shard_name, validate_sharded, write_shard)
+from lodtool.container.shards import (  # noqa: E402
+    MANIFEST_NAME,
+    ShardWriter,
+    concat_tensors,
+    merge,
+    open_sharded,
+    read_manifest,
+    shard_name,
+    validate_sharded,
+    write_shard,
+)
 from lodtool.errors import LodUsageError  # noqa: E402
 from lodtool.interop import dask as lod_dask  # noqa: E402
 
@@ -102,6 +111,8 @@ def test_pool_matches_the_one_process_path(client, corpus, tmp_path, pool_type):
     tasks.pool(corpus["single"], want_path, pool_type=pool_type)
     bag = lod_dask.read(corpus["folder"], partition_size=512).pool(pool_type)
     _same_bytes(bag.compute(), load(want_path))
+    if pool_type != "sum":
+        return  # one written run is enough: the shards hold what compute() joins
     out = str(tmp_path / "out")
     bag.to_container(out)
     merge(out, str(tmp_path / "merged.lod.h5"))

@@ -384,12 +384,11 @@ class LodBag:
             y_name = ty.name
             if ty.lod_level == 0:
                 raise LodShapeError("sequence_expand: y has no LoD; expanding needs y's LoD at ref_level")
-            level = ty.lod_level - 1 if ref_level == -1 else int(ref_level)
-            count = ty.num_sequences(level) if 0 <= level < ty.lod_level else None
-            expand_level(_SpecSizes(self.spec, sum(p.stop - p.start for p in self.partitions)), ty, ref_level)
-        parts = self.partitions
-        return _ExpandBag(parts, spec=self.spec, max_memory=self._max_memory, label="expand",
-                          expand=(y, y_name, level, count))
+            # the shape checks of sequence_expand, from sizes alone (x's count from the plan)
+            level = expand_level(_SpecSizes(self.spec, sum(p.stop - p.start for p in self.partitions)), ty,
+                                 ref_level)
+        return _ExpandBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
+                          expand=(y, y_name, level))
 
     def pad(self, pad_value: Any = 0, maxlen: int | None = None, level: int = -1) -> "PaddedBag":
         """``sequence_pad`` of each partition to one common ``maxlen`` (the longest, when ``None``)."""
@@ -548,7 +547,7 @@ class _ExpandBag(LodBag):
         return tokenize(super()._token(), self._expand_args)
 
     def _task(self, part: Partition) -> tuple:
-        y, y_name, level, _ = self._expand_args
+        y, y_name, level = self._expand_args
         return (_expand_partition, part, self._max_memory, y, y_name, level)
 
 
