@@ -55,6 +55,7 @@ from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsa
 from ..tensor import LoDTensor
 from . import spec as _spec
 from .limits import check_memory, resolve_max_memory
+from .reader import LazyTensor
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -965,47 +966,37 @@ class ShardedTensor:
             raise LodIndexError("index a ShardedTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
         return self.branch(*path)
 
-    def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
-        """Sequences ``begin..end`` of ``level`` with everything under them, joined across shards."""
-        level = self._level(level)
-        count = self.num_sequences(level)
-        if not 0 <= begin < end <= count:
-            raise LodIndexError(f"level {level}: range {begin}:{end} is not a non-empty range inside 0:{count}")
-        # the global offsets windows span the shards the range touches: one row range, read shard by shard
-        offsets, row_begin, row_end = _lod.extract_range(level, int(begin), int(end), self.read_offsets,
-                                                         self.level_sizes, self._n_rows)
-        if any(len(o) < 2 for o in offsets):
-            raise LodIndexError(f"level {level}: the selected part is empty below level {level}; "
-                                "an empty LoD level has no valid offsets")
-        names = self.level_names[level:] if self.level_names else None
-        return LoDTensor._trusted(self.read_rows(row_begin, row_end), offsets, names)
+    # Level slices, head and tail are the single-file reader's own methods, run on this handle's global
+    # windows (_window, _rows, _sizes): what a range may be, and what an empty part gives, is decided in one
+    # place for files and folders alike.
+    @property
+    def _sizes(self) -> list[int]:
+        return self.level_sizes
 
-    def _top_slice(self, begin: int, end: int) -> LoDTensor:
-        if self.lod_level:
-            return self.slice_level(0, begin, end)
-        return LoDTensor._trusted(self.read_rows(begin, end), ())
+    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
+        return self.read_offsets(level, start, stop)
 
-    def head(self, k: int = 5) -> LoDTensor:
-        """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(1, min(int(k), n))
-        return self._top_slice(0, k)
+    def _rows(self, begin: int, end: int) -> np.ndarray:
+        return self.read_rows(begin, end)
 
-    def tail(self, k: int = 5) -> LoDTensor:
-        """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(1, min(int(k), n))
-        return self._top_slice(max(n - k, 0), n)
+    slice_level = LazyTensor.slice_level
+    head = LazyTensor.head
+    tail = LazyTensor.tail
+    _extract = LazyTensor._extract
 
     # -- whole reads -------------------------------------------------------------------------------------
     def read(self) -> LoDTensor:
         """The whole tensor, every shard validated; its size is checked against the memory limit first."""
         check_memory(self.nbytes, self._file.max_memory, self._path, f"tensor {self.name!r}")
-        parts = [self.shard(i)[1].read() for i in range(self.n_shards) if self._rows_at[i + 1] > self._rows_at[i]
-                 or (self.lod_level and self._seq_at[0][i + 1] > self._seq_at[0][i])]
-        if not parts:
-            raise LodValidationError(f"{self._path}: tensor {self.name!r} has no sequences")
-        return concat_tensors(parts, self.level_names)
+        parts = [self.shard(i)[1].read() for i in range(self.n_shards)]
+        if parts:
+            return concat_tensors(parts, self.level_names)
+        empty = tuple(np.zeros(1, np.int64) for _ in range(self.lod_level))
+        try:  # a manifest of no shards: zero sequences, where the LoD rules allow them
+            _lod.validate_lod(empty, 0)
+        except LodValidationError as exc:
+            raise LodValidationError(f"{self._path}: tensor {self.name!r} has no shards ({exc})") from None
+        return LoDTensor._trusted(np.zeros((0,) + self.element_shape, self.dtype), empty, self.level_names)
 
     def validate(self, max_problems: int = 20) -> list[_lod.LodProblem]:
         """Every broken LoD rule of every shard (indices are global positions)."""
