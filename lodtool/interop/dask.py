@@ -133,12 +133,12 @@ def _run(part: Partition, fns: _Chain, max_memory: int | None):
     return t
 
 
-def _lod_of(part: Partition, fns: tuple, max_memory: int | None):
+def _lod_of(part: Partition, fns: _Chain, max_memory: int | None):
     t = _run(part, fns, max_memory)
     return None if t is None else ([np.asarray(o) for o in t.offsets], t.n_rows, t.element_shape, t.dtype)
 
 
-def _longest(part: Partition, fns: tuple, max_memory: int | None, level: int) -> int:
+def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> int:
     from ..ops.pad import pad_level
 
     t = _run(part, fns, max_memory)
@@ -155,7 +155,7 @@ def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
     return roff
 
 
-def _pad(part: Partition, fns: tuple, max_memory: int | None, pad_value, maxlen: int, level: int):
+def _pad(part: Partition, fns: _Chain, max_memory: int | None, pad_value, maxlen: int, level: int):
     from ..ops import sequence_pad
 
     t = _run(part, fns, max_memory)
@@ -644,7 +644,7 @@ def _to_awkward(t: LoDTensor):
 class _AwkwardPartitions:
     """dask-awkward's io function: reads a partition as an awkward array; ``mock()`` answers the type."""
 
-    def __init__(self, spec, fns: tuple, max_memory: int | None):
+    def __init__(self, spec, fns: _Chain, max_memory: int | None):
         self.spec, self.fns, self.max_memory = spec, fns, max_memory
 
     def __call__(self, part: Partition):
