@@ -296,3 +296,9 @@ def test_a_reader_during_pack_append_sees_the_old_or_the_new_manifest(client, tm
     assert isinstance(result, list) and result, result
     assert set(result) <= {1, 2, 3, 4} and result == sorted(result) and result[-1] == 4
     assert len(read_manifest(folder).shards) == 4
+
+
+def test_tasks_carry_absolute_paths_for_workers_in_other_folders(corpus, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(corpus["folder"]))
+    parts, _ = lod_dask.plan(os.path.basename(corpus["folder"]), partition_size=512)
+    assert parts and all(os.path.isabs(p.path) and os.path.isfile(p.path) for p in parts)

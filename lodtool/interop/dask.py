@@ -225,7 +225,7 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
     from ..container.reader import open_file
     from ..container.shards import TensorSpec, open_path
 
-    path = os.fspath(path)
+    path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
     with open_path(path, max_memory=max_memory) as f:
         t = f.tensor(name)
         spec = TensorSpec.of(t)
@@ -378,7 +378,7 @@ class LodBag:
 
         if self._fns:
             raise LodUsageError("expand needs x as stored: call it on read(...) before other operators")
-        y = os.fspath(y)
+        y = os.path.abspath(os.fspath(y))
         with open_path(y, max_memory=self._max_memory) as f:
             ty = f.tensor(y_name)
             y_name = ty.name
@@ -449,7 +449,7 @@ class LodBag:
 
         from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
 
-        folder = os.fspath(folder)
+        folder = os.path.abspath(os.fspath(folder))
         prepare_folder(folder, append=append)
         base = next_shard_index(folder)
         name = name or self.name or "tensor"
@@ -709,7 +709,8 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise LodUsageError("no input given")
     if any(s == "-" for s in sources):
         raise LodUsageError("a parallel pack reads files, not stdin")
-    folder = os.fspath(folder)
+    sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
+    folder = os.path.abspath(os.fspath(folder))
     prepare_folder(folder, append=append)
     base = next_shard_index(folder)
     paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
