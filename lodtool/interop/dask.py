@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import lod as _lod
-from ..errors import LodShapeError, LodUsageError
+from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor
 
 #: the default bytes of rows per partition
@@ -431,9 +431,15 @@ class LodBag:
         from ..container.shards import concat_tensors
 
         results = [r for r in _compute(self.to_delayed(), progress, kwargs) if r is not None]
-        if not results:
-            raise LodUsageError("the result holds no sequences")
-        return concat_tensors(results)
+        if results:
+            return concat_tensors(results)
+        spec = self.spec if not self._fns else _spec_after(self)
+        empty = tuple(np.zeros(1, np.int64) for _ in range(spec.lod_level))
+        try:  # zero sequences, where the LoD rules allow them
+            _lod.validate_lod(empty, 0)
+        except LodValidationError as exc:
+            raise LodUsageError(f"the result holds no sequences ({exc})") from None
+        return LoDTensor._trusted(np.zeros((0,) + tuple(spec.element_shape), spec.dtype), empty, spec.level_names)
 
     def to_container(self, folder: str | os.PathLike, *, name: str | None = None, compression: str | None = None,
                      append: bool = False, progress: Callable[[int, int], None] | None = None, **kwargs):
