@@ -66,7 +66,7 @@ def build_sharded(folder: Path, data_bytes: int, seed: int = 0) -> dict:
                 done += len(data)
                 sequences += len(lens)
             rows += done
-            w._finish_shard()  # one shard per weight: uneven shards
+            w.end_shard()  # one shard per weight: uneven shards
     return {"rows": rows, "sequences": sequences, "bytes": rows * 4}
 
 

@@ -73,7 +73,7 @@ def corpus(tmp_path_factory):
     with ShardWriter(folder, shard_size="1MB") as w:
         for p in parts:
             w.write(p)
-            w._finish_shard()  # one shard per part: uneven on purpose
+            w.end_shard()  # one shard per part: uneven on purpose
     if _empty_allowed():
         from lodtool.container.shards import TensorSpec, commit_manifest
 

@@ -607,7 +607,8 @@ class ShardWriter:
         self._used = 0
         self._counts = {name: [0, [0] * s.lod_level] for name, s in self.specs.items()}
 
-    def _finish_shard(self) -> None:
+    def end_shard(self) -> None:
+        """Commit the shard being written now (if any); the next sequences start a new shard."""
         if self._writer is None:
             return
         writer, self._writer = self._writer, None
@@ -656,14 +657,14 @@ class ShardWriter:
                     break
                 stop = min(a + 2 * (stop - a), n)
             if b == 0:  # the next sequences do not fit in this shard: start the next one
-                self._finish_shard()
+                self.end_shard()
                 continue
             b = n - a if b is None else b
             part = {name: _slice(t, a, a + b) for name, t in tensors.items()}
             self._append(part, int(cost[:b].sum()))
             del part
             if self._used >= self.shard_size:
-                self._finish_shard()
+                self.end_shard()
             a += b
 
     def _cut(self, cost: np.ndarray, levels: list[np.ndarray], totals: list[int], remaining: int) -> int | None:
@@ -694,7 +695,7 @@ class ShardWriter:
         if not self._open:
             raise LodUsageError(f"{self.folder}: this shard writer is already finished")
         try:
-            self._finish_shard()
+            self.end_shard()
             if not self.specs:
                 raise LodUsageError(f"{self.folder}: nothing was written")
             manifest = commit_manifest(self.folder, self.specs, self.shards, append=self.append)
