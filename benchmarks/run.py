@@ -19,6 +19,7 @@ newops     the operators of issue 17 vs their NumPy references; ``lod_reset`` vs
 batch      padding waste per batching mode vs random, pack fill, planning 10M sequences, BatchDataset tokens/s
 interop    zero-copy conversions (awkward, Arrow, torch); pack/unpack Parquet vs pyarrow
 toolkit    issue 17's operators (scatter, conv, top-k average pooling, im2sequence) vs reference, Paddle
+dask       ``lodtool.dask`` pool and parallel pack on 2 process workers vs 1; scheduler overhead
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -59,6 +60,7 @@ SECTIONS = {
     "batch": ("bench_batch.py", "Training batches"),
     "interop": ("bench_interop.py", "Interop"),
     "toolkit": ("bench_ops_toolkit.py", "Toolkit operators (issue 17)"),
+    "dask": ("bench_dask.py", "lodtool on Dask"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "

@@ -45,6 +45,7 @@ _LAZY = {
     "ops": ("lodtool.ops", None),
     "batch_plan": ("lodtool.tasks", "batch_plan"),
     "batches": ("lodtool.tasks", "batches"),
+    "dask": ("lodtool.interop.dask", None),
 }
 
 

@@ -165,6 +165,7 @@ COMMAND_TASKS = {
     "slice": "slice", "head": "head", "tail": "tail", "tree": "tree", "expand": "expand", "pool": "pool",
     "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan",
     "batch": "batch",
+    "shard": "shard", "merge": "merge",
 }
 COMMAND_TASKS.update({"concat": "concat", "seq-slice": "seq_slice", "erase": "erase", "enumerate": "enumerate",
                       "reshape": "reshape", "lod-reset": "lod_reset"})
@@ -207,6 +208,7 @@ def _args(command: str, d: Path) -> list[str]:
         "pack-plan": [h5],
         **_sequence_args(h5, out),
         "batch": [h5, "--max-tokens", "4"],
+        "shard": [h5, "-o", str(d / "shards")], "merge": [str(d / "shards"), "-o", out],
     }[command]
 
 

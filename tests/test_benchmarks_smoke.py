@@ -29,6 +29,7 @@ SECTIONS = [
     "## Out-of-core operators (issue 5)",
     "## Interop: conversions and Parquet (issue 18)",
     "## Toolkit operators in memory (issue 17)",
+    "## lodtool on Dask (issue 19)",
 ]
 
 TARGET_ROWS = [

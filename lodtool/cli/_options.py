@@ -168,3 +168,12 @@ def message(ctx: click.Context, text: str) -> None:
     """A human message on stderr (silenced by -q)."""
     if not is_quiet(ctx):
         click.echo(text, err=True)
+
+
+def scheduler_options(f):
+    """``--scheduler processes|threads|ADDRESS`` and ``--workers N``: run on Dask instead of in this process."""
+    f = click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="Dask workers for --scheduler processes|threads (default: one per core).")(f)
+    return click.option("--scheduler", default=None, metavar="processes|threads|ADDRESS",
+                        help="Run on Dask: local process workers, local threads, or a scheduler address "
+                             "(tcp://host:8786). Without it: today's single-process path.")(f)

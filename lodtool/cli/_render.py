@@ -146,6 +146,21 @@ def progress(total: int | None, description: str, enabled: bool) -> Iterator[Cal
         yield lambda n: bar.update(task, completed=n)
 
 
+@contextlib.contextmanager
+def partition_progress(description: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A bar counting partitions (or shards) done on stderr; a no-op when disabled or stderr is no terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 # -- trees -------------------------------------------------------------------------------------
 class TreeSource:
     """What the tree and bars renderers need: offsets windows and a few rows of a leaf.

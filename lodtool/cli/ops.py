@@ -23,6 +23,26 @@ def _report(ctx, result, as_json: bool, verb: str) -> None:
                          f"{result.lod_level} LoD levels) -> {result.output}:{result.name}")
 
 
+class opt_result:
+    """A summary dict of :func:`lodtool.tasks.on_dask` read like an ``OpResult``."""
+
+    def __init__(self, info: dict):
+        self.__dict__.update(info)
+
+
+def _on_dask(ctx, op: str, file: str, output: str, scheduler: str, workers, device: str, as_json: bool, **options):
+    """The operator on Dask (``--scheduler``), with a bar counting partitions."""
+    from .. import tasks
+    from ._render import partition_progress
+
+    if device != "cpu":
+        raise click.UsageError("--scheduler runs the CPU kernels; drop --device cuda")
+    if output == "-":
+        raise click.UsageError("--scheduler writes files or folders, not stdout")
+    with partition_progress(f"{op} partitions", not opt.is_quiet(ctx) and not as_json) as tick:
+        return tasks.on_dask(op, file, output, scheduler=scheduler, workers=workers, progress=tick, **options)
+
+
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @click.command(name)
     @click.argument("file")
@@ -32,11 +52,19 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @opt.compression_option
     @opt.max_memory_option
     @opt.device_option
+    @opt.scheduler_options
     @opt.json_option
     @click.pass_context
-    def command(ctx, file, name, output, out_name, compression, max_memory, device, as_json, **kwargs):
+    def command(ctx, file, name, output, out_name, compression, max_memory, device, scheduler, workers, as_json,
+                **kwargs):
         from .. import tasks
 
+        if scheduler:
+            info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, name=name,
+                            out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory),
+                            **kwargs)
+            _report(ctx, opt_result(info), as_json, verb)
+            return
         with opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
                                              max_memory=opt.parse_size(max_memory), device=device, **kwargs)
@@ -99,9 +127,10 @@ reverse = _file_op(
 @opt.compression_option
 @opt.max_memory_option
 @opt.device_option
+@opt.scheduler_options
 @opt.json_option
 @click.pass_context
-def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, device, as_json):
+def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, device, scheduler, workers, as_json):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -119,6 +148,12 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
 
     x_path, x_name = opt.parse_file_ref(x)
     y_path, y_name = opt.parse_file_ref(y)
+    if scheduler:
+        info = _on_dask(ctx, "expand", x_path, output, scheduler, workers, device, as_json, name=x_name, y=y_path,
+                        y_name=y_name, ref_level=ref_level, out_name=out_name, compression=compression,
+                        max_memory=opt.parse_size(max_memory))
+        _report(ctx, opt_result(info), as_json, "expanded")
+        return
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
                               compression=compression, max_memory=opt.parse_size(max_memory), device=device)
@@ -135,9 +170,10 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
 @opt.max_memory_option
 @opt.device_option
+@opt.scheduler_options
 @opt.json_option
 @click.pass_context
-def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, as_json):
+def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, scheduler, workers, as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -152,9 +188,13 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, a
     """
     from .. import tasks
 
-    with opt.input_path(file) as src:
-        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
+    if scheduler:
+        info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, name=name,
+                        pad_value=pad_value, maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory))
+    else:
+        with opt.input_path(file) as src:
+            info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
+                             maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -189,8 +229,10 @@ def unpad(ctx, npz, output, name, compression, device, as_json):
 @opt.name_option
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
 @opt.device_option
+@opt.scheduler_options
 @opt.json_option
-def pack_plan(file, name, level, device, as_json):
+@click.pass_context
+def pack_plan(ctx, file, name, level, device, scheduler, workers, as_json):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
     the order (as torch's PackedSequence).  Reads the offsets only.  A length
@@ -204,8 +246,11 @@ def pack_plan(file, name, level, device, as_json):
     """
     from .. import tasks
 
-    with opt.input_path(file) as src:
-        plan = tasks.pack_plan(src, name=name, level=level, device=device)
+    if scheduler:  # the partitions' offsets read in parallel, the plan made once
+        plan = _on_dask(ctx, "pack_plan", file, None, scheduler, workers, device, True, name=name, level=level)
+    else:
+        with opt.input_path(file) as src:
+            plan = tasks.pack_plan(src, name=name, level=level, device=device)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
             "lengths": plan.lengths, "batch_sizes": plan.batch_sizes}
     if as_json:

@@ -21,11 +21,16 @@ from .. import io as formats
 @click.option("--name", default="tensor", show_default=True, help="Tensor name inside the container.")
 @click.option("--level-names", default=None, metavar="A,B,..", help="Names of the levels, e.g. article,sentence.")
 @opt.compression_option
-@click.option("--append", is_flag=True, help="Add the input's top-level sequences to an existing tensor.")
+@click.option("--append", is_flag=True, help="Add the input's top-level sequences to an existing tensor "
+                                               "(into a folder: new shards).")
 @click.option("--column", default=None, help="The column of a Parquet or Arrow table (default: its only column).")
+@click.option("--shard-size", default=None, metavar="SIZE",
+              help="Write a sharded folder (-o DIR/) with shards of about SIZE bytes (256MB, 1GB).")
+@opt.scheduler_options
 @opt.json_option
 @click.pass_context
-def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, as_json):
+def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
+         scheduler, workers, as_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -43,8 +48,18 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack sample_data/articles.json -o articles.lod.h5 --level-names article,sentence
       cat docs.jsonl | lodtool pack - --format jsonl -o docs.lod.h5
       lodtool pack corpus.parquet --column tokens -o corpus.lod.h5
+      lodtool pack shards/*.jsonl -o corpus/ --shard-size 1GB
+      lodtool pack shards/*.jsonl -o corpus/ --scheduler processes --workers 8   # one shard per input
     """
     from .. import tasks
+
+    if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
+        if column:
+            raise click.UsageError("--column is not supported with a sharded folder yet: pack the column into a "
+                                   "file, then `lodtool shard FILE -o DIR/`")
+        _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
+                      shard_size, scheduler, workers, as_json)
+        return
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
@@ -64,3 +79,24 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         verb = "appended" if append else "packed"
         opt.message(ctx, f"{verb} {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
                          f"{result.lod_level} LoD levels) into {output}:{result.name}")
+
+
+def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
+                  scheduler, workers, as_json):
+    """``pack -o DIR/``: a sharded folder, streamed in order, or one shard per input on Dask (--scheduler)."""
+    from .. import tasks
+    from ._render import partition_progress
+
+    if output == "-":
+        raise click.UsageError("a sharded folder cannot go to stdout; give -o DIR/")
+    with partition_progress("packing shards", not opt.is_quiet(ctx) and not as_json) as tick:
+        info = tasks.pack_sharded(list(inputs), output, shard_size=opt.parse_size(shard_size or "1GB"),
+                                  append=append, scheduler=scheduler, workers=workers, progress=tick, format=fmt,
+                                  lod_level=lod_level, dtype=dtype, name=name,
+                                  level_names=opt.split_names(level_names), compression=compression)
+    if as_json:
+        opt.emit_json(info)
+    else:
+        what = (f"{info['sequences']:,} sequences, {info['rows']:,} rows ({info['dtype']}, {info['lod_level']} LoD "
+                f"levels) in {info['shards']:,} shards")
+        opt.message(ctx, f"appended to {output}: now {what}" if append else f"packed {what} into {output}")

@@ -16,6 +16,9 @@
 :func:`lod_reset`             Paddle's sequence_concat, _slice, _erase, _enumerate, _reshape and lod_reset
                               over containers, streamed
 :func:`batch`                 training batches planned from the offsets (:func:`batch_plan`, :func:`batches`)
+:func:`shard`, :func:`merge`  split a container into a sharded folder / join one into a container
+:func:`pack_sharded`          pack into a sharded folder (in parallel on Dask with a scheduler)
+:func:`on_dask`               an operator over a file or sharded folder on a Dask scheduler
 ============================  ==============================================================
 
 The functions are imported on first use, so ``lodtool inspect`` never loads
@@ -38,6 +41,7 @@ _LAZY = {
     "slice": "_slice", "head": "_slice", "tail": "_slice", "tree": "_slice", "Excerpt": "_slice",
     "TreeView": "_slice",
     "export": "_export",
+    "shard": "_shards", "merge": "_shards", "pack_sharded": "_shards", "on_dask": "_shards",
     **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
                                        "OpResult")},
     **{name: "_sequence_ops" for name in ("concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset")},

@@ -8,6 +8,7 @@ report on the rest.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -72,7 +73,10 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
 
 def _validate_one(path: str, max_memory: int | None) -> FileReport:
     from ..container.checks import validate_file
+    from ..container.shards import is_sharded, validate_sharded
 
+    if is_sharded(path):  # every shard, plus the manifest against the shards
+        return validate_sharded(path, max_memory=max_memory)
     return validate_file(path, max_memory=max_memory)
 
 
@@ -87,8 +91,10 @@ def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
     ['tokens']
     """
     from ..container.checks import inspect_file
+    from ..container.shards import inspect_sharded, is_sharded
 
-    return _call(inspect_file, path, path=path, isolate=isolate, timeout=timeout)
+    return _call(inspect_sharded if is_sharded(path) else inspect_file, path, path=path, isolate=isolate,
+                 timeout=timeout)
 
 
 def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0) -> list[FileVerification]:
@@ -115,7 +121,13 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
 
 def _verify_one(path: str) -> FileVerification:
     from ..container.checks import verify_file
+    from ..container.shards import is_sharded, read_manifest, verify_sharded
 
+    if is_sharded(path):  # every shard's datasets, plus each shard's checksum against the manifest
+        mismatches = verify_sharded(path)
+        shards = [os.path.join(path, s.file) for s in read_manifest(path).shards]
+        checked = sum(_count_datasets(p) for p in shards if os.path.isfile(p)) + len(shards)
+        return FileVerification(path, not mismatches, checked, list(mismatches))
     mismatches = verify_file(path)
     return FileVerification(path, not mismatches, _count_datasets(path), list(mismatches))
 

@@ -69,9 +69,9 @@ def _check_device(device: str) -> None:
 
 
 def _open_tensor(path: str, name: str | None, max_memory: int | None):
-    from ..container.reader import open_file
+    from ..container.shards import open_path  # a container file, or a sharded folder
 
-    f = open_file(path, max_memory=max_memory)
+    f = open_path(path, max_memory=max_memory)
     return f, f.tensor(name)
 
 

@@ -51,9 +51,9 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
         raise LodUsageError("give a branch, or level with start and stop")
     if level is None and branch is None:
         raise LodUsageError("give a branch (e.g. 2,0) or level with start and stop")
-    from ..container.reader import open_file
+    from ..container.shards import open_path  # a container file, or a sharded folder
 
-    with open_file(path) as f:
+    with open_path(path) as f:
         t = f.tensor(name)
         part = t.slice_level(level, start, stop) if level is not None else t.branch(*_branch_path(branch))
         return Excerpt(part, t.name, len(t))
@@ -87,9 +87,9 @@ def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None) ->
 
 
 def _end(path, count: int, name: str | None, *, first: bool) -> Excerpt:
-    from ..container.reader import open_file
+    from ..container.shards import open_path  # a container file, or a sharded folder
 
-    with open_file(path) as f:
+    with open_path(path) as f:
         t = f.tensor(name)
         return Excerpt(t.head(count) if first else t.tail(count), t.name, len(t))
 
@@ -133,10 +133,10 @@ def tree(path: str | os.PathLike, *, name: str | None = None,
     ...     (view.level, view.begin, view.end), view.rows(), view.read().data.tolist()
     ((1, 3, 6), 3, [3, 4, 5])
     """
-    from ..container.reader import open_file
+    from ..container.shards import open_path  # a container file, or a sharded folder
 
     branch_path = _branch_path(branch)
-    with open_file(path) as f:
+    with open_path(path) as f:
         t = f.tensor(name)
         if not t.lod_level and branch_path:
             raise LodUsageError("a 0-level tensor has no branches; drop --path")

@@ -1,0 +1,66 @@
+"""``lodtool shard`` / ``merge``: a container to a sharded folder (one logical tensor) and back."""
+
+from __future__ import annotations
+
+import click
+
+from . import _options as opt
+
+
+def _report(ctx, info: dict, as_json: bool, verb: str) -> None:
+    if as_json:
+        opt.emit_json(info)
+        return
+    shards = f" in {info['shards']:,} shards" if "shards" in info else ""
+    opt.message(ctx, f"{verb} {info['sequences']:,} sequences, {info['rows']:,} rows ({info['dtype']}, "
+                     f"{info['lod_level']} LoD levels){shards} -> {info['output']}")
+
+
+@click.command("shard")
+@click.argument("file")
+@opt.output_option(required=True, help_="The folder to write: DIR/part-00000.lod.h5 ... and DIR/lodtool.json.")
+@click.option("--shard-size", default="1GB", show_default=True, metavar="SIZE",
+              help="Bytes of rows per shard (256MB, 1GB, ...); shards end at top-level sequence boundaries.")
+@opt.name_option
+@opt.compression_option
+@click.option("--append", is_flag=True, help="Add the shards after those already in the folder.")
+@opt.max_memory_option
+@opt.json_option
+@click.pass_context
+def shard(ctx, file, output, shard_size, name, compression, append, max_memory, as_json):
+    """Split a container into a sharded folder that every reading command takes as one tensor.
+
+    Each shard is a whole container, readable alone; the manifest
+    (lodtool.json) is written last and atomically.  Every tensor of the file is
+    sharded (they need the same number of top-level sequences), or only --name.
+
+    \b
+    Example:
+      lodtool shard corpus.lod.h5 -o corpus/ --shard-size 1GB
+      lodtool slice corpus/ 123456 --to json
+    """
+    from .. import tasks
+
+    info = tasks.shard(file, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
+                       append=append, max_memory=opt.parse_size(max_memory))
+    _report(ctx, info, as_json, "sharded")
+
+
+@click.command("merge")
+@click.argument("folder")
+@opt.output_option(required=True, help_="The container to write (atomically).")
+@opt.compression_option
+@opt.max_memory_option
+@opt.json_option
+@click.pass_context
+def merge(ctx, folder, output, compression, max_memory, as_json):
+    """Join a sharded folder into one container (level names kept), streamed shard by shard.
+
+    \b
+    Example:
+      lodtool merge corpus/ -o corpus.lod.h5
+    """
+    from .. import tasks
+
+    info = tasks.merge(folder, output, compression=compression, max_memory=opt.parse_size(max_memory))
+    _report(ctx, info, as_json, "merged")

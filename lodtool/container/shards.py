@@ -1,0 +1,1321 @@
+"""Sharded containers: a folder of whole containers plus a manifest, read as one logical tensor.
+
+A sharded container is a folder::
+
+    DIR/lodtool.json          the manifest (written last, atomically)
+    DIR/part-00000.lod.h5     shard 0: a whole container of the current format, readable alone
+    DIR/part-00001.lod.h5     ...
+
+The manifest records the format version, each tensor's dtype, element shape,
+LoD level and level names, and per shard its file name, its checksum, and
+per tensor the top-level sequence count, the row count and the sequences of
+every level.  A shard's checksum is ``xxh3_64`` over the checksums its
+datasets record (so it costs no extra read, and ``verify`` ties each shard's
+data to the manifest through them).  Readers trust the manifest only as far
+as they check it: every shard it names must be a regular file in the folder
+whose sizes match, and shards holding external or virtual-dataset storage are
+refused.
+
+Tensors are split at top-level sequence boundaries: shard ``i`` holds
+sequences ``C[i]..C[i+1]`` of each tensor.  :class:`ShardedTensor` answers
+what the lazy single-file handle answers (sizes, offsets windows, row ranges,
+branches, slices, head, tail, chunks, statistics) by mapping global positions
+onto shards through the manifest's counts, so a branch lookup opens one shard.
+
+A crash while writing leaves the previous manifest or none, never one that
+names a missing shard: shards are committed (atomically) before the manifest
+that names them.
+
+>>> import os, tempfile, numpy as np
+>>> from lodtool import LoDTensor
+>>> d = os.path.join(tempfile.mkdtemp(), "corpus")
+>>> t = LoDTensor(np.arange(12), recursive_sequence_lengths=[[2, 1, 3, 2], [2, 1, 1, 3, 1, 1, 2, 1]])
+>>> with ShardWriter(d, shard_size=40) as w:
+...     w.write(t)
+>>> sorted(os.listdir(d))
+['lodtool.json', 'part-00000.lod.h5', 'part-00001.lod.h5', 'part-00002.lod.h5', 'part-00003.lod.h5']
+>>> with open_sharded(d) as f:
+...     x = f.tensor()
+...     len(x), x.branch(2).to_nested(), x.read().equals(t)
+(4, [[4, 5, 6], [7], [8]], True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .. import atomic as _atomic
+from .. import lod as _lod
+from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
+from ..tensor import LoDTensor
+from . import spec as _spec
+from .limits import check_memory, resolve_max_memory
+from .reader import LazyTensor
+
+#: the manifest's file name inside a sharded folder
+MANIFEST_NAME = "lodtool.json"
+#: the manifest's ``format`` field
+MANIFEST_FORMAT = "lodtool-sharded"
+#: the manifest format this lodtool writes (``major.minor``); readers accept the same major
+MANIFEST_VERSION = "1.0"
+#: shard file names: ``part-00000.lod.h5``, ...
+SHARD_PREFIX, SHARD_SUFFIX = "part-", ".lod.h5"
+#: the default target size of one shard (logical bytes of data and offsets)
+DEFAULT_SHARD_SIZE = 1 << 30
+#: a sharding write reads and writes at most this many bytes of rows at a time
+CHUNK_BYTES = 64 << 20
+#: top-level sequences planned at a time when splitting a file (their offsets only)
+PLAN_WINDOW = 1 << 16
+#: shards kept open at once by one reader
+OPEN_SHARDS = 64
+
+
+def shard_name(index: int) -> str:
+    """The file name of shard ``index``.
+
+    >>> shard_name(7)
+    'part-00007.lod.h5'
+    """
+    return f"{SHARD_PREFIX}{index:05d}{SHARD_SUFFIX}"
+
+
+def _shard_index(name: str) -> int | None:
+    body = name[len(SHARD_PREFIX):-len(SHARD_SUFFIX)] if name.startswith(SHARD_PREFIX) and \
+        name.endswith(SHARD_SUFFIX) else ""
+    return int(body) if body.isdigit() else None
+
+
+def parse_size(size: int | str) -> int:
+    """A shard size in bytes: an integer, or text such as ``"1GB"``, ``"256MB"``, ``"64KiB"`` (powers of 1024).
+
+    >>> parse_size("1GB"), parse_size("256MB"), parse_size(4096)
+    (1073741824, 268435456, 4096)
+    """
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        value = int(size)
+    elif isinstance(size, str):
+        units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        body = size.strip().upper().removesuffix("B").removesuffix("I")
+        unit = body[-1:] if body[-1:] in units else ""
+        try:
+            value = int(float(body[: len(body) - len(unit)]) * units[unit])
+        except ValueError:
+            raise LodUsageError(f"bad shard size {size!r}: write it as 256MB, 1GB or a number of bytes") from None
+    else:
+        raise LodUsageError(f"bad shard size {size!r}: write it as 256MB, 1GB or a number of bytes")
+    if value <= 0:
+        raise LodUsageError(f"bad shard size {size!r}: must be positive")
+    return value
+
+
+def is_sharded(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder (a sharded container, or meant to be one).
+
+    >>> import tempfile
+    >>> is_sharded(tempfile.mkdtemp()), is_sharded("x.lod.h5")
+    (True, False)
+    """
+    return os.path.isdir(os.fspath(path))
+
+
+# -- the manifest -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorSpec:
+    """What every shard's copy of one tensor shares: dtype, element shape, LoD level, level names."""
+
+    dtype: np.dtype
+    element_shape: tuple[int, ...]
+    lod_level: int
+    level_names: tuple[str, ...] | None
+
+    @classmethod
+    def of(cls, t) -> "TensorSpec":
+        """The spec of a :class:`LoDTensor` or a lazy tensor."""
+        names = tuple(t.level_names) if t.level_names else None
+        return cls(np.dtype(t.dtype), tuple(int(d) for d in t.element_shape), int(t.lod_level), names)
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype.str, "element_shape": list(self.element_shape), "lod_level": self.lod_level,
+                "level_names": list(self.level_names) if self.level_names else None}
+
+
+@dataclass(frozen=True)
+class TensorCounts:
+    """One tensor's sizes in one shard: top-level sequences, rows, and the sequences of every level."""
+
+    rows: int
+    level_sequences: tuple[int, ...]
+
+    @property
+    def sequences(self) -> int:
+        """Top-level sequences (rows, for a 0-level tensor)."""
+        return self.level_sequences[0] if self.level_sequences else self.rows
+
+    @classmethod
+    def of(cls, t) -> "TensorCounts":
+        """The counts of a :class:`LoDTensor` or a lazy tensor."""
+        return cls(int(t.shape[0]), tuple(t.num_sequences(k) for k in range(t.lod_level)))
+
+    def to_json(self) -> dict:
+        return {"sequences": self.sequences, "rows": self.rows, "level_sequences": list(self.level_sequences)}
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as the manifest names it: its file (inside the folder), checksum and per-tensor counts."""
+
+    file: str
+    checksum: str
+    tensors: dict
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "checksum": self.checksum,
+                "tensors": {name: c.to_json() for name, c in self.tensors.items()}}
+
+
+@dataclass
+class Manifest:
+    """The parsed ``lodtool.json`` of a sharded folder."""
+
+    tensors: dict
+    shards: list = field(default_factory=list)
+    format_version: str = MANIFEST_VERSION
+    created_by: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
+    def to_json(self) -> dict:
+        return {"format": MANIFEST_FORMAT, "format_version": self.format_version, "created_by": self.created_by,
+                "tensors": {name: s.to_json() for name, s in self.tensors.items()},
+                "shards": [s.to_json() for s in self.shards]}
+
+
+def _bad(where: str, what: str) -> LodFormatError:
+    return LodFormatError(f"{where}: {what}")
+
+
+def _count(value, where: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(where, f"{what} is {value!r}; expected a non-negative integer")
+    return value
+
+
+def _parse_spec(name: str, raw, where: str) -> TensorSpec:
+    if not isinstance(raw, dict):
+        raise _bad(where, f"tensor {name!r}: expected an object")
+    try:
+        dtype = np.dtype(raw.get("dtype"))
+    except TypeError:
+        raise _bad(where, f"tensor {name!r}: dtype {raw.get('dtype')!r} is not a dtype") from None
+    shape = raw.get("element_shape")
+    if not isinstance(shape, list):
+        raise _bad(where, f"tensor {name!r}: element_shape is {shape!r}; expected a list")
+    level = _count(raw.get("lod_level"), where, f"tensor {name!r}: lod_level")
+    if level > _spec.MAX_LOD_LEVEL:
+        raise _bad(where, f"tensor {name!r}: lod_level {level} is above {_spec.MAX_LOD_LEVEL}")
+    names = raw.get("level_names")
+    if names is not None and (not isinstance(names, list) or len(names) != level
+                              or not all(isinstance(n, str) for n in names)):
+        raise _bad(where, f"tensor {name!r}: level_names is {names!r}; expected {level} strings or null")
+    return TensorSpec(dtype, tuple(_count(d, where, f"tensor {name!r}: element_shape") for d in shape), level,
+                      tuple(names) if names else None)
+
+
+def _parse_shard(k: int, raw, specs: dict, where: str) -> ShardInfo:
+    if not isinstance(raw, dict):
+        raise _bad(where, f"shard {k}: expected an object")
+    file = raw.get("file")
+    if not isinstance(file, str) or not file or os.path.basename(file) != file or file in (".", "..") \
+            or file == MANIFEST_NAME:
+        raise _bad(where, f"shard {k}: file {file!r} must be a plain file name inside the folder")
+    checksum = raw.get("checksum")
+    if not isinstance(checksum, str):
+        raise _bad(where, f"shard {k}: checksum is {checksum!r}; expected a string")
+    from . import checksum as _checksum  # xxhash: only when a manifest is read
+
+    checksum = _checksum.parse_digest(checksum, f"{where}: shard {k}")
+    tensors = raw.get("tensors")
+    if not isinstance(tensors, dict) or set(tensors) != set(specs):
+        raise _bad(where, f"shard {k}: tensors {sorted(tensors) if isinstance(tensors, dict) else tensors!r} "
+                          f"do not match the manifest's {sorted(specs)}")
+    counts = {}
+    for name, spec in specs.items():
+        c = tensors[name]
+        if not isinstance(c, dict):
+            raise _bad(where, f"shard {k}: tensor {name!r}: expected an object")
+        rows = _count(c.get("rows"), where, f"shard {k}: tensor {name!r}: rows")
+        levels = c.get("level_sequences")
+        if not isinstance(levels, list) or len(levels) != spec.lod_level:
+            raise _bad(where, f"shard {k}: tensor {name!r}: level_sequences is {levels!r}; "
+                              f"expected {spec.lod_level} counts")
+        counts[name] = TensorCounts(rows, tuple(_count(n, where, f"shard {k}: tensor {name!r}: level_sequences")
+                                                for n in levels))
+        if "sequences" in c and c["sequences"] != counts[name].sequences:
+            raise _bad(where, f"shard {k}: tensor {name!r}: sequences {c['sequences']!r} disagrees with its "
+                              f"level_sequences / rows ({counts[name].sequences})")
+    return ShardInfo(file, checksum, counts)
+
+
+def parse_manifest(raw, where: str) -> Manifest:
+    """Check a manifest's JSON value strictly; return it parsed (``where`` names it in errors).
+
+    >>> m = parse_manifest({"format": "lodtool-sharded", "format_version": "1.0", "shards": [],
+    ...                     "tensors": {"t": {"dtype": "<i8", "element_shape": [], "lod_level": 1}}}, "m.json")
+    >>> m.names, m.tensors["t"].lod_level
+    (['t'], 1)
+    """
+    if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
+        raise _bad(where, f"not a lodtool manifest (its \"format\" is not {MANIFEST_FORMAT!r})")
+    version = raw.get("format_version")
+    major = version.split(".")[0] if isinstance(version, str) else None
+    if major != MANIFEST_VERSION.split(".")[0] or not all(p.isdigit() for p in version.split(".")):
+        from ..errors import LodVersionError
+
+        raise LodVersionError(f"{where}: manifest format version {version!r} is not supported "
+                              f"(this lodtool reads {MANIFEST_VERSION.split('.')[0]}.x)")
+    tensors = raw.get("tensors")
+    if not isinstance(tensors, dict) or not tensors:
+        raise _bad(where, "\"tensors\" must name at least one tensor")
+    specs = {}
+    for name, spec in tensors.items():
+        _spec.check_tensor_name(name)
+        specs[name] = _parse_spec(name, spec, where)
+    shards = raw.get("shards")
+    if not isinstance(shards, list):
+        raise _bad(where, "\"shards\" must be a list")
+    parsed = [_parse_shard(k, s, specs, where) for k, s in enumerate(shards)]
+    files = [s.file for s in parsed]
+    if len(set(files)) != len(files):
+        raise _bad(where, "a shard file is named twice")
+    created = raw.get("created_by")
+    return Manifest(specs, parsed, version, created if isinstance(created, str) else None)
+
+
+def manifest_path(folder: str | os.PathLike) -> str:
+    return os.path.join(os.fspath(folder), MANIFEST_NAME)
+
+
+def read_manifest(folder: str | os.PathLike) -> Manifest:
+    """Read and check ``folder/lodtool.json`` (no shard is opened).
+
+    A folder without a manifest is :class:`~lodtool.errors.LodFileNotFoundError`.
+    """
+    folder = os.fspath(folder)
+    path = manifest_path(folder)
+    if not os.path.isdir(folder):
+        raise LodFileNotFoundError(f"{folder}: no such folder")
+    if not os.path.isfile(path):
+        raise LodFileNotFoundError(f"{folder}: not a sharded container (no {MANIFEST_NAME}; a write that never "
+                                   "finished leaves none)")
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64 << 20)
+        raw = json.loads(text)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise LodFormatError(f"{path}: unreadable manifest ({exc})") from None
+    return parse_manifest(raw, path)
+
+
+def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
+    """Write ``folder/lodtool.json`` atomically (temp file, fsync, rename, fsync the folder)."""
+    from .writer import _created_by
+
+    manifest.created_by = manifest.created_by or _created_by()
+    text = json.dumps(manifest.to_json(), indent=1).encode() + b"\n"
+    with _atomic.atomic_open(manifest_path(folder)) as f:
+        f.write(text)
+
+
+# -- shards -------------------------------------------------------------------------------------------------
+def _tensor_datasets(h5, name: str):
+    from .checks import _datasets_of
+
+    group = h5[name]
+    level = int(group.attrs.get(_spec.ATTR_LOD_LEVEL, 0))
+    return list(_datasets_of(group, max(0, min(level, _spec.MAX_LOD_LEVEL))))
+
+
+def shard_checksum(path: str | os.PathLike) -> str:
+    """``xxh3_64`` over the checksums a container's datasets record, in tensor order (attributes only).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 3]]))
+    >>> shard_checksum(p).startswith("xxh3_64:")
+    True
+    """
+    from . import checksum as _checksum
+    from ._h5 import translate
+    from .reader import open_file
+
+    path = os.fspath(path)
+    hasher = _checksum.new_hasher()
+    with open_file(path) as f, translate(path, "cannot read the recorded checksums"):
+        for name in f.names:
+            for ds, label in _tensor_datasets(f.h5, name):
+                stored = ds.attrs.get(_spec.ATTR_DIGEST) if ds is not None else None
+                if stored is None:
+                    raise LodFormatError(f"{path}: {label} has no recorded checksum")
+                digest = _checksum.parse_digest(_spec.text_attr(stored), f"{path}: {label}")
+                hasher.update(f"{label}={digest}\n".encode())
+    return _checksum.format_digest(hasher)
+
+
+def refuse_foreign_storage(path: str, f) -> None:
+    """Refuse a container whose datasets keep their values in other files (external storage, virtual datasets)."""
+    from ._h5 import translate
+
+    with translate(path, "cannot check the storage of its datasets"):
+        for name in f.names:
+            for ds, label in _tensor_datasets(f.h5, name):
+                if ds is not None and (ds.is_virtual or ds.external):
+                    kind = "a virtual dataset" if ds.is_virtual else "external storage"
+                    raise LodFormatError(f"{path}: {label} is {kind} (values in other files); a shard must hold "
+                                         "its own data")
+
+
+def describe_shard(path: str | os.PathLike, file: str | None = None) -> ShardInfo:
+    """The manifest entry of a container: its checksum and every tensor's counts (metadata only)."""
+    from .reader import open_file
+
+    path = os.fspath(path)
+    with open_file(path) as f:
+        refuse_foreign_storage(path, f)
+        counts = {name: TensorCounts.of(f[name]) for name in f.names}
+    return ShardInfo(file or os.path.basename(path), shard_checksum(path), counts)
+
+
+def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
+                compression: str | None = None) -> ShardInfo:
+    """Write one whole shard atomically; return its manifest entry.
+
+    >>> import os, tempfile, numpy as np
+    >>> p = os.path.join(tempfile.mkdtemp(), shard_name(0))
+    >>> info = write_shard(p, {"t": LoDTensor(np.arange(4), [[0, 1, 4]])})
+    >>> info.file, info.tensors["t"].sequences, info.tensors["t"].rows
+    ('part-00000.lod.h5', 2, 4)
+    """
+    from .writer import save
+
+    path = os.fspath(path)
+    kwargs = {} if compression is None else {"compression": compression}
+    save(path, dict(tensors), **kwargs)
+    return ShardInfo(os.path.basename(path), shard_checksum(path),
+                     {name: TensorCounts.of(t) for name, t in tensors.items()})
+
+
+def _check_same_spec(name: str, want: TensorSpec, got: TensorSpec, where: str) -> None:
+    if want != got:
+        raise LodUsageError(f"{where}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
+                            f"{got.lod_level} level(s) {got.level_names or ''}, but the sharded container holds "
+                            f"{want.dtype} {list(want.element_shape)} with {want.lod_level} level(s) "
+                            f"{want.level_names or ''}")
+
+
+def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], shards: Sequence[ShardInfo], *,
+                    append: bool = False) -> Manifest:
+    """Write the manifest naming ``shards`` (after the existing ones when ``append``); sweep dead temp files.
+
+    Every shard must already be committed.  Without ``append``, shards of an
+    earlier manifest that the new one no longer names are removed after it is
+    in place.  Temp files of the shards and the manifest whose writers died
+    (a killed worker) are removed.
+    """
+    folder = os.fspath(folder)
+    old = read_manifest(folder) if os.path.isfile(manifest_path(folder)) else None
+    specs = dict(specs)
+    if append and old is not None:
+        for name, spec in specs.items():
+            if name not in old.tensors:
+                raise LodUsageError(f"{folder}: holds tensors {old.names}, not {name!r}")
+            _check_same_spec(name, old.tensors[name], spec, folder)
+        if set(specs) != set(old.tensors):
+            raise LodUsageError(f"{folder}: an appended shard must hold every tensor of {old.names}")
+        specs = dict(old.tensors)
+        listed = list(old.shards) + list(shards)
+    else:
+        listed = list(shards)
+    for s in listed:
+        if not os.path.isfile(os.path.join(folder, s.file)):
+            raise LodFileNotFoundError(f"{folder}: shard {s.file} is missing; the manifest was not written")
+    manifest = Manifest(specs, listed)
+    write_manifest(folder, manifest)
+    for s in listed:
+        _atomic.sweep_stale_temps(os.path.join(folder, s.file), min_age=0)
+    if old is not None and not append:
+        kept = {s.file for s in listed}
+        for s in old.shards:
+            if s.file not in kept:
+                try:
+                    os.unlink(os.path.join(folder, s.file))
+                except OSError:
+                    pass
+    return manifest
+
+
+def next_shard_index(folder: str | os.PathLike) -> int:
+    """The first shard index above every shard file in ``folder`` (``0`` for an empty or new folder)."""
+    folder = os.fspath(folder)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return 0
+    found = [i for i in (_shard_index(n) for n in names) if i is not None]
+    return max(found) + 1 if found else 0
+
+
+def prepare_folder(folder: str | os.PathLike, *, append: bool) -> None:
+    """Create ``folder`` if needed; refuse a folder holding files that are not lodtool's.
+
+    Appending needs a manifest already there (or an empty folder).
+    """
+    folder = os.fspath(folder)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise LodUsageError(f"{folder}: is a file; a sharded output is a folder")
+    os.makedirs(folder, exist_ok=True)
+    foreign = [n for n in os.listdir(folder) if n != MANIFEST_NAME and _shard_index(n) is None
+               and not _atomic.is_temp_path(n)]
+    if foreign:
+        raise LodUsageError(f"{folder}: holds files that are not shards ({', '.join(sorted(foreign)[:3])}); "
+                            "write a sharded container into a new or empty folder")
+    if append and next_shard_index(folder) and not os.path.isfile(manifest_path(folder)):
+        raise LodFileNotFoundError(f"{folder}: has shard files but no manifest; cannot append")
+
+
+# -- splitting ------------------------------------------------------------------------------------------------
+def level_bounds(t, start: int, stop: int) -> list[np.ndarray]:
+    """Where top-level sequences ``start..stop`` begin and end on every level below the top, then in the rows.
+
+    Each array holds ``stop - start + 1`` positions; the last is in the data
+    rows.  Works on a :class:`LoDTensor` or a lazy tensor, from offsets alone.
+
+    >>> t = LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1], [3, 1, 2]])
+    >>> [b.tolist() for b in level_bounds(t, 0, 2)]
+    [[0, 2, 3], [0, 4, 6]]
+    """
+    if not t.lod_level:
+        return [np.arange(start, stop + 1, dtype=np.int64)]
+    if isinstance(t, LoDTensor):
+        idx = np.asarray(t.offsets[0][start:stop + 1], np.int64)
+        out = [idx]
+        for k in range(1, t.lod_level):
+            idx = np.asarray(t.offsets[k], np.int64)[idx]
+            out.append(idx)
+        return out
+    idx = t.read_offsets(0, start, stop + 1)
+    out = [idx]
+    for k in range(1, t.lod_level):
+        lo = int(idx[0])
+        idx = t.read_offsets(k, lo, int(idx[-1]) + 1)[idx - lo]
+        out.append(idx)
+    return out
+
+
+def plan_arrays(tensors: Mapping, start: int, stop: int) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+    """For top-level sequences ``start..stop`` of aligned ``tensors``: the bytes each takes, the positions of
+    their boundaries on every level strictly between the top and the rows, and those levels' totals.
+
+    A range of top-level sequences is a valid tensor of its own only when it
+    holds at least one entry on each of those levels.
+    """
+    cost = np.zeros(stop - start, np.int64)
+    levels: list[np.ndarray] = []
+    totals: list[int] = []
+    for t in tensors.values():
+        row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
+        bounds = level_bounds(t, start, stop)
+        cost += (bounds[-1][1:] - bounds[-1][:-1]) * row_bytes + 8 * max(t.lod_level, 1)
+        levels.extend(bounds[:-1])
+        totals.extend(t.num_sequences(k) for k in range(1, t.lod_level))
+    return cost, levels, totals
+
+
+def _aligned_count(tensors: Mapping, where: str) -> int:
+    counts = {name: (t.num_sequences(0) if t.lod_level else int(t.shape[0])) for name, t in tensors.items()}
+    if len(set(counts.values())) > 1:
+        listing = ", ".join(f"{n}: {c}" for n, c in counts.items())
+        raise LodUsageError(f"{where}: the tensors have different numbers of top-level sequences ({listing}); "
+                            "shard one of them at a time (--name / name=)")
+    return next(iter(counts.values()))
+
+
+def _slice(t, a: int, b: int) -> LoDTensor:
+    if t.lod_level:
+        return t.slice_level(0, a, b)
+    if isinstance(t, LoDTensor):
+        return LoDTensor._trusted(t.data[a:b], ())
+    return LoDTensor._trusted(t.read_rows(a, b), ())
+
+
+class ShardWriter:
+    """Writes tensors into a sharded folder: whole top-level sequences, a new shard every ``shard_size`` bytes.
+
+    :meth:`write` takes a :class:`LoDTensor` (named ``name``) or a mapping of
+    names to tensors with the same number of top-level sequences, any number of
+    times; sequences go to the current shard until it holds ``shard_size``
+    bytes (logical bytes of rows; a sequence bigger than that is a shard of its
+    own).  Each shard is committed atomically when full, and the manifest last,
+    by :meth:`commit` (a clean exit of the ``with`` block).  On failure the new
+    shards are removed and the folder's manifest is untouched.  ``append=True``
+    adds shards after those of an existing manifest.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "out")
+    >>> with ShardWriter(d, shard_size="1KB") as w:
+    ...     w.write(LoDTensor(np.arange(300.0), [[0, 100, 200, 300]]))
+    >>> [s.tensors["tensor"].rows for s in read_manifest(d).shards]
+    [100, 100, 100]
+    """
+
+    def __init__(self, folder: str | os.PathLike, *, shard_size: int | str = DEFAULT_SHARD_SIZE,
+                 append: bool = False, compression: str | None = None, name: str = "tensor"):
+        self.folder = os.fspath(folder)
+        self.shard_size = parse_size(shard_size)
+        self.append = append
+        self.compression = compression
+        self.name = name
+        prepare_folder(self.folder, append=append)
+        existing = read_manifest(self.folder) if append and os.path.isfile(manifest_path(self.folder)) else None
+        self.specs: dict = dict(existing.tensors) if existing else {}
+        self._index = next_shard_index(self.folder)
+        self.shards: list[ShardInfo] = []
+        self._writer = None
+        self._tws: dict = {}
+        self._used = 0
+        self._counts: dict = {}
+        self._open = True
+
+    # the shard being written
+    def _start_shard(self) -> None:
+        from .writer import LodWriter
+
+        kwargs = {} if self.compression is None else {"compression": self.compression}
+        self._path = os.path.join(self.folder, shard_name(self._index))
+        self._index += 1
+        self._writer = LodWriter(self._path, **kwargs)
+        self._tws = {name: self._writer.add_tensor(name, dtype=s.dtype, element_shape=s.element_shape,
+                                                   lod_level=s.lod_level, level_names=s.level_names)
+                     for name, s in self.specs.items()}
+        self._used = 0
+        self._counts = {name: [0, [0] * s.lod_level] for name, s in self.specs.items()}
+
+    def end_shard(self) -> None:
+        """Commit the shard being written now (if any); the next sequences start a new shard."""
+        if self._writer is None:
+            return
+        writer, self._writer = self._writer, None
+        self._used = 0
+        writer.commit()
+        counts = {name: TensorCounts(rows, tuple(levels)) for name, (rows, levels) in self._counts.items()}
+        self.shards.append(ShardInfo(os.path.basename(self._path), shard_checksum(self._path), counts))
+
+    def _append(self, part: Mapping[str, LoDTensor], cost: int) -> None:
+        if self._writer is None:
+            self._start_shard()
+        for name, t in part.items():
+            self._tws[name].append(t)
+            c = self._counts[name]
+            c[0] += int(t.shape[0])
+            c[1] = [n + t.num_sequences(k) for k, n in enumerate(c[1])]
+        self._used += cost
+
+    def _specs_from(self, tensors: Mapping) -> None:
+        got = {name: TensorSpec.of(t) for name, t in tensors.items()}
+        if not self.specs:
+            self.specs = got
+            return
+        if set(got) != set(self.specs):
+            raise LodUsageError(f"{self.folder}: holds tensors {sorted(self.specs)}, got {sorted(got)}")
+        for name, spec in got.items():  # every shard must match the manifest: no shard promotes on its own
+            _check_same_spec(name, self.specs[name], spec, self.folder)
+
+    def write(self, tensors: LoDTensor | Mapping[str, LoDTensor]) -> None:
+        """Add whole top-level sequences (lazy tensors work too: they are read a chunk at a time)."""
+        if not self._open:
+            raise LodUsageError(f"{self.folder}: this shard writer is already finished")
+        if isinstance(tensors, Mapping):
+            tensors = dict(tensors)
+        else:
+            tensors = {self.name: tensors}
+        self._specs_from(tensors)
+        n = _aligned_count(tensors, self.folder)
+        a = 0
+        while a < n:
+            stop = min(a + PLAN_WINDOW, n)
+            while True:  # widen the window until a valid cut (or the end) is inside it
+                cost, levels, totals = plan_arrays(tensors, a, stop)
+                b = self._cut(cost, levels, totals, n - a)
+                if b is not None or stop == n:
+                    break
+                stop = min(a + 2 * (stop - a), n)
+            if b == 0:  # the next sequences do not fit in this shard: start the next one
+                self.end_shard()
+                continue
+            b = n - a if b is None else b
+            part = {name: _slice(t, a, a + b) for name, t in tensors.items()}
+            self._append(part, int(cost[:b].sum()))
+            del part
+            if self._used >= self.shard_size:
+                self.end_shard()
+            a += b
+
+    def _cut(self, cost: np.ndarray, levels: list[np.ndarray], totals: list[int], remaining: int) -> int | None:
+        """How many of the planned sequences go next (``0``: close the shard first; ``None``: plan further).
+
+        As many as the shard's room and the chunk budget allow, at least one;
+        then more until the piece holds an entry on every level below the top;
+        and all that remain when what would be left holds none on some level.
+        """
+        ends = np.concatenate(([0], np.cumsum(cost)))
+        room = self.shard_size - self._used
+        b = int(np.searchsorted(ends, min(room, CHUNK_BYTES), side="right")) - 1
+        if b < 1:
+            if self._used and cost[0] > room:
+                return 0
+            b = 1
+        for pos in levels:
+            need = int(np.searchsorted(pos, pos[0], side="right"))
+            if need >= len(pos):
+                return None
+            b = max(b, need)
+        if b < remaining and any(int(pos[b]) >= total for pos, total in zip(levels, totals)):
+            return remaining
+        return b
+
+    def commit(self) -> Manifest:
+        """Commit the last shard, then the manifest naming every shard."""
+        if not self._open:
+            raise LodUsageError(f"{self.folder}: this shard writer is already finished")
+        try:
+            self.end_shard()
+            if not self.specs:
+                raise LodUsageError(f"{self.folder}: nothing was written")
+            manifest = commit_manifest(self.folder, self.specs, self.shards, append=self.append)
+        except BaseException:
+            self.abort()
+            raise
+        self._open = False
+        return manifest
+
+    def abort(self) -> None:
+        """Remove the shards this writer made (no manifest names them); the folder's manifest is untouched."""
+        self._open = False
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+        for s in self.shards:
+            try:
+                os.unlink(os.path.join(self.folder, s.file))
+            except OSError:
+                pass
+        self.shards = []
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def shard_file(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int | str = DEFAULT_SHARD_SIZE,
+               name: str | None = None, compression: str | None = None, append: bool = False,
+               max_memory: int | None = None) -> Manifest:
+    """Split a container (or a sharded folder) into shards of about ``shard_size`` bytes.
+
+    Every tensor is sharded (they must have the same number of top-level
+    sequences), or only ``name``.  The LoD is validated first; then ranges of
+    whole top-level sequences are planned from the offsets alone and read one
+    chunk at a time.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import save
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "a.lod.h5"), LoDTensor(np.arange(10), [[0, 3, 5, 9, 10]]))
+    >>> m = shard_file(os.path.join(d, "a.lod.h5"), os.path.join(d, "shards"), shard_size=64)
+    >>> [s.tensors["tensor"].sequences for s in m.shards]
+    [2, 2]
+    """
+    with open_path(path, max_memory=max_memory) as f:
+        names = [name] if name is not None else f.names
+        tensors = {n: f[n] for n in names}
+        for n, t in tensors.items():
+            problems = t.validate(max_problems=1)
+            if problems:
+                raise LodValidationError(f"{f.path}: tensor {n!r}: {problems[0]}")
+        with ShardWriter(folder, shard_size=shard_size, compression=compression, append=append) as w:
+            w.write(tensors)
+    return read_manifest(folder)
+
+
+def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
+          max_memory: int | None = None) -> None:
+    """Join a sharded folder into one container (level names kept), streamed chunk by chunk, atomically.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import load
+    >>> d = tempfile.mkdtemp()
+    >>> t = LoDTensor(np.arange(10), [[0, 3, 5, 9, 10]], level_names=["doc"])
+    >>> with ShardWriter(os.path.join(d, "s"), shard_size=24) as w:
+    ...     w.write(t)
+    >>> merge(os.path.join(d, "s"), os.path.join(d, "m.lod.h5"))
+    >>> load(os.path.join(d, "m.lod.h5")).equals(t)
+    True
+    """
+    from .writer import LodWriter
+
+    kwargs = {} if compression is None else {"compression": compression}
+    with open_sharded(folder, max_memory=max_memory) as f, LodWriter(output, **kwargs) as w:
+        for name in f.names:
+            t = f[name]
+            tw = w.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
+                              level_names=t.level_names)
+            for chunk in t.iter_chunks(max_rows=_rows_for(t, CHUNK_BYTES)):
+                tw.append(chunk)
+
+
+def _rows_for(t, budget: int) -> int:
+    row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
+    return max(1, budget // max(row_bytes, 1))
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
+    """Join tensors of one dtype, element shape and LoD level, sequence after sequence.
+
+    >>> a = LoDTensor(np.arange(3), [[0, 1, 3]])
+    >>> b = LoDTensor(np.arange(3, 5), [[0, 2]])
+    >>> concat_tensors([a, b]).lod
+    [[0, 1, 3, 5]]
+    """
+    parts = list(parts)
+    if not parts:
+        raise LodUsageError("concat_tensors: no tensors given")
+    if len(parts) == 1:
+        only = parts[0]
+        return only if level_names is None else only.with_level_names(level_names)
+    data = np.concatenate([np.asarray(p.data) for p in parts])
+    offsets = []
+    for k in range(parts[0].lod_level):
+        pieces, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            o = np.asarray(p.offsets[k], np.int64)
+            pieces.append(o[1:] + base)
+            base += int(o[-1])
+        offsets.append(np.concatenate(pieces))
+    names = level_names if level_names is not None else parts[0].level_names
+    return LoDTensor._trusted(data, offsets, names)
+
+
+class ShardedTensor:
+    """One tensor of a sharded folder, read lazily as one logical tensor.
+
+    It answers what :class:`~lodtool.container.reader.LazyTensor` answers for the
+    reading commands and the streaming operators: sizes, dtype, offsets windows
+    and row ranges (global positions), branches, level slices, head, tail,
+    chunks of whole top-level sequences, validation and level statistics.  A
+    read maps its range onto the shards through the manifest's counts and opens
+    only the shards it touches.
+    """
+
+    def __init__(self, file: "ShardedFile", name: str):
+        self._file = file
+        self.name = name
+        spec = file.manifest.tensors[name]
+        self._spec = spec
+        self._path = file.path
+        counts = [s.tensors[name] for s in file.manifest.shards]
+        rows = np.array([c.rows for c in counts], np.int64)
+        self._rows_at = np.concatenate(([0], np.cumsum(rows)))
+        self._seq_at = [np.concatenate(([0], np.cumsum([c.level_sequences[k] for c in counts]).astype(np.int64)))
+                        for k in range(spec.lod_level)]
+        self._n_rows = int(self._rows_at[-1])
+        self._row_bytes = spec.dtype.itemsize * int(np.prod(spec.element_shape, dtype=np.int64))
+
+    # -- metadata ------------------------------------------------------------------------------------------
+    lod_level = property(lambda self: self._spec.lod_level)
+    level_names = property(lambda self: self._spec.level_names)
+    dtype = property(lambda self: self._spec.dtype)
+    element_shape = property(lambda self: self._spec.element_shape)
+    n_rows = property(lambda self: self._n_rows)
+    shape = property(lambda self: (self._n_rows,) + self._spec.element_shape)
+
+    @property
+    def n_shards(self) -> int:
+        return len(self._rows_at) - 1
+
+    @property
+    def level_sizes(self) -> list[int]:
+        """Entries of each level's (global) offsets: its sequences + 1."""
+        return [int(s[-1]) + 1 for s in self._seq_at]
+
+    @property
+    def nbytes(self) -> int:
+        return self._n_rows * self._row_bytes + 8 * sum(self.level_sizes)
+
+    @property
+    def storage_size(self) -> int:
+        return sum(self.shard(i)[1].storage_size for i in range(self.n_shards))
+
+    @property
+    def compression(self) -> str:
+        return self.shard(0)[1].compression if self.n_shards else "none"
+
+    @property
+    def compression_level(self) -> int | None:
+        return self.shard(0)[1].compression_level if self.n_shards else None
+
+    def num_sequences(self, level: int = 0) -> int:
+        if not self.lod_level:
+            return self._n_rows
+        return int(self._seq_at[self._level(level)][-1])
+
+    def __len__(self) -> int:
+        return self.num_sequences(0)
+
+    def __repr__(self) -> str:
+        return (f"<ShardedTensor {self.name!r} shape={self.shape} dtype={self.dtype} lod_level={self.lod_level} "
+                f"shards={self.n_shards} folder={self._path!r}>")
+
+    def _level(self, level: int) -> int:
+        n = self.lod_level
+        if not isinstance(level, (int, np.integer)) or not -n <= level < n:
+            raise LodIndexError(f"level {level} is out of range for a tensor with {n} LoD level(s)")
+        return int(level) + n if level < 0 else int(level)
+
+    def shard(self, i: int):
+        """``(path, lazy tensor)`` of shard ``i`` (opened on first use, checked against the manifest)."""
+        return self._file._shard_tensor(i, self.name)
+
+    def shard_ranges(self) -> list[tuple[str, int, int]]:
+        """``(shard path, first, stop)`` of each shard's top-level sequences in global numbering."""
+        at = self._seq_at[0] if self.lod_level else self._rows_at
+        return [(self._file.shard_path(i), int(at[i]), int(at[i + 1])) for i in range(self.n_shards)]
+
+    # -- raw reads -------------------------------------------------------------------------------------------
+    def _pieces(self, at: np.ndarray, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """``(shard, local start, local stop)`` covering global ``start..stop``; shard ``i`` starts at ``at[i]``."""
+        pos = start
+        while pos < stop:
+            i = int(np.searchsorted(at, pos, side="right")) - 1
+            end = min(stop, int(at[i + 1]))
+            yield i, pos - int(at[i]), end - int(at[i])
+            pos = end
+
+    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Entries ``start..stop`` of level ``level``'s global offsets (each shard's, shifted by what precedes it)."""
+        level = self._level(level)
+        at = self._seq_at[level]
+        count = int(at[-1])
+        stop = count + 1 if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= count + 1:
+            raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{count + 1}")
+        below = self._seq_at[level + 1] if level + 1 < self.lod_level else self._rows_at
+        if 8 * (stop - start) > self._file.max_memory:
+            check_memory(8 * (stop - start), self._file.max_memory, self._path, f"{self.name!r} level {level} offsets")
+        out = np.empty(stop - start, np.int64)
+        for i, a, b in self._pieces(at, start, min(stop, count)):
+            out[int(at[i]) + a - start:int(at[i]) + b - start] = self.shard(i)[1].read_offsets(level, a, b) + below[i]
+        if stop == count + 1 and stop > start:
+            out[-1] = int(below[-1])
+        return out
+
+    def read_rows(self, begin: int, end: int) -> np.ndarray:
+        """Data rows ``begin..end`` (global), read from each shard they fall in."""
+        begin, end = int(begin), int(end)
+        if not 0 <= begin <= end <= self._n_rows:
+            raise LodIndexError(f"rows {begin}:{end} are outside 0:{self._n_rows} of tensor {self.name!r}")
+        if (end - begin) * self._row_bytes > self._file.max_memory:
+            check_memory((end - begin) * self._row_bytes, self._file.max_memory, self._path,
+                         f"{end - begin:,} rows of tensor {self.name!r}")
+        parts = [self.shard(i)[1].read_rows(a, b) for i, a, b in self._pieces(self._rows_at, begin, end)]
+        if not parts:
+            return np.empty((0,) + self.element_shape, self.dtype)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    # -- branches and slices -----------------------------------------------------------------------------
+    def branch(self, *path: int) -> LoDTensor:
+        """The ``<i,j,...>``-slice: the manifest finds the shard, then one partial read there."""
+        if not self.lod_level:
+            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
+        if not path:
+            raise LodIndexError("an empty path selects no branch")
+        n = len(self)
+        i = path[0]
+        if not isinstance(i, (int, np.integer)) or not -n <= i < n:
+            valid = f"valid: {-n}..{n - 1}" if n else "it is empty"
+            raise LodIndexError(f"level 0: index {i} is out of range ({valid})")
+        i = int(i) + n if i < 0 else int(i)
+        at = self._seq_at[0]
+        s = int(np.searchsorted(at, i, side="right")) - 1
+        return self.shard(s)[1].branch(i - int(at[s]), *path[1:])
+
+    def __getitem__(self, key) -> LoDTensor:
+        path = key if isinstance(key, tuple) else (key,)
+        if not all(isinstance(i, (int, np.integer)) for i in path):
+            raise LodIndexError("index a ShardedTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
+        return self.branch(*path)
+
+    # Level slices, head and tail are the single-file reader's own methods, run on this handle's global
+    # windows (_window, _rows, _sizes): what a range may be, and what an empty part gives, is decided in one
+    # place for files and folders alike.
+    @property
+    def _sizes(self) -> list[int]:
+        return self.level_sizes
+
+    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
+        return self.read_offsets(level, start, stop)
+
+    def _rows(self, begin: int, end: int) -> np.ndarray:
+        return self.read_rows(begin, end)
+
+    slice_level = LazyTensor.slice_level
+    head = LazyTensor.head
+    tail = LazyTensor.tail
+    _extract = LazyTensor._extract
+
+    # -- whole reads -------------------------------------------------------------------------------------
+    def read(self) -> LoDTensor:
+        """The whole tensor, every shard validated; its size is checked against the memory limit first."""
+        check_memory(self.nbytes, self._file.max_memory, self._path, f"tensor {self.name!r}")
+        parts = [self.shard(i)[1].read() for i in range(self.n_shards)]
+        if parts:
+            return concat_tensors(parts, self.level_names)
+        empty = tuple(np.zeros(1, np.int64) for _ in range(self.lod_level))
+        try:  # a manifest of no shards: zero sequences, where the LoD rules allow them
+            _lod.validate_lod(empty, 0)
+        except LodValidationError as exc:
+            raise LodValidationError(f"{self._path}: tensor {self.name!r} has no shards ({exc})") from None
+        return LoDTensor._trusted(np.zeros((0,) + self.element_shape, self.dtype), empty, self.level_names)
+
+    def validate(self, max_problems: int = 20) -> list[_lod.LodProblem]:
+        """Every broken LoD rule of every shard (indices are global positions)."""
+        out: list[_lod.LodProblem] = []
+        for i in range(self.n_shards):
+            for p in self.shard(i)[1].validate(max_problems=max_problems - len(out)):
+                shift = int(self._seq_at[p.level][i]) if p.index is not None and p.level < self.lod_level else 0
+                out.append(_lod.LodProblem(p.level, None if p.index is None else p.index + shift,
+                                           f"{p.message} (in {self._file.manifest.shards[i].file})"))
+                if len(out) >= max_problems:
+                    return out
+        return out
+
+    def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator[LoDTensor]:
+        """Chunks of whole top-level sequences, shard after shard (a chunk never spans two shards)."""
+        for i in range(self.n_shards):
+            if self._rows_at[i + 1] == self._rows_at[i] and (not self.lod_level or
+                                                             self._seq_at[0][i + 1] == self._seq_at[0][i]):
+                continue
+            yield from self.shard(i)[1].iter_chunks(max_rows=max_rows)
+
+    def _global_blocks(self, level: int) -> Iterator[np.ndarray]:
+        """Level ``level``'s global offsets, block by block, each shard validated before its blocks."""
+        below = self._seq_at[level + 1] if level + 1 < self.lod_level else self._rows_at
+        first = True
+        for i in range(self.n_shards):
+            t = self.shard(i)[1]
+            size = t.level_sizes[level]
+            for a in range(0 if first else 1, size, 1 << 20):
+                yield t.read_offsets(level, a, min(a + (1 << 20), size)) + below[i]
+            first = False
+
+    def checked_level_stats(self) -> list[dict]:
+        """Length statistics of every level across all shards, after validating every shard."""
+        from .reader import _length_stats
+
+        for i in range(self.n_shards):
+            problems = self.shard(i)[1].validate(max_problems=1)
+            if problems:
+                raise LodValidationError(f"{self.shard(i)[0]}: tensor {self.name!r}: {problems[0]}")
+        return [_length_stats(self._global_blocks(k), self._file.max_memory, self._path,
+                              f"tensor {self.name!r} level {k} lengths") for k in range(self.lod_level)]
+
+    def level_stats(self, level: int) -> dict:
+        from .reader import _length_stats
+
+        level = self._level(level)
+        return _length_stats(self._global_blocks(level), self._file.max_memory, self._path,
+                             f"tensor {self.name!r} level {level} lengths")
+
+
+class ShardedFile:
+    """An open sharded folder: the manifest, tensor names, and sharded tensors by name.
+
+    Shards are opened on first use (at most :data:`OPEN_SHARDS` at once) and
+    checked against the manifest: sizes that disagree, a missing shard, a
+    shard that is a symbolic link, or external / virtual storage are
+    :class:`~lodtool.errors.LodFormatError`.
+    """
+
+    def __init__(self, path: str, *, max_memory: int | None = None):
+        self.path = path
+        self.manifest = read_manifest(path)
+        self.max_memory = resolve_max_memory(max_memory)
+        self.names = self.manifest.names
+        self.format_version = self.manifest.format_version
+        self.created_by = self.manifest.created_by
+        self.checksum_algorithm = _spec.CHECKSUM_ALGORITHM
+        self._open: dict = {}
+        self._tensors: dict = {}
+
+    def shard_path(self, i: int) -> str:
+        return os.path.join(self.path, self.manifest.shards[i].file)
+
+    def _shard_file(self, i: int):
+        from .reader import open_file
+
+        if i in self._open:
+            return self._open[i]
+        path = self.shard_path(i)
+        if os.path.islink(path):
+            raise LodFormatError(f"{path}: a shard must be a file inside the folder, not a symbolic link")
+        if not os.path.isfile(path):
+            raise LodFileNotFoundError(f"{path}: shard {i} named by {MANIFEST_NAME} is missing")
+        if len(self._open) >= OPEN_SHARDS:
+            oldest = next(iter(self._open))
+            self._open.pop(oldest).close()
+        f = open_file(path, max_memory=self.max_memory)
+        try:
+            refuse_foreign_storage(path, f)
+            info = self.manifest.shards[i]
+            if sorted(f.names) != sorted(self.names):
+                raise LodFormatError(f"{path}: holds tensors {f.names}; {MANIFEST_NAME} says {self.names}")
+            for name in self.names:
+                t = f[name]
+                got = TensorSpec.of(t)
+                if got != self.manifest.tensors[name]:
+                    raise LodFormatError(f"{path}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
+                                         f"{got.lod_level} level(s); {MANIFEST_NAME} says otherwise")
+                if TensorCounts.of(t) != info.tensors[name]:
+                    raise LodFormatError(f"{path}: tensor {name!r} has {t.n_rows} rows and level sequences "
+                                         f"{[t.num_sequences(k) for k in range(t.lod_level)]}; {MANIFEST_NAME} says "
+                                         f"{info.tensors[name].rows} and {list(info.tensors[name].level_sequences)}")
+        except BaseException:
+            f.close()
+            raise
+        self._open[i] = f
+        return f
+
+    def _shard_tensor(self, i: int, name: str):
+        return self.shard_path(i), self._shard_file(i)[name]
+
+    def __getitem__(self, name: str) -> ShardedTensor:
+        if name not in self.names:
+            listing = ", ".join(repr(n) for n in self.names)
+            raise LodFileNotFoundError(f"{self.path}: no tensor named {name!r} (tensors: {listing})")
+        if name not in self._tensors:
+            self._tensors[name] = ShardedTensor(self, name)
+        return self._tensors[name]
+
+    def tensor(self, name: str | None = None) -> ShardedTensor:
+        """Tensor ``name``; with ``None``, the only tensor of the folder."""
+        if name is not None:
+            return self[name]
+        if len(self.names) == 1:
+            return self[self.names[0]]
+        raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
+                            "name one (--name / name=)")
+
+    def shared_lod_with(self, name: str) -> list[str]:
+        return []
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def close(self) -> None:
+        for f in self._open.values():
+            f.close()
+        self._open.clear()
+        self._tensors.clear()
+
+    def __enter__(self) -> "ShardedFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<ShardedFile {self.path!r} v{self.format_version} tensors={self.names} "
+                f"shards={len(self.manifest.shards)}>")
+
+
+def open_sharded(path: str | os.PathLike, *, max_memory: int | None = None) -> ShardedFile:
+    """Open a sharded folder lazily (only the manifest is read).
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "s")
+    >>> with ShardWriter(d) as w:
+    ...     w.write(LoDTensor(np.arange(3), [[0, 2, 3]]))
+    >>> with open_sharded(d) as f:
+    ...     f.names, len(f.manifest.shards)
+    (['tensor'], 1)
+    """
+    return ShardedFile(os.fspath(path), max_memory=max_memory)
+
+
+def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
+    """Open a container file, or a sharded folder, for reading: a :class:`LodFile` or a :class:`ShardedFile`.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+    >>> save(p, LoDTensor(np.arange(3), [[0, 3]]))
+    >>> with open_path(p) as f:
+    ...     len(f.tensor())
+    1
+    """
+    from .reader import open_file
+
+    if is_sharded(path):
+        return open_sharded(path, max_memory=max_memory)
+    return open_file(path, max_memory=max_memory)
+
+
+# -- checks ---------------------------------------------------------------------------------------------------
+def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None):
+    """Validate every shard, plus the manifest against the shards: a ``FileReport`` for the folder.
+
+    Problems name the shard (or the manifest) they come from.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "s")
+    >>> with ShardWriter(d, shard_size=16) as w:
+    ...     w.write(LoDTensor(np.arange(6), [[0, 2, 4, 6]]))
+    >>> validate_sharded(d).ok
+    True
+    """
+    from .checks import FileReport, Problem, validate_file
+
+    path = os.fspath(path)
+    problems: list = []
+    errors: list[str] = []
+    try:
+        manifest = read_manifest(path)
+    except (LodFormatError, LodFileNotFoundError) as exc:
+        return FileReport(path, False, [], str(exc).removeprefix(f"{path}: "))
+    mpath = manifest_path(path)
+    for info in manifest.shards:
+        spath = os.path.join(path, info.file)
+        if os.path.islink(spath) or not os.path.isfile(spath):
+            what = "is a symbolic link" if os.path.islink(spath) else "is missing"
+            problems.append(Problem(mpath, None, None, None, f"shard {info.file} {what}"))
+            continue
+        report = validate_file(spath, max_problems=max_problems, max_memory=max_memory)
+        problems.extend(report.problems)
+        if report.error:
+            errors.append(f"{info.file}: {report.error}")
+            continue
+        try:
+            got = describe_shard(spath, info.file)
+            for name in manifest.names:
+                if name not in got.tensors:
+                    problems.append(Problem(spath, name, None, None, f"tensor missing; {MANIFEST_NAME} names it"))
+                elif got.tensors[name] != info.tensors[name]:
+                    g, w = got.tensors[name], info.tensors[name]
+                    problems.append(Problem(spath, name, None, None,
+                                            f"holds {g.rows} rows, level sequences {list(g.level_sequences)}; "
+                                            f"{MANIFEST_NAME} says {w.rows}, {list(w.level_sequences)}"))
+            extra = sorted(set(got.tensors) - set(manifest.names))
+            if extra:
+                problems.append(Problem(spath, None, None, None, f"tensors {extra} are not in {MANIFEST_NAME}"))
+            if got.checksum != info.checksum:
+                problems.append(Problem(spath, None, None, None, f"checksum {got.checksum}; {MANIFEST_NAME} "
+                                                                 f"records {info.checksum}"))
+            with open_path(spath) as f:
+                for name in manifest.names:
+                    if name in f.names and TensorSpec.of(f[name]) != manifest.tensors[name]:
+                        problems.append(Problem(spath, name, None, None,
+                                                f"dtype, element shape, LoD level or level names differ from "
+                                                f"{MANIFEST_NAME}"))
+        except (LodFormatError, LodFileNotFoundError) as exc:
+            errors.append(str(exc))
+    error = "; ".join(errors) if errors else None
+    return FileReport(path, not problems and error is None, problems, error)
+
+
+def verify_sharded(path: str | os.PathLike) -> list:
+    """Recompute every shard's dataset checksums and compare each shard's checksum with the manifest's.
+
+    Returns the mismatches (``[]``: all good); dataset names carry the shard's file name.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "s")
+    >>> with ShardWriter(d, shard_size=16) as w:
+    ...     w.write(LoDTensor(np.arange(6), [[0, 2, 4, 6]]))
+    >>> verify_sharded(d)
+    []
+    """
+    from .checks import ChecksumMismatch, verify_file
+
+    path = os.fspath(path)
+    manifest = read_manifest(path)
+    out = []
+    for info in manifest.shards:
+        spath = os.path.join(path, info.file)
+        if os.path.islink(spath) or not os.path.isfile(spath):
+            out.append(ChecksumMismatch(info.file, info.checksum, None, "missing, or not a regular file"))
+            continue
+        for m in verify_file(spath):
+            out.append(ChecksumMismatch(f"{info.file}:{m.dataset}", m.expected, m.actual, m.error))
+        actual = shard_checksum(spath)
+        if actual != info.checksum:
+            out.append(ChecksumMismatch(info.file, info.checksum, actual))
+    return out
+
+
+def inspect_sharded(path: str | os.PathLike) -> dict:
+    """A JSON-able description of a sharded folder (metadata and offsets only), shaped like ``inspect_file``'s.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "s")
+    >>> with ShardWriter(d, shard_size=16) as w:
+    ...     w.write(LoDTensor(np.arange(6), [[0, 2, 4, 6]]))
+    >>> info = inspect_sharded(d)
+    >>> info["shards"], info["tensors"][0]["rows"], info["tensors"][0]["levels"][0]["sequences"]
+    (3, 6, 3)
+    """
+    path = os.fspath(path)
+    with open_sharded(path) as f:
+        tensors = []
+        for name in f.names:
+            t = f[name]
+            levels = []
+            for k, stats in enumerate(t.checked_level_stats()):
+                levels.append({"level": k, "name": t.level_names[k] if t.level_names else None,
+                               "sequences": stats["count"], "min": stats["min"], "median": stats["median"],
+                               "mean": stats["mean"], "max": stats["max"], "empty": stats["empty"]})
+            tensors.append({"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape),
+                            "rows": t.n_rows, "lod_level": t.lod_level,
+                            "level_names": list(t.level_names) if t.level_names else None, "levels": levels,
+                            "compression": t.compression, "compression_level": t.compression_level,
+                            "nbytes": t.nbytes, "storage_size": t.storage_size, "shared_lod_with": []})
+        size = sum(os.path.getsize(f.shard_path(i)) for i in range(len(f.manifest.shards)))
+        return {"path": path, "format": MANIFEST_FORMAT, "format_version": f.format_version,
+                "created_by": f.created_by, "checksum": _spec.CHECKSUM_ALGORITHM,
+                "file_size": size + os.path.getsize(manifest_path(path)), "shards": len(f.manifest.shards),
+                "tensors": tensors}
+
+
+__all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "MANIFEST_VERSION", "DEFAULT_SHARD_SIZE", "shard_name", "parse_size",
+           "is_sharded", "TensorSpec", "TensorCounts", "ShardInfo", "Manifest", "parse_manifest", "read_manifest",
+           "write_manifest", "shard_checksum", "describe_shard", "write_shard", "commit_manifest", "prepare_folder",
+           "next_shard_index", "level_bounds", "plan_arrays", "ShardWriter", "shard_file", "merge", "concat_tensors",
+           "ShardedTensor", "ShardedFile", "open_sharded", "open_path", "validate_sharded", "verify_sharded",
+           "inspect_sharded"]

@@ -1,0 +1,744 @@
+"""lodtool on Dask: a stored tensor (one container, or a sharded folder) as partitions of whole sequences.
+
+:func:`read` plans partitions from the offsets alone, with the container's one
+chunk planner (:func:`lodtool.container.planner.sequence_ranges`), shard by
+shard: each partition is a range of whole top-level sequences of one shard,
+about ``partition_size`` bytes of rows.  A partition is carried by a small
+picklable :class:`Partition` ``(path, name, start, stop, first)``; the task
+opens the file itself (h5py objects never enter the graph), reads its range
+with one partial read, validates the range's LoD, and runs the collection's
+functions on it, all in one task.
+
+The collection, :class:`LodBag`, is lodtool's own small class over
+``dask.delayed`` tasks (one per partition), not a Dask Bag or Array: a
+partition is one :class:`~lodtool.LoDTensor` (a Bag would pickle Python
+objects per record; an Array cannot hold a ragged index).  It offers the
+operators (``pool``, ``softmax``, ``reverse``, ``expand``, ``pad``,
+``pack_plan``), ``map_partitions(fn)`` for your own function on each
+partition's LoDTensor, ``compute()`` (one LoDTensor), ``to_container(DIR)``
+(one shard per partition, then the manifest), ``to_delayed()`` and
+``to_dask_awkward()``.  Functions chained on a collection fuse into the
+partition's one task, so the scheduler sees one task per partition.
+
+Scheduling is Dask's: with a ``distributed.Client`` active, work goes to its
+workers; otherwise ``compute(scheduler="processes")`` and the like work too.
+Use process workers (``LocalCluster(processes=True, threads_per_worker=1)``):
+h5py serializes every call inside one process.  Files are opened with HDF5
+file locking off (h5py's ``locking=False``), so concurrent readers never
+trip over each other's locks; each shard has exactly one writer.
+
+>>> import os, tempfile, numpy as np
+>>> from lodtool import LoDTensor, save
+>>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+>>> save(p, LoDTensor(np.arange(6.0), recursive_sequence_lengths=[[2, 1, 3]]))
+>>> bag = read(p, partition_size=16)
+>>> bag.npartitions, bag.pool("sum").compute(scheduler="sync").data.tolist()
+(3, [1.0, 2.0, 12.0])
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import lod as _lod
+from ..errors import LodShapeError, LodUsageError, LodValidationError
+from ..tensor import LoDTensor
+
+#: the default bytes of rows per partition
+DEFAULT_PARTITION_SIZE = 64 << 20
+
+
+@dataclass(frozen=True)
+class Partition:
+    """What a task needs to read its range: a container path, a tensor name, and top-level sequences
+    ``start..stop`` of that file (``first``: the global index of ``start`` in a sharded tensor)."""
+
+    path: str
+    name: str
+    start: int
+    stop: int
+    first: int
+
+
+@dataclass(frozen=True)
+class _Call:
+    """``fn(tensor, *args, **kwargs)``, picklable when ``fn`` is."""
+
+    fn: Callable
+    args: tuple = ()
+    kwargs: tuple = ()
+
+    def __call__(self, t):
+        return self.fn(t, *self.args, **dict(self.kwargs))
+
+
+# -- the work one task does ---------------------------------------------------------------------------------
+def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
+    """Read one partition (opened here, in the task) and validate its LoD.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1, 3]]))
+    >>> read_partition(Partition(p, "tensor", 1, 3, 1)).to_nested()
+    [[2], [3, 4, 5]]
+    """
+    from ..container.reader import open_file
+
+    with open_file(part.path, max_memory=max_memory) as f:
+        t = f.tensor(part.name)
+        if t.lod_level:
+            chunk = t.slice_level(0, part.start, part.stop)
+        else:
+            chunk = LoDTensor._trusted(t.read_rows(part.start, part.stop), ())
+    _lod.validate_lod(chunk.offsets, chunk.n_rows)
+    return chunk
+
+
+class _Chain:
+    """The functions a collection applies to each partition, in order (one object, so Dask does not unpack it)."""
+
+    def __init__(self, fns: tuple = ()):
+        self.fns = tuple(fns)
+
+    def __add__(self, fn: Callable) -> "_Chain":
+        return _Chain(self.fns + (fn,))
+
+    def __len__(self) -> int:
+        return len(self.fns)
+
+    def __bool__(self) -> bool:
+        return bool(self.fns)
+
+    def __iter__(self):
+        return iter(self.fns)
+
+    def __dask_tokenize__(self):
+        from dask.base import tokenize
+
+        return tokenize(self.fns)
+
+
+def _run(part: Partition, fns: _Chain, max_memory: int | None):
+    """Read a partition and apply the chain of functions (``None`` stands for "no sequences left")."""
+    t = read_partition(part, max_memory)
+    for fn in fns:
+        if t is None:
+            return None
+        t = fn(t)
+    return t
+
+
+def _lod_of(part: Partition, fns: _Chain, max_memory: int | None):
+    t = _run(part, fns, max_memory)
+    return None if t is None else ([np.asarray(o) for o in t.offsets], t.n_rows, t.element_shape, t.dtype)
+
+
+def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> int:
+    from ..ops.pad import pad_level
+
+    t = _run(part, fns, max_memory)
+    if t is None:
+        return 0
+    roff = _row_offsets(t, pad_level(t, level))
+    return int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0
+
+
+def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
+    roff = np.asarray(t.offsets[level], np.int64)
+    for k in range(level + 1, t.lod_level):
+        roff = np.asarray(t.offsets[k], np.int64)[roff]
+    return roff
+
+
+def _pad(part: Partition, fns: _Chain, max_memory: int | None, pad_value, maxlen: int, level: int):
+    from ..ops import sequence_pad
+
+    t = _run(part, fns, max_memory)
+    if t is None:
+        return None
+    padded, lengths = sequence_pad(t, pad_value=pad_value, maxlen=maxlen, level=level)
+    return np.asarray(padded), np.asarray(lengths)
+
+
+# operators on one partition (module-level, so they pickle by reference)
+def _pool(t: LoDTensor, pool_type: str, pad_value: float) -> LoDTensor:
+    from ..ops import sequence_pool
+
+    return sequence_pool(t, pool_type, pad_value=pad_value)
+
+
+def _softmax(t: LoDTensor) -> LoDTensor:
+    from ..ops import sequence_softmax
+
+    return sequence_softmax(t)
+
+
+def _reverse(t: LoDTensor) -> LoDTensor:
+    from ..ops import sequence_reverse
+
+    return sequence_reverse(t)
+
+
+def _expand(t: LoDTensor, part_first: int, y_path: str, y_name: str | None, level: int,
+            max_memory: int | None) -> LoDTensor | None:
+    """``sequence_expand`` of a partition of x by the matching window of y's reference level."""
+    from ..container.shards import open_path
+    from ..ops import sequence_expand
+
+    count = len(t) if t.lod_level else t.n_rows
+    with open_path(y_path, max_memory=max_memory) as f:
+        ref = f.tensor(y_name).read_offsets(level, part_first, part_first + count + 1)
+    ref = ref - ref[0]
+    _lod.validate_lod([ref], int(ref[-1]))
+    if not ref[-1]:
+        return None  # no copies: this partition writes nothing
+    y_part = LoDTensor._trusted(np.broadcast_to(np.zeros(1, np.int8), (int(ref[-1]),)), (ref,))
+    return sequence_expand(t, y_part)
+
+
+# -- planning -----------------------------------------------------------------------------------------------
+def _partition_rows(spec, partition_size: int | str) -> int:
+    from ..container.shards import parse_size
+
+    size = parse_size(partition_size)
+    row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.element_shape, dtype=np.int64))
+    return max(1, size // max(row_bytes, 1))
+
+
+def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: int | str = DEFAULT_PARTITION_SIZE,
+         max_memory: int | None = None) -> tuple[list[Partition], Any]:
+    """The partitions of a stored tensor (file or sharded folder) and its spec, from the offsets alone.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1, 3]]))
+    >>> [(q.start, q.stop) for q in plan(p, partition_size=24)[0]]
+    [(0, 2), (2, 3)]
+    """
+    from ..container.planner import sequence_ranges
+    from ..container.reader import open_file
+    from ..container.shards import TensorSpec, open_path
+
+    path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
+    with open_path(path, max_memory=max_memory) as f:
+        t = f.tensor(name)
+        spec = TensorSpec.of(t)
+        tname = t.name
+        if hasattr(t, "shard_ranges"):
+            pieces = [(p, a, b) for p, a, b in t.shard_ranges() if b > a]
+        else:
+            pieces = [(path, 0, len(t) if t.lod_level else t.n_rows)]
+    max_rows = _partition_rows(spec, partition_size)
+    parts: list[Partition] = []
+    for shard_path, first, stop in pieces:
+        with open_file(shard_path, max_memory=max_memory) as g:
+            s = g.tensor(tname)
+            count = stop - first
+            for a, b in sequence_ranges(s.read_offsets, s.lod_level, count, max_rows):
+                parts.append(Partition(shard_path, tname, a, b, first + a))
+    return parts, spec
+
+
+def read(path: str | os.PathLike, name: str | None = None, *,
+         partition_size: int | str = DEFAULT_PARTITION_SIZE, max_memory: int | None = None) -> "LodBag":
+    """A stored tensor (a container file or a sharded folder) as a Dask collection of whole-sequence partitions.
+
+    ``partition_size`` is the bytes of rows per partition (an int or text such
+    as ``"64MB"``); one top-level sequence bigger than that is a partition of
+    its own.  Nothing but offsets is read here.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1, 3]]))
+    >>> read(p, partition_size=16).reverse().compute(scheduler="sync").to_nested()
+    [[1, 0], [2], [5, 4, 3]]
+    """
+    parts, spec = plan(path, name, partition_size=partition_size, max_memory=max_memory)
+    return LodBag(parts, spec=spec, max_memory=max_memory, label="read")
+
+
+# -- running ------------------------------------------------------------------------------------------------
+def _compute(items: list, progress: Callable[[int, int], None] | None, kwargs: dict) -> list:
+    """``dask.compute`` of ``items`` (each one partition's task); ``progress(done, total)`` as they finish."""
+    import dask
+
+    total = len(items)
+    if progress is None:
+        return list(dask.compute(*items, **kwargs))
+    client = None if kwargs.get("scheduler") else _active_client()
+    if client is not None:
+        from distributed import as_completed
+
+        futures = client.compute(items, **kwargs)
+        progress(0, total)
+        for done, _ in enumerate(as_completed(futures), 1):
+            progress(done, total)
+        return client.gather(futures)
+    from dask.callbacks import Callback
+
+    names = {item.key for item in items}
+    done = [0]
+
+    def posttask(key, result, dsk, state, worker_id):
+        if key in names:
+            done[0] += 1
+            progress(done[0], total)
+
+    progress(0, total)
+    with Callback(posttask=posttask):
+        return list(dask.compute(*items, **kwargs))
+
+
+def _active_client():
+    try:
+        from distributed import get_client
+    except ImportError:  # pragma: no cover - dask without distributed
+        return None
+    try:
+        return get_client()
+    except ValueError:
+        return None
+
+
+class LodBag:
+    """Partitions of whole top-level sequences of one stored tensor, each computed by one Dask task.
+
+    Made by :func:`read`.  Methods that transform return a new collection
+    (nothing runs until ``compute``, ``to_container`` or ``to_delayed``).
+    Keyword arguments of ``compute`` and ``to_container`` go to
+    ``dask.compute`` (``scheduler=``, ...); ``progress(done, total)`` is
+    called as partitions finish.
+    """
+
+    def __init__(self, parts: Sequence[Partition], *, spec=None, fns=(), max_memory: int | None = None,
+                 label: str = "read"):
+        self.partitions = list(parts)
+        self.spec = spec
+        self._fns = fns if isinstance(fns, _Chain) else _Chain(fns)
+        self._max_memory = max_memory
+        self._label = label
+
+    @property
+    def npartitions(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def name(self) -> str | None:
+        """The stored tensor's name."""
+        return self.partitions[0].name if self.partitions else None
+
+    def __repr__(self) -> str:
+        return f"<LodBag {self._label} npartitions={self.npartitions} steps={len(self._fns)}>"
+
+    def _then(self, fn: Callable, label: str, *args, spec=None, **kwargs) -> "LodBag":
+        return LodBag(self.partitions, spec=spec, fns=self._fns + _Call(fn, args, tuple(kwargs.items())),
+                      max_memory=self._max_memory, label=label)
+
+    def map_partitions(self, fn: Callable[..., LoDTensor], *args, **kwargs) -> "LodBag":
+        """Apply ``fn(partition, *args, **kwargs)`` to each partition's LoDTensor; it must return a LoDTensor.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import save
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+        >>> save(p, LoDTensor(np.arange(4), [[0, 1, 4]]))
+        >>> double = lambda t: LoDTensor(t.data * 2, t.lod)
+        >>> read(p, partition_size=8).map_partitions(double).compute(scheduler="sync").data.tolist()
+        [0, 2, 4, 6]
+        """
+        return self._then(fn, getattr(fn, "__name__", "map"), *args, **kwargs)
+
+    # the operators, partition by partition (each partition holds whole top-level sequences)
+    def pool(self, pool_type: str = "sum", pad_value: float = 0.0) -> "LodBag":
+        """``sequence_pool`` of each partition (as ``lodtool pool``)."""
+        return self._then(_pool, "pool", pool_type, pad_value)
+
+    def softmax(self) -> "LodBag":
+        """``sequence_softmax`` of each partition (as ``lodtool softmax``)."""
+        return self._then(_softmax, "softmax")
+
+    def reverse(self) -> "LodBag":
+        """``sequence_reverse`` of each partition (as ``lodtool reverse``)."""
+        return self._then(_reverse, "reverse")
+
+    def expand(self, y: str | os.PathLike, y_name: str | None = None, ref_level: int = -1) -> "LodBag":
+        """``sequence_expand`` of this tensor (x) by the LoD of the stored tensor ``y`` (its data is never read).
+
+        Each partition of x reads only the matching window of y's reference
+        level.  x must be read straight from storage (no functions before).
+        """
+        from ..container.shards import open_path
+        from ..ops.expand import expand_level
+
+        if self._fns:
+            raise LodUsageError("expand needs x as stored: call it on read(...) before other operators")
+        y = os.path.abspath(os.fspath(y))
+        with open_path(y, max_memory=self._max_memory) as f:
+            ty = f.tensor(y_name)
+            y_name = ty.name
+            if ty.lod_level == 0:
+                raise LodShapeError("sequence_expand: y has no LoD; expanding needs y's LoD at ref_level")
+            # the shape checks of sequence_expand, from sizes alone (x's count from the plan)
+            level = expand_level(_SpecSizes(self.spec, sum(p.stop - p.start for p in self.partitions)), ty,
+                                 ref_level)
+        return _ExpandBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
+                          expand=(y, y_name, level))
+
+    def pad(self, pad_value: Any = 0, maxlen: int | None = None, level: int = -1) -> "PaddedBag":
+        """``sequence_pad`` of each partition to one common ``maxlen`` (the longest, when ``None``)."""
+        return PaddedBag(self, pad_value, maxlen, level)
+
+    def pack_plan(self, level: int = -1):
+        """The RNN packing plan of ``level`` as a ``dask.delayed`` value: the partitions' offsets are read in
+        parallel, then the plan is made once from the whole LoD (call ``.compute()``)."""
+        import dask
+
+        lods = [dask.delayed(_lod_of, pure=True)(p, self._fns, self._max_memory,
+                                                 dask_key_name=(f"lodtool-lod-{self._token()}", i))
+                for i, p in enumerate(self.partitions)]
+        return dask.delayed(_plan_from_lods, pure=True)(lods, level)
+
+    # running
+    def _token(self) -> str:
+        from dask.base import tokenize
+
+        return tokenize(self.partitions, self._fns, self._max_memory, type(self).__name__)
+
+    def _task(self, part: Partition) -> tuple:
+        """``(function, *arguments)`` of the one task that computes ``part``."""
+        return (_run, part, self._fns, self._max_memory)
+
+    def to_delayed(self) -> list:
+        """One ``dask.delayed`` value per partition (a LoDTensor, or ``None`` when a partition has no sequences
+        left, as in an ``expand`` by zero copies)."""
+        import dask
+
+        token = self._token()
+        out = []
+        for i, part in enumerate(self.partitions):
+            fn, *args = self._task(part)
+            out.append(dask.delayed(fn, pure=True)(*args, dask_key_name=(f"lodtool-{self._label}-{token}", i)))
+        return out
+
+    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> LoDTensor:
+        """Run every partition and join the results into one LoDTensor (in memory)."""
+        from ..container.shards import concat_tensors
+
+        results = [r for r in _compute(self.to_delayed(), progress, kwargs) if r is not None]
+        if results:
+            return concat_tensors(results)
+        spec = self.spec if not self._fns else _spec_after(self)
+        empty = tuple(np.zeros(1, np.int64) for _ in range(spec.lod_level))
+        try:  # zero sequences, where the LoD rules allow them
+            _lod.validate_lod(empty, 0)
+        except LodValidationError as exc:
+            raise LodUsageError(f"the result holds no sequences ({exc})") from None
+        return LoDTensor._trusted(np.zeros((0,) + tuple(spec.element_shape), spec.dtype), empty, spec.level_names)
+
+    def to_container(self, folder: str | os.PathLike, *, name: str | None = None, compression: str | None = None,
+                     append: bool = False, progress: Callable[[int, int], None] | None = None, **kwargs):
+        """Write each partition as one shard of the sharded folder ``folder`` (in parallel), then the manifest.
+
+        Shards get fresh numbers after any already in the folder, so a reader
+        of the previous manifest is never disturbed; without ``append`` the new
+        manifest replaces the old one and the old shards are removed after it.
+        A failure removes the new shards and leaves the old manifest.  Returns
+        the :class:`~lodtool.container.shards.Manifest`.
+        """
+        import dask
+
+        from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
+
+        folder = os.path.abspath(os.fspath(folder))
+        prepare_folder(folder, append=append)
+        base = next_shard_index(folder)
+        name = name or self.name or "tensor"
+        token = self._token()
+        items, paths = [], []
+        for i, part in enumerate(self.partitions):
+            path = os.path.join(folder, shard_name(base + i))
+            key = (f"lodtool-shard-{token}", i)
+            items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path, name, compression,
+                                                                 dask_key_name=key))
+            paths.append(path)
+        try:
+            results = _compute(items, progress, kwargs)
+            written = [r for r in results if r is not None]
+            if not written:
+                raise LodUsageError("the result holds no sequences; nothing was written")
+            spec = written[0][1]
+            for info, s in written:
+                if s != spec:
+                    raise LodUsageError(f"{folder}: partitions came out with different dtypes or shapes "
+                                        f"({spec} and {s}); give the operator a fixed dtype")
+            return commit_manifest(folder, {name: spec}, [info for info, _ in written], append=append)
+        except BaseException:
+            for p in paths:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            raise
+
+    def to_dask_awkward(self):
+        """The partitions as a ``dask_awkward.Array`` (``dask_awkward.from_map``), each partition one awkward
+        array of nested lists.  Its type comes from a ``mock()`` of the tensor's spec, so no partition is read
+        to learn it.  Needs dask-awkward."""
+        import dask_awkward as dak
+
+        if self._fns and self.spec is None:
+            spec = _spec_after(self)
+        else:
+            spec = self.spec
+        reader = _AwkwardPartitions(spec, self._fns, self._max_memory)
+        return dak.from_map(reader, self.partitions, label=f"lodtool-{self._label}")
+
+
+class _Thunk:
+    """A partition's task as one opaque object (Dask would run a bare ``(function, ...)`` tuple itself)."""
+
+    def __init__(self, fn: Callable, *args):
+        self.fn, self.args = fn, args
+
+    def __call__(self):
+        return self.fn(*self.args)
+
+    def __dask_tokenize__(self):
+        from dask.base import tokenize
+
+        return tokenize(self.fn, self.args)
+
+
+def _write_result(task: _Thunk, path: str, name: str, compression: str | None):
+    """Run a partition's task, then write its result as one shard; return the manifest entry and the spec."""
+    from ..container.shards import TensorSpec, write_shard
+
+    t = task()
+    if t is None:
+        return None
+    return write_shard(path, {name: t}, compression=compression), TensorSpec.of(t)
+
+
+class _SpecSizes:
+    """The sizes ``expand_level`` asks of x, from its spec and its top-level count."""
+
+    def __init__(self, spec, count: int):
+        self.lod_level = spec.lod_level
+        self._count = count
+        self.n_rows = count
+
+    def num_sequences(self, level: int = 0) -> int:
+        return self._count
+
+
+class _ExpandBag(LodBag):
+    """x's partitions expanded by y's reference level: each task reads its window of y's offsets."""
+
+    def __init__(self, parts, *, expand: tuple, **kwargs):
+        super().__init__(parts, **kwargs)
+        self._expand_args = expand
+
+    def _then(self, fn, label, *args, spec=None, **kwargs) -> LodBag:
+        raise LodUsageError("write or compute the expanded tensor first; chaining after expand is not supported")
+
+    def _token(self) -> str:
+        from dask.base import tokenize
+
+        return tokenize(super()._token(), self._expand_args)
+
+    def _task(self, part: Partition) -> tuple:
+        y, y_name, level = self._expand_args
+        return (_expand_partition, part, self._max_memory, y, y_name, level)
+
+
+def _expand_partition(part: Partition, max_memory, y, y_name, level):
+    return _expand(read_partition(part, max_memory), part.first, y, y_name, level, max_memory)
+
+
+def _plan_from_lods(lods: list, level: int):
+    """One packing plan from the partitions' offsets, stitched into the whole LoD."""
+    from ..ops import pack_plan
+
+    lods = [x for x in lods if x is not None]
+    if not lods:
+        raise LodUsageError("the tensor holds no sequences to plan")
+    offsets_list, rows, shape, dtype = [x[0] for x in lods], sum(x[1] for x in lods), lods[0][2], lods[0][3]
+    levels = []
+    for k in range(len(offsets_list[0])):
+        pieces, base = [np.zeros(1, np.int64)], 0
+        for offs in offsets_list:
+            pieces.append(offs[k][1:] + base)
+            base += int(offs[k][-1])
+        levels.append(np.concatenate(pieces))
+    if not levels:
+        raise LodUsageError("a 0-level tensor has no sequences to plan")
+    stand_in = np.broadcast_to(np.zeros((1,) + tuple(shape), dtype), (rows,) + tuple(shape))
+    return pack_plan(LoDTensor._trusted(stand_in, levels), level=level).to("cpu")
+
+
+class PaddedBag:
+    """``sequence_pad`` over the partitions of a :class:`LodBag`: ``compute()`` gives ``padded``, ``lengths`` and
+    ``mask`` (as ``lodtool pad`` writes them), ``to_npz(path)`` writes them."""
+
+    def __init__(self, bag: LodBag, pad_value, maxlen: int | None, level: int):
+        self.bag, self.pad_value, self.maxlen, self.level = bag, pad_value, maxlen, level
+
+    def _maxlen(self, kwargs) -> int:
+        import dask
+
+        from ..ops.pad import padded_length
+
+        # the longest sequence, from each partition's offsets (checked against a given maxlen too, as in Paddle)
+        longest = [dask.delayed(_longest, pure=True)(p, self.bag._fns, self.bag._max_memory, self.level)
+                   for p in self.bag.partitions]
+        found = max(_compute(longest, None, kwargs), default=0)
+        return padded_length(self.maxlen, found, self.level)
+
+    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> dict:
+        """``{"padded", "lengths", "mask"}`` of the whole tensor (in memory)."""
+        import dask
+
+        from ..ops import sequence_mask
+
+        maxlen = self._maxlen(kwargs)
+        items = [dask.delayed(_pad, pure=True)(p, self.bag._fns, self.bag._max_memory, self.pad_value, maxlen,
+                                               self.level) for p in self.bag.partitions]
+        results = [r for r in _compute(items, progress, kwargs) if r is not None]
+        if not results:
+            raise LodUsageError("the tensor holds no sequences to pad")
+        padded = np.concatenate([r[0] for r in results])
+        lengths = np.concatenate([r[1] for r in results])
+        return {"padded": padded, "lengths": lengths, "mask": sequence_mask(lengths, maxlen)}
+
+    def to_npz(self, output, **kwargs) -> dict:
+        """Compute, then write ``padded``, ``lengths`` and ``mask`` into an NPZ (atomically); return its summary."""
+        from ..io.npy import write_npz_members
+
+        arrays = self.compute(**kwargs)
+        write_npz_members(output, [(k, a.shape, a.dtype, iter([a])) for k, a in arrays.items()])
+        return {"output": os.fspath(output) if isinstance(output, (str, os.PathLike)) else "-",
+                "shape": list(arrays["padded"].shape), "sequences": int(arrays["lengths"].shape[0]),
+                "maxlen": int(arrays["padded"].shape[1])}
+
+
+# -- dask-awkward -------------------------------------------------------------------------------------------
+def _awkward_form(spec):
+    import awkward as ak
+
+    primitive = ak.types.numpytype.dtype_to_primitive(np.dtype(spec.dtype))
+    form = ak.forms.NumpyForm(primitive, inner_shape=tuple(spec.element_shape))
+    for _ in range(spec.lod_level):
+        form = ak.forms.ListOffsetForm("i64", form)
+    return form
+
+
+def _to_awkward(t: LoDTensor):
+    import awkward as ak
+
+    content = ak.contents.NumpyArray(np.ascontiguousarray(t.data))
+    for offsets in reversed(t.offsets):
+        content = ak.contents.ListOffsetArray(ak.index.Index64(np.asarray(offsets, np.int64)), content)
+    return ak.Array(content)
+
+
+class _AwkwardPartitions:
+    """dask-awkward's io function: reads a partition as an awkward array; ``mock()`` answers the type."""
+
+    def __init__(self, spec, fns: _Chain, max_memory: int | None):
+        self.spec, self.fns, self.max_memory = spec, fns, max_memory
+
+    def __call__(self, part: Partition):
+        return _to_awkward(_run(part, self.fns, self.max_memory))
+
+    def mock(self):
+        from awkward.typetracer import typetracer_from_form
+
+        return typetracer_from_form(_awkward_form(self.spec))
+
+
+def _spec_after(bag: LodBag):
+    """The spec of a chain's output, from running it on a one-row stand-in of the stored spec (no data read)."""
+    from ..container.shards import TensorSpec
+
+    spec = bag.spec
+    if spec is None:
+        raise LodUsageError("the collection's type is unknown; read it with lodtool.dask.read")
+    t = LoDTensor._trusted(np.zeros((1,) + tuple(spec.element_shape), spec.dtype),
+                           tuple(np.array([0, 1], np.int64) for _ in range(spec.lod_level)), spec.level_names)
+    for fn in bag._fns:
+        t = fn(t)
+    return TensorSpec.of(t)
+
+
+# -- parallel pack ------------------------------------------------------------------------------------------
+def _pack_one(source: str, path: str, options: dict):
+    from ..container.reader import open_file
+    from ..container.shards import TensorSpec, describe_shard
+    from ..tasks import pack as pack_task
+
+    pack_task([source], path, **options)
+    with open_file(path) as f:
+        spec = TensorSpec.of(f.tensor(options.get("name", "tensor")))
+    return describe_shard(path), spec
+
+
+def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, append: bool = False,
+         progress: Callable[[int, int], None] | None = None, compute_kwargs: dict | None = None, **options):
+    """Pack many input files in parallel, one shard each (on the Dask workers), then write the manifest.
+
+    ``options`` are :func:`lodtool.tasks.pack`'s (``format``, ``lod_level``,
+    ``dtype``, ``name``, ``level_names``, ``compression``).  Every shard must
+    come out with the same dtype and shape: give ``dtype`` when the inputs
+    could infer different ones.  Returns the manifest.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> for i in range(3):
+    ...     _ = open(os.path.join(d, f"{i}.jsonl"), "w").write("[1, 2]\\n[3]\\n" * (i + 1))
+    >>> m = pack([os.path.join(d, f"{i}.jsonl") for i in range(3)], os.path.join(d, "out"),
+    ...          compute_kwargs={"scheduler": "sync"})
+    >>> [s.tensors["tensor"].sequences for s in m.shards]
+    [2, 4, 6]
+    """
+    import dask
+
+    from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
+
+    sources = [os.fspath(s) for s in inputs]
+    if not sources:
+        raise LodUsageError("no input given")
+    if any(s == "-" for s in sources):
+        raise LodUsageError("a parallel pack reads files, not stdin")
+    sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
+    folder = os.path.abspath(os.fspath(folder))
+    prepare_folder(folder, append=append)
+    base = next_shard_index(folder)
+    paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
+    items = [dask.delayed(_pack_one, pure=False)(s, p, options, dask_key_name=(f"lodtool-pack-{base}", i))
+             for i, (s, p) in enumerate(zip(sources, paths))]
+    try:
+        results = _compute(items, progress, dict(compute_kwargs or {}))
+        spec = results[0][1]
+        for (info, s), src in zip(results, sources):
+            if s != spec:
+                raise LodUsageError(f"{src}: packs as {s.dtype} {list(s.element_shape)} with {s.lod_level} "
+                                    f"level(s), but {sources[0]} as {spec.dtype} {list(spec.element_shape)} with "
+                                    f"{spec.lod_level}; give --dtype (and --lod-level) so every shard agrees")
+        return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
+                               append=append)
+    except BaseException:
+        for p in paths:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        raise
+
+
+__all__ = ["read", "plan", "pack", "read_partition", "Partition", "LodBag", "PaddedBag", "DEFAULT_PARTITION_SIZE"]

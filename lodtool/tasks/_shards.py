@@ -1,0 +1,231 @@
+"""Sharded folders as verbs: ``shard``, ``merge``, ``pack`` into a folder, and the operators on Dask.
+
+A sharded folder (``DIR/lodtool.json`` + ``DIR/part-00000.lod.h5`` ...) is one
+logical tensor; the reading verbs take one wherever they take a container
+(they open paths with :func:`lodtool.container.shards.open_path`).  Here are
+the verbs that write one, and :func:`on_dask`, which runs an operator over a
+file or folder on a Dask scheduler (``lodtool <op> --scheduler ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Callable, Sequence
+
+from ..errors import LodUsageError
+
+
+def _summary(folder: str, manifest) -> dict:
+    name = manifest.names[0]
+    spec = manifest.tensors[name]
+    return {"output": folder, "name": name, "shards": len(manifest.shards),
+            "sequences": sum(s.tensors[name].sequences for s in manifest.shards),
+            "rows": sum(s.tensors[name].rows for s in manifest.shards),
+            "lod_level": spec.lod_level, "dtype": str(spec.dtype)}
+
+
+def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int | str = "1GB",
+          name: str | None = None, compression: str | None = None, append: bool = False,
+          max_memory: int | None = None) -> dict:
+    """Split a container into a sharded folder of about ``shard_size`` bytes per shard (``lodtool shard``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.lod.h5"), LoDTensor(np.arange(100), [[0, 30, 60, 100]]))
+    >>> shard(os.path.join(d, "x.lod.h5"), os.path.join(d, "s"), shard_size=256)["shards"]
+    3
+    """
+    from ..container.shards import shard_file
+
+    manifest = shard_file(path, folder, shard_size=shard_size, name=name, compression=compression,
+                          append=append, max_memory=max_memory)
+    return _summary(os.fspath(folder), manifest)
+
+
+def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
+          max_memory: int | None = None) -> dict:
+    """Join a sharded folder into one container, level names kept (``lodtool merge``).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> t = LoDTensor(np.arange(100), [[0, 30, 60, 100]], level_names=["doc"])
+    >>> save(os.path.join(d, "x.lod.h5"), t)
+    >>> _ = shard(os.path.join(d, "x.lod.h5"), os.path.join(d, "s"), shard_size=256)
+    >>> merge(os.path.join(d, "s"), os.path.join(d, "m.lod.h5"))["sequences"]
+    3
+    >>> load(os.path.join(d, "m.lod.h5")).equals(t)
+    True
+    """
+    from ..container.shards import merge as merge_folder
+    from ..container.shards import read_manifest
+
+    manifest = read_manifest(folder)
+    merge_folder(folder, output, compression=compression, max_memory=max_memory)
+    out = _summary(os.fspath(output), manifest)
+    out.pop("shards")
+    return out
+
+
+def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *,
+                 shard_size: int | str = "1GB", append: bool = False, scheduler: str | None = None,
+                 workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+                 format: str | None = None, lod_level: int | None = None, dtype=None, name: str = "tensor",
+                 level_names: Sequence[str] | None = None, compression: str | None = None) -> dict:
+    """Pack inputs into a sharded folder (``lodtool pack ... -o DIR/``).
+
+    Without ``scheduler`` the inputs stream, in order, into shards of about
+    ``shard_size`` bytes.  With one (``"processes"``, ``"threads"`` or a
+    scheduler address) each input file is packed by a Dask worker into a shard
+    of its own, then the manifest is written; ``progress(done, total)`` counts
+    the shards.  ``append`` adds shards after the folder's existing ones.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "a.jsonl"), "w").write("[1, 2]\\n[3]\\n" * 50)
+    >>> pack_sharded([os.path.join(d, "a.jsonl")], os.path.join(d, "out"), shard_size=256)["shards"]
+    9
+    """
+    from ..container.shards import ShardWriter, read_manifest
+
+    folder = os.fspath(folder)
+    options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
+               "level_names": None if level_names is None else list(level_names), "compression": compression}
+    if scheduler:
+        from ..interop.dask import pack as dask_pack
+
+        with dask_scheduler(scheduler, workers) as compute_kwargs:
+            manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
+                                 compute_kwargs=compute_kwargs, **options)
+        return _summary(folder, manifest)
+    from . import _pack
+
+    sources = _pack._as_list(inputs)
+    fmt = _pack._input_format(sources, format)
+    target = _pack.resolve_dtype(dtype)
+    stats: dict = {"bytes_read": 0}
+    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats)
+    names = options["level_names"]
+    with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
+        for chunk in _pack._overlapped(chunks):
+            if names is not None:
+                if len(names) != chunk.lod_level:
+                    raise LodUsageError(f"{len(names)} level name(s) given ({', '.join(names)}), but the input "
+                                        f"has {chunk.lod_level} LoD level(s)")
+                chunk = chunk.with_level_names(names)
+            w.write(chunk)
+    return _summary(folder, read_manifest(folder))
+
+
+# -- operators on Dask ----------------------------------------------------------------------------------------
+class dask_scheduler:
+    """``--scheduler processes|threads|ADDRESS`` (with ``--workers N``) as the keyword arguments of
+    ``dask.compute``, with a local cluster or a client held open for the block.
+
+    ``processes`` starts a ``distributed.LocalCluster`` of ``N`` single-thread
+    process workers (h5py serializes calls within a process); ``threads`` uses
+    Dask's local thread pool; anything else is a scheduler address to connect to.
+    """
+
+    def __init__(self, scheduler: str, workers: int | None = None):
+        if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+            raise LodUsageError(f"--workers must be a positive integer, got {workers!r}")
+        self.scheduler, self.workers = scheduler, workers
+        self._client = self._cluster = None
+
+    def __enter__(self) -> dict:
+        if self.scheduler == "threads":
+            return {"scheduler": "threads", **({"num_workers": int(self.workers)} if self.workers else {})}
+        if self.scheduler == "sync":
+            return {"scheduler": "sync"}
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise LodUsageError("--scheduler needs dask[distributed]: pip install 'lodtool[dask]'") from None
+        if self.scheduler == "processes":
+            import logging
+
+            n = int(self.workers or os.cpu_count() or 1)
+            self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                         dashboard_address=":0", silence_logs=logging.ERROR)
+            self._client = Client(self._cluster)
+        else:
+            try:
+                self._client = Client(self.scheduler, timeout="10s")
+            except OSError as exc:
+                raise LodUsageError(f"cannot reach the Dask scheduler at {self.scheduler!r} ({exc})") from None
+        return {}
+
+    def __exit__(self, *exc) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def _is_folder_target(output: str) -> bool:
+    return output.endswith(os.sep) or output.endswith("/") or os.path.isdir(output)
+
+
+def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers: int | None = None,
+            progress: Callable[[int, int], None] | None = None, name: str | None = None,
+            partition_size: int | str = "64MB", compression: str | None = None, out_name: str | None = None,
+            max_memory: int | None = None, **options):
+    """Run the operator ``op`` over a file or sharded folder on a Dask scheduler (``lodtool <op> --scheduler``).
+
+    Container outputs: a folder (a path ending in ``/``, or an existing folder)
+    gets one shard per partition, then the manifest; a file name gets the
+    shards merged into one container.  ``pad`` writes its NPZ and
+    ``pack_plan`` returns the plan, as without a scheduler.  Each partition is
+    a range of whole top-level sequences of about ``partition_size`` bytes;
+    ``progress(done, total)`` counts partitions.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.lod.h5"), LoDTensor(np.arange(6.0), [[0, 2, 6]]))
+    >>> r = on_dask("pool", os.path.join(d, "x.lod.h5"), os.path.join(d, "p.lod.h5"), scheduler="sync")
+    >>> load(os.path.join(d, "p.lod.h5")).data.tolist(), r["sequences"]
+    ([1.0, 14.0], 2)
+    """
+    from ..interop.dask import read
+
+    path = os.fspath(path)
+    if op == "expand":
+        y, y_name, ref_level = options.pop("y"), options.pop("y_name", None), options.pop("ref_level", -1)
+        bag = read(path, name, partition_size=partition_size, max_memory=max_memory).expand(y, y_name, ref_level)
+    else:
+        bag = read(path, name, partition_size=partition_size, max_memory=max_memory)
+    with dask_scheduler(scheduler, workers) as kwargs:
+        if op == "pad":
+            return bag.pad(**options).to_npz(output, progress=progress, **kwargs)
+        if op == "pack_plan":
+            plan = bag.pack_plan(**options)
+            return plan.compute(**kwargs)
+        if op == "pool" and options.pop("index", False):
+            raise LodUsageError("the MaxIndex output (--index) is not available on Dask yet; run pool without "
+                                "--scheduler")
+        if op in ("pool", "softmax", "reverse"):
+            bag = getattr(bag, op)(**options)
+        elif op != "expand":
+            raise LodUsageError(f"{op!r} does not run on Dask; choose pool, softmax, reverse, expand, pad or "
+                                "pack_plan")
+        output = os.fspath(output)
+        tensor_name = out_name or bag.name
+        if _is_folder_target(output):
+            manifest = bag.to_container(output, name=tensor_name, compression=compression, progress=progress,
+                                        **kwargs)
+            return _summary(output, manifest)
+        staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
+        try:
+            manifest = bag.to_container(staging, name=tensor_name, compression=compression, progress=progress,
+                                        **kwargs)
+            merge(staging, output, compression=compression, max_memory=max_memory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        out = _summary(output, manifest)
+        out.pop("shards")
+        return out

@@ -1,0 +1,91 @@
+"""The CLI on sharded folders: shard, merge, pack into a folder, the reading commands, --scheduler."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lodtool import LoDTensor, load, save
+from lodtool.cli.main import cli
+from lodtool.container.shards import MANIFEST_NAME, read_manifest
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = np.random.default_rng(3)
+    docs = rng.integers(1, 4, 80)
+    sents = rng.integers(1, 5, int(docs.sum()))
+    t = LoDTensor(rng.integers(0, 1000, int(sents.sum())).astype("int32"),
+                  recursive_sequence_lengths=[docs.tolist(), sents.tolist()], level_names=["doc", "sent"])
+    save(tmp_path / "one.lod.h5", t)
+    return tmp_path, t
+
+
+def run(*args, ok=True):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def test_shard_then_every_reading_command_takes_the_folder(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "512B")
+    assert len(read_manifest(d / "s").shards) > 3
+    for args in (["validate"], ["verify"], ["tree"]):
+        run(*args, d / "s")
+    info = json.loads(run("inspect", d / "s", "--json").stdout)
+    assert info["format"] == "lodtool-sharded" and info["tensors"][0]["rows"] == t.n_rows
+    assert json.loads(run("slice", d / "s", "57", "--to", "json").stdout) == t.branch(57).to_nested()
+    assert json.loads(run("slice", d / "s", "--level", "1", "--range", "3:90", "--to", "json").stdout) == \
+        t.slice_level(1, 3, 90).to_nested()
+    tail = run("tail", d / "s", "-n", "2", "--to", "jsonl").stdout.splitlines()
+    assert [json.loads(x) for x in tail] == t.tail(2).to_nested()
+    lines = run("unpack", d / "s", "--to", "jsonl").stdout.splitlines()
+    assert [json.loads(x) for x in lines] == t.to_nested()
+    run("merge", d / "s", "-o", d / "back.lod.h5")
+    assert load(d / "back.lod.h5").equals(t) and load(d / "back.lod.h5").level_names == ("doc", "sent")
+
+
+def test_operators_on_a_folder_and_on_dask_threads_give_the_same_bytes(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "512B")
+    run("pool", d / "one.lod.h5", "--type", "average", "-o", d / "want.lod.h5")
+    run("pool", d / "s", "--type", "average", "-o", d / "got.lod.h5")
+    run("pool", d / "s", "--type", "average", "-o", d / "dask.lod.h5", "--scheduler", "threads", "--workers", "2")
+    run("pool", d / "s", "--type", "average", "-o", f"{d / 'dask_dir'}/", "--scheduler", "threads")
+    want = load(d / "want.lod.h5")
+    for got in (load(d / "got.lod.h5"), load(d / "dask.lod.h5")):
+        assert got.data.tobytes() == want.data.tobytes() and got.lod == want.lod
+    assert validate_ok(d / "dask_dir")
+    plan = json.loads(run("pack-plan", d / "s", "--json", "--scheduler", "threads").stdout)
+    assert plan == json.loads(run("pack-plan", d / "one.lod.h5", "--json").stdout)
+
+
+def validate_ok(path) -> bool:
+    return run("validate", path, ok=False).exit_code == 0
+
+
+def test_pack_into_a_folder_append_and_refusals(corpus, tmp_path):
+    d, t = corpus
+    run("unpack", d / "one.lod.h5", "--to", "jsonl", "-o", d / "a.jsonl")
+    run("pack", d / "a.jsonl", "-o", f"{d / 'p'}/", "--shard-size", "1KB", "--dtype", "int32",
+        "--level-names", "doc,sent")
+    n = len(read_manifest(d / "p").shards)
+    run("pack", d / "a.jsonl", "-o", d / "p", "--append", "--dtype", "int32", "--level-names", "doc,sent")
+    assert len(read_manifest(d / "p").shards) == n + 1
+    lines = run("unpack", d / "p", "--to", "jsonl").stdout.splitlines()
+    assert len(lines) == 2 * len(t)
+    bad = run("pack", d / "a.jsonl", "-o", d / "p", "--append", "--dtype", "int64", ok=False)
+    assert bad.exit_code != 0 and "int32" in bad.output and len(read_manifest(d / "p").shards) == n + 1
+    (d / "other").mkdir()
+    (d / "other" / "notes.txt").write_text("mine")
+    bad = run("pack", d / "a.jsonl", "-o", f"{d / 'other'}/", ok=False)
+    assert bad.exit_code != 0 and "not shards" in bad.output
+    assert sorted(os.listdir(d / "other")) == ["notes.txt"]
+    missing = run("inspect", d / "other", ok=False)
+    assert missing.exit_code != 0 and MANIFEST_NAME in missing.output and "Traceback" not in missing.output

@@ -1,0 +1,304 @@
+"""lodtool.dask on a LocalCluster of 2 process workers: the same answers as the one-process path, byte for byte."""
+
+from __future__ import annotations
+
+import io
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+from lodtool import LoDTensor, load, save, tasks  # noqa: E402
+from lodtool.container.shards import (  # noqa: E402
+    MANIFEST_NAME,
+    ShardWriter,
+    concat_tensors,
+    merge,
+    open_sharded,
+    read_manifest,
+    shard_name,
+    validate_sharded,
+    write_shard,
+)
+from lodtool.errors import LodError, LodUsageError  # noqa: E402
+from lodtool.interop import dask as lod_dask  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                           silence_logs=logging.ERROR)
+    with Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _tokens(n_docs: int, seed: int, dtype="float32") -> LoDTensor:
+    rng = np.random.default_rng(seed)
+    docs = rng.integers(1, 5, n_docs)
+    sents = rng.integers(0, 7, int(docs.sum()))
+    sents[-1] = max(sents[-1], 1)
+    data = rng.standard_normal(int(sents.sum())).astype(dtype)
+    return LoDTensor(data, recursive_sequence_lengths=[docs.tolist(), sents.tolist()], level_names=["doc", "sent"])
+
+
+def _empty_allowed() -> bool:
+    """Whether this lodtool stores a tensor of zero sequences (offsets [0]; the empty tensor of issue 17)."""
+    import tempfile
+
+    try:
+        empty = LoDTensor._trusted(np.zeros(0, "float32"), (np.zeros(1, np.int64),) * 2, ("doc", "sent"))
+        save(os.path.join(tempfile.mkdtemp(), "e.lod.h5"), empty)
+        return True
+    except LodError:  # this lodtool's LoD rules need one sequence per level
+        return False
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A sharded folder with uneven shards (big, one sequence, medium; empty ones where the format allows them),
+    and the same tensor as one file."""
+    d = tmp_path_factory.mktemp("corpus")
+    parts = [_tokens(60, 1), _tokens(1, 2), _tokens(23, 3), _tokens(7, 4)]
+    folder = str(d / "shards")
+    with ShardWriter(folder, shard_size="1MB") as w:
+        for p in parts:
+            w.write(p)
+            w.end_shard()  # one shard per part: uneven on purpose
+    if _empty_allowed():
+        from lodtool.container.shards import TensorSpec, commit_manifest
+
+        empty = LoDTensor._trusted(np.zeros(0, "float32"), (np.zeros(1, np.int64),) * 2, ("doc", "sent"))
+        m = read_manifest(folder)
+        extra = [write_shard(os.path.join(folder, shard_name(i)), {"tensor": empty}) for i in (4, 5)]
+        shards = m.shards[:1] + extra[:1] + m.shards[1:] + extra[1:]
+        commit_manifest(folder, {"tensor": TensorSpec.of(empty)}, shards)
+    whole = concat_tensors(parts)
+    single = str(d / "whole.lod.h5")
+    save(single, whole)
+    return {"folder": folder, "single": single, "tensor": whole, "dir": d}
+
+
+def _same_bytes(a: LoDTensor, b: LoDTensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert np.ascontiguousarray(a.data).tobytes() == np.ascontiguousarray(b.data).tobytes()
+    assert len(a.offsets) == len(b.offsets)
+    for x, y in zip(a.offsets, b.offsets):
+        assert np.asarray(x, np.int64).tobytes() == np.asarray(y, np.int64).tobytes()
+
+
+def test_plan_is_uneven_shards_cut_into_whole_sequence_partitions(corpus):
+    parts, spec = lod_dask.plan(corpus["folder"], partition_size=512)
+    m = read_manifest(corpus["folder"])
+    assert len(parts) > len([s for s in m.shards if s.tensors["tensor"].sequences])
+    assert sum(p.stop - p.start for p in parts) == len(corpus["tensor"])
+    assert [p.first for p in parts] == list(np.cumsum([0] + [p.stop - p.start for p in parts])[:-1])
+    assert spec.level_names == ("doc", "sent")
+
+
+@pytest.mark.parametrize("pool_type", ["sum", "average", "sqrt", "max", "min", "first", "last"])
+def test_pool_matches_the_one_process_path(client, corpus, tmp_path, pool_type):
+    want_path = str(tmp_path / "want.lod.h5")
+    tasks.pool(corpus["single"], want_path, pool_type=pool_type)
+    bag = lod_dask.read(corpus["folder"], partition_size=512).pool(pool_type)
+    _same_bytes(bag.compute(), load(want_path))
+    if pool_type != "sum":
+        return  # one written run is enough: the shards hold what compute() joins
+    out = str(tmp_path / "out")
+    bag.to_container(out)
+    merge(out, str(tmp_path / "merged.lod.h5"))
+    _same_bytes(load(str(tmp_path / "merged.lod.h5")), load(want_path))
+    assert validate_sharded(out).ok
+
+
+@pytest.mark.parametrize("op", ["softmax", "reverse"])
+def test_softmax_and_reverse_match_the_one_process_path(client, corpus, tmp_path, op):
+    want_path = str(tmp_path / "want.lod.h5")
+    getattr(tasks, op)(corpus["single"], want_path)
+    bag = getattr(lod_dask.read(corpus["folder"], partition_size=256), op)()
+    got = bag.compute()
+    _same_bytes(got, load(want_path))
+    assert got.level_names == load(want_path).level_names
+
+
+def test_expand_matches_the_one_process_path(client, corpus, tmp_path):
+    rng = np.random.default_rng(7)
+    n = 90
+    x = LoDTensor(rng.standard_normal(n).astype("float64"), None)
+    reps = rng.integers(0, 4, n)
+    reps[0] = 1
+    y = LoDTensor(np.zeros(int(reps.sum()), np.int8), recursive_sequence_lengths=[reps.tolist()])
+    save(tmp_path / "x.lod.h5", x)
+    with ShardWriter(tmp_path / "xs", shard_size=200) as w:
+        w.write(x)
+    with ShardWriter(tmp_path / "ys", shard_size=50) as w:
+        w.write(y)
+    tasks.expand(str(tmp_path / "x.lod.h5"), str(tmp_path / "ys"), str(tmp_path / "want.lod.h5"))
+    got = lod_dask.read(tmp_path / "xs", partition_size=80).expand(tmp_path / "ys").compute()
+    _same_bytes(got, load(tmp_path / "want.lod.h5"))
+
+
+def test_pad_matches_the_one_process_path(client, corpus, tmp_path):
+    want = io.BytesIO()
+    tasks.pad(corpus["single"], want, pad_value=-1.0)
+    want = np.load(io.BytesIO(want.getvalue()))
+    got = lod_dask.read(corpus["folder"], partition_size=512).pad(pad_value=-1.0).compute()
+    for key in ("padded", "lengths", "mask"):
+        assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes()
+    summary = lod_dask.read(corpus["folder"], partition_size=512).pad(level=0).to_npz(tmp_path / "p.npz")
+    assert summary["shape"][0] == len(corpus["tensor"])
+
+
+def test_pack_plan_matches_the_one_process_path(client, corpus):
+    want = tasks.pack_plan(corpus["single"], level=1)
+    got = lod_dask.read(corpus["folder"], partition_size=512).pack_plan(level=1).compute()
+    for field in ("lengths", "sorted_indices", "unsorted_indices", "batch_sizes"):
+        assert np.asarray(getattr(got, field)).tobytes() == np.asarray(getattr(want, field)).tobytes()
+
+
+def _scale(t: LoDTensor, factor: float) -> LoDTensor:
+    return LoDTensor._trusted((t.data * factor).astype(t.dtype), t.offsets, t.level_names)
+
+
+def test_map_partitions_and_progress_count_partitions(client, corpus):
+    bag = lod_dask.read(corpus["folder"], partition_size=512)
+    seen = []
+    got = bag.map_partitions(_scale, 2.0).reverse().compute(progress=lambda done, total: seen.append((done, total)))
+    want = concat_tensors([_scale(corpus["tensor"], 2.0)])
+    from lodtool.ops import sequence_reverse
+
+    _same_bytes(got, sequence_reverse(want))
+    assert seen[0] == (0, bag.npartitions) and seen[-1] == (bag.npartitions, bag.npartitions)
+
+
+def test_local_schedulers_without_a_cluster(corpus):
+    bag = lod_dask.read(corpus["folder"], partition_size=1024).pool("max")
+    want = bag.compute(scheduler="sync")
+    _same_bytes(bag.compute(scheduler="threads"), want)
+
+
+def test_to_dask_awkward_types_without_reading(client, corpus, monkeypatch):
+    dak = pytest.importorskip("dask_awkward")
+    ak = pytest.importorskip("awkward")
+    calls = []
+    real = lod_dask.read_partition
+    monkeypatch.setattr(lod_dask, "read_partition", lambda *a, **k: calls.append(a) or real(*a, **k))
+    arr = lod_dask.read(corpus["folder"], partition_size=512).to_dask_awkward()
+    assert isinstance(arr, dak.Array) and calls == []
+    assert str(arr.type).endswith("var * var * float32")
+    assert ak.to_list(arr.compute()) == corpus["tensor"].to_nested()
+
+
+def _slow_partition(t: LoDTensor, seconds: float) -> LoDTensor:
+    time.sleep(seconds)
+    return t
+
+
+def test_a_killed_worker_does_not_stop_the_job_or_leave_partial_shards(client, corpus, tmp_path):
+    bag = lod_dask.read(corpus["folder"], partition_size=128).map_partitions(_slow_partition, 0.3).pool("sum")
+    pids = client.run(os.getpid)
+    out = str(tmp_path / "out")
+    done = {}
+
+    def job():
+        done["manifest"] = bag.to_container(out)
+
+    runner = threading.Thread(target=job)
+    runner.start()
+    time.sleep(1.5)  # a few partitions in, each worker busy with one
+    os.kill(next(iter(pids.values())), signal.SIGKILL)
+    runner.join(timeout=120)
+    assert "manifest" in done
+    assert validate_sharded(out).ok
+    names = sorted(os.listdir(out))
+    assert names == sorted([MANIFEST_NAME] + [s.file for s in done["manifest"].shards])  # no temp, no stray
+    want = str(tmp_path / "want.lod.h5")
+    tasks.pool(corpus["single"], want, pool_type="sum")
+    with open_sharded(out) as f:
+        _same_bytes(f.tensor().read(), load(want))
+    client.wait_for_workers(2, timeout=60)
+
+
+def _write_jsonl(path, seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            f.write(str([[int(v) for v in rng.integers(0, 9, rng.integers(1, 5))]
+                         for _ in range(rng.integers(1, 4))]) + "\n")
+
+
+def test_parallel_pack_equals_one_process_pack(client, tmp_path):
+    inputs = []
+    for i, n in enumerate([30, 1, 12, 5]):
+        inputs.append(str(tmp_path / f"{i}.jsonl"))
+        _write_jsonl(inputs[-1], i, n)
+    m = lod_dask.pack(inputs, tmp_path / "out", level_names=["doc", "sent"], dtype="int32")
+    assert [s.tensors["tensor"].sequences for s in m.shards] == [30, 1, 12, 5]
+    tasks.pack(inputs, str(tmp_path / "one.lod.h5"), level_names=["doc", "sent"], dtype="int32")
+    with open_sharded(tmp_path / "out") as f:
+        got = f.tensor().read()
+    _same_bytes(got, load(tmp_path / "one.lod.h5"))
+    assert got.level_names == ("doc", "sent")
+
+
+def test_parallel_pack_refuses_shards_of_different_dtypes(client, tmp_path):
+    (tmp_path / "a.jsonl").write_text("[1, 2]\n")
+    (tmp_path / "b.jsonl").write_text("[1.5]\n")
+    with pytest.raises(LodUsageError, match="--dtype"):
+        lod_dask.pack([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "out")
+    assert not any(n.endswith(".lod.h5") for n in os.listdir(tmp_path / "out"))
+
+
+def _reader_loop(folder: str, ready, finished, queue) -> None:
+    seen = []
+    ready.set()
+    while True:
+        last = finished.is_set()  # one more full read after the writer is done
+        try:
+            with open_sharded(folder) as f:
+                t = f.tensor()
+                assert len(t.read()) == t.num_sequences(0)
+                seen.append(len(f.manifest.shards))
+        except Exception as exc:  # reported to the test
+            queue.put(repr(exc))
+            return
+        if last:
+            break
+    queue.put(seen)
+
+
+def test_a_reader_during_pack_append_sees_the_old_or_the_new_manifest(client, tmp_path):
+    inputs = []
+    for i in range(4):
+        inputs.append(str(tmp_path / f"{i}.jsonl"))
+        _write_jsonl(inputs[-1], 10 + i, 20)
+    folder = str(tmp_path / "out")
+    lod_dask.pack(inputs[:1], folder, dtype="int64")
+    ctx = multiprocessing.get_context("spawn")
+    queue, ready, finished = ctx.Queue(), ctx.Event(), ctx.Event()
+    reader = ctx.Process(target=_reader_loop, args=(folder, ready, finished, queue))
+    reader.start()
+    assert ready.wait(timeout=60)
+    for src in inputs[1:]:
+        lod_dask.pack([src], folder, dtype="int64", append=True)
+    finished.set()
+    result = queue.get(timeout=60)
+    reader.join(timeout=30)
+    assert isinstance(result, list) and result, result
+    assert set(result) <= {1, 2, 3, 4} and result == sorted(result) and result[-1] == 4
+    assert len(read_manifest(folder).shards) == 4
+
+
+def test_tasks_carry_absolute_paths_for_workers_in_other_folders(corpus, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(corpus["folder"]))
+    parts, _ = lod_dask.plan(os.path.basename(corpus["folder"]), partition_size=512)
+    assert parts and all(os.path.isabs(p.path) and os.path.isfile(p.path) for p in parts)
