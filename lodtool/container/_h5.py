@@ -126,6 +126,23 @@ def hard_member(group: h5py.Group, name: str):
     return group[name]
 
 
+def foreign_storage(ds: h5py.Dataset) -> str | None:
+    """Why ``ds`` keeps its values outside this file, or ``None``: external raw storage, or a virtual dataset.
+
+    Both make libhdf5 read other local files named by the untrusted file
+    (``/etc/shadow``, a FIFO, ``/dev/zero``), so both are refused from the
+    dataset's creation properties alone, before a single value is read.
+    lodtool never writes either.
+    """
+    plist = ds.id.get_create_plist()
+    if plist.get_layout() == h5py.h5d.VIRTUAL:
+        return "is a virtual dataset (its values live in other files); lodtool refuses virtual datasets"
+    if plist.get_external_count():
+        return ("keeps its raw bytes in another file (external storage); lodtool refuses external storage, "
+                "which would read local files the container names")
+    return None
+
+
 def same_object(a: h5py.HLObject, b: h5py.HLObject) -> bool:
     """Whether two handles are the same HDF5 object (hard links to one dataset)."""
     return a.id == b.id

@@ -24,7 +24,7 @@ import h5py
 
 from ..errors import LodFormatError
 from . import spec
-from ._h5 import hard_member, storage_gap, translate
+from ._h5 import foreign_storage, hard_member, storage_gap, translate
 from .filters import ensure_readable
 from .reader import open_file
 
@@ -245,6 +245,10 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch
     expected = spec.text_attr(stored) if stored is not None else None
     if expected is not None:
         expected = checksum.parse_digest(expected, f"{path}: {label}")
+    with translate(path, f"cannot read the layout of {label}"):
+        foreign = foreign_storage(ds)
+    if foreign:  # refused before a byte of it is read
+        return ChecksumMismatch(label, expected, None, f"the dataset {foreign}")
     ensure_readable(ds, path, label)
     try:
         with translate(path, f"cannot read {label}"):

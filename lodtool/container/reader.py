@@ -31,7 +31,7 @@ from .. import lod as _lod
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor, check_dtype
 from . import filters, spec
-from ._h5 import H5_ERRORS, domain_error, hard_member, open_h5, same_object, storage_gap, translate
+from ._h5 import H5_ERRORS, domain_error, foreign_storage, hard_member, open_h5, same_object, storage_gap, translate
 from .limits import check_memory, resolve_max_memory
 from .planner import sequence_ranges
 
@@ -113,6 +113,8 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
         if not isinstance(data, h5py.Dataset):
             issues.append((None, f"{spec.DATA!r} is missing or not a dataset"))
             data = None
+        elif foreign_storage(data):
+            issues.append((None, f"{spec.DATA!r} {foreign_storage(data)}"))
         else:
             if data.ndim < 1:
                 issues.append((None, f"{spec.DATA!r} is a scalar; it needs at least one dimension (its rows)"))
@@ -147,7 +149,9 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                     if not isinstance(ds, h5py.Dataset):
                         issues.append((k, f"offsets dataset '{spec.LOD}/{k}' is missing or not a dataset"))
                         continue
-                    if ds.ndim != 1:
+                    if foreign_storage(ds):
+                        issues.append((k, f"offsets dataset '{spec.LOD}/{k}' {foreign_storage(ds)}"))
+                    elif ds.ndim != 1:
                         issues.append((k, f"offsets have shape {ds.shape}; offsets must be 1-D"))
                     elif ds.dtype.kind not in _INT_KINDS:
                         issues.append((k, f"offsets have dtype {ds.dtype}; offsets must be integers"))
