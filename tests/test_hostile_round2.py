@@ -150,7 +150,7 @@ class TestExternalStorage:
         save(huge, LoDTensor(np.zeros(16, dtype=np.uint8), [[0, 6, 16]]))
         replace_dataset(huge, "tensor/data", None, shape=(1 << 40,), dtype="u1",
                         external=[("/dev/zero", 0, 1 << 40)])
-        for args in (["verify", path], ["head", path], ["validate", huge], ["verify", huge]):
+        for args in (["head", path], ["verify", huge]):  # a hang, and a 1 TiB read, before the fix
             proc = run_process(args, timeout=30)
             assert proc.returncode in (1, 2) and "external storage" in proc.stdout + proc.stderr, (args, proc)
 
@@ -168,3 +168,150 @@ class TestExternalStorage:
         for args in (["head", path], ["validate", path], ["verify", path]):
             result = run_cli(*args)
             assert result.exit_code in (1, 2) and "virtual dataset" in result.output + result.stderr, args
+
+
+# -- 4. and 5. chunk bombs and one-entry chunks -------------------------------------------------------------------
+#: runs lodtool in a child that writes its own peak RSS (VmHWM, KiB) to the file named by argv[1] on exit;
+#: ru_maxrss would not do: it keeps the forking parent's (pytest's) figure across exec
+_MEASURED = ("import atexit, runpy, sys; out = sys.argv.pop(1); "
+             "hwm = lambda: [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
+             "atexit.register(lambda: open(out, 'w').write(hwm())); "
+             "sys.argv[0] = 'lodtool'; runpy.run_module('lodtool', run_name='__main__')")
+
+
+def peak_rss(args: list[str], timeout: float = 60.0) -> tuple[subprocess.CompletedProcess, int]:
+    """Run ``python -m lodtool ARGS``; return the result and the child's own peak RSS in bytes."""
+    import tempfile
+
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with tempfile.NamedTemporaryFile("r") as out:
+        proc = subprocess.run([sys.executable, "-c", _MEASURED, out.name, *args], capture_output=True, text=True,
+                              env=env, timeout=timeout)
+        text = out.read().strip()
+    return proc, int(text) * 1024 if text else 0
+
+
+def gzip_chunk(values: np.ndarray, chunk_bytes: int) -> bytes:
+    """``values`` followed by zeros up to ``chunk_bytes``, deflated as HDF5's gzip filter stores a chunk."""
+    import zlib
+
+    packer = zlib.compressobj(1)
+    parts = [packer.compress(values.tobytes())]
+    zeros = bytes(1 << 20)
+    left = chunk_bytes - values.nbytes
+    while left > 0:
+        parts.append(packer.compress(zeros[:min(left, len(zeros))]))
+        left -= len(zeros)
+    parts.append(packer.flush())
+    return b"".join(parts)
+
+
+def chunk_bomb(path: str, member: str, values: np.ndarray, chunk_rows: int) -> None:
+    """Store ``values`` (1-D) in ``member`` as one gzip chunk of ``chunk_rows`` entries that really inflates."""
+    replace_dataset(path, member, values, shape=values.shape, maxshape=(None,), chunks=(chunk_rows,),
+                    dtype=values.dtype, compression="gzip")
+    with h5py.File(path, "r+") as f:
+        f[member].id.write_direct_chunk((0,), gzip_chunk(values, chunk_rows * values.dtype.itemsize))
+
+
+def one_entry_chunks(path: str, member: str, values: np.ndarray) -> None:
+    """Store ``values`` (1-D) in ``member`` with one entry per chunk."""
+    replace_dataset(path, member, values, shape=values.shape, maxshape=(None,), chunks=(1,), dtype=values.dtype)
+    with h5py.File(path, "r+") as f:
+        f[member][...] = values
+
+
+#: peak RSS of a reading command (inspect, validate, verify, head: no numba) on a small file: about 65 MiB
+#: measured, so the bombs below (128 MiB and more before the fixes) fail it
+SMALL_RSS = 150 << 20
+
+
+class TestChunkBombs:
+    """Issue 13.4: a few values declared in one huge gzip chunk are refused before the chunk is decoded."""
+
+    @pytest.fixture(scope="class")
+    def bomb(self, tmp_path_factory) -> str:
+        path = str(tmp_path_factory.mktemp("bomb") / "bomb.lod.h5")
+        save(path, LoDTensor(np.arange(10, dtype=np.int64), [[0, 2, 5, 9, 10]]))
+        chunk_bomb(path, "tensor/lod/0", np.array([0, 2, 5, 9, 10], dtype=np.int64), 1 << 24)  # 128 MiB
+        return path
+
+    @pytest.mark.parametrize("command", ["validate", "tree"])
+    def test_offsets_bomb_is_refused_in_flat_memory(self, bomb, command):
+        proc, rss = peak_rss([command, "--max-memory", "64M", bomb] if command == "validate" else [command, bomb])
+        assert proc.returncode == 1, proc
+        assert "chunk far larger than its dataset" in proc.stdout + proc.stderr
+        assert rss < SMALL_RSS, f"{command}: peak RSS {rss >> 20} MiB"
+
+    @pytest.mark.parametrize("command", ["inspect", "head", "branch", "verify"])
+    def test_every_reader_refuses_it(self, bomb, command):
+        args = ["slice", bomb, "1"] if command == "branch" else [command, bomb]
+        result = run_cli(*args)
+        assert result.exit_code in (1, 2) and "chunk far larger than its dataset" in result.output + result.stderr
+
+    def test_data_bomb_is_refused(self, tmp_path):
+        path = str(tmp_path / "data-bomb.lod.h5")
+        values = np.arange(10, dtype=np.float64)
+        save(path, LoDTensor(values, [[0, 2, 5, 9, 10]]))
+        chunk_bomb(path, "tensor/data", values, 1 << 21)  # 16 MiB for 80 bytes
+        for args in (["head", path], ["verify", path], ["pool", path, "-o", str(tmp_path / "p.h5")]):
+            result = run_cli(*args)
+            assert result.exit_code in (1, 2) and "far larger than its dataset" in result.output + result.stderr
+
+    def test_a_chunk_above_the_memory_limit_is_refused_before_it_is_read(self, tmp_path):
+        path = str(tmp_path / "big-chunk.lod.h5")
+        n = 1 << 19  # 4 MiB of offsets in an 8 MiB chunk: plausible, but not under --max-memory 4M
+        offsets = np.arange(n + 1, dtype=np.int64)
+        save(path, LoDTensor(np.zeros(n, dtype=np.uint8), [offsets]))
+        chunk_bomb(path, "tensor/lod/0", offsets, 2 * n)
+        from lodtool.errors import LodMemoryError
+        from lodtool.format.container import open_file
+
+        with open_file(path, max_memory=4 << 20) as f:
+            with pytest.raises(LodMemoryError, match="one chunk of tensor 'tensor' level 0 offsets needs 8.0 MiB"):
+                f.tensor().head(2)
+        result = run_cli("validate", "--max-memory", "4M", path)
+        assert result.exit_code == 2 and "needs 8.0 MiB, above the memory limit of 4.0 MiB" in result.output
+        assert run_cli("head", path).exit_code == 0  # under the default limit it reads
+
+    def test_a_row_spread_over_too_many_chunks_is_refused(self, tmp_path):
+        path = str(tmp_path / "band.lod.h5")
+        save(path, LoDTensor(np.zeros((4, 5000), dtype=np.uint8), [[0, 1, 4]]))
+        replace_dataset(path, "tensor/data", np.zeros((4, 5000), np.uint8), data=np.zeros((4, 5000), np.uint8),
+                        chunks=(1, 1), maxshape=(None, 5000))
+        result = run_cli("head", path)
+        assert result.exit_code == 1 and "one row spans 5,000 chunks" in one_line_error(result)
+        assert "one row spans" in run_cli("validate", path).output
+
+
+class TestOneEntryChunks:
+    """Issue 13.5: one chunk per entry costs memory per chunk read at once; reads go 1024 chunks at a time."""
+
+    N = 32_768  # 215 MiB of libhdf5 bookkeeping when read at once (131,072: 820 MB)
+
+    @pytest.fixture(scope="class")
+    def files(self, tmp_path_factory) -> dict[str, str]:
+        folder = tmp_path_factory.mktemp("ones")
+        offsets = np.arange(self.N + 1, dtype=np.int64)
+        out = {}
+        for member in ("tensor/lod/0", "tensor/data"):
+            path = str(folder / f"{member.replace('/', '-')}.lod.h5")
+            data = np.arange(self.N, dtype=np.int64)
+            save(path, LoDTensor(data, [offsets]))
+            one_entry_chunks(path, member, offsets if member.endswith("0") else data)
+            out[member] = path
+        return out
+
+    @pytest.mark.parametrize("member, command", [("tensor/lod/0", "validate"), ("tensor/data", "verify")])
+    def test_memory_stays_flat(self, files, member, command):
+        proc, rss = peak_rss([command, files[member]])
+        assert proc.returncode == 0, proc
+        assert rss < SMALL_RSS, f"{command} {member}: peak RSS {rss >> 20} MiB"
+
+    def test_values_read_in_pieces_are_the_values(self, files):
+        from lodtool.format.container import load
+
+        for path in files.values():
+            t = load(path)
+            assert t.lod == [list(range(self.N + 1))] and t.data.tolist() == list(range(self.N))
+        assert run_cli("verify", files["tensor/lod/0"]).exit_code == 0

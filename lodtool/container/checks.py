@@ -24,8 +24,9 @@ import h5py
 
 from ..errors import LodFormatError
 from . import spec
-from ._h5 import foreign_storage, hard_member, storage_gap, translate
+from ._h5 import READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member, storage_gap, translate
 from .filters import ensure_readable
+from .limits import default_max_memory, human_bytes
 from .reader import open_file
 
 # -- validate ------------------------------------------------------------------------------------------
@@ -219,6 +220,7 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
             raise LodFormatError(f"{path}: checksum algorithm {f.checksum_algorithm!r} is not supported "
                                  f"(this lodtool verifies {spec.CHECKSUM_ALGORITHM})")
         seen: list = []
+        limit = default_max_memory()
         for name in f.names:
             with translate(path, f"cannot open tensor {name!r}"):
                 group = f.h5[name]
@@ -231,13 +233,13 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
                 if any(ds.id == s for s in seen):
                     continue
                 seen.append(ds.id)
-                mismatch = _verify_dataset(path, ds, label)
+                mismatch = _verify_dataset(path, ds, label, limit)
                 if mismatch is not None:
                     out.append(mismatch)
     return out
 
 
-def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch | None:
+def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int) -> ChecksumMismatch | None:
     from . import checksum  # xxhash: only verify needs it
 
     with translate(path, f"cannot read the checksum of {label}"):
@@ -249,6 +251,14 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch
         foreign = foreign_storage(ds)
     if foreign:  # refused before a byte of it is read
         return ChecksumMismatch(label, expected, None, f"the dataset {foreign}")
+    with translate(path, f"cannot read the layout of {label}"):
+        absurd = chunk_layout_problem(ds)
+        chunk = chunk_nbytes(ds)
+    if absurd:
+        return ChecksumMismatch(label, expected, None, f"the dataset {absurd}")
+    if chunk > max(max_memory, READ_CACHE):  # every read decodes whole chunks
+        return ChecksumMismatch(label, expected, None, f"one chunk decodes to {human_bytes(chunk)}, above the memory "
+                                                       f"limit of {human_bytes(max_memory)}")
     ensure_readable(ds, path, label)
     try:
         with translate(path, f"cannot read {label}"):

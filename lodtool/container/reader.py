@@ -31,7 +31,7 @@ from .. import lod as _lod
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor, check_dtype
 from . import filters, spec
-from ._h5 import H5_ERRORS, domain_error, foreign_storage, hard_member, open_h5, same_object, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from .limits import check_memory, resolve_max_memory
 from .planner import sequence_ranges
 
@@ -115,6 +115,8 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
             data = None
         elif foreign_storage(data):
             issues.append((None, f"{spec.DATA!r} {foreign_storage(data)}"))
+        elif chunk_layout_problem(data):
+            issues.append((None, f"{spec.DATA!r} {chunk_layout_problem(data)}"))
         else:
             if data.ndim < 1:
                 issues.append((None, f"{spec.DATA!r} is a scalar; it needs at least one dimension (its rows)"))
@@ -151,6 +153,8 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                         continue
                     if foreign_storage(ds):
                         issues.append((k, f"offsets dataset '{spec.LOD}/{k}' {foreign_storage(ds)}"))
+                    elif chunk_layout_problem(ds):
+                        issues.append((k, f"offsets dataset '{spec.LOD}/{k}' {chunk_layout_problem(ds)}"))
                     elif ds.ndim != 1:
                         issues.append((k, f"offsets have shape {ds.shape}; offsets must be 1-D"))
                     elif ds.dtype.kind not in _INT_KINDS:
@@ -214,6 +218,7 @@ class LazyTensor:
         self._what = f"tensor {self.name!r}"
         for k, ds in enumerate(self._lod):  # offsets lodtool writes never need a plugin; foreign ones might
             filters.ensure_readable(ds, self._path, f"{self._what} level {k} offsets")
+            _check_chunk_memory(ds, self._limit, self._path, f"one chunk of {self._what} level {k} offsets")
 
     # -- metadata ----------------------------------------------------------------------------------
     @property
@@ -289,7 +294,7 @@ class LazyTensor:
         if 8 * (stop - start) > self._limit:
             check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
         try:
-            return self._lod[level][start:stop]
+            return read_rows(self._lod[level], start, stop)
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
 
@@ -303,9 +308,10 @@ class LazyTensor:
                 gap = storage_gap(self._data)
             if gap:  # chunks that are not stored would read as zeros: a crafted or damaged size
                 raise LodFormatError(f"{self._path}: {self._what}: the data {gap}")
+            _check_chunk_memory(self._data, self._limit, self._path, f"one chunk of the data of {self._what}")
             self._readable = True
         try:
-            return self._data[begin:end]
+            return read_rows(self._data, begin, end)
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read the data of {self._what}") from None
 
@@ -558,6 +564,16 @@ class LazyTensor:
         level = self._level(level)
         return _length_stats(self._checked_blocks(level), self._limit, self._path,
                              f"{self._what} level {level} lengths")
+
+
+def _check_chunk_memory(ds: h5py.Dataset, limit: int, path: str, what: str) -> None:
+    """Any read decodes whole chunks: one above the chunk cache must fit in the memory limit before the first read.
+
+    Chunks up to :data:`READ_CACHE` are the cache\x27s fixed cost, not a claim of the file.
+    """
+    nbytes = chunk_nbytes(ds)
+    if nbytes > READ_CACHE:
+        check_memory(nbytes, limit, path, what)
 
 
 #: exact medians by counting lengths up to this value; longer lengths fall back to sorting
