@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from lodtool import LoDTensor
 from lodtool.cli.main import cli
-from lodtool.format.container import save
+from lodtool.container import save
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -265,7 +265,7 @@ class TestChunkBombs:
         save(path, LoDTensor(np.zeros(n, dtype=np.uint8), [offsets]))
         chunk_bomb(path, "tensor/lod/0", offsets, 2 * n)
         from lodtool.errors import LodMemoryError
-        from lodtool.format.container import open_file
+        from lodtool.container import open_file
 
         with open_file(path, max_memory=4 << 20) as f:
             with pytest.raises(LodMemoryError, match="one chunk of tensor 'tensor' level 0 offsets needs 8.0 MiB"):
@@ -309,9 +309,83 @@ class TestOneEntryChunks:
         assert rss < SMALL_RSS, f"{command} {member}: peak RSS {rss >> 20} MiB"
 
     def test_values_read_in_pieces_are_the_values(self, files):
-        from lodtool.format.container import load
+        from lodtool.container import load
 
         for path in files.values():
             t = load(path)
             assert t.lod == [list(range(self.N + 1))] and t.data.tolist() == list(range(self.N))
         assert run_cli("verify", files["tensor/lod/0"]).exit_code == 0
+
+
+# -- 7. zero-width rows ------------------------------------------------------------------------------------------
+def zero_width(path: str, rows: int, lod: list | None = None) -> str:
+    """A container whose data claims ``rows`` rows of shape ``(0,)`` (no bytes stored, whatever ``rows`` is)."""
+    save(path, LoDTensor(np.zeros((4, 0), dtype=np.float32), [[0, 4]] if lod else None))
+    replace_dataset(path, "tensor/data", np.zeros((rows, 0), np.float32), shape=(rows, 0), maxshape=(None, 0),
+                    dtype="<f4")
+    if lod:
+        replace_dataset(path, "tensor/lod/0", np.array(lod), data=np.array(lod), maxshape=(None,))
+    return path
+
+
+class TestZeroWidthRows:
+    """Issue 13.7: rows of zero bytes still count; a file claiming 2**40 of them is refused by every check."""
+
+    @pytest.mark.parametrize("command", ["validate", "verify", "head", "tail", "unpack", "tree", "pad", "pack-plan"])
+    def test_a_claim_of_2_40_rows_is_refused_by_every_command(self, tmp_path, command):
+        flat = zero_width(str(tmp_path / "flat.lod.h5"), 1 << 40)
+        nested = zero_width(str(tmp_path / "nested.lod.h5"), 1 << 40, lod=[0, 1 << 40])
+        for path in (flat, nested):
+            args = [command, path] if command in ("validate", "verify", "tree", "pack-plan") else \
+                reader_args(command, path, str(tmp_path / "out")) if command in READERS else \
+                [command, path, "--to", "json", "-o", "-"]
+            result = run_cli(*args)
+            assert result.exit_code in (1, 2), (args, result.output)
+            text = result.output + result.stderr
+            assert "1,099,511,627,776" in text and "memory limit" in text, (args, text)
+            assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
+
+    def test_two_million_empty_rows_unpack_in_flat_memory(self, tmp_path):
+        path = zero_width(str(tmp_path / "zw.lod.h5"), 1 << 21)
+        out = str(tmp_path / "zw.json")
+        proc, rss = peak_rss(["unpack", path, "--to", "json", "-o", out])
+        assert proc.returncode == 0, proc.stderr
+        with open(out, "rb") as f:
+            assert f.read() == b"[" + b",".join([b"[]"] * (1 << 21)) + b"]\n"
+        assert rss < 400 << 20, f"peak RSS {rss >> 20} MiB"  # a segfault after 4 GB before the fix
+
+    def test_many_short_sequences_unpack_in_flat_memory(self, tmp_path):
+        """The same cause on ordinary data: one 4 KiB orjson buffer per sequence (2 GB for 500,000 before)."""
+        path = str(tmp_path / "short.lod.h5")
+        n = 250_000
+        save(path, LoDTensor(np.arange(n, dtype=np.int64), [np.arange(n + 1)]))
+        out = str(tmp_path / "short.jsonl")
+        proc, rss = peak_rss(["unpack", path, "--to", "jsonl", "-o", out])
+        assert proc.returncode == 0, proc.stderr
+        with open(out, "rb") as f:
+            assert f.read() == b"".join(b"[%d]\n" % i for i in range(n))
+        assert rss < 400 << 20, f"peak RSS {rss >> 20} MiB"
+
+
+# -- 16. one attribute check for validate and verify ----------------------------------------------------------------
+class TestValidateAndVerifyAgree:
+    """Issue 13.16: ``lod_level`` is read by one function; validate's "ok" is never verify's "unreadable"."""
+
+    @pytest.mark.parametrize("value", [np.array([2]), np.int32(2), np.uint8(2), np.array([[2]]), np.array([2, 2]),
+                                       2.0, True, -1, 65, "2", np.array([], dtype=np.int64)])
+    def test_every_form_of_lod_level(self, tmp_path, value):
+        path = str(tmp_path / "a.lod.h5")
+        save(path, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
+        with h5py.File(path, "r+") as f:
+            f["tensor"].attrs["lod_level"] = value
+        validate, verify = run_cli("validate", path), run_cli("verify", path)
+        assert (validate.exit_code == 0) == (verify.exit_code == 0), (validate.output, verify.output)
+        if validate.exit_code == 0:
+            assert "(3 datasets)" in verify.output
+        else:  # both name the attribute, and neither crashes on it
+            assert validate.exit_code == 1 and verify.exit_code == 2
+            assert "attribute 'lod_level' is" in validate.output and "attribute 'lod_level' is" in verify.output
+        from lodtool.container.reader import declared_lod_level
+
+        with h5py.File(path) as f:
+            assert (declared_lod_level(f["tensor"].attrs) == 2) == (validate.exit_code == 0)

@@ -70,6 +70,19 @@ def _int_attr(value) -> int | None:
     return None
 
 
+def declared_lod_level(attrs) -> int | None:
+    """The ``lod_level`` attribute as validate and verify both read it: ``0..MAX_LOD_LEVEL``, else ``None``.
+
+    A scalar or a one-element integer array counts; anything else (missing, a bool, a float, a list)
+    is ``None``.
+
+    >>> declared_lod_level({"lod_level": np.array([2])}), declared_lod_level({"lod_level": 2.0})
+    (2, None)
+    """
+    value = _int_attr(attrs.get(spec.ATTR_LOD_LEVEL))
+    return value if value is not None and 0 <= value <= spec.MAX_LOD_LEVEL else None
+
+
 def _names_attr(value) -> list[str] | None:
     items = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
     if not isinstance(items, (list, tuple)):
@@ -93,13 +106,12 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     issues: list[tuple[int | None, str]] = []
     with translate(path, f"cannot read the layout of tensor {name!r}"):
         attrs = group.attrs
-        lod_level = _int_attr(attrs.get(spec.ATTR_LOD_LEVEL))
+        lod_level = declared_lod_level(attrs)
         if spec.ATTR_LOD_LEVEL not in attrs:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is missing"))
-        elif lod_level is None or not 0 <= lod_level <= spec.MAX_LOD_LEVEL:
+        elif lod_level is None:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is {attrs.get(spec.ATTR_LOD_LEVEL)!r}; "
                                  f"expected an integer 0..{spec.MAX_LOD_LEVEL}"))
-            lod_level = None
         level_names = None
         if spec.ATTR_LEVEL_NAMES in attrs:
             names = _names_attr(attrs[spec.ATTR_LEVEL_NAMES])
@@ -213,9 +225,15 @@ class LazyTensor:
         self._element_shape = tuple(int(d) for d in layout.data.shape[1:])
         self._dtype = np.dtype(layout.data.dtype.str)  # canonical repr
         self._row_bytes = self._dtype.itemsize * int(np.prod(self._element_shape, dtype=np.int64))
+        # size checks count rows too: a zero-width row is free in numpy but not in anything made from it
+        # (a nested list, a JSON line, a padded mask); a file claiming 2**40 of them must not pass as 0 bytes
+        self._row_cost = max(self._row_bytes, 1)
         self._limit = file.max_memory
         self._readable = False
         self._what = f"tensor {self.name!r}"
+        if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
+            check_memory(self._n_rows, self._limit, self._path,
+                         f"{self._what}: {self._n_rows:,} rows of zero width (counted at a byte each)")
         for k, ds in enumerate(self._lod):  # offsets lodtool writes never need a plugin; foreign ones might
             filters.ensure_readable(ds, self._path, f"{self._what} level {k} offsets")
             _check_chunk_memory(ds, self._limit, self._path, f"one chunk of {self._what} level {k} offsets")
@@ -299,8 +317,8 @@ class LazyTensor:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
 
     def _rows(self, begin: int, end: int) -> np.ndarray:
-        if (end - begin) * self._row_bytes > self._limit:
-            check_memory((end - begin) * self._row_bytes, self._limit, self._path,
+        if (end - begin) * self._row_cost > self._limit:
+            check_memory((end - begin) * self._row_cost, self._limit, self._path,
                          f"{end - begin:,} rows of {self._what}")
         if not self._readable:
             filters.ensure_readable(self._data, self._path, self._what)
@@ -426,7 +444,7 @@ class LazyTensor:
         ...     f.tensor().read().lod
         [[0, 2, 3]]
         """
-        check_memory(self.nbytes, self._limit, self._path, self._what)
+        check_memory(self._n_rows * self._row_cost + 8 * sum(self._sizes), self._limit, self._path, self._what)
         with translate(self._path, f"cannot read the data of {self._what}"):
             gap = storage_gap(self._data)
         if gap:
@@ -781,4 +799,5 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
         return f.tensor(name).read()
 
 
-__all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "tensor_names", "Layout"]
+__all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
+           "Layout"]
