@@ -389,3 +389,74 @@ class TestValidateAndVerifyAgree:
 
         with h5py.File(path) as f:
             assert (declared_lod_level(f["tensor"].attrs) == 2) == (validate.exit_code == 0)
+
+
+# -- 3. native decoders ---------------------------------------------------------------------------------------------
+def foreign_filter_container(path: str, filter_id: int, chunk: bytes, opts: tuple = ()) -> str:
+    """A container whose data names plugin filter ``filter_id`` and stores ``chunk`` as its only chunk."""
+    save(path, LoDTensor(np.zeros(16, dtype=np.float32), [[0, 6, 16]]))
+    replace_dataset(path, "tensor/data", np.zeros(16, np.float32), shape=(16,), maxshape=(None,), chunks=(16,),
+                    dtype="<f4", compression=filter_id, compression_opts=opts, allow_unknown_filter=True)
+    with h5py.File(path, "r+") as f:
+        f["tensor/data"].id.write_direct_chunk((0,), chunk)
+    return path
+
+
+class TestNativeDecoders:
+    """Issue 13.3: only the codecs lodtool writes decode by default; opted-in ones decode in a child process."""
+
+    CRAFTED = bytes(range(160))  # not a valid SZ3 / bzip2 stream: a decoder must never see it by default
+
+    @pytest.mark.parametrize("command", ["head", "unpack", "tree", "pool"])
+    def test_a_foreign_filter_is_refused_by_name_before_decoding(self, tmp_path, command):
+        path = foreign_filter_container(str(tmp_path / "sz3.lod.h5"), 32024, self.CRAFTED)
+        result = run_cli(*reader_args(command, path, str(tmp_path / "out")))
+        assert result.exit_code == 1, result.output
+        line = one_line_error(result)
+        assert "compressed with sz3, a filter lodtool does not decode unless asked" in line
+        assert "LODTOOL_FILTER_PLUGINS=sz3" in line
+
+    def test_verify_and_validate_never_vouch_for_it(self, tmp_path):
+        path = foreign_filter_container(str(tmp_path / "sz3.lod.h5"), 32024, self.CRAFTED)
+        verify = run_cli("verify", path)
+        assert verify.exit_code in (1, 2) and "compressed with sz3" in verify.output
+        validate = run_cli("validate", path)
+        assert validate.exit_code == 1 and "data not decoded" in validate.output
+
+    def test_no_hdf5plugin_codec_is_loaded_by_reading(self, tmp_path):
+        """Reading a zstd file registers zstd alone (importing hdf5plugin would register a dozen codecs)."""
+        path = str(tmp_path / "z.lod.h5")
+        save(path, LoDTensor(np.arange(6.0), [[0, 2, 6]]), compression="zstd")
+        code = ("import sys, h5py; from lodtool.container import load; t = load(sys.argv[1]); "
+                "print(t.data.sum(), 'hdf5plugin' in sys.modules, bool(h5py.h5z.filter_avail(32024)), "
+                "bool(h5py.h5z.filter_avail(307)))")
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, timeout=60)
+        assert out.stdout.split() == ["15.0", "False", "False", "False"], out
+
+    def test_an_opted_in_decoder_runs_in_a_child_and_its_chatter_stays_off_the_error_line(self, tmp_path):
+        """bzip2 prints "BUG: ..." on a bad chunk: in process that is a second stderr line."""
+        pytest.importorskip("hdf5plugin")
+        path = foreign_filter_container(str(tmp_path / "bz.lod.h5"), 307, self.CRAFTED)
+        env = {**os.environ, "LODTOOL_FILTER_PLUGINS": "bzip2"}
+        proc = subprocess.run([sys.executable, "-m", "lodtool", "head", path, "--to", "json"], capture_output=True,
+                              text=True, timeout=60, env={**env, "PYTHONPATH": ROOT})
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("lodtool: error: "), proc.stderr  # no codec chatter
+
+    def test_an_opted_in_plugin_reads_good_data(self, tmp_path):
+        hdf5plugin = pytest.importorskip("hdf5plugin")
+        path = str(tmp_path / "good.lod.h5")
+        values = np.arange(16, dtype=np.float32)
+        save(path, LoDTensor(values, [[0, 6, 16]]))
+        replace_dataset(path, "tensor/data", values, data=values, maxshape=(None,), chunks=(16,),
+                        **hdf5plugin.BZip2())
+        refused = run_process(["head", path, "--to", "json"])
+        assert refused.returncode == 1 and "compressed with bzip2" in refused.stderr
+        env = {**os.environ, "PYTHONPATH": ROOT, "LODTOOL_FILTER_PLUGINS": "bzip2"}
+        for args in (["head", path, "--to", "json"], ["verify", path]):
+            proc = subprocess.run([sys.executable, "-m", "lodtool", *args], capture_output=True, text=True,
+                                  timeout=60, env=env)
+            assert proc.returncode == 0, proc
+        assert proc.stdout.startswith("ok ")

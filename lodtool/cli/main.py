@@ -13,7 +13,7 @@ import warnings
 
 import click
 
-from ..errors import LodError
+from ..errors import LodError, LodIsolationRequired
 
 #: command name -> (module, function, one-line help shown in ``lodtool --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -80,8 +80,22 @@ class LazyGroup(click.Group):
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context):
+        from ._isolated import ISOLATION_ENV
+
+        argv = [*(["-q"] if ctx.params.get("quiet") else []), *(["-v"] if ctx.params.get("verbose") else []),
+                *getattr(ctx, "_protected_args", []), *ctx.args]  # for a rerun in an isolated child
+        isolation = os.environ.get(ISOLATION_ENV)
+        if isolation is None:  # the CLI decodes opted-in plugin filters in a child (library calls do not)
+            os.environ[ISOLATION_ENV] = "1"
         try:
             return super().invoke(ctx)
+        except LodIsolationRequired as exc:
+            from ._isolated import run_isolated_command
+
+            code, message = run_isolated_command(argv, one_line(exc).split(": ")[0])
+            if message is not None:
+                raise LodClickError(message, code) from None
+            ctx.exit(code)
         except LodError as exc:
             raise LodClickError(one_line(exc), exc.exit_code) from None
         except MemoryError:
@@ -99,6 +113,9 @@ class LazyGroup(click.Group):
                 raise
             raise LodClickError(f"internal error: {type(exc).__name__}: {one_line(exc)} "
                                 "(run with -v for the traceback)") from None
+        finally:
+            if isolation is None:
+                os.environ.pop(ISOLATION_ENV, None)
 
 
 def one_line(exc: BaseException) -> str:

@@ -111,10 +111,9 @@ def create_h5(path: str, mode: str = "w") -> h5py.File:
 
 
 def _register_plugin_filters() -> None:
-    try:
-        import hdf5plugin  # noqa: F401  (registers the zstd/blosc/lz4 filters on import)
-    except ImportError:
-        pass
+    from .filters import register_own_plugins  # zstd/blosc/lz4 only: never hdf5plugin's other codecs
+
+    register_own_plugins()
 
 
 def hard_member(group: h5py.Group, name: str):

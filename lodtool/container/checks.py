@@ -25,7 +25,7 @@ import h5py
 from ..errors import LodFormatError
 from . import spec
 from ._h5 import READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member, storage_gap, translate
-from .filters import ensure_readable
+from .filters import ensure_readable, foreign_filter_names
 from .limits import default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
 
@@ -115,6 +115,12 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                     gap = storage_gap(layout.data)
                 if gap:  # the data is never read here, but a size it does not store is damage all the same
                     problems.append(Problem(path, name, None, None, f"the data {gap}"))
+                with translate(path, f"cannot read the layout of tensor {name!r}"):
+                    foreign = foreign_filter_names(layout.data)
+                if foreign:  # validate never decodes the data: it must not vouch for a codec lodtool does not run
+                    problems.append(Problem(path, name, None, None,
+                                            f"data not decoded: it is compressed with {foreign}, a filter lodtool "
+                                            "does not decode unless asked (LODTOOL_FILTER_PLUGINS)"))
                 if f.checksum_algorithm is not None:
                     with translate(path, f"cannot read the attributes of tensor {name!r}"):
                         for ds, label in _datasets_of(layout.group, layout.lod_level):
