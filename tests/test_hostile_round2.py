@@ -460,3 +460,49 @@ class TestNativeDecoders:
                                   timeout=60, env=env)
             assert proc.returncode == 0, proc
         assert proc.stdout.startswith("ok ")
+
+
+# -- 6. NPZ zip bombs -------------------------------------------------------------------------------------------------
+def npz_bomb(path: str, members: dict[str, np.ndarray]) -> str:
+    """An .npz whose members are deflated (zeros compress ~1000:1): small on disk, large when inflated."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for name, arr in members.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, arr, allow_pickle=False)
+    return path
+
+
+class TestNpzBombs:
+    """Issue 13.6: declared member sizes are checked against the memory limit before anything is inflated."""
+
+    @pytest.fixture(scope="class")
+    def bomb(self, tmp_path_factory) -> str:
+        """128 MiB of float64 zeros (a 0.5 MB file), with offsets that do not fit its rows."""
+        n = 1 << 24
+        data = np.lib.stride_tricks.as_strided(np.zeros(1), shape=(n,), strides=(0,))  # no memory for the fixture
+        return npz_bomb(str(tmp_path_factory.mktemp("npz") / "bomb.npz"),
+                        {"offsets_0": np.array([0, 5, n + 1]), "data": data})
+
+    def test_pack_checks_the_offsets_before_inflating_the_data(self, bomb, tmp_path):
+        proc, rss = peak_rss(["pack", bomb, "-o", str(tmp_path / "x.lod.h5")])
+        assert proc.returncode == 1 and "offsets_0" in proc.stderr and "16777216 rows" in proc.stderr, proc
+        assert rss < SMALL_RSS, f"peak RSS {rss >> 20} MiB"
+
+    def test_the_declared_size_is_checked_against_max_memory(self, bomb, tmp_path):
+        result = run_cli("pack", bomb, "--max-memory", "64M", "-o", str(tmp_path / "x.lod.h5"))
+        assert result.exit_code == 1
+        assert "its arrays inflate to 134,218,0" in one_line_error(result) and "--max-memory" in result.stderr
+
+    def test_unpad_checks_before_inflating(self, tmp_path):
+        n = 1 << 22
+        padded = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(8, n), strides=(0, 0))
+        path = npz_bomb(str(tmp_path / "padded.npz"), {"padded": padded, "lengths": np.full(8, 3)})
+        proc, rss = peak_rss(["unpad", path, "--max-memory", "128M", "-o", str(tmp_path / "u.lod.h5")])
+        assert proc.returncode == 1 and "inflate to 134,21" in proc.stderr, proc
+        tiny = npz_bomb(str(tmp_path / "tiny.npz"), {"padded": np.zeros((8, 4), np.float32),
+                                                     "lengths": np.full(8, 3)})
+        baseline = peak_rss(["unpad", tiny, "-o", str(tmp_path / "t.lod.h5")])[1]  # unpad loads the operators
+        assert rss < baseline + (32 << 20), f"peak RSS {rss >> 20} MiB, {baseline >> 20} MiB on a tiny archive"
+        assert not (tmp_path / "u.lod.h5").exists()

@@ -23,9 +23,11 @@ from .. import io as formats
 @opt.compression_option
 @click.option("--append", is_flag=True, help="Add the input's top-level sequences to an existing tensor.")
 @click.option("--column", default=None, help="The column of a Parquet or Arrow table (default: its only column).")
+@opt.max_memory_option
 @opt.json_option
 @click.pass_context
-def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, as_json):
+def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, max_memory,
+         as_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -55,7 +57,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
             opt.container_output(output) as path:
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
-                            progress=tick, column=column)
+                            progress=tick, column=column, max_memory=opt.parse_size(max_memory))
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:

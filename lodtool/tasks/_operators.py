@@ -495,8 +495,11 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
 
 
 def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
-          device: str = "cpu") -> OpResult:
+          device: str = "cpu", max_memory: int | None = None) -> OpResult:
     """``sequence_unpad`` of an NPZ holding ``padded`` and ``lengths`` into a container.
+
+    The archive's declared sizes (and the unpadded copy, at most as big as ``padded``) must fit in
+    ``max_memory`` before anything is inflated.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import load
@@ -511,7 +514,10 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     from ..ops import sequence_unpad
 
     _check_device(device)
-    arrays = load_npz_arrays(npz, required=("padded", "lengths"))
+    from ..container.limits import resolve_max_memory
+
+    limit = resolve_max_memory(max_memory)
+    arrays = load_npz_arrays(npz, required=("padded", "lengths"), max_memory=limit // 2)  # padded + its copy
     result = sequence_unpad(arrays["padded"], arrays["lengths"], device=device).to("cpu")
     kwargs = {"compression": compression} if compression else {}
     save(output, {name: result}, **kwargs)
