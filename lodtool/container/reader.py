@@ -587,7 +587,7 @@ class LazyTensor:
 def _check_chunk_memory(ds: h5py.Dataset, limit: int, path: str, what: str) -> None:
     """Any read decodes whole chunks: one above the chunk cache must fit in the memory limit before the first read.
 
-    Chunks up to :data:`READ_CACHE` are the cache\x27s fixed cost, not a claim of the file.
+    Chunks up to :data:`READ_CACHE` are the cache's fixed cost, not a claim of the file.
     """
     nbytes = chunk_nbytes(ds)
     if nbytes > READ_CACHE:
