@@ -506,3 +506,54 @@ class TestNpzBombs:
         baseline = peak_rss(["unpad", tiny, "-o", str(tmp_path / "t.lod.h5")])[1]  # unpad loads the operators
         assert rss < baseline + (32 << 20), f"peak RSS {rss >> 20} MiB, {baseline >> 20} MiB on a tiny archive"
         assert not (tmp_path / "u.lod.h5").exists()
+
+
+# -- 13. and 14. byte order and dtypes ----------------------------------------------------------------------------------
+def with_data(path: str, data: np.ndarray, lod=((0, 2, 6),)) -> str:
+    """A container whose data dataset is ``data`` exactly as given (byte order and dtype kept)."""
+    save(path, LoDTensor(np.zeros(len(data)), [list(o) for o in lod]))
+    replace_dataset(path, "tensor/data", data, data=data, maxshape=(None,) + data.shape[1:], chunks=data.shape)
+    with h5py.File(path, "r+") as f:
+        del f["tensor"].attrs["dtype"]
+    return path
+
+
+class TestByteOrderAndDtypes:
+    """Issue 13.13/14: big-endian data reaches kernels in native order; float128 is refused by name, everywhere."""
+
+    VALUES = np.array([0.5, 1.5, -2.0, 3.25, 4.0, 5.0])
+
+    def test_big_endian_data_runs_through_every_operator(self, tmp_path):
+        from lodtool.container import load
+
+        path = with_data(str(tmp_path / "be.lod.h5"), self.VALUES.astype(">f8"))
+        assert run_cli("validate", path).exit_code == 0
+        out = str(tmp_path / "pooled.lod.h5")
+        assert run_cli("pool", path, "-o", out, "--type", "sum").exit_code == 0
+        assert load(out).data.tolist() == [2.0, 10.25]
+        out = str(tmp_path / "soft.lod.h5")
+        assert run_cli("softmax", path, "-o", out).exit_code == 0
+        expected = np.concatenate([np.exp(v - v.max()) / np.exp(v - v.max()).sum()
+                                   for v in (self.VALUES[:2], self.VALUES[2:])])
+        assert np.allclose(load(out).data, expected) and load(out).data.dtype == np.dtype("<f8")
+        assert run_cli("head", path, "--to", "json").output == "[[0.5,1.5],[-2.0,3.25,4.0,5.0]]\n"
+        assert load(path).data.dtype.isnative
+
+    @pytest.mark.parametrize("command", ["validate", "pool", "softmax", "unpack", "slice", "head", "tail"])
+    def test_float128_is_refused_by_name(self, tmp_path, command):
+        path = with_data(str(tmp_path / "f128.lod.h5"), self.VALUES.astype(np.longdouble))
+        args = ["validate", path] if command == "validate" else \
+            [command, path, "-o", str(tmp_path / "o.h5")] if command in ("pool", "softmax") else \
+            reader_args(command, path, str(tmp_path / "out"))
+        result = run_cli(*args)
+        assert result.exit_code == 1
+        assert command == "validate" or result.stdout == ""
+        assert "has dtype float128 (extended precision)" in result.output + result.stderr
+
+    @pytest.mark.parametrize("command", ["unpack", "slice", "head", "tail"])
+    def test_nothing_reaches_stdout_before_an_encoding_error(self, tmp_path, command):
+        path = str(tmp_path / "c.lod.h5")
+        save(path, LoDTensor(self.VALUES + 1j, [[0, 2, 6]]))
+        result = run_cli(*reader_args(command, path, str(tmp_path / "out")))
+        assert result.exit_code == 1 and result.stdout == ""
+        assert "complex128 data has no JSON form" in one_line_error(result)

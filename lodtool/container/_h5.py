@@ -209,7 +209,7 @@ def rows_per_read(ds: h5py.Dataset) -> int | None:
 
 
 def read_rows(ds: h5py.Dataset, start: int, stop: int) -> np.ndarray:
-    """``ds[start:stop]``, read :data:`MAX_CHUNKS_PER_READ` chunks at a time into one array.
+    """``ds[start:stop]`` in native byte order, read :data:`MAX_CHUNKS_PER_READ` chunks at a time into one array.
 
     Memory stays the size of the result whatever the chunk layout: libhdf5's
     per-chunk bookkeeping is bounded by the piece, not by the whole read.
@@ -221,9 +221,15 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int) -> np.ndarray:
     True
     """
     step = rows_per_read(ds)
-    if step is None or stop - start <= step:
+    # big-endian data on a little-endian machine is converted by libhdf5 as it is read: kernels need native order
+    native = ds.dtype if ds.dtype.isnative else ds.dtype.newbyteorder("=")
+    if (step is None or stop - start <= step) and native == ds.dtype:
         return ds[start:stop]
-    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=ds.dtype)
+    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
+    if step is None or stop - start <= step:
+        if stop > start:
+            ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
+        return out
     first = start - start % int(ds.chunks[0])  # pieces on chunk boundaries: no chunk is decoded twice
     for a in range(first, stop, step):
         lo, hi = max(a, start), min(a + step, stop)

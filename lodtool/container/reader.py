@@ -223,7 +223,7 @@ class LazyTensor:
         self._sizes = layout.level_sizes
         self._n_rows = int(layout.data.shape[0])
         self._element_shape = tuple(int(d) for d in layout.data.shape[1:])
-        self._dtype = np.dtype(layout.data.dtype.str)  # canonical repr
+        self._dtype = np.dtype(layout.data.dtype.newbyteorder("=").str)  # native order, as every read returns it
         self._row_bytes = self._dtype.itemsize * int(np.prod(self._element_shape, dtype=np.int64))
         # size checks count rows too: a zero-width row is free in numpy but not in anything made from it
         # (a nested list, a JSON line, a padded mask); a file claiming 2**40 of them must not pass as 0 bytes

@@ -1102,19 +1102,18 @@ def write_json(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], out: BinaryIO,
     if fmt not in FORMATS:
         raise LodUsageError(f"unknown JSON format {fmt!r}; choose json or jsonl")
     chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
-    first = True
-    if fmt == "json":
-        out.write(b"[")
+    opened = False  # "[" goes out with the first encoded chunk: data that cannot be encoded writes nothing
     for chunk in chunks:
         text = _encode_chunk(chunk, fmt)
-        if not text:
-            continue
-        if not first and fmt == "json":
+        if fmt == "json" and not opened:
+            out.write(b"[")
+            opened = True
+        elif fmt == "json" and text:
             out.write(b",")
-        out.write(text)
-        first = False
+        if text:
+            out.write(text)
     if fmt == "json":
-        out.write(b"]\n")
+        out.write(b"]\n" if opened else b"[]\n")
 
 
 def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:
