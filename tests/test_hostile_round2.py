@@ -557,3 +557,38 @@ class TestByteOrderAndDtypes:
         result = run_cli(*reader_args(command, path, str(tmp_path / "out")))
         assert result.exit_code == 1 and result.stdout == ""
         assert "complex128 data has no JSON form" in one_line_error(result)
+
+
+# -- 12. terminal escapes ---------------------------------------------------------------------------------------------
+class TestTerminalEscapes:
+    """Issue 13.12: names from a file never reach the terminal raw; lodtool refuses to write such names."""
+
+    NASTY = "\x1b]0;pwned\x07\x1b[2J\nok evil.lod.h5"
+
+    @pytest.fixture
+    def path(self, tmp_path) -> str:
+        p = str(tmp_path / "esc.lod.h5")
+        save(p, LoDTensor(np.arange(6), [[0, 2, 6]], level_names=["lvl"]), name="tensor")
+        with h5py.File(p, "r+") as f:
+            f.move("tensor", self.NASTY.replace("/", "_"))
+            f[self.NASTY].attrs["level_names"] = np.array([self.NASTY + "[red]x[/]"], dtype=h5py.string_dtype())
+        return p
+
+    @pytest.mark.parametrize("args", [["inspect"], ["tree"], ["validate"], ["head", "--to", "tree"],
+                                      ["pool", "-o", "{out}"], ["slice", "--name", "nope", "0"]])
+    def test_nothing_printed_holds_a_control_character(self, path, tmp_path, args):
+        argv = [a.format(out=str(tmp_path / "o.lod.h5")) for a in args]
+        result = run_cli(argv[0], path, *argv[1:])
+        text = result.output + result.stderr
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert not any(line.startswith("ok evil") for line in text.splitlines())
+        if argv[0] in ("inspect", "tree"):
+            assert "\\x1b]0;pwned\\x07" in text and "[red]x[/]" in text  # shown, escaped, not styled
+
+    @pytest.mark.parametrize("option", ["--name", "--level-names"])
+    def test_pack_refuses_control_characters_in_names(self, tmp_path, option):
+        src = tmp_path / "a.json"
+        src.write_text("[[1, 2], [3]]")
+        result = run_cli("pack", str(src), "-o", str(tmp_path / "a.lod.h5"), option, "\x1b[31m")
+        assert result.exit_code == 2 and "control character '\\x1b'" in one_line_error(result)
+        assert not (tmp_path / "a.lod.h5").exists()

@@ -124,7 +124,10 @@ def one_line(exc: BaseException) -> str:
         text = f"{exc.filename}: {exc.strerror or exc}"
     else:
         text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    # one line, and nothing from a file can drive the terminal: control characters are shown escaped
+    text = " ".join(text.split())
+    return text if text.isprintable() else "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _silence_stdout() -> None:

@@ -495,7 +495,7 @@ def _offset_blocks(ds: h5py.Dataset, path: str, block: int = 1 << 20):
 def _check_names(level_names, lod_level: int):
     if level_names is None:
         return None
-    names = tuple(str(n) for n in level_names)
+    names = tuple(spec.check_name_text(str(n), "level name") for n in level_names)
     if len(names) != lod_level:
         raise LodShapeError(f"{len(names)} level name(s) given for a tensor with {lod_level} LoD level(s)")
     return names or None
