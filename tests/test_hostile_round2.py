@@ -592,3 +592,42 @@ class TestTerminalEscapes:
         result = run_cli("pack", str(src), "-o", str(tmp_path / "a.lod.h5"), option, "\x1b[31m")
         assert result.exit_code == 2 and "control character '\\x1b'" in one_line_error(result)
         assert not (tmp_path / "a.lod.h5").exists()
+
+
+# -- 11. and 17. integers in JSON ----------------------------------------------------------------------------------------
+class TestIntegersInJson:
+    """Issue 13.11/17: no silent rounding of integers mixed with floats; a huge integer is placed and explained."""
+
+    @pytest.mark.parametrize("fmt, text, place", [
+        ("json", "[[1.5, 2], [9007199254740993, 0.5]]", ":1:13:"),
+        ("jsonl", "[1, 2]\n[0.5, 9007199254740993]\n", ":2:7:"),
+        ("jsonl", "[-9007199254740995, 0.25]\n", ":1:2:"),
+    ])
+    def test_an_integer_float64_would_round_is_refused_with_its_place(self, tmp_path, fmt, text, place):
+        src = tmp_path / f"a.{fmt}"
+        src.write_text(text)
+        out = str(tmp_path / "a.lod.h5")
+        result = run_cli("pack", str(src), "-o", out)
+        assert result.exit_code == 1 and not os.path.exists(out)
+        line = one_line_error(result)
+        assert f"a.{fmt}{place} integer" in line and "cannot hold it exactly" in line and "--dtype" in line
+        assert run_cli("pack", str(src), "-o", out, "--dtype", "float64").exit_code == 0  # asked for: rounds
+
+    def test_exact_integers_and_separate_inputs(self, tmp_path):
+        from lodtool.container import load
+
+        (tmp_path / "ok.json").write_text("[[9007199254740992, 0.5], [12345678901234567.5]]")
+        assert run_cli("pack", str(tmp_path / "ok.json"), "-o", str(tmp_path / "ok.lod.h5")).exit_code == 0
+        assert load(str(tmp_path / "ok.lod.h5")).data.tolist() == [9007199254740992.0, 0.5, 12345678901234568.0]
+        (tmp_path / "a.jsonl").write_text("[1, 9007199254740993]\n")
+        (tmp_path / "b.jsonl").write_text("[0.5]\n")
+        result = run_cli("pack", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "-o", str(tmp_path / "x.h5"))
+        assert result.exit_code == 1 and "data row 1: integer 9007199254740993" in one_line_error(result)
+
+    def test_a_100000_digit_integer_has_a_place_and_a_cli_hint(self, tmp_path):
+        src = tmp_path / "big.json"
+        src.write_text("[[1], [2, " + "9" * 100_000 + "]]")
+        result = run_cli("pack", str(src), "-o", str(tmp_path / "big.lod.h5"))
+        line = one_line_error(result)
+        assert result.exit_code == 1 and "big.json:1:11: an integer of 100,000 digits" in line
+        assert "set_int_max_str_digits" not in line and "write it as a float literal" in line

@@ -234,6 +234,27 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
         ds.id.write_direct_chunk((start + i * rows,) + zeros, buf, 0)
 
 
+def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: int) -> None:
+    """Refuse integers that an inferred float dtype would round (``dtype=`` given: the user chose).
+
+    >>> _refuse_rounding(np.array([1, 2**53 + 1]), np.dtype("float64"), "t", 10)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodDtypeError: tensor 't': data row 11: integer 9007199254740993 would be promoted ...
+    """
+    if data.dtype.kind not in "iu" or dtype.kind not in "fc":
+        return
+    with np.errstate(all="ignore"):
+        real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+        back = data.astype(real).astype(data.dtype)
+    bad = np.flatnonzero((back != data).reshape(-1))
+    if bad.size:
+        i = int(bad[0])
+        row = first_row + i // max(int(np.prod(data.shape[1:], dtype=np.int64)), 1)
+        raise LodDtypeError(f"tensor {name!r}: data row {row:,}: integer {data.reshape(-1)[i]} would be promoted "
+                            f"to {dtype}, which cannot hold it exactly; pass --dtype (dtype=) to choose")
+
+
 def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """Cast a chunk to a tensor's fixed dtype, refusing casts that change values."""
     if data.dtype == dtype:
@@ -421,6 +442,8 @@ class TensorWriter:
             wider = np.result_type(self._dtype, src)
             if wider != self._dtype:
                 self._promote(storage_dtype(wider))
+            # an inferred promotion must not round: integers beyond 2**53 do not survive float64
+            _refuse_rounding(data, self._dtype, self.name, self._data.size if self._data is not None else 0)
         return _cast_chunk(data, self._dtype, self.name)
 
     def _promote(self, dtype: np.dtype) -> None:
@@ -431,6 +454,10 @@ class TensorWriter:
         if col is None:
             return
         col.dtype = dtype
+        base = col.written
+        for block in col.pending:
+            _refuse_rounding(block, dtype, self.name, base)
+            base += len(block)
         col.cast_pending(dtype)
         if col.ds is None:
             return
@@ -444,7 +471,9 @@ class TensorWriter:
         with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
             step = checksum.block_rows(old)
             for start in range(0, old.shape[0], step):
-                new.extend(old[start:start + step].astype(dtype))
+                block = old[start:start + step]
+                _refuse_rounding(block, dtype, self.name, start)
+                new.extend(block.astype(dtype))
             new.flush(final=False)
             if new.ds is None or new.n_pending:
                 new.flush(final=True)

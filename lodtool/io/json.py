@@ -95,6 +95,47 @@ _CLS_NONE, _CLS_NUMBER, _CLS_BOOL = 0, 1, 2
 _TARGET_DEFAULT, _TARGET_UINT64, _TARGET_FLOAT = 0, 1, 2
 _WS = b" \t\r"
 _LONG_DIGITS = re.compile(rb"\d{19}")
+#: an integer longer than Python's int() reads from text (sys.get_int_max_str_digits(): 4300)
+_HUGE_INT = re.compile(rb"(?<![\d.eE+-])-?\d{4301,}")
+#: integer tokens long enough (16+ digits) that float64 may not hold them exactly (2**53 has 16)
+_LONG_INT = re.compile(rb"(?<![\w.+-])-?\d{16,}(?![\d.eE])")
+
+
+def _inexact_integer(text) -> tuple[int, str] | None:
+    """The first integer token of ``text`` (bytes) that float64 cannot hold exactly: (byte offset, token).
+
+    >>> _inexact_integer(b"[[9007199254740992, 0.5], [9007199254740993]]")
+    (27, '9007199254740993')
+    >>> _inexact_integer(b"[1.0, 12345678901234567.5, 2]") is None
+    True
+    """
+    for m in _LONG_INT.finditer(text):
+        token = m.group().decode()
+        if len(token.lstrip("-")) > 400:  # far beyond float64's range: never exact
+            return m.start(), token
+        value = int(token)
+        try:
+            if int(float(value)) != value:
+                return m.start(), token
+        except OverflowError:
+            return m.start(), token
+    return None
+
+
+def _refuse_inexact(data: np.ndarray, target: int, text, position) -> None:
+    """Refuse integers that a float64 result (inferred, integers mixed with floats) would round.
+
+    ``position(offset)`` words the place of a byte offset of ``text``.
+    """
+    if target != _TARGET_DEFAULT or data.dtype != np.float64:
+        return
+    found = _inexact_integer(bytes(text))
+    if found is not None:
+        offset, token = found
+        short = token if len(token) <= 40 else token[:37] + "..."
+        raise LodInputError(f"{position(offset)}: integer {short} mixed with floats would be stored as float64, "
+                            "which cannot hold it exactly; pass --dtype (dtype=) to choose, e.g. float64 to "
+                            "accept the rounding")
 _BOOL_TOKEN = re.compile(rb"\b(?:true|false)\b")
 _NUMBER_TOKEN = re.compile(rb"(?<![\w.])(?:-?\d|NaN\b|-?Infinity\b)")
 _NOT_A_NUMBER = re.compile(rb'["{]|\bnull\b')
@@ -445,9 +486,14 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         raise LodInputError(f"{name}:{lno}:{exc.colno}: {_phrase(exc, s, line is not None)}") from None
     except RecursionError:
         raise _too_deep(text, name, line) from None
-    except ValueError as exc:  # an integer too long for Python's int()
-        where = f"{name}:{line}" if line is not None else name
-        raise LodInputError(f"{where}: {str(exc).splitlines()[0]}") from None
+    except ValueError:  # an integer too long for Python's int(): its place, and what a user can do
+        m = _HUGE_INT.search(text)
+        offset = m.start() if m else 0
+        lno, col = _line_col(text, offset, line)
+        digits = len(m.group().lstrip(b"-")) if m else 0
+        raise LodInputError(f"{name}:{lno}:{col}: an integer of {digits:,} digits; no dtype holds it (int64 and "
+                            "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float "
+                            "literal (1e400 reads as infinity)") from None
     if found:
         start = 0
         for token in found:
@@ -613,6 +659,8 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
                     break
         raise _reposition(exc, lines, seq_base, name, place) from None
     data = np.asarray(t.data)
+    for i, text in enumerate(texts):
+        _refuse_inexact(data, asm.target, text, lambda offset, i=i: at(i, offset))
     levels = [np.diff(o) for o in t.offsets]
     has_values = data.size > 0
     piece = _Piece(data, levels, t.lod_level + 1 if has_values else 0, len(objs), lines, seq_base)
@@ -721,6 +769,13 @@ def _use_fast(fast: bool | None):
     if fast and scanner is None:  # pragma: no cover - numba is a dependency
         raise LodBackendError("the fast JSON path needs numba; install it or pass fast=False")
     return scanner
+
+
+def _region_place(name: str, view, start: int, offset: int, first_line: int) -> str:
+    """``name:line:col`` of byte ``offset`` of a region that starts at ``view[start]`` on line ``first_line``."""
+    region = bytes(view[start:start + offset])
+    lno, col = _line_col(region, offset, None)
+    return f"{name}:{first_line + lno - 1}:{col}"
 
 
 def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
@@ -1001,6 +1056,8 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 piece = _general_jsonl(region, first_line, seq_base, asm)
                 newlines = region.count(b"\n")
             if piece is not None:
+                _refuse_inexact(piece.data, asm.target, view[start:stop],
+                                lambda offset: _region_place(asm.name, view, start, offset, first_line))
                 seq_base += piece.items
                 yield from asm.take(piece, last=buf.eof and stop == buf.filled)
             first_line += newlines
@@ -1027,12 +1084,14 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 status = sc.scan(view, pos, stop, final)
                 if status == js.FALLBACK:
                     break
+                new_pos = int(sc.state[js.POS])
                 if sc.state[js.ITEMS]:
                     piece = _fast_piece(js, sc, first_line, seq_base)
+                    _refuse_inexact(piece.data, asm.target, view[pos:new_pos],
+                                    lambda offset: _region_place(asm.name, view, pos, offset, first_line))
                     seq_base += piece.items
                     yield from asm.take(piece, last=final and status == js.DONE)
                 first_line += int(sc.state[js.NEWLINES])
-                new_pos = int(sc.state[js.POS])
                 if new_pos == pos and status == js.NEED_MORE:
                     if stop == buf.filled:
                         break  # the item goes on past what was read
