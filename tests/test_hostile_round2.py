@@ -631,3 +631,39 @@ class TestIntegersInJson:
         line = one_line_error(result)
         assert result.exit_code == 1 and "big.json:1:11: an integer of 100,000 digits" in line
         assert "set_int_max_str_digits" not in line and "write it as a float literal" in line
+
+
+# -- 8. a full disk ------------------------------------------------------------------------------------------------------
+def _file_size_limit():  # pragma: no cover - runs in the child
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk does
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+
+class TestFullDisk:
+    """Issue 13.8: a write that runs out of room ends with its one-line error, not SIGSEGV/SIGBUS in cleanup."""
+
+    @pytest.mark.parametrize("command", ["head", "pack", "append"])
+    def test_a_writer_out_of_room_exits_cleanly(self, tmp_path, command):
+        values = np.random.default_rng(0).standard_normal(40_000)  # incompressible: 320 KB, above the 64 KiB
+        src = str(tmp_path / "big.lod.h5")
+        save(src, LoDTensor(values, [[0, 20_000, 40_000]]), compression="none")
+        jsonl = tmp_path / "rows.jsonl"
+        jsonl.write_text("".join(f"[{', '.join(map(repr, values[i:i + 5000].tolist()))}]\n"
+                                 for i in range(0, 20_000, 5000)))
+        small = str(tmp_path / "small.lod.h5")
+        save(small, LoDTensor(np.arange(3.0), [[0, 3]]))
+        before = open(small, "rb").read()
+        out = str(tmp_path / "out.lod.h5")
+        args = {"head": ["head", src, "--to", "h5", "-o", out],
+                "pack": ["pack", str(jsonl), "-o", out, "--compression", "none"],
+                "append": ["pack", str(jsonl), "-o", small, "--append", "--compression", "none"]}[command]
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        proc = subprocess.run([sys.executable, "-m", "lodtool", *args], capture_output=True, text=True, env=env,
+                              preexec_fn=_file_size_limit, timeout=60)
+        assert proc.returncode == 1, (proc.returncode, proc.stderr)  # -11 / -7 before the fix
+        assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("lodtool: error: ")
+        assert not os.path.exists(out) and not [p for p in os.listdir(tmp_path) if ".lodtmp-" in p]
+        assert open(small, "rb").read() == before

@@ -726,7 +726,11 @@ class LodWriter:
                     self._relink(name, source, required=True)
                 if self._share_lod:
                     self._share_equal_lods()
-                self._h5.close()
+                try:
+                    self._h5.close()
+                except BaseException:
+                    _mark_unclean()
+                    raise
             if self._stream is not None:
                 with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
                     copy_to_stream(src, self._stream)
@@ -747,8 +751,8 @@ class LodWriter:
         if h5 is not None:
             try:
                 h5.close()
-            except Exception:  # pragma: no cover - closing after a libhdf5 error
-                pass
+            except Exception:  # closing after a libhdf5 error (a full disk)
+                _mark_unclean()
         if self._atomic is not None:
             self._atomic.discard()
         if self._tmpdir is not None:
@@ -769,6 +773,28 @@ class LodWriter:
             self.commit()
         else:
             self.abort()
+
+
+#: set when libhdf5 failed to close a file lodtool wrote (a full disk): see :func:`hdf5_left_unclean`
+_UNCLEAN = False
+
+
+def _mark_unclean() -> None:
+    global _UNCLEAN
+    _UNCLEAN = True
+
+
+def hdf5_left_unclean() -> bool:
+    """Whether libhdf5 failed to close a file this process wrote (after ENOSPC, say).
+
+    Its datasets are then left half-closed, and freeing their handles later (the garbage collector
+    at exit) crashed libhdf5 with SIGSEGV or SIGBUS.  The CLI ends such a process with ``os._exit``
+    once its error is printed and the temp file removed; the output is discarded either way.
+
+    >>> hdf5_left_unclean() in (True, False)
+    True
+    """
+    return _UNCLEAN
 
 
 def _check_appendable(path: str) -> None:
