@@ -35,14 +35,14 @@ def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
     >>> check_dtype(np.dtype(np.longdouble))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    lodtool.errors.LodDtypeError: data has dtype float128 (extended precision); lodtool supports floats of 16, 32 ...
+    lodtool.errors.LodDtypeError: data has dtype float128 (numpy.longdouble, extended precision); lodtool supports ...
     """
     dtype = np.dtype(dtype)
     if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise LodDtypeError(f"{where} has dtype {dtype}; lodtool stores numeric and bool data only")
     if (dtype.kind == "f" and dtype.itemsize > 8) or (dtype.kind == "c" and dtype.itemsize > 16):
-        raise LodDtypeError(f"{where} has dtype {dtype} (extended precision); lodtool supports floats of 16, 32 and "
-                            "64 bits and complex of 64 and 128 bits")
+        raise LodDtypeError(f"{where} has dtype {dtype} (numpy.longdouble, extended precision); lodtool supports "
+                            "floats of 16, 32 and 64 bits and complex of 64 and 128 bits")
     return dtype
 
 

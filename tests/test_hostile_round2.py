@@ -548,7 +548,7 @@ class TestByteOrderAndDtypes:
         result = run_cli(*args)
         assert result.exit_code == 1
         assert command == "validate" or result.stdout == ""
-        assert "has dtype float128 (extended precision)" in result.output + result.stderr
+        assert "has dtype float128 (numpy.longdouble, extended precision)" in result.output + result.stderr
 
     @pytest.mark.parametrize("command", ["unpack", "slice", "head", "tail"])
     def test_nothing_reaches_stdout_before_an_encoding_error(self, tmp_path, command):

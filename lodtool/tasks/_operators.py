@@ -548,6 +548,6 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
         # the plan has one batch size per step of the longest sequence (and counting-sort scratch as long):
         # a file claiming one sequence of 2**40 empty rows must be refused, not allocated
         offsets = lod_only.offsets[level]
-        longest = int((offsets[1:] - offsets[:-1]).max())
+        longest = int((offsets[1:] - offsets[:-1]).max()) if len(offsets) > 1 else 0  # offsets [0]: none
         check_memory(16 * (longest + 1), f.max_memory, f.path, f"the plan of a sequence of {longest:,} steps")
     return plan_of(lod_only, level=level, device=device).to("cpu")
