@@ -43,6 +43,10 @@ class LodFormatError(LodError, ValueError):
     """A file that is not a valid lodtool container."""
 
 
+class LodIsolationRequired(LodError, RuntimeError):
+    """Decoding needs an opted-in plugin filter, which the CLI runs in an isolated child process."""
+
+
 class LodVersionError(LodFormatError):
     """A lodtool container of a format version this lodtool cannot read."""
 
@@ -82,6 +86,7 @@ __all__ = [
     "LodInputError",
     "LodFormatError",
     "LodVersionError",
+    "LodIsolationRequired",
     "LodChecksumError",
     "LodReaderCrashError",
     "LodFileNotFoundError",

@@ -25,10 +25,24 @@ NUMERIC_KINDS = "biufc"
 
 
 def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
-    """Refuse dtypes that cannot live in a flat numeric array (object, strings, records)."""
+    """Refuse dtypes that cannot live in a flat numeric array (object, strings, records), and the extended floats.
+
+    float128 / complex256 (``numpy.longdouble``) have no portable layout, no JSON form and no kernels: refused
+    by name, as every reader and ``validate`` do.
+
+    >>> check_dtype(np.dtype(">f4"))
+    dtype('>f4')
+    >>> check_dtype(np.dtype(np.longdouble))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodDtypeError: data has dtype float128 (numpy.longdouble, extended precision); lodtool supports ...
+    """
     dtype = np.dtype(dtype)
-    if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
+    if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise LodDtypeError(f"{where} has dtype {dtype}; lodtool stores numeric and bool data only")
+    if (dtype.kind == "f" and dtype.itemsize > 8) or (dtype.kind == "c" and dtype.itemsize > 16):
+        raise LodDtypeError(f"{where} has dtype {dtype} (numpy.longdouble, extended precision); lodtool supports "
+                            "floats of 16, 32 and 64 bits and complex of 64 and 128 bits")
     return dtype
 
 

@@ -165,9 +165,11 @@ def is_quiet(ctx: click.Context) -> bool:
 
 
 def message(ctx: click.Context, text: str) -> None:
-    """A human message on stderr (silenced by -q)."""
+    """A human message on stderr (silenced by -q); names from files in it are shown escaped."""
     if not is_quiet(ctx):
-        click.echo(text, err=True)
+        from ._render import printable
+
+        click.echo(printable(text), err=True)
 
 
 def scheduler_options(f):

@@ -35,6 +35,29 @@ def console():
 PIPE_WIDTH = 200
 
 
+def printable(text: Any) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    Names and messages come from files: raw, an ESC or OSC sequence would retitle or clear the
+    terminal, and a newline could forge an "ok" line.  Everything printed from a file goes through this.
+
+    >>> printable("a\\x1b]0;pwned\\x07b\\nok")
+    'a\\\\x1b]0;pwned\\\\x07b\\\\nok'
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
+def markup_safe(text: Any) -> str:
+    """:func:`printable`, then escaped for rich markup (a name like ``[red]`` is drawn as it is)."""
+    from rich.markup import escape
+
+    return escape(printable(text))
+
+
 def print_(renderable: Any) -> None:
     console().print(renderable)
 
@@ -50,6 +73,7 @@ def plain_output() -> bool:
 
 def status_line(tag: str, style: str, rest: str) -> None:
     """``tag rest`` on stdout, the tag in ``style`` on a terminal (``rest`` is never read as markup)."""
+    rest = printable(rest)
     if plain_output():
         sys.stdout.write(f"{tag} {rest}\n")
         return
@@ -60,6 +84,7 @@ def status_line(tag: str, style: str, rest: str) -> None:
 
 def detail_line(text: str) -> None:
     """An indented detail under a status line, never wrapped in a pipe, never read as markup."""
+    text = printable(text)
     if plain_output():
         sys.stdout.write(f"  {text}\n")
     else:
@@ -80,12 +105,14 @@ def inspect_report(info: dict) -> None:
     from rich.table import Table
 
     con = console()
-    con.print(f"[bold]{info['path']}[/]  {info.get('format', 'lodtool')} format v{info['format_version']}"
+    con.print(f"[bold]{markup_safe(info['path'])}[/]  {markup_safe(info.get('format', 'lodtool'))} format "
+              f"v{markup_safe(info['format_version'])}"
               f"  ({human_bytes(info.get('file_size', 0))} on disk)")
     for t in info["tensors"]:
         shape = "×".join(str(d) for d in t["element_shape"]) or "scalar"
-        shared = f"  offsets shared with {', '.join(t['shared_lod_with'])}" if t.get("shared_lod_with") else ""
-        con.print(f"\n[bold cyan]{t['name']}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
+        shared = f"  offsets shared with {markup_safe(', '.join(t['shared_lod_with']))}" \
+            if t.get("shared_lod_with") else ""
+        con.print(f"\n[bold cyan]{markup_safe(t['name'])}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
                   f"{t['lod_level']} LoD level(s)  compression {t['compression']}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
         if not t["levels"]:
@@ -94,7 +121,7 @@ def inspect_report(info: dict) -> None:
         for col in ("level", "name", "sequences", "min", "median", "mean", "max", "empty"):
             table.add_column(col, justify="left" if col == "name" else "right")
         for lv in t["levels"]:
-            table.add_row(str(lv["level"]), lv.get("name") or "", f"{lv['sequences']:,}", _num(lv["min"]),
+            table.add_row(str(lv["level"]), markup_safe(lv.get("name") or ""), f"{lv['sequences']:,}", _num(lv["min"]),
                           _num(lv["median"]), _num(lv["mean"], 2), _num(lv["max"]), f"{lv['empty']:,}")
         con.print(table)
 
@@ -248,7 +275,7 @@ def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, beg
             cpath = ppath + (k + (first_label if lv == level else 0),)
             length = int(window[k + 1] - window[k])
             name = _level_name(src, lv)
-            label = f"[bold]{escape(format_path(cpath))}[/]" + (f" {escape(name)}" if name else "")
+            label = f"[bold]{escape(format_path(cpath))}[/]" + (f" {markup_safe(name)}" if name else "")
             label += f"  [dim]len[/] {length}"
             if lv == src.lod_level - 1:
                 rows, total = src.rows(b + k, preview_items)

@@ -13,7 +13,7 @@ import warnings
 
 import click
 
-from ..errors import LodError
+from ..errors import LodError, LodIsolationRequired
 
 #: command name -> (module, function, one-line help shown in ``lodtool --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -82,8 +82,22 @@ class LazyGroup(click.Group):
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context):
+        from ._isolated import ISOLATION_ENV
+
+        argv = [*(["-q"] if ctx.params.get("quiet") else []), *(["-v"] if ctx.params.get("verbose") else []),
+                *getattr(ctx, "_protected_args", []), *ctx.args]  # for a rerun in an isolated child
+        isolation = os.environ.get(ISOLATION_ENV)
+        if isolation is None:  # the CLI decodes opted-in plugin filters in a child (library calls do not)
+            os.environ[ISOLATION_ENV] = "1"
         try:
             return super().invoke(ctx)
+        except LodIsolationRequired as exc:
+            from ._isolated import run_isolated_command
+
+            code, message = run_isolated_command(argv, one_line(exc).split(": ")[0])
+            if message is not None:
+                raise LodClickError(message, code) from None
+            ctx.exit(code)
         except LodError as exc:
             raise LodClickError(one_line(exc), exc.exit_code) from None
         except MemoryError:
@@ -101,6 +115,9 @@ class LazyGroup(click.Group):
                 raise
             raise LodClickError(f"internal error: {type(exc).__name__}: {one_line(exc)} "
                                 "(run with -v for the traceback)") from None
+        finally:
+            if isolation is None:
+                os.environ.pop(ISOLATION_ENV, None)
 
 
 def one_line(exc: BaseException) -> str:
@@ -109,7 +126,10 @@ def one_line(exc: BaseException) -> str:
         text = f"{exc.filename}: {exc.strerror or exc}"
     else:
         text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    # one line, and nothing from a file can drive the terminal: control characters are shown escaped
+    text = " ".join(text.split())
+    return text if text.isprintable() else "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _silence_stdout() -> None:
@@ -157,7 +177,21 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
-    cli.main(args=argv, prog_name="lodtool")
+    try:
+        cli.main(args=argv, prog_name="lodtool")
+    except SystemExit as exc:
+        writer = sys.modules.get("lodtool.container.writer")
+        if writer is not None and writer.hdf5_left_unclean():
+            # libhdf5 failed to close a file (a full disk): its teardown would crash after the error was
+            # printed; the temp file is already gone, so end here
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

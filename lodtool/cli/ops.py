@@ -206,10 +206,11 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, s
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name in the output.")
 @opt.compression_option
+@opt.max_memory_option
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def unpad(ctx, npz, output, name, compression, device, as_json):
+def unpad(ctx, npz, output, name, compression, max_memory, device, as_json):
     """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
 
     \b
@@ -219,7 +220,8 @@ def unpad(ctx, npz, output, name, compression, device, as_json):
     from .. import tasks
 
     with opt.input_path(npz) as src, opt.container_output(output) as dst:
-        result = tasks.unpad(src, dst, name=name, compression=compression, device=device)
+        result = tasks.unpad(src, dst, name=name, compression=compression, device=device,
+                             max_memory=opt.parse_size(max_memory))
     result.output = output
     _report(ctx, result, as_json, "unpadded")
 

@@ -27,10 +27,11 @@ from .. import io as formats
 @click.option("--shard-size", default=None, metavar="SIZE",
               help="Write a sharded folder (-o DIR/) with shards of about SIZE bytes (256MB, 1GB).")
 @opt.scheduler_options
+@opt.max_memory_option
 @opt.json_option
 @click.pass_context
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
-         scheduler, workers, as_json):
+         scheduler, workers, max_memory, as_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -70,7 +71,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
             opt.container_output(output) as path:
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
-                            progress=tick, column=column)
+                            progress=tick, column=column, max_memory=opt.parse_size(max_memory))
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:

@@ -84,11 +84,11 @@ def _head_tail(which: str):
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)
             part = excerpt.tensor
             if fmt == "tree":
-                from ._render import TreeSource, build_tree, print_
+                from ._render import TreeSource, build_tree, markup_safe, print_
 
                 first = 0 if which == "head" or not part.lod_level else excerpt.total - len(part)
                 src_ = TreeSource(part, lazy=False)
-                title = f"[bold]{excerpt.name}[/] {which} {len(part)} of {excerpt.total:,}"
+                title = f"[bold]{markup_safe(excerpt.name)}[/] {which} {len(part)} of {excerpt.total:,}"
                 top = src_.level_sizes[0] - 1 if part.lod_level else part.shape[0]
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first))

@@ -33,7 +33,7 @@ def tree(file, name, depth, max_children, branch, style):
       lodtool tree articles.lod.h5 --style bars
     """
     from .. import tasks
-    from ._render import TreeSource, bars, build_tree, console, print_
+    from ._render import TreeSource, bars, build_tree, console, markup_safe, print_
 
     with opt.input_path(file) as src, tasks.tree(src, name=name, branch=branch) as view:
         t, path, level, begin, end = view.tensor, view.path, view.level, view.begin, view.end
@@ -49,7 +49,7 @@ def tree(file, name, depth, max_children, branch, style):
                 console().print(line, markup=False, highlight=False)
             return
         shape = "×".join(map(str, t.element_shape)) or "scalar"
-        title = (f"[bold]{t.name}[/] {format_path(path) if path else ''} "
+        title = (f"[bold]{markup_safe(t.name)}[/] {format_path(path) if path else ''} "
                  f"[dim]{t.dtype} {shape}, {t.lod_level - level} level(s), {end - begin:,} "
                  f"{'sequences' if level < t.lod_level else 'rows'}[/]")
         print_(build_tree(source, title, path, level, begin, end, depth=depth, max_children=max_children))

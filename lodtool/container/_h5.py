@@ -12,11 +12,14 @@ import os
 from typing import Iterator
 
 import h5py
+import numpy as np
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError
 from ..atomic import is_temp_path
 
-#: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it
+#: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it.  Sized on
+#: purpose: a chunk above it is decoded, used and freed on every read (never cached), so it is a claim
+#: of the file and must fit in the memory limit (:func:`chunk_layout_problem` refuses absurd ones)
 READ_CACHE = 4 << 20
 WRITE_CACHE = 8 << 20
 _CACHE_SLOTS = 1009
@@ -108,10 +111,9 @@ def create_h5(path: str, mode: str = "w") -> h5py.File:
 
 
 def _register_plugin_filters() -> None:
-    try:
-        import hdf5plugin  # noqa: F401  (registers the zstd/blosc/lz4 filters on import)
-    except ImportError:
-        pass
+    from .filters import register_own_plugins  # zstd/blosc/lz4 only: never hdf5plugin's other codecs
+
+    register_own_plugins()
 
 
 def hard_member(group: h5py.Group, name: str):
@@ -124,6 +126,115 @@ def hard_member(group: h5py.Group, name: str):
     if not isinstance(link, h5py.HardLink):
         return None
     return group[name]
+
+
+def foreign_storage(ds: h5py.Dataset) -> str | None:
+    """Why ``ds`` keeps its values outside this file, or ``None``: external raw storage, or a virtual dataset.
+
+    Both make libhdf5 read other local files named by the untrusted file
+    (``/etc/shadow``, a FIFO, ``/dev/zero``), so both are refused from the
+    dataset's creation properties alone, before a single value is read.
+    lodtool never writes either.
+    """
+    plist = ds.id.get_create_plist()
+    if plist.get_layout() == h5py.h5d.VIRTUAL:
+        return "is a virtual dataset (its values live in other files); lodtool refuses virtual datasets"
+    if plist.get_external_count():
+        return ("keeps its raw bytes in another file (external storage); lodtool refuses external storage, "
+                "which would read local files the container names")
+    return None
+
+
+#: a read touches at most this many chunks: libhdf5 keeps several KiB of bookkeeping per chunk it reads
+#: in one call (131,073 one-entry chunks read at once took 820 MB), so longer reads go in pieces
+MAX_CHUNKS_PER_READ = 1024
+#: a chunk larger than this must not be much larger than its whole dataset: a chunk decodes in full,
+#: so a huge chunk declared for a few values is a decompression bomb (lodtool writes chunks of <= 64 KiB)
+CHUNK_SLACK_BYTES = 8 << 20
+#: how much larger than its dataset's values such a chunk may be (room for a dataset still growing)
+CHUNK_SLACK_RATIO = 4
+
+
+def chunk_nbytes(ds: h5py.Dataset) -> int:
+    """Bytes one chunk of ``ds`` decodes to (0 for a contiguous dataset)."""
+    if not ds.chunks:
+        return 0
+    count = 1
+    for c in ds.chunks:
+        count *= int(c)
+    return count * ds.dtype.itemsize
+
+
+def _chunks_per_band(ds: h5py.Dataset) -> int:
+    """How many chunks one band of ``chunks[0]`` rows spans (the element dimensions may be chunked too)."""
+    band = 1
+    for n, c in zip(ds.shape[1:], ds.chunks[1:]):
+        band *= max(-(-int(n) // int(c)), 1)
+    return band
+
+
+def chunk_layout_problem(ds: h5py.Dataset) -> str | None:
+    """Why ``ds``'s chunk layout is absurd (a chunk bomb, or a row spread over too many chunks), or ``None``.
+
+    Chunk shapes are metadata: this reads no values.
+
+    >>> import h5py, numpy as np, tempfile, os
+    >>> f = h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w")
+    >>> ds = f.create_dataset("o", shape=(5,), maxshape=(None,), chunks=(1 << 26,), dtype="<i8")
+    >>> chunk_layout_problem(ds)
+    'holds 5 values of 8 bytes in chunks of 67,108,864 (512.0 MiB each): a chunk far larger than its dataset'
+    >>> chunk_layout_problem(f.create_dataset("p", shape=(5,), maxshape=(None,), chunks=(8,), dtype="<i8"))
+    """
+    if not ds.chunks:
+        return None
+    nbytes = chunk_nbytes(ds)
+    if nbytes > CHUNK_SLACK_BYTES and nbytes > CHUNK_SLACK_RATIO * ds.size * ds.dtype.itemsize:
+        from .limits import human_bytes
+
+        shape = "x".join(f"{int(c):,}" for c in ds.chunks)
+        return (f"holds {ds.size:,} values of {ds.dtype.itemsize} bytes in chunks of {shape} "
+                f"({human_bytes(nbytes)} each): a chunk far larger than its dataset")
+    band = _chunks_per_band(ds)
+    if band > MAX_CHUNKS_PER_READ:
+        return (f"has shape {ds.shape} in chunks of {ds.chunks}: one row spans {band:,} chunks "
+                f"(at most {MAX_CHUNKS_PER_READ:,} are read at a time)")
+    return None
+
+
+def rows_per_read(ds: h5py.Dataset) -> int | None:
+    """The most rows of ``ds`` one read may touch (whole chunks, :data:`MAX_CHUNKS_PER_READ` at most); ``None``: any."""
+    if not ds.chunks:
+        return None
+    return max(MAX_CHUNKS_PER_READ // _chunks_per_band(ds), 1) * int(ds.chunks[0])
+
+
+def read_rows(ds: h5py.Dataset, start: int, stop: int) -> np.ndarray:
+    """``ds[start:stop]`` in native byte order, read :data:`MAX_CHUNKS_PER_READ` chunks at a time into one array.
+
+    Memory stays the size of the result whatever the chunk layout: libhdf5's
+    per-chunk bookkeeping is bounded by the piece, not by the whole read.
+
+    >>> import h5py, numpy as np, tempfile, os
+    >>> f = h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w")
+    >>> ds = f.create_dataset("o", data=np.arange(3000), chunks=(1,))
+    >>> bool((read_rows(ds, 10, 2990) == np.arange(10, 2990)).all())
+    True
+    """
+    step = rows_per_read(ds)
+    # big-endian data on a little-endian machine is converted by libhdf5 as it is read: kernels need native order
+    native = ds.dtype if ds.dtype.isnative else ds.dtype.newbyteorder("=")
+    if (step is None or stop - start <= step) and native == ds.dtype:
+        return ds[start:stop]
+    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
+    if step is None or stop - start <= step:
+        if stop > start:
+            ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
+        return out
+    first = start - start % int(ds.chunks[0])  # pieces on chunk boundaries: no chunk is decoded twice
+    for a in range(first, stop, step):
+        lo, hi = max(a, start), min(a + step, stop)
+        ds.read_direct(out, np.s_[lo:hi], np.s_[lo - start:hi - start])
+    return out
 
 
 def same_object(a: h5py.HLObject, b: h5py.HLObject) -> bool:

@@ -24,9 +24,10 @@ import h5py
 
 from ..errors import LodFormatError
 from . import spec
-from ._h5 import hard_member, storage_gap, translate
-from .filters import ensure_readable
-from .reader import open_file
+from ._h5 import READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member, storage_gap, translate
+from .filters import ensure_readable, foreign_filter_names
+from .limits import default_max_memory, human_bytes
+from .reader import declared_lod_level, open_file
 
 # -- validate ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -114,6 +115,12 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                     gap = storage_gap(layout.data)
                 if gap:  # the data is never read here, but a size it does not store is damage all the same
                     problems.append(Problem(path, name, None, None, f"the data {gap}"))
+                with translate(path, f"cannot read the layout of tensor {name!r}"):
+                    foreign = foreign_filter_names(layout.data)
+                if foreign:  # validate never decodes the data: it must not vouch for a codec lodtool does not run
+                    problems.append(Problem(path, name, None, None,
+                                            f"data not decoded: it is compressed with {foreign}, a filter lodtool "
+                                            "does not decode unless asked (LODTOOL_FILTER_PLUGINS)"))
                 if f.checksum_algorithm is not None:
                     with translate(path, f"cannot read the attributes of tensor {name!r}"):
                         for ds, label in _datasets_of(layout.group, layout.lod_level):
@@ -219,11 +226,16 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
             raise LodFormatError(f"{path}: checksum algorithm {f.checksum_algorithm!r} is not supported "
                                  f"(this lodtool verifies {spec.CHECKSUM_ALGORITHM})")
         seen: list = []
+        limit = default_max_memory()
         for name in f.names:
             with translate(path, f"cannot open tensor {name!r}"):
                 group = f.h5[name]
-                lod_level = int(group.attrs.get(spec.ATTR_LOD_LEVEL, 0))
-                items = list(_datasets_of(group, max(0, min(lod_level, spec.MAX_LOD_LEVEL))))
+                # the layout checks validate makes, the same function: the two never disagree on attributes
+                layout, _ = f.describe(name)
+                lod_level = layout.lod_level if layout is not None else declared_lod_level(group.attrs) or 0
+                items = list(_datasets_of(group, lod_level))
+            if layout is not None:
+                f[name]  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
             for ds, label in items:
                 if not isinstance(ds, h5py.Dataset):  # lost data must not verify as "ok"
                     out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
@@ -231,13 +243,13 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
                 if any(ds.id == s for s in seen):
                     continue
                 seen.append(ds.id)
-                mismatch = _verify_dataset(path, ds, label)
+                mismatch = _verify_dataset(path, ds, label, limit)
                 if mismatch is not None:
                     out.append(mismatch)
     return out
 
 
-def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch | None:
+def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int) -> ChecksumMismatch | None:
     from . import checksum  # xxhash: only verify needs it
 
     with translate(path, f"cannot read the checksum of {label}"):
@@ -245,6 +257,18 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str) -> ChecksumMismatch
     expected = spec.text_attr(stored) if stored is not None else None
     if expected is not None:
         expected = checksum.parse_digest(expected, f"{path}: {label}")
+    with translate(path, f"cannot read the layout of {label}"):
+        foreign = foreign_storage(ds)
+    if foreign:  # refused before a byte of it is read
+        return ChecksumMismatch(label, expected, None, f"the dataset {foreign}")
+    with translate(path, f"cannot read the layout of {label}"):
+        absurd = chunk_layout_problem(ds)
+        chunk = chunk_nbytes(ds)
+    if absurd:
+        return ChecksumMismatch(label, expected, None, f"the dataset {absurd}")
+    if chunk > max(max_memory, READ_CACHE):  # every read decodes whole chunks
+        return ChecksumMismatch(label, expected, None, f"one chunk decodes to {human_bytes(chunk)}, above the memory "
+                                                       f"limit of {human_bytes(max_memory)}")
     ensure_readable(ds, path, label)
     try:
         with translate(path, f"cannot read {label}"):

@@ -73,7 +73,9 @@ def block_rows(dataset, block_bytes: int = HASH_BLOCK) -> int:
     rows = max(block_bytes // row_bytes, 1)
     chunks = dataset.chunks
     if chunks:
-        rows = max(rows // chunks[0], 1) * chunks[0]
+        from ._h5 import rows_per_read  # at most MAX_CHUNKS_PER_READ chunks per read, whatever the layout
+
+        rows = min(max(rows // chunks[0], 1) * chunks[0], rows_per_read(dataset))
     return rows
 
 

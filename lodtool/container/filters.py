@@ -1,9 +1,12 @@
 """Compression filters of the container: names, HDF5 dataset options, and plugin handling.
 
 ``gzip``, ``lzf`` and ``none`` work with plain h5py.  ``zstd``, ``blosc`` and
-``lz4`` come from ``hdf5plugin``, imported only when such a filter is asked for
-(writing) or found (reading); a file that needs a missing plugin gives a
-:class:`LodFormatError` saying what to install.
+``lz4`` come from ``hdf5plugin``'s shared libraries, and only those three are
+registered (hdf5plugin itself is never imported: its import registers a dozen
+more C/C++ codecs, which a crafted chunk can crash).  A file that needs any other
+filter is refused by name before a chunk is decoded, unless the user opts in
+with ``LODTOOL_FILTER_PLUGINS`` (see :func:`allowed_filters`); the CLI then
+decodes in an isolated child process (see :class:`~lodtool.errors.LodIsolationRequired`).
 
 >>> normalize_compression(None, None)
 ('lzf', None)
@@ -15,9 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import ctypes
+import glob
+import importlib.util
+import os
+
 import h5py
 
-from ..errors import LodFormatError, LodUsageError
+from ..errors import LodFormatError, LodIsolationRequired, LodUsageError
 
 #: what ``compression=None`` means: measured fastest to write of the filters plain h5py reads
 #: (see docs/format.md, "Compression")
@@ -37,6 +45,76 @@ FILTER_NAMES = {1: "gzip", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 
                 32013: "zfp", 32015: "zstd", 32017: "sz", 32024: "sz3", 32026: "blosc2"}
 
 _LEVELS = {"gzip": (0, 9, 4), "zstd": (1, 22, 3), "blosc": (0, 9, 5)}
+
+#: filters libhdf5 and h5py decode themselves (no plugin): gzip, shuffle, fletcher32, szip, nbit,
+#: scaleoffset, lzf
+BUILTIN_FILTERS = frozenset({1, 2, 3, 4, 5, 6, 32000})
+#: what readers decode without asking: the built-ins and the plugins lodtool writes
+DEFAULT_FILTERS = BUILTIN_FILTERS | frozenset(PLUGIN_FILTERS.values())
+#: the environment variable that opts in to other plugin filters: names or ids, comma-separated, or ``all``
+PLUGINS_ENV = "LODTOOL_FILTER_PLUGINS"
+#: "1" (set by the CLI): opted-in plugin decoding must run in an isolated child; "child": this is it;
+#: "0" or unset: decode in this process
+ISOLATION_ENV = "LODTOOL_PLUGIN_ISOLATION"
+_NAME_IDS = {name: code for code, name in FILTER_NAMES.items()}
+
+
+def allowed_filters(env: dict | None = None) -> frozenset[int] | None:
+    """The filter ids readers may decode: :data:`DEFAULT_FILTERS` plus those opted in; ``None``: any.
+
+    >>> sorted(allowed_filters({}) - BUILTIN_FILTERS)
+    [32001, 32004, 32015]
+    >>> 32024 in allowed_filters({"LODTOOL_FILTER_PLUGINS": "sz3"}), allowed_filters({"LODTOOL_FILTER_PLUGINS": "all"})
+    (True, None)
+    """
+    text = (os.environ if env is None else env).get(PLUGINS_ENV, "").strip().lower()
+    if text == "all":
+        return None
+    extra = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if item.isdigit():
+            extra.add(int(item))
+        elif item in _NAME_IDS:
+            extra.add(_NAME_IDS[item])
+        else:
+            raise LodUsageError(f"{PLUGINS_ENV}: unknown filter {item!r}; give names ({', '.join(sorted(_NAME_IDS))}), "
+                                "HDF5 filter ids, or all")
+    return DEFAULT_FILTERS | extra
+
+
+def _register_from_hdf5plugin(name: str) -> bool:
+    """Register one of hdf5plugin's filters from its shared library, without importing hdf5plugin.
+
+    Mirrors ``hdf5plugin.register_filter`` for one name; ``False`` where hdf5plugin or the library is missing.
+    """
+    spec = importlib.util.find_spec("hdf5plugin")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    folder = os.path.join(list(spec.submodule_search_locations)[0], "plugins")
+    candidates = [f for f in glob.glob(os.path.join(folder, f"libh5{name}*"))
+                  if not os.path.basename(f).startswith(("libh5blosc2", "libh5sz3") if name in ("blosc", "sz") else "~")]
+    if not candidates:
+        return False
+    try:
+        lib = ctypes.CDLL(candidates[0])
+    except OSError:
+        return False
+    init = getattr(lib, "init_filter", None)
+    if init is not None:
+        init.argtypes = [ctypes.c_char_p]
+        init.restype = ctypes.c_int
+        if init(h5py.h5z.__file__.encode()) < 0:
+            return False
+    lib.H5PLget_plugin_info.restype = ctypes.c_void_p
+    h5py.h5z.register_filter(lib.H5PLget_plugin_info())
+    return True
+
+
+def register_own_plugins() -> None:
+    """Make zstd, blosc and lz4 decodable (lodtool writes them), and nothing else."""
+    for name, code in PLUGIN_FILTERS.items():
+        if not filter_available(code):
+            _register_from_hdf5plugin(name)
 
 
 def normalize_compression(compression: str | None, level: int | None) -> tuple[str, int | None]:
@@ -64,12 +142,10 @@ def normalize_compression(compression: str | None, level: int | None) -> tuple[s
     return name, None
 
 
-def _plugin(purpose: str):
-    try:
-        import hdf5plugin
-    except ImportError:
-        raise LodUsageError(f"{purpose} needs hdf5plugin; pip install hdf5plugin") from None
-    return hdf5plugin
+def _plugin(purpose: str, code: int) -> None:
+    register_own_plugins()
+    if not filter_available(code):
+        raise LodUsageError(f"{purpose} needs hdf5plugin; pip install hdf5plugin")
 
 
 def dataset_options(name: str, level: int | None) -> dict[str, Any]:
@@ -87,13 +163,14 @@ def dataset_options(name: str, level: int | None) -> dict[str, Any]:
         return {"compression": "lzf", "shuffle": True}
     if name == "gzip":
         return {"compression": "gzip", "compression_opts": level, "shuffle": True}
-    hdf5plugin = _plugin(f"compression {name!r}")
+    _plugin(f"compression {name!r}", PLUGIN_FILTERS[name])
+    # hdf5plugin's Zstd(clevel), Blosc(cname="lz4", clevel, SHUFFLE) and LZ4() options, spelled out
     if name == "zstd":
-        return {**hdf5plugin.Zstd(clevel=level), "shuffle": True}
+        return {"compression": 32015, "compression_opts": (level,), "shuffle": True}
     if name == "blosc":
-        return dict(hdf5plugin.Blosc(cname="lz4", clevel=level, shuffle=hdf5plugin.Blosc.SHUFFLE))
+        return {"compression": 32001, "compression_opts": (0, 0, 0, 0, level, 1, 1)}
     if name == "lz4":
-        return {**hdf5plugin.LZ4(), "shuffle": True}
+        return {"compression": 32004, "compression_opts": (0,), "shuffle": True}
     raise LodUsageError(f"unknown compression {name!r}")  # pragma: no cover - normalized before
 
 
@@ -122,19 +199,42 @@ def filter_available(code: int) -> bool:
     return bool(h5py.h5z.filter_avail(code))
 
 
-def ensure_readable(dataset: h5py.Dataset, path: str, what: str) -> None:
-    """Raise :class:`LodFormatError` naming the filter and the fix if ``dataset`` cannot be decoded.
+def foreign_filter_names(dataset: h5py.Dataset) -> str | None:
+    """The filters of ``dataset`` outside :func:`allowed_filters`, as names (``None``: none)."""
+    allowed = allowed_filters()
+    foreign = [code for code in filter_ids(dataset) if allowed is not None and code not in allowed]
+    return ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in foreign) or None
 
-    A missing filter makes this import hdf5plugin (which registers its filters)
-    and look again, so files compressed with zstd/blosc/lz4 read transparently
-    wherever hdf5plugin is installed.
+
+def ensure_readable(dataset: h5py.Dataset, path: str, what: str) -> None:
+    """Refuse, naming the filter and the fix, a dataset this process must not or cannot decode.
+
+    A filter outside :func:`allowed_filters` (a codec lodtool does not write) is
+    refused before any chunk is decoded: a crafted chunk can crash a native
+    decoder.  An opted-in one raises :class:`~lodtool.errors.LodIsolationRequired`
+    where the CLI asked for isolation.  A missing zstd/blosc/lz4 is registered
+    from hdf5plugin's library (only those three).
     """
-    missing = [code for code in filter_ids(dataset) if not filter_available(code)]
+    codes = filter_ids(dataset)
+    allowed = allowed_filters()
+    foreign = [code for code in codes if allowed is not None and code not in allowed]
+    if foreign:
+        names = ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in foreign)
+        raise LodFormatError(f"{path}: {what} is compressed with {names}, a filter lodtool does not decode "
+                             f"unless asked ({PLUGINS_ENV}={FILTER_NAMES.get(foreign[0], foreign[0])} allows it, "
+                             "decoded in an isolated process)")
+    plugins = [code for code in codes if code not in DEFAULT_FILTERS]
+    if plugins and os.environ.get(ISOLATION_ENV) == "1":
+        raise LodIsolationRequired(f"{path}: {what} needs the opted-in plugin filter(s) "
+                                   f"{', '.join(FILTER_NAMES.get(c, str(c)) for c in plugins)}")
+    missing = [code for code in codes if not filter_available(code)]
     if missing:
-        try:
-            import hdf5plugin  # noqa: F401  (registers its filters on import)
-        except ImportError:
-            pass
+        register_own_plugins()
+        if plugins:  # opted in: the user asked for hdf5plugin's other codecs
+            try:
+                import hdf5plugin  # noqa: F401  (registers all of its filters on import)
+            except ImportError:
+                pass
         missing = [code for code in missing if not filter_available(code)]
     if missing:
         names = ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in missing)
@@ -152,5 +252,6 @@ def describe(dataset: h5py.Dataset) -> str:
     return "+".join(names) if names else "none"
 
 
-__all__ = ["DEFAULT_COMPRESSION", "COMPRESSIONS", "PLUGIN_FILTERS", "normalize_compression", "dataset_options",
+__all__ = ["DEFAULT_COMPRESSION", "COMPRESSIONS", "PLUGIN_FILTERS", "DEFAULT_FILTERS", "allowed_filters",
+           "register_own_plugins", "foreign_filter_names", "normalize_compression", "dataset_options",
            "offsets_options", "ensure_readable", "describe", "filter_ids", "filter_available"]

@@ -66,6 +66,7 @@ def _child(sender, fn, args, address_space) -> None:  # pragma: no cover - runs 
     import faulthandler
 
     faulthandler.disable()  # the parent reports a crash in one line; no dump of the child's stack
+    os.environ["LODTOOL_PLUGIN_ISOLATION"] = "child"  # this is the isolation opted-in plugin filters ask for
     if address_space:
         try:
             import resource

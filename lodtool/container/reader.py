@@ -31,7 +31,7 @@ from .. import lod as _lod
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor, check_dtype
 from . import filters, spec
-from ._h5 import H5_ERRORS, domain_error, hard_member, open_h5, same_object, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from .limits import check_memory, resolve_max_memory
 from .planner import sequence_ranges
 
@@ -70,6 +70,19 @@ def _int_attr(value) -> int | None:
     return None
 
 
+def declared_lod_level(attrs) -> int | None:
+    """The ``lod_level`` attribute as validate and verify both read it: ``0..MAX_LOD_LEVEL``, else ``None``.
+
+    A scalar or a one-element integer array counts; anything else (missing, a bool, a float, a list)
+    is ``None``.
+
+    >>> declared_lod_level({"lod_level": np.array([2])}), declared_lod_level({"lod_level": 2.0})
+    (2, None)
+    """
+    value = _int_attr(attrs.get(spec.ATTR_LOD_LEVEL))
+    return value if value is not None and 0 <= value <= spec.MAX_LOD_LEVEL else None
+
+
 def _names_attr(value) -> list[str] | None:
     items = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
     if not isinstance(items, (list, tuple)):
@@ -93,13 +106,12 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     issues: list[tuple[int | None, str]] = []
     with translate(path, f"cannot read the layout of tensor {name!r}"):
         attrs = group.attrs
-        lod_level = _int_attr(attrs.get(spec.ATTR_LOD_LEVEL))
+        lod_level = declared_lod_level(attrs)
         if spec.ATTR_LOD_LEVEL not in attrs:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is missing"))
-        elif lod_level is None or not 0 <= lod_level <= spec.MAX_LOD_LEVEL:
+        elif lod_level is None:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is {attrs.get(spec.ATTR_LOD_LEVEL)!r}; "
                                  f"expected an integer 0..{spec.MAX_LOD_LEVEL}"))
-            lod_level = None
         level_names = None
         if spec.ATTR_LEVEL_NAMES in attrs:
             names = _names_attr(attrs[spec.ATTR_LEVEL_NAMES])
@@ -113,6 +125,10 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
         if not isinstance(data, h5py.Dataset):
             issues.append((None, f"{spec.DATA!r} is missing or not a dataset"))
             data = None
+        elif foreign_storage(data):
+            issues.append((None, f"{spec.DATA!r} {foreign_storage(data)}"))
+        elif chunk_layout_problem(data):
+            issues.append((None, f"{spec.DATA!r} {chunk_layout_problem(data)}"))
         else:
             if data.ndim < 1:
                 issues.append((None, f"{spec.DATA!r} is a scalar; it needs at least one dimension (its rows)"))
@@ -147,7 +163,11 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                     if not isinstance(ds, h5py.Dataset):
                         issues.append((k, f"offsets dataset '{spec.LOD}/{k}' is missing or not a dataset"))
                         continue
-                    if ds.ndim != 1:
+                    if foreign_storage(ds):
+                        issues.append((k, f"offsets dataset '{spec.LOD}/{k}' {foreign_storage(ds)}"))
+                    elif chunk_layout_problem(ds):
+                        issues.append((k, f"offsets dataset '{spec.LOD}/{k}' {chunk_layout_problem(ds)}"))
+                    elif ds.ndim != 1:
                         issues.append((k, f"offsets have shape {ds.shape}; offsets must be 1-D"))
                     elif ds.dtype.kind not in _INT_KINDS:
                         issues.append((k, f"offsets have dtype {ds.dtype}; offsets must be integers"))
@@ -203,13 +223,20 @@ class LazyTensor:
         self._sizes = layout.level_sizes
         self._n_rows = int(layout.data.shape[0])
         self._element_shape = tuple(int(d) for d in layout.data.shape[1:])
-        self._dtype = np.dtype(layout.data.dtype.str)  # canonical repr
+        self._dtype = np.dtype(layout.data.dtype.newbyteorder("=").str)  # native order, as every read returns it
         self._row_bytes = self._dtype.itemsize * int(np.prod(self._element_shape, dtype=np.int64))
+        # size checks count rows too: a zero-width row is free in numpy but not in anything made from it
+        # (a nested list, a JSON line, a padded mask); a file claiming 2**40 of them must not pass as 0 bytes
+        self._row_cost = max(self._row_bytes, 1)
         self._limit = file.max_memory
         self._readable = False
         self._what = f"tensor {self.name!r}"
+        if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
+            check_memory(self._n_rows, self._limit, self._path,
+                         f"{self._what}: {self._n_rows:,} rows of zero width (counted at a byte each)")
         for k, ds in enumerate(self._lod):  # offsets lodtool writes never need a plugin; foreign ones might
             filters.ensure_readable(ds, self._path, f"{self._what} level {k} offsets")
+            _check_chunk_memory(ds, self._limit, self._path, f"one chunk of {self._what} level {k} offsets")
 
     # -- metadata ----------------------------------------------------------------------------------
     @property
@@ -285,13 +312,13 @@ class LazyTensor:
         if 8 * (stop - start) > self._limit:
             check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
         try:
-            return self._lod[level][start:stop]
+            return read_rows(self._lod[level], start, stop)
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
 
     def _rows(self, begin: int, end: int) -> np.ndarray:
-        if (end - begin) * self._row_bytes > self._limit:
-            check_memory((end - begin) * self._row_bytes, self._limit, self._path,
+        if (end - begin) * self._row_cost > self._limit:
+            check_memory((end - begin) * self._row_cost, self._limit, self._path,
                          f"{end - begin:,} rows of {self._what}")
         if not self._readable:
             filters.ensure_readable(self._data, self._path, self._what)
@@ -299,9 +326,10 @@ class LazyTensor:
                 gap = storage_gap(self._data)
             if gap:  # chunks that are not stored would read as zeros: a crafted or damaged size
                 raise LodFormatError(f"{self._path}: {self._what}: the data {gap}")
+            _check_chunk_memory(self._data, self._limit, self._path, f"one chunk of the data of {self._what}")
             self._readable = True
         try:
-            return self._data[begin:end]
+            return read_rows(self._data, begin, end)
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read the data of {self._what}") from None
 
@@ -416,7 +444,7 @@ class LazyTensor:
         ...     f.tensor().read().lod
         [[0, 2, 3]]
         """
-        check_memory(self.nbytes, self._limit, self._path, self._what)
+        check_memory(self._n_rows * self._row_cost + 8 * sum(self._sizes), self._limit, self._path, self._what)
         with translate(self._path, f"cannot read the data of {self._what}"):
             gap = storage_gap(self._data)
         if gap:
@@ -554,6 +582,16 @@ class LazyTensor:
         level = self._level(level)
         return _length_stats(self._checked_blocks(level), self._limit, self._path,
                              f"{self._what} level {level} lengths")
+
+
+def _check_chunk_memory(ds: h5py.Dataset, limit: int, path: str, what: str) -> None:
+    """Any read decodes whole chunks: one above the chunk cache must fit in the memory limit before the first read.
+
+    Chunks up to :data:`READ_CACHE` are the cache's fixed cost, not a claim of the file.
+    """
+    nbytes = chunk_nbytes(ds)
+    if nbytes > READ_CACHE:
+        check_memory(nbytes, limit, path, what)
 
 
 #: exact medians by counting lengths up to this value; longer lengths fall back to sorting
@@ -761,4 +799,5 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
         return f.tensor(name).read()
 
 
-__all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "tensor_names", "Layout"]
+__all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
+           "Layout"]

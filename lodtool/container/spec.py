@@ -157,8 +157,37 @@ def check_writable_version(version: str, path: str) -> None:
                               f"{FORMAT_VERSION} (upgrade lodtool)")
 
 
+def control_characters(text: str) -> list[str]:
+    """The control characters in ``text`` (C0, DEL, C1 and the bidirectional overrides), as ``repr`` shows them.
+
+    A name holding them could retitle or clear a terminal, or forge a line of output.
+
+    >>> control_characters("ok"), len(control_characters("a\\x1b[31mb\\n"))
+    ([], 2)
+    """
+    return [repr(ch) for ch in text if ch < " " or "\x7f" <= ch <= "\x9f" or ch in _BIDI]
+
+
+_BIDI = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def check_name_text(name: str, what: str) -> str:
+    """Refuse a name lodtool would write that holds control characters (see :func:`control_characters`).
+
+    >>> check_name_text("\\x1b[2J", "tensor name")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodUsageError: bad tensor name '\\x1b[2J': it holds the control character '\\x1b' ...
+    """
+    bad = control_characters(name)
+    if bad:
+        raise LodUsageError(f"bad {what} {name!r}: it holds the control character {bad[0]} (names must print "
+                            "as they are)")
+    return name
+
+
 def check_tensor_name(name: Any) -> str:
-    """A tensor name must be a non-empty string without ``/``, not starting with ``_`` or ``.``.
+    """A tensor name must be a non-empty string without ``/`` or control characters, not starting with ``_`` or ``.``.
 
     Names starting with ``_`` are reserved for future versions of the format.
 
@@ -173,7 +202,7 @@ def check_tensor_name(name: Any) -> str:
             or name.startswith(("_", "."))):
         raise LodUsageError(f"bad tensor name {name!r}: use a non-empty name without '/' that does not start "
                             "with '_' or '.'")
-    return name
+    return check_name_text(name, "tensor name")
 
 
 def is_tensor_name(name: str) -> bool:
@@ -193,5 +222,5 @@ def _short(value: Any) -> str:
 __all__ = [
     "FORMAT_NAME", "FORMAT_VERSION", "SUPPORTED_MAJORS", "CHECKSUM_ALGORITHM", "MAX_LOD_LEVEL",
     "parse_version", "check_version", "check_writable_version", "check_tensor_name", "is_tensor_name",
-    "supported_versions", "text_attr",
+    "supported_versions", "text_attr", "control_characters", "check_name_text",
 ]

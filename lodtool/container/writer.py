@@ -37,7 +37,7 @@ from ..errors import (LodChecksumError, LodDtypeError, LodFormatError, LodShapeE
                       LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import create_h5, hard_member, link_count, open_h5, same_object, storage_gap, translate
+from ._h5 import create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -234,6 +234,27 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
         ds.id.write_direct_chunk((start + i * rows,) + zeros, buf, 0)
 
 
+def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: int) -> None:
+    """Refuse integers that an inferred float dtype would round (``dtype=`` given: the user chose).
+
+    >>> _refuse_rounding(np.array([1, 2**53 + 1]), np.dtype("float64"), "t", 10)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodDtypeError: tensor 't': data row 11: integer 9007199254740993 would be promoted ...
+    """
+    if data.dtype.kind not in "iu" or dtype.kind not in "fc":
+        return
+    with np.errstate(all="ignore"):
+        real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+        back = data.astype(real).astype(data.dtype)
+    bad = np.flatnonzero((back != data).reshape(-1))
+    if bad.size:
+        i = int(bad[0])
+        row = first_row + i // max(int(np.prod(data.shape[1:], dtype=np.int64)), 1)
+        raise LodDtypeError(f"tensor {name!r}: data row {row:,}: integer {data.reshape(-1)[i]} would be promoted "
+                            f"to {dtype}, which cannot hold it exactly; pass --dtype (dtype=) to choose")
+
+
 def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """Cast a chunk to a tensor's fixed dtype, refusing casts that change values."""
     if data.dtype == dtype:
@@ -421,6 +442,8 @@ class TensorWriter:
             wider = np.result_type(self._dtype, src)
             if wider != self._dtype:
                 self._promote(storage_dtype(wider))
+            # an inferred promotion must not round: integers beyond 2**53 do not survive float64
+            _refuse_rounding(data, self._dtype, self.name, self._data.size if self._data is not None else 0)
         return _cast_chunk(data, self._dtype, self.name)
 
     def _promote(self, dtype: np.dtype) -> None:
@@ -431,6 +454,10 @@ class TensorWriter:
         if col is None:
             return
         col.dtype = dtype
+        base = col.written
+        for block in col.pending:
+            _refuse_rounding(block, dtype, self.name, base)
+            base += len(block)
         col.cast_pending(dtype)
         if col.ds is None:
             return
@@ -444,7 +471,9 @@ class TensorWriter:
         with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
             step = checksum.block_rows(old)
             for start in range(0, old.shape[0], step):
-                new.extend(old[start:start + step].astype(dtype))
+                block = old[start:start + step]
+                _refuse_rounding(block, dtype, self.name, start)
+                new.extend(block.astype(dtype))
             new.flush(final=False)
             if new.ds is None or new.n_pending:
                 new.flush(final=True)
@@ -488,14 +517,14 @@ class TensorWriter:
 def _offset_blocks(ds: h5py.Dataset, path: str, block: int = 1 << 20):
     for start in range(0, ds.shape[0], block):
         with translate(path, f"cannot read {ds.name}"):
-            chunk = ds[start:start + block]
+            chunk = read_rows(ds, start, min(start + block, ds.shape[0]))
         yield _lod.as_index_array(chunk)
 
 
 def _check_names(level_names, lod_level: int):
     if level_names is None:
         return None
-    names = tuple(str(n) for n in level_names)
+    names = tuple(spec.check_name_text(str(n), "level name") for n in level_names)
     if len(names) != lod_level:
         raise LodShapeError(f"{len(names)} level name(s) given for a tensor with {lod_level} LoD level(s)")
     return names or None
@@ -509,7 +538,8 @@ def _equal_lod(a: h5py.Group, b: h5py.Group, lod_level: int, block: int = 1 << 2
         if same_object(da, db):
             continue
         for start in range(0, da.shape[0], block):
-            if not np.array_equal(da[start:start + block], db[start:start + block]):
+            stop = min(start + block, da.shape[0])
+            if not np.array_equal(read_rows(da, start, stop), read_rows(db, start, stop)):
                 return False
     return True
 
@@ -696,7 +726,11 @@ class LodWriter:
                     self._relink(name, source, required=True)
                 if self._share_lod:
                     self._share_equal_lods()
-                self._h5.close()
+                try:
+                    self._h5.close()
+                except BaseException:
+                    _mark_unclean()
+                    raise
             if self._stream is not None:
                 with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
                     copy_to_stream(src, self._stream)
@@ -717,8 +751,8 @@ class LodWriter:
         if h5 is not None:
             try:
                 h5.close()
-            except Exception:  # pragma: no cover - closing after a libhdf5 error
-                pass
+            except Exception:  # closing after a libhdf5 error (a full disk)
+                _mark_unclean()
         if self._atomic is not None:
             self._atomic.discard()
         if self._tmpdir is not None:
@@ -739,6 +773,28 @@ class LodWriter:
             self.commit()
         else:
             self.abort()
+
+
+#: set when libhdf5 failed to close a file lodtool wrote (a full disk): see :func:`hdf5_left_unclean`
+_UNCLEAN = False
+
+
+def _mark_unclean() -> None:
+    global _UNCLEAN
+    _UNCLEAN = True
+
+
+def hdf5_left_unclean() -> bool:
+    """Whether libhdf5 failed to close a file this process wrote (after ENOSPC, say).
+
+    Its datasets are then left half-closed, and freeing their handles later (the garbage collector
+    at exit) crashed libhdf5 with SIGSEGV or SIGBUS.  The CLI ends such a process with ``os._exit``
+    once its error is printed and the temp file removed; the output is discarded either way.
+
+    >>> hdf5_left_unclean() in (True, False)
+    True
+    """
+    return _UNCLEAN
 
 
 def _check_appendable(path: str) -> None:

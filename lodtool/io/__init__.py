@@ -77,8 +77,9 @@ class Format:
 REGISTRY: tuple[Format, ...] = (
     Format("json", (".json",), (), "json", streams=True, writes=True),
     Format("jsonl", (".jsonl", ".ndjson"), (), "json", streams=True, writes=True),
-    Format("npy", (".npy",), (b"\x93NUMPY",), "npy", streams=True, writes=False),
-    Format("npz", (".npz",), (b"PK\x03\x04", b"PK\x05\x06"), "npy", streams=True, writes=True),
+    Format("npy", (".npy",), (b"\x93NUMPY",), "npy", streams=True, writes=False, options=("max_memory",)),
+    Format("npz", (".npz",), (b"PK\x03\x04", b"PK\x05\x06"), "npy", streams=True, writes=True,
+           options=("max_memory",)),
     Format("parquet", (".parquet", ".pq"), (b"PAR1",), "parquet", streams=True, writes=True, options=("column",)),
     Format("arrow", (".arrow", ".feather", ".arrows", ".ipc"), (b"ARROW1",), "arrow", streams=True, writes=True,
            options=("column",)),

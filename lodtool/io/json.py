@@ -95,6 +95,47 @@ _CLS_NONE, _CLS_NUMBER, _CLS_BOOL = 0, 1, 2
 _TARGET_DEFAULT, _TARGET_UINT64, _TARGET_FLOAT = 0, 1, 2
 _WS = b" \t\r"
 _LONG_DIGITS = re.compile(rb"\d{19}")
+#: an integer longer than Python's int() reads from text (sys.get_int_max_str_digits(): 4300)
+_HUGE_INT = re.compile(rb"(?<![\d.eE+-])-?\d{4301,}")
+#: integer tokens long enough (16+ digits) that float64 may not hold them exactly (2**53 has 16)
+_LONG_INT = re.compile(rb"(?<![\w.+-])-?\d{16,}(?![\d.eE])")
+
+
+def _inexact_integer(text) -> tuple[int, str] | None:
+    """The first integer token of ``text`` (bytes) that float64 cannot hold exactly: (byte offset, token).
+
+    >>> _inexact_integer(b"[[9007199254740992, 0.5], [9007199254740993]]")
+    (27, '9007199254740993')
+    >>> _inexact_integer(b"[1.0, 12345678901234567.5, 2]") is None
+    True
+    """
+    for m in _LONG_INT.finditer(text):
+        token = m.group().decode()
+        if len(token.lstrip("-")) > 400:  # far beyond float64's range: never exact
+            return m.start(), token
+        value = int(token)
+        try:
+            if int(float(value)) != value:
+                return m.start(), token
+        except OverflowError:
+            return m.start(), token
+    return None
+
+
+def _refuse_inexact(data: np.ndarray, target: int, text, position) -> None:
+    """Refuse integers that a float64 result (inferred, integers mixed with floats) would round.
+
+    ``position(offset)`` words the place of a byte offset of ``text``.
+    """
+    if target != _TARGET_DEFAULT or data.dtype != np.float64:
+        return
+    found = _inexact_integer(bytes(text))
+    if found is not None:
+        offset, token = found
+        short = token if len(token) <= 40 else token[:37] + "..."
+        raise LodInputError(f"{position(offset)}: integer {short} mixed with floats would be stored as float64, "
+                            "which cannot hold it exactly; pass --dtype (dtype=) to choose, e.g. float64 to "
+                            "accept the rounding")
 _BOOL_TOKEN = re.compile(rb"\b(?:true|false)\b")
 _NUMBER_TOKEN = re.compile(rb"(?<![\w.])(?:-?\d|NaN\b|-?Infinity\b)")
 _NOT_A_NUMBER = re.compile(rb'["{]|\bnull\b')
@@ -445,9 +486,14 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         raise LodInputError(f"{name}:{lno}:{exc.colno}: {_phrase(exc, s, line is not None)}") from None
     except RecursionError:
         raise _too_deep(text, name, line) from None
-    except ValueError as exc:  # an integer too long for Python's int()
-        where = f"{name}:{line}" if line is not None else name
-        raise LodInputError(f"{where}: {str(exc).splitlines()[0]}") from None
+    except ValueError:  # an integer too long for Python's int(): its place, and what a user can do
+        m = _HUGE_INT.search(text)
+        offset = m.start() if m else 0
+        lno, col = _line_col(text, offset, line)
+        digits = len(m.group().lstrip(b"-")) if m else 0
+        raise LodInputError(f"{name}:{lno}:{col}: an integer of {digits:,} digits; no dtype holds it (int64 and "
+                            "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float "
+                            "literal (1e400 reads as infinity)") from None
     if found:
         start = 0
         for token in found:
@@ -613,6 +659,8 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
                     break
         raise _reposition(exc, lines, seq_base, name, place) from None
     data = np.asarray(t.data)
+    for i, text in enumerate(texts):
+        _refuse_inexact(data, asm.target, text, lambda offset, i=i: at(i, offset))
     levels = [np.diff(o) for o in t.offsets]
     has_values = data.size > 0
     piece = _Piece(data, levels, t.lod_level + 1 if has_values else 0, len(objs), lines, seq_base)
@@ -721,6 +769,13 @@ def _use_fast(fast: bool | None):
     if fast and scanner is None:  # pragma: no cover - numba is a dependency
         raise LodBackendError("the fast JSON path needs numba; install it or pass fast=False")
     return scanner
+
+
+def _region_place(name: str, view, start: int, offset: int, first_line: int) -> str:
+    """``name:line:col`` of byte ``offset`` of a region that starts at ``view[start]`` on line ``first_line``."""
+    region = bytes(view[start:start + offset])
+    lno, col = _line_col(region, offset, None)
+    return f"{name}:{first_line + lno - 1}:{col}"
 
 
 def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
@@ -1001,6 +1056,8 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 piece = _general_jsonl(region, first_line, seq_base, asm)
                 newlines = region.count(b"\n")
             if piece is not None:
+                _refuse_inexact(piece.data, asm.target, view[start:stop],
+                                lambda offset: _region_place(asm.name, view, start, offset, first_line))
                 seq_base += piece.items
                 yield from asm.take(piece, last=buf.eof and stop == buf.filled)
             first_line += newlines
@@ -1027,12 +1084,14 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 status = sc.scan(view, pos, stop, final)
                 if status == js.FALLBACK:
                     break
+                new_pos = int(sc.state[js.POS])
                 if sc.state[js.ITEMS]:
                     piece = _fast_piece(js, sc, first_line, seq_base)
+                    _refuse_inexact(piece.data, asm.target, view[pos:new_pos],
+                                    lambda offset: _region_place(asm.name, view, pos, offset, first_line))
                     seq_base += piece.items
                     yield from asm.take(piece, last=final and status == js.DONE)
                 first_line += int(sc.state[js.NEWLINES])
-                new_pos = int(sc.state[js.POS])
                 if new_pos == pos and status == js.NEED_MORE:
                     if stop == buf.filled:
                         break  # the item goes on past what was read
@@ -1102,25 +1161,30 @@ def write_json(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], out: BinaryIO,
     if fmt not in FORMATS:
         raise LodUsageError(f"unknown JSON format {fmt!r}; choose json or jsonl")
     chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
-    first = True
-    if fmt == "json":
-        out.write(b"[")
+    opened = False  # "[" goes out with the first encoded chunk: data that cannot be encoded writes nothing
     for chunk in chunks:
-        parts = _encode_sequences(chunk)
-        if not parts:
-            continue
-        if fmt == "jsonl":
-            parts.append(b"")
-            out.write(b"\n".join(parts))
-        else:
-            out.write((b"" if first else b",") + b",".join(parts))
-        first = False
+        text = _encode_chunk(chunk, fmt)
+        if fmt == "json" and not opened:
+            out.write(b"[")
+            opened = True
+        elif fmt == "json" and text:
+            out.write(b",")
+        if text:
+            out.write(text)
     if fmt == "json":
-        out.write(b"]\n")
+        out.write(b"]\n" if opened else b"[]\n")
 
 
-def _encode_sequences(chunk: LoDTensor) -> list[bytes]:
-    """The JSON text of each top-level sequence of a chunk."""
+def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:
+    """The JSON text of a chunk's top-level sequences: comma-joined (``json``) or one per line (``jsonl``).
+
+    One buffer per chunk: a list of one small ``bytes`` per sequence cost about 4 KiB each (orjson's
+    buffers), 2 GB for 500,000 sequences.
+
+    >>> import numpy as np
+    >>> bytes(_encode_chunk(LoDTensor(np.arange(3), [[0, 2, 3]]), "jsonl"))
+    b'[0,1]\\n[2]\\n'
+    """
     import orjson
 
     data = np.asarray(chunk)
@@ -1131,10 +1195,20 @@ def _encode_sequences(chunk: LoDTensor) -> list[bytes]:
         data = data.astype(str).astype(np.float64)
     finite = data.dtype.kind != "f" or bool(np.isfinite(data).all())
     nested = LoDTensor._trusted(data, chunk.offsets).to_nested()
-    if finite:
-        dumps = orjson.dumps
-        return [dumps(seq) for seq in nested]
-    return [json.dumps(seq, separators=(",", ":")).encode() for seq in nested]
+    if not nested:
+        return b""
+    if finite and fmt == "json":
+        return orjson.dumps(nested)[1:-1]
+    dumps = orjson.dumps if finite else (lambda seq: json.dumps(seq, separators=(",", ":")).encode())
+    sep = b"\n" if fmt == "jsonl" else b","
+    out = bytearray()
+    for seq in nested:
+        if out and fmt == "json":
+            out += sep
+        out += dumps(seq)
+        if fmt == "jsonl":
+            out += sep
+    return out
 
 
 

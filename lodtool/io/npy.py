@@ -41,7 +41,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .. import lod as _lod
-from ..errors import LodError, LodFileNotFoundError, LodInputError, LodUsageError
+from ..errors import LodError, LodFileNotFoundError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
 from ._values import cast_values, resolve_dtype
 
@@ -255,11 +255,16 @@ def read_npy(sources: Sequence[Any], *, dtype: Any = None) -> LoDTensor:
 
 # -- reading .npz -----------------------------------------------------------------------------------
 def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Callable[[str], bool] | None = None,
-                    label: str | None = None) -> dict[str, np.ndarray]:
+                    label: str | None = None, max_memory: int | None = None, last: str | None = None,
+                    before_last: Callable[[dict, tuple], None] | None = None) -> dict[str, np.ndarray]:
     """The arrays of an .npz archive (never unpickling), checking names and dtypes.
 
     ``required`` names must be present; with ``allowed`` given, any other name
-    it refuses is an error.
+    it refuses is an error.  Before anything is inflated, every member's header is
+    checked against its declared size, and the declared sizes together against
+    ``max_memory`` (a zip bomb is refused, not allocated).  The member ``last`` is
+    inflated last, after ``before_last(arrays so far, its shape)`` has checked the
+    small ones (say, offsets against the data's rows).
 
     >>> buf = io.BytesIO(); np.savez(buf, a=np.arange(3)); _ = buf.seek(0)
     >>> sorted(load_npz_arrays(buf, required=["a"]))
@@ -288,9 +293,17 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
                 if extra:
                     raise LodInputError(f"{label}: unexpected array {extra[0]!r}; an LoD archive holds data, "
                                         "offsets_0.. (or lengths_0.., lod_0..) and optionally level_names")
+            declared = {n: _check_member(archive, n, label) for n in names}
+            total = sum(declared.values())
+            if max_memory is not None and total > max_memory:
+                raise LodMemoryError(f"{label}: its arrays inflate to {total:,} bytes, above the memory limit of "
+                                     f"{max_memory:,} (raise it with --max-memory)")
             out = {}
-            for n in names:
-                _check_member(archive, n, label)
+            order = [n for n in names if n != last] + [n for n in names if n == last]
+            for n in order:
+                shape = _member_shape(archive, n, label) if n == last and before_last is not None else None
+                if shape is not None:
+                    before_last(out, shape)
                 try:
                     out[n] = archive[n]
                 except ValueError as exc:
@@ -308,14 +321,29 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
             f.close()
 
 
-def _check_member(archive, name: str, label: str) -> None:
-    """Check an .npz member's header against the member's size (numpy would allocate what it claims)."""
+def _member_shape(archive, name: str, label: str) -> tuple | None:
+    member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
+    try:
+        with archive.zip.open(member) as f:
+            if f.read(6) != b"\x93NUMPY":
+                return None  # not an array: refused once numpy hands it back as bytes
+        with archive.zip.open(member) as f:
+            return _header(f, f"{label}: array {name!r}")[0]
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, KeyError) as exc:
+        raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
+
+
+def _check_member(archive, name: str, label: str) -> int:
+    """Check an .npz member's header against the member's size (numpy would allocate what it claims).
+
+    Returns the member's declared (inflated) size: reading it never inflates more.
+    """
     member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
     try:
         info = archive.zip.getinfo(member)
         with archive.zip.open(member) as f:
             if f.read(6) != b"\x93NUMPY":
-                return  # not an array: refused once numpy hands it back as bytes
+                return info.file_size  # not an array: refused once numpy hands it back as bytes
         with archive.zip.open(member) as f:
             shape, _, dtype = _header(f, f"{label}: array {name!r}")
             data_start = f.tell()
@@ -325,11 +353,16 @@ def _check_member(archive, name: str, label: str) -> None:
         raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
     if not dtype.hasobject:  # object arrays are refused by name, below
         _check_claim(shape, dtype, info.file_size - data_start, f"{label}: array {name!r}")
+    return info.file_size
 
 
 def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, level_names=None,
-             label: str | None = None) -> LoDTensor:
+             label: str | None = None, max_memory: int | None = None) -> LoDTensor:
     """Read an LoD archive (``data`` plus ``offsets_k`` or ``lengths_k``) into a validated tensor.
+
+    The offsets are read and validated against the rows the data's header
+    claims before the data is inflated; ``max_memory`` bounds the declared
+    sizes of all arrays together.
 
     >>> buf = io.BytesIO()
     >>> np.savez(buf, data=np.arange(7.0), lengths_0=[2, 1], lengths_1=[2, 2, 3]); _ = buf.seek(0)
@@ -337,11 +370,35 @@ def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, le
     [[0, 2, 3], [0, 2, 4, 7]]
     """
     label = label or _label(source, 0)
-    arrays = load_npz_arrays(source, required=("data",), label=label,
+    checked: dict = {}
+
+    def check_levels(arrays: dict, data_shape: tuple) -> None:
+        checked["offsets"], checked["levels"], checked["kinds"] = _npz_levels(arrays, data_shape, lod_level, label)
+
+    arrays = load_npz_arrays(source, required=("data",), label=label, max_memory=max_memory, last="data",
+                             before_last=check_levels,
                              allowed=lambda n: n in ("data", "level_names") or bool(_LEVEL_ARRAY.match(n)))
     data = arrays["data"]
     _check_array_dtype(data.dtype, f"{label}: array 'data'")
-    if data.ndim == 0:
+    offsets, n_levels = checked["offsets"], len(checked["levels"])
+    if n_levels == 0 and data.shape[0] == 0:
+        raise LodInputError(f"{label}: empty input (the data has no rows and there is no LoD)")
+    names = level_names
+    if names is None and "level_names" in arrays:
+        raw = arrays["level_names"]
+        if raw.ndim != 1 or raw.dtype.kind not in "US":
+            raise LodInputError(f"{label}: array 'level_names' must be a 1-D array of strings")
+        names = [x.decode() if isinstance(x, bytes) else str(x) for x in raw.tolist()]
+        if len(names) != n_levels:
+            raise LodInputError(f"{label}: {len(names)} level name(s) for {n_levels} LoD level(s)")
+    target = resolve_dtype(dtype)
+    data = cast_values(data, target, lambda row: f"{label}: data[{row}]: ")
+    return LoDTensor._trusted(data, offsets, None if names is None else tuple(str(x) for x in names))
+
+
+def _npz_levels(arrays: dict, data_shape: tuple, lod_level: int | None, label: str):
+    """The validated offsets of an LoD archive's level arrays, against ``data_shape`` from its header."""
+    if len(data_shape) == 0:
         raise LodInputError(f"{label}: array 'data' is 0-d; it needs a first dimension (the rows)")
     levels: dict[int, tuple[str, np.ndarray]] = {}
     kinds = set()
@@ -376,7 +433,7 @@ def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, le
         except LodError as exc:
             raise LodInputError(f"{label}: {n}: {exc}") from None
     try:
-        _lod.validate_lod(offsets, int(data.shape[0]))
+        _lod.validate_lod(offsets, int(data_shape[0]))
     except LodError as exc:
         msg = str(exc)
         m = re.match(r"level (\d+): (.*)", msg)
@@ -388,30 +445,19 @@ def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, le
             else:
                 msg = f"{name}: {m.group(2)}"
         raise LodInputError(f"{label}: {msg}") from None
-    if n_levels == 0 and data.shape[0] == 0:
-        raise LodInputError(f"{label}: empty input (the data has no rows and there is no LoD)")
-    names = level_names
-    if names is None and "level_names" in arrays:
-        raw = arrays["level_names"]
-        if raw.ndim != 1 or raw.dtype.kind not in "US":
-            raise LodInputError(f"{label}: array 'level_names' must be a 1-D array of strings")
-        names = [x.decode() if isinstance(x, bytes) else str(x) for x in raw.tolist()]
-        if len(names) != n_levels:
-            raise LodInputError(f"{label}: {len(names)} level name(s) for {n_levels} LoD level(s)")
-    target = resolve_dtype(dtype)
-    data = cast_values(data, target, lambda row: f"{label}: data[{row}]: ")
-    return LoDTensor._trusted(data, offsets, None if names is None else tuple(str(x) for x in names))
+    return offsets, levels, kinds
 
 
 def iter_npz(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None = None, level_names=None,
-             progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
+             progress: Callable[[int], None] | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
     """Read LoD archives one after another (their top-level sequences concatenate)."""
     done = 0
     first: LoDTensor | None = None
     first_label = ""
     for i, source in enumerate(sources):
         label = _label(source, i)
-        t = read_npz(source, dtype=dtype, lod_level=lod_level, level_names=level_names, label=label)
+        t = read_npz(source, dtype=dtype, lod_level=lod_level, level_names=level_names, label=label,
+                     max_memory=max_memory)
         if first is None:
             first, first_label = t, label
         elif t.lod_level != first.lod_level or t.element_shape != first.element_shape:
@@ -537,8 +583,10 @@ _OFFSET_BLOCK = 1 << 20
 
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
-         stats: dict | None = None) -> Iterator[LoDTensor]:
+         stats: dict | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: ``.npy`` files (each one sequence) or LoD archives, as chunks.
+
+    An archive is read whole: ``max_memory`` bounds the declared sizes of its arrays.
 
     >>> buf = io.BytesIO(); np.save(buf, np.arange(3)); _ = buf.seek(0)
     >>> [c.lod for c in read("npy", [buf])]
@@ -554,7 +602,7 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
 
     if fmt == "npy":
         return iter_npy(sources, dtype=dtype, lod_level=lod_level, chunk_bytes=chunk_bytes, progress=tick)
-    return iter_npz(sources, dtype=dtype, lod_level=lod_level, progress=tick)
+    return iter_npz(sources, dtype=dtype, lod_level=lod_level, progress=tick, max_memory=max_memory)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:

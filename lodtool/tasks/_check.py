@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..container.checks import FileReport, Problem
-from ..errors import LodError, LodReaderCrashError
+from ..errors import LodError, LodIsolationRequired, LodReaderCrashError
 
 
 @dataclass
@@ -61,7 +61,10 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
     out = []
     for path in paths:
         try:
-            report = _call(_validate_one, path, max_memory, path=path, isolate=isolate, timeout=timeout)
+            try:
+                report = _call(_validate_one, path, max_memory, path=path, isolate=isolate, timeout=timeout)
+            except LodIsolationRequired:  # an opted-in plugin filter: its decoding runs in a child
+                report = _call(_validate_one, path, max_memory, path=path, isolate=True, timeout=timeout)
             out.append(report)
         except LodError as exc:
             if isinstance(exc, LodReaderCrashError):
@@ -110,7 +113,10 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
     out = []
     for path in paths:
         try:
-            out.append(_call(_verify_one, path, path=path, isolate=isolate, timeout=timeout))
+            try:
+                out.append(_call(_verify_one, path, path=path, isolate=isolate, timeout=timeout))
+            except LodIsolationRequired:  # an opted-in plugin filter: its decoding runs in a child
+                out.append(_call(_verify_one, path, path=path, isolate=True, timeout=timeout))
         except LodError as exc:
             if isinstance(exc, LodReaderCrashError):
                 out.append(FileVerification(path, False, mismatches=[_strip_path(str(exc), path)]))

@@ -434,6 +434,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     >>> arrays["padded"].tolist(), arrays["lengths"].tolist(), arrays["mask"].sum(axis=1).tolist()
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3], [2, 0, 3])
     """
+    from ..container.limits import check_memory
     from ..io.npy import write_npz_members
     from ..ops import sequence_mask
     from ..ops.pad import pad_level, padded_length
@@ -452,6 +453,10 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
 
         longest = max((int(block.max()) for block in lengths() if block.size), default=0)
         maxlen = padded_length(maxlen, longest, lvl)
+        # one padded sequence (its rows and its mask row, a byte per step) is the least a chunk holds; zero-width
+        # rows make it 0 bytes of data, so the steps count
+        row_bytes = t.dtype.itemsize * int(np.prod(t.element_shape, dtype=np.int64))
+        check_memory(maxlen * (row_bytes + 1), f.max_memory, f.path, f"one sequence padded to {maxlen:,} steps")
         max_rows = _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         mask_rows = max(1, max_rows // max(maxlen, 1))  # no more sequences than a padded chunk, at a byte each
 
@@ -490,8 +495,11 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
 
 
 def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
-          device: str = "cpu") -> OpResult:
+          device: str = "cpu", max_memory: int | None = None) -> OpResult:
     """``sequence_unpad`` of an NPZ holding ``padded`` and ``lengths`` into a container.
+
+    The archive's declared sizes (and the unpadded copy, at most as big as ``padded``) must fit in
+    ``max_memory`` before anything is inflated.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import load
@@ -506,7 +514,10 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     from ..ops import sequence_unpad
 
     _check_device(device)
-    arrays = load_npz_arrays(npz, required=("padded", "lengths"))
+    from ..container.limits import resolve_max_memory
+
+    limit = resolve_max_memory(max_memory)
+    arrays = load_npz_arrays(npz, required=("padded", "lengths"), max_memory=limit // 2)  # padded + its copy
     result = sequence_unpad(arrays["padded"], arrays["lengths"], device=device).to("cpu")
     kwargs = {"compression": compression} if compression else {}
     save(output, {name: result}, **kwargs)
@@ -524,6 +535,7 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
     >>> pack_plan(p).batch_sizes.tolist()
     [3, 2, 1]
     """
+    from ..container.limits import check_memory
     from ..ops import pack_plan as plan_of
 
     _check_device(device)
@@ -532,4 +544,10 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
         lod_only = read_lod_only(t)
     if not lod_only.lod_level:
         raise LodUsageError("a 0-level tensor has no sequences to plan")
+    if -lod_only.lod_level <= level < lod_only.lod_level:
+        # the plan has one batch size per step of the longest sequence (and counting-sort scratch as long):
+        # a file claiming one sequence of 2**40 empty rows must be refused, not allocated
+        offsets = lod_only.offsets[level]
+        longest = int((offsets[1:] - offsets[:-1]).max()) if len(offsets) > 1 else 0  # offsets [0]: none
+        check_memory(16 * (longest + 1), f.max_memory, f.path, f"the plan of a sequence of {longest:,} steps")
     return plan_of(lod_only, level=level, device=device).to("cpu")

@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
+from ..container.limits import resolve_max_memory
 from ..io._values import resolve_dtype
 
 #: the input formats ``pack`` reads
@@ -56,7 +57,8 @@ class PackResult:
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, chunk_bytes: int = CHUNK_BYTES,
-         progress: Callable[[int], None] | None = None, column: str | None = None) -> PackResult:
+         progress: Callable[[int], None] | None = None, column: str | None = None,
+         max_memory: int | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -71,7 +73,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
     read so far.  ``column`` picks the column of a table input (parquet,
-    arrow; default: its only column).  Errors are :class:`~lodtool.errors.LodError` subclasses and
+    arrow; default: its only column).  An input read whole (an NPZ archive) must fit in ``max_memory``
+    (default ``min(available RAM / 2, 4 GiB)``), checked before it is inflated.  Errors are
+    :class:`~lodtool.errors.LodError` subclasses and
     leave ``output`` as it was.
 
     >>> import os, tempfile, numpy as np
@@ -94,6 +98,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     unknown = sorted(set(extra) - set(formats.get(fmt).options))
     if unknown:
         raise LodUsageError(f"{', '.join(unknown)} applies to table inputs (parquet, arrow), not {fmt}")
+    if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
+        extra["max_memory"] = resolve_max_memory(max_memory)
     chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats, extra)
     from ..container.writer import LodWriter
 
