@@ -30,9 +30,11 @@ def name_option(f):
 
 
 def output_option(required: bool = False, default: str | None = None, help_: str = "Output file, or - for stdout."):
+    # click 8.3+ no longer enforces required=True on an option that also sets default=None: pass a default
+    # only where the option is optional
     def deco(f):
-        return click.option("-o", "--output", "output", required=required, default=default, metavar="PATH",
-                            help=help_)(f)
+        extra = {} if required else {"default": default}
+        return click.option("-o", "--output", "output", required=required, metavar="PATH", help=help_, **extra)(f)
     return deco
 
 
