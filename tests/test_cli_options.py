@@ -45,3 +45,110 @@ def test_leaving_out_a_required_parameter_is_a_usage_error(command, param_name, 
     assert result.exit_code == 2, result.output
     assert "Missing" in result.output and "internal error" not in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+# -- FILE:tensor everywhere, the same as --name ------------------------------------------------------------
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import lodtool  # noqa: E402
+from lodtool import LoDTensor, save  # noqa: E402
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input)
+
+
+@pytest.fixture
+def multi(tmp_path) -> Path:
+    out = tmp_path / "multi.h5"
+    save(str(out), {"tokens": LoDTensor(np.arange(5), [[0, 2, 5]]),
+                    "feats": LoDTensor(np.arange(6.0), [[0, 1, 3, 6]])})
+    return out
+
+
+@pytest.mark.parametrize("args", [
+    ["unpack", "{ref}", "--to", "json"],
+    ["slice", "{ref}", "1", "--to", "json"],
+    ["head", "{ref}", "-n", "1", "--to", "jsonl"],
+    ["tail", "{ref}", "-n", "1", "--to", "jsonl"],
+    ["tree", "{ref}"],
+    ["inspect", "{ref}", "--json"],
+    ["pack-plan", "{ref}", "--json"],
+    ["pool", "{ref}", "-o", "{out}"],
+    ["softmax", "{ref}", "-o", "{out}"],
+    ["reverse", "{ref}", "-o", "{out}"],
+    ["pad", "{ref}", "-o", "{npz}"],
+    ["validate", "{ref}"],
+    ["verify", "{ref}"],
+], ids=lambda a: a[0])
+def test_file_colon_tensor_names_the_tensor_like_name(args, multi, tmp_path):
+    fill = {"out": tmp_path / "o.h5", "npz": tmp_path / "p.npz"}
+    by_ref = run(*[a.format(ref=f"{multi}:feats", **fill) for a in args])
+    assert by_ref.exit_code == 0, by_ref.output
+    for p in fill.values():
+        p.unlink(missing_ok=True)
+    if args[0] not in ("validate", "verify"):
+        by_name = run(*[a.format(ref=multi, **fill) for a in args], "--name", "feats")
+        assert by_name.exit_code == 0, by_name.output
+        assert by_ref.stdout.replace(f"{multi}:feats", str(multi)) == by_name.stdout
+    if args[0] == "unpack":
+        assert json.loads(by_ref.stdout) == [[0.0], [1.0, 2.0], [3.0, 4.0, 5.0]]
+    if args[0] == "inspect":
+        assert [t["name"] for t in json.loads(by_ref.stdout)["tensors"]] == ["feats"]
+
+
+def test_file_colon_tensor_and_a_different_name_contradict(multi):
+    result = run("unpack", f"{multi}:feats", "--name", "tokens")
+    assert result.exit_code == 2 and "--name says 'tokens'" in result.stderr
+
+
+def test_a_missing_tensor_is_named(multi):
+    result = run("unpack", f"{multi}:nope")
+    assert result.exit_code != 0 and "nope" in result.stderr and "no such file" not in result.stderr
+
+
+def test_a_real_file_name_with_a_colon_still_works(tmp_path):
+    odd = tmp_path / "run:1.h5"
+    save(str(odd), LoDTensor(np.arange(3), [[0, 3]]))
+    assert run("unpack", odd, "--to", "json").stdout.strip() == "[[0,1,2]]"
+    assert lodtool.load(str(odd)).to_nested() == [[0, 1, 2]]
+    assert lodtool.load(f"{odd}:tensor").to_nested() == [[0, 1, 2]]
+
+
+def test_load_and_open_take_file_colon_tensor(multi):
+    assert lodtool.load(f"{multi}:tokens").to_nested() == [[0, 1], [2, 3, 4]]
+    with lodtool.open(f"{multi}:feats") as f:
+        assert f.tensor().name == "feats" and f.names == ["tokens", "feats"]
+    with pytest.raises(lodtool.LodUsageError):
+        lodtool.load(f"{multi}:tokens", "feats")
+
+
+def test_several_tensors_without_a_name_says_how_to_name_one(multi):
+    result = run("unpack", multi)
+    assert result.exit_code == 2
+    assert f"{multi}:tokens" in result.stderr and "--name tokens" in result.stderr and "name=" not in result.stderr
+
+
+def test_inspect_takes_several_files(multi, tmp_path):
+    other = tmp_path / "o.h5"
+    save(str(other), LoDTensor(np.arange(3), [[0, 3]]))
+    result = run("inspect", multi, other, "--json")
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [info["path"] for info in lines] == [str(multi), str(other)]
+    human = run("inspect", multi, other)
+    assert str(multi) in human.stdout and str(other) in human.stdout
+
+
+# -- plurals -------------------------------------------------------------------------------------------------
+def test_messages_use_singulars_for_one(tmp_path):
+    src = tmp_path / "one.json"
+    src.write_text("[[1]]")
+    result = run("pack", src, "-o", tmp_path / "one.h5")
+    assert "packed 1 sequence, 1 row (int64, 1 LoD level) into" in result.stderr
+    result = run("pool", tmp_path / "one.h5", "-o", tmp_path / "p.h5")
+    assert "1 sequence, 1 row" in result.stderr and "0 LoD levels" in result.stderr
+    assert "1 LoD level " in run("inspect", tmp_path / "one.h5").stdout

@@ -122,7 +122,7 @@ def test_failed_pack_leaves_no_output_and_keeps_the_old_one(tmp_path):
     save(out, LoDTensor(np.arange(3), [[0, 3]]))
     before = out.read_bytes()
     with pytest.raises(LodInputError):
-        pack([src], out, chunk_bytes=64)
+        pack([src], out, chunk_bytes=64, force=True)
     assert out.read_bytes() == before and leftovers(tmp_path, {"d.jsonl", "d.lod.h5"}) == []
 
 
@@ -217,16 +217,16 @@ def test_container_to_json_and_back(tmp_path, t):
     if t.n_rows == 0 and t.element_shape:
         return  # JSON with no rows cannot carry an element shape
     src, back = tmp_path / "t.lod.h5", tmp_path / "b.lod.h5"
-    save(src, t)
+    save(src, t, force=True)
     for to in ("jsonl", "json", "npz"):
         out = tmp_path / f"t.{to}"
         unpack(src, out, to=to, chunk_rows=3)
         kw = {} if to == "npz" else {"lod_level": t.lod_level, "dtype": t.dtype}
-        pack([out], back, **kw)
+        pack([out], back, force=True, **kw)
         assert load(back).equals(t)
     if t.dtype.kind == "f" or t.dtype == np.int64 or t.dtype.kind == "b":  # what inference gives back
         unpack(src, tmp_path / "t.json", to="json")
-        pack([tmp_path / "t.json"], back, lod_level=t.lod_level)
+        pack([tmp_path / "t.json"], back, lod_level=t.lod_level, force=True)
         got = load(back)
         assert got.lod == t.lod and np.array_equal(np.asarray(got, dtype=np.float64),
                                                    np.asarray(t, dtype=np.float64), equal_nan=True)

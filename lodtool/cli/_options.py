@@ -26,7 +26,14 @@ def json_option(f):
 
 def name_option(f):
     return click.option("--name", "name", default=None, metavar="TENSOR",
-                        help="Tensor inside the file (default: the only one).")(f)
+                        help="Tensor inside the file, the same as FILE:TENSOR (default: the only one).")(f)
+
+
+def tensor_ref(file: str, name: str | None) -> tuple[str, str | None]:
+    """``FILE:tensor`` and ``--name`` -> (FILE, tensor); both given must agree."""
+    from ..container.spec import resolve_tensor_ref
+
+    return resolve_tensor_ref(file, name)
 
 
 def output_option(required: bool = False, default: str | None = None, help_: str = "Output file, or - for stdout."):
@@ -44,6 +51,14 @@ def to_option(choices=formats.writable(), default=None):
                             help="Output format (default: from -o's extension, else "
                                  f"{default or choices[0]}).")(f)
     return deco
+
+
+def replace_options(f):
+    """--overwrite and --force: the one rule for writing into a container that exists (see docs/cli.md)."""
+    f = click.option("--force", is_flag=True,
+                     help="Replace the whole output file (its other tensors too, or a file that is no container).")(f)
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace the output's tensor of the same name (other tensors are kept).")(f)
 
 
 def compression_option(f):
@@ -90,10 +105,7 @@ def split_names(text: str | None) -> list[str] | None:
 
 def parse_file_ref(ref: str) -> tuple[str, str | None]:
     """``FILE:tensor`` -> (FILE, tensor); a plain existing path keeps its colons."""
-    if ref != "-" and not os.path.exists(ref) and ":" in ref:
-        path, _, name = ref.rpartition(":")
-        return path, name or None
-    return ref, None
+    return tensor_ref(ref, None)
 
 
 def output_format(output: str | None, to: str | None, default: str) -> str:
@@ -160,6 +172,15 @@ def _json_default(obj):
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def plural(count: int, word: str) -> str:
+    """``1 sequence``, ``2 sequences``, ``1,000 rows`` (English plurals of lodtool's nouns).
+
+    >>> plural(1, "LoD level"), plural(3, "sequence"), plural(1200, "row")
+    ('1 LoD level', '3 sequences', '1,200 rows')
+    """
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
 def is_quiet(ctx: click.Context) -> bool:

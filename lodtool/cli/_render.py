@@ -86,7 +86,7 @@ def inspect_report(info: dict) -> None:
         shape = "×".join(str(d) for d in t["element_shape"]) or "scalar"
         shared = f"  offsets shared with {', '.join(t['shared_lod_with'])}" if t.get("shared_lod_with") else ""
         con.print(f"\n[bold cyan]{t['name']}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
-                  f"{t['lod_level']} LoD level(s)  compression {t['compression']}  "
+                  f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
         if not t["levels"]:
             continue

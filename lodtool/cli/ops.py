@@ -19,8 +19,9 @@ def _report(ctx, result, as_json: bool, verb: str) -> None:
     if as_json:
         opt.emit_json(summary)
     elif result.output != "-":
-        opt.message(ctx, f"{verb}: {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
-                         f"{result.lod_level} LoD levels) -> {result.output}:{result.name}")
+        opt.message(ctx, f"{verb}: {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
+                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) -> "
+                         f"{result.output}:{result.name}")
 
 
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
@@ -29,17 +30,21 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @opt.name_option
     @opt.output_option(required=True, help_="The container to write, or - for stdout.")
     @click.option("--out-name", default=None, help="Tensor name in the output (default: the input's).")
+    @opt.replace_options
     @opt.compression_option
     @opt.max_memory_option
     @opt.device_option
     @opt.json_option
     @click.pass_context
-    def command(ctx, file, name, output, out_name, compression, max_memory, device, as_json, **kwargs):
+    def command(ctx, file, name, output, out_name, overwrite, force, compression, max_memory, device, as_json,
+                **kwargs):
         from .. import tasks
 
+        file, name = opt.tensor_ref(file, name)
         with opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
-                                             max_memory=opt.parse_size(max_memory), device=device, **kwargs)
+                                             max_memory=opt.parse_size(max_memory), device=device,
+                                             overwrite=overwrite, force=force, **kwargs)
         result.output = output
         _report(ctx, result, as_json, verb)
 
@@ -96,12 +101,13 @@ reverse = _file_op(
 @click.option("--ref-level", type=int, default=-1, show_default=True, help="Level of Y's LoD to expand by.")
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--out-name", default=None, help="Tensor name in the output (default: X's).")
+@opt.replace_options
 @opt.compression_option
 @opt.max_memory_option
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, device, as_json):
+def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression, max_memory, device, as_json):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -121,7 +127,8 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
     y_path, y_name = opt.parse_file_ref(y)
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
-                              compression=compression, max_memory=opt.parse_size(max_memory), device=device)
+                              compression=compression, max_memory=opt.parse_size(max_memory), device=device,
+                              overwrite=overwrite, force=force)
     result.output = output
     _report(ctx, result, as_json, "expanded")
 
@@ -152,24 +159,26 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, a
     """
     from .. import tasks
 
+    file, name = opt.tensor_ref(file, name)
     with opt.input_path(file) as src:
         info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
                          maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
-        opt.message(ctx, f"padded {info['sequences']:,} sequences to {tuple(info['shape'])} -> {output}")
+        opt.message(ctx, f"padded {opt.plural(info['sequences'], 'sequence')} to {tuple(info['shape'])} -> {output}")
 
 
 @click.command("unpad")
 @click.argument("npz")
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name in the output.")
+@opt.replace_options
 @opt.compression_option
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def unpad(ctx, npz, output, name, compression, device, as_json):
+def unpad(ctx, npz, output, name, overwrite, force, compression, device, as_json):
     """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
 
     \b
@@ -179,7 +188,8 @@ def unpad(ctx, npz, output, name, compression, device, as_json):
     from .. import tasks
 
     with opt.input_path(npz) as src, opt.container_output(output) as dst:
-        result = tasks.unpad(src, dst, name=name, compression=compression, device=device)
+        result = tasks.unpad(src, dst, name=name, compression=compression, device=device, overwrite=overwrite,
+                             force=force)
     result.output = output
     _report(ctx, result, as_json, "unpadded")
 
@@ -204,6 +214,7 @@ def pack_plan(file, name, level, device, as_json):
     """
     from .. import tasks
 
+    file, name = opt.tensor_ref(file, name)
     with opt.input_path(file) as src:
         plan = tasks.pack_plan(src, name=name, level=level, device=device)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
@@ -214,6 +225,6 @@ def pack_plan(file, name, level, device, as_json):
         from ._render import console
 
         con = console()
-        con.print(f"{len(plan.lengths)} sequences, {len(plan.batch_sizes)} time steps")
+        con.print(f"{opt.plural(len(plan.lengths), 'sequence')}, {opt.plural(len(plan.batch_sizes), 'time step')}")
         for key, value in info.items():
             con.print(f"{key}: {list(map(int, value))}", markup=False)

@@ -23,9 +23,11 @@ from .. import io as formats
 @opt.compression_option
 @click.option("--append", is_flag=True, help="Add the input's top-level sequences to an existing tensor.")
 @click.option("--column", default=None, help="The column of a Parquet or Arrow table (default: its only column).")
+@opt.replace_options
 @opt.json_option
 @click.pass_context
-def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, as_json):
+def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, overwrite,
+         force, as_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -38,6 +40,11 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     pdtensor  Paddle's serialized LoDTensor (save_dense_tensor), one per file
     Use - to read stdin (then give --format).
 
+    Into an existing container the tensor --name is added and the file's
+    other tensors are kept; a tensor of that name already there needs
+    --append (add sequences to it), --overwrite (replace it) or --force
+    (replace the whole file).
+
     \b
     Example:
       lodtool pack sample_data/articles.json -o articles.lod.h5 --level-names article,sentence
@@ -48,6 +55,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
+    if append and overwrite:
+        raise click.UsageError("--append adds to the tensor and --overwrite replaces it: give one of them")
     total = sum(os.path.getsize(p) for p in inputs if p != "-" and os.path.isfile(p)) or None
     from ._render import progress
 
@@ -55,12 +64,12 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
             opt.container_output(output) as path:
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
-                            progress=tick, column=column)
+                            progress=tick, column=column, overwrite=overwrite, force=force)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:
         opt.emit_json(summary)
     elif output != "-":
         verb = "appended" if append else "packed"
-        opt.message(ctx, f"{verb} {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
-                         f"{result.lod_level} LoD levels) into {output}:{result.name}")
+        opt.message(ctx, f"{verb} {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
+                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into {output}:{result.name}")

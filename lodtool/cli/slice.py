@@ -9,16 +9,24 @@ import click
 from . import _options as opt
 
 
-def _write_result(ctx, tensor, output, fmt, name):
+def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False):
     from .. import tasks
 
     if fmt == "h5":
         if output is None:
             raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
         with opt.container_output(output) as path:
-            tasks.export(tensor, path, to="h5", name=name)
+            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force)
     else:
         tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
+
+
+def _refuse_output_over(file, output, fmt):
+    """JSON / NPZ over the input would replace it; a container output adds to it (the write rule)."""
+    from ..atomic import refuse_output_over_input
+
+    if fmt != "h5" and output is not None:
+        refuse_output_over_input(output, [file])
 
 
 @click.command("slice", context_settings={"ignore_unknown_options": True})
@@ -29,8 +37,9 @@ def _write_result(ctx, tensor, output, fmt, name):
 @click.option("--range", "range_", default=None, metavar="A:B", help="Sequences A..B of --level.")
 @opt.to_option(opt.FORMATS_OUT)
 @opt.output_option()
+@opt.replace_options
 @click.pass_context
-def slice_(ctx, file, path, name, level, range_, to, output):
+def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
     """Extract the <i,j,...>-slice (a branch and everything under it) as a tensor of its own.
 
     PATH is written 2, 2,0 or '<2,0>'; negative indices count from the end.
@@ -51,11 +60,13 @@ def slice_(ctx, file, path, name, level, range_, to, output):
         raise click.UsageError("give a branch PATH or --level/--range, not both")
     if level is None and path is None:
         raise click.UsageError("give a branch PATH (e.g. 2,0) or --level L --range A:B")
+    file, name = opt.tensor_ref(file, name)
     fmt = opt.output_format(output, to, "json")
+    _refuse_output_over(file, output, fmt)
     begin, end = _parse_range(range_) if range_ is not None else (None, None)
     with opt.input_path(file) as src:
         part = tasks.slice(src, path, name=name, level=level, start=begin, stop=end)
-        _write_result(ctx, part.tensor, output, fmt, part.name)
+        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force)
 
 
 def _parse_range(text: str) -> tuple[int, int]:
@@ -74,12 +85,15 @@ def _head_tail(which: str):
     @opt.name_option
     @opt.to_option(("tree", *opt.FORMATS_OUT))
     @opt.output_option()
+    @opt.replace_options
     @click.pass_context
-    def command(ctx, file, count, name, to, output):
+    def command(ctx, file, count, name, to, output, overwrite, force):
         from .. import tasks
 
         default = "tree" if output is None and sys.stdout.isatty() else "jsonl"
+        file, name = opt.tensor_ref(file, name)
         fmt = opt.output_format(output, to, default)
+        _refuse_output_over(file, output, fmt)
         with opt.input_path(file) as src:
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)
             part = excerpt.tensor
@@ -93,7 +107,7 @@ def _head_tail(which: str):
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first))
             else:
-                _write_result(ctx, part, output, fmt, excerpt.name)
+                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force)
 
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
                     "jsonl when piped.\n\n\b\nExample:\n"

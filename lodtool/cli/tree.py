@@ -35,6 +35,7 @@ def tree(file, name, depth, max_children, branch, style):
     from .. import tasks
     from ._render import TreeSource, bars, build_tree, console, print_
 
+    file, name = opt.tensor_ref(file, name)
     with opt.input_path(file) as src, tasks.tree(src, name=name, branch=branch) as view:
         t, path, level, begin, end = view.tensor, view.path, view.level, view.begin, view.end
         source = TreeSource(t, lazy=True)
@@ -50,6 +51,6 @@ def tree(file, name, depth, max_children, branch, style):
             return
         shape = "×".join(map(str, t.element_shape)) or "scalar"
         title = (f"[bold]{t.name}[/] {format_path(path) if path else ''} "
-                 f"[dim]{t.dtype} {shape}, {t.lod_level - level} level(s), {end - begin:,} "
-                 f"{'sequences' if level < t.lod_level else 'rows'}[/]")
+                 f"[dim]{t.dtype} {shape}, {opt.plural(t.lod_level - level, 'level')}, "
+                 f"{opt.plural(end - begin, 'sequence' if level < t.lod_level else 'row')}[/]")
         print_(build_tree(source, title, path, level, begin, end, depth=depth, max_children=max_children))

@@ -31,6 +31,7 @@ def unpack(ctx, file, name, to, output):
     """
     from .. import tasks
 
+    file, name = opt.tensor_ref(file, name)
     fmt = opt.output_format(output, to, "json")
     if fmt == "h5":
         raise click.UsageError("unpack writes interchange formats; use `lodtool slice` to copy into a container")

@@ -157,7 +157,7 @@ class _WriteBehind:
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
             *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None,
-            second: str | None = None) -> OpResult:
+            second: str | None = None, overwrite: bool = False, force: bool = False) -> OpResult:
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results.
 
     With ``second`` (a tensor name), ``fn`` returns two tensors per chunk; the
@@ -173,7 +173,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
         name_out = out_name or t.name
         writer_kwargs = {"compression": compression} if compression else {}
         rows = seqs = 0
-        with LodWriter(output, **writer_kwargs) as w:
+        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
+            w.check_name(name_out)
             tw = None
             with _WriteBehind() as behind:
                 tw2 = None
@@ -213,12 +214,17 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
 
 def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = None,
          out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
-         max_memory: int | None = None, device: str = "cpu", index: bool = False) -> OpResult:
+         max_memory: int | None = None, device: str = "cpu", index: bool = False, overwrite: bool = False,
+         force: bool = False) -> OpResult:
     """``sequence_pool`` over a container, streamed by top-level sequences.
 
     ``index=True`` (``max``/``min``) also writes Paddle's ``MaxIndex``, the data
     row each value came from (-1 for an empty sequence), as tensor
     ``{name}_index`` with the same LoD.
+
+    The output follows :func:`lodtool.save`'s rule: into an existing container
+    the tensor is added, a tensor of the same name needs ``overwrite=True``,
+    ``force=True`` replaces the whole file.  So do the other operators.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -238,7 +244,7 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     if not index:
         return _stream(path, output, name, out_name,
                        lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
-                       compression=compression, max_memory=max_memory)
+                       compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
     if str(pool_type).lower() not in ("max", "min"):
         raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
     rows_before = [0]  # chunk indices count from the chunk's first row; the file's count from its first
@@ -257,11 +263,12 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
         return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
 
     return _stream(path, output, name, out_name, run, compression=compression, max_memory=max_memory,
-                   second="index")
+                   second="index", overwrite=overwrite, force=force)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
-            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+            overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_softmax`` over a container, streamed by top-level sequences.
 
     >>> import os, tempfile, numpy as np
@@ -276,11 +283,12 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_softmax(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
 
 
 def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
-            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+            overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_reverse`` over a container, streamed by top-level sequences.
 
     >>> import os, tempfile, numpy as np
@@ -295,7 +303,7 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_reverse(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
 
 
 def read_lod_only(lazy) -> LoDTensor:
@@ -313,7 +321,8 @@ def read_lod_only(lazy) -> LoDTensor:
 
 def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: str | None = None,
            ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
-           max_memory: int | None = None, device: str = "cpu") -> OpResult:
+           max_memory: int | None = None, device: str = "cpu", overwrite: bool = False,
+           force: bool = False) -> OpResult:
     """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y``, streamed (y's data is never read).
 
     x's sequences (its rows, without a LoD) go through the operator in runs
@@ -348,7 +357,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
             window = _offset_window(min(fx.max_memory, fy.max_memory))
             writer_kwargs = {"compression": compression} if compression else {}
             rows = seqs = 0
-            with LodWriter(output, **writer_kwargs) as w:
+            with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
                 tw = w.add_tensor(name_out, dtype=tx.dtype, element_shape=tx.element_shape,
                                   lod_level=tx.lod_level, level_names=tx.level_names)
                 with _WriteBehind() as behind:
@@ -438,7 +447,10 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     from ..ops import sequence_mask
     from ..ops.pad import pad_level, padded_length
 
+    from ..atomic import refuse_output_over_input
+
     _check_device(device)
+    refuse_output_over_input(output, [path])
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
@@ -490,7 +502,7 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
 
 
 def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
-          device: str = "cpu") -> OpResult:
+          device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_unpad`` of an NPZ holding ``padded`` and ``lengths`` into a container.
 
     >>> import os, tempfile, numpy as np
@@ -501,15 +513,17 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     >>> load(os.path.join(d, "u.h5")).to_nested()
     [[1, 2], [3]]
     """
+    from ..atomic import refuse_output_over_input
     from ..container.writer import save
     from ..io.npy import load_npz_arrays
     from ..ops import sequence_unpad
 
     _check_device(device)
+    refuse_output_over_input(output, [npz])
     arrays = load_npz_arrays(npz, required=("padded", "lengths"))
     result = sequence_unpad(arrays["padded"], arrays["lengths"], device=device).to("cpu")
     kwargs = {"compression": compression} if compression else {}
-    save(output, {name: result}, **kwargs)
+    save(output, {name: result}, overwrite=overwrite, force=force, **kwargs)
     return OpResult(str(output), name, result.shape[0], len(result), result.lod_level, str(result.dtype))
 
 

@@ -55,8 +55,9 @@ class PackResult:
 
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
-         compression: str | None = None, append: bool = False, chunk_bytes: int = CHUNK_BYTES,
-         progress: Callable[[int], None] | None = None, column: str | None = None) -> PackResult:
+         compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
+         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         column: str | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -67,8 +68,11 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
     :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
-    float64 when a later chunk holds floats).  ``append=True`` adds the
-    sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
+    float64 when a later chunk holds floats).  Into an existing container the
+    tensor is added and the file's other tensors are kept; a tensor ``name``
+    that is already there is refused unless ``append=True`` (add the
+    sequences to it; a missing file is created) or ``overwrite=True``
+    (replace it); ``force=True`` replaces the whole file.  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
     read so far.  ``column`` picks the column of a table input (parquet,
     arrow; default: its only column).  Errors are :class:`~lodtool.errors.LodError` subclasses and
@@ -83,7 +87,10 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     >>> load(os.path.join(d, "v.lod.h5")).lod, r.dtype
     ([[0, 3, 4]], dtype('float32'))
     """
+    from ..atomic import refuse_output_over_input
+
     inputs = _as_list(inputs)
+    refuse_output_over_input(output, inputs)
     fmt = _input_format(inputs, format)
     if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
         raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
@@ -101,7 +108,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     rows = sequences = 0
     seen: np.dtype | None = None
     first: LoDTensor | None = None
-    with LodWriter(output, append=append, **kwargs) as writer:
+    with LodWriter(output, append=append, overwrite=overwrite, force=force, **kwargs) as writer:
+        writer.check_name(name)  # before any input is read
         tw = None
         for chunk in (_overlapped(chunks) if OVERLAP else chunks):
             if tw is None:
