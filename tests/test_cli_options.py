@@ -152,3 +152,57 @@ def test_messages_use_singulars_for_one(tmp_path):
     result = run("pool", tmp_path / "one.h5", "-o", tmp_path / "p.h5")
     assert "1 sequence, 1 row" in result.stderr and "0 LoD levels" in result.stderr
     assert "1 LoD level " in run("inspect", tmp_path / "one.h5").stdout
+
+
+# -- smaller frictions of the first hour ------------------------------------------------------------------
+def test_stdin_format_is_detected_from_the_first_bytes(tmp_path):
+    out = tmp_path / "s.h5"
+    result = run("pack", "-", "-o", out, input="[1, 2]\n[3]\n")
+    assert result.exit_code == 0 and "read the input as jsonl" in result.stderr
+    assert lodtool.load(str(out)).to_nested() == [[1, 2], [3]]
+    result = run("pack", "-", "-o", out, "--force", input="[[1, 2], [3]]")
+    assert result.exit_code == 0 and "read the input as json" in result.stderr
+    assert lodtool.load(str(out)).to_nested() == [[1, 2], [3]]
+    result = run("pack", "-", "-o", tmp_path / "t.h5", input=out.read_bytes())
+    assert result.exit_code == 2 and "is an HDF5 file" in result.stderr
+    result = run("pack", "-", "-o", tmp_path / "t.h5", input="hello")
+    assert result.exit_code == 2 and "give --format" in result.stderr and "format=" not in result.stderr
+
+
+def test_unpack_takes_the_format_from_the_extension_or_refuses(multi, tmp_path):
+    assert run("unpack", f"{multi}:tokens", "-o", tmp_path / "t.jsonl").exit_code == 0
+    assert (tmp_path / "t.jsonl").read_text() == "[0,1]\n[2,3,4]\n"
+    result = run("unpack", f"{multi}:tokens", "-o", tmp_path / "t.csv")
+    assert result.exit_code == 2 and "cannot tell the output format" in result.stderr
+    assert not (tmp_path / "t.csv").exists()
+    assert run("unpack", f"{multi}:tokens", "-o", tmp_path / "t.csv", "--to", "json").exit_code == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["unpack", "{ref}", "--to", "npz"],
+    ["slice", "{ref}", "0", "--to", "npz"],
+    ["head", "{ref}", "--to", "h5", "-o", "-"],
+    ["pad", "{ref}", "-o", "-"],
+    ["pool", "{ref}", "-o", "-"],
+    ["pack", "{json}", "-o", "-"],
+], ids=lambda a: a[0])
+def test_binary_output_is_not_written_onto_a_terminal(args, multi, tmp_path, monkeypatch):
+    from lodtool.cli import _options
+
+    src = tmp_path / "x.json"
+    src.write_text("[[1]]")
+    monkeypatch.setattr(_options, "stdout_is_terminal", lambda: True)
+    result = run(*[a.format(ref=f"{multi}:feats", json=src) for a in args])
+    assert result.exit_code == 2 and "to a terminal" in result.stderr
+    assert result.stdout == ""
+    monkeypatch.setattr(_options, "stdout_is_terminal", lambda: False)
+    assert run(*[a.format(ref=f"{multi}:feats", json=src) for a in args]).exit_code == 0
+
+
+def test_integers_beyond_uint64_get_a_float_hint(tmp_path):
+    src = tmp_path / "big.json"
+    src.write_text("[[100000000000000000000000]]")
+    result = run("pack", src, "-o", tmp_path / "b.h5")
+    assert result.exit_code == 1 and "--dtype float64" in result.stderr and "--dtype uint64" not in result.stderr
+    src.write_text("[[10000000000000000000]]")  # fits uint64
+    assert "--dtype uint64" in run("pack", src, "-o", tmp_path / "b.h5").stderr

@@ -108,16 +108,65 @@ def parse_file_ref(ref: str) -> tuple[str, str | None]:
     return tensor_ref(ref, None)
 
 
-def output_format(output: str | None, to: str | None, default: str) -> str:
-    """The output format: --to, else -o's extension, else the default."""
+def extension_format(ext: str) -> str | None:
+    """The output format an extension names (``.h5`` is the container), or None.
+
+    >>> extension_format(".ndjson"), extension_format(".h5"), extension_format(".csv")
+    ('jsonl', 'h5', None)
+    """
+    if ext.lower() in (".h5", ".hdf5"):
+        return "h5"
+    found = formats.format_of_path("x" + ext)
+    return found.name if found is not None and found.writes else None
+
+
+#: formats that are bytes, not text: never written onto a terminal
+BINARY_FORMATS = ("npz", "h5", "parquet", "arrow", "pdtensor")
+
+
+def output_format(output: str | None, to: str | None, default: str, choices=None) -> str:
+    """The output format: --to, else -o's extension, else (stdout, or a device) the default.
+
+    An -o file whose extension names no format this command writes is refused
+    rather than filled with something its name does not promise.
+    """
     if to:
         return to
     if output and output != "-":
-        if os.path.splitext(output)[1].lower() in (".h5", ".hdf5"):
-            return "h5"
-        found = formats.format_of_path(output)
-        return found.name if found is not None and found.writes else default
+        ext = os.path.splitext(output)[1].lower()
+        fmt = extension_format(ext)
+        if fmt is not None and (choices is None or fmt in choices):
+            return fmt
+        if ext or not _is_device(output):
+            allowed = [e for e in [*formats.extensions(), ".h5", ".hdf5"]
+                       if extension_format(e) is not None and (choices is None or extension_format(e) in choices)]
+            raise LodUsageError(f"{output}: cannot tell the output format from the extension "
+                                f"{ext or '(none)'}; name the file {' '.join(allowed)}, or give --to")
     return default
+
+
+def _is_device(path: str) -> bool:
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (binary output is refused there, as gzip does)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def refuse_binary_on_terminal(output: str | None, fmt: str) -> None:
+    if fmt in BINARY_FORMATS and output in (None, "-") and stdout_is_terminal():
+        kind = {"npz": "an NPZ archive", "h5": "a container"}.get(fmt, f"{fmt} output")
+        raise LodUsageError(f"refusing to write {kind} (binary) to a terminal; redirect stdout or give -o FILE")
 
 
 @contextlib.contextmanager
@@ -144,6 +193,7 @@ def container_output(output: str) -> Iterator[str]:
     if output != "-":
         yield output
         return
+    refuse_binary_on_terminal(output, "h5")
     tmpdir = tempfile.mkdtemp(prefix="lodtool-out-")
     tmp = os.path.join(tmpdir, "out.lod.h5")
     try:

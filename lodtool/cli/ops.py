@@ -160,6 +160,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, a
     from .. import tasks
 
     file, name = opt.tensor_ref(file, name)
+    opt.refuse_binary_on_terminal(output, "npz")
     with opt.input_path(file) as src:
         info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
                          maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)

@@ -38,7 +38,10 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     parquet   a column of nested lists (--column), read row group by row group
     arrow     an Arrow IPC / Feather file or stream, a record batch at a time
     pdtensor  Paddle's serialized LoDTensor (save_dense_tensor), one per file
-    Use - to read stdin (then give --format).
+    Use - to read stdin.  Without --format, the format comes from the
+    extension, else from the first bytes (NPY, NPZ and the other binary
+    formats; JSON when the input is one value, JSON Lines when a second line
+    starts another).
 
     Into an existing container the tensor --name is added and the file's
     other tensors are kept; a tensor of that name already there needs
@@ -69,7 +72,10 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:
         opt.emit_json(summary)
-    elif output != "-":
+        return
+    if result.detected_format:
+        opt.message(ctx, f"read the input as {result.detected_format} (from its first bytes; --format chooses)")
+    if output != "-":
         verb = "appended" if append else "packed"
         opt.message(ctx, f"{verb} {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
                          f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into {output}:{result.name}")

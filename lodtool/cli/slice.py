@@ -48,7 +48,7 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
 
     \b
     Example:
-      lodtool slice articles.lod.h5 '<2>' --to json        # article 2: [[[11,12],[13,14,15]]]
+      lodtool slice articles.lod.h5 '<2>' --to json        # article 2: [[11,12],[13,14,15]]
       lodtool slice articles.lod.h5 2,0 -o sentence.lod.h5
       lodtool slice articles.lod.h5 --level 1 --range 2:4 --to jsonl
     """
@@ -62,6 +62,7 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
         raise click.UsageError("give a branch PATH (e.g. 2,0) or --level L --range A:B")
     file, name = opt.tensor_ref(file, name)
     fmt = opt.output_format(output, to, "json")
+    opt.refuse_binary_on_terminal(output, fmt)
     _refuse_output_over(file, output, fmt)
     begin, end = _parse_range(range_) if range_ is not None else (None, None)
     with opt.input_path(file) as src:
@@ -93,6 +94,7 @@ def _head_tail(which: str):
         default = "tree" if output is None and sys.stdout.isatty() else "jsonl"
         file, name = opt.tensor_ref(file, name)
         fmt = opt.output_format(output, to, default)
+        opt.refuse_binary_on_terminal(output, fmt)
         _refuse_output_over(file, output, fmt)
         with opt.input_path(file) as src:
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)

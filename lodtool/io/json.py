@@ -592,8 +592,11 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
     if bigs:
         i, offset, token = bigs[0]
         if asm.target == _TARGET_DEFAULT:
-            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; read it as uint64 "
-                                "(0..2**64-1; --dtype uint64, or dtype=np.uint64) or as a float dtype")
+            if 0 <= int(token) <= _U64_MAX:
+                raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; read it as uint64 "
+                                    "(0..2**64-1; --dtype uint64) or as a float (--dtype float64)")
+            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64 or uint64; read it as "
+                                "a float (--dtype float64, which keeps about 16 significant digits)")
         if asm.target == _TARGET_UINT64:
             for i, offset, token in bigs:
                 if not 0 <= int(token) <= _U64_MAX:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
@@ -51,6 +52,8 @@ class PackResult:
     lod_level: int
     dtype: np.dtype
     bytes_read: int
+    #: the input format when it was detected from the first bytes (stdin, an unknown extension), else None
+    detected_format: str | None = None
 
 
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
@@ -63,7 +66,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
     ``format`` (one of :func:`lodtool.io.readable`: ``json``, ``jsonl``,
     ``npy``, ``npz``, ``parquet``, ``arrow``, ``pdtensor``; default: from the
-    file extensions; stdin and streams need it).  Several inputs concatenate
+    file extensions, else from the first bytes of stdin or of the file, see
+    :func:`sniff_format`; streams need it).  Several inputs concatenate
     as top-level sequences, in order: each .npy file is one sequence, every
     other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
@@ -91,7 +95,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
 
     inputs = _as_list(inputs)
     refuse_output_over_input(output, inputs)
-    fmt = _input_format(inputs, format)
+    fmt, detected = _input_format(inputs, format)
     if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
         raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
     target = resolve_dtype(dtype)
@@ -135,7 +139,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     out_dtype = target if target is not None else seen
     levels = first.lod_level if first is not None else lod_level
     return PackResult(os.fspath(output), name, rows, sequences, levels, np.dtype(out_dtype),
-                      int(stats["bytes_read"]))
+                      int(stats["bytes_read"]), fmt if detected else None)
 
 
 def _as_list(inputs) -> list:
@@ -149,24 +153,113 @@ def _as_list(inputs) -> list:
     return inputs
 
 
-def _input_format(inputs: list, format: str | None) -> str:
+#: the leading bytes of an HDF5 file (a container, which pack does not read)
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+#: how much of an input :func:`sniff_format` looks at
+SNIFF_BYTES = 1 << 16
+
+
+def sniff_format(head: bytes) -> str | None:
+    """The format of an input from its first bytes: npy, npz, hdf5, json, jsonl, or None.
+
+    JSON and JSON Lines both start with ``[``: a second value on a later
+    line makes it JSON Lines, one value (or one longer than ``head``) JSON.
+
+    >>> sniff_format(b"[[1, 2], [3]]"), sniff_format(b"[1, 2]\\n[3]\\n"), sniff_format(b"\\x93NUMPY\\x01")
+    ('json', 'jsonl', 'npy')
+    """
+    if head.startswith(HDF5_MAGIC):
+        return "hdf5"
+    binary = formats.format_of_bytes(head)
+    if binary is not None:
+        return binary.name
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text.startswith(b"["):
+        return None
+    end = _end_of_first_value(text)
+    if end is None:
+        return "json"
+    return "jsonl" if text[end:].lstrip().startswith(b"[") else "json"
+
+
+def _end_of_first_value(text: bytes) -> int | None:
+    depth, in_string, escaped = 0, False, False
+    for i, byte in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte == 0x5B:
+            depth += 1
+        elif byte == 0x5D:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _peek_stdin(n: int) -> bytes:
+    try:
+        stream = sys.stdin.buffer
+        if hasattr(stream, "peek"):  # a pipe or file: what is peeked stays for the reader
+            return stream.peek(n)[:n]
+        if stream.seekable():  # a test's BytesIO
+            pos = stream.tell()
+            head = stream.read(n)
+            stream.seek(pos)
+            return head
+    except (OSError, ValueError, AttributeError):  # no stdin, or one that cannot be peeked
+        pass
+    return b""
+
+
+def _sniff(src) -> str:
+    label = "stdin" if os.fspath(src) == "-" else os.fspath(src)
+    if os.fspath(src) == "-":
+        head = _peek_stdin(SNIFF_BYTES)
+    else:
+        try:
+            with open(src, "rb") as f:
+                head = f.read(SNIFF_BYTES)
+        except OSError:
+            head = b""
+    fmt = sniff_format(head)
+    if fmt == "hdf5":
+        raise LodUsageError(f"{label} is an HDF5 file, not JSON / JSON Lines / NPY / NPZ: a lodtool container is "
+                            "packed already (read it with unpack, slice or head)")
+    if fmt is None:
+        raise LodUsageError(f"{label}: cannot tell the format from the first bytes"
+                            f"{'' if label == 'stdin' else ' or the extension (' + ' '.join(formats.extensions()) + ')'}; "
+                            f"give --format ({_either(INPUT_FORMATS)})")
+    return fmt
+
+
+def _input_format(inputs: list, format: str | None) -> tuple[str, bool]:
+    """The inputs' format and whether it was detected from their first bytes."""
     if format is not None:
         if format not in INPUT_FORMATS:
             raise LodUsageError(f"unknown input format {format!r}; choose one of {', '.join(INPUT_FORMATS)}")
-        return format
+        return format, False
     found = {}
+    detected = False
     for src in inputs:
-        if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
-            raise LodUsageError(f"reading stdin or a stream needs format= ({_either(INPUT_FORMATS)})")
-        fmt = formats.format_of_path(src)
-        if fmt is None:
-            raise LodUsageError(f"{os.fspath(src)}: cannot tell the format from the extension "
-                                f"({' '.join(formats.extensions())}); pass format=")
-        found.setdefault(fmt.name, os.fspath(src))
+        if not isinstance(src, (str, os.PathLike)):
+            raise LodUsageError(f"reading a stream needs format= ({_either(INPUT_FORMATS)})")
+        by_name = formats.format_of_path(src) if os.fspath(src) != "-" else None
+        if by_name is not None:
+            fmt = by_name.name
+        else:
+            fmt, detected = _sniff(src), True
+        found.setdefault(fmt, os.fspath(src))
     if len(found) > 1:
         a, b = list(found.items())[:2]
         raise LodUsageError(f"inputs mix formats ({a[1]} is {a[0]}, {b[1]} is {b[0]}); pack one format at a time")
-    return next(iter(found))
+    return next(iter(found)), detected
 
 
 def _either(names: Sequence[str]) -> str:
