@@ -206,3 +206,54 @@ def test_integers_beyond_uint64_get_a_float_hint(tmp_path):
     assert result.exit_code == 1 and "--dtype float64" in result.stderr and "--dtype uint64" not in result.stderr
     src.write_text("[[10000000000000000000]]")  # fits uint64
     assert "--dtype uint64" in run("pack", src, "-o", tmp_path / "b.h5").stderr
+
+
+def test_q_and_v_work_after_the_command_name(tmp_path):
+    src = tmp_path / "x.json"
+    src.write_text("[[1]]")
+    result = run("pack", src, "-o", tmp_path / "x.h5", "-q")
+    assert result.exit_code == 0 and result.stderr == ""
+    assert run("validate", tmp_path / "x.h5", "-q").stdout == ""
+    assert run("unpack", tmp_path / "x.h5", "-v", "--to", "json").stdout.strip() == "[[1]]"
+
+
+def test_unpad_of_a_container_says_what_it_is(multi, tmp_path):
+    result = run("unpad", multi, "-o", tmp_path / "u.h5")
+    assert result.exit_code == 1 and "is an HDF5 file" in result.stderr and "pickle" not in result.stderr
+
+
+def test_range_takes_open_ends_and_says_what_it_clamped(multi):
+    result = run("slice", f"{multi}:feats", "--level", "0", "--range", "1:", "--to", "jsonl")
+    assert result.exit_code == 0 and result.stdout == "[1.0,2.0]\n[3.0,4.0,5.0]\n"
+    assert "sequences 1:3 of level 0" in result.stderr
+    result = run("slice", f"{multi}:feats", "--level", "0", "--range", "-1:99", "--to", "jsonl")
+    assert result.stdout == "[3.0,4.0,5.0]\n" and "2:3" in result.stderr
+    assert run("slice", f"{multi}:feats", "--level", "0", "--range", "0:2", "--to", "jsonl").stderr == ""
+    result = run("slice", f"{multi}:feats", "--level", "0", "--range", "5:9")
+    assert result.exit_code == 1 and "[5:9] selects none of the 3 sequences" in result.stderr
+
+
+def test_tree_and_head_have_json(multi):
+    result = run("tree", f"{multi}:feats", "--json")
+    info = json.loads(result.stdout)
+    assert info["length"] == 3 and [c["length"] for c in info["children"]] == [1, 2, 3]
+    assert info["children"][2]["values"] == [3.0, 4.0, 5.0] and info["more"] == 0
+    result = run("head", f"{multi}:feats", "-n", "2", "--json")
+    assert json.loads(result.stdout) == [[0.0], [1.0, 2.0]]
+
+
+def test_slicing_a_tensor_by_top_level_sequences(multi):
+    t = lodtool.from_nested([[1, 2], [3], [4, 5, 6]])
+    assert t[0:2].to_nested() == [[1, 2], [3]] and t[-1:].to_nested() == [[4, 5, 6]]
+    with lodtool.open(f"{multi}:feats") as f:
+        assert f.tensor()[1:].to_nested() == [[1.0, 2.0], [3.0, 4.0, 5.0]]
+    with pytest.raises(lodtool.LodIndexError):
+        t[::2]
+
+
+def test_from_nested_takes_a_list_of_2d_arrays():
+    feats = [np.ones((3, 4), np.float32), np.zeros((1, 4), np.float32)]
+    t = lodtool.from_nested(feats)
+    assert t.lod == [[0, 3, 4]] and t.element_shape == (4,) and t.dtype == np.float32
+    with pytest.raises(lodtool.LodShapeError, match="array 1"):
+        lodtool.from_nested([np.ones((3, 4)), np.ones((2, 5))])

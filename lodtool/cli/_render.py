@@ -249,6 +249,41 @@ def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, beg
     return root
 
 
+def tree_json(src: TreeSource, path: Sequence[int], level: int, begin: int, end: int, depth: int,
+              max_children: int, preview_items: int = 8) -> dict:
+    """What :func:`build_tree` draws, as JSON: nested nodes with branch, length and leaf values.
+
+    Each node holds ``branch`` (the path), ``length`` and either ``children``
+    (cut to ``max_children``, the rest counted in ``more``) or, at the last
+    level, ``values`` (the first ``preview_items`` rows; ``more_values``).
+    """
+    def rows_of(lv: int, b: int, e: int) -> dict:
+        shown = min(e - b, preview_items)
+        data = src.t.data[b:b + shown] if not src.lazy else src.t.read_rows(b, b + shown)
+        return {"values": np.asarray(data).tolist(), "more_values": e - b - shown}
+
+    def children(lv: int, b: int, e: int, ppath: tuple, remaining: int, first: int = 0) -> dict:
+        if lv == src.lod_level:
+            return rows_of(lv, b, e)
+        shown = min(e - b, max_children)
+        window = src.offsets(lv, b, b + shown + 1) if shown else np.zeros(1, np.int64)
+        nodes = []
+        for k in range(shown):
+            cpath = ppath + (k + first,)
+            lo, hi = int(window[k]), int(window[k + 1])
+            node = {"branch": list(cpath), "level": lv, "level_name": _level_name(src, lv) or None, "length": hi - lo}
+            if lv == src.lod_level - 1:
+                rows, total = src.rows(b + k, preview_items)
+                node.update({"values": np.asarray(rows).tolist(), "more_values": total - len(rows)})
+            elif remaining > 1:
+                node.update(children(lv + 1, lo, hi, cpath, remaining - 1))
+            nodes.append(node)
+        return {"children": nodes, "more": e - b - shown}
+
+    return {"branch": list(path), "level": level, "length": end - begin,
+            **children(level, begin, end, tuple(path), depth)}
+
+
 # -- the seeds' bars picture -------------------------------------------------------------------
 def bars(lengths_per_level: Sequence[Sequence[int]], element_ndim: int) -> list[str]:
     """The seeds' picture of a LoD: one row of lengths per level over the element marks.

@@ -34,7 +34,8 @@ def _refuse_output_over(file, output, fmt):
 @click.argument("path", required=False)
 @opt.name_option
 @click.option("--level", type=int, default=None, help="With --range: slice this level instead of a branch.")
-@click.option("--range", "range_", default=None, metavar="A:B", help="Sequences A..B of --level.")
+@click.option("--range", "range_", default=None, metavar="A:B",
+              help="Sequences A..B of --level, as a Python slice (5:, :3, -2:; clamped to the level, and said so).")
 @opt.to_option(opt.FORMATS_OUT)
 @opt.output_option()
 @opt.replace_options
@@ -64,18 +65,22 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
     fmt = opt.output_format(output, to, "json")
     opt.refuse_binary_on_terminal(output, fmt)
     _refuse_output_over(file, output, fmt)
-    begin, end = _parse_range(range_) if range_ is not None else (None, None)
+    begin, end = _literal_range(range_) if range_ is not None else (None, None)
     with opt.input_path(file) as src:
         part = tasks.slice(src, path, name=name, level=level, start=begin, stop=end)
+        if part.taken is not None and part.taken != (begin, end):
+            opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
+                             f"({opt.plural(part.level_count, 'sequence')})")
         _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force)
 
 
-def _parse_range(text: str) -> tuple[int, int]:
+def _literal_range(text: str) -> tuple[int | None, int | None]:
     try:
         a, b = text.split(":")
-        return int(a), int(b)
+        return (int(a) if a.strip() else None), (int(b) if b.strip() else None)
     except ValueError:
-        raise click.BadParameter(f"{text!r}: write the range as A:B", param_hint="--range") from None
+        raise click.BadParameter(f"{text!r}: write the range as A:B (either may be left out, as in Python: "
+                                 "5:, :3, -2:)", param_hint="--range") from None
 
 
 def _head_tail(which: str):
@@ -87,10 +92,15 @@ def _head_tail(which: str):
     @opt.to_option(("tree", *opt.FORMATS_OUT))
     @opt.output_option()
     @opt.replace_options
+    @click.option("--json", "as_json", is_flag=True, help="The sequences as one JSON document (as --to json).")
     @click.pass_context
-    def command(ctx, file, count, name, to, output, overwrite, force):
+    def command(ctx, file, count, name, to, output, overwrite, force, as_json):
         from .. import tasks
 
+        if as_json:
+            if to not in (None, "json"):
+                raise click.UsageError(f"--json writes json; it contradicts --to {to}")
+            to = "json"
         default = "tree" if output is None and sys.stdout.isatty() else "jsonl"
         file, name = opt.tensor_ref(file, name)
         fmt = opt.output_format(output, to, default)

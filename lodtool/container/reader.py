@@ -364,10 +364,15 @@ class LazyTensor:
         return self._extract(level, begin, end)
 
     def __getitem__(self, key) -> LoDTensor:
-        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``."""
+        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``; ``t[a:b]`` is top-level sequences a..b."""
+        if isinstance(key, slice):
+            begin, end = _lod.slice_bounds(key, len(self))
+            return self.slice_level(0, begin, end) if self.lod_level else \
+                LoDTensor._trusted(self.read_rows(begin, end), ())
         path = key if isinstance(key, tuple) else (key,)
         if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a LazyTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
+            raise LodIndexError("index a LazyTensor with integers or one slice, as t[i], t[i, j] or t[a:b]; "
+                                "use slice_level for ranges of a lower level")
         return self.branch(*path)
 
     def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
