@@ -257,3 +257,17 @@ def test_from_nested_takes_a_list_of_2d_arrays():
     assert t.lod == [[0, 3, 4]] and t.element_shape == (4,) and t.dtype == np.float32
     with pytest.raises(lodtool.LodShapeError, match="array 1"):
         lodtool.from_nested([np.ones((3, 4)), np.ones((2, 5))])
+
+
+@pytest.mark.parametrize(("extra", "padded"), [
+    (["--truncate"], [[0.0, 0.0], [1.0, 2.0], [3.0, 4.0]]),
+    (["--truncate", "tail"], [[0.0, 0.0], [1.0, 2.0], [4.0, 5.0]]),
+])
+def test_pad_truncates_longer_sequences_on_request(extra, padded, multi, tmp_path):
+    out = tmp_path / "p.npz"
+    result = run("pad", f"{multi}:feats", "-o", out, "--maxlen", "2")
+    assert result.exit_code == 1 and "--truncate" in result.stderr and not out.exists()
+    assert run("pad", f"{multi}:feats", "-o", out, "--maxlen", "2", *extra).exit_code == 0
+    arrays = np.load(out)
+    assert arrays["padded"].tolist() == padded
+    assert arrays["lengths"].tolist() == [1, 2, 2] and arrays["mask"].sum(axis=1).tolist() == [1, 2, 2]

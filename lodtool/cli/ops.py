@@ -139,12 +139,15 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
 @opt.output_option(required=True, help_="The NPZ to write (padded, lengths, mask), or - for stdout.")
 @click.option("--pad-value", type=float, default=0.0, show_default=True)
 @click.option("--maxlen", type=click.IntRange(min=1), default=None, help="Padded length (default: the longest).")
+@click.option("--truncate", type=click.Choice(["head", "tail"]), default=None, is_flag=False, flag_value="head",
+              help="Cut sequences longer than --maxlen: keep their head (the default of a bare --truncate) "
+                   "or their tail. Without it a longer sequence is an error, as in Paddle.")
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
 @opt.max_memory_option
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, as_json):
+def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory, device, as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -155,6 +158,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, a
     \b
     Example:
       lodtool pad articles.lod.h5 -o padded.npz --level 1
+      lodtool pad docs.lod.h5 -o first64.npz --maxlen 64 --truncate
       lodtool unpad padded.npz -o back.lod.h5
     """
     from .. import tasks
@@ -163,7 +167,8 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, a
     opt.refuse_binary_on_terminal(output, "npz")
     with opt.input_path(file) as src:
         info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
+                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
+                         truncate=truncate)
     if as_json:
         opt.emit_json(info)
     elif output != "-":

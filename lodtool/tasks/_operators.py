@@ -422,7 +422,7 @@ def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndar
 
 
 def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
-        level: int = -1, max_memory: int | None = None, device: str = "cpu") -> dict:
+        level: int = -1, max_memory: int | None = None, device: str = "cpu", truncate: str | None = None) -> dict:
     """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``, streamed.
 
     The lengths come from the offsets alone (and with them ``maxlen``, when
@@ -431,6 +431,9 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     padded), then the lengths, then the mask.  The arrays are
     exactly ``sequence_pad``'s and ``sequence_mask``'s.  ``output`` is a path,
     written atomically, or a binary stream (a pipe too), written as the blocks come.
+    A sequence longer than ``maxlen`` is an error, as in Paddle, unless
+    ``truncate`` is ``"head"`` (keep its first ``maxlen`` rows) or ``"tail"``
+    (keep its last); ``lengths`` are then the kept lengths.
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -450,6 +453,10 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     from ..atomic import refuse_output_over_input
 
     _check_device(device)
+    if truncate not in (None, "head", "tail"):
+        raise LodUsageError(f"truncate must be 'head' or 'tail', got {truncate!r}")
+    if truncate is not None and maxlen is None:
+        raise LodUsageError("truncating needs a maxlen (--maxlen) to truncate to")
     refuse_output_over_input(output, [path])
     f, t = _open_tensor(path, name, max_memory)
     with f:
@@ -460,7 +467,8 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
 
         def lengths() -> Iterator[np.ndarray]:
             for roff in row_offset_windows(t, lvl, window):
-                yield roff[1:] - roff[:-1]
+                lens = roff[1:] - roff[:-1]
+                yield lens if truncate is None else np.minimum(lens, maxlen)
 
         longest = max((int(block.max()) for block in lengths() if block.size), default=0)
         maxlen = padded_length(maxlen, longest, lvl)
@@ -472,7 +480,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
                 for a in range(0, len(block), mask_rows):
                     yield sequence_mask(block[a:a + mask_rows], maxlen)
 
-        padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device)
+        padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device, truncate)
         # the first block before anything is written: a pad_value the dtype cannot hold, a device or a read that
         # fails, fails with nothing written (a stream gets no partial archive)
         first = next(padded, None)
@@ -486,15 +494,32 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
             "shape": list(shape), "sequences": count, "maxlen": maxlen}
 
 
+def _truncated(rows: np.ndarray, roff: np.ndarray, maxlen: int, keep: str) -> LoDTensor:
+    """The sequences of ``rows`` (row offsets ``roff``, from 0) cut to ``maxlen`` rows: their head or their tail.
+
+    >>> _truncated(np.arange(6), np.array([0, 4, 6]), 3, "tail").to_nested()
+    [[1, 2, 3], [4, 5]]
+    """
+    lens = roff[1:] - roff[:-1]
+    kept = np.minimum(lens, maxlen)
+    starts = roff[:-1] if keep == "head" else roff[1:] - kept
+    ends = np.cumsum(kept)
+    index = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - kept, kept) + np.repeat(starts, kept)
+    return LoDTensor._trusted(rows[index], (np.concatenate([[0], ends]).astype(np.int64),))
+
+
 def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window: int,
-                   device: str) -> Iterator[np.ndarray]:
+                   device: str, truncate: str | None = None) -> Iterator[np.ndarray]:
     """``sequence_pad`` of ``level``'s sequences, a run at a time (its rows read and padded rows within ``max_rows``)."""
     from ..ops import sequence_pad
 
     for roff in row_offset_windows(t, level, window):
         lens = roff[1:] - roff[:-1]
         for a, b in runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
-            chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
+            if truncate is not None:
+                chunk = _truncated(t.read_rows(roff[a], roff[b]), roff[a:b + 1] - roff[a], maxlen, truncate)
+            else:
+                chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
             padded = to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
             del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
             yield padded
