@@ -502,15 +502,14 @@ def _checked_window(read: WindowReader, level: int, start: int, stop: int, level
 
 
 def slice_bounds(key: slice, count: int) -> tuple[int, int]:
-    """``(begin, end)`` of a Python slice over ``count`` sequences (step 1, not empty).
+    """``(begin, end)`` of a Python slice over ``count`` sequences (step 1; empty is ``(b, b)``: zero sequences).
 
     >>> slice_bounds(slice(0, 2), 5), slice_bounds(slice(-2, None), 5), slice_bounds(slice(3, 99), 5)
     ((0, 2), (3, 5), (3, 5))
+    >>> slice_bounds(slice(7, 9), 5)
+    (5, 5)
     """
     if key.step not in (None, 1):
         raise LodIndexError(f"a slice of top-level sequences takes no step (got {key.step!r})")
     begin, end, _ = key.indices(count)
-    if begin >= end:
-        raise LodIndexError(f"[{'' if key.start is None else key.start}:{'' if key.stop is None else key.stop}] "
-                            f"selects none of the {count:,} sequences")
-    return begin, end
+    return begin, max(begin, end)

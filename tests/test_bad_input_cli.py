@@ -68,10 +68,6 @@ CASES = {
     "jsonl truncated": ({"d.jsonl": b"[[1]]\n[[2, 3\n"}, [], r"d\.jsonl:2:7: unexpected end of line"),
     "json trailing garbage": ({"d.json": b"[[1]] x"}, [], r"d\.json:1:7: unexpected data after the document"),
     "jsonl trailing garbage": ({"d.jsonl": b"[[1]] [[2]]\n"}, [], r"d\.jsonl:1:7: unexpected data after"),
-    "json empty file": ({"d.json": b""}, [], r"d\.json: empty input"),
-    "json only whitespace": ({"d.json": b" \n\t\n"}, [], r"d\.json: empty input"),
-    "jsonl blank lines only": ({"d.jsonl": b"\n \n"}, [], r"d\.jsonl: empty input"),
-    "json empty list": ({"d.json": b"[]"}, [], r"d\.json: empty input"),
     "nan into an integer dtype": ({"d.json": b"[[1, NaN]]"}, ["--dtype", "int32"], r"d\.json:1: at branch <0,1>: "
                                                                                    r"value nan is not a whole number"),
     "infinity into an integer dtype": ({"d.jsonl": b"[[1]]\n[[-Infinity]]\n"}, ["--dtype", "int64"],

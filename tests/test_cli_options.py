@@ -229,8 +229,9 @@ def test_range_takes_open_ends_and_says_what_it_clamped(multi):
     result = run("slice", f"{multi}:feats", "--level", "0", "--range", "-1:99", "--to", "jsonl")
     assert result.stdout == "[3.0,4.0,5.0]\n" and "2:3" in result.stderr
     assert run("slice", f"{multi}:feats", "--level", "0", "--range", "0:2", "--to", "jsonl").stderr == ""
-    result = run("slice", f"{multi}:feats", "--level", "0", "--range", "5:9")
-    assert result.exit_code == 1 and "[5:9] selects none of the 3 sequences" in result.stderr
+    result = run("slice", f"{multi}:feats", "--level", "0", "--range", "5:9", "--to", "json")
+    assert result.exit_code == 0 and result.stdout.strip() == "[]"  # zero sequences, clamped, and said so
+    assert "sequences 3:3 of level 0" in result.stderr
 
 
 def test_tree_and_head_have_json(multi):
@@ -271,3 +272,34 @@ def test_pad_truncates_longer_sequences_on_request(extra, padded, multi, tmp_pat
     arrays = np.load(out)
     assert arrays["padded"].tolist() == padded
     assert arrays["lengths"].tolist() == [1, 2, 2] and arrays["mask"].sum(axis=1).tolist() == [1, 2, 2]
+
+
+# -- empty input ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "text"), [("e.jsonl", ""), ("e.jsonl", "\n \n"), ("e.json", "[]"), ("e.json", "")])
+def test_empty_input_asks_for_the_level_count(name, text, tmp_path):
+    src = tmp_path / name
+    src.write_text(text)
+    result = run("pack", src, "-o", tmp_path / "e.h5")
+    assert result.exit_code == 1 and "--lod-level" in result.stderr and "empty input" in result.stderr
+    assert not (tmp_path / "e.h5").exists()
+
+
+def test_empty_input_with_a_level_count_gives_an_empty_valid_container(tmp_path):
+    src = tmp_path / "e.jsonl"
+    src.write_text("")
+    out = tmp_path / "e.h5"
+    result = run("pack", src, "-o", out, "--lod-level", "0", "--dtype", "int32")
+    assert result.exit_code == 0, result.output
+    t = lodtool.load(str(out))
+    assert t.n_rows == 0 and t.dtype == np.int32 and t.lod_level == 0
+    assert run("validate", out).exit_code == 0 and run("unpack", out).stdout.strip() == "[]"
+    result = run("pack", "-", "--format", "jsonl", "-o", tmp_path / "s.h5", "--lod-level", "0", input="")
+    assert result.exit_code == 0
+
+
+def test_appending_an_empty_batch_changes_nothing(tmp_path):
+    out = tmp_path / "a.h5"
+    assert run("pack", "-", "--format", "jsonl", "-o", out, input="[[1, 2]]\n").exit_code == 0
+    result = run("pack", "-", "--format", "jsonl", "-o", out, "--append", input="")
+    assert result.exit_code == 0, result.output
+    assert lodtool.load(str(out)).to_nested() == [[[1, 2]]]

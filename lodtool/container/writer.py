@@ -409,6 +409,11 @@ class TensorWriter:
 
     # -- appending -----------------------------------------------------------------------------------------
     @property
+    def dtype(self) -> np.dtype | None:
+        """The data dtype (``None`` until a chunk or the stored tensor sets it; float64 for an empty new tensor)."""
+        return self._dtype
+
+    @property
     def n_rows(self) -> int:
         """Rows appended so far (including rows already in the file, when appending)."""
         return self._data.size if self._data is not None else 0
@@ -658,6 +663,19 @@ class LodWriter:
             raise
         self._writers[name] = tw
         return tw
+
+    @property
+    def existing_names(self) -> list[str]:
+        """The tensors the file held before this writer (empty for a new file or ``force=True``)."""
+        return list(self._existing_names)
+
+    def stored_lod_level(self, name: str) -> int:
+        """The LoD level count of tensor ``name`` as the existing file stores it."""
+        with translate(self.path, f"cannot read tensor {name!r}"):
+            level = _int(self._h5[name].attrs.get(spec.ATTR_LOD_LEVEL))
+        if level is None:
+            raise LodFormatError(f"{self.path}: tensor {name!r} has no readable lod_level attribute")
+        return level
 
     def check_name(self, name: str) -> None:
         """Raise :class:`~lodtool.errors.LodExistsError` if writing tensor ``name`` would replace one unasked.

@@ -692,7 +692,7 @@ def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assemble
 
 def _general_document(text: bytes, skip: int, asm: _Assembler) -> _Piece | None:
     if not text.strip(_WS + b"\n"):
-        raise LodInputError(f"{asm.name}: empty input (no JSON document)")
+        return None  # no document at all: an empty input
     obj, found = _load_json(text, asm.name, None)
     if not isinstance(obj, list):
         raise LodInputError(f"{asm.name}: the document is {_json_type(obj)}; it must be a list of sequences "
@@ -796,14 +796,9 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
         asm.final_input = i == len(sources) - 1
         base = stats["bytes_read"]
         tick = None if progress is None else (lambda n, base=base: progress(base + n))
-        before = asm.sequences
-        try:
+        try:  # an empty input adds no sequences (an empty batch in a pipeline); pack decides what that makes
             reader = _read_jsonl if fmt_i == "jsonl" else _read_document
             yield from reader(inp, asm, js, chunk_bytes, tick)
-            if asm.sequences == before and lod_level is None:  # with lod_level, zero sequences are a value
-                what = "no line holds a sequence" if fmt_i == "jsonl" else "it is an empty list"
-                raise LodInputError(f"{inp.name}: empty input ({what}); give lod_level (--lod-level) to store "
-                                    "zero sequences")
         finally:
             stats["bytes_read"] = base + inp.bytes_read
             inp.close()
@@ -1067,9 +1062,16 @@ def read_json(source: Any, fmt: str | None = None, *, lod_level: int | None = No
 
     >>> read_json(b'[[1, 2], [3]]\\n[[4]]\\n', "jsonl").recursive_sequence_lengths
     [[2, 1], [2, 1, 1]]
+
+    An input without sequences is :class:`~lodtool.errors.LodInputError`
+    here (``iter_json`` yields no chunks for it; ``pack`` writes an empty tensor).
     """
-    return concat_chunks(iter_json(source, fmt, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                                   chunk_bytes=chunk_bytes, fast=fast, name=name))
+    chunks = list(iter_json(source, fmt, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                            chunk_bytes=chunk_bytes, fast=fast, name=name))
+    if not chunks:
+        label = name or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<input>")
+        raise LodInputError(f"{label}: empty input (no sequences)")
+    return concat_chunks(chunks)
 
 
 def parse_json(text: bytes | str, fmt: str = "json", *, lod_level: int | None = None, dtype: Any = None,

@@ -26,7 +26,7 @@ from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from ..errors import LodUsageError
+from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
 from ..io._values import resolve_dtype
@@ -128,16 +128,24 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
             rows += chunk.n_rows
             sequences += len(chunk)
             seen = chunk.dtype if seen is None else np.result_type(seen, chunk.dtype)
-        if tw is None:  # empty input with a known lod_level (readers refuse it otherwise): zero sequences
+        if tw is None and writer.append and name in writer.existing_names:
+            # appending an empty input: nothing to add (the tensor is opened, so it is checked all the same)
+            tw = writer.add_tensor(name, dtype=target, lod_level=writer.stored_lod_level(name))
+        elif tw is None:  # empty input: zero sequences, when the number of levels is known
+            if lod_level is None:
+                where = ", ".join("stdin" if isinstance(i, (str, os.PathLike)) and os.fspath(i) == "-"
+                                  else os.fspath(i) if isinstance(i, (str, os.PathLike)) else "<stream>"
+                                  for i in inputs)
+                raise LodInputError(f"{where}: empty input, so the number of LoD levels cannot be inferred; give "
+                                    "--lod-level N (and --dtype) to store zero sequences")
             if names is not None and len(names) != lod_level:
                 raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {lod_level}")
-            writer.add_tensor(name, dtype=target if target is not None else np.float64, element_shape=(),
-                              lod_level=lod_level, level_names=names)
-            seen = target if target is not None else np.dtype(np.float64)
+            tw = writer.add_tensor(name, dtype=target if target is not None else np.float64, element_shape=(),
+                                   lod_level=lod_level, level_names=names)
     if progress is not None:
         progress(stats["bytes_read"])
-    out_dtype = target if target is not None else seen
-    levels = first.lod_level if first is not None else lod_level
+    levels = first.lod_level if first is not None else tw.lod_level
+    out_dtype = target if target is not None else seen if seen is not None else tw.dtype
     return PackResult(os.fspath(output), name, rows, sequences, levels, np.dtype(out_dtype),
                       int(stats["bytes_read"]), fmt if detected else None)
 
