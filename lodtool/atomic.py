@@ -51,7 +51,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks, so no sweeping either
     fcntl = None
 
-from .errors import LodFileNotFoundError, LodUsageError
+from .errors import LodExistsError, LodFileNotFoundError, LodUsageError
 
 #: marks lodtool's temp files: ``.NAME.lodtmp-<random>``
 TEMP_MARK = ".lodtmp-"
@@ -236,6 +236,8 @@ class AtomicPath:
         self.target = _resolve_target(target)
         self._lock_fd: int | None = None
         self._target_fd: int | None = None
+        #: the target did not exist when a locking writer started: commit creates it, never replaces one
+        self._create_only = False
         #: a character device or FIFO: the finished temp file is streamed into it, never renamed over it
         self.streamed = is_stream_target(self.target)
         self._tmpdir = tempfile.mkdtemp(prefix="lodtool-") if self.streamed else None
@@ -259,7 +261,8 @@ class AtomicPath:
         while True:
             try:
                 fd = os.open(self.target, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:  # nothing to start from, so nothing to lose
+            except FileNotFoundError:  # nothing to start from; commit must not replace a file made meanwhile
+                self._create_only = True
                 return
             except OSError as exc:
                 raise LodUsageError(f"{self.target}: cannot read it ({exc.strerror or exc})") from None
@@ -322,10 +325,13 @@ class AtomicPath:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            if os.path.exists(self.target):
-                with contextlib.suppress(OSError):
-                    shutil.copymode(self.target, self.tmp)
-            os.replace(self.tmp, self.target)
+            if self._create_only:
+                self._create_target()
+            else:
+                if os.path.exists(self.target):
+                    with contextlib.suppress(OSError):
+                        shutil.copymode(self.target, self.tmp)
+                os.replace(self.tmp, self.target)
         except BaseException as exc:
             self.discard()
             if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
@@ -334,6 +340,20 @@ class AtomicPath:
         self._open = False
         self._unlock()
         fsync_folder(os.path.dirname(self.target))
+
+    def _create_target(self) -> None:
+        """Give the temp file the target's name only if no file has that name (a hard link, then unlink)."""
+        try:
+            os.link(self.tmp, self.target)
+        except FileExistsError:
+            raise LodExistsError(f"{self.target}: another writer created it while this one ran; nothing was "
+                                 "written (run again to add to it)") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            os.replace(self.tmp, self.target)  # a file system without hard links: as before
+            return
+        os.unlink(self.tmp)
 
     def _stream_out(self) -> None:
         """Copy the finished temp file into the device or FIFO (opened without O_CREAT or O_TRUNC)."""

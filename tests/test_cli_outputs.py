@@ -333,3 +333,16 @@ def test_append_to_a_tensor_whose_data_another_tensor_links(tmp_path):
     assert load(p, "a").to_nested() == [[0], [1, 2, 3], [7, 8]]
     assert load(p, "b").to_nested() == [[0], [1, 2, 3]]
     assert run("validate", p).exit_code == 0 and run("verify", p).exit_code == 0
+
+
+def test_a_target_created_by_another_writer_meanwhile_is_not_replaced(tmp_path):
+    from lodtool.container.writer import LodWriter
+
+    target = tmp_path / "new.h5"
+    writer = LodWriter(str(target))  # started while there is no target
+    writer.write("a", LoDTensor(np.arange(3), [[0, 3]]))
+    save(str(target), {"b": LoDTensor(np.arange(2), [[0, 2]])})  # another writer finishes first
+    with pytest.raises(LodExistsError, match="another writer created it"):
+        writer.commit()
+    assert names(target) == ["b"]
+    assert [p.name for p in tmp_path.iterdir()] == ["new.h5"]
