@@ -303,3 +303,14 @@ def test_appending_an_empty_batch_changes_nothing(tmp_path):
     result = run("pack", "-", "--format", "jsonl", "-o", out, "--append", input="")
     assert result.exit_code == 0, result.output
     assert lodtool.load(str(out)).to_nested() == [[[1, 2]]]
+
+
+def test_shell_completion_completes_commands_and_options():
+    def complete(words: str, cword: int) -> str:
+        env = {"_LODTOOL_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+        return CliRunner().invoke(cli, [], env=env, prog_name="lodtool").output
+
+    assert "plain,inspect" in complete("lodtool ins", 1)
+    assert "plain,--overwrite" in complete("lodtool pack --ov", 2)
+    assert "_lodtool_completion" in CliRunner().invoke(cli, [], env={"_LODTOOL_COMPLETE": "bash_source"},
+                                                       prog_name="lodtool").output
