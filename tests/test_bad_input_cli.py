@@ -113,7 +113,7 @@ CASES = {
                                        r"a\.npz: lengths_0 \(as offsets\): offset\[2\]=4 but the data has 5 rows"),
     "npz levels that do not fit": ({"a.npz": npz(data=np.arange(5), offsets_0=np.array([0, 1, 3]),
                                                  offsets_1=np.array([0, 5]))}, [],
-                                   r"a\.npz: .*level 1 has 1 sequences"),
+                                   r"a\.npz: .*level 1 has 1 sequence "),
     "npz decreasing offsets": ({"a.npz": npz(data=np.arange(5), offsets_0=np.array([0, 3, 2, 5]))}, [],
                                r"a\.npz: offsets_0: offset\[2\]=2 < offset\[1\]=3"),
     "npz float offsets": ({"a.npz": npz(data=np.arange(5), offsets_0=np.array([0.0, 5.0]))}, [],
