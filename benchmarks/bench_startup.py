@@ -71,7 +71,8 @@ def commands(p: dict[str, Path], out: Path) -> tuple[dict[str, list[str]], dict[
         "pool": ["pool", str(p["two"]), "--type", "average", "-o", str(out / "pool.lod.h5"), "--force"],
         "softmax": ["softmax", str(p["two"]), "-o", str(out / "softmax.lod.h5"), "--force"],
         "reverse": ["reverse", str(p["two"]), "-o", str(out / "reverse.lod.h5"), "--force"],
-        "expand": ["expand", str(p["x"]), str(p["two"]), "--ref-level", "0", "-o", str(out / "expand.lod.h5"), "--force"],
+        "expand": ["expand", str(p["x"]), str(p["two"]), "--ref-level", "0", "-o", str(out / "expand.lod.h5"),
+                   "--force"],
         "pad": ["pad", str(p["two"]), "-o", str(out / "pad.npz")],
         "pack": ["pack", str(p["jsonl"]), "-o", str(out / "pack.lod.h5"), "--force"],
     }

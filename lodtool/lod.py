@@ -311,8 +311,9 @@ def cross_level_problems(ends: Sequence[int | None], sizes: Sequence[int], n_row
         if level + 1 < len(ends):
             below = sizes[level + 1] - 1
             if end != below:
-                problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but level {level + 1} has "
-                                                            f"{counted(below, 'sequence')} (the last offset must equal it)"))
+                problems.append(LodProblem(level, size - 1,
+                                           f"offset[{size - 1}]={end} but level {level + 1} has "
+                                           f"{counted(below, 'sequence')} (the last offset must equal it)"))
         elif end != n_rows:
             problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but the data has "
                                                         f"{counted(n_rows, 'row')} (the last offset must equal it)"))

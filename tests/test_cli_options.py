@@ -13,6 +13,15 @@ def _required(command: click.Command) -> list[click.Parameter]:
     return [p for p in command.params if p.required]
 
 
+def _placeholder(p: click.Parameter) -> str:
+    """A value of the parameter's type that is never used (parsing stops at the missing one)."""
+    if isinstance(p.type, click.Choice):
+        return str(p.type.choices[0])
+    if isinstance(p.type, (click.types.IntParamType, click.types.FloatParamType)):
+        return "1"
+    return "never-read.lod.h5"
+
+
 def _invocation(params: list[click.Parameter], left_out: click.Parameter) -> list[str]:
     """Arguments that give every required parameter but ``left_out`` a (never read) value."""
     args: list[str] = []
@@ -20,9 +29,9 @@ def _invocation(params: list[click.Parameter], left_out: click.Parameter) -> lis
         if p is left_out:
             continue
         if isinstance(p, click.Option):
-            args += [p.opts[0], "never-read.lod.h5"]
+            args += [p.opts[0], _placeholder(p)]
         else:
-            args.append("never-read.lod.h5")
+            args.append(_placeholder(p))
     return args
 
 

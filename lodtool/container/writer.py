@@ -258,8 +258,8 @@ def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str, appending_to: str 
             wider = np.result_type(dtype, data.dtype)
             raise LodDtypeError(f"{appending_to}: tensor {name!r} stores {dtype}; the appended values are "
                                 f"{data.dtype} and {data[row].tolist()!r} (row {row} of the appended chunk) "
-                                f"has no exact {dtype} value. --append never changes the stored dtype: to store {wider}, "
-                                f"re-pack the whole tensor with --dtype {wider} --overwrite")
+                                f"has no exact {dtype} value. --append never changes the stored dtype: to store "
+                                f"{wider}, re-pack the whole tensor with --dtype {wider} --overwrite")
         raise LodDtypeError(f"tensor {name!r} stores {dtype}; a chunk of {data.dtype} cannot be cast without "
                             f"changing values (chunk row {row}: {data[row]!r})")
     return out

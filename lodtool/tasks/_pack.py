@@ -241,8 +241,8 @@ def _sniff(src) -> str:
         raise LodUsageError(f"{label} is an HDF5 file, not JSON / JSON Lines / NPY / NPZ: a lodtool container is "
                             "packed already (read it with unpack, slice or head)")
     if fmt is None:
-        raise LodUsageError(f"{label}: cannot tell the format from the first bytes"
-                            f"{'' if label == 'stdin' else ' or the extension (' + ' '.join(formats.extensions()) + ')'}; "
+        extensions = "" if label == "stdin" else f" or the extension ({' '.join(formats.extensions())})"
+        raise LodUsageError(f"{label}: cannot tell the format from the first bytes{extensions}; "
                             f"give --format ({_either(INPUT_FORMATS)})")
     return fmt
 
