@@ -346,3 +346,19 @@ def test_a_target_created_by_another_writer_meanwhile_is_not_replaced(tmp_path):
         writer.commit()
     assert names(target) == ["b"]
     assert [p.name for p in tmp_path.iterdir()] == ["new.h5"]
+
+
+@pytest.mark.parametrize("args", [["reshape", "--new-dim", "1"], ["erase", "--tokens", "2"], ["concat", "{src}"]],
+                         ids=lambda a: a[0])
+def test_the_sequence_operators_follow_the_rule(args, tmp_path):
+    src = tmp_path / "x.h5"
+    save(str(src), {"x": LoDTensor(np.arange(5), [[0, 2, 5]])})
+    out = tmp_path / "out.h5"
+    save(str(out), {"keep": LoDTensor(np.arange(3), [[0, 3]])})
+    command, *extra = args
+    call = [command, src, *[a.format(src=src) for a in extra], "-o", out]
+    assert run(*call).exit_code == 0 and names(out) == ["keep", "x"]
+    result = run(*call)
+    assert result.exit_code == 2 and "already holds tensor 'x'" in result.stderr
+    assert run(*call, "--overwrite").exit_code == 0 and names(out) == ["keep", "x"]
+    assert run(*call, "--force").exit_code == 0 and names(out) == ["x"]
