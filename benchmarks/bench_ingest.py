@@ -84,7 +84,7 @@ def lodtool_pack(compression, overlap: bool = True):
 
         saved, mod.OVERLAP = mod.OVERLAP, overlap
         try:
-            r = mod.pack([path], tmp / "bench.lod.h5", compression=compression)
+            r = mod.pack([path], tmp / "bench.lod.h5", compression=compression, force=True)
         finally:
             mod.OVERLAP = saved
         return r.rows, None
@@ -103,7 +103,7 @@ class WriterOnly:
 
         if self.chunks is None:
             self.chunks = list(iter_json(path))
-        with LodWriter(tmp / "writer.lod.h5", compression="none") as w:
+        with LodWriter(tmp / "writer.lod.h5", compression="none", force=True) as w:
             tw = w.add_tensor("tensor", dtype=None, element_shape=(), lod_level=self.chunks[0].lod_level)
             for c in self.chunks:
                 tw.append(c)

@@ -105,7 +105,8 @@ def in_process(tmp: Path, parquet: Path, container: Path, runs: int) -> dict[str
     from lodtool.interop.arrow import from_arrow, to_arrow
 
     fns = {
-        "pack": lambda: tasks.pack([str(parquet)], str(tmp / "inproc.lod.h5"), column="tokens", name="tokens"),
+        "pack": lambda: tasks.pack([str(parquet)], str(tmp / "inproc.lod.h5"), column="tokens", name="tokens",
+                                     force=True),
         "read": lambda: from_arrow(pq.read_table(parquet, columns=["tokens"]).column("tokens")),
         "unpack": lambda: tasks.unpack(str(container), str(tmp / "inproc.parquet"), name="tokens", to="parquet"),
         "write": lambda: pq.write_table(pa.table({"tokens": to_arrow(load(container, "tokens"))}),

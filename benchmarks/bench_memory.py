@@ -73,7 +73,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         for r in range(runs):
             for key in ("small", "large") if r % 2 == 0 else ("large", "small"):
                 out = tmp / f"{key}.lod.h5"
-                c = C.run_child(cli + ["pack", str(inputs[key]), "-o", str(out)], env=env).check("lodtool pack")
+                c = C.run_child(cli + ["pack", str(inputs[key]), "-o", str(out), "--force"],
+                                env=env).check("lodtool pack")
                 rss[key].append(c.maxrss)
                 wall[key].append(c.wall)
                 out.unlink()

@@ -83,13 +83,13 @@ class Sink:  # what `lodtool unpack -o -` writes to: a stream that only counts (
 def run(src, out, y):
     t = lodtool.load(src)
     if op == "pool":
-        lodtool.save(out, ops.sequence_pool(t, "sum"), compression="none")
+        lodtool.save(out, ops.sequence_pool(t, "sum"), compression="none", force=True)
     elif op == "softmax":
-        lodtool.save(out, ops.sequence_softmax(t), compression="none")
+        lodtool.save(out, ops.sequence_softmax(t), compression="none", force=True)
     elif op == "reverse":
-        lodtool.save(out, ops.sequence_reverse(t), compression="none")
+        lodtool.save(out, ops.sequence_reverse(t), compression="none", force=True)
     elif op == "expand":
-        lodtool.save(out, ops.sequence_expand(t, lodtool.load(y), ref_level=0), compression="none")
+        lodtool.save(out, ops.sequence_expand(t, lodtool.load(y), ref_level=0), compression="none", force=True)
     elif op == "pad":
         padded, lengths = ops.sequence_pad(t)
         mask = ops.sequence_mask(lengths, padded.shape[1])
@@ -117,7 +117,7 @@ def build(path: Path, y_path: Path, data_bytes: float, mean_len: int, seed: int)
     rows = seqs = 0
     reps_all = []
     step_rows = 1 << 25  # 128 MB of float32 per append
-    with LodWriter(path, compression="none") as w:
+    with LodWriter(path, compression="none", force=True) as w:
         tw = w.add_tensor("x", dtype="float32", element_shape=(), lod_level=1)
         while rows < rows_total:
             want = min(step_rows, rows_total - rows)
@@ -133,7 +133,7 @@ def build(path: Path, y_path: Path, data_bytes: float, mean_len: int, seed: int)
     o0 = np.zeros(len(reps) + 1, np.int64)
     np.cumsum(reps, out=o0[1:])
     o1 = np.arange(int(o0[-1]) + 1, dtype=np.int64)
-    with LodWriter(y_path, compression="none") as w:
+    with LodWriter(y_path, compression="none", force=True) as w:
         w.write("y", LoDTensor._trusted(np.zeros(int(o1[-1]), np.int8), (o0, o1)))
     return {"rows": rows, "sequences": seqs, "bytes": os.path.getsize(path)}
 
@@ -142,9 +142,10 @@ def cli_args(op: str, src: Path, y: Path, out: Path) -> list[str]:
     """``lodtool`` arguments for ``op`` (``unpack`` writes to stdout, which is /dev/null)."""
     cap = ["--max-memory", str(CAP)]
     if op in ("pool", "softmax", "reverse"):
-        return [op, str(src), "-o", str(out), "--compression", "none", *cap]
+        return [op, str(src), "-o", str(out), "--compression", "none", "--force", *cap]
     if op == "expand":
-        return ["expand", str(src), str(y), "--ref-level", "0", "-o", str(out), "--compression", "none", *cap]
+        return ["expand", str(src), str(y), "--ref-level", "0", "-o", str(out), "--compression", "none", "--force",
+                *cap]
     if op == "pad":
         return ["pad", str(src), "-o", str(out.with_suffix(".npz")), *cap]
     if op == "unpack":

@@ -53,7 +53,7 @@ def build(path: Path, data_bytes: float, n_docs: int, compression: str, seed: in
     sents_per_doc = max(rows_per_doc / MEAN_SENTENCE, 1)
     rows = sents = 0
     step = max(1, min(n_docs, int(2 ** 24 / rows_per_doc)))  # ~128 MB of data per append
-    with LodWriter(path, compression=compression) as w:
+    with LodWriter(path, compression=compression, force=True) as w:
         tw = w.add_tensor(NAME, dtype="int64", element_shape=(), lod_level=2, level_names=["doc", "sentence"])
         for start in range(0, n_docs, step):
             n = min(step, n_docs - start)

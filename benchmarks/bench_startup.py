@@ -54,8 +54,8 @@ def make_inputs(d: Path) -> dict[str, Path]:
     one = LoDTensor(rng.standard_normal(int(x_lens.sum())).astype(np.float32), [np.concatenate([[0],
                                                                                               np.cumsum(x_lens)])])
     paths = {"two": d / "small.lod.h5", "x": d / "x.lod.h5", "jsonl": d / "small.jsonl"}
-    save(paths["two"], {"tokens": two})
-    save(paths["x"], {"x": one})
+    save(paths["two"], {"tokens": two}, force=True)
+    save(paths["x"], {"x": one}, force=True)
     with open(paths["jsonl"], "w") as f:
         f.writelines(str(doc).replace(" ", "") + "\n" for doc in two.to_nested())
     return paths
@@ -68,12 +68,13 @@ def commands(p: dict[str, Path], out: Path) -> tuple[dict[str, list[str]], dict[
         "slice": ["slice", str(p["two"]), "3", "--to", "jsonl"],
     }
     kernel = {
-        "pool": ["pool", str(p["two"]), "--type", "average", "-o", str(out / "pool.lod.h5")],
-        "softmax": ["softmax", str(p["two"]), "-o", str(out / "softmax.lod.h5")],
-        "reverse": ["reverse", str(p["two"]), "-o", str(out / "reverse.lod.h5")],
-        "expand": ["expand", str(p["x"]), str(p["two"]), "--ref-level", "0", "-o", str(out / "expand.lod.h5")],
+        "pool": ["pool", str(p["two"]), "--type", "average", "-o", str(out / "pool.lod.h5"), "--force"],
+        "softmax": ["softmax", str(p["two"]), "-o", str(out / "softmax.lod.h5"), "--force"],
+        "reverse": ["reverse", str(p["two"]), "-o", str(out / "reverse.lod.h5"), "--force"],
+        "expand": ["expand", str(p["x"]), str(p["two"]), "--ref-level", "0", "-o", str(out / "expand.lod.h5"),
+                   "--force"],
         "pad": ["pad", str(p["two"]), "-o", str(out / "pad.npz")],
-        "pack": ["pack", str(p["jsonl"]), "-o", str(out / "pack.lod.h5")],
+        "pack": ["pack", str(p["jsonl"]), "-o", str(out / "pack.lod.h5"), "--force"],
     }
     return light, kernel
 

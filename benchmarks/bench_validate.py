@@ -109,7 +109,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         from lodtool.container import save
 
         path = Path(d) / "offsets.lod.h5"
-        save(path, {"x": LoDTensor._trusted(np.zeros(n_rows, np.int8), levels)}, compression="none")
+        save(path, {"x": LoDTensor._trusted(np.zeros(n_rows, np.int8), levels)}, compression="none", force=True)
         filed = measure_file(path, runs)
     C.progress(TAG, f"from a file: validate {gbs(filed['lodtool']):.2f} GB/s, h5py+sum {gbs(filed['h5py+sum']):.2f}")
     load1 = C.loadavg()

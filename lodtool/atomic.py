@@ -12,6 +12,16 @@ never leaves a half-written target: readers see the old file or the new one.
   and the target is untouched.
 * Two writers on one target each have their own temp file; the last rename
   wins and the target is always one complete file.
+* A target that exists and is not a regular file is never replaced: a
+  character device (``/dev/null``, a terminal) or a FIFO, also through a
+  symlink, is streamed into once the output is complete (the temp file then
+  sits in the system's temp folder); anything else (a block device, a socket)
+  is refused.
+* A writer that reads the target before replacing it (an append, a tensor
+  added to a container) passes ``lock_target=True``: it holds an exclusive
+  ``flock`` on the target itself from before its copy until after its rename,
+  so a second such writer waits, then starts from the first one's result.
+  Nothing is lost between two appends.
 * A writer holds an exclusive ``flock`` on its temp file until it is renamed or
   removed.  A process killed mid-write (``SIGKILL``, power loss) leaves its temp
   file behind, unlocked: the next write to the same target removes such
@@ -41,7 +51,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks, so no sweeping either
     fcntl = None
 
-from .errors import LodFileNotFoundError, LodUsageError
+from .errors import LodExistsError, LodFileNotFoundError, LodUsageError
 
 #: marks lodtool's temp files: ``.NAME.lodtmp-<random>``
 TEMP_MARK = ".lodtmp-"
@@ -136,6 +146,63 @@ def _resolve_target(target: str | os.PathLike) -> str:
     return target
 
 
+def is_stream_target(target: str | os.PathLike) -> bool:
+    """Whether ``target`` exists as a character device or a FIFO (written into, never replaced).
+
+    Anything else that exists and is not a regular file or a folder (a block
+    device, a socket) is refused with :class:`~lodtool.errors.LodUsageError`.
+
+    >>> is_stream_target(os.devnull), is_stream_target("/no/such/file")
+    (True, False)
+    """
+    try:
+        mode = os.stat(os.fspath(target)).st_mode  # follows symlinks: /dev/stdout, a link to /dev/null
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+    raise LodUsageError(f"{os.fspath(target)}: is {kind}; lodtool writes regular files, character devices "
+                        "and FIFOs only")
+
+
+def refuse_output_over_input(output, inputs) -> None:
+    """Raise :class:`~lodtool.errors.LodUsageError` if the path ``output`` is the same file as one of ``inputs``.
+
+    For outputs that are not containers (JSON, NPZ) and for ``pack``: writing
+    them would replace the input.  (A container output may name its input: the
+    result is added to it atomically, see :func:`lodtool.save`.)
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.h5")
+    >>> open(p, "wb").close()
+    >>> refuse_output_over_input(p, [p])
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodUsageError: ... is the same file as the input ...
+    """
+    if not isinstance(output, (str, os.PathLike)) or os.fspath(output) == "-":
+        return
+    try:
+        out = os.stat(output)
+    except OSError:
+        return
+    if not stat.S_ISREG(out.st_mode):  # a device or FIFO is written into, not replaced
+        return
+    for src in inputs:
+        if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
+            continue
+        try:
+            info = os.stat(src)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == (out.st_dev, out.st_ino):
+            raise LodUsageError(f"{os.fspath(output)}: is the same file as the input {os.fspath(src)}; writing it "
+                                "would replace the input: give another -o")
+
+
 def fsync_folder(folder: str) -> None:
     """fsync a folder so that a rename inside it is durable (a no-op where unsupported)."""
     try:
@@ -165,22 +232,70 @@ class AtomicPath:
     b'new'
     """
 
-    def __init__(self, target: str | os.PathLike, *, copy_existing: bool = False):
+    def __init__(self, target: str | os.PathLike, *, copy_existing: bool = False, lock_target: bool = False):
         self.target = _resolve_target(target)
         self._lock_fd: int | None = None
-        sweep_stale_temps(self.target)
+        self._target_fd: int | None = None
+        #: the target did not exist when a locking writer started: commit creates it, never replaces one
+        self._create_only = False
+        #: a character device or FIFO: the finished temp file is streamed into it, never renamed over it
+        self.streamed = is_stream_target(self.target)
+        self._tmpdir = tempfile.mkdtemp(prefix="lodtool-") if self.streamed else None
+        if not self.streamed:
+            sweep_stale_temps(self.target)
         self.tmp = self._create()
         self._open = True
-        if copy_existing and os.path.exists(self.target):
+        if lock_target and not self.streamed:
             try:
-                shutil.copyfile(self.target, self.tmp)
+                self._lock_target()
             except BaseException:
                 self.discard()
                 raise
+        if copy_existing:
+            self.copy_target()
+
+    def _lock_target(self) -> None:
+        """Wait for an exclusive flock on the target that is still the target (none if it does not exist)."""
+        if fcntl is None:  # pragma: no cover
+            return
+        while True:
+            try:
+                fd = os.open(self.target, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:  # nothing to start from; commit must not replace a file made meanwhile
+                self._create_only = True
+                return
+            except OSError as exc:
+                raise LodUsageError(f"{self.target}: cannot read it ({exc.strerror or exc})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another writer of this target runs
+            except OSError:  # a file system without locks: go on unlocked, as before
+                os.close(fd)
+                return
+            held = os.fstat(fd)
+            try:
+                now = os.stat(self.target)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                self._target_fd = fd
+                return
+            os.close(fd)  # the previous writer renamed its result over it: lock the new file
+
+    def copy_target(self) -> None:
+        """Start the temp file as a copy of the target (how appends work: the original is never written)."""
+        if self.streamed or not os.path.exists(self.target):
+            return
+        try:
+            shutil.copyfile(self.target, self.tmp)
+        except BaseException:
+            self.discard()
+            raise
 
     def _create(self) -> str:
         for _ in range(100):
             tmp = temp_path_for(self.target)
+            if self._tmpdir is not None:
+                tmp = os.path.join(self._tmpdir, os.path.basename(tmp))
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:  # pragma: no cover - 48 random bits collided
@@ -201,16 +316,22 @@ class AtomicPath:
         """fsync the temp file, rename it over the target, fsync the folder."""
         if not self._open:
             raise LodUsageError(f"{self.target}: this atomic write is already finished")
+        if self.streamed:
+            self._stream_out()
+            return
         try:
             fd = os.open(self.tmp, os.O_RDWR)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            if os.path.exists(self.target):
-                with contextlib.suppress(OSError):
-                    shutil.copymode(self.target, self.tmp)
-            os.replace(self.tmp, self.target)
+            if self._create_only:
+                self._create_target()
+            else:
+                if os.path.exists(self.target):
+                    with contextlib.suppress(OSError):
+                        shutil.copymode(self.target, self.tmp)
+                os.replace(self.tmp, self.target)
         except BaseException as exc:
             self.discard()
             if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
@@ -220,18 +341,51 @@ class AtomicPath:
         self._unlock()
         fsync_folder(os.path.dirname(self.target))
 
+    def _create_target(self) -> None:
+        """Give the temp file the target's name only if no file has that name (a hard link, then unlink)."""
+        try:
+            os.link(self.tmp, self.target)
+        except FileExistsError:
+            raise LodExistsError(f"{self.target}: another writer created it while this one ran; nothing was "
+                                 "written (run again to add to it)") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            os.replace(self.tmp, self.target)  # a file system without hard links: as before
+            return
+        os.unlink(self.tmp)
+
+    def _stream_out(self) -> None:
+        """Copy the finished temp file into the device or FIFO (opened without O_CREAT or O_TRUNC)."""
+        try:
+            fd = os.open(self.target, os.O_WRONLY)
+            with open(self.tmp, "rb") as src, os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
+        finally:
+            self.discard()
+
     def discard(self) -> None:
         """Remove the temp file; the target is untouched."""
         self._open = False
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp)
         self._unlock()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
             self._lock_fd = None
+        if self._target_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._target_fd)
+            self._target_fd = None
 
     def __enter__(self) -> str:
         return self.tmp
@@ -311,5 +465,6 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
         stream.flush()
 
 
-__all__ = ["AtomicPath", "atomic_path", "atomic_open", "temp_path_for", "is_temp_path", "is_stream",
+__all__ = ["AtomicPath", "atomic_path", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
+           "refuse_output_over_input",
            "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK"]

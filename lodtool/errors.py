@@ -77,6 +77,12 @@ class LodUsageError(LodError, ValueError):
     exit_code = 2
 
 
+class LodExistsError(LodError, FileExistsError):
+    """An output would replace something that exists (a tensor, a file) without being told to; exit code 2."""
+
+    exit_code = 2
+
+
 __all__ = [
     "LodError",
     "LodValidationError",
@@ -93,4 +99,5 @@ __all__ = [
     "LodMemoryError",
     "LodBackendError",
     "LodUsageError",
+    "LodExistsError",
 ]

@@ -311,11 +311,12 @@ def cross_level_problems(ends: Sequence[int | None], sizes: Sequence[int], n_row
         if level + 1 < len(ends):
             below = sizes[level + 1] - 1
             if end != below:
-                problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but level {level + 1} has "
-                                                            f"{below} sequences (the last offset must equal it)"))
+                problems.append(LodProblem(level, size - 1,
+                                           f"offset[{size - 1}]={end} but level {level + 1} has "
+                                           f"{counted(below, 'sequence')} (the last offset must equal it)"))
         elif end != n_rows:
             problems.append(LodProblem(level, size - 1, f"offset[{size - 1}]={end} but the data has "
-                                                        f"{n_rows} rows (the last offset must equal it)"))
+                                                        f"{counted(n_rows, 'row')} (the last offset must equal it)"))
     return problems
 
 
@@ -421,7 +422,7 @@ def resolve_branch(path: Sequence[int], read: WindowReader, level_sizes: Sequenc
             where = "the top level" if depth == 0 else f"branch {format_path(path[:depth])}"
             valid = f"valid: {-count}..{count - 1}" if count else "it is empty"
             raise LodIndexError(f"level {depth}: index {int(index)} is out of range for {where}, which has "
-                                f"{count} sequence(s) ({valid})")
+                                f"{counted(count, 'sequence')} ({valid})")
         window = _checked_window(read, depth, begin + i, begin + i + 2, level_sizes, n_rows)
         begin, end = int(window[0]), int(window[1])
     return len(path), begin, end
@@ -491,11 +492,35 @@ def _checked_window(read: WindowReader, level: int, start: int, stop: int, level
         raise LodValidationError(f"level {level}: offset[{start + j + 1}]={int(window[j + 1])} < "
                                  f"offset[{start + j}]={int(window[j])} (offsets must not decrease)")
     if limit is not None and window[-1] > limit:
-        below = f"{limit} sequences of level {level + 1}" if level + 1 < len(level_sizes) else f"{limit} data rows"
+        below = f"{counted(limit, 'sequence')} of level {level + 1}" if level + 1 < len(level_sizes) else \
+            f"{counted(limit, 'data row')}"
         raise LodValidationError(f"level {level}: offset[{stop - 1}]={int(window[-1])} is past the {below}")
     if limit is not None and stop == level_sizes[level] and window[-1] != limit:
-        below = f"level {level + 1} has {limit} sequences" if level + 1 < len(level_sizes) else \
-            f"the data has {limit} rows"
+        below = f"level {level + 1} has {counted(limit, 'sequence')}" if level + 1 < len(level_sizes) else \
+            f"the data has {counted(limit, 'row')}"
         raise LodValidationError(f"level {level}: offset[{stop - 1}]={int(window[-1])} but {below} "
                                  "(the last offset must equal it)")
     return window
+
+
+def slice_bounds(key: slice, count: int) -> tuple[int, int]:
+    """``(begin, end)`` of a Python slice over ``count`` sequences (step 1; empty is ``(b, b)``: zero sequences).
+
+    >>> slice_bounds(slice(0, 2), 5), slice_bounds(slice(-2, None), 5), slice_bounds(slice(3, 99), 5)
+    ((0, 2), (3, 5), (3, 5))
+    >>> slice_bounds(slice(7, 9), 5)
+    (5, 5)
+    """
+    if key.step not in (None, 1):
+        raise LodIndexError(f"a slice of top-level sequences takes no step (got {key.step!r})")
+    begin, end, _ = key.indices(count)
+    return begin, max(begin, end)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 sequence``, ``2 sequences``: how every message counts things (the host's and the device's checks).
+
+    >>> counted(1, "row"), counted(3, "sequence")
+    ('1 row', '3 sequences')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

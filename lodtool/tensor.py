@@ -276,10 +276,19 @@ class LoDTensor:
         return self._extract(level, begin, end, read, sizes)
 
     def __getitem__(self, key) -> "LoDTensor":
-        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``."""
+        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``; ``t[a:b]`` is top-level sequences a..b.
+
+        >>> t = from_nested([[1, 2], [3], [4, 5, 6]])
+        >>> t[0:2].to_nested(), t[-1:].to_nested()
+        ([[1, 2], [3]], [[4, 5, 6]])
+        """
+        if isinstance(key, slice):
+            begin, end = _lod.slice_bounds(key, len(self))
+            return self.slice_level(0, begin, end) if self._offsets else LoDTensor._trusted(self._data[begin:end], ())
         path = key if isinstance(key, tuple) else (key,)
         if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a LoDTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
+            raise LodIndexError("index a LoDTensor with integers or one slice, as t[i], t[i, j] or t[a:b]; "
+                                "use slice_level for ranges of a lower level")
         return self.branch(*path)
 
     def slice_level(self, level: int, begin: int, end: int) -> "LoDTensor":
@@ -381,9 +390,18 @@ def from_nested(obj: Any, lod_level: int | None = None, dtype: Any = None, *,
     ([[0, 2, 3]], (2,))
     >>> from_nested([1, 2, 3]).lod_level
     0
+
+    A list of NumPy arrays (one per sequence, e.g. per-utterance feature
+    matrices) is one LoD level over their rows:
+
+    >>> t = from_nested([np.ones((3, 4)), np.zeros((1, 4))])
+    >>> t.lod, t.element_shape
+    ([[0, 3, 4]], (4,))
     """
     if not isinstance(obj, (list, tuple)):
         raise LodShapeError(f"expected a list of sequences, got {type(obj).__name__}")
+    if obj and lod_level in (None, 1) and all(isinstance(a, np.ndarray) and a.ndim >= 1 for a in obj):
+        return _from_arrays(obj, dtype, level_names)
     if lod_level is not None and lod_level < 0:
         raise LodUsageError(f"lod_level must be >= 0, got {lod_level}")
     if lod_level == 0:
@@ -397,6 +415,20 @@ def from_nested(obj: Any, lod_level: int | None = None, dtype: Any = None, *,
         raise LodShapeError("element count does not match the LoD")  # pragma: no cover - guarded by _flatten
     _lod.validate_lod(offsets, data.shape[0])
     return LoDTensor._trusted(data, offsets, _check_level_names(level_names, len(offsets)))
+
+
+def _from_arrays(arrays: Sequence[np.ndarray], dtype: Any, level_names) -> LoDTensor:
+    """One sequence per array, its rows the elements (their trailing shapes must agree)."""
+    shape = arrays[0].shape[1:]
+    for i, a in enumerate(arrays):
+        if a.shape[1:] != shape:
+            raise LodShapeError(f"array {i} (branch <{i}>) has rows of shape {a.shape[1:]}, but array 0 has rows of "
+                                f"shape {shape}; the rows of every sequence must have one shape")
+    data = np.concatenate(arrays) if dtype is None else np.concatenate(arrays).astype(dtype)
+    check_dtype(data.dtype)
+    offsets = [_lod.lengths_to_offsets([a.shape[0] for a in arrays])]
+    _lod.validate_lod(offsets, data.shape[0])
+    return LoDTensor._trusted(data, offsets, _check_level_names(level_names, 1))
 
 
 def _flatten(obj: Sequence, lod_level: int | None) -> tuple[list[list[int]], list]:

@@ -115,7 +115,7 @@ def test_container_writer_keeps_old_file_on_error(tmp_path):
     save(path, t)
     before = open(path, "rb").read()
     with pytest.raises(RuntimeError):
-        with LodWriter(path) as w:
+        with LodWriter(path, overwrite=True) as w:
             w.write("tensor", LoDTensor(np.arange(10), [[0, 10]]))
             raise RuntimeError("boom")
     assert open(path, "rb").read() == before
@@ -125,7 +125,7 @@ def test_container_writer_keeps_old_file_on_error(tmp_path):
 # -- concurrency --------------------------------------------------------------------------------------------
 def _writer(path: str, value: int, rounds: int) -> None:
     for _ in range(rounds):
-        save(path, LoDTensor(np.full(5000, value, dtype=np.int64), [[0, 2500, 5000]]))
+        save(path, LoDTensor(np.full(5000, value, dtype=np.int64), [[0, 2500, 5000]]), force=True)
 
 
 def _bytes_writer(path: str, value: int, rounds: int) -> None:

@@ -80,12 +80,12 @@ def test_iter_chunks_concatenate_to_whole(t, max_rows):
 
 def test_iter_chunks_respects_max_rows(path):
     t = LoDTensor(np.arange(100), recursive_sequence_lengths=[[10] * 10])
-    save(path, t)
+    save(path, t, force=True)
     with open_file(path) as f:
         sizes = [c.shape[0] for c in f.tensor().iter_chunks(max_rows=25)]
     assert sizes == [20, 20, 20, 20, 20]
     # one sequence larger than max_rows is one chunk on its own
-    save(path, LoDTensor(np.arange(12), recursive_sequence_lengths=[[1, 10, 1]]))
+    save(path, LoDTensor(np.arange(12), recursive_sequence_lengths=[[1, 10, 1]]), force=True)
     with open_file(path) as f:
         assert [c.lod for c in f.tensor().iter_chunks(max_rows=2)] == [[[0, 1]], [[0, 10]], [[0, 1]]]
 
@@ -188,7 +188,7 @@ def test_foreign_hdf5_and_versions(path):
         f.attrs["lodtool_format"] = "zarr"
     with pytest.raises(LodFormatError, match="not a lodtool container"):
         open_file(path)
-    save(path, articles())
+    save(path, articles(), force=True)
     for version, error, message in [("2.0", LodVersionError, "version 2.0 is not supported .this lodtool reads 1.x"),
                                     ("1", LodFormatError, "not of the form MAJOR.MINOR"),
                                     ("01.0", LodFormatError, "not of the form"),
@@ -269,7 +269,7 @@ def test_branch_checks_the_windows_it_reads(path):
 
 
 def test_layout_problems(path):
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     with h5py.File(path, "r+") as f:
         f["x"].attrs["lod_level"] = 3
     with pytest.raises(LodFormatError, match="'lod/2' is missing"):
@@ -278,14 +278,14 @@ def test_layout_problems(path):
         f["x"].attrs["lod_level"] = "two"
     with pytest.raises(LodFormatError, match="expected an integer"):
         load(path)
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     with h5py.File(path, "r+") as f:
         f["x/data2"] = h5py.ExternalLink("/etc/passwd", "/")
         del f["x/data"]
         f["x/data"] = h5py.SoftLink("/x/data2")
     with pytest.raises(LodFormatError, match="'data' is missing or not a dataset"):
         load(path)
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     with h5py.File(path, "r+") as f:
         del f["x/data"]
         f["x/data"] = np.array(["a", "b"], dtype=h5py.string_dtype())

@@ -27,7 +27,7 @@ def test_share_lod_hard_links(path):
     tokens = articles(level_names=["article", "sentence"])
     labels = LoDTensor(np.arange(15, dtype=np.int8), tokens.lod)
     other = LoDTensor(np.arange(15), recursive_sequence_lengths=[[1], [15]])
-    save(path, {"tokens": tokens, "labels": labels, "other": other})
+    save(path, {"tokens": tokens, "labels": labels, "other": other}, force=True)
     with h5py.File(path, "r") as f:
         assert f["tokens/lod/0"].id == f["labels/lod/0"].id and f["tokens/lod/1"].id == f["labels/lod/1"].id
         assert f["other/lod/0"].id != f["tokens/lod/0"].id
@@ -35,7 +35,7 @@ def test_share_lod_hard_links(path):
     shared = {t["name"]: t["shared_lod_with"] for t in info["tensors"]}
     assert shared == {"tokens": ["labels"], "labels": ["tokens"], "other": []}
     assert same(load(path, "labels"), labels)
-    save(path, {"tokens": tokens, "labels": labels}, share_lod=False)
+    save(path, {"tokens": tokens, "labels": labels}, share_lod=False, force=True)
     with h5py.File(path, "r") as f:
         assert f["tokens/lod/0"].id != f["labels/lod/0"].id
 
@@ -102,23 +102,23 @@ def test_auto_dtype_promotes_by_rewriting(path, small_chunks):
 
 
 def test_explicit_dtype_casts_safely_or_refuses(path):
-    with LodWriter(path) as w:
+    with LodWriter(path, force=True) as w:
         tw = w.add_tensor("x", dtype="int16", element_shape=(), lod_level=1)
         tw.append(LoDTensor(np.array([1, 2, 300]), [[0, 3]]))  # int64 values that fit
         tw.append(LoDTensor(np.array([4.0]), [[0, 1]]))  # an integral float
     assert load(path).dtype == np.int16 and load(path).data.tolist() == [1, 2, 300, 4]
     for bad in (np.array([70000]), np.array([1.5]), np.array([np.nan])):
         with pytest.raises(LodDtypeError, match="without changing values"):
-            with LodWriter(path) as w:
+            with LodWriter(path, force=True) as w:
                 w.add_tensor("x", dtype="int16", element_shape=(), lod_level=1).append(LoDTensor(bad, [[0, 1]]))
-    with LodWriter(path) as w:  # narrower floats round, they do not refuse
+    with LodWriter(path, force=True) as w:  # narrower floats round, they do not refuse
         w.add_tensor("x", dtype="float32", element_shape=(), lod_level=1).append(LoDTensor(np.array([0.1]), [[0, 1]]))
     with pytest.raises(LodDtypeError):
-        with LodWriter(path) as w:
+        with LodWriter(path, force=True) as w:
             w.add_tensor("x", dtype="float16", element_shape=(), lod_level=1).append(
                 LoDTensor(np.array([1e6]), [[0, 1]]))
     with pytest.raises(LodDtypeError):
-        with LodWriter(path) as w:
+        with LodWriter(path, force=True) as w:
             w.add_tensor("x", dtype=object, element_shape=(), lod_level=1)
 
 
@@ -220,7 +220,7 @@ def test_append_many_times_with_small_chunks(path, small_chunks):
 
 
 def test_append_mismatches_are_refused(path):
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     before = open(path, "rb").read()
     with pytest.raises(LodShapeError, match="LoD level"):
         with LodWriter(path, append=True) as w:
@@ -232,19 +232,24 @@ def test_append_mismatches_are_refused(path):
         with LodWriter(path, append=True) as w:
             w.add_tensor("x", dtype="float32", element_shape=(), lod_level=2)
     with pytest.raises(LodShapeError, match="level names"):
-        save(path, {"x": articles(level_names=["a", "b"])})
+        save(path, {"x": articles(level_names=["a", "b"])}, force=True)
         with LodWriter(path, append=True) as w:
             w.write("x", articles(level_names=["c", "d"]))
     assert open(path, "rb").read() != before  # the save inside the last block did happen
     assert not [n for n in os.listdir(os.path.dirname(path)) if is_temp_path(n)]
 
 
-def test_append_auto_promotes_existing(path):
+def test_append_never_changes_the_stored_dtype(path):
     save(path, {"x": LoDTensor(np.arange(3), [[0, 3]])})
-    with LodWriter(path, append=True) as w:
-        w.write("x", LoDTensor(np.array([0.5]), [[0, 1]]))
+    before = open(path, "rb").read()
+    with pytest.raises(LodDtypeError, match=r"stores int64; the appended values are float64 and 0\.5 .*--dtype float64"):
+        with LodWriter(path, append=True) as w:
+            w.write("x", LoDTensor(np.array([0.5]), [[0, 1]]))
+    assert open(path, "rb").read() == before
+    with LodWriter(path, append=True) as w:  # values the stored dtype holds exactly are cast
+        w.write("x", LoDTensor(np.array([4.0]), [[0, 1]]))
     t = load(path)
-    assert t.dtype == np.float64 and t.data.tolist() == [0, 1, 2, 0.5]
+    assert t.dtype == np.int64 and t.data.tolist() == [0, 1, 2, 4]
     assert verify_file(path) == []
 
 
@@ -304,20 +309,20 @@ def test_killed_append_leaves_the_original(path):
 
 
 def test_append_refuses_corrupt_or_newer_files(path):
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     with h5py.File(path, "r+") as f:
         f["x/data"][0] = 99
     with pytest.raises(LodChecksumError, match="does not match"):
         with LodWriter(path, append=True) as w:
             w.write("x", articles())
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     with h5py.File(path, "r+") as f:
         f["x/lod/1"][2] = 0
         f["x/lod/1"].attrs["checksum"] = "xxh3_64:0000000000000000"
     with pytest.raises(LodValidationError, match="cannot append"):
         with LodWriter(path, append=True) as w:
             w.write("x", articles())
-    save(path, {"x": articles()})
+    save(path, {"x": articles()}, force=True)
     with h5py.File(path, "r+") as f:
         f.attrs["lodtool_format_version"] = "1.9"
     assert load(path).equals(articles())  # a newer minor version reads

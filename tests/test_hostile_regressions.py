@@ -122,7 +122,7 @@ def test_readers_refuse_temp_files_and_writers_sweep_dead_ones(path, tmp_path):
         open_file(str(leftover))
     old = time.time() - 60
     os.utime(leftover, (old, old))
-    save(path, LoDTensor(np.arange(3), [[0, 3]]))  # the next write to the target sweeps it
+    save(path, LoDTensor(np.arange(3), [[0, 3]]), force=True)  # the next write to the target sweeps it
     assert sorted(os.listdir(tmp_path)) == ["a.lod.h5"]
     assert sweep_stale_temps(path) == []
 

@@ -143,9 +143,9 @@ def test_resolve_and_extract_seed_slices():
 
 
 @pytest.mark.parametrize("path, message", [
-    ((3,), "level 0: index 3 is out of range for the top level, which has 3 sequence(s) (valid: -3..2)"),
+    ((3,), "level 0: index 3 is out of range for the top level, which has 3 sequences (valid: -3..2)"),
     ((-4,), "index -4 is out of range"),
-    ((1, 1), "level 1: index 1 is out of range for branch <1>, which has 1 sequence(s) (valid: -1..0)"),
+    ((1, 1), "level 1: index 1 is out of range for branch <1>, which has 1 sequence (valid: -1..0)"),
     ((0, 0, 0), "has 3 indices but the tensor has 2 LoD level(s)"),
 ])
 def test_resolve_errors(path, message):

@@ -28,11 +28,17 @@ def test_slice_a_level_range(stored):
     assert tasks.slice(stored, level=1, start=2, stop=4).tensor.equals(ARTICLES.slice_level(1, 2, 4))
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"level": 1}, {"level": 1, "start": 0}, {"branch": "0", "level": 0,
-                                                                                  "start": 0, "stop": 1}])
-def test_slice_needs_a_branch_or_a_whole_range(stored, kwargs):
+@pytest.mark.parametrize("kwargs", [{}, {"start": 0}, {"branch": "0", "level": 0, "start": 0, "stop": 1}])
+def test_slice_needs_a_branch_or_a_range(stored, kwargs):
     with pytest.raises(LodUsageError):
         tasks.slice(stored, **kwargs)
+
+
+def test_a_level_range_follows_python_slices(stored):
+    part = tasks.slice(stored, level=1, start=4)  # an open end
+    assert part.tensor.equals(ARTICLES.slice_level(1, 4, 6)) and part.taken == (4, 6) and part.level_count == 6
+    assert tasks.slice(stored, level=1, start=-2, stop=99).taken == (4, 6)  # negatives count from the end; clamped
+    assert tasks.slice(stored, level=0).taken == (0, 3)
 
 
 def test_slice_out_of_range_is_an_index_error(stored):

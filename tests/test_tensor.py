@@ -103,8 +103,9 @@ def test_branch_errors():
     assert no_sentences.lod == [[0]] and no_sentences.shape == (0,) and no_sentences.to_nested() == []
     with pytest.raises(LodIndexError, match="0-level"):
         LoDTensor(np.zeros(3)).branch(0)
+    assert t[1:2].to_nested() == [[]]  # a slice is top-level sequences (here the empty document)
     with pytest.raises(LodIndexError):
-        t[1:2]
+        t[::2]
 
 
 def test_from_nested_depths():

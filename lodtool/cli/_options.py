@@ -26,13 +26,22 @@ def json_option(f):
 
 def name_option(f):
     return click.option("--name", "name", default=None, metavar="TENSOR",
-                        help="Tensor inside the file (default: the only one).")(f)
+                        help="Tensor inside the file, the same as FILE:TENSOR (default: the only one).")(f)
+
+
+def tensor_ref(file: str, name: str | None) -> tuple[str, str | None]:
+    """``FILE:tensor`` and ``--name`` -> (FILE, tensor); both given must agree."""
+    from ..container.spec import resolve_tensor_ref
+
+    return resolve_tensor_ref(file, name)
 
 
 def output_option(required: bool = False, default: str | None = None, help_: str = "Output file, or - for stdout."):
+    # click 8.3+ no longer enforces required=True on an option that also sets default=None: pass a default
+    # only where the option is optional
     def deco(f):
-        return click.option("-o", "--output", "output", required=required, default=default, metavar="PATH",
-                            help=help_)(f)
+        extra = {} if required else {"default": default}
+        return click.option("-o", "--output", "output", required=required, metavar="PATH", help=help_, **extra)(f)
     return deco
 
 
@@ -42,6 +51,14 @@ def to_option(choices=formats.writable(), default=None):
                             help="Output format (default: from -o's extension, else "
                                  f"{default or choices[0]}).")(f)
     return deco
+
+
+def replace_options(f):
+    """--overwrite and --force: the one rule for writing into a container that exists (see docs/cli.md)."""
+    f = click.option("--force", is_flag=True,
+                     help="Replace the whole output file (its other tensors too, or a file that is no container).")(f)
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace the output's tensor of the same name (other tensors are kept).")(f)
 
 
 def compression_option(f):
@@ -88,22 +105,68 @@ def split_names(text: str | None) -> list[str] | None:
 
 def parse_file_ref(ref: str) -> tuple[str, str | None]:
     """``FILE:tensor`` -> (FILE, tensor); a plain existing path keeps its colons."""
-    if ref != "-" and not os.path.exists(ref) and ":" in ref:
-        path, _, name = ref.rpartition(":")
-        return path, name or None
-    return ref, None
+    return tensor_ref(ref, None)
 
 
-def output_format(output: str | None, to: str | None, default: str) -> str:
-    """The output format: --to, else -o's extension, else the default."""
+def extension_format(ext: str) -> str | None:
+    """The output format an extension names (``.h5`` is the container), or None.
+
+    >>> extension_format(".ndjson"), extension_format(".h5"), extension_format(".csv")
+    ('jsonl', 'h5', None)
+    """
+    if ext.lower() in (".h5", ".hdf5"):
+        return "h5"
+    found = formats.format_of_path("x" + ext)
+    return found.name if found is not None and found.writes else None
+
+
+#: formats that are bytes, not text: never written onto a terminal
+BINARY_FORMATS = ("npz", "h5", "parquet", "arrow", "pdtensor")
+
+
+def output_format(output: str | None, to: str | None, default: str, choices=None) -> str:
+    """The output format: --to, else -o's extension, else (stdout, or a device) the default.
+
+    An -o file whose extension names no format this command writes is refused
+    rather than filled with something its name does not promise.
+    """
     if to:
         return to
     if output and output != "-":
-        if os.path.splitext(output)[1].lower() in (".h5", ".hdf5"):
-            return "h5"
-        found = formats.format_of_path(output)
-        return found.name if found is not None and found.writes else default
+        ext = os.path.splitext(output)[1].lower()
+        fmt = extension_format(ext)
+        if fmt is not None and (choices is None or fmt in choices):
+            return fmt
+        if ext or not _is_device(output):
+            allowed = [e for e in [*formats.extensions(), ".h5", ".hdf5"]
+                       if extension_format(e) is not None and (choices is None or extension_format(e) in choices)]
+            raise LodUsageError(f"{output}: cannot tell the output format from the extension "
+                                f"{ext or '(none)'}; name the file {' '.join(allowed)}, or give --to")
     return default
+
+
+def _is_device(path: str) -> bool:
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (binary output is refused there, as gzip does)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def refuse_binary_on_terminal(output: str | None, fmt: str) -> None:
+    if fmt in BINARY_FORMATS and output in (None, "-") and stdout_is_terminal():
+        kind = {"npz": "an NPZ archive", "h5": "a container"}.get(fmt, f"{fmt} output")
+        raise LodUsageError(f"refusing to write {kind} (binary) to a terminal; redirect stdout or give -o FILE")
 
 
 @contextlib.contextmanager
@@ -130,6 +193,7 @@ def container_output(output: str) -> Iterator[str]:
     if output != "-":
         yield output
         return
+    refuse_binary_on_terminal(output, "h5")
     tmpdir = tempfile.mkdtemp(prefix="lodtool-out-")
     tmp = os.path.join(tmpdir, "out.lod.h5")
     try:
@@ -158,6 +222,15 @@ def _json_default(obj):
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def plural(count: int, word: str) -> str:
+    """``1 sequence``, ``2 sequences``, ``1,000 rows`` (English plurals of lodtool's nouns).
+
+    >>> plural(1, "LoD level"), plural(3, "sequence"), plural(1200, "row")
+    ('1 LoD level', '3 sequences', '1,200 rows')
+    """
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
 def is_quiet(ctx: click.Context) -> bool:

@@ -113,7 +113,7 @@ def inspect_report(info: dict) -> None:
         shared = f"  offsets shared with {markup_safe(', '.join(t['shared_lod_with']))}" \
             if t.get("shared_lod_with") else ""
         con.print(f"\n[bold cyan]{markup_safe(t['name'])}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
-                  f"{t['lod_level']} LoD level(s)  compression {t['compression']}  "
+                  f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
         if not t["levels"]:
             continue
@@ -289,6 +289,41 @@ def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, beg
             node.add(f"[dim]… {e - b - shown:,} more[/]")
         stack.extend(reversed(pending))
     return root
+
+
+def tree_json(src: TreeSource, path: Sequence[int], level: int, begin: int, end: int, depth: int,
+              max_children: int, preview_items: int = 8) -> dict:
+    """What :func:`build_tree` draws, as JSON: nested nodes with branch, length and leaf values.
+
+    Each node holds ``branch`` (the path), ``length`` and either ``children``
+    (cut to ``max_children``, the rest counted in ``more``) or, at the last
+    level, ``values`` (the first ``preview_items`` rows; ``more_values``).
+    """
+    def rows_of(lv: int, b: int, e: int) -> dict:
+        shown = min(e - b, preview_items)
+        data = src.t.data[b:b + shown] if not src.lazy else src.t.read_rows(b, b + shown)
+        return {"values": np.asarray(data).tolist(), "more_values": e - b - shown}
+
+    def children(lv: int, b: int, e: int, ppath: tuple, remaining: int, first: int = 0) -> dict:
+        if lv == src.lod_level:
+            return rows_of(lv, b, e)
+        shown = min(e - b, max_children)
+        window = src.offsets(lv, b, b + shown + 1) if shown else np.zeros(1, np.int64)
+        nodes = []
+        for k in range(shown):
+            cpath = ppath + (k + first,)
+            lo, hi = int(window[k]), int(window[k + 1])
+            node = {"branch": list(cpath), "level": lv, "level_name": _level_name(src, lv) or None, "length": hi - lo}
+            if lv == src.lod_level - 1:
+                rows, total = src.rows(b + k, preview_items)
+                node.update({"values": np.asarray(rows).tolist(), "more_values": total - len(rows)})
+            elif remaining > 1:
+                node.update(children(lv + 1, lo, hi, cpath, remaining - 1))
+            nodes.append(node)
+        return {"children": nodes, "more": e - b - shown}
+
+    return {"branch": list(path), "level": level, "length": end - begin,
+            **children(level, begin, end, tuple(path), depth)}
 
 
 # -- the seeds' bars picture -------------------------------------------------------------------

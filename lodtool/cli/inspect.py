@@ -8,30 +8,43 @@ from . import _options as opt
 
 
 @click.command("inspect")
-@click.argument("file")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@opt.name_option
 @opt.json_option
 @opt.isolate_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds with --isolate.")
 @click.pass_context
-def inspect(ctx, file, as_json, isolate, timeout):
+def inspect(ctx, files, name, as_json, isolate, timeout):
     """Show the format version and, per tensor, dtype, element shape, rows, levels
     (with names), sequences per level and length statistics (min / median / mean /
     max / empty), compression and sizes.  Reads the offsets, never the data.
+
+    FILE:tensor (or --name) shows that tensor only.  With --json one file gives one JSON
+    object; several files give one object per line (JSON Lines).
 
     \b
     Example:
       lodtool inspect articles.lod.h5
       lodtool inspect --json articles.lod.h5 | jq '.tensors[].levels'
+      lodtool inspect *.lod.h5
     """
     from .. import tasks
+    from ..errors import LodFileNotFoundError
 
-    with opt.input_path(file) as path:
-        info = tasks.inspect(path, isolate=isolate, timeout=timeout)
-    if file == "-":
-        info["path"] = "-"
-    if as_json:
-        opt.emit_json(info)
-    else:
-        from ._render import inspect_report
+    only = name
+    for ref in files:
+        file, name = opt.tensor_ref(ref, only)
+        with opt.input_path(file) as path:
+            info = tasks.inspect(path, isolate=isolate, timeout=timeout)
+        if file == "-":
+            info["path"] = "-"
+        if name is not None:
+            info["tensors"] = [t for t in info["tensors"] if t["name"] == name]
+            if not info["tensors"]:
+                raise LodFileNotFoundError(f"{file}: no tensor named {name!r}")
+        if as_json:
+            opt.emit_json(info)
+        else:
+            from ._render import inspect_report
 
-        inspect_report(info)
+            inspect_report(info)

@@ -66,7 +66,7 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, attr, _ = COMMANDS[name]
-        return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+        return _with_global_options(getattr(importlib.import_module(f"{__package__}.{module}"), attr))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # list commands without importing each module
@@ -118,6 +118,27 @@ class LazyGroup(click.Group):
         finally:
             if isolation is None:
                 os.environ.pop(ISOLATION_ENV, None)
+
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """-q / -v given after the command name: the same as before it."""
+    if value and not ctx.resilient_parsing:
+        root = ctx.find_root()
+        root.obj = root.obj or {}
+        root.obj[param.name] = True
+        root.params[param.name] = True
+        if param.name == "verbose":
+            warnings.simplefilter("default")
+
+
+def _with_global_options(command: click.Command) -> click.Command:
+    """Let a command also take the group's -q/--quiet and -v/--verbose (added once per command)."""
+    if not any(p.name == "quiet" for p in command.params):
+        command.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_global,
+                                           help="Print nothing but data and errors (as before the command)."))
+        command.params.append(click.Option(["-v", "--verbose"], is_flag=True, expose_value=False,
+                                           callback=_set_global, help="More detail; tracebacks for internal errors."))
+    return command
 
 
 def one_line(exc: BaseException) -> str:

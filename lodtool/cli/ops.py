@@ -19,8 +19,9 @@ def _report(ctx, result, as_json: bool, verb: str) -> None:
     if as_json:
         opt.emit_json(summary)
     elif result.output != "-":
-        opt.message(ctx, f"{verb}: {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
-                         f"{result.lod_level} LoD levels) -> {result.output}:{result.name}")
+        opt.message(ctx, f"{verb}: {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
+                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) -> "
+                         f"{result.output}:{result.name}")
 
 
 class opt_result:
@@ -49,16 +50,18 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @opt.name_option
     @opt.output_option(required=True, help_="The container to write, or - for stdout.")
     @click.option("--out-name", default=None, help="Tensor name in the output (default: the input's).")
+    @opt.replace_options
     @opt.compression_option
     @opt.max_memory_option
     @opt.device_option
     @opt.scheduler_options
     @opt.json_option
     @click.pass_context
-    def command(ctx, file, name, output, out_name, compression, max_memory, device, scheduler, workers, as_json,
-                **kwargs):
+    def command(ctx, file, name, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
+                workers, as_json, **kwargs):
         from .. import tasks
 
+        file, name = opt.tensor_ref(file, name)
         if scheduler:
             info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, name=name,
                             out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory),
@@ -67,7 +70,8 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
             return
         with opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
-                                             max_memory=opt.parse_size(max_memory), device=device, **kwargs)
+                                             max_memory=opt.parse_size(max_memory), device=device,
+                                             overwrite=overwrite, force=force, **kwargs)
         result.output = output
         _report(ctx, result, as_json, verb)
 
@@ -124,13 +128,15 @@ reverse = _file_op(
 @click.option("--ref-level", type=int, default=-1, show_default=True, help="Level of Y's LoD to expand by.")
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--out-name", default=None, help="Tensor name in the output (default: X's).")
+@opt.replace_options
 @opt.compression_option
 @opt.max_memory_option
 @opt.device_option
 @opt.scheduler_options
 @opt.json_option
 @click.pass_context
-def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, device, scheduler, workers, as_json):
+def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
+           workers, as_json):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -156,7 +162,8 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
         return
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
-                              compression=compression, max_memory=opt.parse_size(max_memory), device=device)
+                              compression=compression, max_memory=opt.parse_size(max_memory), device=device,
+                              overwrite=overwrite, force=force)
     result.output = output
     _report(ctx, result, as_json, "expanded")
 
@@ -167,13 +174,17 @@ def expand(ctx, x, y, ref_level, output, out_name, compression, max_memory, devi
 @opt.output_option(required=True, help_="The NPZ to write (padded, lengths, mask), or - for stdout.")
 @click.option("--pad-value", type=float, default=0.0, show_default=True)
 @click.option("--maxlen", type=click.IntRange(min=1), default=None, help="Padded length (default: the longest).")
+@click.option("--truncate", type=click.Choice(["head", "tail"]), default=None, is_flag=False, flag_value="head",
+              help="Cut sequences longer than --maxlen: keep their head (the default of a bare --truncate) "
+                   "or their tail. Without it a longer sequence is an error, as in Paddle.")
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
 @opt.max_memory_option
 @opt.device_option
 @opt.scheduler_options
 @opt.json_option
 @click.pass_context
-def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, scheduler, workers, as_json):
+def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory, device, scheduler, workers,
+        as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -184,33 +195,40 @@ def pad(ctx, file, name, output, pad_value, maxlen, level, max_memory, device, s
     \b
     Example:
       lodtool pad articles.lod.h5 -o padded.npz --level 1
+      lodtool pad docs.lod.h5 -o first64.npz --maxlen 64 --truncate
       lodtool unpad padded.npz -o back.lod.h5
     """
     from .. import tasks
 
+    file, name = opt.tensor_ref(file, name)
+    opt.refuse_binary_on_terminal(output, "npz")
     if scheduler:
+        if truncate:
+            raise click.UsageError("--truncate does not run on Dask yet; drop --scheduler")
         info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, name=name,
                         pad_value=pad_value, maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory))
     else:
         with opt.input_path(file) as src:
             info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                             maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device)
+                             maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
+                             truncate=truncate)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
-        opt.message(ctx, f"padded {info['sequences']:,} sequences to {tuple(info['shape'])} -> {output}")
+        opt.message(ctx, f"padded {opt.plural(info['sequences'], 'sequence')} to {tuple(info['shape'])} -> {output}")
 
 
 @click.command("unpad")
 @click.argument("npz")
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name in the output.")
+@opt.replace_options
 @opt.compression_option
 @opt.max_memory_option
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def unpad(ctx, npz, output, name, compression, max_memory, device, as_json):
+def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, device, as_json):
     """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
 
     \b
@@ -221,7 +239,7 @@ def unpad(ctx, npz, output, name, compression, max_memory, device, as_json):
 
     with opt.input_path(npz) as src, opt.container_output(output) as dst:
         result = tasks.unpad(src, dst, name=name, compression=compression, device=device,
-                             max_memory=opt.parse_size(max_memory))
+                             max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force)
     result.output = output
     _report(ctx, result, as_json, "unpadded")
 
@@ -248,6 +266,7 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, as_json):
     """
     from .. import tasks
 
+    file, name = opt.tensor_ref(file, name)
     if scheduler:  # the partitions' offsets read in parallel, the plan made once
         plan = _on_dask(ctx, "pack_plan", file, None, scheduler, workers, device, True, name=name, level=level)
     else:
@@ -261,6 +280,6 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, as_json):
         from ._render import console
 
         con = console()
-        con.print(f"{len(plan.lengths)} sequences, {len(plan.batch_sizes)} time steps")
+        con.print(f"{opt.plural(len(plan.lengths), 'sequence')}, {opt.plural(len(plan.batch_sizes), 'time step')}")
         for key, value in info.items():
             con.print(f"{key}: {list(map(int, value))}", markup=False)

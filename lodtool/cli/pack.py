@@ -28,10 +28,11 @@ from .. import io as formats
               help="Write a sharded folder (-o DIR/) with shards of about SIZE bytes (256MB, 1GB).")
 @opt.scheduler_options
 @opt.max_memory_option
+@opt.replace_options
 @opt.json_option
 @click.pass_context
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
-         scheduler, workers, max_memory, as_json):
+         scheduler, workers, max_memory, overwrite, force, as_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -42,7 +43,15 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     parquet   a column of nested lists (--column), read row group by row group
     arrow     an Arrow IPC / Feather file or stream, a record batch at a time
     pdtensor  Paddle's serialized LoDTensor (save_dense_tensor), one per file
-    Use - to read stdin (then give --format).
+    Use - to read stdin.  Without --format, the format comes from the
+    extension, else from the first bytes (NPY, NPZ and the other binary
+    formats; JSON when the input is one value, JSON Lines when a second line
+    starts another).
+
+    Into an existing container the tensor --name is added and the file's
+    other tensors are kept; a tensor of that name already there needs
+    --append (add sequences to it), --overwrite (replace it) or --force
+    (replace the whole file).
 
     \b
     Example:
@@ -64,6 +73,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
+    if append and overwrite:
+        raise click.UsageError("--append adds to the tensor and --overwrite replaces it: give one of them")
     total = sum(os.path.getsize(p) for p in inputs if p != "-" and os.path.isfile(p)) or None
     from ._render import progress
 
@@ -71,15 +82,19 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
             opt.container_output(output) as path:
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
-                            progress=tick, column=column, max_memory=opt.parse_size(max_memory))
+                            progress=tick, column=column, max_memory=opt.parse_size(max_memory),
+                            overwrite=overwrite, force=force)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
     if as_json:
         opt.emit_json(summary)
-    elif output != "-":
+        return
+    if result.detected_format:
+        opt.message(ctx, f"read the input as {result.detected_format} (from its first bytes; --format chooses)")
+    if output != "-":
         verb = "appended" if append else "packed"
-        opt.message(ctx, f"{verb} {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
-                         f"{result.lod_level} LoD levels) into {output}:{result.name}")
+        opt.message(ctx, f"{verb} {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
+                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into {output}:{result.name}")
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
@@ -98,6 +113,6 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
     if as_json:
         opt.emit_json(info)
     else:
-        what = (f"{info['sequences']:,} sequences, {info['rows']:,} rows ({info['dtype']}, {info['lod_level']} LoD "
-                f"levels) in {info['shards']:,} shards")
+        what = (f"{opt.plural(info['sequences'], 'sequence')}, {opt.plural(info['rows'], 'row')} ({info['dtype']}, "
+                f"{opt.plural(info['lod_level'], 'LoD level')}) in {opt.plural(info['shards'], 'shard')}")
         opt.message(ctx, f"appended to {output}: now {what}" if append else f"packed {what} into {output}")

@@ -45,7 +45,7 @@ def _common(f):
     for decorator in reversed([opt.output_option(required=True, help_="The container to write, or - for stdout."),
                                click.option("--out-name", default=None,
                                             help="Tensor name in the output (default: the input's)."),
-                               opt.compression_option, opt.max_memory_option]):
+                               opt.replace_options, opt.compression_option, opt.max_memory_option]):
         f = decorator(f)
     return f
 
@@ -63,7 +63,8 @@ def _run(ctx, output: str, as_json: bool, verb: str, call) -> None:
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def concat(ctx, files, output, out_name, compression, max_memory, device, as_json):
+def concat(ctx, files, output, out_name, overwrite, force, compression,
+        max_memory, device, as_json):
     """Join tensors sequence by sequence (Paddle's sequence_concat): sequence i of the output is sequence i of
     each input, in order.
 
@@ -87,6 +88,7 @@ def concat(ctx, files, output, out_name, compression, max_memory, device, as_jso
         paths = [stack.enter_context(cm) for cm in with_paths]
         _run(ctx, output, as_json, "joined", lambda dst: concat_files(
             paths, dst, names=[n for _, n in refs], out_name=out_name, compression=compression,
+            overwrite=overwrite, force=force,
             max_memory=opt.parse_size(max_memory), device=device))
 
 
@@ -103,7 +105,8 @@ def concat(ctx, files, output, out_name, compression, max_memory, device, as_jso
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def seq_slice(ctx, file, name, offset, length, clip, output, out_name, compression, max_memory, device, as_json):
+def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite, force, compression,
+        max_memory, device, as_json):
     """Cut rows OFFSET..OFFSET+LENGTH out of every last-level sequence (Paddle's sequence_slice).
 
     Not `lodtool slice`, which selects whole sequences: seq-slice cuts inside
@@ -120,7 +123,8 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, compressi
     with opt.input_path(file) as src:
         _run(ctx, output, as_json, "sliced", lambda dst: seq_slice_file(
             src, dst, offset=offsets, length=lengths, clip=clip, name=name, out_name=out_name,
-            compression=compression, max_memory=opt.parse_size(max_memory), device=device))
+            compression=compression,
+            overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory), device=device))
 
 
 @click.command("erase")
@@ -131,7 +135,8 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, compressi
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def erase(ctx, file, name, tokens, output, out_name, compression, max_memory, device, as_json):
+def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compression,
+        max_memory, device, as_json):
     """Drop the rows whose token id is one of --tokens (Paddle's sequence_erase); the LoD shrinks to match.
 
     For integer ids, one per row.  Upper levels are kept.  Streams chunks of
@@ -147,6 +152,7 @@ def erase(ctx, file, name, tokens, output, out_name, compression, max_memory, de
     with opt.input_path(file) as src:
         _run(ctx, output, as_json, "erased", lambda dst: erase_file(
             src, dst, tokens=ids, name=name, out_name=out_name, compression=compression,
+            overwrite=overwrite, force=force,
             max_memory=opt.parse_size(max_memory), device=device))
 
 
@@ -160,7 +166,8 @@ def erase(ctx, file, name, tokens, output, out_name, compression, max_memory, de
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, compression, max_memory, device, as_json):
+def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite, force, compression,
+        max_memory, device, as_json):
     """The n-gram window starting at every row, padded past its sequence's end (Paddle's sequence_enumerate).
 
     For one value per row; the output has --win-size values per row and the
@@ -176,6 +183,7 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, compressi
     with opt.input_path(file) as src:
         _run(ctx, output, as_json, "enumerated", lambda dst: enumerate_file(
             src, dst, win_size=win_size, pad_value=pad, name=name, out_name=out_name, compression=compression,
+            overwrite=overwrite, force=force,
             max_memory=opt.parse_size(max_memory), device=device))
 
 
@@ -187,7 +195,8 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, compressi
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def reshape(ctx, file, name, new_dim, output, out_name, compression, max_memory, device, as_json):
+def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compression,
+        max_memory, device, as_json):
     """Give the rows a new width; each last-level sequence keeps its values (Paddle's sequence_reshape).
 
     A sequence of L rows of width M becomes L*M/NEW_DIM rows, which must be
@@ -202,6 +211,7 @@ def reshape(ctx, file, name, new_dim, output, out_name, compression, max_memory,
     with opt.input_path(file) as src:
         _run(ctx, output, as_json, "reshaped", lambda dst: reshape_file(
             src, dst, new_dim=new_dim, name=name, out_name=out_name, compression=compression,
+            overwrite=overwrite, force=force,
             max_memory=opt.parse_size(max_memory), device=device))
 
 
@@ -214,7 +224,8 @@ def reshape(ctx, file, name, new_dim, output, out_name, compression, max_memory,
 @_common
 @opt.json_option
 @click.pass_context
-def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, compression, max_memory, as_json):
+def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overwrite, force, compression,
+        max_memory, as_json):
     """Give the rows a new LoD (Paddle's lod_reset), or one more level below the old (--append: lod_append).
 
     The data is copied unchanged.  The new level must start at 0, never
@@ -237,4 +248,5 @@ def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, compr
     with opt.input_path(file) as src:
         _run(ctx, output, as_json, "reset", lambda dst: lod_reset_file(
             src, dst, target_lod=target, like=like_path, like_name=like_name, append=append, name=name,
-            out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory)))
+            out_name=out_name, compression=compression,
+            overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory)))

@@ -9,16 +9,24 @@ import click
 from . import _options as opt
 
 
-def _write_result(ctx, tensor, output, fmt, name):
+def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False):
     from .. import tasks
 
     if fmt == "h5":
         if output is None:
             raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
         with opt.container_output(output) as path:
-            tasks.export(tensor, path, to="h5", name=name)
+            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force)
     else:
         tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
+
+
+def _refuse_output_over(file, output, fmt):
+    """JSON / NPZ over the input would replace it; a container output adds to it (the write rule)."""
+    from ..atomic import refuse_output_over_input
+
+    if fmt != "h5" and output is not None:
+        refuse_output_over_input(output, [file])
 
 
 @click.command("slice", context_settings={"ignore_unknown_options": True})
@@ -26,11 +34,13 @@ def _write_result(ctx, tensor, output, fmt, name):
 @click.argument("path", required=False)
 @opt.name_option
 @click.option("--level", type=int, default=None, help="With --range: slice this level instead of a branch.")
-@click.option("--range", "range_", default=None, metavar="A:B", help="Sequences A..B of --level.")
+@click.option("--range", "range_", default=None, metavar="A:B",
+              help="Sequences A..B of --level, as a Python slice (5:, :3, -2:; clamped to the level, and said so).")
 @opt.to_option(opt.FORMATS_OUT)
 @opt.output_option()
+@opt.replace_options
 @click.pass_context
-def slice_(ctx, file, path, name, level, range_, to, output):
+def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
     """Extract the <i,j,...>-slice (a branch and everything under it) as a tensor of its own.
 
     PATH is written 2, 2,0 or '<2,0>'; negative indices count from the end.
@@ -39,7 +49,7 @@ def slice_(ctx, file, path, name, level, range_, to, output):
 
     \b
     Example:
-      lodtool slice articles.lod.h5 '<2>' --to json        # article 2: [[[11,12],[13,14,15]]]
+      lodtool slice articles.lod.h5 '<2>' --to json        # article 2: [[11,12],[13,14,15]]
       lodtool slice articles.lod.h5 2,0 -o sentence.lod.h5
       lodtool slice articles.lod.h5 --level 1 --range 2:4 --to jsonl
     """
@@ -51,19 +61,26 @@ def slice_(ctx, file, path, name, level, range_, to, output):
         raise click.UsageError("give a branch PATH or --level/--range, not both")
     if level is None and path is None:
         raise click.UsageError("give a branch PATH (e.g. 2,0) or --level L --range A:B")
+    file, name = opt.tensor_ref(file, name)
     fmt = opt.output_format(output, to, "json")
-    begin, end = _parse_range(range_) if range_ is not None else (None, None)
+    opt.refuse_binary_on_terminal(output, fmt)
+    _refuse_output_over(file, output, fmt)
+    begin, end = _literal_range(range_) if range_ is not None else (None, None)
     with opt.input_path(file) as src:
         part = tasks.slice(src, path, name=name, level=level, start=begin, stop=end)
-        _write_result(ctx, part.tensor, output, fmt, part.name)
+        if part.taken is not None and part.taken != (begin, end):
+            opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
+                             f"({opt.plural(part.level_count, 'sequence')})")
+        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force)
 
 
-def _parse_range(text: str) -> tuple[int, int]:
+def _literal_range(text: str) -> tuple[int | None, int | None]:
     try:
         a, b = text.split(":")
-        return int(a), int(b)
+        return (int(a) if a.strip() else None), (int(b) if b.strip() else None)
     except ValueError:
-        raise click.BadParameter(f"{text!r}: write the range as A:B", param_hint="--range") from None
+        raise click.BadParameter(f"{text!r}: write the range as A:B (either may be left out, as in Python: "
+                                 "5:, :3, -2:)", param_hint="--range") from None
 
 
 def _head_tail(which: str):
@@ -74,12 +91,21 @@ def _head_tail(which: str):
     @opt.name_option
     @opt.to_option(("tree", *opt.FORMATS_OUT))
     @opt.output_option()
+    @opt.replace_options
+    @click.option("--json", "as_json", is_flag=True, help="The sequences as one JSON document (as --to json).")
     @click.pass_context
-    def command(ctx, file, count, name, to, output):
+    def command(ctx, file, count, name, to, output, overwrite, force, as_json):
         from .. import tasks
 
+        if as_json:
+            if to not in (None, "json"):
+                raise click.UsageError(f"--json writes json; it contradicts --to {to}")
+            to = "json"
         default = "tree" if output is None and sys.stdout.isatty() else "jsonl"
+        file, name = opt.tensor_ref(file, name)
         fmt = opt.output_format(output, to, default)
+        opt.refuse_binary_on_terminal(output, fmt)
+        _refuse_output_over(file, output, fmt)
         with opt.input_path(file) as src:
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)
             part = excerpt.tensor
@@ -93,7 +119,7 @@ def _head_tail(which: str):
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first))
             else:
-                _write_result(ctx, part, output, fmt, excerpt.name)
+                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force)
 
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
                     "jsonl when piped.\n\n\b\nExample:\n"

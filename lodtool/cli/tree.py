@@ -22,7 +22,8 @@ MAX_BARS_ROWS = 2000
 @click.option("--path", "-p", "branch", default=None, metavar="P", help="Draw only the sub-tree under <P>.")
 @click.option("--style", type=click.Choice(["tree", "bars"]), default="tree", show_default=True,
               help="tree: branches with lengths and previews; bars: the seeds' rows of lengths over |||.")
-def tree(file, name, depth, max_children, branch, style):
+@opt.json_option
+def tree(file, name, depth, max_children, branch, style, as_json):
     """Draw a tensor as a tree: each node shows its branch <i,j>, its length and, at
     the leaves, a preview of the elements.  Only what is shown is read from disk.
 
@@ -31,13 +32,22 @@ def tree(file, name, depth, max_children, branch, style):
       lodtool tree articles.lod.h5
       lodtool tree docs.lod.h5 --path 38000 --depth 2 --max-children 5
       lodtool tree articles.lod.h5 --style bars
+      lodtool tree articles.lod.h5 --json | jq '.children[0].length'
     """
     from .. import tasks
     from ._render import TreeSource, bars, build_tree, console, markup_safe, print_
 
+    file, name = opt.tensor_ref(file, name)
     with opt.input_path(file) as src, tasks.tree(src, name=name, branch=branch) as view:
         t, path, level, begin, end = view.tensor, view.path, view.level, view.begin, view.end
         source = TreeSource(t, lazy=True)
+        if as_json:
+            from ._render import tree_json
+
+            info = tree_json(source, path, level, begin, end, depth=depth, max_children=max_children)
+            opt.emit_json({"name": t.name, "dtype": str(t.dtype), "element_shape": list(t.element_shape),
+                           "lod_level": t.lod_level, **info})
+            return
         if style == "bars":
             rows = view.rows()
             if rows > MAX_BARS_ROWS:
@@ -50,6 +60,6 @@ def tree(file, name, depth, max_children, branch, style):
             return
         shape = "×".join(map(str, t.element_shape)) or "scalar"
         title = (f"[bold]{markup_safe(t.name)}[/] {format_path(path) if path else ''} "
-                 f"[dim]{t.dtype} {shape}, {t.lod_level - level} level(s), {end - begin:,} "
-                 f"{'sequences' if level < t.lod_level else 'rows'}[/]")
+                 f"[dim]{t.dtype} {shape}, {opt.plural(t.lod_level - level, 'level')}, "
+                 f"{opt.plural(end - begin, 'sequence' if level < t.lod_level else 'row')}[/]")
         print_(build_tree(source, title, path, level, begin, end, depth=depth, max_children=max_children))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -21,6 +22,8 @@ def unpack(ctx, file, name, to, output):
     json writes one nested list, jsonl one top-level sequence per line (both
     streamed), npz the arrays `data` and `offsets_0..`, parquet one row group
     per chunk, arrow an Arrow IPC file, pdtensor Paddle's serialized LoDTensor.
+    Without --to the format comes from -o's extension (another extension is
+    refused), else json.  Binary formats are not written onto a terminal.
 
     \b
     Example:
@@ -31,8 +34,11 @@ def unpack(ctx, file, name, to, output):
     """
     from .. import tasks
 
-    fmt = opt.output_format(output, to, "json")
-    if fmt == "h5":
+    file, name = opt.tensor_ref(file, name)
+    if to is None and output and output != "-" and \
+            opt.extension_format(os.path.splitext(output)[1]) == "h5":
         raise click.UsageError("unpack writes interchange formats; use `lodtool slice` to copy into a container")
+    fmt = opt.output_format(output, to, "json", choices=tuple(f for f in opt.FORMATS_OUT if f != "h5"))
+    opt.refuse_binary_on_terminal(output, fmt)
     with opt.input_path(file) as path:
         tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt)

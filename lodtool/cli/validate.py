@@ -17,7 +17,8 @@ from . import _options as opt
 def validate(ctx, files, as_json, isolate, timeout, max_memory):
     """Validate containers: the format, every dataset's shape and dtype, and the LoD.
 
-    Every problem is listed with file, tensor, level and index.  Reads the
+    Every problem is listed with file, tensor, level and index (FILE:tensor
+    checks the whole FILE).  Reads the
     offsets only, never the data.  Exit 0: all valid; 1: a file is invalid;
     2: a file is unreadable (missing, not HDF5, not a lodtool container).
 
@@ -28,6 +29,7 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory):
     """
     from .. import tasks
 
+    files = [opt.tensor_ref(f, None)[0] for f in files]  # FILE:tensor checks the whole FILE
     reports = tasks.validate(files, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])

@@ -14,7 +14,8 @@ from . import _options as opt
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per file with --isolate.")
 @click.pass_context
 def verify(ctx, files, as_json, isolate, timeout):
-    """Recompute the checksum of every dataset and name each one that does not match.
+    """Recompute the checksum of every dataset and name each one that does not match
+    (FILE:tensor checks the whole FILE).
 
     Exit 0: all match; 1: a mismatch (or a crash with --isolate); 2: unreadable.
 
@@ -25,6 +26,7 @@ def verify(ctx, files, as_json, isolate, timeout):
     """
     from .. import tasks
 
+    files = [opt.tensor_ref(f, None)[0] for f in files]  # FILE:tensor checks the whole FILE
     reports = tasks.verify(files, isolate=isolate, timeout=timeout)
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])

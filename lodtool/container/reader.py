@@ -392,10 +392,15 @@ class LazyTensor:
         return self._extract(level, begin, end)
 
     def __getitem__(self, key) -> LoDTensor:
-        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``."""
+        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``; ``t[a:b]`` is top-level sequences a..b."""
+        if isinstance(key, slice):
+            begin, end = _lod.slice_bounds(key, len(self))
+            return self.slice_level(0, begin, end) if self.lod_level else \
+                LoDTensor._trusted(self.read_rows(begin, end), ())
         path = key if isinstance(key, tuple) else (key,)
         if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a LazyTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
+            raise LodIndexError("index a LazyTensor with integers or one slice, as t[i], t[i, j] or t[a:b]; "
+                                "use slice_level for ranges of a lower level")
         return self.branch(*path)
 
     def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
@@ -662,8 +667,10 @@ class LodFile:
     (['a', 'b'], '1.0', True, 2)
     """
 
-    def __init__(self, path: str, h5: h5py.File, *, max_memory: int | None = None):
+    def __init__(self, path: str, h5: h5py.File, *, max_memory: int | None = None, default_name: str | None = None):
         self.path = path
+        #: the tensor :meth:`tensor` returns without a name (from ``FILE:tensor``)
+        self.default_name = default_name
         self._h5 = h5
         self.max_memory = resolve_max_memory(max_memory)
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):
@@ -703,7 +710,8 @@ class LodFile:
         return self._tensors[name]
 
     def tensor(self, name: str | None = None) -> LazyTensor:
-        """Tensor ``name``; with ``None``, the only tensor of the file."""
+        """Tensor ``name``; with ``None``, the one named by ``FILE:tensor``, else the only tensor of the file."""
+        name = name if name is not None else self.default_name
         if name is not None:
             return self[name]
         if len(self.names) == 1:
@@ -711,7 +719,7 @@ class LodFile:
         if not self.names:
             raise LodFormatError(f"{self.path}: the container holds no tensors")
         raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
-                            "name one (--name / name=)")
+                            f"name one as {self.path}:{self.names[0]} or with --name {self.names[0]}")
 
     def shared_lod_with(self, name: str) -> list[str]:
         """Other tensors whose offsets are the same HDF5 datasets as ``name``'s (hard links)."""
@@ -758,6 +766,9 @@ class LodFile:
 def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodFile:
     """Open a container lazily (nothing but the root attributes is read yet).
 
+    ``path`` may be ``FILE:tensor``: :meth:`LodFile.tensor` then returns that
+    tensor by default (a file whose real name contains ``:`` still opens).
+
     A missing file is :class:`~lodtool.errors.LodFileNotFoundError`; anything
     that is not a readable lodtool container is :class:`~lodtool.errors.LodFormatError`
     (:class:`~lodtool.errors.LodVersionError` for an unsupported format version).
@@ -772,10 +783,13 @@ def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodF
     ...     f.names
     ['x']
     """
-    path = os.fspath(path)
+    path, name = spec.split_tensor_ref(os.fspath(path))
     h5 = open_h5(path, "r")
     try:
-        return LodFile(path, h5, max_memory=max_memory)
+        f = LodFile(path, h5, max_memory=max_memory, default_name=name)
+        if name is not None:
+            f[name]  # a missing tensor fails here, naming the file
+        return f
     except BaseException:
         h5.close()
         raise
@@ -783,6 +797,8 @@ def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodF
 
 def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
     """Read a whole tensor, validated (``name=None``: the only tensor of the file).
+
+    ``path`` may be ``FILE:tensor`` (then ``name``, if given, must agree).
 
     The claimed size is checked against ``max_memory`` (default
     ``min(available RAM / 2, 4 GiB)``) before anything is allocated.
@@ -795,6 +811,7 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
     >>> load(p).to_nested()
     [[0, 1], [2]]
     """
+    path, name = spec.resolve_tensor_ref(path, name)
     with open_file(path, max_memory=max_memory) as f:
         return f.tensor(name).read()
 

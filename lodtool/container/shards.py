@@ -407,7 +407,8 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
 
     path = os.fspath(path)
     kwargs = {} if compression is None else {"compression": compression}
-    save(path, dict(tensors), **kwargs)
+    # a shard belongs to its task until the manifest names it: a retried task (a killed worker) rewrites it whole
+    save(path, dict(tensors), force=True, **kwargs)
     return ShardInfo(os.path.basename(path), shard_checksum(path),
                      {name: TensorCounts.of(t) for name, t in tensors.items()})
 

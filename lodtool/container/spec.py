@@ -15,6 +15,7 @@ specification is ``docs/format.md``.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Mapping
 
@@ -184,6 +185,37 @@ def check_name_text(name: str, what: str) -> str:
         raise LodUsageError(f"bad {what} {name!r}: it holds the control character {bad[0]} (names must print "
                             "as they are)")
     return name
+def split_tensor_ref(ref: Any) -> tuple[Any, str | None]:
+    """``FILE:tensor`` -> ``(FILE, tensor)``; a path that exists (colons and all) -> ``(path, None)``.
+
+    The part after the last ``:`` names a tensor when it holds no ``/`` and
+    the whole string is not itself an existing file, so a real file name that
+    contains ``:`` still works.  Streams and ``-`` pass through.
+
+    >>> split_tensor_ref("multi.h5:tokens"), split_tensor_ref("a.h5"), split_tensor_ref("dir:x/a.h5")
+    (('multi.h5', 'tokens'), ('a.h5', None), ('dir:x/a.h5', None))
+    """
+    if not isinstance(ref, (str, os.PathLike)):
+        return ref, None
+    text = os.fspath(ref)
+    if text == "-" or ":" not in text or os.path.exists(text):
+        return ref, None
+    path, _, name = text.rpartition(":")
+    if not path or not name or "/" in name:
+        return ref, None
+    return path, name
+
+
+def resolve_tensor_ref(ref: Any, name: str | None) -> tuple[Any, str | None]:
+    """:func:`split_tensor_ref`, checked against an explicit ``name`` (``--name``): both must agree.
+
+    >>> resolve_tensor_ref("m.h5:a", None), resolve_tensor_ref("m.h5", "a"), resolve_tensor_ref("m.h5:a", "a")
+    (('m.h5', 'a'), ('m.h5', 'a'), ('m.h5', 'a'))
+    """
+    path, in_ref = split_tensor_ref(ref)
+    if in_ref is not None and name is not None and in_ref != name:
+        raise LodUsageError(f"{os.fspath(ref)} names tensor {in_ref!r} but --name says {name!r}: give one")
+    return path, in_ref if in_ref is not None else name
 
 
 def check_tensor_name(name: Any) -> str:

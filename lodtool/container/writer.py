@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from typing import Any, Mapping, Sequence
 
@@ -33,8 +34,8 @@ import numpy as np
 
 from .. import lod as _lod
 from .._device import to_host
-from ..errors import (LodChecksumError, LodDtypeError, LodFormatError, LodShapeError, LodUsageError,
-                      LodValidationError)
+from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormatError, LodShapeError,
+                      LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
 from ._h5 import create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate
@@ -255,8 +256,11 @@ def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: in
                             f"to {dtype}, which cannot hold it exactly; pass --dtype (dtype=) to choose")
 
 
-def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    """Cast a chunk to a tensor's fixed dtype, refusing casts that change values."""
+def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str, appending_to: str | None = None) -> np.ndarray:
+    """Cast a chunk to a tensor's fixed dtype, refusing casts that change values.
+
+    ``appending_to`` (the file) words the refusal for an append, which never changes the stored dtype.
+    """
     if data.dtype == dtype:
         return data
     if np.can_cast(data.dtype, dtype, "safe"):
@@ -271,6 +275,12 @@ def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     if bad.any():
         flat = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1)) if bad.ndim > 1 else np.flatnonzero(bad)
         row = int(flat[0])
+        if appending_to is not None:
+            wider = np.result_type(dtype, data.dtype)
+            raise LodDtypeError(f"{appending_to}: tensor {name!r} stores {dtype}; the appended values are "
+                                f"{data.dtype} and {data[row].tolist()!r} (row {row} of the appended chunk) "
+                                f"has no exact {dtype} value. --append never changes the stored dtype: to store "
+                                f"{wider}, re-pack the whole tensor with --dtype {wider} --overwrite")
         raise LodDtypeError(f"tensor {name!r} stores {dtype}; a chunk of {data.dtype} cannot be cast without "
                             f"changing values (chunk row {row}: {data[row]!r})")
     return out
@@ -359,8 +369,9 @@ class TensorWriter:
                                 f"elements of shape {self._element_shape}")
         stored_dtype = np.dtype(layout.data.dtype)
         if self._dtype is not None and self._dtype != stored_dtype:
-            raise LodDtypeError(f"{path}: tensor {name!r} stores {stored_dtype}; cannot append as {self._dtype} "
-                                "(append with dtype=None to promote)")
+            raise LodDtypeError(f"{path}: tensor {name!r} stores {stored_dtype}; cannot append as {self._dtype}: "
+                                "--append never changes the stored dtype (leave out --dtype: the new values are "
+                                f"cast to {stored_dtype} where that changes none of them)")
         if self.level_names and layout.level_names and tuple(self.level_names) != tuple(layout.level_names):
             raise LodShapeError(f"{path}: tensor {name!r} has level names {list(layout.level_names)}; cannot "
                                 f"append with {list(self.level_names)}")
@@ -385,6 +396,14 @@ class TensorWriter:
             raise LodValidationError(f"{path}: tensor {name!r}: {problems[0]}; cannot append to an invalid tensor")
         # offsets shared with other tensors (hard links) are copied first: appending must not touch them
         lod_group = self._group[spec.LOD] if self.lod_level else None
+        if lod_group is not None and link_count(lod_group) > 1:  # the whole lod group is shared: a group of our own
+            with translate(path, f"cannot copy the shared offsets of tensor {name!r}"):
+                own = self._group.create_group("_lod_own")
+                for k in range(self.lod_level):
+                    own[str(k)] = lod_group[str(k)]  # links for now; shared datasets are copied just below
+                del self._group[spec.LOD]
+                self._group.move("_lod_own", spec.LOD)
+                lod_group = self._group[spec.LOD]
         for k in range(self.lod_level):
             ds = lod_group[str(k)]
             if link_count(ds) > 1:
@@ -393,6 +412,12 @@ class TensorWriter:
                     del lod_group[str(k)]
                     lod_group.move(f"_{k}", str(k))
         data_ds = self._group[spec.DATA]
+        if link_count(data_ds) > 1:  # the data is also another tensor's: appending writes to a copy of its own
+            with translate(path, f"cannot copy the shared data of tensor {name!r}"):
+                self._group.copy(data_ds, "_data_own")
+                del self._group[spec.DATA]
+                self._group.move("_data_own", spec.DATA)
+            data_ds = self._group[spec.DATA]
         self._data = _Column(self._group, spec.DATA, self._dtype, self._element_shape, {}, data_ds.fletcher32,
                              dataset=data_ds)
         self._data.prime(path, f"tensor {name!r} data")
@@ -404,6 +429,11 @@ class TensorWriter:
             self._ends[k] = int(ds[ds.shape[0] - 1])
 
     # -- appending -----------------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The data dtype (``None`` until a chunk or the stored tensor sets it; float64 for an empty new tensor)."""
+        return self._dtype
+
     @property
     def n_rows(self) -> int:
         """Rows appended so far (including rows already in the file, when appending)."""
@@ -438,6 +468,8 @@ class TensorWriter:
         src = storage_dtype(data.dtype, f"a chunk of tensor {self.name!r}")
         if self._dtype is None:
             self._dtype = src
+        elif self._existing:  # appending: the stored rows keep their dtype; new values fit it exactly or are refused
+            return _cast_chunk(data, self._dtype, self.name, appending_to=self._path)
         elif self._auto:
             wider = np.result_type(self._dtype, src)
             if wider != self._dtype:
@@ -547,9 +579,13 @@ def _equal_lod(a: h5py.Group, b: h5py.Group, lod_level: int, block: int = 1 << 2
 class LodWriter:
     """Writes a container atomically: a temp file committed on a clean exit, discarded on an exception.
 
-    ``append=True`` starts from a copy of an existing file (a missing file is
-    created); :meth:`add_tensor` with the name of a tensor already there then
-    returns a writer that appends to it.  ``path`` may also be a writable binary
+    Writing into a container that exists follows one rule (see :func:`save`):
+    the tensors written are added and every other tensor of the file is kept;
+    a tensor that is already there is refused unless ``overwrite=True``
+    (replace it) or ``append=True`` (:meth:`add_tensor` then returns a writer
+    that appends to it); ``force=True`` replaces the whole file.  An existing
+    file that is not a lodtool container is replaced only with ``force=True``
+    (an empty file needs nothing).  ``path`` may also be a writable binary
     stream: the container is then copied to it on commit.
 
     >>> import os, tempfile, numpy as np
@@ -564,8 +600,12 @@ class LodWriter:
     [[0, 1], [2], [3, 4]]
     """
 
-    def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, compression: str | None = None,
-                 compression_level: int | None = None, fletcher32: bool = True, share_lod: bool = True):
+    def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, overwrite: bool = False,
+                 force: bool = False, compression: str | None = None, compression_level: int | None = None,
+                 fletcher32: bool = True, share_lod: bool = True):
+        if force and append:
+            raise LodUsageError("--append adds to a file and --force replaces it: give one of them")
+        self._overwrite = bool(overwrite)
         self._share_lod = bool(share_lod)
         self._compression = filters.normalize_compression(compression, compression_level)
         filters.dataset_options(*self._compression)  # a missing plugin fails here, before any file is touched
@@ -585,12 +625,20 @@ class LodWriter:
             existing = False
         else:
             self.path = os.fspath(path)
-            existing = bool(append) and os.path.exists(self.path)
-            if existing:
-                _check_appendable(self.path)  # a foreign, broken or newer file fails before anything is copied
-            self._atomic = AtomicPath(self.path, copy_existing=existing)
+            # a write that starts from the file's contents holds a lock on it until its rename: a second one waits
+            self._atomic = AtomicPath(self.path, lock_target=not force)
+            existing = not force and holds_content(self.path)
+            try:
+                if existing:
+                    # a foreign, broken or newer file fails before anything is copied
+                    _check_appendable(self.path, replace_hint=not append)
+                    self._atomic.copy_target()
+            except BaseException:
+                self._atomic.discard()
+                raise
             tmp = self._atomic.tmp
-        self.append = existing
+        self.append = existing and bool(append)
+        self.adding = existing
         try:
             if existing:
                 self._h5 = create_h5(tmp, "r+")
@@ -628,13 +676,17 @@ class LodWriter:
         if name in self._writers:
             raise LodUsageError(f"tensor {name!r} is already being written")
         source = self._writers[lod_source] if lod_source is not None else None
+        self.check_name(name)
         tw = TensorWriter(self, name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
                           level_names=level_names, lod_source=source)
         try:
             with translate(self.path, f"cannot write tensor {name!r}"):
-                if name in self._existing_names:
+                if name in self._existing_names and self.append:
                     tw._open_existing(self._h5)
                 else:
+                    if name in self._existing_names:  # overwrite: the tensor's links go, other tensors keep theirs
+                        del self._h5[name]
+                        self._existing_names.remove(name)
                     tw._open_new(self._h5)
         except BaseException:
             self.abort()
@@ -642,13 +694,36 @@ class LodWriter:
         self._writers[name] = tw
         return tw
 
+    @property
+    def existing_names(self) -> list[str]:
+        """The tensors the file held before this writer (empty for a new file or ``force=True``)."""
+        return list(self._existing_names)
+
+    def stored_lod_level(self, name: str) -> int:
+        """The LoD level count of tensor ``name`` as the existing file stores it."""
+        with translate(self.path, f"cannot read tensor {name!r}"):
+            level = _int(self._h5[name].attrs.get(spec.ATTR_LOD_LEVEL))
+        if level is None:
+            raise LodFormatError(f"{self.path}: tensor {name!r} has no readable lod_level attribute")
+        return level
+
+    def check_name(self, name: str) -> None:
+        """Raise :class:`~lodtool.errors.LodExistsError` if writing tensor ``name`` would replace one unasked.
+
+        Call it before expensive work; :meth:`add_tensor` calls it too.
+        """
+        if name in self._existing_names and not (self.append or self._overwrite):
+            raise LodExistsError(f"{self.path} already holds tensor {name!r}: add --overwrite to replace it, "
+                                 "--append to add sequences to it, --name to write another tensor, or --force "
+                                 "to replace the whole file")
+
     def write(self, name: str, tensor: LoDTensor) -> None:
         """Add ``tensor`` as ``name`` (or append it to tensor ``name`` of an appended file)."""
         if not isinstance(tensor, LoDTensor):
             raise LodUsageError(f"write takes a LoDTensor, got {type(tensor).__name__}")
         tw = self._writers.get(name)
         if tw is None:
-            exists = name in self._existing_names
+            exists = name in self._existing_names and self.append
             tw = self._add(name, dtype=None if exists else tensor.dtype, element_shape=tensor.element_shape,
                            lod_level=tensor.lod_level, level_names=tensor.level_names)
         self._guarded(tw.append, tensor)
@@ -797,7 +872,32 @@ def hdf5_left_unclean() -> bool:
     return _UNCLEAN
 
 
-def _check_appendable(path: str) -> None:
+def holds_content(path: str) -> bool:
+    """Whether ``path`` is a regular file with something in it (what writing into it must not lose).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.h5")
+    >>> holds_content(p), open(p, "wb").close(), holds_content(p), holds_content(os.devnull)
+    (False, None, False, False)
+    """
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0
+
+
+def _check_appendable(path: str, replace_hint: bool = False) -> None:
+    if replace_hint:  # anything but a lodtool container is replaced only on request
+        try:
+            is_container = h5py.is_hdf5(path)
+            if is_container:
+                with h5py.File(path, "r", locking=False) as h5:
+                    is_container = spec.ATTR_FORMAT in h5.attrs
+        except (OSError, RuntimeError, ValueError):
+            is_container = False
+        if not is_container:
+            raise LodExistsError(f"{path} exists and is not a lodtool container: add --force to replace it")
     h5 = open_h5(path, "r")
     try:
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):
@@ -824,9 +924,16 @@ def _same_lod(a: LoDTensor, b: LoDTensor) -> bool:
 
 
 def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTensor], *, name: str = "tensor",
-         compression: str | None = None, compression_level: int | None = None, share_lod: bool = True,
-         fletcher32: bool = True) -> None:
-    """Write one tensor (as ``name``) or a mapping of named tensors to a new container, atomically.
+         overwrite: bool = False, force: bool = False, compression: str | None = None,
+         compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True) -> None:
+    """Write one tensor (as ``name``) or a mapping of named tensors to a container, atomically.
+
+    Into a container that exists, the tensors are added and the file's other
+    tensors are kept.  A tensor of the same name is refused with
+    :class:`~lodtool.errors.LodExistsError` unless ``overwrite=True`` (it is
+    then replaced); ``force=True`` replaces the whole file, and is needed to
+    replace a file that is not a lodtool container.  The CLI's ``--name``,
+    ``--overwrite`` and ``--force`` follow the same rule.
 
     ``compression``: ``None`` (the default, ``lzf``), ``"gzip"`` (``compression_level``
     0-9), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
@@ -842,6 +949,12 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
     >>> with open_file(p) as f:
     ...     f.names, f.shared_lod_with("labels")
     (['tokens', 'labels'], ['tokens'])
+    >>> save(p, {"more": tokens})                     # added; tokens and labels stay
+    >>> save(p, {"more": tokens}, overwrite=True)     # replaced; without overwrite=True: LodExistsError
+    >>> save(p, {"only": tokens}, force=True)         # the whole file replaced
+    >>> with open_file(p) as f:
+    ...     f.names
+    ['only']
     """
     if isinstance(tensors, LoDTensor):
         items = {name: tensors}
@@ -865,8 +978,8 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
                     sources[n] = other
                     break
             seen.append(n)
-    with LodWriter(path, compression=compression, compression_level=compression_level,
-                   fletcher32=fletcher32, share_lod=share_lod) as w:
+    with LodWriter(path, overwrite=overwrite, force=force, compression=compression,
+                   compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod) as w:
         for n, t in items.items():
             tw = w._add(n, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
                         level_names=t.level_names, lod_source=sources.get(n))

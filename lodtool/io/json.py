@@ -638,8 +638,11 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
     if bigs:
         i, offset, token = bigs[0]
         if asm.target == _TARGET_DEFAULT:
-            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; read it as uint64 "
-                                "(0..2**64-1; --dtype uint64, or dtype=np.uint64) or as a float dtype")
+            if 0 <= int(token) <= _U64_MAX:
+                raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; read it as uint64 "
+                                    "(0..2**64-1; --dtype uint64) or as a float (--dtype float64)")
+            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64 or uint64; read it as "
+                                "a float (--dtype float64, which keeps about 16 significant digits)")
         if asm.target == _TARGET_UINT64:
             for i, offset, token in bigs:
                 if not 0 <= int(token) <= _U64_MAX:
@@ -737,7 +740,7 @@ def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assemble
 
 def _general_document(text: bytes, skip: int, asm: _Assembler) -> _Piece | None:
     if not text.strip(_WS + b"\n"):
-        raise LodInputError(f"{asm.name}: empty input (no JSON document)")
+        return None  # no document at all: an empty input
     obj, found = _load_json(text, asm.name, None)
     if not isinstance(obj, list):
         raise LodInputError(f"{asm.name}: the document is {_json_type(obj)}; it must be a list of sequences "
@@ -848,14 +851,9 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
         asm.final_input = i == len(sources) - 1
         base = stats["bytes_read"]
         tick = None if progress is None else (lambda n, base=base: progress(base + n))
-        before = asm.sequences
-        try:
+        try:  # an empty input adds no sequences (an empty batch in a pipeline); pack decides what that makes
             reader = _read_jsonl if fmt_i == "jsonl" else _read_document
             yield from reader(inp, asm, js, chunk_bytes, tick)
-            if asm.sequences == before and lod_level is None:  # with lod_level, zero sequences are a value
-                what = "no line holds a sequence" if fmt_i == "jsonl" else "it is an empty list"
-                raise LodInputError(f"{inp.name}: empty input ({what}); give lod_level (--lod-level) to store "
-                                    "zero sequences")
         finally:
             stats["bytes_read"] = base + inp.bytes_read
             inp.close()
@@ -1123,9 +1121,16 @@ def read_json(source: Any, fmt: str | None = None, *, lod_level: int | None = No
 
     >>> read_json(b'[[1, 2], [3]]\\n[[4]]\\n', "jsonl").recursive_sequence_lengths
     [[2, 1], [2, 1, 1]]
+
+    An input without sequences is :class:`~lodtool.errors.LodInputError`
+    here (``iter_json`` yields no chunks for it; ``pack`` writes an empty tensor).
     """
-    return concat_chunks(iter_json(source, fmt, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                                   chunk_bytes=chunk_bytes, fast=fast, name=name))
+    chunks = list(iter_json(source, fmt, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                            chunk_bytes=chunk_bytes, fast=fast, name=name))
+    if not chunks:
+        label = name or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<input>")
+        raise LodInputError(f"{label}: empty input (no sequences)")
+    return concat_chunks(chunks)
 
 
 def parse_json(text: bytes | str, fmt: str = "json", *, lod_level: int | None = None, dtype: Any = None,

@@ -254,6 +254,26 @@ def read_npy(sources: Sequence[Any], *, dtype: Any = None) -> LoDTensor:
 
 
 # -- reading .npz -----------------------------------------------------------------------------------
+#: what a file that is not an NPZ archive is, by its first bytes
+_OTHER_MAGIC = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file (a lodtool container? unpack or pad read those)"),
+                (b"\x93NUMPY", "a single .npy array"),
+                (b"\x80", "a Python pickle, which lodtool never loads"))
+
+
+def _not_npz(f) -> str | None:
+    """What ``f`` (seekable) is by its first bytes when that is known and not an NPZ; it is left at its start."""
+    try:
+        start = f.tell()
+        head = f.read(8)
+        f.seek(start)
+    except (OSError, ValueError, AttributeError):
+        return None
+    for magic, what in _OTHER_MAGIC:
+        if head.startswith(magic):
+            return what
+    return None
+
+
 def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Callable[[str], bool] | None = None,
                     label: str | None = None, max_memory: int | None = None, last: str | None = None,
                     before_last: Callable[[dict, tuple], None] | None = None) -> dict[str, np.ndarray]:
@@ -273,12 +293,12 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
     label = label or _label(source, 0)
     f, own = _open_binary(source, label)
     try:
+        what = _not_npz(f)
+        if what is not None:
+            raise LodInputError(f"{label}: is {what}, not an .npz archive")
         try:
             archive = np.load(f, allow_pickle=False)
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
-            if "pickle" in str(exc):  # numpy took it for a pickle and suggests allow_pickle: never
-                raise LodInputError(f"{label}: not an .npz archive (it looks like a Python pickle, which "
-                                    "lodtool never loads)") from None
             raise LodInputError(f"{label}: not a readable .npz archive ({_short(exc)})") from None
         if not isinstance(archive, np.lib.npyio.NpzFile):
             archive_type = "a single .npy array" if isinstance(archive, np.ndarray) else type(archive).__name__

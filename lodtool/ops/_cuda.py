@@ -51,7 +51,7 @@ import numpy as np
 from .._device import is_device_array
 from .._device import to_host as _to_host
 from ..errors import LodBackendError, LodShapeError, LodValidationError
-from ..lod import _too_few
+from ..lod import _too_few, counted
 from ._util import row_size, word_dtype
 
 #: threads per block (the simulator runs each thread as a Python thread: fewer there)
@@ -534,11 +534,11 @@ def validate_offsets(xp, levels: Sequence[Any], n_rows: int | None) -> tuple:
         if k + 1 < len(sizes):
             below = sizes[k + 1] - 1
             if end != below:
-                raise LodValidationError(f"level {k}: offset[{size - 1}]={end} but level {k + 1} has {below} "
-                                         "sequences (the last offset must equal it)")
+                raise LodValidationError(f"level {k}: offset[{size - 1}]={end} but level {k + 1} has "
+                                         f"{counted(below, 'sequence')} (the last offset must equal it)")
         elif n_rows is not None and end != n_rows:
-            raise LodValidationError(f"level {k}: offset[{size - 1}]={end} but the data has {n_rows} rows "
-                                     "(the last offset must equal it)")
+            raise LodValidationError(f"level {k}: offset[{size - 1}]={end} but the data has "
+                                     f"{counted(n_rows, 'row')} (the last offset must equal it)")
     return offs
 
 

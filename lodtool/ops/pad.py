@@ -110,7 +110,8 @@ def padded_length(maxlen: int | None, longest: int, level: int) -> int:
     maxlen = _check_maxlen(maxlen, OP_PAD)
     if maxlen < longest:
         raise LodShapeError(f"{OP_PAD}: maxlen {maxlen} is shorter than the longest sequence ({longest} rows) "
-                            f"of level {level}; as in Paddle, it must be at least the longest length")
+                            f"of level {level}; as in Paddle, it must be at least the longest length "
+                            "(lodtool pad --truncate cuts longer sequences)")
     return maxlen
 
 

@@ -18,8 +18,11 @@ TARGETS = ("h5", *formats.writable())
 
 
 def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
-           compression: str | None = None) -> None:
+           compression: str | None = None, overwrite: bool = False, force: bool = False) -> None:
     """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
+
+    A container (``to="h5"``) follows :func:`~lodtool.container.writer.save`'s
+    rule for an existing file (``overwrite``, ``force``).
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -35,7 +38,7 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
         from ..container.writer import save
 
         kwargs = {"compression": compression} if compression else {}
-        save(output, {name: tensor}, **kwargs)
+        save(output, {name: tensor}, overwrite=overwrite, force=force, **kwargs)
         return
     if isinstance(output, (str, os.PathLike)):
         from ..atomic import atomic_path

@@ -157,7 +157,7 @@ class _WriteBehind:
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
             *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None,
-            second: str | None = None) -> OpResult:
+            second: str | None = None, overwrite: bool = False, force: bool = False) -> OpResult:
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results.
 
     With ``second`` (a tensor name), ``fn`` returns two tensors per chunk; the
@@ -173,7 +173,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
         name_out = out_name or t.name
         writer_kwargs = {"compression": compression} if compression else {}
         rows = seqs = 0
-        with LodWriter(output, **writer_kwargs) as w:
+        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
+            w.check_name(name_out)
             tw = None
             with _WriteBehind() as behind:
                 tw2 = None
@@ -213,12 +214,17 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
 
 def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = None,
          out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
-         max_memory: int | None = None, device: str = "cpu", index: bool = False) -> OpResult:
+         max_memory: int | None = None, device: str = "cpu", index: bool = False, overwrite: bool = False,
+         force: bool = False) -> OpResult:
     """``sequence_pool`` over a container, streamed by top-level sequences.
 
     ``index=True`` (``max``/``min``) also writes Paddle's ``MaxIndex``, the data
     row each value came from (-1 for an empty sequence), as tensor
     ``{name}_index`` with the same LoD.
+
+    The output follows :func:`lodtool.save`'s rule: into an existing container
+    the tensor is added, a tensor of the same name needs ``overwrite=True``,
+    ``force=True`` replaces the whole file.  So do the other operators.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -238,7 +244,7 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     if not index:
         return _stream(path, output, name, out_name,
                        lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
-                       compression=compression, max_memory=max_memory)
+                       compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
     if str(pool_type).lower() not in ("max", "min"):
         raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
     rows_before = [0]  # chunk indices count from the chunk's first row; the file's count from its first
@@ -257,11 +263,12 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
         return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
 
     return _stream(path, output, name, out_name, run, compression=compression, max_memory=max_memory,
-                   second="index")
+                   second="index", overwrite=overwrite, force=force)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
-            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+            overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_softmax`` over a container, streamed by top-level sequences.
 
     >>> import os, tempfile, numpy as np
@@ -276,11 +283,12 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_softmax(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
 
 
 def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
-            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+            overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_reverse`` over a container, streamed by top-level sequences.
 
     >>> import os, tempfile, numpy as np
@@ -295,7 +303,7 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_reverse(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
 
 
 def read_lod_only(lazy) -> LoDTensor:
@@ -313,7 +321,8 @@ def read_lod_only(lazy) -> LoDTensor:
 
 def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: str | None = None,
            ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
-           max_memory: int | None = None, device: str = "cpu") -> OpResult:
+           max_memory: int | None = None, device: str = "cpu", overwrite: bool = False,
+           force: bool = False) -> OpResult:
     """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y``, streamed (y's data is never read).
 
     x's sequences (its rows, without a LoD) go through the operator in runs
@@ -348,7 +357,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
             window = _offset_window(min(fx.max_memory, fy.max_memory))
             writer_kwargs = {"compression": compression} if compression else {}
             rows = seqs = 0
-            with LodWriter(output, **writer_kwargs) as w:
+            with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
                 tw = w.add_tensor(name_out, dtype=tx.dtype, element_shape=tx.element_shape,
                                   lod_level=tx.lod_level, level_names=tx.level_names)
                 with _WriteBehind() as behind:
@@ -413,7 +422,7 @@ def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndar
 
 
 def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
-        level: int = -1, max_memory: int | None = None, device: str = "cpu") -> dict:
+        level: int = -1, max_memory: int | None = None, device: str = "cpu", truncate: str | None = None) -> dict:
     """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``, streamed.
 
     The lengths come from the offsets alone (and with them ``maxlen``, when
@@ -422,6 +431,9 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     padded), then the lengths, then the mask.  The arrays are
     exactly ``sequence_pad``'s and ``sequence_mask``'s.  ``output`` is a path,
     written atomically, or a binary stream (a pipe too), written as the blocks come.
+    A sequence longer than ``maxlen`` is an error, as in Paddle, unless
+    ``truncate`` is ``"head"`` (keep its first ``maxlen`` rows) or ``"tail"``
+    (keep its last); ``lengths`` are then the kept lengths.
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -439,7 +451,14 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     from ..ops import sequence_mask
     from ..ops.pad import pad_level, padded_length
 
+    from ..atomic import refuse_output_over_input
+
     _check_device(device)
+    if truncate not in (None, "head", "tail"):
+        raise LodUsageError(f"truncate must be 'head' or 'tail', got {truncate!r}")
+    if truncate is not None and maxlen is None:
+        raise LodUsageError("truncating needs a maxlen (--maxlen) to truncate to")
+    refuse_output_over_input(output, [path])
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
@@ -449,7 +468,8 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
 
         def lengths() -> Iterator[np.ndarray]:
             for roff in row_offset_windows(t, lvl, window):
-                yield roff[1:] - roff[:-1]
+                lens = roff[1:] - roff[:-1]
+                yield lens if truncate is None else np.minimum(lens, maxlen)
 
         longest = max((int(block.max()) for block in lengths() if block.size), default=0)
         maxlen = padded_length(maxlen, longest, lvl)
@@ -465,7 +485,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
                 for a in range(0, len(block), mask_rows):
                     yield sequence_mask(block[a:a + mask_rows], maxlen)
 
-        padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device)
+        padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device, truncate)
         # the first block before anything is written: a pad_value the dtype cannot hold, a device or a read that
         # fails, fails with nothing written (a stream gets no partial archive)
         first = next(padded, None)
@@ -479,15 +499,32 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
             "shape": list(shape), "sequences": count, "maxlen": maxlen}
 
 
+def _truncated(rows: np.ndarray, roff: np.ndarray, maxlen: int, keep: str) -> LoDTensor:
+    """The sequences of ``rows`` (row offsets ``roff``, from 0) cut to ``maxlen`` rows: their head or their tail.
+
+    >>> _truncated(np.arange(6), np.array([0, 4, 6]), 3, "tail").to_nested()
+    [[1, 2, 3], [4, 5]]
+    """
+    lens = roff[1:] - roff[:-1]
+    kept = np.minimum(lens, maxlen)
+    starts = roff[:-1] if keep == "head" else roff[1:] - kept
+    ends = np.cumsum(kept)
+    index = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - kept, kept) + np.repeat(starts, kept)
+    return LoDTensor._trusted(rows[index], (np.concatenate([[0], ends]).astype(np.int64),))
+
+
 def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window: int,
-                   device: str) -> Iterator[np.ndarray]:
+                   device: str, truncate: str | None = None) -> Iterator[np.ndarray]:
     """``sequence_pad`` of ``level``'s sequences, a run at a time (its rows read and padded rows within ``max_rows``)."""
     from ..ops import sequence_pad
 
     for roff in row_offset_windows(t, level, window):
         lens = roff[1:] - roff[:-1]
         for a, b in runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
-            chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
+            if truncate is not None:
+                chunk = _truncated(t.read_rows(roff[a], roff[b]), roff[a:b + 1] - roff[a], maxlen, truncate)
+            else:
+                chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
             padded = to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
             del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
             yield padded
@@ -495,7 +532,8 @@ def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window:
 
 
 def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
-          device: str = "cpu", max_memory: int | None = None) -> OpResult:
+          device: str = "cpu", max_memory: int | None = None, overwrite: bool = False,
+          force: bool = False) -> OpResult:
     """``sequence_unpad`` of an NPZ holding ``padded`` and ``lengths`` into a container.
 
     The archive's declared sizes (and the unpadded copy, at most as big as ``padded``) must fit in
@@ -509,6 +547,7 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     >>> load(os.path.join(d, "u.h5")).to_nested()
     [[1, 2], [3]]
     """
+    from ..atomic import refuse_output_over_input
     from ..container.writer import save
     from ..io.npy import load_npz_arrays
     from ..ops import sequence_unpad
@@ -516,11 +555,12 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     _check_device(device)
     from ..container.limits import resolve_max_memory
 
+    refuse_output_over_input(output, [npz])
     limit = resolve_max_memory(max_memory)
     arrays = load_npz_arrays(npz, required=("padded", "lengths"), max_memory=limit // 2)  # padded + its copy
     result = sequence_unpad(arrays["padded"], arrays["lengths"], device=device).to("cpu")
     kwargs = {"compression": compression} if compression else {}
-    save(output, {name: result}, **kwargs)
+    save(output, {name: result}, overwrite=overwrite, force=force, **kwargs)
     return OpResult(str(output), name, result.shape[0], len(result), result.lod_level, str(result.dtype))
 
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from ..errors import LodUsageError
+from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
 from ..container.limits import resolve_max_memory
@@ -52,25 +53,31 @@ class PackResult:
     lod_level: int
     dtype: np.dtype
     bytes_read: int
+    #: the input format when it was detected from the first bytes (stdin, an unknown extension), else None
+    detected_format: str | None = None
 
 
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
-         compression: str | None = None, append: bool = False, chunk_bytes: int = CHUNK_BYTES,
-         progress: Callable[[int], None] | None = None, column: str | None = None,
-         max_memory: int | None = None) -> PackResult:
+         compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
+         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         column: str | None = None, max_memory: int | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
     ``format`` (one of :func:`lodtool.io.readable`: ``json``, ``jsonl``,
     ``npy``, ``npz``, ``parquet``, ``arrow``, ``pdtensor``; default: from the
-    file extensions; stdin and streams need it).  Several inputs concatenate
+    file extensions, else from the first bytes of stdin or of the file, see
+    :func:`sniff_format`; streams need it).  Several inputs concatenate
     as top-level sequences, in order: each .npy file is one sequence, every
     other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
     :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
-    float64 when a later chunk holds floats).  ``append=True`` adds the
-    sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
+    float64 when a later chunk holds floats).  Into an existing container the
+    tensor is added and the file's other tensors are kept; a tensor ``name``
+    that is already there is refused unless ``append=True`` (add the
+    sequences to it; a missing file is created) or ``overwrite=True``
+    (replace it); ``force=True`` replaces the whole file.  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
     read so far.  ``column`` picks the column of a table input (parquet,
     arrow; default: its only column).  An input read whole (an NPZ archive) must fit in ``max_memory``
@@ -87,8 +94,11 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     >>> load(os.path.join(d, "v.lod.h5")).lod, r.dtype
     ([[0, 3, 4]], dtype('float32'))
     """
+    from ..atomic import refuse_output_over_input
+
     inputs = _as_list(inputs)
-    fmt = _input_format(inputs, format)
+    refuse_output_over_input(output, inputs)
+    fmt, detected = _input_format(inputs, format)
     if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
         raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
     target = resolve_dtype(dtype)
@@ -107,7 +117,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     rows = sequences = 0
     seen: np.dtype | None = None
     first: LoDTensor | None = None
-    with LodWriter(output, append=append, **kwargs) as writer:
+    with LodWriter(output, append=append, overwrite=overwrite, force=force, **kwargs) as writer:
+        writer.check_name(name)  # before any input is read
         tw = None
         for chunk in (_overlapped(chunks) if OVERLAP else chunks):
             if tw is None:
@@ -122,18 +133,26 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
             rows += chunk.n_rows
             sequences += len(chunk)
             seen = chunk.dtype if seen is None else np.result_type(seen, chunk.dtype)
-        if tw is None:  # empty input with a known lod_level (readers refuse it otherwise): zero sequences
+        if tw is None and writer.append and name in writer.existing_names:
+            # appending an empty input: nothing to add (the tensor is opened, so it is checked all the same)
+            tw = writer.add_tensor(name, dtype=target, lod_level=writer.stored_lod_level(name))
+        elif tw is None:  # empty input: zero sequences, when the number of levels is known
+            if lod_level is None:
+                where = ", ".join("stdin" if isinstance(i, (str, os.PathLike)) and os.fspath(i) == "-"
+                                  else os.fspath(i) if isinstance(i, (str, os.PathLike)) else "<stream>"
+                                  for i in inputs)
+                raise LodInputError(f"{where}: empty input, so the number of LoD levels cannot be inferred; give "
+                                    "--lod-level N (and --dtype) to store zero sequences")
             if names is not None and len(names) != lod_level:
                 raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {lod_level}")
-            writer.add_tensor(name, dtype=target if target is not None else np.float64, element_shape=(),
-                              lod_level=lod_level, level_names=names)
-            seen = target if target is not None else np.dtype(np.float64)
+            tw = writer.add_tensor(name, dtype=target if target is not None else np.float64, element_shape=(),
+                                   lod_level=lod_level, level_names=names)
     if progress is not None:
         progress(stats["bytes_read"])
-    out_dtype = target if target is not None else seen
-    levels = first.lod_level if first is not None else lod_level
+    levels = first.lod_level if first is not None else tw.lod_level
+    out_dtype = target if target is not None else seen if seen is not None else tw.dtype
     return PackResult(os.fspath(output), name, rows, sequences, levels, np.dtype(out_dtype),
-                      int(stats["bytes_read"]))
+                      int(stats["bytes_read"]), fmt if detected else None)
 
 
 def _as_list(inputs) -> list:
@@ -147,24 +166,113 @@ def _as_list(inputs) -> list:
     return inputs
 
 
-def _input_format(inputs: list, format: str | None) -> str:
+#: the leading bytes of an HDF5 file (a container, which pack does not read)
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+#: how much of an input :func:`sniff_format` looks at
+SNIFF_BYTES = 1 << 16
+
+
+def sniff_format(head: bytes) -> str | None:
+    """The format of an input from its first bytes: npy, npz, hdf5, json, jsonl, or None.
+
+    JSON and JSON Lines both start with ``[``: a second value on a later
+    line makes it JSON Lines, one value (or one longer than ``head``) JSON.
+
+    >>> sniff_format(b"[[1, 2], [3]]"), sniff_format(b"[1, 2]\\n[3]\\n"), sniff_format(b"\\x93NUMPY\\x01")
+    ('json', 'jsonl', 'npy')
+    """
+    if head.startswith(HDF5_MAGIC):
+        return "hdf5"
+    binary = formats.format_of_bytes(head)
+    if binary is not None:
+        return binary.name
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text.startswith(b"["):
+        return None
+    end = _end_of_first_value(text)
+    if end is None:
+        return "json"
+    return "jsonl" if text[end:].lstrip().startswith(b"[") else "json"
+
+
+def _end_of_first_value(text: bytes) -> int | None:
+    depth, in_string, escaped = 0, False, False
+    for i, byte in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte == 0x5B:
+            depth += 1
+        elif byte == 0x5D:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _peek_stdin(n: int) -> bytes:
+    try:
+        stream = sys.stdin.buffer
+        if hasattr(stream, "peek"):  # a pipe or file: what is peeked stays for the reader
+            return stream.peek(n)[:n]
+        if stream.seekable():  # a test's BytesIO
+            pos = stream.tell()
+            head = stream.read(n)
+            stream.seek(pos)
+            return head
+    except (OSError, ValueError, AttributeError):  # no stdin, or one that cannot be peeked
+        pass
+    return b""
+
+
+def _sniff(src) -> str:
+    label = "stdin" if os.fspath(src) == "-" else os.fspath(src)
+    if os.fspath(src) == "-":
+        head = _peek_stdin(SNIFF_BYTES)
+    else:
+        try:
+            with open(src, "rb") as f:
+                head = f.read(SNIFF_BYTES)
+        except OSError:
+            head = b""
+    fmt = sniff_format(head)
+    if fmt == "hdf5":
+        raise LodUsageError(f"{label} is an HDF5 file, not JSON / JSON Lines / NPY / NPZ: a lodtool container is "
+                            "packed already (read it with unpack, slice or head)")
+    if fmt is None:
+        extensions = "" if label == "stdin" else f" or the extension ({' '.join(formats.extensions())})"
+        raise LodUsageError(f"{label}: cannot tell the format from the first bytes{extensions}; "
+                            f"give --format ({_either(INPUT_FORMATS)})")
+    return fmt
+
+
+def _input_format(inputs: list, format: str | None) -> tuple[str, bool]:
+    """The inputs' format and whether it was detected from their first bytes."""
     if format is not None:
         if format not in INPUT_FORMATS:
             raise LodUsageError(f"unknown input format {format!r}; choose one of {', '.join(INPUT_FORMATS)}")
-        return format
+        return format, False
     found = {}
+    detected = False
     for src in inputs:
-        if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
-            raise LodUsageError(f"reading stdin or a stream needs format= ({_either(INPUT_FORMATS)})")
-        fmt = formats.format_of_path(src)
-        if fmt is None:
-            raise LodUsageError(f"{os.fspath(src)}: cannot tell the format from the extension "
-                                f"({' '.join(formats.extensions())}); pass format=")
-        found.setdefault(fmt.name, os.fspath(src))
+        if not isinstance(src, (str, os.PathLike)):
+            raise LodUsageError(f"reading a stream needs format= ({_either(INPUT_FORMATS)})")
+        by_name = formats.format_of_path(src) if os.fspath(src) != "-" else None
+        if by_name is not None:
+            fmt = by_name.name
+        else:
+            fmt, detected = _sniff(src), True
+        found.setdefault(fmt, os.fspath(src))
     if len(found) > 1:
         a, b = list(found.items())[:2]
         raise LodUsageError(f"inputs mix formats ({a[1]} is {a[0]}, {b[1]} is {b[0]}); pack one format at a time")
-    return next(iter(found))
+    return next(iter(found)), detected
 
 
 def _either(names: Sequence[str]) -> str:

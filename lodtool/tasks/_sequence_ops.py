@@ -60,7 +60,8 @@ def _cpu(t: LoDTensor) -> LoDTensor:
 
 
 def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_name: str | None = None,
-          compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+          compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+        overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_erase`` over a container: drop the rows whose token id is in ``tokens``, streamed.
 
     >>> import os, tempfile, numpy as np
@@ -78,12 +79,14 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
     with _opened(path, name, max_memory, validate=False) as (where, t, _):  # what the operator refuses, first
         _preflight(where, lambda: sequence_erase(_stand_in(t), tokens, backend="numpy"))
     return _stream(path, output, name, out_name, lambda c: _cpu(sequence_erase(c, tokens, device=device)),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory,
+                   overwrite=overwrite, force=force)
 
 
 def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name: str | None = None,
               out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-              device: str = "cpu") -> OpResult:
+              device: str = "cpu",
+        overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_enumerate`` over a container: the ``win_size``-row window at every row, streamed.
 
     >>> import os, tempfile, numpy as np
@@ -101,11 +104,13 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
         _preflight(where, lambda: sequence_enumerate(_stand_in(t), win_size, pad_value, backend="numpy"))
     return _stream(path, output, name, out_name,
                    lambda c: _cpu(sequence_enumerate(c, win_size, pad_value, device=device)),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory,
+                   overwrite=overwrite, force=force)
 
 
 def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, out_name: str | None = None,
-            compression: str | None = None, max_memory: int | None = None, device: str = "cpu") -> OpResult:
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+        overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_reshape`` over a container: rows of width ``new_dim``, streamed.
 
     >>> import os, tempfile, numpy as np
@@ -133,12 +138,14 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
                                         f"rows of new_dim={new_dim}; as in Paddle, every sequence's length * width "
                                         "must divide by new_dim")
     return _stream(path, output, name, out_name, lambda c: _cpu(sequence_reshape(c, new_dim, device=device)),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory,
+                   overwrite=overwrite, force=force)
 
 
 def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = False, name: str | None = None,
               out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-              device: str = "cpu") -> OpResult:
+              device: str = "cpu",
+        overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_slice`` over a container: rows ``offset .. offset+length`` of every last-level sequence, streamed.
 
     ``offset`` and ``length`` are each an integer (the same for every
@@ -193,7 +200,8 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
             ln = np.clip(ln, 0, seq - off)
         return _cpu(sequence_slice(chunk, off, ln, device=device))
 
-    return _stream(path, output, name, out_name, one, compression=compression, max_memory=max_memory)
+    return _stream(path, output, name, out_name, one, compression=compression, max_memory=max_memory,
+                   overwrite=overwrite, force=force)
 
 
 @contextlib.contextmanager
@@ -254,7 +262,8 @@ def _per_sequence(value: Any, what: str, count: int):
 
 def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | None = None,
            out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-           device: str = "cpu") -> OpResult:
+           device: str = "cpu",
+        overwrite: bool = False, force: bool = False) -> OpResult:
     """``sequence_concat`` of the tensors of two or more containers, streamed by ranges of top-level sequences.
 
     ``names`` picks each file's tensor (``None``: its only one).  The output
@@ -299,7 +308,7 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
         name_out = out_name or first.name
         writer_kwargs = {"compression": compression} if compression else {}
         rows = seqs = 0
-        with LodWriter(output, **writer_kwargs) as w:
+        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
             tw = w.add_tensor(name_out, dtype=first.dtype, element_shape=first.element_shape,
                               lod_level=first.lod_level, level_names=names_kept)
             with _WriteBehind() as behind:
@@ -380,7 +389,8 @@ def _read_range(t, a: int, b: int) -> LoDTensor:
 def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | None = None,
               like_name: str | None = None, append: bool = False, name: str | None = None,
               out_name: str | None = None, compression: str | None = None,
-              max_memory: int | None = None) -> OpResult:
+              max_memory: int | None = None,
+        overwrite: bool = False, force: bool = False) -> OpResult:
     """``lod_reset`` / ``lod_append`` of a container's tensor: the same rows under a new LoD, streamed.
 
     The new level is ``target_lod`` (offsets), or the LoD of the tensor
@@ -422,7 +432,7 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
         name_out = out_name or t.name
         writer_kwargs = {"compression": compression} if compression else {}
         rows = 0
-        with LodWriter(output, **writer_kwargs) as w:
+        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
             tw = w.add_tensor(name_out, dtype=t.dtype, element_shape=t.element_shape, lod_level=len(levels),
                               level_names=new.level_names)
             with _WriteBehind() as behind:

@@ -104,7 +104,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     from . import _pack
 
     sources = _pack._as_list(inputs)
-    fmt = _pack._input_format(sources, format)
+    fmt, _ = _pack._input_format(sources, format)
     target = _pack.resolve_dtype(dtype)
     stats: dict = {"bytes_read": 0}
     chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats)

@@ -8,13 +8,14 @@ writes, or to a container.
 
 from __future__ import annotations
 
+import builtins
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..errors import LodUsageError
-from ..lod import parse_path, resolve_branch
+from ..lod import parse_path, resolve_branch, slice_bounds
 from ..tensor import LoDTensor
 
 
@@ -25,6 +26,10 @@ class Excerpt:
     tensor: LoDTensor
     name: str
     total: int
+    #: for a level range: the sequences taken, ``(start, stop)`` after Python's slice rules and clamping
+    taken: tuple[int, int] | None = None
+    #: for a level range: how many sequences the level has
+    level_count: int | None = None
 
 
 def _branch_path(branch: str | Sequence[int] | None) -> tuple[int, ...]:
@@ -38,7 +43,9 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
     """The branch ``<i,j,...>`` of a stored tensor, or sequences ``start..stop`` of ``level`` (``lodtool slice``).
 
     ``branch`` is written ``"2,0"``, ``"<2,0>"`` or ``(2, 0)``; negative indices
-    count from the end.  Give a branch or ``level`` with ``start``/``stop``.
+    count from the end.  Give a branch or ``level`` with ``start``/``stop``,
+    which follow Python's slices: ``None`` is an open end, negatives count from
+    the end, and a range past the end is clamped (``taken`` says to what).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -47,7 +54,7 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
     >>> slice(p, "<2>").tensor.to_nested(), slice(p, level=1, start=2, stop=4).tensor.to_nested()
     ([[11, 12], [13, 14, 15]], [[6, 7, 8, 9], [10]])
     """
-    if (level is None) != (start is None or stop is None) or (level is not None and branch is not None):
+    if (level is None and (start is not None or stop is not None)) or (level is not None and branch is not None):
         raise LodUsageError("give a branch, or level with start and stop")
     if level is None and branch is None:
         raise LodUsageError("give a branch (e.g. 2,0) or level with start and stop")
@@ -55,8 +62,11 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
 
     with open_path(path) as f:
         t = f.tensor(name)
-        part = t.slice_level(level, start, stop) if level is not None else t.branch(*_branch_path(branch))
-        return Excerpt(part, t.name, len(t))
+        if level is None:
+            return Excerpt(t.branch(*_branch_path(branch)), t.name, len(t))
+        count = t.num_sequences(level)
+        start, stop = slice_bounds(builtins.slice(start, stop), count)
+        return Excerpt(t.slice_level(level, start, stop), t.name, len(t), (start, stop), count)
 
 
 def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None) -> Excerpt:

@@ -92,8 +92,10 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
         raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    from ..atomic import refuse_output_over_input
     from ..container.shards import open_path  # a container file, or a sharded folder
 
+    refuse_output_over_input(output, [path])
     with open_path(path) as f:
         t = f.tensor(name)
         if isinstance(output, (str, os.PathLike)) and os.fspath(output) != "-":
