@@ -118,6 +118,7 @@ class _Column:
         row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
         self.target = target
         self.direct: bool | None = None
+        self.deflate: tuple[int, bool] | bool | None = None  # (level, fletcher32) once known to encode in parallel
         self.unqueued = 0  # bytes written since this column last started the file's write-back
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
             chunk_rows(row_bytes, target=target)
@@ -164,6 +165,10 @@ class _Column:
         self.ds.resize(self.written + k, axis=0)
         if self._direct_ok(block):
             _write_chunks_direct(self.ds, self.written, block, self.rows)
+        elif self._deflate_level(block) is not None:
+            from ._deflate import write_chunks
+
+            write_chunks(self.ds, self.written, block, self.rows, level=self.deflate[0], fletcher32=self.deflate[1])
         else:
             self.ds[self.written:self.written + k] = block
         checksum.update(self.hasher, block)
@@ -184,6 +189,21 @@ class _Column:
                            and self.ds.chunks == (self.rows,) + self.tail
                            and self.dtype.byteorder in "<|=" and np.little_endian)
         return self.direct
+
+    def _deflate_level(self, block: np.ndarray) -> int | None:
+        """The deflate level if ``block`` can be encoded in parallel here (see :mod:`._deflate`), else None."""
+        if self.written % self.rows or block.shape[0] == 0:
+            return None
+        if self.deflate is None:  # decided once per dataset: shuffle + deflate (+ fletcher32), whole rows per chunk
+            self.deflate = False
+            plist = self.ds.id.get_create_plist()
+            ids = filters.filter_ids(self.ds)
+            if ids in ([filters.SHUFFLE, filters.DEFLATE], [filters.SHUFFLE, filters.DEFLATE, filters.FLETCHER32]) \
+                    and self.ds.chunks == (self.rows,) + self.tail and self.dtype.byteorder in "<|=" \
+                    and np.little_endian:
+                opts = plist.get_filter(1)[2]
+                self.deflate = (int(opts[0]) if opts else 6, ids[-1] == filters.FLETCHER32)
+        return self.deflate[0] if self.deflate else None
 
     def prime(self, path: str, what: str) -> None:
         """Hash the rows already in the dataset (appending) and compare with the recorded checksum."""
@@ -775,8 +795,9 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
          fletcher32: bool = True) -> None:
     """Write one tensor (as ``name``) or a mapping of named tensors to a new container, atomically.
 
-    ``compression``: ``None`` (the default, ``lzf``), ``"gzip"`` (``compression_level``
-    0-9), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
+    ``compression``: ``None`` (the default, ``deflate``: shuffle + deflate level 1,
+    encoded on every core), ``"gzip"`` (the same filters, ``compression_level``
+    0-9, default 4), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
     to write and to read).  With ``share_lod`` tensors whose offsets are equal
     share one set of offsets datasets (HDF5 hard links).
 
