@@ -64,6 +64,7 @@ import io
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import threading
@@ -73,6 +74,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .. import lod as _lod
+from .._jit import kernels_pay
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
@@ -87,6 +89,13 @@ CHUNK_BYTES = 64 << 20
 SCAN_BLOCK = 4 << 20
 #: threads scanning JSON Lines blocks in parallel (None: min(8, CPUs)); 1 scans in the calling thread
 SCAN_THREADS: int | None = None
+#: input bytes from which ``fast=None`` takes the Numba scanner rather than the general (orjson) path.
+#: Measured on the project's 2-core EPYC under load (load average 8-11), medians of 3: the general path
+#: parsed the shipped corpus at 3.1 MB/s, the scanner at 67 MB/s, and the scanner's first call cost
+#: 2.5-2.8 s in a fresh process (numba import + cached-kernel load; still 1.8-2.3 s with numba imported
+#: already), so the scanner pays from about 2.6 s / (1/3.1 - 1/67 s/MB) = 8.5 MB; divided by 4 as a
+#: margin towards the scanner for quieter machines.  Inputs of unknown size (stdin, streams) take the scanner.
+FAST_FROM_BYTES = 2 << 20
 #: LoD levels plus element dimensions at most (the scanner has the same limit)
 MAX_LEVELS = 256
 
@@ -164,9 +173,12 @@ class _Input:
         """The whole input, from its start (for the general path of a JSON document)."""
         if self.path is not None:
             with _open_input(self.path) as f:
-                return f.read()
-        self.stream.seek(self.start)
-        return self.stream.read()
+                data = f.read()
+        else:
+            self.stream.seek(self.start)
+            data = self.stream.read()
+        self.bytes_read = len(data)  # the whole input, however much the fast path had read before
+        return data
 
     def close(self) -> None:
         if self.own:
@@ -706,6 +718,25 @@ def _json_type(obj) -> str:
         type(obj), "null")
 
 
+def _known_size(sources: Sequence[Any]) -> int | None:
+    """Total bytes of ``sources`` if every one has a known size (paths, bytes, a file on stdin), else None."""
+    total = 0
+    for src in sources:
+        try:
+            if isinstance(src, (bytes, bytearray, memoryview)):
+                total += len(src)
+            elif isinstance(src, (str, os.PathLike)):
+                fd_stat = os.fstat(sys.stdin.fileno()) if os.fspath(src) == "-" else os.stat(src)
+                if not stat.S_ISREG(fd_stat.st_mode):
+                    return None
+                total += fd_stat.st_size
+            else:
+                return None
+        except (OSError, ValueError, AttributeError):  # no stdin, a closed one, a missing file (reported later)
+            return None
+    return total
+
+
 # -- the fast path ----------------------------------------------------------------------------------
 def _scanner():
     """The fast-path module (imports numba), or None when numba is missing."""
@@ -779,6 +810,30 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
     [[[[1]]], [[[2, 3]]]]
     """
     sources = list(sources)
+    kwargs = dict(lod_level=lod_level, dtype=dtype, level_names=level_names, chunk_bytes=chunk_bytes,
+                  progress=progress, names=names, stats=stats)
+    if fast is None and not kernels_pay(_known_size(sources), FAST_FROM_BYTES, FAST_FROM_BYTES):
+        # small input: the general path, and Numba never imported; bad input is read again by the scanner,
+        # whose messages give the exact line and column (an error costs the import, a clean run never does)
+        try:
+            chunks = list(_iter_json_inputs(sources, fmt, fast=False, **kwargs))
+        except LodError:
+            if any(_is_stdin(src) for src in sources):
+                raise  # stdin cannot be read twice
+            chunks = None
+        if chunks is not None:
+            yield from chunks
+            return
+    yield from _iter_json_inputs(sources, fmt, fast=fast, **kwargs)
+
+
+def _is_stdin(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-" or \
+        not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview))
+
+
+def _iter_json_inputs(sources: list, fmt: str | None, *, lod_level, dtype, level_names, chunk_bytes: int,
+                      fast: bool | None, progress, names, stats) -> Iterator[LoDTensor]:
     fmts = [_resolve_format(src, fmt) for src in sources]
     asm = _Assembler("", lod_level, resolve_dtype(dtype), _names(level_names))
     js = _use_fast(fast)

@@ -62,10 +62,26 @@ class OpResult:
 
 
 def _check_device(device: str) -> None:
-    """Fail early (before reading anything) when ``device`` cannot run operators."""
+    """Fail early (before reading anything) when ``device`` cannot run operators.
+
+    The CPU needs no check here, so a small run never imports Numba (see :func:`_tier`).
+    """
     from ..ops import get_backend
 
-    get_backend(None, None, device)
+    get_backend(None, "numpy" if device == "cpu" else None, device)
+
+
+def _tier(device: str, work: int, crossover) -> None:
+    """Load Numba now when the whole run's ``work`` is past the operator's crossover.
+
+    Each chunk then compares its own work with the (lower) warm crossover, so a
+    large file streamed in chunks runs the kernels as a whole, and a small one
+    never imports Numba (see :mod:`lodtool.ops._backend`).
+    """
+    from ..ops import get_backend
+
+    if device == "cpu":
+        get_backend(None, None, "cpu", work=work, crossover=crossover)
 
 
 def _open_tensor(path: str, name: str | None, max_memory: int | None):
@@ -156,7 +172,8 @@ class _WriteBehind:
 
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
-            *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None) -> OpResult:
+            *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None,
+            device: str = "cpu", crossover=None) -> OpResult:
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results."""
     from ..container.writer import LodWriter
 
@@ -164,6 +181,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
 
     f, t = _open_tensor(path, name, max_memory)
     with f:
+        if crossover is not None:
+            _tier(device, t.n_rows * int(np.prod(t.element_shape, dtype=np.int64)), crossover)
         chunk_rows = chunk_rows or _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         name_out = out_name or t.name
         writer_kwargs = {"compression": compression} if compression else {}
@@ -200,11 +219,12 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     ([0.5, 3.0], 2)
     """
     from ..ops import sequence_pool
+    from ..ops.pool import NUMBA_FROM
 
     _check_device(device)
     return _stream(path, output, name, out_name,
                    lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, device=device, crossover=NUMBA_FROM)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -220,10 +240,11 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     [1.0, 0.5, 0.5]
     """
     from ..ops import sequence_softmax
+    from ..ops.softmax import NUMBA_FROM
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_softmax(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, device=device, crossover=NUMBA_FROM)
 
 
 def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -239,10 +260,11 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     [1, 0, 4, 3, 2]
     """
     from ..ops import sequence_reverse
+    from ..ops.reverse import NUMBA_FROM
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_reverse(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory)
+                   compression=compression, max_memory=max_memory, device=device, crossover=NUMBA_FROM)
 
 
 def read_lod_only(lazy) -> LoDTensor:
@@ -280,7 +302,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
     ([1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4], [[0, 1, 4, 7, 10]], 4)
     """
     from ..container.writer import LodWriter
-    from ..ops.expand import expand_level
+    from ..ops.expand import NUMBA_FROM as EXPAND_FROM, expand_level
 
     _check_device(device)
     fy, ty = _open_tensor(y, y_name, max_memory)
@@ -290,6 +312,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
         with fx:
             _require_valid(fx.path, tx)
             level = expand_level(tx, ty, ref_level)
+            _tier(device, max(tx.n_rows, ty.n_rows) * int(np.prod(tx.element_shape, dtype=np.int64)), EXPAND_FROM)
             name_out = out_name or tx.name
             max_rows = _chunk_rows(tx.element_shape, tx.dtype, fx.max_memory)
             window = _offset_window(min(fx.max_memory, fy.max_memory))
@@ -383,12 +406,13 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     """
     from ..io.npy import write_npz_members
     from ..ops import sequence_mask
-    from ..ops.pad import pad_level, padded_length
+    from ..ops.pad import PAD_NUMBA_FROM, pad_level, padded_length
 
     _check_device(device)
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
+        _tier(device, t.n_rows * int(np.prod(t.element_shape, dtype=np.int64)), PAD_NUMBA_FROM)
         lvl = pad_level(t, level)
         window = _offset_window(f.max_memory)
         count = t.num_sequences(lvl)
