@@ -17,7 +17,9 @@ from .. import io as formats
               help="Input format (default: from the extension; required for stdin).")
 @click.option("--lod-level", type=click.IntRange(min=0), default=None,
               help="Number of LoD levels; deeper lists become the (uniform) element shape.")
-@click.option("--dtype", default=None, help="Data dtype, e.g. int32, float32 (default: inferred).")
+@click.option("--dtype", default=None,
+              help="Data dtype, e.g. int32, float32 (default: inferred); auto-int stores the narrowest integer "
+                   "dtype that holds every value (e.g. uint16 for token ids below 65536).")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name inside the container.")
 @click.option("--level-names", default=None, metavar="A,B,..", help="Names of the levels, e.g. article,sentence.")
 @opt.compression_option
@@ -38,6 +40,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     Example:
       lodtool pack sample_data/articles.json -o articles.lod.h5 --level-names article,sentence
       cat docs.jsonl | lodtool pack - --format jsonl -o docs.lod.h5
+      lodtool pack docs.jsonl -o docs.lod.h5 --dtype auto-int
     """
     from .. import tasks
 
@@ -52,10 +55,12 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
                             level_names=opt.split_names(level_names), compression=compression, append=append,
                             progress=tick)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
-               "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
+               "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
+               "bytes_saved": result.bytes_saved}
     if as_json:
         opt.emit_json(summary)
     elif output != "-":
         verb = "appended" if append else "packed"
+        saved = f"; {result.bytes_saved:,} bytes saved against int64" if result.bytes_saved else ""
         opt.message(ctx, f"{verb} {result.sequences:,} sequences, {result.rows:,} rows ({result.dtype}, "
-                         f"{result.lod_level} LoD levels) into {output}:{result.name}")
+                         f"{result.lod_level} LoD levels) into {output}:{result.name}{saved}")

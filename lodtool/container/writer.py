@@ -56,6 +56,24 @@ DIRECT_MIN_BYTES = 4 << 20
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
+#: what ``dtype=`` means "the narrowest integer dtype that holds every value so far" (widening as needed)
+AUTO_INT = "auto-int"
+
+_UNSIGNED = tuple(np.dtype(t) for t in ("<u1", "<u2", "<u4", "<u8"))
+_SIGNED = tuple(np.dtype(t) for t in ("<i1", "<i2", "<i4", "<i8"))
+
+
+def narrowest_int(lo: int, hi: int) -> np.dtype:
+    """The narrowest integer dtype holding every integer in ``lo..hi`` (unsigned when ``lo >= 0``).
+
+    >>> narrowest_int(0, 255), narrowest_int(-1, 255), narrowest_int(0, 70000), narrowest_int(-2**40, 3)
+    (dtype('uint8'), dtype('int16'), dtype('uint32'), dtype('int64'))
+    """
+    for dt in (_UNSIGNED if lo >= 0 else _SIGNED):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return dt
+    raise LodDtypeError(f"no integer dtype holds both {lo} and {hi}")
 
 
 def _created_by() -> str:
@@ -295,7 +313,9 @@ class TensorWriter:
         self._owner = owner
         self.name = name
         self._path = owner.path
-        self._auto = dtype is None or (isinstance(dtype, str) and dtype == AUTO)
+        self._auto_int = isinstance(dtype, str) and dtype == AUTO_INT
+        self._range: tuple[int, int] | None = None  # smallest and largest value so far (auto-int)
+        self._auto = dtype is None or (isinstance(dtype, str) and dtype == AUTO) or self._auto_int
         self._dtype = None if self._auto else storage_dtype(dtype, f"tensor {name!r}")
         if isinstance(lod_level, bool) or not isinstance(lod_level, (int, np.integer)) or \
                 not 0 <= lod_level <= spec.MAX_LOD_LEVEL:
@@ -434,6 +454,8 @@ class TensorWriter:
         self._data.extend(data)
 
     def _coerce(self, data: np.ndarray) -> np.ndarray:
+        if self._auto_int:
+            return self._narrow(data)
         src = storage_dtype(data.dtype, f"a chunk of tensor {self.name!r}")
         if self._dtype is None:
             self._dtype = src
@@ -442,6 +464,38 @@ class TensorWriter:
             if wider != self._dtype:
                 self._promote(storage_dtype(wider))
         return _cast_chunk(data, self._dtype, self.name)
+
+    def _narrow(self, data: np.ndarray) -> np.ndarray:
+        """A chunk as the narrowest integer dtype for every value so far, widening what is stored if needed."""
+        if data.dtype.kind not in "iu":
+            raise LodDtypeError(f"tensor {self.name!r}: dtype auto-int takes integers, but a chunk holds "
+                                f"{data.dtype} values; give a float dtype, or leave the dtype to be inferred")
+        if data.size:
+            lo, hi = int(data.min()), int(data.max())
+            if self._range is not None:
+                lo, hi = min(lo, self._range[0]), max(hi, self._range[1])
+            self._range = (lo, hi)
+        elif self._range is None and self._dtype is None:
+            self._dtype = _UNSIGNED[0]  # no value yet: the narrowest, widened by the first values that need it
+        if self._range is not None:
+            want = narrowest_int(*self._range)
+            if self._dtype is None:
+                self._dtype = want
+            elif want != self._dtype:
+                # in this session the range covers every value, so ``want`` holds them all; a file appended to
+                # holds values of unknown range, so its dtype is only ever widened
+                wider = np.result_type(self._dtype, want) if self._existing else want
+                if wider.kind == "f":  # uint64 with a negative value: no integer dtype holds both
+                    raise LodDtypeError(f"tensor {self.name!r}: no integer dtype holds both {self._dtype} values "
+                                        f"and {want} values")
+                if wider != self._dtype:
+                    self._promote(storage_dtype(wider))
+        return _cast_chunk(data, self._dtype, self.name)
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The data dtype so far (None before the first chunk of an inferred dtype)."""
+        return self._dtype
 
     def _promote(self, dtype: np.dtype) -> None:
         """Widen the data dtype, rewriting what is already in the (temp) file."""
@@ -841,4 +895,5 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
             w._guarded(tw.append, t)
 
 
-__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "CHUNK_BYTES", "chunk_rows", "storage_dtype"]
+__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "AUTO_INT", "CHUNK_BYTES", "chunk_rows", "narrowest_int",
+           "storage_dtype"]

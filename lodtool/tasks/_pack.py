@@ -30,6 +30,9 @@ from ..tensor import LoDTensor
 from .. import io as formats
 from ..io._values import resolve_dtype
 
+#: ``dtype=`` for the narrowest integer dtype that holds every value (see :func:`pack`)
+AUTO_INT = "auto-int"
+
 #: the input formats ``pack`` reads
 INPUT_FORMATS = formats.readable()
 #: input bytes parsed at a time
@@ -51,6 +54,8 @@ class PackResult:
     lod_level: int
     dtype: np.dtype
     bytes_read: int
+    #: data bytes saved against int64 by ``dtype="auto-int"`` (0 otherwise)
+    bytes_saved: int = 0
 
 
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
@@ -66,7 +71,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     is one sequence, each JSON / JSON Lines / NPZ input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
     :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
-    float64 when a later chunk holds floats).  ``append=True`` adds the
+    float64 when a later chunk holds floats); ``dtype="auto-int"`` stores the
+    narrowest integer dtype that holds every value (unsigned when none is
+    negative), widening as later chunks need it, and never losing a value.  ``append=True`` adds the
     sequences to an existing tensor (or creates the file).  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
     read so far.  Errors are :class:`~lodtool.errors.LodError` subclasses and
@@ -85,7 +92,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     fmt = _input_format(inputs, format)
     if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
         raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
-    target = resolve_dtype(dtype)
+    auto_int = isinstance(dtype, str) and dtype == AUTO_INT
+    target = None if auto_int else resolve_dtype(dtype)
     names = None if level_names is None else [str(n) for n in level_names]
     stats: dict = {"bytes_read": 0}
     chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats)
@@ -104,8 +112,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
                 if chunk_names is not None and len(chunk_names) != chunk.lod_level:
                     raise LodUsageError(f"{len(chunk_names)} level name(s) given ({', '.join(chunk_names)}), but the "
                                         f"input has {chunk.lod_level} LoD level(s)")
-                tw = writer.add_tensor(name, dtype=target, element_shape=chunk.element_shape,
-                                       lod_level=chunk.lod_level, level_names=chunk_names)
+                tw = writer.add_tensor(name, dtype=AUTO_INT if auto_int else target,
+                                       element_shape=chunk.element_shape, lod_level=chunk.lod_level,
+                                       level_names=chunk_names)
             tw.append(chunk)
             rows += chunk.n_rows
             sequences += len(chunk)
@@ -113,9 +122,13 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     if progress is not None:
         progress(stats["bytes_read"])
     assert first is not None  # every reader raises on empty input
-    out_dtype = target if target is not None else seen
-    return PackResult(os.fspath(output), name, rows, sequences, first.lod_level, np.dtype(out_dtype),
-                      int(stats["bytes_read"]))
+    out_dtype = np.dtype(tw.dtype if auto_int else target if target is not None else seen)
+    saved = 0
+    if auto_int:
+        values = rows * int(np.prod(first.element_shape, dtype=np.int64))
+        saved = values * (8 - out_dtype.itemsize)
+    return PackResult(os.fspath(output), name, rows, sequences, first.lod_level, out_dtype,
+                      int(stats["bytes_read"]), saved)
 
 
 def _as_list(inputs) -> list:
@@ -210,4 +223,4 @@ def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:
         worker.join()
 
 
-__all__ = ["pack", "PackResult", "INPUT_FORMATS"]
+__all__ = ["pack", "PackResult", "INPUT_FORMATS", "AUTO_INT"]
