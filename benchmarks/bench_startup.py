@@ -190,7 +190,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                   "imports numba"],
          "rows": rows_k},
     ]
-    about = (f"A small generated file (50 documents); {rounds} interleaved runs of each light command and "
+    about = (f"A small generated file (667 documents, about 10k rows); {rounds} interleaved runs of each light command and "
              f"anchor, {runs} first/second pairs of each kernel command (each first run on a fresh "
              f"`NUMBA_CACHE_DIR`); the CLI is `{' '.join(cli)}`. Load average {load0} before, {load1} after.")
     return {"key": TAG, "title": "CLI start-up (issue 5)", "about": about, "targets": targets, "tables": tables,
