@@ -335,7 +335,8 @@ def json_out(tmp: Path, runs: int) -> tuple[dict, list[dict]]:
     text = lodtool_jsonl()
     ratio = med["orjson"] / med["lodtool"]
     target = C.target("`unpack --to jsonl` at least orjson's speed dumping the same nested lists (which are "
-                      "built beforehand, untimed)", f"{C.fmt_s(med['lodtool'])} ({text / med['lodtool'] / 1e6:.0f} MB/s)",
+                      "built beforehand, untimed)",
+                      f"{C.fmt_s(med['lodtool'])} ({text / med['lodtool'] / 1e6:.0f} MB/s)",
                       f"orjson {C.fmt_s(med['orjson'])}", C.fmt_x(ratio), ratio >= 1.0, "≥ 1×")
     table = {"title": "JSON out (in process; ratio = orjson time / lodtool time)",
              "head": ["method", "median s", "MB/s of text"],

@@ -8,7 +8,8 @@ On a small generated file (the start-up is what is measured, not the work):
   the anchor ``python -c "import numpy, h5py"`` (target: at most 1.5x);
 * the kernel commands (``pool``, ``softmax``, ``reverse``, ``expand``, ``pad``,
   ``pack``) on about 10k rows, interleaved with the same anchor (target: at most
-  1.5x; below their work-size crossovers they never import Numba); then each command's first run on an empty Numba cache (a fresh
+  1.5x; below their work-size crossovers they never import Numba); then each
+  command's first run on an empty Numba cache (a fresh
   ``NUMBA_CACHE_DIR`` per command and round, so it compiles), then its second run
   on that cache.  The second run must not compile again: the table counts the
   cache files it wrote (0 when everything came from the cache), and compares it
@@ -190,7 +191,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                   "imports numba"],
          "rows": rows_k},
     ]
-    about = (f"A small generated file (667 documents, about 10k rows); {rounds} interleaved runs of each light command and "
+    about = (f"A small generated file (667 documents, about 10k rows); {rounds} interleaved runs of each light "
+             "command and "
              f"anchor, {runs} first/second pairs of each kernel command (each first run on a fresh "
              f"`NUMBA_CACHE_DIR`); the CLI is `{' '.join(cli)}`. Load average {load0} before, {load1} after.")
     return {"key": TAG, "title": "CLI start-up (issue 5)", "about": about, "targets": targets, "tables": tables,

@@ -267,5 +267,6 @@ def kernel(fn: Callable | None = None, **options):
     return LazyKernel(fn, options)
 
 
-__all__ = ["kernel", "intrinsic", "prange", "atomic_add", "schedule", "workers", "numba_module", "numba_loaded", "kernels_pay", "LazyKernel",
+__all__ = ["kernel", "intrinsic", "prange", "atomic_add", "schedule", "workers", "numba_module", "numba_loaded", "kernels_pay",
+           "LazyKernel",
            "LazyIntrinsic"]

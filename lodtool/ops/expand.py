@@ -52,7 +52,8 @@ OP = "sequence_expand"
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 1.2 s, no saving (222 vs 227 ms at 16M rows, 34 vs 53 ms at 4M): the reference's fancy-index gather is as fast here.
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 1.2 s, no saving (222
+# vs 227 ms at 16M rows, 34 vs 53 ms at 4M): the reference's fancy-index gather is as fast here.
 # cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
 #        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
 #        margin towards Numba for quieter machines with more cores; warm = where the warm kernel

@@ -47,7 +47,8 @@ OP_MASK = "sequence_mask"
 
 
 #: input elements of sequence_pad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 0.73 s, saving 12 ns/element (318 vs 124 ms at 16M); reference 15 vs kernel 32 ms at 1M, 70 vs 38 ms at 4M.
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 0.73 s, saving 12
+# ns/element (318 vs 124 ms at 16M); reference 15 vs kernel 32 ms at 1M, 70 vs 38 ms at 4M.
 # cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
 #        / (per-unit saving of the kernel over the reference at the largest size), divided by 4 as a
 #        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
@@ -56,7 +57,8 @@ PAD_NUMBA_FROM = Crossover(cold=1 << 24, warm=1 << 21)
 
 
 #: padded elements of sequence_unpad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.4 s, saving 4.4 ns/element (112 vs 43 ms at 15.6M); reference 27 vs kernel 22 ms at 2M.
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.4 s, saving 4.4
+# ns/element (112 vs 43 ms at 15.6M); reference 27 vs kernel 22 ms at 2M.
 # cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
 #        / (per-unit saving of the kernel over the reference at the largest size), divided by 4 as a
 #        margin towards Numba for quieter machines with more cores; warm = where the warm kernel

@@ -64,7 +64,8 @@ SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 3.5 s, saving 1.9 ns/element (sum, float32: 95 vs 64 ms at 16M); reference 2 ms vs kernel 40 ms at 1M, 63 vs 35 ms at 4M.
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 3.5 s, saving 1.9
+# ns/element (sum, float32: 95 vs 64 ms at 16M); reference 2 ms vs kernel 40 ms at 1M, 63 vs 35 ms at 4M.
 # cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
 #        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
 #        margin towards Numba for quieter machines with more cores; warm = where the warm kernel

@@ -28,7 +28,8 @@ OP = "sequence_reverse"
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 1.9 s, saving 18 ns/element (412 vs 120 ms at 16M); reference 37 vs kernel 26 ms at 1M, 0.4 vs 28 ms at 100k.
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 1.9 s, saving 18
+# ns/element (412 vs 120 ms at 16M); reference 37 vs kernel 26 ms at 1M, 0.4 vs 28 ms at 100k.
 # cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
 #        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
 #        margin towards Numba for quieter machines with more cores; warm = where the warm kernel

@@ -37,7 +37,8 @@ OP = "sequence_softmax"
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.3 s, saving 13.5 ns/element (552 vs 335 ms at 16M); reference 68 vs kernel 57 ms at 1M.
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.3 s, saving 13.5
+# ns/element (552 vs 335 ms at 16M); reference 68 vs kernel 57 ms at 1M.
 # cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
 #        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
 #        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
