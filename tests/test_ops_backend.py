@@ -165,3 +165,27 @@ def test_a_large_run_loads_the_kernels_up_front(monkeypatch):
     loaded.clear()
     _operators._tier("cpu", 5, Crossover(cold=10, warm=10))
     assert not loaded
+
+
+def test_a_small_pipe_on_stdin_takes_the_general_path_and_a_large_one_the_scanner(tmp_path):
+    from lodtool.container import load
+    from lodtool.io.json import FAST_FROM_BYTES
+
+    probe = ("import runpy, sys; sys.argv = ['lodtool', '-q'] + sys.argv[1:]\n"
+             "try:\n    runpy.run_module('lodtool', run_name='__main__')\n"
+             "except SystemExit as e:\n    assert not e.code, e.code\n"
+             "print('numba' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    line = b"[[1, 2, 300], [-4]]\n"
+    for count, numba_expected in ((100, "False"), (FAST_FROM_BYTES // len(line) + 10, "True")):
+        out = tmp_path / f"p{count}.h5"
+        run = subprocess.run([sys.executable, "-c", probe, "pack", "-", "--format", "jsonl", "-o", str(out)],
+                             input=line * count, capture_output=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.decode().strip().splitlines()[-1] == numba_expected
+        got = load(str(out))
+        assert got.n_rows == 4 * count and got.data[:4].tolist() == [1, 2, 300, -4]
+    bad = subprocess.run([sys.executable, "-m", "lodtool", "pack", "-", "--format", "jsonl", "-o",
+                          str(tmp_path / "bad.h5")], input=b"[[1]]\n[[2, x]]\n", capture_output=True, env=env,
+                         timeout=300)
+    assert bad.returncode == 1 and b"<stdin>:2:6:" in bad.stderr and not (tmp_path / "bad.h5").exists()

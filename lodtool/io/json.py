@@ -816,6 +816,12 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
     [[[[1]]], [[[2, 3]]]]
     """
     sources = list(sources)
+    if fast is None:  # a pipe on stdin: its first bytes tell whether the input is small
+        names = list(names) if names is not None else [None] * len(sources)
+        for i, src in enumerate(sources):
+            if _is_stdin_pipe(src):
+                sources[i] = _peek_stdin(FAST_FROM_BYTES)
+                names[i] = names[i] or "<stdin>"
     kwargs = dict(lod_level=lod_level, dtype=dtype, level_names=level_names, chunk_bytes=chunk_bytes,
                   progress=progress, names=names, stats=stats)
     if fast is None and not kernels_pay(_known_size(sources), FAST_FROM_BYTES, FAST_FROM_BYTES):
@@ -831,6 +837,43 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
             yield from chunks
             return
     yield from _iter_json_inputs(sources, fmt, fast=fast, **kwargs)
+
+
+def _is_stdin_pipe(source: Any) -> bool:
+    """Whether ``source`` is ``-`` with something other than a regular file on stdin (a pipe, a terminal)."""
+    if not (isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-"):
+        return False
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class _Prefixed(io.RawIOBase):
+    """A one-way stream: ``prefix``, then the rest of ``stream``."""
+
+    def __init__(self, prefix: bytes, stream):
+        self._prefix, self._stream = memoryview(prefix), stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view) -> int:
+        if len(self._prefix):
+            n = min(len(view), len(self._prefix))
+            view[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        return self._stream.readinto(view)
+
+
+def _peek_stdin(limit: int):
+    """stdin's bytes if it ends within ``limit`` bytes (then its size is known), else a stream of all of it."""
+    stream = sys.stdin.buffer
+    head = stream.read(limit + 1)
+    if len(head) <= limit:
+        return head
+    return io.BufferedReader(_Prefixed(head, stream), 1 << 20)
 
 
 def _is_stdin(source: Any) -> bool:
