@@ -184,6 +184,8 @@ def encode_lines(data: np.ndarray, offsets, element_shape, sep: int = 10) -> np.
     kind = 2 if flat.dtype.kind == "b" else 1 if flat.dtype.kind == "u" else 0
     if kind == 2:
         flat = flat.view(np.uint8)
+    else:  # widened (exactly): three compiled signatures in all, not one per integer dtype
+        flat = flat.astype(np.uint64 if kind == 1 else np.int64, copy=False)
     lstart = np.zeros(len(levels) + 1, np.int64)
     lstart[1:] = np.cumsum([lv.shape[0] for lv in levels])
     offs = np.concatenate(levels)
