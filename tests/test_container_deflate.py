@@ -140,3 +140,18 @@ def test_h5dump_reads_the_default_with_builtin_filters(tmp_path, dtype):
     assert np.array_equal(np.fromfile(dumped, dtype), data)
     run = subprocess.run(["h5dump", "-d", "/tensor/lod/0", path], env=env, capture_output=True, text=True)
     assert "0, 3, 123457" in run.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_with_a_pool_of_its_own(tmp_path):
+    data = np.arange(400_000, dtype=np.int64)
+    save(str(tmp_path / "parent.h5"), LoDTensor(data, [[0, data.size]]))  # the parent's pool now exists
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            save(str(tmp_path / "child.h5"), LoDTensor(data, [[0, data.size]]))
+            os._exit(0 if np.array_equal(load(str(tmp_path / "child.h5")).data, data) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

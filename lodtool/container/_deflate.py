@@ -55,6 +55,16 @@ def workers() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are gone, so the child starts a pool of its own."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _get_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
