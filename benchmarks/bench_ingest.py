@@ -17,6 +17,12 @@ method is a warm-up and is not counted):
 - pysimdjson, one line at a time, to Python lists, flattened to arrays;
 - orjson, one line at a time, flattened to arrays (what a Python script would do).
 
+Then, whole processes interleaved: ``lodtool pack`` with the default compression
+(shuffle + deflate), ``--compression none`` and ``lzf``, against a script running
+awkward ``from_json`` with a schema plus its h5py write, and ``dd conv=fdatasync``
+of the uncompressed container's bytes (the disk anchor); the containers' sizes.
+Last, JSON out: ``unpack --to jsonl`` against orjson dumping the same nested lists.
+
 Every row produces the same thing: flat int64 token ids plus the lengths of each
 level.  The methods run interleaved (a, b, c, a, b, c, ...), so load from other
 processes hits them alike.  The table gives the median of ``--runs`` timed runs
@@ -176,7 +182,9 @@ METHODS = [
      lodtool_pack("none"), None),
     ("lodtool-pack-none-serial", "lodtool pack, compression none, without the parse thread",
      lodtool_pack("none", overlap=False), None),
-    ("lodtool-pack-default", "lodtool pack, default compression (end to end)", lodtool_pack(None), None),
+    ("lodtool-pack-default", "lodtool pack, default compression: shuffle + deflate (end to end)",
+     lodtool_pack(None), None),
+    ("lodtool-pack-lzf", "lodtool pack, lzf (end to end)", lodtool_pack("lzf"), None),
     ("writer-only", "(reference) LodWriter alone, compression none: appending pre-parsed chunks", WriterOnly(), None),
     ("awkward-schema", "awkward from_json(line_delimited=True, schema=...)", awkward_from_json(SCHEMA), "awkward"),
     ("awkward", "awkward from_json(line_delimited=True), no schema", awkward_from_json(None), "awkward"),
@@ -219,6 +227,124 @@ def measure(path: Path, tmp: Path, runs: int, only: set[str] | None = None):
     if len(counts) > 1 or len(sums) > 1:
         notes.append(f"WARNING: the methods disagree (token counts {counts}, sums {sums})")
     return rows, notes
+
+
+# -- whole process: each command in a fresh process, against awkward + h5py and the disk ------------------
+AWKWARD_SCRIPT = """
+import pathlib, sys, awkward as ak, h5py
+src, out = pathlib.Path(sys.argv[1]), sys.argv[2]  # a Path: a str would be read as JSON text
+arr = ak.from_json(src, line_delimited=True, schema={"type": "array", "items": {"type": "array",
+                   "items": {"type": "integer"}}})
+form, length, buffers = ak.to_buffers(arr)
+with h5py.File(out, "w") as f:
+    for key, buf in buffers.items():
+        f.create_dataset(key, data=buf)
+"""
+
+
+def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], list[str]]:
+    """``lodtool pack`` (default, none, lzf) as whole processes, interleaved with awkward + h5py and ``dd``.
+
+    The ``dd`` anchor writes as many bytes as the uncompressed container, with
+    ``conv=fdatasync``: what this disk takes, so the ``none`` row can be read as
+    a fraction of it.
+    """
+    import shutil
+
+    import _common as C
+
+    cli = C.lodtool_cmd()
+    env = C.child_env()
+    notes = []
+    out = {k: tmp / f"whole-{k}.lod.h5" for k in ("deflate", "none", "lzf")}
+    cmds = {f"pack-{k}": cli + ["-q", "pack", str(path), "-o", str(out[k])] +
+            ([] if k == "deflate" else ["--compression", k]) for k in out}
+    if available("awkward"):
+        cmds["awkward+h5py"] = [sys.executable, "-c", AWKWARD_SCRIPT, str(path), str(tmp / "awkward.h5")]
+    else:
+        notes.append("awkward + h5py: skipped (awkward is not installed)")
+    for name, cmd in cmds.items():  # warm-up: the page cache, the Numba cache
+        C.run_child(cmd, env=env).check(name)
+    none_bytes = out["none"].stat().st_size
+    if shutil.which("dd"):
+        block = 4 << 20
+        cmds["dd"] = ["dd", "if=/dev/zero", f"of={tmp / 'dd.bin'}", f"bs={block}",
+                      f"count={-(-none_bytes // block)}", "conv=fdatasync", "status=none"]
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            times[name].append(C.run_child(cmd, env=env).check(name).wall)
+    med = {k: C.median(v) for k, v in times.items()}
+    sizes = {k: v.stat().st_size for k, v in out.items()}
+    size_in = path.stat().st_size
+    base = med.get("awkward+h5py")
+    targets = []
+    for key, goal in (("pack-deflate", 2.0), ("pack-none", 2.0)):
+        ratio = base / med[key] if base else None
+        what = {"pack-deflate": "`lodtool pack` with the default compression (shuffle + deflate), whole process, "
+                                "≥ 2× awkward `from_json` with a schema + its h5py write",
+                "pack-none": "`lodtool pack --compression none`, whole process, ≥ 2× the same"}[key]
+        targets.append(C.target(what, f"{C.fmt_s(med[key])} ({size_in / med[key] / 1e6:.0f} MB/s)",
+                                f"awkward + h5py {C.fmt_s(base)}" if base else "awkward not installed",
+                                C.fmt_x(ratio) if ratio else "skipped", ratio >= goal if ratio else None,
+                                f"≥ {goal:g}×"))
+    targets.append(C.target("default compression: file no larger than lzf's", f"{sizes['deflate']:,} bytes",
+                            f"lzf {sizes['lzf']:,} bytes", C.fmt_x(sizes["lzf"] / sizes["deflate"]),
+                            sizes["deflate"] <= sizes["lzf"], "≤ lzf"))
+    rows = []
+    for name in cmds:
+        ratio = C.fmt_x(base / med[name]) if base else "–"
+        written = {"pack-deflate": sizes["deflate"], "pack-none": sizes["none"], "pack-lzf": sizes["lzf"],
+                   "dd": none_bytes}.get(name)
+        rows.append([name, C.fmt_s(med[name]), f"{size_in / med[name] / 1e6:.0f}", ratio,
+                     f"{written:,}" if written else "–",
+                     f"{written / med[name] / 1e6:.0f}" if written else "–"])
+    if "dd" in med:
+        notes.append(f"`pack --compression none` took {C.fmt_x(med['pack-none'] / med['dd'])} the time of `dd` "
+                     f"writing its {none_bytes:,} bytes with fdatasync (the disk's own speed).")
+    table = {"title": "Whole process, interleaved (ratio = awkward + h5py time / command time, higher is faster)",
+             "head": ["command", "median s", "input MB/s", "vs awkward + h5py", "bytes written", "written MB/s"],
+             "rows": rows}
+    return table, targets, notes
+
+
+def json_out(tmp: Path, runs: int) -> tuple[dict, list[dict]]:
+    """``unpack --to jsonl`` of the packed container against orjson dumping the same nested lists, in process."""
+    import io
+
+    import orjson
+
+    import _common as C
+    from lodtool.container import load
+    from lodtool.tasks import unpack
+
+    src = tmp / "whole-none.lod.h5"
+    tensor = load(src)
+    nested = tensor.to_nested()
+
+    def lodtool_jsonl():
+        buf = io.BytesIO()
+        unpack(src, buf, to="jsonl")
+        return buf.getbuffer().nbytes
+
+    def orjson_dump():
+        return sum(len(orjson.dumps(seq)) + 1 for seq in nested)
+
+    times = C.interleaved({"lodtool": lodtool_jsonl, "orjson": orjson_dump}, runs)
+    med = {k: C.median(v) for k, v in times.items()}
+    text = lodtool_jsonl()
+    ratio = med["orjson"] / med["lodtool"]
+    target = C.target("`unpack --to jsonl` at least orjson's speed dumping the same nested lists (which are "
+                      "built beforehand, untimed)",
+                      f"{C.fmt_s(med['lodtool'])} ({text / med['lodtool'] / 1e6:.0f} MB/s)",
+                      f"orjson {C.fmt_s(med['orjson'])}", C.fmt_x(ratio), ratio >= 1.0, "≥ 1×")
+    table = {"title": "JSON out (in process; ratio = orjson time / lodtool time)",
+             "head": ["method", "median s", "MB/s of text"],
+             "rows": [["lodtool unpack --to jsonl (reads the container too)", C.fmt_s(med["lodtool"]),
+                       f"{text / med['lodtool'] / 1e6:.0f}"],
+                      ["orjson.dumps per top-level sequence", C.fmt_s(med["orjson"]),
+                       f"{text / med['orjson'] / 1e6:.0f}"]]}
+    return table, [target]
 
 
 def section(rows, notes, size: int, tokens: int, runs: int, load: tuple[float, float]) -> dict:
@@ -267,6 +393,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", dest="json_out", default=None, help="write the suite section as JSON to PATH")
     ap.add_argument("--tmpdir", default=None, help="where to put the generated file and containers")
     ap.add_argument("--only", default=None, help="comma-separated method keys to run (default: all)")
+    ap.add_argument("--in-process-only", action="store_true",
+                    help="skip the whole-process table (pack vs awkward + h5py vs dd) and the JSON-out table")
     args = ap.parse_args(argv)
     size_mb = args.size_mb or SIZES[args.size or "full"]
     runs = args.runs or (1 if args.size == "tiny" else 5)
@@ -281,7 +409,16 @@ def main(argv=None) -> int:
         print(f"generated {size / 1e6:.1f} MB, {tokens:,} tokens in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
         rows, notes = measure(path, tmp, runs, set(args.only.split(",")) if args.only else None)
+        whole = json_table = None
+        if not args.in_process_only:
+            whole = whole_process(path, tmp, runs)
+            json_table = json_out(tmp, runs)
         sec = section(rows, notes, size, tokens, runs, (load0, C.loadavg()))
+        if whole is not None:
+            table, targets, whole_notes = whole
+            sec["targets"] += targets + json_table[1]
+            sec["tables"] += [table, json_table[0]]
+            sec["notes"] += whole_notes
     text = C.section_markdown(sec)
     print(text)
     if args.write_md:

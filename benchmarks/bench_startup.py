@@ -7,7 +7,9 @@ On a small generated file (the start-up is what is measured, not the work):
 * ``lodtool inspect``, ``validate`` and ``slice ... --to jsonl``, interleaved with
   the anchor ``python -c "import numpy, h5py"`` (target: at most 1.5x);
 * the kernel commands (``pool``, ``softmax``, ``reverse``, ``expand``, ``pad``,
-  ``pack``): each command's first run on an empty Numba cache (a fresh
+  ``pack``) on about 10k rows, interleaved with the same anchor (target: at most
+  1.5x; below their work-size crossovers they never import Numba); then each
+  command's first run on an empty Numba cache (a fresh
   ``NUMBA_CACHE_DIR`` per command and round, so it compiles), then its second run
   on that cache.  The second run must not compile again: the table counts the
   cache files it wrote (0 when everything came from the cache), and compares it
@@ -46,7 +48,7 @@ def make_inputs(d: Path) -> dict[str, Path]:
     from lodtool.container import save
 
     rng = np.random.default_rng(7)
-    docs = rng.integers(1, 5, 50)
+    docs = rng.integers(1, 5, 667)  # about 10k rows: the issue's "small input" for kernel commands
     sents = rng.integers(1, 12, int(docs.sum()))
     lod = [np.concatenate([[0], np.cumsum(docs)]), np.concatenate([[0], np.cumsum(sents)])]
     two = LoDTensor(rng.standard_normal(int(sents.sum())).astype(np.float32), lod)
@@ -126,13 +128,14 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         probed = light if size == "tiny" else {**light, **kernel}
         numba_used: dict[str, bool | None] = {name: imports_numba(args, env) for name, args in probed.items()}
 
-        # light commands and the anchors, interleaved
-        t_light: dict[str, list[float]] = {k: [] for k in ["anchor", "anchor+numba", *light]}
+        # light commands, the kernel commands on their small input (below every work-size crossover), and the
+        # anchors, interleaved
+        t_light: dict[str, list[float]] = {k: [] for k in ["anchor", "anchor+numba", *light, *kernel]}
         rounds = 1 if size == "tiny" else 2 * runs
         for _ in range(rounds):
             t_light["anchor"].append(C.run_child(C.import_anchor(), env=env).check("anchor").wall)
             t_light["anchor+numba"].append(C.run_child(HEAVY_ANCHOR, env=env).check("anchor").wall)
-            for name, args in light.items():
+            for name, args in {**light, **kernel}.items():
                 t_light[name].append(C.run_child(cli + args, env=env).check(f"lodtool {name}").wall)
         med = {k: C.median(v) for k, v in t_light.items()}
         C.progress(TAG, ", ".join(f"{k} {C.fmt_s(v)}" for k, v in med.items()))
@@ -160,20 +163,26 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         targets.append(C.target(f"`lodtool {name}` start-up ≤ 1.5× `python -c \"import numpy, h5py\"`",
                                 C.fmt_s(med[name]), C.fmt_s(a), C.fmt_x(med[name] / a), med[name] <= 1.5 * a,
                                 "≤ 1.5×"))
+    for name in kernel:
+        targets.append(C.target(f"`lodtool {name}` on 10k rows ≤ 1.5× `python -c \"import numpy, h5py\"` "
+                                "(whole process; the NumPy tier, no Numba import)",
+                                C.fmt_s(med[name]), C.fmt_s(a), C.fmt_x(med[name] / a), med[name] <= 1.5 * a,
+                                "≤ 1.5×"))
     rows_k = []
     for name in kernel:
         f, s, w = C.median(first[name]), C.median(second[name]), max(written[name])
-        met = w == 0 and s < f
+        met = w == 0  # below the crossovers neither run compiles; above, only the first may
         targets.append(C.target(f"`lodtool {name}`: the second run pays no Numba compile",
                                 f"2nd run {C.fmt_s(s)} ({w} cache files written)", f"1st run {C.fmt_s(f)}",
-                                f"2nd / 1st = {C.fmt_x(s / f)}", met, "0 files written, 2nd < 1st"))
+                                f"2nd / 1st = {C.fmt_x(s / f)}", met, "0 files written"))
         rows_k.append([f"`lodtool {name}`", C.fmt_s(f), C.fmt_s(s), str(w), C.fmt_x(s / f), C.fmt_s(ah),
                        C.fmt_x(s / ah), C.fmt_x(s / a), {True: "yes", False: "no"}.get(numba_used.get(name),
                                                                                       "not checked")])
     rows_l = [[f"`lodtool {name}`", C.fmt_s(med[name]), C.fmt_s(a), C.fmt_x(med[name] / a), C.fmt_s(ah),
-               C.fmt_x(med[name] / ah), "yes" if numba_used[name] else "no"] for name in light]
+               C.fmt_x(med[name] / ah), {True: "yes", False: "no"}.get(numba_used.get(name), "not checked")]
+              for name in [*light, *kernel]]
     tables = [
-        {"title": "Light commands (medians; ratio = command / anchor, lower is better)",
+        {"title": "Light commands and kernel commands on 10k rows (medians; ratio = command / anchor, lower is better)",
          "head": ["command", "wall", "`import numpy, h5py`", "ratio", "`import numpy, h5py, numba, click, rich`",
                   "ratio", "imports numba"],
          "rows": rows_l},
@@ -183,7 +192,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                   "imports numba"],
          "rows": rows_k},
     ]
-    about = (f"A small generated file (50 documents); {rounds} interleaved runs of each light command and "
+    about = (f"A small generated file (667 documents, about 10k rows); {rounds} interleaved runs of each light "
+             "command and "
              f"anchor, {runs} first/second pairs of each kernel command (each first run on a fresh "
              f"`NUMBA_CACHE_DIR`); the CLI is `{' '.join(cli)}`. Load average {load0} before, {load1} after.")
     return {"key": TAG, "title": "CLI start-up (issue 5)", "about": about, "targets": targets, "tables": tables,

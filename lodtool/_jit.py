@@ -27,6 +27,7 @@ Numba's ``numba.extending.intrinsic``.
 
 from __future__ import annotations
 
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -59,6 +60,32 @@ def numba_module():
             raise LodBackendError(_numba_error) from None
         _numba_module = numba
     return _numba_module
+
+
+def numba_loaded() -> bool:
+    """Whether Numba is imported in this process already (so a kernel no longer pays for the import).
+
+    >>> numba_loaded() in (True, False)
+    True
+    """
+    return _numba_module is not None or "numba" in sys.modules
+
+
+def kernels_pay(work: int | None, cold: int, warm: int) -> bool:
+    """Whether ``work`` is large enough for compiled kernels: the one rule of lodtool's work-size tiers.
+
+    Below ``cold`` while Numba is not imported, or below ``warm`` once it is, a
+    NumPy or pure-Python path runs instead and Numba stays unimported: its import
+    plus the loading of cached kernels costs seconds that small work never wins
+    back.  Each caller measures its own crossovers (see the constants beside the
+    callers).  ``work=None`` (unknown) means yes.
+
+    >>> kernels_pay(None, 100, 10), kernels_pay(10 ** 9, 100, 10)
+    (True, True)
+    """
+    if work is None:
+        return True
+    return int(work) >= (warm if numba_loaded() else cold)
 
 
 def atomic_add(counter, value):
@@ -240,5 +267,6 @@ def kernel(fn: Callable | None = None, **options):
     return LazyKernel(fn, options)
 
 
-__all__ = ["kernel", "intrinsic", "prange", "atomic_add", "schedule", "workers", "numba_module", "LazyKernel",
+__all__ = ["kernel", "intrinsic", "prange", "atomic_add", "schedule", "workers", "numba_module", "numba_loaded", "kernels_pay",
+           "LazyKernel",
            "LazyIntrinsic"]

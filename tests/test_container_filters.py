@@ -19,7 +19,8 @@ from .container_helpers import ARTICLES, ROOT, articles, path, raises_same, same
 
 # -- compression ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("compression,level,filter_name", [
-    (None, None, "lzf"), ("lzf", None, "lzf"), ("gzip", 1, "gzip"), ("gzip", None, "gzip"), ("none", None, None),
+    (None, None, "gzip"), ("deflate", 3, "gzip"), ("lzf", None, "lzf"), ("gzip", 1, "gzip"), ("gzip", None, "gzip"),
+    ("none", None, None),
     ("zstd", 5, "zstd"), ("blosc", None, "blosc"), ("lz4", None, "lz4")])
 def test_compression_options(path, compression, level, filter_name):
     pytest.importorskip("hdf5plugin")

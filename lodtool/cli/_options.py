@@ -17,7 +17,7 @@ from ..errors import LodFileNotFoundError, LodUsageError
 
 #: what slice, head and tail write: every writable io format, then the container
 FORMATS_OUT = [*formats.writable(), "h5"]
-COMPRESSIONS = ["gzip", "lzf", "none", "zstd", "blosc", "lz4"]
+COMPRESSIONS = ["deflate", "gzip", "lzf", "none", "zstd", "blosc", "lz4"]
 
 
 def json_option(f):
@@ -63,7 +63,8 @@ def replace_options(f):
 
 def compression_option(f):
     return click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
-                        help="Data compression (default: the format's default; zstd/blosc/lz4 need hdf5plugin).")(f)
+                        help="Data compression (default: deflate, i.e. shuffle + deflate, which every HDF5 reader has; "
+                             "zstd/blosc/lz4 need hdf5plugin).")(f)
 
 
 def max_memory_option(f):

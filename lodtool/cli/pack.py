@@ -17,7 +17,9 @@ from .. import io as formats
               help="Input format (default: from the extension; required for stdin).")
 @click.option("--lod-level", type=click.IntRange(min=0), default=None,
               help="Number of LoD levels; deeper lists become the (uniform) element shape.")
-@click.option("--dtype", default=None, help="Data dtype, e.g. int32, float32 (default: inferred).")
+@click.option("--dtype", default=None,
+              help="Data dtype, e.g. int32, float32 (default: inferred); auto-int stores the narrowest integer "
+                   "dtype that holds every value (e.g. uint16 for token ids below 65536).")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name inside the container.")
 @click.option("--level-names", default=None, metavar="A,B,..", help="Names of the levels, e.g. article,sentence.")
 @opt.compression_option
@@ -60,6 +62,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack corpus.parquet --column tokens -o corpus.lod.h5
       lodtool pack shards/*.jsonl -o corpus/ --shard-size 1GB
       lodtool pack shards/*.jsonl -o corpus/ --scheduler processes --workers 8   # one shard per input
+      lodtool pack docs.jsonl -o docs.lod.h5 --dtype auto-int
     """
     from .. import tasks
 
@@ -85,7 +88,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
                             progress=tick, column=column, max_memory=opt.parse_size(max_memory),
                             overwrite=overwrite, force=force)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
-               "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read}
+               "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
+               "bytes_saved": result.bytes_saved}
     if as_json:
         opt.emit_json(summary)
         return
@@ -93,8 +97,10 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         opt.message(ctx, f"read the input as {result.detected_format} (from its first bytes; --format chooses)")
     if output != "-":
         verb = "appended" if append else "packed"
+        saved = f"; {result.bytes_saved:,} bytes saved against int64" if result.bytes_saved else ""
         opt.message(ctx, f"{verb} {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
-                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into {output}:{result.name}")
+                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into "
+                         f"{output}:{result.name}{saved}")
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,

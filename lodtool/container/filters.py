@@ -1,6 +1,8 @@
 """Compression filters of the container: names, HDF5 dataset options, and plugin handling.
 
-``gzip``, ``lzf`` and ``none`` work with plain h5py.  ``zstd``, ``blosc`` and
+``deflate`` (the default), ``gzip``, ``lzf`` and ``none`` work with plain h5py;
+``deflate`` and ``gzip`` are HDF5's built-in shuffle + deflate filters, which
+every HDF5 reader has (lzf is h5py's own).  ``zstd``, ``blosc`` and
 ``lz4`` come from ``hdf5plugin``'s shared libraries, and only those three are
 registered (hdf5plugin itself is never imported: its import registers a dozen
 more C/C++ codecs, which a crafted chunk can crash).  A file that needs any other
@@ -9,7 +11,7 @@ with ``LODTOOL_FILTER_PLUGINS`` (see :func:`allowed_filters`); the CLI then
 decodes in an isolated child process (see :class:`~lodtool.errors.LodIsolationRequired`).
 
 >>> normalize_compression(None, None)
-('lzf', None)
+('deflate', 1)
 >>> sorted(dataset_options("gzip", 1))
 ['compression', 'compression_opts', 'shuffle']
 """
@@ -27,24 +29,26 @@ import h5py
 
 from ..errors import LodFormatError, LodIsolationRequired, LodUsageError
 
-#: what ``compression=None`` means: measured fastest to write of the filters plain h5py reads
-#: (see docs/format.md, "Compression")
-DEFAULT_COMPRESSION = "lzf"
+#: what ``compression=None`` means: shuffle + deflate level 1, which every HDF5 reader decodes with its
+#: built-in filters; the writer encodes it on every core (see ._deflate and docs/format.md, "Compression")
+DEFAULT_COMPRESSION = "deflate"
 
 #: every compression name lodtool accepts
-COMPRESSIONS = ("lzf", "gzip", "none", "zstd", "blosc", "lz4")
+COMPRESSIONS = ("deflate", "lzf", "gzip", "none", "zstd", "blosc", "lz4")
 #: the names that need hdf5plugin, with their registered HDF5 filter ids
 PLUGIN_FILTERS = {"zstd": 32015, "blosc": 32001, "lz4": 32004}
 
-#: the HDF5 filter id of the fletcher32 chunk checksum
+#: the HDF5 filter ids of the fletcher32 chunk checksum, byte shuffle and deflate
 FLETCHER32 = 3
+SHUFFLE = 2
+DEFLATE = 1
 
 #: HDF5 filter ids -> names, for messages about files written by anyone
 FILTER_NAMES = {1: "gzip", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset",
                 307: "bzip2", 32000: "lzf", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle",
                 32013: "zfp", 32015: "zstd", 32017: "sz", 32024: "sz3", 32026: "blosc2"}
 
-_LEVELS = {"gzip": (0, 9, 4), "zstd": (1, 22, 3), "blosc": (0, 9, 5)}
+_LEVELS = {"deflate": (0, 9, 1), "gzip": (0, 9, 4), "zstd": (1, 22, 3), "blosc": (0, 9, 5)}
 
 #: filters libhdf5 and h5py decode themselves (no plugin): gzip, shuffle, fletcher32, szip, nbit,
 #: scaleoffset, lzf
@@ -161,7 +165,7 @@ def dataset_options(name: str, level: int | None) -> dict[str, Any]:
         return {}
     if name == "lzf":
         return {"compression": "lzf", "shuffle": True}
-    if name == "gzip":
+    if name in ("gzip", "deflate"):  # one pipeline; "deflate" only defaults to the fast level 1
         return {"compression": "gzip", "compression_opts": level, "shuffle": True}
     _plugin(f"compression {name!r}", PLUGIN_FILTERS[name])
     # hdf5plugin's Zstd(clevel), Blosc(cname="lz4", clevel, SHUFFLE) and LZ4() options, spelled out
@@ -180,11 +184,11 @@ def offsets_options(name: str, level: int | None) -> dict[str, Any]:
     Offsets never need a plugin, so ``inspect``, ``validate`` and branch
     resolution work on any file with plain h5py.
 
-    >>> offsets_options("zstd", 3) == dataset_options("lzf", None)
+    >>> offsets_options("zstd", 3) == dataset_options("deflate", 1)
     True
     """
     if name in PLUGIN_FILTERS:
-        return dataset_options(DEFAULT_COMPRESSION, None)
+        return dataset_options(*normalize_compression(DEFAULT_COMPRESSION, None))
     return dataset_options(name, level)
 
 

@@ -57,6 +57,24 @@ DIRECT_MIN_BYTES = 4 << 20
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
+#: what ``dtype=`` means "the narrowest integer dtype that holds every value so far" (widening as needed)
+AUTO_INT = "auto-int"
+
+_UNSIGNED = tuple(np.dtype(t) for t in ("<u1", "<u2", "<u4", "<u8"))
+_SIGNED = tuple(np.dtype(t) for t in ("<i1", "<i2", "<i4", "<i8"))
+
+
+def narrowest_int(lo: int, hi: int) -> np.dtype:
+    """The narrowest integer dtype holding every integer in ``lo..hi`` (unsigned when ``lo >= 0``).
+
+    >>> narrowest_int(0, 255), narrowest_int(-1, 255), narrowest_int(0, 70000), narrowest_int(-2**40, 3)
+    (dtype('uint8'), dtype('int16'), dtype('uint32'), dtype('int64'))
+    """
+    for dt in (_UNSIGNED if lo >= 0 else _SIGNED):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return dt
+    raise LodDtypeError(f"no integer dtype holds both {lo} and {hi}")
 
 
 def _created_by() -> str:
@@ -119,6 +137,7 @@ class _Column:
         row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
         self.target = target
         self.direct: bool | None = None
+        self.deflate: tuple[int, bool] | bool | None = None  # (level, fletcher32) once known to encode in parallel
         self.unqueued = 0  # bytes written since this column last started the file's write-back
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
             chunk_rows(row_bytes, target=target)
@@ -165,6 +184,10 @@ class _Column:
         self.ds.resize(self.written + k, axis=0)
         if self._direct_ok(block):
             _write_chunks_direct(self.ds, self.written, block, self.rows)
+        elif self._deflate_level(block) is not None:
+            from ._deflate import write_chunks
+
+            write_chunks(self.ds, self.written, block, self.rows, level=self.deflate[0], fletcher32=self.deflate[1])
         else:
             self.ds[self.written:self.written + k] = block
         checksum.update(self.hasher, block)
@@ -185,6 +208,21 @@ class _Column:
                            and self.ds.chunks == (self.rows,) + self.tail
                            and self.dtype.byteorder in "<|=" and np.little_endian)
         return self.direct
+
+    def _deflate_level(self, block: np.ndarray) -> int | None:
+        """The deflate level if ``block`` can be encoded in parallel here (see :mod:`._deflate`), else None."""
+        if self.written % self.rows or block.shape[0] == 0:
+            return None
+        if self.deflate is None:  # decided once per dataset: shuffle + deflate (+ fletcher32), whole rows per chunk
+            self.deflate = False
+            plist = self.ds.id.get_create_plist()
+            ids = filters.filter_ids(self.ds)
+            if ids in ([filters.SHUFFLE, filters.DEFLATE], [filters.SHUFFLE, filters.DEFLATE, filters.FLETCHER32]) \
+                    and self.ds.chunks == (self.rows,) + self.tail and self.dtype.byteorder in "<|=" \
+                    and np.little_endian:
+                opts = plist.get_filter(1)[2]
+                self.deflate = (int(opts[0]) if opts else 6, ids[-1] == filters.FLETCHER32)
+        return self.deflate[0] if self.deflate else None
 
     def prime(self, path: str, what: str) -> None:
         """Hash the rows already in the dataset (appending) and compare with the recorded checksum."""
@@ -306,7 +344,9 @@ class TensorWriter:
         self._owner = owner
         self.name = name
         self._path = owner.path
-        self._auto = dtype is None or (isinstance(dtype, str) and dtype == AUTO)
+        self._auto_int = isinstance(dtype, str) and dtype == AUTO_INT
+        self._range: tuple[int, int] | None = None  # smallest and largest value so far (auto-int)
+        self._auto = dtype is None or (isinstance(dtype, str) and dtype == AUTO) or self._auto_int
         self._dtype = None if self._auto else storage_dtype(dtype, f"tensor {name!r}")
         if isinstance(lod_level, bool) or not isinstance(lod_level, (int, np.integer)) or \
                 not 0 <= lod_level <= spec.MAX_LOD_LEVEL:
@@ -465,6 +505,8 @@ class TensorWriter:
         self._data.extend(data)
 
     def _coerce(self, data: np.ndarray) -> np.ndarray:
+        if self._auto_int:
+            return self._narrow(data)
         src = storage_dtype(data.dtype, f"a chunk of tensor {self.name!r}")
         if self._dtype is None:
             self._dtype = src
@@ -477,6 +519,38 @@ class TensorWriter:
             # an inferred promotion must not round: integers beyond 2**53 do not survive float64
             _refuse_rounding(data, self._dtype, self.name, self._data.size if self._data is not None else 0)
         return _cast_chunk(data, self._dtype, self.name)
+
+    def _narrow(self, data: np.ndarray) -> np.ndarray:
+        """A chunk as the narrowest integer dtype for every value so far, widening what is stored if needed."""
+        if data.dtype.kind not in "iu":
+            raise LodDtypeError(f"tensor {self.name!r}: dtype auto-int takes integers, but a chunk holds "
+                                f"{data.dtype} values; give a float dtype, or leave the dtype to be inferred")
+        if data.size:
+            lo, hi = int(data.min()), int(data.max())
+            if self._range is not None:
+                lo, hi = min(lo, self._range[0]), max(hi, self._range[1])
+            self._range = (lo, hi)
+        elif self._range is None and self._dtype is None:
+            self._dtype = _UNSIGNED[0]  # no value yet: the narrowest, widened by the first values that need it
+        if self._range is not None:
+            want = narrowest_int(*self._range)
+            if self._dtype is None:
+                self._dtype = want
+            elif want != self._dtype:
+                # in this session the range covers every value, so ``want`` holds them all; a file appended to
+                # holds values of unknown range, so its dtype is only ever widened
+                wider = np.result_type(self._dtype, want) if self._existing else want
+                if wider.kind == "f":  # uint64 with a negative value: no integer dtype holds both
+                    raise LodDtypeError(f"tensor {self.name!r}: no integer dtype holds both {self._dtype} values "
+                                        f"and {want} values")
+                if wider != self._dtype:
+                    self._promote(storage_dtype(wider))
+        return _cast_chunk(data, self._dtype, self.name)
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The data dtype so far (None before the first chunk of an inferred dtype)."""
+        return self._dtype
 
     def _promote(self, dtype: np.dtype) -> None:
         """Widen the data dtype, rewriting what is already in the (temp) file."""
@@ -935,8 +1009,9 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
     replace a file that is not a lodtool container.  The CLI's ``--name``,
     ``--overwrite`` and ``--force`` follow the same rule.
 
-    ``compression``: ``None`` (the default, ``lzf``), ``"gzip"`` (``compression_level``
-    0-9), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
+    ``compression``: ``None`` (the default, ``deflate``: shuffle + deflate level 1,
+    encoded on every core), ``"gzip"`` (the same filters, ``compression_level``
+    0-9, default 4), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
     to write and to read).  With ``share_lod`` tensors whose offsets are equal
     share one set of offsets datasets (HDF5 hard links).
 
@@ -986,4 +1061,5 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
             w._guarded(tw.append, t)
 
 
-__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "CHUNK_BYTES", "chunk_rows", "storage_dtype"]
+__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "AUTO_INT", "CHUNK_BYTES", "chunk_rows", "narrowest_int",
+           "storage_dtype"]

@@ -64,6 +64,7 @@ import io
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import threading
@@ -73,6 +74,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .. import lod as _lod
+from .._jit import kernels_pay
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
@@ -87,6 +89,19 @@ CHUNK_BYTES = 64 << 20
 SCAN_BLOCK = 4 << 20
 #: threads scanning JSON Lines blocks in parallel (None: min(8, CPUs)); 1 scans in the calling thread
 SCAN_THREADS: int | None = None
+#: input bytes from which ``fast=None`` takes the Numba scanner rather than the general (orjson) path.
+#: Measured on the project's 2-core EPYC under load (load average 8-11), medians of 3: the general path
+#: parsed the shipped corpus at 3.1 MB/s, the scanner at 67 MB/s, and the scanner's first call cost
+#: 2.5-2.8 s in a fresh process (numba import + cached-kernel load; still 1.8-2.3 s with numba imported
+#: already), so the scanner pays from about 2.6 s / (1/3.1 - 1/67 s/MB) = 8.5 MB; divided by 4 as a
+#: margin towards the scanner for quieter machines.  Inputs of unknown size (stdin, streams) take the scanner.
+FAST_FROM_BYTES = 2 << 20
+#: values of integer or bool data from which JSON output goes through the compiled formatter (cold, warm).
+#: Measured as FAST_FROM_BYTES: to_nested + orjson cost about 330 ns a value (1.26 s + 0.16 s for 4M token
+#: ids), the formatter 26 ns (104 ms: 111 MB/s of text, orjson's dump alone took 162 ms), and its first call
+#: 1.6-2.8 s in a fresh process but 10-25 ms with numba loaded: cold 1.9 s / 300 ns = 6M values, divided by 4;
+#: warm 20 ms / 300 ns = 65k.
+FORMAT_FROM_VALUES = (1 << 20, 1 << 16)
 #: LoD levels plus element dimensions at most (the scanner has the same limit)
 MAX_LEVELS = 256
 
@@ -205,9 +220,12 @@ class _Input:
         """The whole input, from its start (for the general path of a JSON document)."""
         if self.path is not None:
             with _open_input(self.path) as f:
-                return f.read()
-        self.stream.seek(self.start)
-        return self.stream.read()
+                data = f.read()
+        else:
+            self.stream.seek(self.start)
+            data = self.stream.read()
+        self.bytes_read = len(data)  # the whole input, however much the fast path had read before
+        return data
 
     def close(self) -> None:
         if self.own:
@@ -757,6 +775,25 @@ def _json_type(obj) -> str:
         type(obj), "null")
 
 
+def _known_size(sources: Sequence[Any]) -> int | None:
+    """Total bytes of ``sources`` if every one has a known size (paths, bytes, a file on stdin), else None."""
+    total = 0
+    for src in sources:
+        try:
+            if isinstance(src, (bytes, bytearray, memoryview)):
+                total += len(src)
+            elif isinstance(src, (str, os.PathLike)):
+                fd_stat = os.fstat(sys.stdin.fileno()) if os.fspath(src) == "-" else os.stat(src)
+                if not stat.S_ISREG(fd_stat.st_mode):
+                    return None
+                total += fd_stat.st_size
+            else:
+                return None
+        except (OSError, ValueError, AttributeError):  # no stdin, a closed one, a missing file (reported later)
+            return None
+    return total
+
+
 # -- the fast path ----------------------------------------------------------------------------------
 def _scanner():
     """The fast-path module (imports numba), or None when numba is missing."""
@@ -838,6 +875,73 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
     [[[[1]]], [[[2, 3]]]]
     """
     sources = list(sources)
+    if fast is None:  # a pipe on stdin: its first bytes tell whether the input is small
+        names = list(names) if names is not None else [None] * len(sources)
+        for i, src in enumerate(sources):
+            if _is_stdin_pipe(src):
+                sources[i] = _peek_stdin(FAST_FROM_BYTES)
+                names[i] = names[i] or "<stdin>"
+    kwargs = dict(lod_level=lod_level, dtype=dtype, level_names=level_names, chunk_bytes=chunk_bytes,
+                  progress=progress, names=names, stats=stats)
+    if fast is None and not kernels_pay(_known_size(sources), FAST_FROM_BYTES, FAST_FROM_BYTES):
+        # small input: the general path, and Numba never imported; bad input is read again by the scanner,
+        # whose messages give the exact line and column (an error costs the import, a clean run never does)
+        try:
+            chunks = list(_iter_json_inputs(sources, fmt, fast=False, **kwargs))
+        except LodError:
+            if any(_is_stdin(src) for src in sources):
+                raise  # stdin cannot be read twice
+            chunks = None
+        if chunks is not None:
+            yield from chunks
+            return
+    yield from _iter_json_inputs(sources, fmt, fast=fast, **kwargs)
+
+
+def _is_stdin_pipe(source: Any) -> bool:
+    """Whether ``source`` is ``-`` with something other than a regular file on stdin (a pipe, a terminal)."""
+    if not (isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-"):
+        return False
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class _Prefixed(io.RawIOBase):
+    """A one-way stream: ``prefix``, then the rest of ``stream``."""
+
+    def __init__(self, prefix: bytes, stream):
+        self._prefix, self._stream = memoryview(prefix), stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view) -> int:
+        if len(self._prefix):
+            n = min(len(view), len(self._prefix))
+            view[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        return self._stream.readinto(view)
+
+
+def _peek_stdin(limit: int):
+    """stdin's bytes if it ends within ``limit`` bytes (then its size is known), else a stream of all of it."""
+    stream = sys.stdin.buffer
+    head = stream.read(limit + 1)
+    if len(head) <= limit:
+        return head
+    return io.BufferedReader(_Prefixed(head, stream), 1 << 20)
+
+
+def _is_stdin(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-" or \
+        not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview))
+
+
+def _iter_json_inputs(sources: list, fmt: str | None, *, lod_level, dtype, level_names, chunk_bytes: int,
+                      fast: bool | None, progress, names, stats) -> Iterator[LoDTensor]:
     fmts = [_resolve_format(src, fmt) for src in sources]
     asm = _Assembler("", lod_level, resolve_dtype(dtype), _names(level_names))
     js = _use_fast(fast)
@@ -1168,16 +1272,37 @@ def write_json(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], out: BinaryIO,
     chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
     opened = False  # "[" goes out with the first encoded chunk: data that cannot be encoded writes nothing
     for chunk in chunks:
-        text = _encode_chunk(chunk, fmt)
+        compiled = _encode_compiled(chunk, fmt)
+        if compiled is None:
+            text = _encode_chunk(chunk, fmt)
+        else:  # the formatter ends every sequence with its separator; json's last comma is the caller's
+            text = memoryview(compiled) if fmt == "jsonl" else memoryview(compiled[:-1]) if len(compiled) else b""
         if fmt == "json" and not opened:
             out.write(b"[")
             opened = True
-        elif fmt == "json" and text:
+        elif fmt == "json" and len(text):
             out.write(b",")
-        if text:
+        if len(text):
             out.write(text)
     if fmt == "json":
         out.write(b"]\n" if opened else b"[]\n")
+
+
+def _encode_compiled(chunk: LoDTensor, fmt: str) -> np.ndarray | None:
+    """The chunk's text from the compiled formatter (:mod:`._jsonfmt`), or None where it does not apply.
+
+    It writes integers and bools, byte for byte as orjson would, above a
+    work-size crossover (:data:`FORMAT_FROM_VALUES`).
+    """
+    data = chunk.data
+    if not isinstance(data, np.ndarray) or data.dtype.kind not in "biu" or not chunk.lod_level:
+        return None
+    if not kernels_pay(data.size, *FORMAT_FROM_VALUES):
+        return None
+    from ._jsonfmt import encode_lines
+
+    return encode_lines(data, chunk.offsets, chunk.element_shape, sep=10 if fmt == "jsonl" else 44)
+
 
 
 def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:

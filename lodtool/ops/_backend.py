@@ -14,6 +14,12 @@ imported lazily, so ``import lodtool.ops`` costs neither.  An operator asks
 * ``backend``: ``None``/``"auto"`` (the fastest available: Numba on the CPU),
   ``"numpy"`` (the plain reference) or ``"numba"``; both of the last two run on
   the CPU, so with ``device="cuda"`` leave it unset.
+* Work-size tiers: with ``backend=None`` on the CPU, an operator passes its
+  ``work`` (elements it reads or writes) and its :class:`Crossover`.  Below the
+  crossover the NumPy reference runs and Numba is never imported: importing
+  Numba and loading the cached kernels costs 0.7-3.5 s, which small work never
+  wins back.  Once Numba is loaded in the process, the lower ``warm`` crossover
+  applies.  :func:`lodtool._jit.kernels_pay` is the one rule; the constants sit beside each operator.
 * ``device``: ``None`` (the GPU if any of the arrays lives there, else the CPU),
   ``"cpu"`` or ``"cuda"``.  A CUDA request without CuPy, or without a GPU, is a
   one-line :class:`~lodtool.errors.LodBackendError`.
@@ -40,12 +46,23 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._device import cupy_module, is_device_array
-from .._jit import numba_module
+from .._jit import kernels_pay, numba_module
 from ..errors import LodBackendError, LodUsageError
 from ..tensor import set_device_hooks
 
 BACKENDS = ("auto", "numpy", "numba")
 DEVICES = ("cpu", "cuda")
+
+
+class Crossover(NamedTuple):
+    """Work (elements) from which an operator's Numba kernel beats its NumPy reference, whole process.
+
+    ``cold``: while Numba is not imported yet (the kernel must also pay for the
+    import and the loading of its cached code); ``warm``: once it is.
+    """
+
+    cold: int
+    warm: int
 
 
 class Backend(NamedTuple):
@@ -56,9 +73,15 @@ class Backend(NamedTuple):
     xp: Any  #: the array module: numpy, or cupy on the GPU
 
 
-def get_backend(data: Any = None, backend: str | None = None, device: str | None = None) -> Backend:
+def get_backend(data: Any = None, backend: str | None = None, device: str | None = None, *,
+                work: int | None = None, crossover: Crossover | None = None) -> Backend:
     """Choose the implementation for an operator call on ``data`` (one array, or a tuple of them).
 
+    With ``backend=None`` on the CPU, ``work`` below ``crossover`` (see the
+    module notes) picks the NumPy reference without importing Numba.
+
+    >>> get_backend(None, work=10_000, crossover=Crossover(cold=1 << 20, warm=1 << 16)).name
+    'numpy'
     >>> get_backend(None).name
     'numba'
     >>> get_backend(None, "numpy").xp.__name__
@@ -79,10 +102,21 @@ def get_backend(data: Any = None, backend: str | None = None, device: str | None
         return Backend("cupy", "cuda", cupy_module())
     if on_gpu:
         raise LodBackendError("an input is on the GPU; pass device='cuda', or copy it to the host with .to('cpu')")
-    if backend == "numpy":
+    if backend == "numpy" or (backend == "auto" and below(work, crossover)):
         return Backend("numpy", "cpu", np)
     numba_module()
     return Backend("numba", "cpu", np)
+
+
+def below(work: int | None, crossover: Crossover | None) -> bool:
+    """Whether ``work`` is small enough for the NumPy reference (see :class:`Crossover`).
+
+    >>> below(100, Crossover(cold=1000, warm=10)) in (True, False)
+    True
+    """
+    if crossover is None:
+        return False
+    return not kernels_pay(work, crossover.cold, crossover.warm)
 
 
 class _CudaHooks:
@@ -108,4 +142,4 @@ class _CudaHooks:
 set_device_hooks(_CudaHooks)
 
 
-__all__ = ["Backend", "BACKENDS", "DEVICES", "get_backend"]
+__all__ = ["Backend", "BACKENDS", "Crossover", "DEVICES", "below", "get_backend"]

@@ -45,10 +45,21 @@ from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
-from ._backend import get_backend
+from ._backend import Crossover, get_backend
 from ._util import U, as_tensor, as_words, empty_words
 
 OP = "sequence_expand"
+
+
+#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 1.2 s, no saving (222
+# vs 227 ms at 16M rows, 34 vs 53 ms at 4M): the reference's fancy-index gather is as fast here.
+# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
+#        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
+#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
+#        (25-35 ms floor here: the parallel launch on a busy machine) overtakes the reference in process.
+NUMBA_FROM = Crossover(cold=1 << 28, warm=1 << 24)
+
 
 
 def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str | None = None,
@@ -73,12 +84,23 @@ def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str |
     xt = as_tensor(x, "x")
     yt = as_tensor(y, "y")
     ref, ref_level = _check(xt, yt, ref_level)
-    be = get_backend((xt.data, ref, *xt.offsets), backend, device)
+    be = get_backend((xt.data, ref, *xt.offsets), backend, device, work=_expand_work(xt, ref), crossover=NUMBA_FROM)
     if be.name == "cupy":
         return _expand_cuda(be.xp, xt, ref)
     if be.name == "numpy":
         return _reference(xt, ref)
     return _expand_numba(xt, ref)
+
+
+def _expand_work(xt: LoDTensor, ref) -> int | None:
+    """Elements ``sequence_expand`` writes (None for device offsets: the tiers are for the CPU)."""
+    if not isinstance(ref, np.ndarray) or not ref.size:
+        return None
+    per_row = xt.data.size // max(xt.n_rows, 1)
+    if not xt.lod_level:
+        return int(ref[-1]) * per_row
+    lens = np.diff(xt.offsets[0]) if isinstance(xt.offsets[0], np.ndarray) else None
+    return None if lens is None else int(np.dot(lens, np.diff(ref))) * per_row
 
 
 def expand_level(x: Any, y: Any, ref_level: int = -1) -> int:

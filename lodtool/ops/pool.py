@@ -55,7 +55,7 @@ from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
-from ._backend import get_backend
+from ._backend import Crossover, get_backend
 from ._util import U, as_tensor, as_words, cast_value, empty_words, need_lod, row_size, words_of
 
 #: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
@@ -64,6 +64,17 @@ cuda: Any = None
 OP = "sequence_pool"
 POOL_TYPES = ("sum", "average", "sqrt", "max", "min", "first", "last")
 SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
+
+
+#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
+# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 3.5 s, saving 1.9
+# ns/element (sum, float32: 95 vs 64 ms at 16M); reference 2 ms vs kernel 40 ms at 1M, 63 vs 35 ms at 4M.
+# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
+#        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
+#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
+#        (25-35 ms floor here: the parallel launch on a busy machine) overtakes the reference in process.
+NUMBA_FROM = Crossover(cold=1 << 28, warm=1 << 21)
+
 
 
 def pool_dtypes(dtype: Any, pool_type: str) -> tuple[np.dtype, np.dtype]:
@@ -134,7 +145,7 @@ def sequence_pool(x: LoDTensor, pool_type: str = "sum", pad_value: Any = 0, *, r
     out_dtype, acc_dtype = pool_dtypes(xt.dtype, pool_type)
     pad_value = paddle_pad_value(pad_value, out_dtype)
     pad = cast_value(pad_value, out_dtype, f"{OP}: pad_value", xt.element_shape)
-    be = get_backend((xt.data, *xt.offsets), backend, device)
+    be = get_backend((xt.data, *xt.offsets), backend, device, work=xt.data.size, crossover=NUMBA_FROM)
     names = xt.level_names[:-1] if xt.level_names and xt.lod_level > 1 else None
     index = None
     if be.name == "cupy":  # every level checked on the device; the kept levels live there too

@@ -62,10 +62,26 @@ class OpResult:
 
 
 def _check_device(device: str) -> None:
-    """Fail early (before reading anything) when ``device`` cannot run operators."""
+    """Fail early (before reading anything) when ``device`` cannot run operators.
+
+    The CPU needs no check here, so a small run never imports Numba (see :func:`_tier`).
+    """
     from ..ops import get_backend
 
-    get_backend(None, None, device)
+    get_backend(None, "numpy" if device == "cpu" else None, device)
+
+
+def _tier(device: str, work: int, crossover) -> None:
+    """Load Numba now when the whole run's ``work`` is past the operator's crossover.
+
+    Each chunk then compares its own work with the (lower) warm crossover, so a
+    large file streamed in chunks runs the kernels as a whole, and a small one
+    never imports Numba (see :mod:`lodtool.ops._backend`).
+    """
+    from ..ops import get_backend
+
+    if device == "cpu":
+        get_backend(None, None, "cpu", work=work, crossover=crossover)
 
 
 def _open_tensor(path: str, name: str | None, max_memory: int | None):
@@ -157,11 +173,13 @@ class _WriteBehind:
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
             *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None,
-            second: str | None = None, overwrite: bool = False, force: bool = False) -> OpResult:
+            second: str | None = None, overwrite: bool = False, force: bool = False, device: str = "cpu",
+            crossover=None) -> OpResult:
     """Apply ``fn`` to each chunk of whole top-level sequences and append the results.
 
     With ``second`` (a tensor name), ``fn`` returns two tensors per chunk; the
-    second goes to tensor ``{output name}_{second}`` of the same file.
+    second goes to tensor ``{output name}_{second}`` of the same file.  ``crossover``
+    (an operator's work-size tiers) decides up front whether the kernels pay for the whole file.
     """
     from ..container.writer import LodWriter
 
@@ -169,6 +187,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: 
 
     f, t = _open_tensor(path, name, max_memory)
     with f:
+        if crossover is not None:
+            _tier(device, t.n_rows * int(np.prod(t.element_shape, dtype=np.int64)), crossover)
         chunk_rows = chunk_rows or _chunk_rows(t.element_shape, t.dtype, f.max_memory)
         name_out = out_name or t.name
         writer_kwargs = {"compression": compression} if compression else {}
@@ -238,13 +258,14 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     [1, 4]
     """
     from ..ops import sequence_pool
-    from ..ops.pool import index_dtype
+    from ..ops.pool import NUMBA_FROM, index_dtype
 
     _check_device(device)
     if not index:
         return _stream(path, output, name, out_name,
                        lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
-                       compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+                       compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
+                       device=device, crossover=NUMBA_FROM)
     if str(pool_type).lower() not in ("max", "min"):
         raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
     rows_before = [0]  # chunk indices count from the chunk's first row; the file's count from its first
@@ -263,7 +284,8 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
         return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
 
     return _stream(path, output, name, out_name, run, compression=compression, max_memory=max_memory,
-                   second="index", overwrite=overwrite, force=force)
+                   second="index", overwrite=overwrite, force=force, device=device,
+                   crossover=NUMBA_FROM)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -280,10 +302,12 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     [1.0, 0.5, 0.5]
     """
     from ..ops import sequence_softmax
+    from ..ops.softmax import NUMBA_FROM
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_softmax(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force, device=device,
+                   crossover=NUMBA_FROM)
 
 
 def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -300,10 +324,12 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     [1, 0, 4, 3, 2]
     """
     from ..ops import sequence_reverse
+    from ..ops.reverse import NUMBA_FROM
 
     _check_device(device)
     return _stream(path, output, name, out_name, lambda c: sequence_reverse(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force, device=device,
+                   crossover=NUMBA_FROM)
 
 
 def read_lod_only(lazy) -> LoDTensor:
@@ -342,7 +368,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
     ([1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4], [[0, 1, 4, 7, 10]], 4)
     """
     from ..container.writer import LodWriter
-    from ..ops.expand import expand_level
+    from ..ops.expand import NUMBA_FROM as EXPAND_FROM, expand_level
 
     _check_device(device)
     fy, ty = _open_tensor(y, y_name, max_memory)
@@ -352,6 +378,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
         with fx:
             _require_valid(fx.path, tx)
             level = expand_level(tx, ty, ref_level)
+            _tier(device, max(tx.n_rows, ty.n_rows) * int(np.prod(tx.element_shape, dtype=np.int64)), EXPAND_FROM)
             name_out = out_name or tx.name
             max_rows = _chunk_rows(tx.element_shape, tx.dtype, fx.max_memory)
             window = _offset_window(min(fx.max_memory, fy.max_memory))
@@ -449,7 +476,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     from ..container.limits import check_memory
     from ..io.npy import write_npz_members
     from ..ops import sequence_mask
-    from ..ops.pad import pad_level, padded_length
+    from ..ops.pad import PAD_NUMBA_FROM, pad_level, padded_length
 
     from ..atomic import refuse_output_over_input
 
@@ -462,6 +489,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     f, t = _open_tensor(path, name, max_memory)
     with f:
         _require_valid(f.path, t)
+        _tier(device, t.n_rows * int(np.prod(t.element_shape, dtype=np.int64)), PAD_NUMBA_FROM)
         lvl = pad_level(t, level)
         window = _offset_window(f.max_memory)
         count = t.num_sequences(lvl)

@@ -32,6 +32,9 @@ from .. import io as formats
 from ..container.limits import resolve_max_memory
 from ..io._values import resolve_dtype
 
+#: ``dtype=`` for the narrowest integer dtype that holds every value (see :func:`pack`)
+AUTO_INT = "auto-int"
+
 #: the input formats ``pack`` reads
 INPUT_FORMATS = formats.readable()
 #: input bytes parsed at a time
@@ -55,6 +58,8 @@ class PackResult:
     bytes_read: int
     #: the input format when it was detected from the first bytes (stdin, an unknown extension), else None
     detected_format: str | None = None
+    #: data bytes saved against int64 by ``dtype="auto-int"`` (0 otherwise)
+    bytes_saved: int = 0
 
 
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
@@ -73,7 +78,10 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
     :mod:`lodtool.io.json`; ``dtype=None`` infers (and promotes int64 to
-    float64 when a later chunk holds floats).  Into an existing container the
+    float64 when a later chunk holds floats); ``dtype="auto-int"`` stores the
+    narrowest integer dtype that holds every value (unsigned when none is
+    negative), widening as later chunks need it, and never losing a value.
+    Into an existing container the
     tensor is added and the file's other tensors are kept; a tensor ``name``
     that is already there is refused unless ``append=True`` (add the
     sequences to it; a missing file is created) or ``overwrite=True``
@@ -101,7 +109,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     fmt, detected = _input_format(inputs, format)
     if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
         raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
-    target = resolve_dtype(dtype)
+    auto_int = isinstance(dtype, str) and dtype == AUTO_INT
+    target = None if auto_int else resolve_dtype(dtype)
     names = None if level_names is None else [str(n) for n in level_names]
     stats: dict = {"bytes_read": 0}
     extra = {} if column is None else {"column": column}
@@ -127,8 +136,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
                 if chunk_names is not None and len(chunk_names) != chunk.lod_level:
                     raise LodUsageError(f"{len(chunk_names)} level name(s) given ({', '.join(chunk_names)}), but the "
                                         f"input has {chunk.lod_level} LoD level(s)")
-                tw = writer.add_tensor(name, dtype=target, element_shape=chunk.element_shape,
-                                       lod_level=chunk.lod_level, level_names=chunk_names)
+                tw = writer.add_tensor(name, dtype=AUTO_INT if auto_int else target,
+                                       element_shape=chunk.element_shape, lod_level=chunk.lod_level,
+                                       level_names=chunk_names)
             tw.append(chunk)
             rows += chunk.n_rows
             sequences += len(chunk)
@@ -150,9 +160,14 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     if progress is not None:
         progress(stats["bytes_read"])
     levels = first.lod_level if first is not None else tw.lod_level
-    out_dtype = target if target is not None else seen if seen is not None else tw.dtype
-    return PackResult(os.fspath(output), name, rows, sequences, levels, np.dtype(out_dtype),
-                      int(stats["bytes_read"]), fmt if detected else None)
+    out_dtype = np.dtype(tw.dtype if auto_int else target if target is not None else seen if seen is not None
+                         else tw.dtype)
+    saved = 0
+    if auto_int:
+        values = rows * int(np.prod(first.element_shape if first is not None else (), dtype=np.int64))
+        saved = values * (8 - out_dtype.itemsize)
+    return PackResult(os.fspath(output), name, rows, sequences, levels, out_dtype,
+                      int(stats["bytes_read"]), fmt if detected else None, saved)
 
 
 def _as_list(inputs) -> list:
@@ -337,4 +352,4 @@ def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:
         worker.join()
 
 
-__all__ = ["pack", "PackResult", "INPUT_FORMATS"]
+__all__ = ["pack", "PackResult", "INPUT_FORMATS", "AUTO_INT"]

@@ -120,9 +120,14 @@ def _first_then_rest(t, chunk_rows: int) -> Iterator:
     that cannot be unpacked (an invalid LoD, a missing filter plugin) fails
     before a partial document reaches the output.
     """
+    from ._pack import _overlapped
+
     chunks = t.iter_chunks(max_rows=chunk_rows)
     first = next(chunks, None)
-    return itertools.chain([] if first is None else [first], chunks)
+    if first is None:
+        return iter(())
+    # the next chunk is read in a second thread while this one is formatted (the formatter releases the GIL)
+    return itertools.chain([first], _overlapped(chunks))
 
 
 def _write(t, out: _Counter, to: str, chunk_rows: int) -> int:

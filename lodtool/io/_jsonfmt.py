@@ -1,0 +1,205 @@
+"""A Numba formatter of integer and bool LoD data as JSON: nested lists written straight into a byte buffer.
+
+The general writer builds Python lists (``to_nested``) and dumps them with
+orjson; that costs more than the dump itself.  This kernel walks the offsets
+and writes the same bytes orjson would (``[1,-2,[3]]``: no spaces, integers in
+decimal, ``true``/``false``) into one buffer: blocks of top-level sequences are
+measured in parallel, then written in parallel, each into its own place.  Floats keep the
+general path (their shortest round-trip form needs a Ryu-like algorithm).
+
+Its kernels compile on first use (:mod:`lodtool._jit`); :mod:`.json` calls it
+only above a work-size crossover.
+
+>>> import numpy as np
+>>> encode_lines(np.array([1, -20, 3]), [np.array([0, 2, 3])], ()).tobytes()
+b'[1,-20]\\n[3]\\n'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import kernel, prange
+
+def supported(dtype: np.dtype) -> bool:
+    """Whether this formatter writes ``dtype`` (integers and bools).
+
+    >>> supported(np.dtype("int32")), supported(np.dtype("float64"))
+    (True, False)
+    """
+    return dtype.kind in "biu"
+
+
+_PAIRS = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint8).copy()
+
+
+@kernel(inline="always")
+def _digits(u):  # pragma: no cover - compiled
+    n = 1
+    p = np.uint64(10)
+    while n < 20 and u >= p:  # multiplications, not divisions; 10**19 is the last power below 2**64
+        n += 1
+        p *= np.uint64(10)
+    return n
+
+
+@kernel(inline="always")
+def _put_uint(buf, pos, u, pairs):  # pragma: no cover - compiled
+    """Write ``u`` in decimal at ``pos``, two digits at a time; returns the end."""
+    end = pos + _digits(u)
+    i = end
+    while u >= np.uint64(100):
+        q = u // np.uint64(100)
+        r = np.int64(u - q * np.uint64(100))
+        i -= 2
+        buf[i] = pairs[2 * r]
+        buf[i + 1] = pairs[2 * r + 1]
+        u = q
+    if u >= np.uint64(10):
+        r = np.int64(u)
+        buf[i - 2] = pairs[2 * r]
+        buf[i - 1] = pairs[2 * r + 1]
+    else:
+        buf[i - 1] = np.uint8(48 + np.int64(u))
+    return end
+
+
+@kernel(inline="always")
+def _value(values, r, kind, buf, pos, pairs, write):  # pragma: no cover - compiled
+    """Write (or with ``write`` False, only measure) value ``r``; returns the position after it."""
+    if kind == 2:
+        n = 4 if values[r] else 5
+        if write:
+            if values[r]:
+                buf[pos] = 116
+                buf[pos + 1] = 114
+                buf[pos + 2] = 117
+                buf[pos + 3] = 101
+            else:
+                buf[pos] = 102
+                buf[pos + 1] = 97
+                buf[pos + 2] = 108
+                buf[pos + 3] = 115
+                buf[pos + 4] = 101
+        return pos + n
+    if kind == 1:
+        u = np.uint64(values[r])
+    else:
+        v = np.int64(values[r])
+        if v < 0:
+            if write:
+                buf[pos] = 45  # '-'
+            pos += 1
+            u = np.uint64(-(v + 1)) + np.uint64(1)  # int64's minimum too
+        else:
+            u = np.uint64(v)
+    if write:
+        return _put_uint(buf, pos, u, pairs)
+    return pos + _digits(u)
+
+
+@kernel
+def _sequences(values, kind, offs, lstart, nlev, first_seq, last_seq, sep, buf, pos, pairs,
+               write):  # pragma: no cover - compiled
+    """Write top-level sequences ``first_seq..last_seq`` from ``pos``, each followed by ``sep``; returns the end.
+
+    ``offs[lstart[k]:lstart[k+1]]`` are the offsets of level ``k``; the last
+    level's offsets index ``values``.  ``kind``: 0 signed, 1 unsigned, 2 bool.
+    With ``write`` False nothing is written: the result is where the text would end.
+    """
+    idx = np.empty(nlev, np.int64)
+    start = np.empty(nlev, np.int64)
+    end = np.empty(nlev, np.int64)
+    for i in range(first_seq, last_seq):
+        k = 0
+        start[0] = offs[lstart[0] + i]
+        idx[0] = start[0]
+        end[0] = offs[lstart[0] + i + 1]
+        if write:
+            buf[pos] = 91  # '['
+        pos += 1
+        while k >= 0:
+            if k == nlev - 1:
+                for r in range(idx[k], end[k]):
+                    if r > idx[k]:
+                        if write:
+                            buf[pos] = 44  # ','
+                        pos += 1
+                    pos = _value(values, r, kind, buf, pos, pairs, write)
+                idx[k] = end[k]
+            if idx[k] < end[k]:
+                if idx[k] > start[k]:
+                    if write:
+                        buf[pos] = 44
+                    pos += 1
+                child = idx[k]
+                k += 1
+                start[k] = offs[lstart[k] + child]
+                idx[k] = start[k]
+                end[k] = offs[lstart[k] + child + 1]
+                if write:
+                    buf[pos] = 91
+                pos += 1
+            else:
+                if write:
+                    buf[pos] = 93  # ']'
+                pos += 1
+                k -= 1
+                if k >= 0:
+                    idx[k] += 1
+        if write:
+            buf[pos] = sep
+        pos += 1
+    return pos
+
+
+@kernel(parallel=True)
+def _measure_blocks(values, kind, offs, lstart, nlev, bounds, pairs, sizes):  # pragma: no cover - compiled
+    dummy = np.empty(0, np.uint8)
+    for b in prange(sizes.shape[0]):
+        sizes[b] = _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], np.uint8(0), dummy, 0,
+                              pairs, False)
+
+
+@kernel(parallel=True)
+def _write_blocks(values, kind, offs, lstart, nlev, bounds, sep, buf, starts, pairs):  # pragma: no cover - compiled
+    for b in prange(starts.shape[0] - 1):
+        _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], sep, buf, starts[b], pairs, True)
+
+
+def _levels(n_rows: int, offsets, element_shape) -> list[np.ndarray]:
+    """The LoD offsets, then one uniform level per element dimension, each indexing the next."""
+    levels = [np.asarray(o, np.int64) for o in offsets]
+    count = n_rows
+    for d in element_shape:
+        levels.append(np.arange(count + 1, dtype=np.int64) * int(d))
+        count *= int(d)
+    return levels
+
+
+def encode_lines(data: np.ndarray, offsets, element_shape, sep: int = 10) -> np.ndarray:
+    """The JSON text of each top-level sequence, each followed by ``sep`` (a newline), as one uint8 array."""
+    levels = _levels(data.shape[0], offsets, tuple(element_shape))
+    flat = np.ascontiguousarray(data).reshape(-1)
+    kind = 2 if flat.dtype.kind == "b" else 1 if flat.dtype.kind == "u" else 0
+    if kind == 2:
+        flat = flat.view(np.uint8)
+    else:  # widened (exactly): three compiled signatures in all, not one per integer dtype
+        flat = flat.astype(np.uint64 if kind == 1 else np.int64, copy=False)
+    lstart = np.zeros(len(levels) + 1, np.int64)
+    lstart[1:] = np.cumsum([lv.shape[0] for lv in levels])
+    offs = np.concatenate(levels)
+    n_top = int(levels[0].shape[0]) - 1
+    # blocks of whole top-level sequences: measured, then written, in parallel (each into its own place)
+    n_blocks = max(1, min(n_top, 64, 1 + flat.shape[0] // 16384))
+    bounds = np.linspace(0, n_top, n_blocks + 1).astype(np.int64)
+    sizes = np.empty(n_blocks, np.int64)
+    _measure_blocks(flat, kind, offs, lstart, len(levels), bounds, _PAIRS, sizes)
+    starts = np.zeros(n_blocks + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    buf = np.empty(int(starts[-1]), np.uint8)
+    _write_blocks(flat, kind, offs, lstart, len(levels), bounds, np.uint8(sep), buf, starts, _PAIRS)
+    return buf
+
+
+__all__ = ["encode_lines", "supported"]
