@@ -151,23 +151,26 @@ def inspect_file(path: str | os.PathLike) -> dict:
     """
     path = os.fspath(path)
     with open_file(path) as f:
-        tensors = []
-        for name in f.names:
-            t = f[name]
-            levels = []
-            for k, stats in enumerate(t.checked_level_stats()):
-                levels.append({"level": k, "name": t.level_names[k] if t.level_names else None,
-                               "sequences": stats["count"], "min": stats["min"], "median": stats["median"],
-                               "mean": stats["mean"], "max": stats["max"], "empty": stats["empty"]})
-            tensors.append({"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape),
-                            "rows": t.n_rows, "lod_level": t.lod_level,
-                            "level_names": list(t.level_names) if t.level_names else None, "levels": levels,
-                            "compression": t.compression, "compression_level": t.compression_level,
-                            "nbytes": t.nbytes, "storage_size": t.storage_size,
-                            "shared_lod_with": f.shared_lod_with(name)})
+        tensors = [tensor_summary(name, f[name], f.shared_lod_with(name)) for name in f.names]
         return {"path": path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": f.checksum_algorithm,
                 "file_size": os.path.getsize(path), "tensors": tensors}
+
+
+def tensor_summary(name: str, t, shared_lod_with: list[str]) -> dict:
+    """One tensor's entry of ``inspect``: dtype, shape, per-level length statistics, storage (offsets only).
+
+    A lazy handle of a file or of a sharded folder both answer what it asks.
+    """
+    levels = []
+    for k, stats in enumerate(t.checked_level_stats()):
+        levels.append({"level": k, "name": t.level_names[k] if t.level_names else None,
+                       "sequences": stats["count"], "min": stats["min"], "median": stats["median"],
+                       "mean": stats["mean"], "max": stats["max"], "empty": stats["empty"]})
+    return {"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape), "rows": t.n_rows,
+            "lod_level": t.lod_level, "level_names": list(t.level_names) if t.level_names else None,
+            "levels": levels, "compression": t.compression, "compression_level": t.compression_level,
+            "nbytes": t.nbytes, "storage_size": t.storage_size, "shared_lod_with": shared_lod_with}
 
 
 # -- verify -------------------------------------------------------------------------------------------------

@@ -1299,21 +1299,11 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
     >>> info["shards"], info["tensors"][0]["rows"], info["tensors"][0]["levels"][0]["sequences"]
     (3, 6, 3)
     """
+    from .checks import tensor_summary
+
     path = os.fspath(path)
     with open_sharded(path) as f:
-        tensors = []
-        for name in f.names:
-            t = f[name]
-            levels = []
-            for k, stats in enumerate(t.checked_level_stats()):
-                levels.append({"level": k, "name": t.level_names[k] if t.level_names else None,
-                               "sequences": stats["count"], "min": stats["min"], "median": stats["median"],
-                               "mean": stats["mean"], "max": stats["max"], "empty": stats["empty"]})
-            tensors.append({"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape),
-                            "rows": t.n_rows, "lod_level": t.lod_level,
-                            "level_names": list(t.level_names) if t.level_names else None, "levels": levels,
-                            "compression": t.compression, "compression_level": t.compression_level,
-                            "nbytes": t.nbytes, "storage_size": t.storage_size, "shared_lod_with": []})
+        tensors = [tensor_summary(name, f[name], []) for name in f.names]
         size = sum(os.path.getsize(f.shard_path(i)) for i in range(len(f.manifest.shards)))
         return {"path": path, "format": MANIFEST_FORMAT, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": _spec.CHECKSUM_ALGORITHM,
