@@ -257,7 +257,8 @@ def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], l
     env = C.child_env()
     notes = []
     out = {k: tmp / f"whole-{k}.lod.h5" for k in ("deflate", "none", "lzf")}
-    cmds = {f"pack-{k}": cli + ["-q", "pack", str(path), "-o", str(out[k])] +
+    # each run replaces the previous run's output (--force: the write rule keeps an existing file otherwise)
+    cmds = {f"pack-{k}": cli + ["-q", "pack", str(path), "-o", str(out[k]), "--force"] +
             ([] if k == "deflate" else ["--compression", k]) for k in out}
     if available("awkward"):
         cmds["awkward+h5py"] = [sys.executable, "-c", AWKWARD_SCRIPT, str(path), str(tmp / "awkward.h5")]

@@ -34,6 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
 
+from lodtool.errors import LodBackendError
+
 TAG = "interop"
 #: rows per size; documents hold ~20 sentences of ~25 tokens
 SIZES = {"tiny": 100_000, "small": 10_000_000, "full": 100_000_000}
@@ -74,7 +76,7 @@ def conversions(t) -> dict[str, object]:
         fns["to_awkward"] = lambda: to_awkward(t)
         fns["from_awkward (validate=False)"] = lambda: from_awkward(a, validate=False)
         fns["from_awkward (validated)"] = lambda: from_awkward(a)
-    except ImportError:  # awkward missing: its rows are skipped
+    except (ImportError, LodBackendError):  # awkward missing: its rows are skipped
         pass
     try:
         from lodtool import LoDTensor
@@ -84,7 +86,7 @@ def conversions(t) -> dict[str, object]:
         fns["to_torch (jagged)"] = lambda: to_torch(sentences)
         fns["from_torch (validate=False)"] = lambda: from_torch(nt, validate=False)
         fns["from_torch (validated)"] = lambda: from_torch(nt)
-    except ImportError:  # torch missing: its rows are skipped
+    except (ImportError, LodBackendError):  # torch missing: its rows are skipped
         pass
     return fns
 

@@ -381,37 +381,14 @@ def test_import_is_light():
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_branch_is_close_to_raw_h5py(path):
-    import time
-
+def test_branches_of_a_large_file_match_memory(path):
+    # its speed against raw h5py is a benchmark target (benchmarks/bench_slice.py), not a timed test
     rng = np.random.default_rng(0)
     lengths0 = rng.integers(1, 20, 5_000)
     lengths1 = rng.integers(1, 30, int(lengths0.sum()))
     t = LoDTensor(np.arange(int(lengths1.sum()), dtype=np.int32), recursive_sequence_lengths=[lengths0, lengths1])
     save(path, t)
-    picks = rng.integers(0, len(t), 300)
-
-    def best(fn):
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            for i in picks:
-                fn(int(i))
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    with h5py.File(path, "r") as f:
-        o0, o1, data = f["tensor/lod/0"], f["tensor/lod/1"], f["tensor/data"]
-
-        def raw(i):
-            a, b = o0[i:i + 2]
-            w = o1[a:b + 1]
-            return data[w[0]:w[-1]]
-
-        raw_time = best(raw)
     with open_file(path) as f:
         lazy = f.tensor()
-        lazy_time = best(lambda i: lazy.branch(i))
-        for i in picks[:20]:
+        for i in rng.integers(0, len(t), 20):
             assert lazy.branch(int(i)).equals(t.branch(int(i)))
-    assert lazy_time < 5 * raw_time, (lazy_time, raw_time)
