@@ -547,11 +547,6 @@ class TensorWriter:
                     self._promote(storage_dtype(wider))
         return _cast_chunk(data, self._dtype, self.name)
 
-    @property
-    def dtype(self) -> np.dtype | None:
-        """The data dtype so far (None before the first chunk of an inferred dtype)."""
-        return self._dtype
-
     def _promote(self, dtype: np.dtype) -> None:
         """Widen the data dtype, rewriting what is already in the (temp) file."""
         self._dtype = dtype
