@@ -524,3 +524,14 @@ def counted(n: int, noun: str) -> str:
     ('1 row', '3 sequences')
     """
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def level_position(level: int, n_levels: int) -> int:
+    """The 0-based position of ``level`` (negative counts from the last) among ``n_levels`` LoD levels.
+
+    >>> level_position(-1, 3), level_position(1, 3)
+    (2, 1)
+    """
+    if not isinstance(level, (int, np.integer)) or not -n_levels <= level < n_levels:
+        raise LodIndexError(f"level {level} is out of range for a tensor with {n_levels} LoD level(s)")
+    return int(level) + n_levels if level < 0 else int(level)

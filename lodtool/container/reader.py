@@ -301,10 +301,7 @@ class LazyTensor:
                 f"file={self._path!r}>")
 
     def _level(self, level: int) -> int:
-        n = self.lod_level
-        if not isinstance(level, (int, np.integer)) or not -n <= level < n:
-            raise LodIndexError(f"level {level} is out of range for a tensor with {n} LoD level(s)")
-        return int(level) + n if level < 0 else int(level)
+        return _lod.level_position(level, self.lod_level)
 
     # -- raw reads ------------------------------------------------------------------------------------
     def _window(self, level: int, start: int, stop: int) -> np.ndarray:

@@ -896,10 +896,7 @@ class ShardedTensor:
                 f"shards={self.n_shards} folder={self._path!r}>")
 
     def _level(self, level: int) -> int:
-        n = self.lod_level
-        if not isinstance(level, (int, np.integer)) or not -n <= level < n:
-            raise LodIndexError(f"level {level} is out of range for a tensor with {n} LoD level(s)")
-        return int(level) + n if level < 0 else int(level)
+        return _lod.level_position(level, self.lod_level)
 
     def shard(self, i: int):
         """``(path, lazy tensor)`` of shard ``i`` (opened on first use, checked against the manifest)."""
