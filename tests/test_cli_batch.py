@@ -116,3 +116,23 @@ def test_bad_files_are_one_line_errors(corpus, tmp_path):
     r = run("batch", path, "--plan", other, "--to", "npz", "-o", tmp_path / "o2")
     assert r.exit_code == 2 and "plan is for 2" in r.output
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_sharded_folder_batches_like_its_file(corpus, tmp_path):
+    path, lengths, data = corpus
+    folder = tmp_path / "shards"
+    assert run("shard", path, "-o", folder, "--shard-size", "4KB").exit_code == 0
+    assert len(lodtool.container.shards.read_manifest(folder).shards) > 1
+    plans = []
+    for source, name in ((path, "a.npz"), (folder, "b.npz")):
+        r = run("batch", source, "--level", 1, "--max-tokens", 256, "-o", tmp_path / name)
+        assert r.exit_code == 0, r.output
+        plans.append(BatchPlan.load(tmp_path / name))
+    assert plans[0].indices.tolist() == plans[1].indices.tolist()
+    r = run("batch", folder, "--plan", tmp_path / "b.npz", "--to", "npz", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    first = np.load(tmp_path / "out" / sorted(p.name for p in (tmp_path / "out").iterdir())[0])
+    for k, seq in enumerate(first["indices"]):
+        n = lengths[seq]
+        assert np.array_equal(first["values"][k, :n], data[rows[seq]:rows[seq + 1]])

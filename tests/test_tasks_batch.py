@@ -399,3 +399,40 @@ def test_pad_value_must_fit_the_dtype(tmp_path):
     pads = np.concatenate([b["values"][~b["mask"]] for b in lodtool.batches(path, level=1, max_tokens=8,
                                                                           pad_value=-7)])
     assert pads.size and (pads == -7).all()
+
+
+# -- a sharded folder as the source --------------------------------------------------------------------
+@pytest.mark.parametrize("output", ["padded", "varlen"])
+def test_sharded_folder_is_one_source(tmp_path, output):
+    from lodtool.container.shards import ShardWriter
+
+    lengths = np.random.default_rng(8).integers(0, 25, 203)
+    path, t = _container(tmp_path, lengths)
+    folder = str(tmp_path / "shards")
+    with ShardWriter(folder, shard_size="300B") as w:  # uneven shards, one of them empty
+        w.write(_top(t, 0, 40))
+        w.end_shard()
+        w.write(_top(t, 40, 40))
+        w.end_shard()
+        w.write(_top(t, 40, t.num_sequences(0)))
+    assert len(lodtool.container.shards.read_manifest(folder).shards) > 3
+    for mode in ("sorted", "pack", "buckets"):
+        extra = {"boundaries": [8, 16], "bucket_batch_sizes": [9, 5, 3]} if mode == "buckets" else {}
+        budget = {} if mode == "buckets" else {"max_tokens": 96}
+        a = B.batch_plan(path, level=1, mode=mode, **budget, **extra)
+        b = B.batch_plan(folder, level=1, mode=mode, **budget, **extra)
+        assert a.indices.tolist() == b.indices.tolist() and a.offsets.tolist() == b.offsets.tolist()
+        for x, y in zip(lodtool.batches(path, a, output=output), lodtool.batches(folder, b, output=output),
+                        strict=True):
+            assert x.keys() == y.keys()
+            for key in x:
+                assert np.array_equal(x[key], y[key]), key
+
+
+def _top(t, a, b):
+    """Top-level sequences [a, b) of a 2-level tensor, as a LoDTensor of its own (possibly empty)."""
+    o0 = np.asarray(t.lod[0])
+    o1 = np.asarray(t.lod[1])
+    lo, hi = int(o0[a]), int(o0[b])
+    rows = o1[lo:hi + 1]
+    return LoDTensor(t.data[int(rows[0]):int(rows[-1])], [list(o0[a:b + 1] - o0[a]), list(rows - rows[0])])

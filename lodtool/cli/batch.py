@@ -81,7 +81,8 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
           drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, megabatch_mult,
           plan_path, output, to, layout, truncate, pad_value, stats, as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
-    plan, show its padding waste, or write each batch as an NPZ.
+    plan, show its padding waste, or write each batch as an NPZ.  FILE is a
+    container or a sharded folder (its shards in order, as one tensor).
 
     \b
     sorted     fairseq's batch_by_size: sort by length, cut within --max-tokens
@@ -96,6 +97,7 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
       lodtool batch corpus.lod.h5 --level 1 --max-tokens 4096 --mode sorted -o plan.npz
       lodtool batch corpus.lod.h5 --level 1 --max-tokens 4096 --stats
       lodtool batch corpus.lod.h5 --plan plan.npz --to npz -o batches/
+      lodtool batch shards/ --level 1 --max-tokens 4096 -o plan.npz
     """
     from .. import tasks
 

@@ -74,9 +74,10 @@ DEFAULT_CACHE_BYTES = 256 << 20
 
 # -- the one place that knows the container's reader and the kernel decorator --------------------------
 def _open_container(path):
-    from ..container.reader import open_file
+    """A container file or a sharded folder (one logical tensor, read through its manifest)."""
+    from ..container.shards import open_path
 
-    return open_file(path)
+    return open_path(path)
 
 
 def _chunk_rows(tensor) -> int | None:
@@ -137,7 +138,7 @@ def sequence_rows(tensor, level: int = 0) -> np.ndarray:
 
 
 def _source_lengths(source, level: int, tensor: str | None) -> tuple[np.ndarray, dict]:
-    """(lengths in rows, a description) of ``source``: a container path, a lazy tensor or an array."""
+    """(lengths in rows, a description) of ``source``: a container or sharded folder, a lazy tensor or an array."""
     if isinstance(source, (str, os.PathLike)):
         with _open_container(source) as f:
             t = f.tensor(tensor)
@@ -757,8 +758,8 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                shuffle: bool = True) -> BatchPlan:
     """Plan training batches over the sequences of ``level`` (lengths in data rows), from offsets alone.
 
-    ``source`` is a container path (only its offsets are read, and validated),
-    an open lazy tensor (``lodtool.open(p).tensor()``), or an array of lengths.
+    ``source`` is a container path or a sharded folder (only its offsets are
+    read, and validated; a folder's shards are one logical tensor), an open lazy tensor (``lodtool.open(p).tensor()``), or an array of lengths.
     ``tensor`` names the tensor of a container that holds several.  The modes
     are described in the module's docstring; ``max_tokens`` bounds a batch's
     *padded* size (``sequences * longest``) or a packed row, ``max_sequences``
