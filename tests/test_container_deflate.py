@@ -35,6 +35,28 @@ def test_fletcher32_in_closed_form_matches_libhdf5(payload):
     assert _deflate.fletcher32(payload) == _libhdf5_fletcher(payload)
 
 
+@settings(max_examples=40, deadline=None)
+@given(shape=st.sampled_from([(70_001,), (30_003, 3)]), level=st.sampled_from([1, 6]))
+def test_compiled_checksums_store_the_same_bytes(shape, level):
+    flat = np.random.default_rng(sum(shape)).integers(-500, 500, shape).astype("<i8").reshape(-1).view(np.uint8)
+    chunk_bytes = 8 * 3 * 4096
+    kwargs = dict(level=level, fletcher32=True)
+    assert _deflate.encode_chunks(flat, chunk_bytes, 8, compiled=True, **kwargs) == \
+        _deflate.encode_chunks(flat, chunk_bytes, 8, compiled=False, **kwargs)
+
+
+def test_a_long_write_switches_to_the_compiled_sums(tmp_path, monkeypatch):
+    monkeypatch.setattr(_deflate, "FLETCHER_FROM_BYTES", (1 << 20, 1 << 20))
+    seen = []
+    real = _deflate._checksum
+    monkeypatch.setattr(_deflate, "_checksum", lambda enc, compiled: seen.append(compiled) or real(enc, compiled))
+    data = np.random.default_rng(4).integers(0, 1 << 20, 600_000)
+    path = str(tmp_path / "long.lod.h5")
+    save(path, LoDTensor(data, [[0, 1, data.shape[0]]]))
+    assert True in seen
+    assert np.array_equal(load(path).data, data) and verify_file(path) == []
+
+
 def _spy(monkeypatch) -> list:
     calls = []
     real = _deflate.write_chunks
