@@ -62,6 +62,33 @@ def numba_module():
     return _numba_module
 
 
+def _deferring_extensions(compile_):
+    """``compile_`` (a dispatcher's ``_compile_for_args``) run without loading other packages' Numba extensions.
+
+    Numba loads every installed ``numba_extensions`` entry point (awkward
+    registers one) when it refreshes its CPU context, before each compile and
+    cache load: 0.24 s on a machine with awkward, paid by every kernel command,
+    for types lodtool's kernels never use.  lodtool's dispatchers therefore
+    compile with the entry points marked as loaded; the first compile of anyone
+    else's code in the process still loads them, as Numba does.
+    """
+    try:
+        from numba.core import entrypoints
+    except ImportError:  # pragma: no cover - another Numba layout: keep its behaviour
+        return compile_
+
+    def compile(*args, **kwargs):
+        if getattr(entrypoints, "_already_initialized", True):
+            return compile_(*args, **kwargs)
+        entrypoints._already_initialized = True
+        try:
+            return compile_(*args, **kwargs)
+        finally:
+            entrypoints._already_initialized = False
+
+    return compile
+
+
 def numba_loaded() -> bool:
     """Whether Numba is imported in this process already (so a kernel no longer pays for the import).
 
@@ -238,7 +265,9 @@ class LazyKernel:
         func.__qualname__ = fn.__qualname__
         func.__module__ = fn.__module__
         func.__doc__ = fn.__doc__
-        return numba.njit(cache=True, nogil=True, **self.options)(func)
+        dispatcher = numba.njit(cache=True, nogil=True, **self.options)(func)
+        dispatcher._compile_for_args = _deferring_extensions(dispatcher._compile_for_args)
+        return dispatcher
 
     def __call__(self, *args):
         dispatcher = self.dispatcher

@@ -1,0 +1,53 @@
+"""lodtool._jit: kernels compile lazily, and other packages' Numba extensions load only for their own code."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lodtool._jit import kernel, kernels_pay
+
+
+@kernel
+def _twice(a, out):  # pragma: no cover - compiled
+    for i in range(a.shape[0]):
+        out[i] = 2 * a[i]
+
+
+def test_a_kernel_compiles_on_first_call_and_computes():
+    out = np.empty(4, np.int64)
+    _twice(np.arange(4), out)
+    assert out.tolist() == [0, 2, 4, 6]
+    assert "compiled" in repr(_twice) and "not" not in repr(_twice)
+
+
+def test_tiers():
+    assert kernels_pay(None, 10, 5) and kernels_pay(10 ** 9, 100, 10) and not kernels_pay(1, 100, 10)
+
+
+def _has_extension_entry_point() -> bool:
+    return any(True for _ in importlib.metadata.entry_points(group="numba_extensions", name="init"))
+
+
+@pytest.mark.skipif(not _has_extension_entry_point(), reason="no package here registers a Numba extension")
+def test_extensions_are_deferred_until_someone_elses_code_compiles():
+    ep = next(iter(importlib.metadata.entry_points(group="numba_extensions", name="init")))
+    root = ep.module.split(".")[0]
+    code = f"""
+import sys, numpy as np
+from lodtool.io._jsonfmt import encode_lines
+assert encode_lines(np.arange(3), [np.array([0, 2, 3])], ()).tobytes() == b"[0,1]\\n[2]\\n"
+print({root!r} in sys.modules)
+import numba
+@numba.njit
+def f(x):
+    return x + 1
+assert f(1) == 2
+print({root!r} in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
