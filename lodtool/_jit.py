@@ -103,16 +103,33 @@ def kernels_pay(work: int | None, cold: int, warm: int) -> bool:
 
     Below ``cold`` while Numba is not imported, or below ``warm`` once it is, a
     NumPy or pure-Python path runs instead and Numba stays unimported: its import
-    plus the loading of cached kernels costs seconds that small work never wins
-    back.  Each caller measures its own crossovers (see the constants beside the
-    callers).  ``work=None`` (unknown) means yes.
+    plus the loading of cached kernels costs about a second that small work never
+    wins back.  Each caller measures its own crossovers (see the constants beside
+    the callers): ``cold`` is the work whose slow path costs what Numba's first
+    call costs.  The work turned away is counted, as a fraction of each caller's
+    ``cold``: once the slow paths of a long-lived process (a notebook, a
+    training loop) have spent one first-call cost in all, Numba pays and is
+    loaded (the ski-rental rule: never more than twice the better choice made
+    in hindsight).  ``work=None`` (unknown) means yes.
 
     >>> kernels_pay(None, 100, 10), kernels_pay(10 ** 9, 100, 10)
     (True, True)
     """
+    global _slow_spent
     if work is None:
         return True
-    return int(work) >= (warm if numba_loaded() else cold)
+    work = int(work)
+    if numba_loaded():
+        return work >= warm
+    share = work / max(int(cold), 1)
+    if share >= 1.0 or _slow_spent + share >= 1.0:
+        return True
+    _slow_spent += share
+    return False
+
+
+#: the slow-path work :func:`kernels_pay` has turned away in this process, in first-call costs of Numba
+_slow_spent = 0.0
 
 
 def atomic_add(counter, value):

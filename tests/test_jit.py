@@ -26,7 +26,7 @@ def test_a_kernel_compiles_on_first_call_and_computes():
 
 
 def test_tiers():
-    assert kernels_pay(None, 10, 5) and kernels_pay(10 ** 9, 100, 10) and not kernels_pay(1, 100, 10)
+    assert kernels_pay(None, 10, 5) and kernels_pay(10 ** 9, 100, 10)
 
 
 def _has_extension_entry_point() -> bool:
@@ -51,3 +51,15 @@ print({root!r} in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_small_work_adds_up_to_the_first_call_cost(monkeypatch):
+    import lodtool._jit as jit
+
+    monkeypatch.setattr(jit, "numba_loaded", lambda: False)
+    monkeypatch.setattr(jit, "_slow_spent", 0.0)
+    answers = [kernels_pay(300, 1000, 10) for _ in range(4)]
+    assert answers == [False, False, False, True]  # 300 + 300 + 300 turned away; the 4th call reaches 1,000
+    assert kernels_pay(2000, 1000, 10) and not kernels_pay(9, 10 ** 9, 10 ** 9)
+    monkeypatch.setattr(jit, "numba_loaded", lambda: True)
+    assert kernels_pay(10, 10 ** 9, 10) and not kernels_pay(9, 10 ** 9, 10)

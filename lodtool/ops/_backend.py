@@ -19,7 +19,8 @@ imported lazily, so ``import lodtool.ops`` costs neither.  An operator asks
   crossover the NumPy reference runs and Numba is never imported: importing
   Numba and loading the cached kernels costs 0.7-3.5 s, which small work never
   wins back.  Once Numba is loaded in the process, the lower ``warm`` crossover
-  applies.  :func:`lodtool._jit.kernels_pay` is the one rule; the constants sit beside each operator.
+  applies; a process whose small calls add up to one first-call cost loads it
+  (:func:`lodtool._jit.kernels_pay`).  :func:`lodtool._jit.kernels_pay` is the one rule; the constants sit beside each operator.
 * ``device``: ``None`` (the GPU if any of the arrays lives there, else the CPU),
   ``"cpu"`` or ``"cuda"``.  A CUDA request without CuPy, or without a GPU, is a
   one-line :class:`~lodtool.errors.LodBackendError`.
