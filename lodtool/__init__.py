@@ -49,18 +49,11 @@ _LAZY = {
 }
 
 
-def _package_version() -> str:
-    try:  # importlib.metadata costs ~15 ms: asked for only when someone reads __version__
-        from importlib.metadata import version
-
-        return version("lodtool")
-    except Exception:  # pragma: no cover - running from a source tree
-        return "0+unknown"
-
-
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        globals()[name] = value = _package_version()
+        from ._version import __version__ as value
+
+        globals()[name] = value
         return value
     if name in _LAZY:
         module, attr = _LAZY[name]

@@ -161,19 +161,11 @@ def _silence_stdout() -> None:
         pass
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("lodtool")
-    except PackageNotFoundError:  # running from a source tree
-        return "0+unknown"
-
-
 def _print_version(ctx: click.Context, _param, value: bool) -> None:
-    # looked up only when asked: importlib.metadata costs ~15 ms on every start-up otherwise
     if value and not ctx.resilient_parsing:
-        click.echo(f"lodtool {_version()}")
+        from .._version import __version__
+
+        click.echo(f"lodtool {__version__}")
         ctx.exit()
 
 

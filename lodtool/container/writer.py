@@ -78,12 +78,9 @@ def narrowest_int(lo: int, hi: int) -> np.dtype:
 
 
 def _created_by() -> str:
-    try:
-        from importlib.metadata import version
+    from .._version import __version__
 
-        return f"lodtool {version('lodtool')}"
-    except Exception:  # pragma: no cover - running from a source tree
-        return "lodtool"
+    return f"lodtool {__version__}"
 
 
 def storage_dtype(dtype: Any, where: str = "data") -> np.dtype:
