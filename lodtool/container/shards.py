@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
@@ -394,11 +393,6 @@ def describe_shard(path: str | os.PathLike, file: str | None = None) -> ShardInf
     return ShardInfo(file or os.path.basename(path), shard_checksum(path), counts)
 
 
-#: one file opened at a time per process by lodtool.dask's tasks (threads scheduler): a direct-chunk write
-#: beside another thread's read failed in H5Dwrite_chunk now and then; h5py serializes HDF5 calls anyway
-HDF5_LOCK = threading.RLock()
-
-
 def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
                 compression: str | None = None) -> ShardInfo:
     """Write one whole shard atomically; return its manifest entry.
@@ -414,8 +408,7 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
     path = os.fspath(path)
     kwargs = {} if compression is None else {"compression": compression}
     # a shard belongs to its task until the manifest names it: a retried task (a killed worker) rewrites it whole
-    with HDF5_LOCK:
-        save(path, dict(tensors), force=True, **kwargs)
+    save(path, dict(tensors), force=True, **kwargs)
     return ShardInfo(os.path.basename(path), shard_checksum(path),
                      {name: TensorCounts.of(t) for name, t in tensors.items()})
 

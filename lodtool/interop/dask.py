@@ -88,9 +88,8 @@ def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
     [[2], [3, 4, 5]]
     """
     from ..container.reader import open_file
-    from ..container.shards import HDF5_LOCK
 
-    with HDF5_LOCK, open_file(part.path, max_memory=max_memory) as f:
+    with open_file(part.path, max_memory=max_memory) as f:
         t = f.tensor(part.name)
         if t.lod_level:
             chunk = t.slice_level(0, part.start, part.stop)
@@ -188,11 +187,11 @@ def _reverse(t: LoDTensor) -> LoDTensor:
 def _expand(t: LoDTensor, part_first: int, y_path: str, y_name: str | None, level: int,
             max_memory: int | None) -> LoDTensor | None:
     """``sequence_expand`` of a partition of x by the matching window of y's reference level."""
-    from ..container.shards import HDF5_LOCK, open_path
+    from ..container.shards import open_path
     from ..ops import sequence_expand
 
     count = len(t) if t.lod_level else t.n_rows
-    with HDF5_LOCK, open_path(y_path, max_memory=max_memory) as f:
+    with open_path(y_path, max_memory=max_memory) as f:
         ref = f.tensor(y_name).read_offsets(level, part_first, part_first + count + 1)
     ref = ref - ref[0]
     _lod.validate_lod([ref], int(ref[-1]))
