@@ -203,10 +203,9 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
     file, name = opt.tensor_ref(file, name)
     opt.refuse_binary_on_terminal(output, "npz")
     if scheduler:
-        if truncate:
-            raise click.UsageError("--truncate does not run on Dask yet; drop --scheduler")
         info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, name=name,
-                        pad_value=pad_value, maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory))
+                        pad_value=pad_value, maxlen=maxlen, level=level, truncate=truncate,
+                        max_memory=opt.parse_size(max_memory))
     else:
         with opt.input_path(file) as src:
             info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,

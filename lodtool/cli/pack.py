@@ -67,11 +67,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     from .. import tasks
 
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if column:
-            raise click.UsageError("--column is not supported with a sharded folder yet: pack the column into a "
-                                   "file, then `lodtool shard FILE -o DIR/`")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
-                      shard_size, scheduler, workers, as_json)
+                      shard_size, scheduler, workers, column, max_memory, as_json)
         return
 
     if append and output == "-":
@@ -104,7 +101,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
-                  scheduler, workers, as_json):
+                  scheduler, workers, column, max_memory, as_json):
     """``pack -o DIR/``: a sharded folder, streamed in order, or one shard per input on Dask (--scheduler)."""
     from .. import tasks
     from ._render import partition_progress
@@ -115,7 +112,8 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
         info = tasks.pack_sharded(list(inputs), output, shard_size=opt.parse_size(shard_size or "1GB"),
                                   append=append, scheduler=scheduler, workers=workers, progress=tick, format=fmt,
                                   lod_level=lod_level, dtype=dtype, name=name,
-                                  level_names=opt.split_names(level_names), compression=compression)
+                                  level_names=opt.split_names(level_names), compression=compression,
+                                  column=column, max_memory=opt.parse_size(max_memory))
     if as_json:
         opt.emit_json(info)
     else:

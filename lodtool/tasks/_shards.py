@@ -74,7 +74,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                  shard_size: int | str = "1GB", append: bool = False, scheduler: str | None = None,
                  workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                  format: str | None = None, lod_level: int | None = None, dtype=None, name: str = "tensor",
-                 level_names: Sequence[str] | None = None, compression: str | None = None) -> dict:
+                 level_names: Sequence[str] | None = None, compression: str | None = None,
+                 column: str | None = None, max_memory: int | None = None) -> dict:
     """Pack inputs into a sharded folder (``lodtool pack ... -o DIR/``).
 
     Without ``scheduler`` the inputs stream, in order, into shards of about
@@ -82,6 +83,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     scheduler address) each input file is packed by a Dask worker into a shard
     of its own, then the manifest is written; ``progress(done, total)`` counts
     the shards.  ``append`` adds shards after the folder's existing ones.
+    ``column`` and ``max_memory`` are :func:`lodtool.tasks.pack`'s.
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -94,6 +96,10 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     folder = os.fspath(folder)
     options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
                "level_names": None if level_names is None else list(level_names), "compression": compression}
+    if column is not None:
+        options["column"] = column
+    if max_memory is not None:
+        options["max_memory"] = max_memory
     if scheduler:
         from ..interop.dask import pack as dask_pack
 
@@ -107,7 +113,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     fmt, _ = _pack._input_format(sources, format)
     target = _pack.resolve_dtype(dtype)
     stats: dict = {"bytes_read": 0}
-    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats)
+    extra = _pack.reader_options(fmt, column, max_memory)
+    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats, extra)
     names = options["level_names"]
     with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
         for chunk in _pack._overlapped(chunks):
@@ -205,10 +212,9 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
         if op == "pack_plan":
             plan = bag.pack_plan(**options)
             return plan.compute(**kwargs)
-        if op == "pool" and options.pop("index", False):
-            raise LodUsageError("the MaxIndex output (--index) is not available on Dask yet; run pool without "
-                                "--scheduler")
-        if op in ("pool", "softmax", "reverse"):
+        if op == "pool":  # with index=True (Paddle's MaxIndex) the shards hold tensor NAME_index too
+            bag = bag.pool(return_index=options.pop("index", False), **options)
+        elif op in ("softmax", "reverse"):
             bag = getattr(bag, op)(**options)
         elif op != "expand":
             raise LodUsageError(f"{op!r} does not run on Dask; choose pool, softmax, reverse, expand, pad or "
