@@ -206,6 +206,17 @@ def test_pad_truncate_matches_the_one_process_path(client, corpus, truncate, lev
     assert got["lengths"].max() == 3  # something was cut
 
 
+def test_a_failed_job_leaves_no_new_folder_and_names_the_level(corpus, tmp_path):
+    wide = LoDTensor(np.zeros((6, 2), np.float32), [[0, 2, 6]])
+    save(tmp_path / "wide.lod.h5", wide)
+    with pytest.raises(LodError, match="one value"):
+        lod_dask.read(tmp_path / "wide.lod.h5", partition_size=8).softmax().to_container(tmp_path / "out",
+                                                                                          scheduler="sync")
+    assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(LodError, match="of level 1;"):  # the level as an index, as the one-process error says
+        lod_dask.read(corpus["folder"]).pad(maxlen=1).compute(scheduler="sync")
+
+
 def test_pad_truncate_needs_a_maxlen(corpus):
     with pytest.raises(LodUsageError, match="maxlen"):
         lod_dask.read(corpus["folder"]).pad(truncate="head")
@@ -310,7 +321,7 @@ def test_parallel_pack_refuses_shards_of_different_dtypes(client, tmp_path):
     (tmp_path / "b.jsonl").write_text("[1.5]\n")
     with pytest.raises(LodUsageError, match="--dtype"):
         lod_dask.pack([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "out")
-    assert not any(n.endswith(".lod.h5") for n in os.listdir(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out")  # the folder the job made goes with its shards
 
 
 def _reader_loop(folder: str, ready, finished, queue) -> None:

@@ -583,6 +583,7 @@ class ShardWriter:
         self.append = append
         self.compression = compression
         self.name = name
+        self._created = not os.path.exists(self.folder)  # removed again by abort() when it stays empty
         prepare_folder(self.folder, append=append)
         existing = read_manifest(self.folder) if append and os.path.isfile(manifest_path(self.folder)) else None
         self.specs: dict = dict(existing.tensors) if existing else {}
@@ -718,6 +719,11 @@ class ShardWriter:
             except OSError:
                 pass
         self.shards = []
+        if self._created:
+            try:
+                os.rmdir(self.folder)
+            except OSError:  # something else is in it now: leave it
+                pass
 
     def __enter__(self) -> "ShardWriter":
         return self

@@ -140,15 +140,16 @@ def _lod_of(part: Partition, fns: _Chain, max_memory: int | None):
     return None if t is None else ([np.asarray(o) for o in t.offsets], t.n_rows, t.element_shape, t.dtype)
 
 
-def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> int:
-    """The longest sequence of ``level`` in a partition (0 when it holds none)."""
+def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> tuple[int, int | None]:
+    """The longest sequence of ``level`` in a partition (0 when it holds none), and ``level`` as an index."""
     from ..ops.pad import pad_level
 
     t = _run(part, fns, max_memory)
     if t is None:
-        return 0
-    roff = _row_offsets(t, pad_level(t, level))
-    return int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0
+        return 0, None
+    lvl = pad_level(t, level)
+    roff = _row_offsets(t, lvl)
+    return (int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0), lvl
 
 
 def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
@@ -540,6 +541,7 @@ class LodBag:
         from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
 
         folder = os.path.abspath(os.fspath(folder))
+        created = not os.path.exists(folder)
         prepare_folder(folder, append=append)
         base = next_shard_index(folder)
         name = name or self.name or "tensor"
@@ -564,11 +566,7 @@ class LodBag:
                                         f"({specs} and {s}); give the operator a fixed dtype")
             return commit_manifest(folder, specs, [info for info, _ in written], append=append)
         except BaseException:
-            for p in paths:
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
+            _remove_new_shards(folder, paths, created)
             raise
 
     def to_dask_awkward(self):
@@ -583,6 +581,20 @@ class LodBag:
             spec = self.spec
         reader = _AwkwardPartitions(spec, self._fns, self._max_memory)
         return dak.from_map(reader, self.partitions, label=f"lodtool-{self._label}")
+
+
+def _remove_new_shards(folder: str, paths: list[str], created: bool) -> None:
+    """After a failed job: remove the shards it wrote, and the folder when the job made it (and it is empty)."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    if created:
+        try:
+            os.rmdir(folder)
+        except OSError:  # something else is in it now: leave it
+            pass
 
 
 class _Thunk:
@@ -722,10 +734,12 @@ class PaddedBag:
         # the longest sequence, from each partition's offsets (checked against a given maxlen too, as in Paddle)
         longest = [dask.delayed(_longest, pure=True)(p, self.bag._fns, self.bag._max_memory, self.level)
                    for p in self.bag.partitions]
-        found = max(_compute(longest, None, kwargs), default=0)
+        results = _compute(longest, None, kwargs)
+        found = max((n for n, _ in results), default=0)
+        level = next((lvl for _, lvl in results if lvl is not None), self.level)  # as the error names it
         if self.truncate is not None:  # longer sequences are cut to maxlen
             found = min(found, self.maxlen)
-        return padded_length(self.maxlen, found, self.level)
+        return padded_length(self.maxlen, found, level)
 
     def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> dict:
         """``{"padded", "lengths", "mask"}`` of the whole tensor (in memory)."""
@@ -844,6 +858,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise LodUsageError("a parallel pack reads files, not stdin")
     sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
     folder = os.path.abspath(os.fspath(folder))
+    created = not os.path.exists(folder)
     prepare_folder(folder, append=append)
     base = next_shard_index(folder)
     paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
@@ -860,11 +875,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
                                append=append)
     except BaseException:
-        for p in paths:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+        _remove_new_shards(folder, paths, created)
         raise
 
 
