@@ -160,3 +160,24 @@ def test_pack_a_parquet_column_into_a_folder(corpus):
         assert got.dtype == want.dtype and got.data.tobytes() == want.data.tobytes() and got.lod == want.lod
     bad = run("pack", *inputs, "--column", "nope", "-o", f"{d / 'bad'}/", ok=False)
     assert bad.exit_code != 0 and "nope" in bad.output and "Traceback" not in bad.output
+
+
+def test_an_existing_output_is_replaced_only_when_asked(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "512B")
+    before = read_manifest(d / "s")
+    again = run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB", ok=False)
+    assert again.exit_code != 0 and "--overwrite" in again.output and "Traceback" not in again.output
+    assert read_manifest(d / "s").shards == before.shards
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB", "--overwrite")
+    assert len(read_manifest(d / "s").shards) < len(before.shards)
+    for args in (["pool", d / "s", "-o", d / "p.lod.h5"], ["pool", d / "s", "-o", f"{d / 'pd'}/"],
+                 ["merge", d / "s", "-o", d / "m.lod.h5"]):
+        dask = ["--scheduler", "threads"] if args[0] == "pool" else []
+        run(*args, *dask)
+        refused = run(*args, *dask, ok=False)
+        assert refused.exit_code != 0 and "--overwrite" in refused.output and "Traceback" not in refused.output
+        run(*args, *dask, "--overwrite")
+    assert load(d / "m.lod.h5").equals(t)
+    bad = run("pack", d / "one.lod.h5", "-o", f"{d / 'x'}/", "--append", "--force", ok=False)
+    assert bad.exit_code == 2 and "--force" in bad.output

@@ -17,6 +17,30 @@ from typing import Callable, Sequence
 from ..errors import LodUsageError
 
 
+def _refuse_replacing(folder: str | os.PathLike, *, append: bool = False, overwrite: bool = False,
+                     force: bool = False, can_append: bool = True) -> None:
+    """Refuse to write over the sharded container in ``folder`` unasked, as over a tensor in a file.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> d = tempfile.mkdtemp()
+    >>> from lodtool.container.shards import ShardWriter
+    >>> with ShardWriter(d) as w:
+    ...     w.write(LoDTensor(np.arange(3), [[0, 3]]))
+    >>> _refuse_replacing(d, overwrite=True)
+    >>> _refuse_replacing(d)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lodtool.errors.LodExistsError: ... already holds a sharded container: add --overwrite to replace it, or --append ...
+    """
+    from ..container.shards import manifest_path
+    from ..errors import LodExistsError
+
+    if append or overwrite or force or not os.path.isfile(manifest_path(folder)):
+        return
+    more = ", or --append to add shards after its own" if can_append else ""
+    raise LodExistsError(f"{os.fspath(folder)} already holds a sharded container: add --overwrite to replace it{more}")
+
+
 def _summary(folder: str, manifest) -> dict:
     name = manifest.names[0]
     spec = manifest.tensors[name]
@@ -28,8 +52,11 @@ def _summary(folder: str, manifest) -> dict:
 
 def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int | str = "1GB",
           name: str | None = None, compression: str | None = None, append: bool = False,
-          max_memory: int | None = None) -> dict:
+          overwrite: bool = False, force: bool = False, max_memory: int | None = None) -> dict:
     """Split a container into a sharded folder of about ``shard_size`` bytes per shard (``lodtool shard``).
+
+    A folder holding a sharded container already needs ``append`` (add shards)
+    or ``overwrite``/``force`` (replace it).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -40,14 +67,18 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
     """
     from ..container.shards import shard_file
 
+    _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
     manifest = shard_file(path, folder, shard_size=shard_size, name=name, compression=compression,
                           append=append, max_memory=max_memory)
     return _summary(os.fspath(folder), manifest)
 
 
 def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
-          max_memory: int | None = None) -> dict:
+          max_memory: int | None = None, overwrite: bool = False, force: bool = False) -> dict:
     """Join a sharded folder into one container, level names kept (``lodtool merge``).
+
+    Into an existing container the tensors are added; one of the same name
+    needs ``overwrite``, and ``force`` replaces the whole file.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -64,7 +95,7 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
     from ..container.shards import read_manifest
 
     manifest = read_manifest(folder)
-    merge_folder(folder, output, compression=compression, max_memory=max_memory)
+    merge_folder(folder, output, compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
     out = _summary(os.fspath(output), manifest)
     out.pop("shards")
     return out
@@ -75,7 +106,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                  workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                  format: str | None = None, lod_level: int | None = None, dtype=None, name: str = "tensor",
                  level_names: Sequence[str] | None = None, compression: str | None = None,
-                 column: str | None = None, max_memory: int | None = None) -> dict:
+                 column: str | None = None, max_memory: int | None = None, overwrite: bool = False,
+                 force: bool = False) -> dict:
     """Pack inputs into a sharded folder (``lodtool pack ... -o DIR/``).
 
     Without ``scheduler`` the inputs stream, in order, into shards of about
@@ -83,7 +115,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     scheduler address) each input file is packed by a Dask worker into a shard
     of its own, then the manifest is written; ``progress(done, total)`` counts
     the shards.  ``append`` adds shards after the folder's existing ones.
-    ``column`` and ``max_memory`` are :func:`lodtool.tasks.pack`'s.
+    ``column`` and ``max_memory`` are :func:`lodtool.tasks.pack`'s.  A folder
+    holding a sharded container already needs ``append`` or ``overwrite``/``force``.
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -94,6 +127,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     from ..container.shards import ShardWriter, read_manifest
 
     folder = os.fspath(folder)
+    _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
     options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
                "level_names": None if level_names is None else list(level_names), "compression": compression}
     if column is not None:
@@ -180,12 +214,14 @@ def _is_folder_target(output: str) -> bool:
 def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers: int | None = None,
             progress: Callable[[int, int], None] | None = None, name: str | None = None,
             partition_size: int | str = "64MB", compression: str | None = None, out_name: str | None = None,
-            max_memory: int | None = None, **options):
+            max_memory: int | None = None, overwrite: bool = False, force: bool = False, **options):
     """Run the operator ``op`` over a file or sharded folder on a Dask scheduler (``lodtool <op> --scheduler``).
 
     Container outputs: a folder (a path ending in ``/``, or an existing folder)
     gets one shard per partition, then the manifest; a file name gets the
-    shards merged into one container.  ``pad`` writes its NPZ and
+    shards merged into one container; ``overwrite`` and ``force`` are the
+    one-process rule for an output that exists (a folder holding a sharded
+    container counts as one tensor there).  ``pad`` writes its NPZ and
     ``pack_plan`` returns the plan, as without a scheduler.  Each partition is
     a range of whole top-level sequences of about ``partition_size`` bytes;
     ``progress(done, total)`` counts partitions.
@@ -222,16 +258,25 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
         output = os.fspath(output)
         tensor_name = out_name or bag.name
         if _is_folder_target(output):
+            _refuse_replacing(output, overwrite=overwrite, force=force, can_append=False)
             manifest = bag.to_container(output, name=tensor_name, compression=compression, progress=progress,
                                         **kwargs)
             return _summary(output, manifest)
-        staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
-        try:
-            manifest = bag.to_container(staging, name=tensor_name, compression=compression, progress=progress,
-                                        **kwargs)
-            merge(staging, output, compression=compression, max_memory=max_memory)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        from ..container.shards import merge_into
+        from ..container.writer import LodWriter
+
+        writer_kwargs = {"compression": compression} if compression else {}
+        # the output is checked before anything is computed, as in one process
+        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
+            for n in bag._output_names(tensor_name):
+                w.check_name(n)
+            staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
+            try:
+                manifest = bag.to_container(staging, name=tensor_name, compression=compression, progress=progress,
+                                            **kwargs)
+                merge_into(staging, w, max_memory=max_memory)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         out = _summary(output, manifest)
         out.pop("shards")
         return out
