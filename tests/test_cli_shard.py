@@ -160,6 +160,13 @@ def test_pack_a_parquet_column_into_a_folder(corpus):
         assert got.dtype == want.dtype and got.data.tobytes() == want.data.tobytes() and got.lod == want.lod
     bad = run("pack", *inputs, "--column", "nope", "-o", f"{d / 'bad'}/", ok=False)
     assert bad.exit_code != 0 and "nope" in bad.output and "Traceback" not in bad.output
+    empty = d / "empty.parquet"  # refused alike by all three paths, and nothing is left behind
+    pq.write_table(pa.table({"label": pa.array([], pa.int64()), "tokens": pa.array([], pa.list_(pa.list_(pa.int32())))}),
+                   empty)
+    for out, extra in ((d / "e.lod.h5", []), (f"{d / 'e1'}/", []), (f"{d / 'e2'}/", ["--scheduler", "threads"])):
+        bad = run("pack", inputs[0], empty, "--column", "tokens", "--dtype", "int32", "-o", out, *extra, ok=False)
+        assert bad.exit_code != 0 and "empty input" in bad.output and "Traceback" not in bad.output
+    assert not any(os.path.exists(d / n) for n in ("e.lod.h5", "e1", "e2"))
 
 
 def test_an_existing_output_is_replaced_only_when_asked(corpus):
@@ -181,3 +188,20 @@ def test_an_existing_output_is_replaced_only_when_asked(corpus):
     assert load(d / "m.lod.h5").equals(t)
     bad = run("pack", d / "one.lod.h5", "-o", f"{d / 'x'}/", "--append", "--force", ok=False)
     assert bad.exit_code == 2 and "--force" in bad.output
+
+
+def test_a_failed_parallel_pack_leaves_no_shard_of_a_task_that_finished_later(tmp_path):
+    # the bad input fails at once; the big one is still being packed then, and writes its shard afterwards:
+    # the scheduler is joined before the sweep, so that late shard goes too
+    (tmp_path / "bad.jsonl").write_text('[1, "x"]\n')
+    (tmp_path / "big.jsonl").write_text("[[1, 2, 3], [4, 5]]\n" * 40_000)
+    out = tmp_path / "out"
+    bad = run("pack", tmp_path / "bad.jsonl", tmp_path / "big.jsonl", "-o", f"{out}/", "--scheduler", "threads",
+              "--workers", "2", ok=False)
+    assert bad.exit_code != 0 and "bad.jsonl" in bad.output and "Traceback" not in bad.output
+    assert not out.exists()
+    run("pack", tmp_path / "big.jsonl", "-o", f"{out}/", "--shard-size", "1MB")
+    before = sorted(os.listdir(out))
+    bad = run("pack", tmp_path / "bad.jsonl", tmp_path / "big.jsonl", "-o", out, "--append", "--scheduler", "threads",
+              "--workers", "2", ok=False)
+    assert bad.exit_code != 0 and sorted(os.listdir(out)) == before  # the folder's own shards stay

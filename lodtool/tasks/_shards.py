@@ -9,10 +9,11 @@ file or folder on a Dask scheduler (``lodtool <op> --scheduler ...``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..errors import LodUsageError
 
@@ -137,7 +138,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     if scheduler:
         from ..interop.dask import pack as dask_pack
 
-        with dask_scheduler(scheduler, workers) as compute_kwargs:
+        with _no_stray_shards(folder), dask_scheduler(scheduler, workers) as compute_kwargs:
             manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
                                  compute_kwargs=compute_kwargs, **options)
         return _summary(folder, manifest)
@@ -162,24 +163,62 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
 
 
 # -- operators on Dask ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _no_stray_shards(folder: str | os.PathLike | None) -> Iterator[None]:
+    """Wrap a Dask job and its scheduler: when the job fails, remove the shard files that appeared in ``folder``
+    during it and that no manifest names, and the folder when the job made it and it is left empty.
+
+    The job's own cleanup runs as soon as the failure reaches the client, while tasks that were already running
+    may still finish and write their shard; once the scheduler block has ended (a local pool joined, a local
+    cluster closed), nothing of the job runs any more, so this sweep leaves no stray shard.
+    """
+    if folder is None:
+        yield
+        return
+    from ..container.shards import _shard_index, manifest_path, read_manifest
+
+    folder = os.path.abspath(os.fspath(folder))
+    created = not os.path.exists(folder)
+    before = set() if created or not os.path.isdir(folder) else set(os.listdir(folder))
+    try:
+        yield
+    except BaseException:
+        try:
+            named = {s.file for s in read_manifest(folder).shards} if os.path.isfile(manifest_path(folder)) else set()
+            for n in set(os.listdir(folder)) - before - named:
+                if _shard_index(n) is not None:
+                    os.unlink(os.path.join(folder, n))
+            if created and not os.listdir(folder):
+                os.rmdir(folder)
+        except OSError:  # the folder went away, or holds what is not ours: leave the rest
+            pass
+        raise
+
+
 class dask_scheduler:
     """``--scheduler processes|threads|ADDRESS`` (with ``--workers N``) as the keyword arguments of
     ``dask.compute``, with a local cluster or a client held open for the block.
 
     ``processes`` starts a ``distributed.LocalCluster`` of ``N`` single-thread
-    process workers (h5py serializes calls within a process); ``threads`` uses
-    Dask's local thread pool; anything else is a scheduler address to connect to.
+    process workers (h5py serializes calls within a process); ``threads`` runs
+    Dask's local scheduler on a thread pool of its own, joined on leaving the
+    block (so no task of a failed job still runs after it); anything else is a
+    scheduler address to connect to.
     """
 
     def __init__(self, scheduler: str, workers: int | None = None):
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
             raise LodUsageError(f"--workers must be a positive integer, got {workers!r}")
         self.scheduler, self.workers = scheduler, workers
-        self._client = self._cluster = None
+        self._client = self._cluster = self._pool = None
 
     def __enter__(self) -> dict:
         if self.scheduler == "threads":
-            return {"scheduler": "threads", **({"num_workers": int(self.workers)} if self.workers else {})}
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(int(self.workers or os.cpu_count() or 1),
+                                            thread_name_prefix="lodtool-dask")
+            return {"scheduler": "threads", "pool": self._pool}
         if self.scheduler == "sync":
             return {"scheduler": "sync"}
         try:
@@ -201,6 +240,8 @@ class dask_scheduler:
         return {}
 
     def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         if self._client is not None:
             self._client.close()
         if self._cluster is not None:
@@ -242,7 +283,8 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
         bag = read(path, name, partition_size=partition_size, max_memory=max_memory).expand(y, y_name, ref_level)
     else:
         bag = read(path, name, partition_size=partition_size, max_memory=max_memory)
-    with dask_scheduler(scheduler, workers) as kwargs:
+    folder_output = op not in ("pad", "pack_plan") and _is_folder_target(os.fspath(output))
+    with _no_stray_shards(output if folder_output else None), dask_scheduler(scheduler, workers) as kwargs:
         if op == "pad":
             return bag.pad(**options).to_npz(output, progress=progress, **kwargs)
         if op == "pack_plan":
