@@ -89,3 +89,119 @@ def test_pack_into_a_folder_append_and_refusals(corpus, tmp_path):
     assert sorted(os.listdir(d / "other")) == ["notes.txt"]
     missing = run("inspect", d / "other", ok=False)
     assert missing.exit_code != 0 and MANIFEST_NAME in missing.output and "Traceback" not in missing.output
+
+
+def _uneven(d, t: LoDTensor):
+    """``d/u``: t in shards of 50, 1 and the rest top-level sequences, with an empty shard after the first."""
+    from lodtool.container.shards import ShardWriter, TensorSpec, commit_manifest, shard_name, write_shard
+
+    folder = d / "u"
+    with ShardWriter(folder, shard_size="1GB") as w:
+        for a, b in ((0, 50), (50, 51), (51, len(t))):
+            w.write(t.slice_level(0, a, b))
+            w.end_shard()
+    m = read_manifest(folder)
+    empty = LoDTensor._trusted(np.zeros(0, t.dtype), (np.zeros(1, np.int64),) * 2, t.level_names)
+    extra = write_shard(folder / shard_name(len(m.shards)), {"tensor": empty})
+    commit_manifest(folder, {"tensor": TensorSpec.of(t)}, m.shards[:1] + [extra] + m.shards[1:])
+    return folder
+
+
+def test_pool_index_on_dask_gives_the_one_process_bytes(corpus):
+    d, t = corpus
+    u = _uneven(d, t)
+    assert [s.tensors["tensor"].sequences for s in read_manifest(u).shards] == [50, 0, 1, len(t) - 51]
+    run("pool", d / "one.lod.h5", "--type", "max", "--index", "-o", d / "want.lod.h5")
+    run("pool", u, "--type", "max", "--index", "-o", d / "got.lod.h5", "--scheduler", "threads", "--workers", "2")
+    run("pool", u, "--type", "max", "--index", "-o", f"{d / 'got_dir'}/", "--scheduler", "threads")
+    for name in ("tensor", "tensor_index"):
+        want = load(d / "want.lod.h5", name)
+        for got in (load(d / "got.lod.h5", name), _read_folder(d / "got_dir", name)):
+            assert got.dtype == want.dtype and got.data.tobytes() == want.data.tobytes() and got.lod == want.lod
+    first_shard_rows = read_manifest(u).shards[0].tensors["tensor"].rows
+    assert load(d / "want.lod.h5", "tensor_index").data.max() > first_shard_rows  # global rows, not per shard
+
+
+def _read_folder(folder, name):
+    from lodtool.container.shards import open_sharded
+
+    with open_sharded(folder) as f:
+        return f.tensor(name).read()
+
+
+@pytest.mark.parametrize("truncate", ["head", "tail"])
+def test_pad_truncate_on_dask_gives_the_one_process_bytes(corpus, truncate):
+    d, t = corpus
+    u = _uneven(d, t)
+    run("pad", d / "one.lod.h5", "--maxlen", "2", "--truncate", truncate, "-o", d / "want.npz")
+    run("pad", u, "--maxlen", "2", "--truncate", truncate, "-o", d / "got.npz", "--scheduler", "threads")
+    want, got = np.load(d / "want.npz"), np.load(d / "got.npz")
+    for key in ("padded", "lengths", "mask"):
+        assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes()
+
+
+def test_pack_a_parquet_column_into_a_folder(corpus):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    d, t = corpus
+    nested = t.to_nested()
+    inputs = []
+    for i, (a, b) in enumerate(((0, 30), (30, 31), (31, len(t)))):
+        inputs.append(d / f"{i}.parquet")
+        pq.write_table(pa.table({"label": list(range(a, b)), "tokens": nested[a:b]}), inputs[-1], row_group_size=7)
+    run("pack", *inputs, "--column", "tokens", "--dtype", "int32", "-o", d / "want.lod.h5")
+    run("pack", *inputs, "--column", "tokens", "--dtype", "int32", "-o", f"{d / 'streamed'}/", "--shard-size", "1KB")
+    run("pack", *inputs, "--column", "tokens", "--dtype", "int32", "-o", f"{d / 'parallel'}/",
+        "--scheduler", "threads", "--workers", "2")
+    assert [s.tensors["tensor"].sequences for s in read_manifest(d / "parallel").shards] == [30, 1, len(t) - 31]
+    want = load(d / "want.lod.h5")
+    for folder in ("streamed", "parallel"):
+        got = _read_folder(d / folder, "tensor")
+        assert got.dtype == want.dtype and got.data.tobytes() == want.data.tobytes() and got.lod == want.lod
+    bad = run("pack", *inputs, "--column", "nope", "-o", f"{d / 'bad'}/", ok=False)
+    assert bad.exit_code != 0 and "nope" in bad.output and "Traceback" not in bad.output
+    empty = d / "empty.parquet"  # refused alike by all three paths, and nothing is left behind
+    pq.write_table(pa.table({"label": pa.array([], pa.int64()), "tokens": pa.array([], pa.list_(pa.list_(pa.int32())))}),
+                   empty)
+    for out, extra in ((d / "e.lod.h5", []), (f"{d / 'e1'}/", []), (f"{d / 'e2'}/", ["--scheduler", "threads"])):
+        bad = run("pack", inputs[0], empty, "--column", "tokens", "--dtype", "int32", "-o", out, *extra, ok=False)
+        assert bad.exit_code != 0 and "empty input" in bad.output and "Traceback" not in bad.output
+    assert not any(os.path.exists(d / n) for n in ("e.lod.h5", "e1", "e2"))
+
+
+def test_an_existing_output_is_replaced_only_when_asked(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "512B")
+    before = read_manifest(d / "s")
+    again = run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB", ok=False)
+    assert again.exit_code != 0 and "--overwrite" in again.output and "Traceback" not in again.output
+    assert read_manifest(d / "s").shards == before.shards
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB", "--overwrite")
+    assert len(read_manifest(d / "s").shards) < len(before.shards)
+    for args in (["pool", d / "s", "-o", d / "p.lod.h5"], ["pool", d / "s", "-o", f"{d / 'pd'}/"],
+                 ["merge", d / "s", "-o", d / "m.lod.h5"]):
+        dask = ["--scheduler", "threads"] if args[0] == "pool" else []
+        run(*args, *dask)
+        refused = run(*args, *dask, ok=False)
+        assert refused.exit_code != 0 and "--overwrite" in refused.output and "Traceback" not in refused.output
+        run(*args, *dask, "--overwrite")
+    assert load(d / "m.lod.h5").equals(t)
+    bad = run("pack", d / "one.lod.h5", "-o", f"{d / 'x'}/", "--append", "--force", ok=False)
+    assert bad.exit_code == 2 and "--force" in bad.output
+
+
+def test_a_failed_parallel_pack_leaves_no_shard_of_a_task_that_finished_later(tmp_path):
+    # the bad input fails at once; the big one is still being packed then, and writes its shard afterwards:
+    # the scheduler is joined before the sweep, so that late shard goes too
+    (tmp_path / "bad.jsonl").write_text('[1, "x"]\n')
+    (tmp_path / "big.jsonl").write_text("[[1, 2, 3], [4, 5]]\n" * 40_000)
+    out = tmp_path / "out"
+    bad = run("pack", tmp_path / "bad.jsonl", tmp_path / "big.jsonl", "-o", f"{out}/", "--scheduler", "threads",
+              "--workers", "2", ok=False)
+    assert bad.exit_code != 0 and "bad.jsonl" in bad.output and "Traceback" not in bad.output
+    assert not out.exists()
+    run("pack", tmp_path / "big.jsonl", "-o", f"{out}/", "--shard-size", "1MB")
+    before = sorted(os.listdir(out))
+    bad = run("pack", tmp_path / "bad.jsonl", tmp_path / "big.jsonl", "-o", out, "--append", "--scheduler", "threads",
+              "--workers", "2", ok=False)
+    assert bad.exit_code != 0 and sorted(os.listdir(out)) == before  # the folder's own shards stay

@@ -98,6 +98,20 @@ def test_failed_write_leaves_previous_manifest_and_no_new_shards(tmp_path):
     assert sorted(os.listdir(folder)) == [MANIFEST_NAME, shard_name(0)]
 
 
+def test_failed_write_into_a_new_folder_leaves_no_folder(tmp_path):
+    with pytest.raises(RuntimeError):
+        with ShardWriter(tmp_path / "new", shard_size=32) as w:
+            w.write(_tensor())
+            raise RuntimeError("crash before the manifest")
+    assert not os.path.exists(tmp_path / "new")
+    (tmp_path / "mine").mkdir()  # a folder that was there before stays
+    with pytest.raises(RuntimeError):
+        with ShardWriter(tmp_path / "mine", shard_size=32) as w:
+            w.write(_tensor())
+            raise RuntimeError("crash before the manifest")
+    assert os.listdir(tmp_path / "mine") == []
+
+
 def test_append_adds_shards_after_the_existing_ones(tmp_path):
     a, b = _tensor(seed=1), _tensor(seed=2)
     folder = _sharded(tmp_path, a, 1 << 20)

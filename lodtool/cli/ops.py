@@ -65,7 +65,7 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
         if scheduler:
             info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, name=name,
                             out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory),
-                            **kwargs)
+                            overwrite=overwrite, force=force, **kwargs)
             _report(ctx, opt_result(info), as_json, verb)
             return
         with opt.input_path(file) as src, opt.container_output(output) as dst:
@@ -157,7 +157,7 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
     if scheduler:
         info = _on_dask(ctx, "expand", x_path, output, scheduler, workers, device, as_json, name=x_name, y=y_path,
                         y_name=y_name, ref_level=ref_level, out_name=out_name, compression=compression,
-                        max_memory=opt.parse_size(max_memory))
+                        max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force)
         _report(ctx, opt_result(info), as_json, "expanded")
         return
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
@@ -203,10 +203,9 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
     file, name = opt.tensor_ref(file, name)
     opt.refuse_binary_on_terminal(output, "npz")
     if scheduler:
-        if truncate:
-            raise click.UsageError("--truncate does not run on Dask yet; drop --scheduler")
         info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, name=name,
-                        pad_value=pad_value, maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory))
+                        pad_value=pad_value, maxlen=maxlen, level=level, truncate=truncate,
+                        max_memory=opt.parse_size(max_memory))
     else:
         with opt.input_path(file) as src:
             info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,

@@ -66,18 +66,17 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     """
     from .. import tasks
 
+    if append and overwrite:
+        raise click.UsageError("--append adds to the tensor and --overwrite replaces it: give one of them")
+    if append and force:
+        raise click.UsageError("--append adds to a file and --force replaces it: give one of them")
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if column:
-            raise click.UsageError("--column is not supported with a sharded folder yet: pack the column into a "
-                                   "file, then `lodtool shard FILE -o DIR/`")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
-                      shard_size, scheduler, workers, as_json)
+                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
         return
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
-    if append and overwrite:
-        raise click.UsageError("--append adds to the tensor and --overwrite replaces it: give one of them")
     total = sum(os.path.getsize(p) for p in inputs if p != "-" and os.path.isfile(p)) or None
     from ._render import progress
 
@@ -104,7 +103,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
-                  scheduler, workers, as_json):
+                  scheduler, workers, column, max_memory, overwrite, force, as_json):
     """``pack -o DIR/``: a sharded folder, streamed in order, or one shard per input on Dask (--scheduler)."""
     from .. import tasks
     from ._render import partition_progress
@@ -115,7 +114,9 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
         info = tasks.pack_sharded(list(inputs), output, shard_size=opt.parse_size(shard_size or "1GB"),
                                   append=append, scheduler=scheduler, workers=workers, progress=tick, format=fmt,
                                   lod_level=lod_level, dtype=dtype, name=name,
-                                  level_names=opt.split_names(level_names), compression=compression)
+                                  level_names=opt.split_names(level_names), compression=compression,
+                                  column=column, max_memory=opt.parse_size(max_memory), overwrite=overwrite,
+                                  force=force)
     if as_json:
         opt.emit_json(info)
     else:

@@ -24,15 +24,18 @@ def _report(ctx, info: dict, as_json: bool, verb: str) -> None:
 @opt.name_option
 @opt.compression_option
 @click.option("--append", is_flag=True, help="Add the shards after those already in the folder.")
+@opt.replace_options
 @opt.max_memory_option
 @opt.json_option
 @click.pass_context
-def shard(ctx, file, output, shard_size, name, compression, append, max_memory, as_json):
+def shard(ctx, file, output, shard_size, name, compression, append, overwrite, force, max_memory, as_json):
     """Split a container into a sharded folder that every reading command takes as one tensor.
 
     Each shard is a whole container, readable alone; the manifest
     (lodtool.json) is written last and atomically.  Every tensor of the file is
     sharded (they need the same number of top-level sequences), or only --name.
+    A folder that holds a sharded container already needs --append (add
+    shards) or --overwrite (replace it).
 
     \b
     Example:
@@ -42,18 +45,19 @@ def shard(ctx, file, output, shard_size, name, compression, append, max_memory, 
     from .. import tasks
 
     info = tasks.shard(file, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
-                       append=append, max_memory=opt.parse_size(max_memory))
+                       append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory))
     _report(ctx, info, as_json, "sharded")
 
 
 @click.command("merge")
 @click.argument("folder")
 @opt.output_option(required=True, help_="The container to write (atomically).")
+@opt.replace_options
 @opt.compression_option
 @opt.max_memory_option
 @opt.json_option
 @click.pass_context
-def merge(ctx, folder, output, compression, max_memory, as_json):
+def merge(ctx, folder, output, overwrite, force, compression, max_memory, as_json):
     """Join a sharded folder into one container (level names kept), streamed shard by shard.
 
     \b
@@ -62,5 +66,6 @@ def merge(ctx, folder, output, compression, max_memory, as_json):
     """
     from .. import tasks
 
-    info = tasks.merge(folder, output, compression=compression, max_memory=opt.parse_size(max_memory))
+    info = tasks.merge(folder, output, compression=compression, max_memory=opt.parse_size(max_memory),
+                       overwrite=overwrite, force=force)
     _report(ctx, info, as_json, "merged")

@@ -3,7 +3,9 @@
 libhdf5 runs its filters on one thread, holding h5py's lock: shuffle + deflate
 level 1 ran at about 150 MB/s here, slower than the disk.  The writer instead
 encodes whole chunks here, on every core (the codec releases the GIL), and
-hands each encoded chunk to ``write_direct_chunk``.  The stored bytes are those
+hands each encoded chunk to ``write_direct_chunk`` (in the calling thread, under
+h5py's lock: see :func:`lodtool.container._h5.write_direct_chunk`; the pool's
+threads never call libhdf5).  The stored bytes are those
 of HDF5's standard pipeline, in its order: the byte shuffle (filter 2) of the
 chunk (the last one padded with the fill value, zero), its zlib stream
 (deflate, filter 1), then the Fletcher-32 of those bytes as a little-endian
@@ -36,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .._jit import kernels_pay
+from ._h5 import write_direct_chunk
 
 try:  # the fast codec (an optional dependency: ``isal``); zlib otherwise
     from isal import isal_zlib as _isal
@@ -200,11 +203,12 @@ def write_chunks(ds, start: int, block: np.ndarray, rows: int, *, level: int, fl
         else:
             tasks.append((first, pool.submit(encode_chunks, part, chunk_bytes, block.dtype.itemsize, level=level,
                                              fletcher32=fletcher32, compiled=compiled)))
+    dsid = ds.id
     for first, encoded in tasks:
         if not isinstance(encoded, list):
             encoded = encoded.result()
         for i, enc in enumerate(encoded):
-            ds.id.write_direct_chunk((start + (first + i) * rows,) + zeros, enc, 0)
+            write_direct_chunk(dsid, (start + (first + i) * rows,) + zeros, enc)  # under h5py's lock
 
 
 __all__ = ["encode_chunks", "write_chunks", "shuffle", "fletcher32", "compress", "codec_name", "workers"]

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
@@ -394,11 +393,6 @@ def describe_shard(path: str | os.PathLike, file: str | None = None) -> ShardInf
     return ShardInfo(file or os.path.basename(path), shard_checksum(path), counts)
 
 
-#: one file opened at a time per process by lodtool.dask's tasks (threads scheduler): a direct-chunk write
-#: beside another thread's read failed in H5Dwrite_chunk now and then; h5py serializes HDF5 calls anyway
-HDF5_LOCK = threading.RLock()
-
-
 def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
                 compression: str | None = None) -> ShardInfo:
     """Write one whole shard atomically; return its manifest entry.
@@ -414,8 +408,7 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
     path = os.fspath(path)
     kwargs = {} if compression is None else {"compression": compression}
     # a shard belongs to its task until the manifest names it: a retried task (a killed worker) rewrites it whole
-    with HDF5_LOCK:
-        save(path, dict(tensors), force=True, **kwargs)
+    save(path, dict(tensors), force=True, **kwargs)
     return ShardInfo(os.path.basename(path), shard_checksum(path),
                      {name: TensorCounts.of(t) for name, t in tensors.items()})
 
@@ -590,6 +583,7 @@ class ShardWriter:
         self.append = append
         self.compression = compression
         self.name = name
+        self._created = not os.path.exists(self.folder)  # removed again by abort() when it stays empty
         prepare_folder(self.folder, append=append)
         existing = read_manifest(self.folder) if append and os.path.isfile(manifest_path(self.folder)) else None
         self.specs: dict = dict(existing.tensors) if existing else {}
@@ -725,6 +719,11 @@ class ShardWriter:
             except OSError:
                 pass
         self.shards = []
+        if self._created:
+            try:
+                os.rmdir(self.folder)
+            except OSError:  # something else is in it now: leave it
+                pass
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -767,8 +766,11 @@ def shard_file(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size
 
 
 def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
-          max_memory: int | None = None) -> None:
+          max_memory: int | None = None, overwrite: bool = False, force: bool = False) -> None:
     """Join a sharded folder into one container (level names kept), streamed chunk by chunk, atomically.
+
+    Into an existing container the tensors are added by :func:`lodtool.save`'s
+    rule: one of the same name needs ``overwrite``; ``force`` replaces the file.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import load
@@ -783,11 +785,29 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
     from .writer import LodWriter
 
     kwargs = {} if compression is None else {"compression": compression}
-    with open_sharded(folder, max_memory=max_memory) as f, LodWriter(output, **kwargs) as w:
+    with LodWriter(output, overwrite=overwrite, force=force, **kwargs) as w:
+        merge_into(folder, w, max_memory=max_memory)
+
+
+def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = None) -> None:
+    """Stream every tensor of a sharded folder into an open :class:`~lodtool.container.writer.LodWriter`.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import load
+    >>> from lodtool.container.writer import LodWriter
+    >>> d = tempfile.mkdtemp()
+    >>> with ShardWriter(os.path.join(d, "s"), shard_size=16) as w:
+    ...     w.write(LoDTensor(np.arange(6), [[0, 2, 6]]))
+    >>> with LodWriter(os.path.join(d, "m.lod.h5")) as out:
+    ...     merge_into(os.path.join(d, "s"), out)
+    >>> load(os.path.join(d, "m.lod.h5")).lod
+    [[0, 2, 6]]
+    """
+    with open_sharded(folder, max_memory=max_memory) as f:
         for name in f.names:
             t = f[name]
-            tw = w.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
-                              level_names=t.level_names)
+            tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
+                                   level_names=t.level_names)
             for chunk in t.iter_chunks(max_rows=_rows_for(t, CHUNK_BYTES)):
                 tw.append(chunk)
 
@@ -1311,6 +1331,7 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
 __all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "MANIFEST_VERSION", "DEFAULT_SHARD_SIZE", "shard_name", "parse_size",
            "is_sharded", "TensorSpec", "TensorCounts", "ShardInfo", "Manifest", "parse_manifest", "read_manifest",
            "write_manifest", "shard_checksum", "describe_shard", "write_shard", "commit_manifest", "prepare_folder",
-           "next_shard_index", "level_bounds", "plan_arrays", "ShardWriter", "shard_file", "merge", "concat_tensors",
+           "next_shard_index", "level_bounds", "plan_arrays", "ShardWriter", "shard_file", "merge", "merge_into",
+           "concat_tensors",
            "ShardedTensor", "ShardedFile", "open_sharded", "open_path", "validate_sharded", "verify_sharded",
            "inspect_sharded"]

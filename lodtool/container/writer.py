@@ -38,7 +38,8 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate
+from ._h5 import (create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate,
+                  write_direct_chunk)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -264,10 +265,11 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
     sums = fletcher32_chunks(flat, chunk_bytes).astype("<u4").view(np.uint8).reshape(-1, 4)
     buf = np.empty(chunk_bytes + 4, np.uint8)
     zeros = (0,) * (block.ndim - 1)
+    dsid = ds.id
     for i in range(n_chunks):
         buf[:chunk_bytes] = flat[i * chunk_bytes:(i + 1) * chunk_bytes]
         buf[chunk_bytes:] = sums[i]
-        ds.id.write_direct_chunk((start + i * rows,) + zeros, buf, 0)
+        write_direct_chunk(dsid, (start + i * rows,) + zeros, buf)  # under h5py's lock (older h5py skips it)
 
 
 def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: int) -> None:

@@ -55,13 +55,15 @@ DEFAULT_PARTITION_SIZE = 64 << 20
 @dataclass(frozen=True)
 class Partition:
     """What a task needs to read its range: a container path, a tensor name, and top-level sequences
-    ``start..stop`` of that file (``first``: the global index of ``start`` in a sharded tensor)."""
+    ``start..stop`` of that file (``first``: the global index of ``start`` in a sharded tensor; ``row``: the
+    global index of the range's first data row, which Paddle's MaxIndex counts from)."""
 
     path: str
     name: str
     start: int
     stop: int
     first: int
+    row: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,8 @@ def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
     [[2], [3, 4, 5]]
     """
     from ..container.reader import open_file
-    from ..container.shards import HDF5_LOCK
 
-    with HDF5_LOCK, open_file(part.path, max_memory=max_memory) as f:
+    with open_file(part.path, max_memory=max_memory) as f:
         t = f.tensor(part.name)
         if t.lod_level:
             chunk = t.slice_level(0, part.start, part.stop)
@@ -139,14 +140,16 @@ def _lod_of(part: Partition, fns: _Chain, max_memory: int | None):
     return None if t is None else ([np.asarray(o) for o in t.offsets], t.n_rows, t.element_shape, t.dtype)
 
 
-def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> int:
+def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> tuple[int, int | None]:
+    """The longest sequence of ``level`` in a partition (0 when it holds none), and ``level`` as an index."""
     from ..ops.pad import pad_level
 
     t = _run(part, fns, max_memory)
     if t is None:
-        return 0
-    roff = _row_offsets(t, pad_level(t, level))
-    return int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0
+        return 0, None
+    lvl = pad_level(t, level)
+    roff = _row_offsets(t, lvl)
+    return (int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0), lvl
 
 
 def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
@@ -156,12 +159,20 @@ def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
     return roff
 
 
-def _pad(part: Partition, fns: _Chain, max_memory: int | None, pad_value, maxlen: int, level: int):
+def _pad(part: Partition, fns: _Chain, max_memory: int | None, pad_value, maxlen: int, level: int,
+         truncate: str | None = None):
+    """``(padded, lengths)`` of a partition; with ``truncate`` (``"head"``/``"tail"``) each sequence longer than
+    ``maxlen`` keeps that end, cut by the one-process ``lodtool pad --truncate``'s own function."""
     from ..ops import sequence_pad
+    from ..ops.pad import pad_level
+    from ..tasks._operators import _truncated
 
     t = _run(part, fns, max_memory)
     if t is None:
         return None
+    if truncate is not None:
+        roff = _row_offsets(t, pad_level(t, level))
+        t, level = _truncated(np.asarray(t.data)[roff[0]:roff[-1]], roff - roff[0], maxlen, truncate), -1
     padded, lengths = sequence_pad(t, pad_value=pad_value, maxlen=maxlen, level=level)
     return np.asarray(padded), np.asarray(lengths)
 
@@ -171,6 +182,18 @@ def _pool(t: LoDTensor, pool_type: str, pad_value: float) -> LoDTensor:
     from ..ops import sequence_pool
 
     return sequence_pool(t, pool_type, pad_value=pad_value)
+
+
+def _pool_index(part: Partition, max_memory: int | None, pool_type: str, pad_value: float, index_dtype):
+    """``sequence_pool`` of a partition read as stored, and Paddle's MaxIndex counted in the whole tensor's rows
+    (as ``lodtool pool --index`` numbers them in one process)."""
+    from ..ops import sequence_pool
+
+    t = read_partition(part, max_memory)
+    out, idx = sequence_pool(t, pool_type, pad_value=pad_value, return_index=True)
+    idx = np.asarray(idx).astype(index_dtype)
+    idx[idx >= 0] += part.row
+    return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
 
 
 def _softmax(t: LoDTensor) -> LoDTensor:
@@ -188,11 +211,11 @@ def _reverse(t: LoDTensor) -> LoDTensor:
 def _expand(t: LoDTensor, part_first: int, y_path: str, y_name: str | None, level: int,
             max_memory: int | None) -> LoDTensor | None:
     """``sequence_expand`` of a partition of x by the matching window of y's reference level."""
-    from ..container.shards import HDF5_LOCK, open_path
+    from ..container.shards import open_path
     from ..ops import sequence_expand
 
     count = len(t) if t.lod_level else t.n_rows
-    with HDF5_LOCK, open_path(y_path, max_memory=max_memory) as f:
+    with open_path(y_path, max_memory=max_memory) as f:
         ref = f.tensor(y_name).read_offsets(level, part_first, part_first + count + 1)
     ref = ref - ref[0]
     _lod.validate_lod([ref], int(ref[-1]))
@@ -219,9 +242,15 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
     >>> from lodtool import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1, 3]]))
-    >>> [(q.start, q.stop) for q in plan(p, partition_size=24)[0]]
-    [(0, 2), (2, 3)]
+    >>> [(q.start, q.stop, q.row) for q in plan(p, partition_size=24)[0]]
+    [(0, 2, 0), (2, 3, 3)]
     """
+    parts, spec, _ = _plan(path, name, partition_size, max_memory)
+    return parts, spec
+
+
+def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any, int]:
+    """:func:`plan`, and the tensor's row count."""
     from ..container.planner import sequence_ranges
     from ..container.reader import open_file
     from ..container.shards import TensorSpec, open_path
@@ -231,19 +260,25 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
         t = f.tensor(name)
         spec = TensorSpec.of(t)
         tname = t.name
+        n_rows = t.n_rows
         if hasattr(t, "shard_ranges"):
             pieces = [(p, a, b) for p, a, b in t.shard_ranges() if b > a]
         else:
             pieces = [(path, 0, len(t) if t.lod_level else t.n_rows)]
     max_rows = _partition_rows(spec, partition_size)
     parts: list[Partition] = []
+    rows_before = 0  # the rows of the shards before this one (a shard without sequences holds no rows)
     for shard_path, first, stop in pieces:
         with open_file(shard_path, max_memory=max_memory) as g:
             s = g.tensor(tname)
             count = stop - first
             for a, b in sequence_ranges(s.read_offsets, s.lod_level, count, max_rows):
-                parts.append(Partition(shard_path, tname, a, b, first + a))
-    return parts, spec
+                row = a
+                for k in range(s.lod_level):  # down the levels to the range's first row
+                    row = int(s.read_offsets(k, row, row + 1)[0])
+                parts.append(Partition(shard_path, tname, a, b, first + a, rows_before + row))
+            rows_before += s.n_rows
+    return parts, spec, n_rows
 
 
 def read(path: str | os.PathLike, name: str | None = None, *,
@@ -261,8 +296,8 @@ def read(path: str | os.PathLike, name: str | None = None, *,
     >>> read(p, partition_size=16).reverse().compute(scheduler="sync").to_nested()
     [[1, 0], [2], [5, 4, 3]]
     """
-    parts, spec = plan(path, name, partition_size=partition_size, max_memory=max_memory)
-    return LodBag(parts, spec=spec, max_memory=max_memory, label="read")
+    parts, spec, n_rows = _plan(path, name, partition_size, max_memory)
+    return LodBag(parts, spec=spec, max_memory=max_memory, label="read", n_rows=n_rows)
 
 
 # -- running ------------------------------------------------------------------------------------------------
@@ -319,12 +354,13 @@ class LodBag:
     """
 
     def __init__(self, parts: Sequence[Partition], *, spec=None, fns=(), max_memory: int | None = None,
-                 label: str = "read"):
+                 label: str = "read", n_rows: int | None = None):
         self.partitions = list(parts)
         self.spec = spec
         self._fns = fns if isinstance(fns, _Chain) else _Chain(fns)
         self._max_memory = max_memory
         self._label = label
+        self._n_rows = n_rows  # the stored tensor's rows (known for a collection made by read)
 
     @property
     def npartitions(self) -> int:
@@ -356,9 +392,35 @@ class LodBag:
         return self._then(fn, getattr(fn, "__name__", "map"), *args, **kwargs)
 
     # the operators, partition by partition (each partition holds whole top-level sequences)
-    def pool(self, pool_type: str = "sum", pad_value: float = 0.0) -> "LodBag":
-        """``sequence_pool`` of each partition (as ``lodtool pool``)."""
-        return self._then(_pool, "pool", pool_type, pad_value)
+    def pool(self, pool_type: str = "sum", pad_value: float = 0.0, return_index: bool = False) -> "LodBag":
+        """``sequence_pool`` of each partition (as ``lodtool pool``).
+
+        ``return_index=True`` (``max``/``min``, on a collection read straight
+        from storage) also gives Paddle's MaxIndex, as ``lodtool pool --index``:
+        the stored row each value came from, counted in the whole tensor (-1
+        for an empty sequence), int32 (int64 from 2**31 rows).  ``compute()``
+        then returns ``(pooled, index)`` and ``to_container`` writes both, the
+        index as tensor ``{name}_index``; nothing can be chained after it.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import save
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+        >>> save(p, LoDTensor(np.array([3.0, 1, 5, 2, 9]), [[0, 2, 5]]))
+        >>> out, idx = read(p, partition_size=16).pool("max", return_index=True).compute(scheduler="sync")
+        >>> out.data.tolist(), idx.data.tolist()
+        ([3.0, 9.0], [0, 4])
+        """
+        if not return_index:
+            return self._then(_pool, "pool", pool_type, pad_value)
+        from ..ops.pool import index_dtype
+
+        if str(pool_type).lower() not in ("max", "min"):
+            raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
+        if self._fns or self._n_rows is None:
+            raise LodUsageError("the pooling index counts stored rows: call pool(..., return_index=True) on "
+                                "read(...), before other operators")
+        return _PoolIndexBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
+                             n_rows=self._n_rows, pool=(pool_type, pad_value, index_dtype(self._n_rows)))
 
     def softmax(self) -> "LodBag":
         """``sequence_softmax`` of each partition (as ``lodtool softmax``)."""
@@ -391,9 +453,27 @@ class LodBag:
         return _ExpandBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
                           expand=(y, y_name, level))
 
-    def pad(self, pad_value: Any = 0, maxlen: int | None = None, level: int = -1) -> "PaddedBag":
-        """``sequence_pad`` of each partition to one common ``maxlen`` (the longest, when ``None``)."""
-        return PaddedBag(self, pad_value, maxlen, level)
+    def pad(self, pad_value: Any = 0, maxlen: int | None = None, level: int = -1,
+            truncate: str | None = None) -> "PaddedBag":
+        """``sequence_pad`` of each partition to one common ``maxlen`` (the longest, when ``None``).
+
+        ``truncate="head"`` or ``"tail"`` (with ``maxlen``) keeps that end of
+        each longer sequence, as ``lodtool pad --truncate``; ``lengths`` are the
+        kept lengths.  Without it a longer sequence is an error, as in Paddle.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import save
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+        >>> save(p, LoDTensor(np.arange(5), [[0, 4, 5]]))
+        >>> r = read(p, partition_size=8).pad(maxlen=2, truncate="tail").compute(scheduler="sync")
+        >>> r["padded"].tolist(), r["lengths"].tolist()
+        ([[2, 3], [4, 0]], [2, 1])
+        """
+        if truncate not in (None, "head", "tail"):
+            raise LodUsageError(f"truncate must be 'head' or 'tail', got {truncate!r}")
+        if truncate is not None and maxlen is None:
+            raise LodUsageError("truncating needs a maxlen (--maxlen) to truncate to")
+        return PaddedBag(self, pad_value, maxlen, level, truncate)
 
     def pack_plan(self, level: int = -1):
         """The RNN packing plan of ``level`` as a ``dask.delayed`` value: the partitions' offsets are read in
@@ -414,6 +494,10 @@ class LodBag:
     def _task(self, part: Partition) -> tuple:
         """``(function, *arguments)`` of the one task that computes ``part``."""
         return (_run, part, self._fns, self._max_memory)
+
+    def _output_names(self, name: str) -> tuple[str, ...]:
+        """The tensor names a partition's result is written as (its task gives one tensor per name)."""
+        return (name,)
 
     def to_delayed(self) -> list:
         """One ``dask.delayed`` value per partition (a LoDTensor, or ``None`` when a partition has no sequences
@@ -457,6 +541,7 @@ class LodBag:
         from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
 
         folder = os.path.abspath(os.fspath(folder))
+        created = not os.path.exists(folder)
         prepare_folder(folder, append=append)
         base = next_shard_index(folder)
         name = name or self.name or "tensor"
@@ -465,7 +550,8 @@ class LodBag:
         for i, part in enumerate(self.partitions):
             path = os.path.join(folder, shard_name(base + i))
             key = (f"lodtool-shard-{token}", i)
-            items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path, name, compression,
+            items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path,
+                                                                 self._output_names(name), compression,
                                                                  dask_key_name=key))
             paths.append(path)
         try:
@@ -473,18 +559,14 @@ class LodBag:
             written = [r for r in results if r is not None]
             if not written:
                 raise LodUsageError("the result holds no sequences; nothing was written")
-            spec = written[0][1]
+            specs = written[0][1]
             for info, s in written:
-                if s != spec:
+                if s != specs:
                     raise LodUsageError(f"{folder}: partitions came out with different dtypes or shapes "
-                                        f"({spec} and {s}); give the operator a fixed dtype")
-            return commit_manifest(folder, {name: spec}, [info for info, _ in written], append=append)
+                                        f"({specs} and {s}); give the operator a fixed dtype")
+            return commit_manifest(folder, specs, [info for info, _ in written], append=append)
         except BaseException:
-            for p in paths:
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
+            _remove_new_shards(folder, paths, created)
             raise
 
     def to_dask_awkward(self):
@@ -499,6 +581,20 @@ class LodBag:
             spec = self.spec
         reader = _AwkwardPartitions(spec, self._fns, self._max_memory)
         return dak.from_map(reader, self.partitions, label=f"lodtool-{self._label}")
+
+
+def _remove_new_shards(folder: str, paths: list[str], created: bool) -> None:
+    """After a failed job: remove the shards it wrote, and the folder when the job made it (and it is empty)."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    if created:
+        try:
+            os.rmdir(folder)
+        except OSError:  # something else is in it now: leave it
+            pass
 
 
 class _Thunk:
@@ -516,14 +612,17 @@ class _Thunk:
         return tokenize(self.fn, self.args)
 
 
-def _write_result(task: _Thunk, path: str, name: str, compression: str | None):
-    """Run a partition's task, then write its result as one shard; return the manifest entry and the spec."""
+def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None):
+    """Run a partition's task, then write its result as one shard; return the manifest entry and the specs.
+
+    The task gives one LoDTensor, or a tuple of them (one per name in ``names``)."""
     from ..container.shards import TensorSpec, write_shard
 
     t = task()
     if t is None:
         return None
-    return write_shard(path, {name: t}, compression=compression), TensorSpec.of(t)
+    tensors = dict(zip(names, t if isinstance(t, tuple) else (t,), strict=True))
+    return write_shard(path, tensors, compression=compression), {n: TensorSpec.of(x) for n, x in tensors.items()}
 
 
 class _SpecSizes:
@@ -558,6 +657,42 @@ class _ExpandBag(LodBag):
         return (_expand_partition, part, self._max_memory, y, y_name, level)
 
 
+class _PoolIndexBag(LodBag):
+    """``pool(..., return_index=True)``: each task gives ``(pooled, index)``; both are written, nothing chains."""
+
+    def __init__(self, parts, *, pool: tuple, **kwargs):
+        super().__init__(parts, **kwargs)
+        self._pool_args = pool
+
+    def _then(self, fn, label, *args, spec=None, **kwargs) -> LodBag:
+        raise LodUsageError("write or compute the pooled tensor and its index first; chaining after "
+                            "pool(return_index=True) is not supported")
+
+    def _token(self) -> str:
+        from dask.base import tokenize
+
+        return tokenize(super()._token(), self._pool_args)
+
+    def _task(self, part: Partition) -> tuple:
+        return (_pool_index, part, self._max_memory, *self._pool_args)
+
+    def _output_names(self, name: str) -> tuple[str, ...]:
+        return (name, f"{name}_index")
+
+    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> tuple:
+        """``(pooled, index)`` of the whole tensor (in memory)."""
+        from ..container.shards import concat_tensors
+
+        results = _compute(self.to_delayed(), progress, kwargs)
+        if not results:
+            raise LodUsageError("the tensor holds no sequences to pool")
+        return concat_tensors([r[0] for r in results]), concat_tensors([r[1] for r in results])
+
+    def to_dask_awkward(self):
+        raise LodUsageError("pool(return_index=True) gives two tensors; compute them or write them with "
+                            "to_container")
+
+
 def _expand_partition(part: Partition, max_memory, y, y_name, level):
     return _expand(read_partition(part, max_memory), part.first, y, y_name, level, max_memory)
 
@@ -587,8 +722,9 @@ class PaddedBag:
     """``sequence_pad`` over the partitions of a :class:`LodBag`: ``compute()`` gives ``padded``, ``lengths`` and
     ``mask`` (as ``lodtool pad`` writes them), ``to_npz(path)`` writes them."""
 
-    def __init__(self, bag: LodBag, pad_value, maxlen: int | None, level: int):
+    def __init__(self, bag: LodBag, pad_value, maxlen: int | None, level: int, truncate: str | None = None):
         self.bag, self.pad_value, self.maxlen, self.level = bag, pad_value, maxlen, level
+        self.truncate = truncate
 
     def _maxlen(self, kwargs) -> int:
         import dask
@@ -598,8 +734,12 @@ class PaddedBag:
         # the longest sequence, from each partition's offsets (checked against a given maxlen too, as in Paddle)
         longest = [dask.delayed(_longest, pure=True)(p, self.bag._fns, self.bag._max_memory, self.level)
                    for p in self.bag.partitions]
-        found = max(_compute(longest, None, kwargs), default=0)
-        return padded_length(self.maxlen, found, self.level)
+        results = _compute(longest, None, kwargs)
+        found = max((n for n, _ in results), default=0)
+        level = next((lvl for _, lvl in results if lvl is not None), self.level)  # as the error names it
+        if self.truncate is not None:  # longer sequences are cut to maxlen
+            found = min(found, self.maxlen)
+        return padded_length(self.maxlen, found, level)
 
     def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> dict:
         """``{"padded", "lengths", "mask"}`` of the whole tensor (in memory)."""
@@ -609,7 +749,7 @@ class PaddedBag:
 
         maxlen = self._maxlen(kwargs)
         items = [dask.delayed(_pad, pure=True)(p, self.bag._fns, self.bag._max_memory, self.pad_value, maxlen,
-                                               self.level) for p in self.bag.partitions]
+                                               self.level, self.truncate) for p in self.bag.partitions]
         results = [r for r in _compute(items, progress, kwargs) if r is not None]
         if not results:
             raise LodUsageError("the tensor holds no sequences to pad")
@@ -718,6 +858,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise LodUsageError("a parallel pack reads files, not stdin")
     sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
     folder = os.path.abspath(os.fspath(folder))
+    created = not os.path.exists(folder)
     prepare_folder(folder, append=append)
     base = next_shard_index(folder)
     paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
@@ -734,11 +875,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
                                append=append)
     except BaseException:
-        for p in paths:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+        _remove_new_shards(folder, paths, created)
         raise
 
 

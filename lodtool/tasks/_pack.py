@@ -113,12 +113,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     target = None if auto_int else resolve_dtype(dtype)
     names = None if level_names is None else [str(n) for n in level_names]
     stats: dict = {"bytes_read": 0}
-    extra = {} if column is None else {"column": column}
-    unknown = sorted(set(extra) - set(formats.get(fmt).options))
-    if unknown:
-        raise LodUsageError(f"{', '.join(unknown)} applies to table inputs (parquet, arrow), not {fmt}")
-    if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
-        extra["max_memory"] = resolve_max_memory(max_memory)
+    extra = reader_options(fmt, column, max_memory)
     chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats, extra)
     from ..container.writer import LodWriter
 
@@ -168,6 +163,24 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
         saved = values * (8 - out_dtype.itemsize)
     return PackResult(os.fspath(output), name, rows, sequences, levels, out_dtype,
                       int(stats["bytes_read"]), fmt if detected else None, saved)
+
+
+def reader_options(fmt: str, column: str | None, max_memory: int | None) -> dict:
+    """The extra options of format ``fmt``'s reader: ``column`` (table formats only) and ``max_memory``.
+
+    >>> reader_options("parquet", "tokens", None)
+    {'column': 'tokens'}
+    >>> reader_options("jsonl", "tokens", None)
+    Traceback (most recent call last):
+    lodtool.errors.LodUsageError: column applies to table inputs (parquet, arrow), not jsonl
+    """
+    extra = {} if column is None else {"column": column}
+    unknown = sorted(set(extra) - set(formats.get(fmt).options))
+    if unknown:
+        raise LodUsageError(f"{', '.join(unknown)} applies to table inputs (parquet, arrow), not {fmt}")
+    if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
+        extra["max_memory"] = resolve_max_memory(max_memory)
+    return extra
 
 
 def _as_list(inputs) -> list:

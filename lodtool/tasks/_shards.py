@@ -9,12 +9,37 @@ file or folder on a Dask scheduler (``lodtool <op> --scheduler ...``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..errors import LodUsageError
+
+
+def _refuse_replacing(folder: str | os.PathLike, *, append: bool = False, overwrite: bool = False,
+                     force: bool = False, can_append: bool = True) -> None:
+    """Refuse to write over the sharded container in ``folder`` unasked, as over a tensor in a file.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> d = tempfile.mkdtemp()
+    >>> from lodtool.container.shards import ShardWriter
+    >>> with ShardWriter(d) as w:
+    ...     w.write(LoDTensor(np.arange(3), [[0, 3]]))
+    >>> _refuse_replacing(d, overwrite=True)
+    >>> _refuse_replacing(d)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lodtool.errors.LodExistsError: ... already holds a sharded container: add --overwrite to replace it, or --append ...
+    """
+    from ..container.shards import manifest_path
+    from ..errors import LodExistsError
+
+    if append or overwrite or force or not os.path.isfile(manifest_path(folder)):
+        return
+    more = ", or --append to add shards after its own" if can_append else ""
+    raise LodExistsError(f"{os.fspath(folder)} already holds a sharded container: add --overwrite to replace it{more}")
 
 
 def _summary(folder: str, manifest) -> dict:
@@ -28,8 +53,11 @@ def _summary(folder: str, manifest) -> dict:
 
 def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int | str = "1GB",
           name: str | None = None, compression: str | None = None, append: bool = False,
-          max_memory: int | None = None) -> dict:
+          overwrite: bool = False, force: bool = False, max_memory: int | None = None) -> dict:
     """Split a container into a sharded folder of about ``shard_size`` bytes per shard (``lodtool shard``).
+
+    A folder holding a sharded container already needs ``append`` (add shards)
+    or ``overwrite``/``force`` (replace it).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -40,14 +68,18 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
     """
     from ..container.shards import shard_file
 
+    _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
     manifest = shard_file(path, folder, shard_size=shard_size, name=name, compression=compression,
                           append=append, max_memory=max_memory)
     return _summary(os.fspath(folder), manifest)
 
 
 def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
-          max_memory: int | None = None) -> dict:
+          max_memory: int | None = None, overwrite: bool = False, force: bool = False) -> dict:
     """Join a sharded folder into one container, level names kept (``lodtool merge``).
+
+    Into an existing container the tensors are added; one of the same name
+    needs ``overwrite``, and ``force`` replaces the whole file.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -64,7 +96,7 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
     from ..container.shards import read_manifest
 
     manifest = read_manifest(folder)
-    merge_folder(folder, output, compression=compression, max_memory=max_memory)
+    merge_folder(folder, output, compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
     out = _summary(os.fspath(output), manifest)
     out.pop("shards")
     return out
@@ -74,7 +106,9 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                  shard_size: int | str = "1GB", append: bool = False, scheduler: str | None = None,
                  workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                  format: str | None = None, lod_level: int | None = None, dtype=None, name: str = "tensor",
-                 level_names: Sequence[str] | None = None, compression: str | None = None) -> dict:
+                 level_names: Sequence[str] | None = None, compression: str | None = None,
+                 column: str | None = None, max_memory: int | None = None, overwrite: bool = False,
+                 force: bool = False) -> dict:
     """Pack inputs into a sharded folder (``lodtool pack ... -o DIR/``).
 
     Without ``scheduler`` the inputs stream, in order, into shards of about
@@ -82,6 +116,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     scheduler address) each input file is packed by a Dask worker into a shard
     of its own, then the manifest is written; ``progress(done, total)`` counts
     the shards.  ``append`` adds shards after the folder's existing ones.
+    ``column`` and ``max_memory`` are :func:`lodtool.tasks.pack`'s.  A folder
+    holding a sharded container already needs ``append`` or ``overwrite``/``force``.
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -92,12 +128,17 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     from ..container.shards import ShardWriter, read_manifest
 
     folder = os.fspath(folder)
+    _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
     options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
                "level_names": None if level_names is None else list(level_names), "compression": compression}
+    if column is not None:
+        options["column"] = column
+    if max_memory is not None:
+        options["max_memory"] = max_memory
     if scheduler:
         from ..interop.dask import pack as dask_pack
 
-        with dask_scheduler(scheduler, workers) as compute_kwargs:
+        with _no_stray_shards(folder), dask_scheduler(scheduler, workers) as compute_kwargs:
             manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
                                  compute_kwargs=compute_kwargs, **options)
         return _summary(folder, manifest)
@@ -107,7 +148,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     fmt, _ = _pack._input_format(sources, format)
     target = _pack.resolve_dtype(dtype)
     stats: dict = {"bytes_read": 0}
-    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats)
+    extra = _pack.reader_options(fmt, column, max_memory)
+    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats, extra)
     names = options["level_names"]
     with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
         for chunk in _pack._overlapped(chunks):
@@ -121,24 +163,62 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
 
 
 # -- operators on Dask ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _no_stray_shards(folder: str | os.PathLike | None) -> Iterator[None]:
+    """Wrap a Dask job and its scheduler: when the job fails, remove the shard files that appeared in ``folder``
+    during it and that no manifest names, and the folder when the job made it and it is left empty.
+
+    The job's own cleanup runs as soon as the failure reaches the client, while tasks that were already running
+    may still finish and write their shard; once the scheduler block has ended (a local pool joined, a local
+    cluster closed), nothing of the job runs any more, so this sweep leaves no stray shard.
+    """
+    if folder is None:
+        yield
+        return
+    from ..container.shards import _shard_index, manifest_path, read_manifest
+
+    folder = os.path.abspath(os.fspath(folder))
+    created = not os.path.exists(folder)
+    before = set() if created or not os.path.isdir(folder) else set(os.listdir(folder))
+    try:
+        yield
+    except BaseException:
+        try:
+            named = {s.file for s in read_manifest(folder).shards} if os.path.isfile(manifest_path(folder)) else set()
+            for n in set(os.listdir(folder)) - before - named:
+                if _shard_index(n) is not None:
+                    os.unlink(os.path.join(folder, n))
+            if created and not os.listdir(folder):
+                os.rmdir(folder)
+        except OSError:  # the folder went away, or holds what is not ours: leave the rest
+            pass
+        raise
+
+
 class dask_scheduler:
     """``--scheduler processes|threads|ADDRESS`` (with ``--workers N``) as the keyword arguments of
     ``dask.compute``, with a local cluster or a client held open for the block.
 
     ``processes`` starts a ``distributed.LocalCluster`` of ``N`` single-thread
-    process workers (h5py serializes calls within a process); ``threads`` uses
-    Dask's local thread pool; anything else is a scheduler address to connect to.
+    process workers (h5py serializes calls within a process); ``threads`` runs
+    Dask's local scheduler on a thread pool of its own, joined on leaving the
+    block (so no task of a failed job still runs after it); anything else is a
+    scheduler address to connect to.
     """
 
     def __init__(self, scheduler: str, workers: int | None = None):
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
             raise LodUsageError(f"--workers must be a positive integer, got {workers!r}")
         self.scheduler, self.workers = scheduler, workers
-        self._client = self._cluster = None
+        self._client = self._cluster = self._pool = None
 
     def __enter__(self) -> dict:
         if self.scheduler == "threads":
-            return {"scheduler": "threads", **({"num_workers": int(self.workers)} if self.workers else {})}
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(int(self.workers or os.cpu_count() or 1),
+                                            thread_name_prefix="lodtool-dask")
+            return {"scheduler": "threads", "pool": self._pool}
         if self.scheduler == "sync":
             return {"scheduler": "sync"}
         try:
@@ -160,6 +240,8 @@ class dask_scheduler:
         return {}
 
     def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         if self._client is not None:
             self._client.close()
         if self._cluster is not None:
@@ -173,12 +255,14 @@ def _is_folder_target(output: str) -> bool:
 def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers: int | None = None,
             progress: Callable[[int, int], None] | None = None, name: str | None = None,
             partition_size: int | str = "64MB", compression: str | None = None, out_name: str | None = None,
-            max_memory: int | None = None, **options):
+            max_memory: int | None = None, overwrite: bool = False, force: bool = False, **options):
     """Run the operator ``op`` over a file or sharded folder on a Dask scheduler (``lodtool <op> --scheduler``).
 
     Container outputs: a folder (a path ending in ``/``, or an existing folder)
     gets one shard per partition, then the manifest; a file name gets the
-    shards merged into one container.  ``pad`` writes its NPZ and
+    shards merged into one container; ``overwrite`` and ``force`` are the
+    one-process rule for an output that exists (a folder holding a sharded
+    container counts as one tensor there).  ``pad`` writes its NPZ and
     ``pack_plan`` returns the plan, as without a scheduler.  Each partition is
     a range of whole top-level sequences of about ``partition_size`` bytes;
     ``progress(done, total)`` counts partitions.
@@ -199,16 +283,16 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
         bag = read(path, name, partition_size=partition_size, max_memory=max_memory).expand(y, y_name, ref_level)
     else:
         bag = read(path, name, partition_size=partition_size, max_memory=max_memory)
-    with dask_scheduler(scheduler, workers) as kwargs:
+    folder_output = op not in ("pad", "pack_plan") and _is_folder_target(os.fspath(output))
+    with _no_stray_shards(output if folder_output else None), dask_scheduler(scheduler, workers) as kwargs:
         if op == "pad":
             return bag.pad(**options).to_npz(output, progress=progress, **kwargs)
         if op == "pack_plan":
             plan = bag.pack_plan(**options)
             return plan.compute(**kwargs)
-        if op == "pool" and options.pop("index", False):
-            raise LodUsageError("the MaxIndex output (--index) is not available on Dask yet; run pool without "
-                                "--scheduler")
-        if op in ("pool", "softmax", "reverse"):
+        if op == "pool":  # with index=True (Paddle's MaxIndex) the shards hold tensor NAME_index too
+            bag = bag.pool(return_index=options.pop("index", False), **options)
+        elif op in ("softmax", "reverse"):
             bag = getattr(bag, op)(**options)
         elif op != "expand":
             raise LodUsageError(f"{op!r} does not run on Dask; choose pool, softmax, reverse, expand, pad or "
@@ -216,16 +300,25 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
         output = os.fspath(output)
         tensor_name = out_name or bag.name
         if _is_folder_target(output):
+            _refuse_replacing(output, overwrite=overwrite, force=force, can_append=False)
             manifest = bag.to_container(output, name=tensor_name, compression=compression, progress=progress,
                                         **kwargs)
             return _summary(output, manifest)
-        staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
-        try:
-            manifest = bag.to_container(staging, name=tensor_name, compression=compression, progress=progress,
-                                        **kwargs)
-            merge(staging, output, compression=compression, max_memory=max_memory)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        from ..container.shards import merge_into
+        from ..container.writer import LodWriter
+
+        writer_kwargs = {"compression": compression} if compression else {}
+        # the output is checked before anything is computed, as in one process
+        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
+            for n in bag._output_names(tensor_name):
+                w.check_name(n)
+            staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
+            try:
+                manifest = bag.to_container(staging, name=tensor_name, compression=compression, progress=progress,
+                                            **kwargs)
+                merge_into(staging, w, max_memory=max_memory)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         out = _summary(output, manifest)
         out.pop("shards")
         return out
