@@ -4,7 +4,8 @@ The general writer builds Python lists (``to_nested``) and dumps them with
 orjson; that costs more than the dump itself.  This kernel walks the offsets
 and writes the same bytes orjson would (``[1,-2,[3]]``: no spaces, integers in
 decimal, ``true``/``false``) into one buffer: blocks of top-level sequences are
-measured in parallel, then written in parallel, each into its own place.  Floats keep the
+written in parallel, each from a place its bound (the widest value's width)
+leaves room for, then moved together.  Floats keep the
 general path (their shortest round-trip form needs a Ryu-like algorithm).
 
 Its kernels compile on first use (:mod:`lodtool._jit`); :mod:`.json` calls it
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import kernel, prange
+from .._jit import atomic_add, kernel, prange, workers
 
 def supported(dtype: np.dtype) -> bool:
     """Whether this formatter writes ``dtype`` (integers and bools).
@@ -35,11 +36,15 @@ _PAIRS = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint
 
 @kernel(inline="always")
 def _digits(u):  # pragma: no cover - compiled
-    n = 1
-    p = np.uint64(10)
-    while n < 20 and u >= p:  # multiplications, not divisions; 10**19 is the last power below 2**64
-        n += 1
-        p *= np.uint64(10)
+    # a sum of independent comparisons: no loop, no branch to mispredict on mixed widths
+    n = 1 + np.int64(u >= np.uint64(10)) + np.int64(u >= np.uint64(100)) + np.int64(u >= np.uint64(1000))
+    n += np.int64(u >= np.uint64(10000)) + np.int64(u >= np.uint64(100000)) + np.int64(u >= np.uint64(1000000))
+    n += np.int64(u >= np.uint64(10000000)) + np.int64(u >= np.uint64(100000000))
+    if u >= np.uint64(1000000000):  # rare in data lodtool formats: the wide tail keeps its loop
+        p = np.uint64(1000000000)
+        while n < 20 and u >= p:
+            n += 1
+            p *= np.uint64(10)
     return n
 
 
@@ -154,17 +159,17 @@ def _sequences(values, kind, offs, lstart, nlev, first_seq, last_seq, sep, buf, 
 
 
 @kernel(parallel=True)
-def _measure_blocks(values, kind, offs, lstart, nlev, bounds, pairs, sizes):  # pragma: no cover - compiled
-    dummy = np.empty(0, np.uint8)
-    for b in prange(sizes.shape[0]):
-        sizes[b] = _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], np.uint8(0), dummy, 0,
-                              pairs, False)
-
-
-@kernel(parallel=True)
-def _write_blocks(values, kind, offs, lstart, nlev, bounds, sep, buf, starts, pairs):  # pragma: no cover - compiled
-    for b in prange(starts.shape[0] - 1):
-        _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], sep, buf, starts[b], pairs, True)
+def _write_blocks(values, kind, offs, lstart, nlev, bounds, sep, buf, starts, ends, pairs, counter,
+                  nworkers):  # pragma: no cover - compiled
+    # blocks handed out from a counter: a thread that shares its core (with the read-ahead thread, say)
+    # leaves its share to the others instead of holding up the whole call
+    n = np.uint64(ends.shape[0])
+    for _ in prange(nworkers):
+        b = atomic_add(counter, np.uint64(1))
+        while b < n:
+            ends[b] = _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], sep, buf, starts[b],
+                                 pairs, True)
+            b = atomic_add(counter, np.uint64(1))
 
 
 def _levels(n_rows: int, offsets, element_shape) -> list[np.ndarray]:
@@ -190,16 +195,41 @@ def encode_lines(data: np.ndarray, offsets, element_shape, sep: int = 10) -> np.
     lstart[1:] = np.cumsum([lv.shape[0] for lv in levels])
     offs = np.concatenate(levels)
     n_top = int(levels[0].shape[0]) - 1
-    # blocks of whole top-level sequences: measured, then written, in parallel (each into its own place)
+    # blocks of whole top-level sequences, written in parallel, each from a place that its bound leaves room
+    # for; then moved together.  One pass over the values (measuring first cost as much as writing).
     n_blocks = max(1, min(n_top, 64, 1 + flat.shape[0] // 16384))
     bounds = np.linspace(0, n_top, n_blocks + 1).astype(np.int64)
-    sizes = np.empty(n_blocks, np.int64)
-    _measure_blocks(flat, kind, offs, lstart, len(levels), bounds, _PAIRS, sizes)
+    room = _block_bounds(flat, kind, levels, bounds)
     starts = np.zeros(n_blocks + 1, np.int64)
-    np.cumsum(sizes, out=starts[1:])
+    np.cumsum(room, out=starts[1:])
     buf = np.empty(int(starts[-1]), np.uint8)
-    _write_blocks(flat, kind, offs, lstart, len(levels), bounds, np.uint8(sep), buf, starts, _PAIRS)
-    return buf
+    ends = np.empty(n_blocks, np.int64)
+    _write_blocks(flat, kind, offs, lstart, len(levels), bounds, np.uint8(sep), buf, starts, ends, _PAIRS,
+                  np.zeros(1, np.uint64), workers())
+    size = 0
+    for b in range(n_blocks):  # leftwards, in order: a block never lands on one not yet moved
+        n = int(ends[b] - starts[b])
+        if size != starts[b]:
+            buf[size:size + n] = buf[starts[b]:ends[b]]
+        size += n
+    return buf[:size]
+
+
+def _block_bounds(flat: np.ndarray, kind: int, levels: list[np.ndarray], bounds: np.ndarray) -> np.ndarray:
+    """Bytes each block's text can take at most: its values at the widest value's width, plus a comma
+    each, and two brackets, a comma and a separator for every sequence of every level."""
+    if kind == 2:
+        width = 5  # false
+    elif flat.shape[0]:
+        width = max(len(str(int(flat.max()))), len(str(int(flat.min()))))  # the minus sign included
+    else:
+        width = 1
+    index = bounds
+    sequences = np.zeros(bounds.shape[0] - 1, np.int64)
+    for level in levels:
+        sequences += np.diff(index)
+        index = level[index]
+    return np.diff(index) * (width + 1) + sequences * 4 + 8
 
 
 __all__ = ["encode_lines", "supported"]
