@@ -27,6 +27,7 @@ Numba's ``numba.extending.intrinsic``.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import types
@@ -47,12 +48,43 @@ _numba_error: str | None = None
 _PARALLEL_LOCK = threading.Lock()
 
 
+#: environment variables that bound lodtool's threads, the first one set wins: lodtool's own, Numba's, and
+#: OpenMP's (which Dask's nanny sets to 1 in every worker it starts, so that N workers use N cores)
+THREAD_LIMITS = ("LODTOOL_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def thread_limit() -> int:
+    """Threads lodtool runs at most in this process: the first of :data:`THREAD_LIMITS` that is set (and a
+    positive integer), capped at the cores this process may run on.  Nothing is imported.
+
+    >>> 1 <= thread_limit() <= (os.cpu_count() or 1)
+    True
+    """
+    try:
+        cores = max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = max(os.cpu_count() or 1, 1)
+    for name in THREAD_LIMITS:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return min(int(value), cores)
+    return cores
+
+
 def numba_module():
-    """Import Numba on first use; a clear :class:`LodBackendError` if it is missing."""
+    """Import Numba on first use; a clear :class:`LodBackendError` if it is missing.
+
+    Numba's thread pool follows :func:`thread_limit` (``OMP_NUM_THREADS=1`` in a
+    Dask worker gives kernels of one thread, as ``NUMBA_NUM_THREADS=1`` would).
+    """
     global _numba_module, _numba_error
     if _numba_module is None:
         if _numba_error is not None:
             raise LodBackendError(_numba_error)
+        if "numba" not in sys.modules and not os.environ.get("NUMBA_NUM_THREADS"):
+            limit = thread_limit()
+            if limit < (os.cpu_count() or 1):
+                os.environ["NUMBA_NUM_THREADS"] = str(limit)  # read once, when Numba is imported
         try:
             import numba
         except Exception as exc:  # pragma: no cover - numba is a dependency

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._jit import kernels_pay
+from .._jit import kernels_pay, thread_limit
 from ._h5 import write_direct_chunk
 
 try:  # the fast codec (an optional dependency: ``isal``); zlib otherwise
@@ -61,11 +61,9 @@ _pool_lock = threading.Lock()
 
 
 def workers() -> int:
-    """Threads that encode chunks: one per core this process may run on."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(os.cpu_count() or 1, 1)
+    """Threads that encode chunks: one per core this process may use (:func:`lodtool._jit.thread_limit`:
+    ``LODTOOL_NUM_THREADS``, ``NUMBA_NUM_THREADS`` or ``OMP_NUM_THREADS`` lower it, as in a Dask worker)."""
+    return thread_limit()
 
 
 def _forget_pool() -> None:
