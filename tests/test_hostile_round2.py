@@ -667,3 +667,52 @@ class TestFullDisk:
         assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("lodtool: error: ")
         assert not os.path.exists(out) and not [p for p in os.listdir(tmp_path) if ".lodtmp-" in p]
         assert open(small, "rb").read() == before
+
+    def test_a_library_caller_gets_the_error_and_goes_on(self, tmp_path):
+        # every writer of the library, out of room, in one process that then frees everything and writes again:
+        # a dirty chunk libhdf5 could not flush used to crash it (SIGSEGV in H5D_close) when its handle was freed
+        script = f"""
+import gc, os, resource, signal, sys
+import numpy as np
+from lodtool import LoDTensor, tasks
+from lodtool.container import LodWriter, load, save
+from lodtool.errors import LodFormatError
+home, out, small = {str(tmp_path)!r}, {str(tmp_path / "out.lod.h5")!r}, {str(tmp_path / "small.lod.h5")!r}
+values = np.random.default_rng(0).standard_normal(40_000)
+t = LoDTensor(values, [[0, 20_000, 40_000]])
+src = os.path.join(home, "src.lod.h5")
+save(src, t, compression="none")
+jsonl = os.path.join(home, "rows.jsonl")
+with open(jsonl, "w") as f:
+    f.write("".join("[" + ", ".join(map(repr, values[i:i + 5000].tolist())) + "]\\n" for i in range(0, 40_000, 5000)))
+save(small, LoDTensor(np.arange(3.0), [[0, 3]]))
+before = open(small, "rb").read()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, hard))  # the soft limit only: it is raised again below
+
+def writer():
+    with LodWriter(out, compression="none") as w:
+        w.write("tensor", t)
+
+cases = [lambda c=c: save(out, t, compression=c) for c in ("none", "lzf", "gzip", "deflate")] + [
+    writer, lambda: tasks.pack([jsonl], out, compression="none"),
+    lambda: tasks.pack([jsonl], small, append=True, compression="none"),
+    lambda: tasks.reverse(src, out, compression="none"), lambda: tasks.softmax(src, out, compression="none")]
+for case in cases:
+    try:
+        case()
+        raise SystemExit("no error")
+    except LodFormatError as exc:
+        assert "\\n" not in str(exc) and "cannot" in str(exc), exc
+    gc.collect()
+    assert sorted(os.listdir(home)) == ["rows.jsonl", "small.lod.h5", "src.lod.h5"], os.listdir(home)
+    assert open(small, "rb").read() == before
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+save(out, t)
+assert load(out).equals(t)
+print("alive")
+"""
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.strip() == "alive", (proc.returncode, proc.stderr[-2000:])

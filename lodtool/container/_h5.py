@@ -21,12 +21,16 @@ from ..atomic import is_temp_path
 #: purpose: a chunk above it is decoded, used and freed on every read (never cached), so it is a claim
 #: of the file and must fit in the memory limit (:func:`chunk_layout_problem` refuses absurd ones)
 READ_CACHE = 4 << 20
-WRITE_CACHE = 8 << 20
+#: no raw-data chunk cache on files lodtool writes: it writes whole chunks (each goes straight to the file), and a
+#: dirty cached chunk that cannot be flushed (a full disk) makes libhdf5's H5D_close free the dataset while its id
+#: stays valid, so the next release of that id (h5py's close, the garbage collector) crashed with SIGSEGV/SIGBUS.
+#: Uncached, a write that runs out of room fails in the write itself and the file closes cleanly after it.
+WRITE_CACHE = 0
 _CACHE_SLOTS = 1009
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    text = " ".join(str(exc).split()) or type(exc).__name__  # libhdf5's write errors span lines
     # h5py says "Unable to synchronously open file (file signature not found)": keep the useful part
     for prefix in ("Unable to synchronously ", "Unable to "):
         if text.startswith(prefix):

@@ -495,14 +495,16 @@ class TensorWriter:
         offsets = [_lod.as_index_array(_host(o), level=k) for k, o in enumerate(chunk.offsets)]
         _lod.validate_lod(offsets, data.shape[0])
         data = self._coerce(data)
-        if self._data is None:
-            self._element_shape = tuple(chunk.element_shape)
-            self._make_data_column()
-        for k, o in enumerate(offsets):
-            if self._lod_source is None:
-                self._lod[k].extend((o[1:] - o[0]) + self._ends[k])
-            self._ends[k] += int(o[-1] - o[0])
-        self._data.extend(data)
+        # a failed write (a full disk) is this file's error, for every caller (tasks append without the owner)
+        with translate(self._path, f"cannot write tensor {self.name!r}"):
+            if self._data is None:
+                self._element_shape = tuple(chunk.element_shape)
+                self._make_data_column()
+            for k, o in enumerate(offsets):
+                if self._lod_source is None:
+                    self._lod[k].extend((o[1:] - o[0]) + self._ends[k])
+                self._ends[k] += int(o[-1] - o[0])
+            self._data.extend(data)
 
     def _coerce(self, data: np.ndarray) -> np.ndarray:
         if self._auto_int:
@@ -870,11 +872,7 @@ class LodWriter:
                     self._relink(name, source, required=True)
                 if self._share_lod:
                     self._share_equal_lods()
-                try:
-                    self._h5.close()
-                except BaseException:
-                    _mark_unclean()
-                    raise
+                self._h5.close()
             if self._stream is not None:
                 with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
                     copy_to_stream(src, self._stream)
@@ -895,8 +893,8 @@ class LodWriter:
         if h5 is not None:
             try:
                 h5.close()
-            except Exception:  # closing after a libhdf5 error (a full disk)
-                _mark_unclean()
+            except Exception:  # closing after a failed write (a full disk) fails too; the file is discarded
+                pass
         if self._atomic is not None:
             self._atomic.discard()
         if self._tmpdir is not None:
@@ -917,28 +915,6 @@ class LodWriter:
             self.commit()
         else:
             self.abort()
-
-
-#: set when libhdf5 failed to close a file lodtool wrote (a full disk): see :func:`hdf5_left_unclean`
-_UNCLEAN = False
-
-
-def _mark_unclean() -> None:
-    global _UNCLEAN
-    _UNCLEAN = True
-
-
-def hdf5_left_unclean() -> bool:
-    """Whether libhdf5 failed to close a file this process wrote (after ENOSPC, say).
-
-    Its datasets are then left half-closed, and freeing their handles later (the garbage collector
-    at exit) crashed libhdf5 with SIGSEGV or SIGBUS.  The CLI ends such a process with ``os._exit``
-    once its error is printed and the temp file removed; the output is discarded either way.
-
-    >>> hdf5_left_unclean() in (True, False)
-    True
-    """
-    return _UNCLEAN
 
 
 def holds_content(path: str) -> bool:
