@@ -278,7 +278,7 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int) ->
             gap = storage_gap(ds)
             if gap:
                 return ChecksumMismatch(label, expected, None, f"the dataset {gap}")
-            actual = checksum.format_digest(checksum.hash_dataset(ds))
+            actual = checksum.format_digest(checksum.hash_dataset(ds, max_memory=max_memory))
     except LodFormatError as exc:
         return ChecksumMismatch(label, expected, None, str(exc).removeprefix(f"{path}: "))
     if actual != expected:

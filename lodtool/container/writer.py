@@ -466,7 +466,7 @@ class TensorWriter:
             col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), {}, ds.fletcher32, dataset=ds)
             col.prime(path, f"tensor {name!r} level {k} offsets")
             self._lod.append(col)
-            self._ends[k] = int(ds[ds.shape[0] - 1])
+            self._ends[k] = int(read_rows(ds, ds.shape[0] - 1, ds.shape[0])[0])
 
     # -- appending -----------------------------------------------------------------------------------------
     @property
