@@ -357,7 +357,7 @@ def library_read(path: str) -> tuple[str, int]:
     """``open_file(path, max_memory=64 MiB).tensor().read()`` in a child: its error line and its peak RSS."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-c", _READ_MEASURED, path], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=60, check=False)
     *lines, rss = proc.stdout.strip().splitlines()
     return "\n".join(lines), int(rss) * 1024
 
@@ -860,5 +860,6 @@ assert load(out).equals(t)
 print("alive")
 """
         env = {**os.environ, "PYTHONPATH": ROOT}
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                              check=False)
         assert proc.returncode == 0 and proc.stdout.strip() == "alive", (proc.returncode, proc.stderr[-2000:])

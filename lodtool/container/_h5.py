@@ -320,10 +320,10 @@ class _Inflation:
 
     def _parameter_problem(self) -> str | None:
         for code, _, values in self.pipeline:
-            if code in _PARAMETER_SIZED:  # cd_values[2] elements of cd_values[4] bytes is what the decoder allocates
-                if len(values) < 5 or int(values[2]) * int(values[4]) > self.declared:
-                    return (f"{_CODEC_NAMES[code]} parameters "
-                            f"{tuple(int(v) for v in values[:5])} claim more than its chunks of {self.declared:,} bytes")
+            # cd_values[2] elements of cd_values[4] bytes is what the nbit and scaleoffset decoders allocate
+            if code in _PARAMETER_SIZED and (len(values) < 5 or int(values[2]) * int(values[4]) > self.declared):
+                return (f"{_CODEC_NAMES[code]} parameters {tuple(int(v) for v in values[:5])} claim more than its "
+                        f"chunks of {self.declared:,} bytes")
             if code == _LZF and len(values) >= 3 and int(values[2]) > honest_stored_size(self.declared):
                 return f"lzf parameters claim chunks of {int(values[2]):,} bytes, not {self.declared:,}"
         return None
@@ -332,7 +332,7 @@ class _Inflation:
 def _file_size(ds: h5py.Dataset) -> int:
     try:
         return os.fstat(ds.file.id.get_vfd_handle()).st_size
-    except Exception:  # a driver without a file descriptor: take the file's size as unknown (every chunk looked at)
+    except H5_ERRORS:  # a driver without a file descriptor: the file's size is unknown (every chunk is looked at)
         return 1 << 62
 
 

@@ -23,6 +23,7 @@ bytes written are fed to the dataset's checksum as they go.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -38,7 +39,7 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate
+from ._h5 import H5_ERRORS, create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -891,10 +892,8 @@ class LodWriter:
         self._done = True
         h5 = getattr(self, "_h5", None)
         if h5 is not None:
-            try:
+            with contextlib.suppress(*H5_ERRORS):  # after a failed write (a full disk) closing fails too; discarded
                 h5.close()
-            except Exception:  # closing after a failed write (a full disk) fails too; the file is discarded
-                pass
         if self._atomic is not None:
             self._atomic.discard()
         if self._tmpdir is not None:
