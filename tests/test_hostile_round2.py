@@ -419,6 +419,12 @@ class TestChunksInflatingPastTheirSize:
         assert message.startswith("LodFormatError: ") and f"inflates past its declared {declared}" in message
         assert rss < SMALL_RSS, f"read(): peak RSS {rss >> 20} MiB"
 
+    def test_validate_reports_it_from_the_chunk_index(self, files):
+        result = run_cli("validate", files["stored"])
+        assert result.exit_code == 1  # invalid: reported, not an error
+        assert ("the data's chunk at rows 0..1,023 is stored in 585,694 bytes, far more than the 8,192 it holds "
+                "decoded (a decompression bomb)") in result.output
+
     def test_offsets_are_checked_as_the_data_is(self, files):
         proc, rss = peak_rss(["validate", "--max-memory", "64M", files["offsets"]])
         assert proc.returncode in (1, 2) and "/tensor/lod/0, chunk at rows 0..1,023: stored in" in proc.stdout + proc.stderr

@@ -456,6 +456,40 @@ def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None =
                 check_memory(bound, limit, ds.file.filename, f"dataset {ds.name}, {_rows_of(ds, offset)}")
 
 
+def oversized_chunk(ds: h5py.Dataset) -> str | None:
+    """Why a chunk of ``ds`` is stored in far more bytes than it holds decoded (the first such chunk), or ``None``.
+
+    Stored sizes are metadata (the chunk index): ``validate`` reports such a
+    chunk without decoding it, as every reader refuses it before decoding.
+
+    >>> import h5py, numpy as np, tempfile, os, zlib
+    >>> f = h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w")
+    >>> ds = f.create_dataset("o", shape=(1024,), chunks=(1024,), dtype="<i8", compression="gzip")
+    >>> ds.id.write_direct_chunk((0,), zlib.compress(bytes(64 << 20), 1))
+    >>> oversized_chunk(ds)  # doctest: +ELLIPSIS
+    'chunk at rows 0..1,023 is stored in ... bytes, far more than the 8,192 it holds decoded (a decompression bomb)'
+    """
+    if not ds.chunks or not ds.id.get_create_plist().get_nfilters():  # unfiltered: stored as declared
+        return None
+    declared = chunk_nbytes(ds)
+    honest = honest_stored_size(declared)
+    found: list = []
+
+    def visit(info) -> None:
+        if not found and int(info.size) > honest:
+            found.append((tuple(info.chunk_offset), int(info.size)))
+
+    try:
+        ds.id.chunk_iter(visit)
+    except AttributeError:  # pragma: no cover - an HDF5 without H5Dchunk_iter: the readers still refuse it
+        return None
+    if not found:
+        return None
+    offset, stored = found[0]
+    return (f"{_rows_of(ds, offset)} is stored in {stored:,} bytes, far more than the {declared:,} it holds "
+            "decoded (a decompression bomb)")
+
+
 def _rows_of(ds: h5py.Dataset, offset: tuple) -> str:
     last = min(offset[0] + int(ds.chunks[0]), int(ds.shape[0])) - 1
     return f"chunk at rows {offset[0]:,}..{last:,}"
