@@ -575,7 +575,7 @@ class TensorWriter:
         with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
             step = checksum.block_rows(old)
             for start in range(0, old.shape[0], step):
-                block = old[start:start + step]
+                block = read_rows(old, start, min(start + step, old.shape[0]))  # appended-to rows: someone's file
                 _refuse_rounding(block, dtype, self.name, start)
                 new.extend(block.astype(dtype))
             new.flush(final=False)
