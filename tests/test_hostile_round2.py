@@ -317,6 +317,158 @@ class TestOneEntryChunks:
         assert run_cli("verify", files["tensor/lod/0"]).exit_code == 0
 
 
+def zeros_deflated(nbytes: int, level: int) -> bytes:
+    """A zlib stream (HDF5's gzip filter's format) of ``nbytes`` zeros, made in 1 MiB pieces."""
+    import zlib
+
+    packer = zlib.compressobj(level)
+    piece = bytes(1 << 20)
+    return b"".join(packer.compress(piece) for _ in range(nbytes >> 20)) + packer.flush()
+
+
+def lzf_zeros(nbytes: int) -> bytes:
+    """An lzf stream of about ``nbytes`` zeros: one literal zero, then 264-byte back-references at distance 1."""
+    return b"\x00\x00" + b"\xe0\xff\x00" * (nbytes // 264)
+
+
+def zstd_rle_frame(nbytes: int) -> bytes:
+    """A zstd frame that declares and really holds ``nbytes`` zeros: 128 KiB run-length blocks of 4 bytes each."""
+    block = 1 << 17
+    n = nbytes // block
+    head = (0xFD2FB528).to_bytes(4, "little") + bytes([0xE0]) + nbytes.to_bytes(8, "little")  # 8-byte content size
+    return head + b"".join(((block << 3) | 0b10 | (i == n - 1)).to_bytes(3, "little") + b"\x00" for i in range(n))
+
+
+def inflating_chunk(path: str, member: str, values: np.ndarray, chunk_rows: int, raw: bytes, mask: int = 0,
+                    **create) -> None:
+    """Store ``values`` in ``member`` with chunks of ``chunk_rows``, then replace chunk 0 by the stored bytes ``raw``."""
+    replace_dataset(path, member, values, data=values, chunks=(chunk_rows,), maxshape=(None,), **create)
+    with h5py.File(path, "r+") as f:
+        f[member].id.write_direct_chunk((0,), raw, mask)
+
+
+_READ_MEASURED = ("import sys; from lodtool.container import open_file\n"
+                  "try:\n    open_file(sys.argv[1], max_memory=64 << 20).tensor().read()\n"
+                  "except Exception as exc:\n    print(type(exc).__name__ + ': ' + str(exc))\n"
+                  "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
+
+
+def library_read(path: str) -> tuple[str, int]:
+    """``open_file(path, max_memory=64 MiB).tensor().read()`` in a child: its error line and its peak RSS."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", _READ_MEASURED, path], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    *lines, rss = proc.stdout.strip().splitlines()
+    return "\n".join(lines), int(rss) * 1024
+
+
+class TestChunksInflatingPastTheirSize:
+    """A chunk's declared shape says what it decodes to; its codec may say otherwise (deflate and lzf grow their
+    buffer to whatever the stream holds; zstd allocates what its header declares).  Refused before decoding."""
+
+    @pytest.fixture(scope="class")
+    def files(self, tmp_path_factory) -> dict[str, str]:
+        folder = tmp_path_factory.mktemp("inflating")
+        rng = np.random.default_rng(7)
+        out = {}
+        # 8 KiB chunks, chunk 0 stored as 128 MiB of deflated zeros (585 KB): far more than 8 KiB holds.  The
+        # 5.6 MB of other chunks make the file too large for "any chunk x 1032 fits", so chunks are looked at
+        values = rng.standard_normal(700_000)
+        out["stored"] = str(folder / "stored.lod.h5")
+        save(out["stored"], LoDTensor(values, [[0, 10, values.size]]))
+        inflating_chunk(out["stored"], "tensor/data", values, 1024, zeros_deflated(128 << 20, 1),
+                        compression="gzip", compression_opts=1)
+        # 256 KiB chunks, chunk 0 holds 128 MiB in 130 KB (an honest stored size; fletcher32 skipped by its mask)
+        values = rng.standard_normal(4 << 15)
+        out["ratio"] = str(folder / "ratio.lod.h5")
+        save(out["ratio"], LoDTensor(values, [[0, 10, values.size]]))
+        inflating_chunk(out["ratio"], "tensor/data", values, 1 << 15, zeros_deflated(128 << 20, 9), mask=0b100,
+                        compression="gzip", shuffle=True, fletcher32=True)
+        # 1 MiB lzf chunks, chunk 0 holds 92 MiB in 1 MiB
+        values = rng.standard_normal(2 << 17)
+        out["lzf"] = str(folder / "lzf.lod.h5")
+        save(out["lzf"], LoDTensor(values, [[0, 10, values.size]]), compression="lzf")
+        inflating_chunk(out["lzf"], "tensor/data", values, 1 << 17, lzf_zeros(92 << 20), compression="lzf")
+        # offsets in 8 KiB chunks, chunk 0 stored as 128 MiB of deflated zeros
+        offsets = np.arange(0, 40_001, dtype=np.int64)
+        out["offsets"] = str(folder / "offsets.lod.h5")
+        save(out["offsets"], LoDTensor(np.zeros(40_000, np.uint8), [offsets]))
+        inflating_chunk(out["offsets"], "tensor/lod/0", offsets, 1024, zeros_deflated(128 << 20, 1),
+                        compression="gzip", compression_opts=1)
+        return out
+
+    @pytest.mark.parametrize("command", ["unpack", "head", "verify", "pool"])
+    def test_a_chunk_stored_far_larger_than_declared_is_refused(self, files, command, tmp_path):
+        args = {"unpack": ["unpack", files["stored"], "--to", "json", "-o", "-"], "head": ["head", files["stored"]],
+                "verify": ["verify", files["stored"]],
+                "pool": ["pool", files["stored"], "--max-memory", "64M", "-o", str(tmp_path / "p.h5")]}[command]
+        proc, rss = peak_rss(args)
+        assert proc.returncode in (1, 2), proc
+        text = proc.stdout if command == "verify" else one_line_error(proc)
+        assert "chunk at rows 0..1,023: stored in 585,694 bytes, far more than the 8,192 it holds decoded" in text
+        assert "stored.lod.h5" in text and "/tensor/data" in text and "Traceback" not in proc.stderr
+        assert rss < SMALL_RSS, f"{command}: peak RSS {rss >> 20} MiB (the chunk inflates to 128 MiB)"
+
+    @pytest.mark.parametrize("kind, declared", [("ratio", "256.0 KiB"), ("lzf", "1.0 MiB")])
+    def test_a_chunk_inflating_past_its_declared_size_is_refused_under_the_limit(self, files, kind, declared, tmp_path):
+        proc, rss = peak_rss(["pool", files[kind], "--max-memory", "64M", "-o", str(tmp_path / "p.h5")])
+        line = one_line_error(proc)
+        assert proc.returncode == 1 and f"inflates past its declared {declared}" in line and "decompression bomb" in line
+        assert rss < SMALL_RSS, f"pool: peak RSS {rss >> 20} MiB"
+        message, rss = library_read(files[kind])
+        assert message.startswith("LodFormatError: ") and f"inflates past its declared {declared}" in message
+        assert rss < SMALL_RSS, f"read(): peak RSS {rss >> 20} MiB"
+
+    def test_validate_reports_it_from_the_chunk_index(self, files):
+        result = run_cli("validate", files["stored"])
+        assert result.exit_code == 1  # invalid: reported, not an error
+        assert ("the data's chunk at rows 0..1,023 is stored in 585,694 bytes, far more than the 8,192 it holds "
+                "decoded (a decompression bomb)") in result.output
+
+    def test_offsets_are_checked_as_the_data_is(self, files):
+        proc, rss = peak_rss(["validate", "--max-memory", "64M", files["offsets"]])
+        assert proc.returncode in (1, 2) and "/tensor/lod/0, chunk at rows 0..1,023: stored in" in proc.stdout + proc.stderr
+        assert rss < SMALL_RSS, f"validate: peak RSS {rss >> 20} MiB"
+
+    def test_a_zstd_header_declaring_more_than_the_chunk_is_refused(self, tmp_path):
+        from lodtool.container.filters import PLUGIN_FILTERS, filter_available, register_own_plugins
+
+        register_own_plugins()
+        if not filter_available(PLUGIN_FILTERS["zstd"]):
+            pytest.skip("hdf5plugin's zstd library is not installed")
+        path = str(tmp_path / "zstd.lod.h5")
+        values = np.random.default_rng(3).standard_normal(80 << 13)  # 80 chunks: unpack's read bounds them in one pass
+        save(path, LoDTensor(values, [[0, 10, values.size]]), compression="zstd")
+        with h5py.File(path, "r+") as f:  # 256 MiB in 8 KB, under a 64 KiB chunk; fletcher32 skipped by the mask
+            f["tensor/data"].id.write_direct_chunk((0,), zstd_rle_frame(256 << 20), 0b100)
+        for args in (["head", path], ["unpack", path, "--to", "json", "-o", "-"]):
+            proc, rss = peak_rss(args)
+            line = one_line_error(proc)
+            assert "inflates past its declared 64.0 KiB (its zstd header declares 268,435,456 bytes" in line
+            assert rss < SMALL_RSS, f"{args[0]}: peak RSS {rss >> 20} MiB"
+
+    @pytest.mark.parametrize("compression", ["deflate", "gzip", "lzf", "none", "zstd", "blosc", "lz4"])
+    def test_ordinary_files_read_under_any_limit(self, tmp_path, compression):
+        from lodtool.container import open_file
+        from lodtool.container.filters import PLUGIN_FILTERS, filter_available, register_own_plugins
+
+        if compression in PLUGIN_FILTERS:
+            register_own_plugins()
+            if not filter_available(PLUGIN_FILTERS[compression]):
+                pytest.skip("hdf5plugin is not installed")
+        rng = np.random.default_rng(5)
+        lengths = rng.integers(0, 40, 3000)
+        t = LoDTensor(np.concatenate([rng.standard_normal(30_000), np.zeros(int(lengths.sum()) - 30_000)]),
+                      recursive_sequence_lengths=[lengths.tolist()])  # incompressible and very compressible chunks
+        path = str(tmp_path / "ok.lod.h5")
+        save(path, t, compression=compression)
+        for limit in (None, 2 << 20):  # the default: no chunk looked at; 2 MiB (4 MiB, the floor): random chunks decoded here
+            with open_file(path, max_memory=limit) as f:
+                x = f.tensor()
+                assert x.read().equals(t) and x.branch(7).equals(t.branch(7)) and not x.validate()
+        assert run_cli("verify", path).exit_code == 0
+
+
 # -- 7. zero-width rows ------------------------------------------------------------------------------------------
 def zero_width(path: str, rows: int, lod: list | None = None) -> str:
     """A container whose data claims ``rows`` rows of shape ``(0,)`` (no bytes stored, whatever ``rows`` is)."""
@@ -667,3 +819,53 @@ class TestFullDisk:
         assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("lodtool: error: ")
         assert not os.path.exists(out) and not [p for p in os.listdir(tmp_path) if ".lodtmp-" in p]
         assert open(small, "rb").read() == before
+
+    def test_a_library_caller_gets_the_error_and_goes_on(self, tmp_path):
+        # every writer of the library, out of room, in one process that then frees everything and writes again:
+        # a dirty chunk libhdf5 could not flush used to crash it (SIGSEGV in H5D_close) when its handle was freed
+        script = f"""
+import gc, os, resource, signal, sys
+import numpy as np
+from lodtool import LoDTensor, tasks
+from lodtool.container import LodWriter, load, save
+from lodtool.errors import LodFormatError
+home, out, small = {str(tmp_path)!r}, {str(tmp_path / "out.lod.h5")!r}, {str(tmp_path / "small.lod.h5")!r}
+values = np.random.default_rng(0).standard_normal(40_000)
+t = LoDTensor(values, [[0, 20_000, 40_000]])
+src = os.path.join(home, "src.lod.h5")
+save(src, t, compression="none")
+jsonl = os.path.join(home, "rows.jsonl")
+with open(jsonl, "w") as f:
+    f.write("".join("[" + ", ".join(map(repr, values[i:i + 5000].tolist())) + "]\\n" for i in range(0, 40_000, 5000)))
+save(small, LoDTensor(np.arange(3.0), [[0, 3]]))
+before = open(small, "rb").read()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, hard))  # the soft limit only: it is raised again below
+
+def writer():
+    with LodWriter(out, compression="none") as w:
+        w.write("tensor", t)
+
+cases = [lambda c=c: save(out, t, compression=c) for c in ("none", "lzf", "gzip", "deflate")] + [
+    writer, lambda: tasks.pack([jsonl], out, compression="none"),
+    lambda: tasks.pack([jsonl], small, append=True, compression="none"),
+    lambda: tasks.reverse(src, out, compression="none"), lambda: tasks.softmax(src, out, compression="none")]
+for case in cases:
+    try:
+        case()
+        raise SystemExit("no error")
+    except LodFormatError as exc:
+        assert "\\n" not in str(exc) and "cannot" in str(exc), exc
+    gc.collect()
+    assert sorted(os.listdir(home)) == ["rows.jsonl", "small.lod.h5", "src.lod.h5"], os.listdir(home)
+    assert open(small, "rb").read() == before
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+save(out, t)
+assert load(out).equals(t)
+print("alive")
+"""
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                              check=False)
+        assert proc.returncode == 0 and proc.stdout.strip() == "alive", (proc.returncode, proc.stderr[-2000:])

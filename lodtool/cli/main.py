@@ -190,21 +190,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
-    try:
-        cli.main(args=argv, prog_name="lodtool")
-    except SystemExit as exc:
-        writer = sys.modules.get("lodtool.container.writer")
-        if writer is not None and writer.hdf5_left_unclean():
-            # libhdf5 failed to close a file (a full disk): its teardown would crash after the error was
-            # printed; the temp file is already gone, so end here
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
-        raise
+    cli.main(args=argv, prog_name="lodtool")
 
 
 if __name__ == "__main__":  # pragma: no cover

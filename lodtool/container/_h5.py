@@ -8,6 +8,7 @@ at all is :class:`LodFormatError` with the file name and a short reason.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from typing import Iterator
 
@@ -15,19 +16,23 @@ import h5py
 import numpy as np
 from h5py._objects import phil as _phil  # h5py's one lock around libhdf5 (see write_direct_chunk)
 
-from ..errors import LodError, LodFileNotFoundError, LodFormatError
+from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodMemoryError
 from ..atomic import is_temp_path
 
 #: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it.  Sized on
 #: purpose: a chunk above it is decoded, used and freed on every read (never cached), so it is a claim
 #: of the file and must fit in the memory limit (:func:`chunk_layout_problem` refuses absurd ones)
 READ_CACHE = 4 << 20
-WRITE_CACHE = 8 << 20
+#: no raw-data chunk cache on files lodtool writes: it writes whole chunks (each goes straight to the file), and a
+#: dirty cached chunk that cannot be flushed (a full disk) makes libhdf5's H5D_close free the dataset while its id
+#: stays valid, so the next release of that id (h5py's close, the garbage collector) crashed with SIGSEGV/SIGBUS.
+#: Uncached, a write that runs out of room fails in the write itself and the file closes cleanly after it.
+WRITE_CACHE = 0
 _CACHE_SLOTS = 1009
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    text = " ".join(str(exc).split()) or type(exc).__name__  # libhdf5's write errors span lines
     # h5py says "Unable to synchronously open file (file signature not found)": keep the useful part
     for prefix in ("Unable to synchronously ", "Unable to "):
         if text.startswith(prefix):
@@ -233,11 +238,13 @@ def rows_per_read(ds: h5py.Dataset) -> int | None:
     return max(MAX_CHUNKS_PER_READ // _chunks_per_band(ds), 1) * int(ds.chunks[0])
 
 
-def read_rows(ds: h5py.Dataset, start: int, stop: int) -> np.ndarray:
+def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None) -> np.ndarray:
     """``ds[start:stop]`` in native byte order, read :data:`MAX_CHUNKS_PER_READ` chunks at a time into one array.
 
     Memory stays the size of the result whatever the chunk layout: libhdf5's
-    per-chunk bookkeeping is bounded by the piece, not by the whole read.
+    per-chunk bookkeeping is bounded by the piece, not by the whole read, and
+    every chunk a piece touches is checked first (:func:`check_inflation`):
+    none may decode to more than ``limit`` bytes (``None``: the default limit).
 
     >>> import h5py, numpy as np, tempfile, os
     >>> f = h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w")
@@ -248,6 +255,8 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int) -> np.ndarray:
     step = rows_per_read(ds)
     # big-endian data on a little-endian machine is converted by libhdf5 as it is read: kernels need native order
     native = ds.dtype if ds.dtype.isnative else ds.dtype.newbyteorder("=")
+    if stop > start and ds.chunks:
+        check_inflation(ds, start, stop, limit)
     if (step is None or stop - start <= step) and native == ds.dtype:
         return ds[start:stop]
     out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
@@ -260,6 +269,390 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int) -> np.ndarray:
         lo, hi = max(a, start), min(a + step, stop)
         ds.read_direct(out, np.s_[lo:hi], np.s_[lo - start:hi - start])
     return out
+
+
+# -- how far a stored chunk can inflate ------------------------------------------------------------------------------
+# libhdf5's deflate filter and h5py's lzf filter grow their output buffer to whatever the stream holds, and the
+# zstd, blosc, lz4 and szip decoders allocate the decoded size their own header declares: a chunk declared as
+# 8 KiB can decode to 256 MiB.  So before libhdf5 decodes a chunk, its stored size (metadata) bounds what it can
+# become; where that bound is above the memory limit, the chunk is decoded here in bounded pieces, or its header
+# read, and refused if it decodes past its declared size.
+
+_DEFLATE, _SHUFFLE, _FLETCHER32, _SZIP, _NBIT, _SCALEOFFSET, _LZF = 1, 2, 3, 4, 5, 6, 32000
+_ZSTD, _BLOSC, _LZ4 = 32015, 32001, 32004
+#: the most bytes one stored byte can decode to, for the codecs that decode into a growing buffer: deflate
+#: (zlib's limit, a 258-byte match per ~2 bits: 1032:1) and lzf (a 3-byte back-reference copies at most 264 bytes)
+INFLATE_RATIO = {_DEFLATE: 1032, _LZF: 88}
+#: a growing buffer is reallocated: while it grows, the old and the new one are both held (measured: a 256 MiB
+#: inflate peaked at 512 MiB more than the process held before)
+_GROWTH_PEAK = 2
+#: codecs whose decoder allocates the size its own header declares (so that size is read, never assumed)
+HEADER_CODECS = frozenset({_SZIP, _ZSTD, _BLOSC, _LZ4})
+_CODEC_NAMES = {_DEFLATE: "deflate", _LZF: "lzf", _SZIP: "szip", _ZSTD: "zstd", _BLOSC: "blosc", _LZ4: "lz4",
+                _NBIT: "nbit", _SCALEOFFSET: "scaleoffset"}
+#: filters whose output is no larger than their input (shuffle, fletcher32) or sized by the dataset's own
+#: parameters, checked against the chunk once (nbit, scaleoffset)
+_SIZE_KEEPING = frozenset({_SHUFFLE, _FLETCHER32})
+_PARAMETER_SIZED = frozenset({_NBIT, _SCALEOFFSET})
+#: inflating a chunk to check it goes in pieces of this size (never more in memory)
+_INFLATE_PIECE = 1 << 20
+#: the chunks whose bound a dataset handle remembers (a whole-dataset stream starts over past it: memory stays flat)
+_REMEMBERED_CHUNKS = 1 << 16
+#: a read touching this many chunks bounds them all with one pass over the chunk index instead
+_SCAN_FROM_CHUNKS = 64
+
+
+def honest_stored_size(declared: int) -> int:
+    """The most bytes an honest writer stores a chunk of ``declared`` bytes in.
+
+    Every codec's worst case on incompressible data (deflate: 0.1% + 12 bytes,
+    zstd, lz4 and blosc: a header and a fraction of a percent) plus fletcher32's
+    4 bytes fits; a codec that would expand a chunk further is an optional
+    filter in HDF5, and the chunk is then stored unfiltered.
+
+    >>> honest_stored_size(65536)
+    70656
+    """
+    return declared + declared // 16 + 1024
+
+
+class _Inflation:
+    """What decoding the chunks of one dataset may take; the bounds proven so far, per chunk."""
+
+    def __init__(self, ds: h5py.Dataset):
+        self.declared = chunk_nbytes(ds)
+        self.chunk_rows = int(ds.chunks[0])
+        # the chunk offsets of one band of rows, past the first dimension (a 1-D dataset: just the row's)
+        self.band = list(itertools.product(*(range(0, int(n), int(c)) for n, c in zip(ds.shape[1:], ds.chunks[1:]))))
+        plist = ds.id.get_create_plist()
+        self.pipeline = [plist.get_filter(i)[:3] for i in range(plist.get_nfilters())]  # (code, flags, cd_values)
+        self.codes = [int(code) for code, _, _ in self.pipeline]
+        self.guarded = all(c in INFLATE_RATIO or c in HEADER_CODECS or c in _SIZE_KEEPING or c in _PARAMETER_SIZED
+                           for c in self.codes)  # an opted-in plugin codec is the user's call (decoded isolated)
+        self.problem = self._parameter_problem()
+        ratio = 1
+        for code in self.codes:
+            ratio *= INFLATE_RATIO.get(code, 1)
+        header = any(c in HEADER_CODECS for c in self.codes)
+        # below this limit chunks need a look; at or above it none can exceed it (a chunk is no larger than its file)
+        if not self.guarded or not any(c in INFLATE_RATIO or c in HEADER_CODECS for c in self.codes):
+            self.needs_look_below = 0
+        elif header:
+            self.needs_look_below = None  # always: the header says what the decoder will allocate
+        else:
+            self.needs_look_below = _GROWTH_PEAK * ratio * _file_size(ds)
+        self.ratio = None if header else _GROWTH_PEAK * ratio
+        # a header codec decoded first (after fletcher32's check) can be bounded from the chunk's first bytes alone
+        outer = len(self.codes) - 1 - (self.codes[-1:] == [_FLETCHER32])
+        self.header_at = outer if header and outer >= 0 and self.codes[outer] in HEADER_CODECS and all(
+            c in _SIZE_KEEPING or c in _PARAMETER_SIZED for c in self.codes[:outer]) else None
+        self.scanned_bound: int | None = None  # from one pass over the chunk index: the bound of every chunk
+        self.scanned = False
+        self.bounds: dict[tuple, int] = {}  # chunk offset -> most bytes its decoding takes (proven)
+        self.verified: set[tuple] = set()  # chunks decoded or read here: their bound is the declared size
+        self.default_limit: int | None = None
+
+    def scan(self, ds: h5py.Dataset) -> None:
+        """Bound every chunk at once from the chunk index (about 1 µs a chunk, where a lookup by offset takes 5-20).
+
+        For deflate and lzf only the largest stored chunk matters; a header
+        codec's header is read from the file at each chunk's address (checked
+        once against libhdf5's own read of a chunk).  A chunk stored in more
+        than an honest size, or whose header declares more than the chunk,
+        leaves no bound: chunks are then looked at as they are read, and that
+        one refused.
+        """
+        self.scanned = True
+        if self.ratio is None and self.header_at is None:
+            return
+        honest, declared, codec, bit = honest_stored_size(self.declared), self.declared, None, 0
+        fd = None
+        if self.header_at is not None:
+            codec, bit = self.codes[self.header_at], 1 << self.header_at
+            try:
+                fd = ds.file.id.get_vfd_handle()
+            except H5_ERRORS:
+                return
+        state = {"largest": 0, "bounded": True, "addresses_checked": False}
+
+        def visit(info) -> None:
+            stored = int(info.size)
+            if not state["bounded"]:
+                return
+            if stored > honest:
+                state["bounded"] = False
+                return
+            state["largest"] = max(state["largest"], stored)
+            if codec is None or info.filter_mask & bit or not stored:
+                return
+            head = os.pread(fd, 32, info.byte_offset)
+            if not state["addresses_checked"]:  # the index's addresses are where libhdf5 reads (no user block)
+                state["addresses_checked"] = True
+                if ds.id.read_direct_chunk(info.chunk_offset)[1][:32] != head[:min(32, stored)]:
+                    state["bounded"] = False
+                    return
+            size = _header_size(codec, head[:stored])
+            if size is None or size > declared:
+                state["bounded"] = False
+
+        try:
+            ds.id.chunk_iter(visit)
+        except (AttributeError, OSError, *H5_ERRORS):  # an HDF5 without H5Dchunk_iter: chunks looked at one by one
+            return
+        if state["bounded"]:
+            self.scanned_bound = (self.ratio * state["largest"] if self.ratio is not None
+                                  else max(state["largest"], declared))
+
+    def _parameter_problem(self) -> str | None:
+        for code, _, values in self.pipeline:
+            # cd_values[2] elements of cd_values[4] bytes is what the nbit and scaleoffset decoders allocate
+            if code in _PARAMETER_SIZED and (len(values) < 5 or int(values[2]) * int(values[4]) > self.declared):
+                return (f"{_CODEC_NAMES[code]} parameters {tuple(int(v) for v in values[:5])} claim more than its "
+                        f"chunks of {self.declared:,} bytes")
+            if code == _LZF and len(values) >= 3 and int(values[2]) > honest_stored_size(self.declared):
+                return f"lzf parameters claim chunks of {int(values[2]):,} bytes, not {self.declared:,}"
+        return None
+
+
+def _file_size(ds: h5py.Dataset) -> int:
+    try:
+        return os.fstat(ds.file.id.get_vfd_handle()).st_size
+    except H5_ERRORS:  # a driver without a file descriptor: the file's size is unknown (every chunk is looked at)
+        return 1 << 62
+
+
+def _inflation(ds: h5py.Dataset) -> _Inflation:
+    info = ds.__dict__["_lodtool_inflation"] = _Inflation(ds)
+    return info
+
+
+def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None) -> None:
+    """Refuse, before libhdf5 decodes them, chunks of rows ``start..stop`` that could decode past ``limit`` bytes.
+
+    A chunk stored in far more bytes than it holds decoded is refused as
+    damaged or crafted.  A chunk whose stored size times its codec's largest
+    ratio (deflate 1032:1, lzf 88:1) fits in the limit needs nothing more: for
+    a file whose whole size times that ratio fits, no chunk is looked at at all.
+    Any other chunk is inflated here in 1 MiB pieces (deflate), parsed (lzf),
+    or its header read (zstd, blosc, lz4, szip), and refused if it decodes past
+    its declared size.  Each chunk is checked once per dataset handle.
+
+    >>> import h5py, numpy as np, tempfile, os, zlib
+    >>> f = h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w")
+    >>> ds = f.create_dataset("o", shape=(1024,), chunks=(1024,), dtype="<i8", compression="gzip")
+    >>> ds.id.write_direct_chunk((0,), zlib.compress(bytes(8 << 20)))  # 8 KiB declared, 8 MiB inside
+    >>> check_inflation(ds, 0, 10, limit=1 << 20)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodFormatError: ...x.h5: dataset /o, chunk at rows 0..1,023: inflates past its declared 8.0 KiB ...
+    """
+    info = ds.__dict__.get("_lodtool_inflation") or _inflation(ds)  # kept on the handle: a dict lookup per read
+    if not info.guarded:
+        return
+    if limit is None:
+        if info.default_limit is None:
+            from .limits import default_max_memory
+
+            info.default_limit = default_max_memory()
+        limit = info.default_limit
+    limit = max(limit, READ_CACHE)  # as for chunk shapes: a chunk up to the chunk cache is its fixed cost, not a claim
+    if info.problem is not None:
+        raise LodFormatError(f"{ds.file.filename}: dataset {ds.name}: {info.problem}")
+    if info.needs_look_below is not None and limit >= info.needs_look_below:
+        return
+    bounds, rows = info.bounds, info.chunk_rows
+    first = start - start % rows
+    if not info.scanned and (stop - first) // rows * len(info.band) >= _SCAN_FROM_CHUNKS:
+        info.scan(ds)  # a long read (a stream): one pass over the index is cheaper than a lookup per chunk
+    if info.scanned_bound is not None and limit >= info.scanned_bound:
+        return
+    if len(bounds) > _REMEMBERED_CHUNKS:
+        bounds.clear()
+        info.verified.clear()
+    for r in range(first, stop, rows):
+        for rest in info.band:
+            offset = (r,) + rest
+            bound = bounds.get(offset)
+            if bound is None or (bound > limit and offset not in info.verified):
+                bound = bounds[offset] = _chunk_bound(ds, info, offset, limit)
+            if bound > limit:
+                from .limits import check_memory
+
+                check_memory(bound, limit, ds.file.filename, f"dataset {ds.name}, {_rows_of(ds, offset)}")
+
+
+def oversized_chunk(ds: h5py.Dataset) -> str | None:
+    """Why a chunk of ``ds`` is stored in far more bytes than it holds decoded (the first such chunk), or ``None``.
+
+    Stored sizes are metadata (the chunk index): ``validate`` reports such a
+    chunk without decoding it, as every reader refuses it before decoding.
+
+    >>> import h5py, numpy as np, tempfile, os, zlib
+    >>> f = h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w")
+    >>> ds = f.create_dataset("o", shape=(1024,), chunks=(1024,), dtype="<i8", compression="gzip")
+    >>> ds.id.write_direct_chunk((0,), zlib.compress(bytes(64 << 20), 1))
+    >>> oversized_chunk(ds)  # doctest: +ELLIPSIS
+    'chunk at rows 0..1,023 is stored in ... bytes, far more than the 8,192 it holds decoded (a decompression bomb)'
+    """
+    if not ds.chunks or not ds.id.get_create_plist().get_nfilters():  # unfiltered: stored as declared
+        return None
+    declared = chunk_nbytes(ds)
+    honest = honest_stored_size(declared)
+    found: list = []
+
+    def visit(info) -> None:
+        if not found and int(info.size) > honest:
+            found.append((tuple(info.chunk_offset), int(info.size)))
+
+    try:
+        ds.id.chunk_iter(visit)
+    except AttributeError:  # pragma: no cover - an HDF5 without H5Dchunk_iter: the readers still refuse it
+        return None
+    if not found:
+        return None
+    offset, stored = found[0]
+    return (f"{_rows_of(ds, offset)} is stored in {stored:,} bytes, far more than the {declared:,} it holds "
+            "decoded (a decompression bomb)")
+
+
+def _rows_of(ds: h5py.Dataset, offset: tuple) -> str:
+    last = min(offset[0] + int(ds.chunks[0]), int(ds.shape[0])) - 1
+    return f"chunk at rows {offset[0]:,}..{last:,}"
+
+
+def _chunk_bound(ds: h5py.Dataset, info: _Inflation, offset: tuple, limit: int) -> int:
+    """The most bytes decoding the chunk at ``offset`` takes, proven from its stored size, or by decoding it here."""
+    from .limits import human_bytes
+
+    stored_info = ds.id.get_chunk_info_by_coord(offset)
+    if stored_info.byte_offset is None or not stored_info.size:
+        return 0  # not stored: read as fill values (storage_gap refuses datasets missing chunks)
+    stored, mask = int(stored_info.size), int(stored_info.filter_mask)
+    if stored > honest_stored_size(info.declared):
+        where = f"{ds.file.filename}: dataset {ds.name}, {_rows_of(ds, offset)}"
+        raise LodFormatError(f"{where}: stored in {stored:,} bytes, far more than the {info.declared:,} it holds "
+                             "decoded (a decompression bomb); refused before decoding")
+    active = [code for i, code in enumerate(info.codes) if not mask & (1 << i)]  # a set bit: that filter skipped
+    size = peak = stored
+    for code in reversed(active):  # the decoding order
+        if code in HEADER_CODECS:
+            size = None
+            break
+        if code in _PARAMETER_SIZED:
+            size = info.declared
+        elif code in INFLATE_RATIO:
+            size *= INFLATE_RATIO[code]
+            peak = max(peak, _GROWTH_PEAK * size)
+        peak = max(peak, size)
+    if size is not None and peak <= limit:
+        return peak
+    decoded = _decoded_size(ds, offset, active, info.declared)
+    if decoded is not None and decoded <= info.declared:
+        info.verified.add(offset)
+        return max(stored, info.declared)
+    where = f"{ds.file.filename}: dataset {ds.name}, {_rows_of(ds, offset)}"
+    if decoded is None:
+        codecs = "+".join(_CODEC_NAMES.get(c, str(c)) for c in active if c not in _SIZE_KEEPING) or "none"
+        raise LodMemoryError(f"{where}: its {codecs} pipeline cannot be checked before decoding, and its stored "
+                             f"size ({stored:,} bytes) could inflate past the memory limit of {human_bytes(limit)} "
+                             "(raise it with max_memory= or --max-memory)")
+    first = next(c for c in reversed(active) if c not in _SIZE_KEEPING)
+    how = (f"its {_CODEC_NAMES[first]} header declares {decoded:,} bytes" if first in HEADER_CODECS
+           else f"from {stored:,} bytes stored")
+    raise LodFormatError(f"{where}: inflates past its declared {human_bytes(info.declared)} ({how}: a "
+                         "decompression bomb); refused before decoding")
+
+
+def _decoded_size(ds: h5py.Dataset, offset: tuple, active: list[int], declared: int) -> int | None:
+    """The size the first codec in decoding order makes of the raw chunk (above ``declared``: more than that, maybe
+    not all of it counted; ``None``: not checkable here).  Memory: the stored chunk and one 1 MiB piece."""
+    order = list(reversed(active))
+    strip = 0
+    if order and order[0] == _FLETCHER32:  # its 4-byte checksum trails the stored chunk
+        order.pop(0)
+        strip = 4
+    if not order or any(c not in _SIZE_KEEPING and c not in _PARAMETER_SIZED for c in order[1:]):
+        return None  # nothing to decode, or two codecs in a row (the second one's input is not at hand)
+    _, raw = ds.id.read_direct_chunk(offset)
+    raw = memoryview(raw)[:len(raw) - strip] if strip else memoryview(raw)
+    codec = order[0]
+    if codec == _DEFLATE:
+        return _inflated_size(raw, declared)
+    if codec == _LZF:
+        return _lzf_size(bytes(raw), declared)
+    if codec in HEADER_CODECS:
+        return _header_size(codec, bytes(raw[:32]))
+    return None
+
+
+def _inflated_size(raw, declared: int) -> int:
+    import zlib
+
+    inflater = zlib.decompressobj()
+    total = 0
+    data = raw
+    try:
+        while not inflater.eof:
+            piece = inflater.decompress(data, _INFLATE_PIECE)  # with no input left, what zlib still holds
+            total += len(piece)
+            if total > declared:
+                return declared + 1
+            data = inflater.unconsumed_tail
+            if not piece and not data:  # a truncated stream: libhdf5 fails on it too
+                break
+    except zlib.error:  # damaged: libhdf5 fails on it too, after no more than was counted here
+        pass
+    return total
+
+
+def _lzf_size(raw: bytes, declared: int) -> int:
+    """The length an lzf stream decodes to, from its control bytes alone."""
+    total, i, n = 0, 0, len(raw)
+    while i < n:
+        ctrl = raw[i]
+        i += 1
+        if ctrl < 32:  # a literal run of ctrl + 1 bytes
+            total += ctrl + 1
+            i += ctrl + 1
+        else:  # a back-reference: length in the top 3 bits (7: one more length byte), then an offset byte
+            length = ctrl >> 5
+            if length == 7:
+                length += raw[i] if i < n else 0
+                i += 1
+            total += length + 2
+            i += 1
+        if total > declared:
+            return declared + 1
+    return total
+
+
+def _header_size(codec: int, head: bytes) -> int | None:
+    """The decoded size a zstd, blosc, lz4 or szip chunk's own header declares (what its decoder allocates)."""
+    if codec == _SZIP:
+        return int.from_bytes(head[:4], "little") if len(head) >= 4 else None
+    if codec == _BLOSC:
+        return int.from_bytes(head[4:8], "little") if len(head) >= 16 else None
+    if codec == _LZ4:
+        return int.from_bytes(head[:8], "big") if len(head) >= 12 else None
+    if codec == _ZSTD:
+        return _zstd_content_size(head)
+    return None  # pragma: no cover - HEADER_CODECS is the four above
+
+
+def _zstd_content_size(head: bytes) -> int | None:
+    """A zstd frame's declared content size (0 where it declares none: the decoder then allocates nothing)."""
+    if len(head) < 6 or int.from_bytes(head[:4], "little") != 0xFD2FB528:
+        return None
+    descriptor = head[4]
+    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if width == 0:
+        return 0
+    if len(head) < pos + width:
+        return None
+    value = int.from_bytes(head[pos:pos + width], "little")
+    return value + 256 if width == 2 else value
 
 
 def same_object(a: h5py.HLObject, b: h5py.HLObject) -> bool:

@@ -24,7 +24,8 @@ import h5py
 
 from ..errors import LodFormatError
 from . import spec
-from ._h5 import READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member, storage_gap, translate
+from ._h5 import (READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member, oversized_chunk,
+                  storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
 from .limits import default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
@@ -115,6 +116,10 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                     gap = storage_gap(layout.data)
                 if gap:  # the data is never read here, but a size it does not store is damage all the same
                     problems.append(Problem(path, name, None, None, f"the data {gap}"))
+                with translate(path, f"cannot read the layout of tensor {name!r}"):
+                    oversized = oversized_chunk(layout.data)
+                if oversized:  # the chunk index says so: no data is decoded to see it
+                    problems.append(Problem(path, name, None, None, f"the data's {oversized}"))
                 with translate(path, f"cannot read the layout of tensor {name!r}"):
                     foreign = foreign_filter_names(layout.data)
                 if foreign:  # validate never decodes the data: it must not vouch for a codec lodtool does not run
@@ -278,7 +283,7 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int) ->
             gap = storage_gap(ds)
             if gap:
                 return ChecksumMismatch(label, expected, None, f"the dataset {gap}")
-            actual = checksum.format_digest(checksum.hash_dataset(ds))
+            actual = checksum.format_digest(checksum.hash_dataset(ds, max_memory=max_memory))
     except LodFormatError as exc:
         return ChecksumMismatch(label, expected, None, str(exc).removeprefix(f"{path}: "))
     if actual != expected:

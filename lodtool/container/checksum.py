@@ -79,16 +79,22 @@ def block_rows(dataset, block_bytes: int = HASH_BLOCK) -> int:
     return rows
 
 
-def hash_dataset(dataset, hasher=None, block_bytes: int = HASH_BLOCK):
-    """Stream every row of an h5py dataset through a hasher (a new one if not given); return it."""
+def hash_dataset(dataset, hasher=None, block_bytes: int = HASH_BLOCK, max_memory: int | None = None):
+    """Stream every row of an h5py dataset through a hasher (a new one if not given); return it.
+
+    Rows are read as every reader reads them (:func:`lodtool.container._h5.read_rows`): no chunk may decode
+    to more than ``max_memory`` bytes (``None``: the default limit).
+    """
     hasher = hasher or new_hasher()
     n = dataset.shape[0] if dataset.ndim else 1
     if dataset.ndim == 0:
         update(hasher, np.asarray(dataset[()]))
         return hasher
+    from ._h5 import read_rows
+
     step = block_rows(dataset, block_bytes)
     for start in range(0, n, step):
-        update(hasher, dataset[start:start + step])
+        update(hasher, read_rows(dataset, start, min(start + step, n), max_memory))
     return hasher
 
 

@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from .. import lod as _lod
-from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
+from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
@@ -309,7 +309,9 @@ class LazyTensor:
         if 8 * (stop - start) > self._limit:
             check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
         try:
-            return read_rows(self._lod[level], start, stop)
+            return read_rows(self._lod[level], start, stop, self._limit)
+        except LodError:  # a chunk refused before it was decoded
+            raise
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
 
@@ -326,7 +328,9 @@ class LazyTensor:
             _check_chunk_memory(self._data, self._limit, self._path, f"one chunk of the data of {self._what}")
             self._readable = True
         try:
-            return read_rows(self._data, begin, end)
+            return read_rows(self._data, begin, end, self._limit)
+        except LodError:  # a chunk refused before it was decoded
+            raise
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read the data of {self._what}") from None
 

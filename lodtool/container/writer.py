@@ -23,6 +23,7 @@ bytes written are fed to the dataset's checksum as they go.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -38,8 +39,8 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import (create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap, translate,
-                  write_direct_chunk)
+from ._h5 import (H5_ERRORS, create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap,
+                  translate, write_direct_chunk)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -465,7 +466,7 @@ class TensorWriter:
             col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), {}, ds.fletcher32, dataset=ds)
             col.prime(path, f"tensor {name!r} level {k} offsets")
             self._lod.append(col)
-            self._ends[k] = int(ds[ds.shape[0] - 1])
+            self._ends[k] = int(read_rows(ds, ds.shape[0] - 1, ds.shape[0])[0])
 
     # -- appending -----------------------------------------------------------------------------------------
     @property
@@ -494,14 +495,16 @@ class TensorWriter:
         offsets = [_lod.as_index_array(_host(o), level=k) for k, o in enumerate(chunk.offsets)]
         _lod.validate_lod(offsets, data.shape[0])
         data = self._coerce(data)
-        if self._data is None:
-            self._element_shape = tuple(chunk.element_shape)
-            self._make_data_column()
-        for k, o in enumerate(offsets):
-            if self._lod_source is None:
-                self._lod[k].extend((o[1:] - o[0]) + self._ends[k])
-            self._ends[k] += int(o[-1] - o[0])
-        self._data.extend(data)
+        # a failed write (a full disk) is this file's error, for every caller (tasks append without the owner)
+        with translate(self._path, f"cannot write tensor {self.name!r}"):
+            if self._data is None:
+                self._element_shape = tuple(chunk.element_shape)
+                self._make_data_column()
+            for k, o in enumerate(offsets):
+                if self._lod_source is None:
+                    self._lod[k].extend((o[1:] - o[0]) + self._ends[k])
+                self._ends[k] += int(o[-1] - o[0])
+            self._data.extend(data)
 
     def _coerce(self, data: np.ndarray) -> np.ndarray:
         if self._auto_int:
@@ -571,7 +574,7 @@ class TensorWriter:
         with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
             step = checksum.block_rows(old)
             for start in range(0, old.shape[0], step):
-                block = old[start:start + step]
+                block = read_rows(old, start, min(start + step, old.shape[0]))  # appended-to rows: someone's file
                 _refuse_rounding(block, dtype, self.name, start)
                 new.extend(block.astype(dtype))
             new.flush(final=False)
@@ -869,11 +872,7 @@ class LodWriter:
                     self._relink(name, source, required=True)
                 if self._share_lod:
                     self._share_equal_lods()
-                try:
-                    self._h5.close()
-                except BaseException:
-                    _mark_unclean()
-                    raise
+                self._h5.close()
             if self._stream is not None:
                 with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
                     copy_to_stream(src, self._stream)
@@ -892,10 +891,8 @@ class LodWriter:
         self._done = True
         h5 = getattr(self, "_h5", None)
         if h5 is not None:
-            try:
+            with contextlib.suppress(*H5_ERRORS):  # after a failed write (a full disk) closing fails too; discarded
                 h5.close()
-            except Exception:  # closing after a libhdf5 error (a full disk)
-                _mark_unclean()
         if self._atomic is not None:
             self._atomic.discard()
         if self._tmpdir is not None:
@@ -916,28 +913,6 @@ class LodWriter:
             self.commit()
         else:
             self.abort()
-
-
-#: set when libhdf5 failed to close a file lodtool wrote (a full disk): see :func:`hdf5_left_unclean`
-_UNCLEAN = False
-
-
-def _mark_unclean() -> None:
-    global _UNCLEAN
-    _UNCLEAN = True
-
-
-def hdf5_left_unclean() -> bool:
-    """Whether libhdf5 failed to close a file this process wrote (after ENOSPC, say).
-
-    Its datasets are then left half-closed, and freeing their handles later (the garbage collector
-    at exit) crashed libhdf5 with SIGSEGV or SIGBUS.  The CLI ends such a process with ``os._exit``
-    once its error is printed and the temp file removed; the output is discarded either way.
-
-    >>> hdf5_left_unclean() in (True, False)
-    True
-    """
-    return _UNCLEAN
 
 
 def holds_content(path: str) -> bool:
