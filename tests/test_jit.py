@@ -63,3 +63,29 @@ def test_small_work_adds_up_to_the_first_call_cost(monkeypatch):
     assert kernels_pay(2000, 1000, 10) and not kernels_pay(9, 10 ** 9, 10 ** 9)
     monkeypatch.setattr(jit, "numba_loaded", lambda: True)
     assert kernels_pay(10, 10 ** 9, 10) and not kernels_pay(9, 10 ** 9, 10)
+
+
+@pytest.mark.parametrize("name", ["LODTOOL_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS"])
+def test_thread_limit_follows_the_environment(monkeypatch, name):
+    from lodtool._jit import THREAD_LIMITS, thread_limit
+    from lodtool.container import _deflate
+
+    for other in THREAD_LIMITS:
+        monkeypatch.delenv(other, raising=False)
+    cores = thread_limit()
+    monkeypatch.setenv(name, "1")
+    assert thread_limit() == 1 and _deflate.workers() == 1
+    monkeypatch.setenv(name, "100000")
+    assert thread_limit() == cores  # never more than the cores this process may use
+    monkeypatch.setenv(name, "zero")
+    assert thread_limit() == cores  # not a positive integer: ignored
+
+
+def test_a_dask_like_worker_runs_numba_on_its_share():
+    code = ("import numpy as np\nfrom lodtool.ops import sequence_pool\nfrom lodtool import LoDTensor\n"
+            "sequence_pool(LoDTensor(np.arange(4.0), [[0, 4]]), backend='numba')\n"
+            "import numba\nprint(numba.config.NUMBA_NUM_THREADS)")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("NUMBA_NUM_THREADS", "LODTOOL_NUM_THREADS")}
+    env["OMP_NUM_THREADS"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split()[-1] == "1"
