@@ -47,23 +47,26 @@ OP_MASK = "sequence_mask"
 
 
 #: input elements of sequence_pad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 0.73 s, saving 12
-# ns/element (318 vs 124 ms at 16M); reference 15 vs kernel 32 ms at 1M, 70 vs 38 ms at 4M.
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-unit saving of the kernel over the reference at the largest size), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        overtakes the reference in process.
-PAD_NUMBA_FROM = Crossover(cold=1 << 24, warm=1 << 21)
+# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
+# runs (reference vs kernel per size, then a fresh process's first call): first call +0.34 s, saving 3.8
+# ns/element (kernel 4.3x at 16M, 1.38x at 16k, 0.83x at 4k): cold 0.34 s / 3.8 ns = 90M, halved; warm 16k.
+# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
+#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
+#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
+#        loaded kernel beats the reference at every size measured.
+PAD_NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 
 #: padded elements of sequence_unpad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.4 s, saving 4.4
-# ns/element (112 vs 43 ms at 15.6M); reference 27 vs kernel 22 ms at 2M.
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-unit saving of the kernel over the reference at the largest size), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        overtakes the reference in process.
-UNPAD_NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 21)
+# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
+# runs (reference vs kernel per size, then a fresh process's first call): first call +0.35 s, saving 1.7
+# ns/padded element (kernel 4.0x at 32M padded, 1.58x at 32k, 0.86x at 8k): cold 0.35 s / 1.7 ns = 208M, halved;
+# warm 32k padded elements.
+# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
+#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
+#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
+#        loaded kernel beats the reference at every size measured.
+UNPAD_NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 15)
 
 
 

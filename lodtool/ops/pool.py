@@ -67,13 +67,14 @@ SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 3.5 s, saving 1.9
-# ns/element (sum, float32: 95 vs 64 ms at 16M); reference 2 ms vs kernel 40 ms at 1M, 63 vs 35 ms at 4M.
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        (25-35 ms floor here: the parallel launch on a busy machine) overtakes the reference in process.
-NUMBA_FROM = Crossover(cold=1 << 28, warm=1 << 21)
+# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
+# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.36 s, saving 1.7
+# ns/element (sum: kernel 3.1x at 16M, 1.28x at 16k, 0.99x at 4k): cold 0.36 s / 1.7 ns = 209M, halved; warm 16k.
+# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
+#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
+#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
+#        loaded kernel beats the reference at every size measured.
+NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 14)
 
 
 

@@ -28,13 +28,14 @@ OP = "sequence_reverse"
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 1.9 s, saving 18
-# ns/element (412 vs 120 ms at 16M); reference 37 vs kernel 26 ms at 1M, 0.4 vs 28 ms at 100k.
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        (25-35 ms floor here: the parallel launch on a busy machine) overtakes the reference in process.
-NUMBA_FROM = Crossover(cold=1 << 24, warm=1 << 19)
+# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
+# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.34 s, saving 5.3
+# ns/element (kernel 6.6x at 16M, 1.6x at 16k, 0.83x at 4k): cold 0.34 s / 5.3 ns = 64M, halved; warm 16k.
+# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
+#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
+#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
+#        loaded kernel beats the reference at every size measured.
+NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 
 

@@ -37,13 +37,14 @@ OP = "sequence_softmax"
 
 
 #: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.3 s, saving 13.5
-# ns/element (552 vs 335 ms at 16M); reference 68 vs kernel 57 ms at 1M.
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-element saving of the kernel over the reference at 16M elements), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        (25-35 ms floor here: the parallel launch on a busy machine) overtakes the reference in process.
-NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 20)
+# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
+# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.33 s, saving 10.9
+# ns/element (kernel 3.6x at 16M, 1.57x at 1k): cold 0.33 s / 10.9 ns = 30M, halved; warm 1k.
+# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
+#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
+#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
+#        loaded kernel beats the reference at every size measured.
+NUMBA_FROM = Crossover(cold=1 << 24, warm=1 << 10)
 
 
 
