@@ -26,7 +26,8 @@ The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
 anchor from the same run, the ratio, met or not), then each section's detail,
 with the machine, the versions and the load average.  An existing ``## GPU``
 section of the output file (written by ``benchmarks/bench_gpu.py`` on a GPU
-machine) is kept verbatim.  The exit status is 1 if a section failed to run
+machine) and an ``## Across CPUs`` section (a hand-written comparison with
+runs on other CPUs) are kept verbatim.  The exit status is 1 if a section failed to run
 (a missed target is a result, not a failure).
 """
 
@@ -73,11 +74,13 @@ USAGE = ("Add `--paddle-python PYTHON` to run the operator table under an interp
          "`--only slice,startup` runs some sections, `--output PATH` writes elsewhere, `--tmpdir DIR` puts the "
          "generated data (up to ~7 GB at the full size, removed afterwards) somewhere else. Each section is also a "
          "script of its own (`python benchmarks/bench_slice.py --help`). A `## GPU` section already in the output "
-         "file is kept as it is.")
+         "file is kept as it is, and so is an `## Across CPUs` section.")
 LOAD_NOTE = ("Ratios are measured in the same run, interleaved wherever two things are compared, and each section "
              "records the load average: other work on the machine slows lodtool and its anchors alike, but not "
              "always equally.")
 GPU_HEADING = "## GPU"
+#: a hand-written comparison of the targets' verdicts on other CPUs, kept as it is like the GPU section
+CPUS_HEADING = "## Across CPUs"
 
 
 def section_command(key: str, size: str, runs: int | None, tmpdir: str, json_out: Path, python: str) -> list[str]:
@@ -93,13 +96,18 @@ def section_command(key: str, size: str, runs: int | None, tmpdir: str, json_out
     return cmd
 
 
-def existing_gpu_section(path: Path) -> str | None:
-    """The ``## GPU`` section of an existing report, verbatim (up to the next ``## `` heading)."""
+def existing_section(path: Path, heading: str) -> str | None:
+    """The ``heading`` section of an existing report, verbatim (up to the next ``## `` heading)."""
     if not path.exists():
         return None
     text = path.read_text(encoding="utf-8")
-    m = re.search(r"^## GPU\b.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    m = re.search(rf"^{re.escape(heading)}\b.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
     return m.group(0).rstrip() + "\n" if m else None
+
+
+def existing_gpu_section(path: Path) -> str | None:
+    """The ``## GPU`` section of an existing report, verbatim (up to the next ``## `` heading)."""
+    return existing_section(path, GPU_HEADING)
 
 
 def render(sections: list[dict], failures: dict[str, str], info: dict, args, started: str, seconds: float,
@@ -192,6 +200,9 @@ def main(argv=None) -> int:
     failures = {key: f for key, (_, _, f) in zip(keys, outcomes) if f is not None}
     text = render(sections, failures, info, args, started, time.perf_counter() - t_start, timings)
     gpu = existing_gpu_section(output)  # read at the end: the file may have changed during the run
+    cpus = existing_section(output, CPUS_HEADING)
+    if cpus:
+        text += "\n" + cpus
     text += "\n" + (gpu or f"{GPU_HEADING}\n\nMeasured with `python benchmarks/bench_gpu.py` on a machine with a "
                            "CUDA GPU; this CPU suite keeps this section as it finds it.\n")
     output.parent.mkdir(parents=True, exist_ok=True)
