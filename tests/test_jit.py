@@ -89,3 +89,22 @@ def test_a_dask_like_worker_runs_numba_on_its_share():
     env["OMP_NUM_THREADS"] = "1"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split()[-1] == "1"
+
+
+def test_one_thread_allowed_means_no_helper_threads(monkeypatch, tmp_path):
+    import threading
+
+    import lodtool
+    from lodtool.tasks._pack import _overlapped
+
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", "1")
+    items = iter([1, 2, 3])
+    assert _overlapped(items) is items
+    before = threading.active_count()
+    data = np.arange(3_000_000)
+    lodtool.save(str(tmp_path / "one.lod.h5"), lodtool.LoDTensor(data, [[0, 1_000_000, 3_000_000]]))
+    assert threading.active_count() == before  # the deflate encoders ran in this thread
+    assert np.array_equal(lodtool.load(str(tmp_path / "one.lod.h5")).data, data)
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", "2")
+    if lodtool._jit.thread_limit() > 1:
+        assert list(_overlapped(iter([1, 2, 3]))) == [1, 2, 3]

@@ -192,7 +192,7 @@ def write_chunks(ds, start: int, block: np.ndarray, rows: int, *, level: int, fl
     count = -(-flat.shape[0] // chunk_bytes)
     per_task = max(TASK_BYTES // chunk_bytes, 1)
     tasks = []
-    pool = _get_pool() if count > per_task else None
+    pool = _get_pool() if count > per_task and workers() > 1 else None  # one thread allowed: encode here
     for first in range(0, count, per_task):
         part = flat[first * chunk_bytes:(first + per_task) * chunk_bytes]
         if pool is None:

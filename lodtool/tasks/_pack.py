@@ -317,8 +317,18 @@ def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     """``items``, produced in a worker thread up to ``depth`` ahead of the consumer.
 
     Exceptions of the producer are raised in the consumer; when the consumer
-    stops early (or fails), the producer stops at its next item.
+    stops early (or fails), the producer stops at its next item.  Where this
+    process may run one thread (:func:`lodtool._jit.thread_limit`: a Dask
+    worker's share, ``LODTOOL_NUM_THREADS=1``), the items come in this thread.
     """
+    from .._jit import thread_limit
+
+    if thread_limit() <= 1:
+        return iter(items)
+    return _in_a_thread(items, depth)
+
+
+def _in_a_thread(items: Iterator[T], depth: int) -> Iterator[T]:
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
