@@ -48,14 +48,18 @@ _numba_error: str | None = None
 _PARALLEL_LOCK = threading.Lock()
 
 
-#: environment variables that bound lodtool's threads, the first one set wins: lodtool's own, Numba's, and
-#: OpenMP's (which Dask's nanny sets to 1 in every worker it starts, so that N workers use N cores)
-THREAD_LIMITS = ("LODTOOL_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
+#: environment variables that bound lodtool's threads, the first one set wins: lodtool's own, then Numba's
+THREAD_LIMITS = ("LODTOOL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 def thread_limit() -> int:
-    """Threads lodtool runs at most in this process: the first of :data:`THREAD_LIMITS` that is set (and a
-    positive integer), capped at the cores this process may run on.  Nothing is imported.
+    """Threads lodtool runs at most in this process, capped at the cores it may run on: the first of
+    :data:`THREAD_LIMITS` that is set (a positive integer), else, inside a Dask worker, the worker's
+    threads (so N single-thread workers use N cores), else every core.  Nothing is imported.
+
+    ``OMP_NUM_THREADS`` is not read: libraries set it as they are imported
+    (``import paddle`` sets it to 1), which would make lodtool single-threaded
+    behind the user's back.
 
     >>> 1 <= thread_limit() <= (os.cpu_count() or 1)
     True
@@ -68,14 +72,29 @@ def thread_limit() -> int:
         value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
             return min(int(value), cores)
-    return cores
+    worker = _dask_worker_threads()
+    return min(worker, cores) if worker else cores
+
+
+def _dask_worker_threads() -> int | None:
+    """The threads of the Dask worker running this code, or ``None`` outside one (distributed not imported)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        worker = distributed.get_worker()
+    except (ValueError, AttributeError):  # not in a worker's task
+        return None
+    state = getattr(worker, "state", worker)
+    threads = getattr(state, "nthreads", None)
+    return int(threads) if isinstance(threads, int) and threads > 0 else None
 
 
 def numba_module():
     """Import Numba on first use; a clear :class:`LodBackendError` if it is missing.
 
-    Numba's thread pool follows :func:`thread_limit` (``OMP_NUM_THREADS=1`` in a
-    Dask worker gives kernels of one thread, as ``NUMBA_NUM_THREADS=1`` would).
+    Numba's thread pool follows :func:`thread_limit` where Numba is imported here
+    (in a single-thread Dask worker: kernels of one thread, as ``NUMBA_NUM_THREADS=1``).
     """
     global _numba_module, _numba_error
     if _numba_module is None:

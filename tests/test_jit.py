@@ -65,7 +65,7 @@ def test_small_work_adds_up_to_the_first_call_cost(monkeypatch):
     assert kernels_pay(10, 10 ** 9, 10) and not kernels_pay(9, 10 ** 9, 10)
 
 
-@pytest.mark.parametrize("name", ["LODTOOL_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS"])
+@pytest.mark.parametrize("name", ["LODTOOL_NUM_THREADS", "NUMBA_NUM_THREADS"])
 def test_thread_limit_follows_the_environment(monkeypatch, name):
     from lodtool._jit import THREAD_LIMITS, thread_limit
     from lodtool.container import _deflate
@@ -81,14 +81,41 @@ def test_thread_limit_follows_the_environment(monkeypatch, name):
     assert thread_limit() == cores  # not a positive integer: ignored
 
 
-def test_a_dask_like_worker_runs_numba_on_its_share():
-    code = ("import numpy as np\nfrom lodtool.ops import sequence_pool\nfrom lodtool import LoDTensor\n"
-            "sequence_pool(LoDTensor(np.arange(4.0), [[0, 4]]), backend='numba')\n"
-            "import numba\nprint(numba.config.NUMBA_NUM_THREADS)")
+def test_omp_num_threads_is_not_read(monkeypatch):
+    from lodtool._jit import THREAD_LIMITS, thread_limit
+
+    for other in THREAD_LIMITS:
+        monkeypatch.delenv(other, raising=False)
+    cores = thread_limit()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what `import paddle` does to the process
+    assert thread_limit() == cores
+
+
+def test_a_single_thread_dask_worker_runs_lodtool_on_one_thread():
+    distributed = pytest.importorskip("distributed")
+    code = """
+import os
+from distributed import Client, LocalCluster
+
+def probe():
+    import numpy as np
+    from lodtool import LoDTensor
+    from lodtool._jit import thread_limit
+    from lodtool.container import _deflate
+    from lodtool.ops import sequence_pool
+    sequence_pool(LoDTensor(np.arange(4.0), [[0, 4]]), backend="numba")
+    import numba
+    return thread_limit(), _deflate.workers(), numba.config.NUMBA_NUM_THREADS
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            print(*client.submit(probe).result())
+"""
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("NUMBA_NUM_THREADS", "LODTOOL_NUM_THREADS")}
-    env["OMP_NUM_THREADS"] = "1"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split()[-1] == "1"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["1", "1", "1"]
 
 
 def test_one_thread_allowed_means_no_helper_threads(monkeypatch, tmp_path):

@@ -62,7 +62,7 @@ _pool_lock = threading.Lock()
 
 def workers() -> int:
     """Threads that encode chunks: one per core this process may use (:func:`lodtool._jit.thread_limit`:
-    ``LODTOOL_NUM_THREADS``, ``NUMBA_NUM_THREADS`` or ``OMP_NUM_THREADS`` lower it, as in a Dask worker)."""
+    ``LODTOOL_NUM_THREADS`` or ``NUMBA_NUM_THREADS`` lower it, and so does a Dask worker's thread count)."""
     return thread_limit()
 
 
