@@ -56,7 +56,6 @@ FLETCHER_FROM_BYTES = (128 << 20, 256 << 10)
 TASK_BYTES = 1 << 20
 
 _pool: ThreadPoolExecutor | None = None
-_encoded_bytes = 0
 _pool_lock = threading.Lock()
 
 
@@ -186,9 +185,8 @@ def write_chunks(ds, start: int, block: np.ndarray, rows: int, *, level: int, fl
     chunk_bytes = rows * (block.nbytes // max(block.shape[0], 1))
     flat = block.reshape(-1).view(np.uint8)
     zeros = (0,) * (block.ndim - 1)
-    global _encoded_bytes
-    _encoded_bytes += block.nbytes  # the tier counts this process's writes: a long pack pays Numba's import once
-    compiled = fletcher32 and kernels_pay(_encoded_bytes, *FLETCHER_FROM_BYTES)
+    # kernels_pay adds up the blocks it turns away: a long pack of small blocks pays Numba's import once
+    compiled = fletcher32 and kernels_pay(block.nbytes, *FLETCHER_FROM_BYTES)
     count = -(-flat.shape[0] // chunk_bytes)
     per_task = max(TASK_BYTES // chunk_bytes, 1)
     tasks = []
