@@ -70,90 +70,109 @@ def _put_uint(buf, pos, u, pairs):  # pragma: no cover - compiled
 
 
 @kernel(inline="always")
-def _value(values, r, kind, buf, pos, pairs, write):  # pragma: no cover - compiled
-    """Write (or with ``write`` False, only measure) value ``r``; returns the position after it."""
+def _put_unsigned(buf, pos, u, pairs):  # pragma: no cover - compiled
+    """Write ``u`` (uint64) in decimal at ``pos``; returns the end.  One and two digits (most token ids)
+    take a branch each before the general digit count."""
+    if u < np.uint64(10):
+        buf[pos] = np.uint8(48 + np.int64(u))
+        return pos + 1
+    if u < np.uint64(100):
+        r = np.int64(u)
+        buf[pos] = pairs[2 * r]
+        buf[pos + 1] = pairs[2 * r + 1]
+        return pos + 2
+    return _put_uint(buf, pos, u, pairs)
+
+
+@kernel(inline="always")
+def _put_signed(buf, pos, v, pairs):  # pragma: no cover - compiled
+    if v < 0:
+        buf[pos] = 45  # '-'
+        return _put_unsigned(buf, pos + 1, np.uint64(-(v + 1)) + np.uint64(1), pairs)  # int64's minimum too
+    return _put_unsigned(buf, pos, np.uint64(v), pairs)
+
+
+@kernel(inline="always")
+def _put_bool(buf, pos, b):  # pragma: no cover - compiled
+    if b:
+        buf[pos] = 116  # true
+        buf[pos + 1] = 114
+        buf[pos + 2] = 117
+        buf[pos + 3] = 101
+        return pos + 4
+    buf[pos] = 102  # false
+    buf[pos + 1] = 97
+    buf[pos + 2] = 108
+    buf[pos + 3] = 115
+    buf[pos + 4] = 101
+    return pos + 5
+
+
+@kernel(inline="always")
+def _values_run(values, first, last, kind, buf, pos, pairs):  # pragma: no cover - compiled
+    """Write ``values[first:last]`` comma-separated from ``pos``; returns the end.  One loop per kind, each
+    value followed by a comma, the last one taken back: no test per value but the value's own."""
+    if first == last:
+        return pos
     if kind == 2:
-        n = 4 if values[r] else 5
-        if write:
-            if values[r]:
-                buf[pos] = 116
-                buf[pos + 1] = 114
-                buf[pos + 2] = 117
-                buf[pos + 3] = 101
-            else:
-                buf[pos] = 102
-                buf[pos + 1] = 97
-                buf[pos + 2] = 108
-                buf[pos + 3] = 115
-                buf[pos + 4] = 101
-        return pos + n
-    if kind == 1:
-        u = np.uint64(values[r])
-    else:
-        v = np.int64(values[r])
-        if v < 0:
-            if write:
-                buf[pos] = 45  # '-'
+        for r in range(first, last):
+            pos = _put_bool(buf, pos, values[r])
+            buf[pos] = 44  # ','
             pos += 1
-            u = np.uint64(-(v + 1)) + np.uint64(1)  # int64's minimum too
-        else:
-            u = np.uint64(v)
-    if write:
-        return _put_uint(buf, pos, u, pairs)
-    return pos + _digits(u)
+    elif kind == 1:
+        for r in range(first, last):
+            pos = _put_unsigned(buf, pos, np.uint64(values[r]), pairs)
+            buf[pos] = 44
+            pos += 1
+    else:
+        for r in range(first, last):
+            pos = _put_signed(buf, pos, np.int64(values[r]), pairs)
+            buf[pos] = 44
+            pos += 1
+    return pos - 1
 
 
 @kernel
-def _sequences(values, kind, offs, lstart, nlev, first_seq, last_seq, sep, buf, pos, pairs,
-               write):  # pragma: no cover - compiled
+def _sequences(values, kind, offs, lstart, nlev, first_seq, last_seq, sep, buf, pos,
+               pairs):  # pragma: no cover - compiled
     """Write top-level sequences ``first_seq..last_seq`` from ``pos``, each followed by ``sep``; returns the end.
 
     ``offs[lstart[k]:lstart[k+1]]`` are the offsets of level ``k``; the last
     level's offsets index ``values``.  ``kind``: 0 signed, 1 unsigned, 2 bool.
-    With ``write`` False nothing is written: the result is where the text would end.
     """
     idx = np.empty(nlev, np.int64)
     start = np.empty(nlev, np.int64)
     end = np.empty(nlev, np.int64)
+    last = nlev - 1
     for i in range(first_seq, last_seq):
         k = 0
         start[0] = offs[lstart[0] + i]
         idx[0] = start[0]
         end[0] = offs[lstart[0] + i + 1]
-        if write:
-            buf[pos] = 91  # '['
+        buf[pos] = 91  # '['
         pos += 1
         while k >= 0:
-            if k == nlev - 1:
-                for r in range(idx[k], end[k]):
-                    if r > idx[k]:
-                        if write:
-                            buf[pos] = 44  # ','
-                        pos += 1
-                    pos = _value(values, r, kind, buf, pos, pairs, write)
+            if k == last:
+                pos = _values_run(values, idx[k], end[k], kind, buf, pos, pairs)
                 idx[k] = end[k]
             if idx[k] < end[k]:
                 if idx[k] > start[k]:
-                    if write:
-                        buf[pos] = 44
+                    buf[pos] = 44
                     pos += 1
                 child = idx[k]
                 k += 1
                 start[k] = offs[lstart[k] + child]
                 idx[k] = start[k]
                 end[k] = offs[lstart[k] + child + 1]
-                if write:
-                    buf[pos] = 91
+                buf[pos] = 91
                 pos += 1
             else:
-                if write:
-                    buf[pos] = 93  # ']'
+                buf[pos] = 93  # ']'
                 pos += 1
                 k -= 1
                 if k >= 0:
                     idx[k] += 1
-        if write:
-            buf[pos] = sep
+        buf[pos] = sep
         pos += 1
     return pos
 
@@ -168,7 +187,7 @@ def _write_blocks(values, kind, offs, lstart, nlev, bounds, sep, buf, starts, en
         b = atomic_add(counter, np.uint64(1))
         while b < n:
             ends[b] = _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], sep, buf, starts[b],
-                                 pairs, True)
+                                 pairs)
             b = atomic_add(counter, np.uint64(1))
 
 
