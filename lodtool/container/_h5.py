@@ -19,6 +19,7 @@ from h5py._objects import phil as _phil  # h5py's one lock around libhdf5 (see w
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodMemoryError
 from ..atomic import is_temp_path
+from . import _direct
 
 #: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it.  Sized on
 #: purpose: a chunk above it is decoded, used and freed on every read (never cached), so it is a claim
@@ -276,11 +277,17 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None)
     True
     """
     chunks, dtype, native, step = _layout(ds)
+    out = None
     if stop > start and chunks:
         check_inflation(ds, start, stop, limit)
+        if stop - start >= _direct.MIN_CHUNKS * int(chunks[0]) and native == dtype:
+            out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
+            if _direct.read_whole_chunks(ds, start, stop, out):
+                return out
     if (step is None or stop - start <= step) and native == dtype:
         return ds[start:stop]
-    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
+    if out is None:
+        out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
     if step is None or stop - start <= step:
         if stop > start:
             ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
