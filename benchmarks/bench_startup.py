@@ -17,7 +17,7 @@ On a small generated file (the start-up is what is measured, not the work):
 
 Every command also runs once under a wrapper that reports whether it imported
 numba (light commands must not).  lodtool's bytecode is compiled first, as
-``pip install`` does (see :func:`compile_bytecode`).
+``pip install`` does (see ``_common.compile_bytecode``).
 """
 
 from __future__ import annotations
@@ -96,24 +96,9 @@ def imports_numba(args: list[str], env: dict) -> bool:
     return any(line == "@numba=1" for line in r.stderr.splitlines())
 
 
-def compile_bytecode() -> None:
-    """Write lodtool's ``.pyc`` files, as ``pip install`` does for a regular install.
-
-    An editable install under ``PYTHONDONTWRITEBYTECODE=1`` (set on some build
-    machines) would otherwise compile every lodtool module from source on each
-    start-up, while numpy and h5py, the anchor, load theirs precompiled.
-    """
-    import compileall
-
-    import lodtool
-
-    compileall.compile_dir(str(Path(lodtool.__file__).parent), quiet=1)
-
-
 def run(size: str, runs: int, tmpdir: str | None) -> dict:
     runs = max(runs, 1)
-    compile_bytecode()
-    cli = C.lodtool_cmd()
+    cli = C.lodtool_cmd()  # writes lodtool's bytecode first
     load0 = C.loadavg()
     with tempfile.TemporaryDirectory(prefix="lodtool-bench-startup-", dir=tmpdir) as d:
         tmp = Path(d)
