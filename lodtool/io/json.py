@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, S
 import numpy as np
 
 from .. import lod as _lod
-from .._jit import kernels_pay
+from .._jit import kernels_pay, thread_limit
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
@@ -89,7 +89,7 @@ FORMATS = ("json", "jsonl")
 CHUNK_BYTES = 64 << 20
 #: bytes the fast path scans at a time (its outputs then stay in reused, cache-warm memory)
 SCAN_BLOCK = 4 << 20
-#: threads scanning JSON Lines blocks in parallel (None: min(8, CPUs)); 1 scans in the calling thread
+#: threads scanning JSON Lines blocks in parallel (None: min(8, lodtool._jit.thread_limit())); 1 scans in the calling thread
 SCAN_THREADS: int | None = None
 #: input bytes from which ``fast=None`` takes the Numba scanner rather than the general (orjson) path.
 #: Measured on the project's 2-core EPYC under load (load average 8-11), medians of 3: the general path
@@ -1085,7 +1085,9 @@ _POOL_LOCK = threading.Lock()
 
 
 def _scan_threads() -> int:
-    return SCAN_THREADS if SCAN_THREADS is not None else min(8, os.cpu_count() or 1)
+    """Threads that scan JSON blocks: :data:`SCAN_THREADS`, else lodtool's thread limit (at most 8), so a
+    single-thread Dask worker or ``LODTOOL_NUM_THREADS=1`` parses on one core, as its other work runs."""
+    return SCAN_THREADS if SCAN_THREADS is not None else min(8, thread_limit())
 
 
 def _pool() -> ThreadPoolExecutor:
