@@ -459,3 +459,11 @@ def test_a_long_bad_line_is_located_in_bounded_memory(tail, message):
 def test_a_long_valid_text_is_left_to_the_parsers():
     text = b"[" + b",".join(b"[%d,\"s\"]" % i for i in range(200_000)) + b"]"
     assert jsonio._located_syntax_error(text, "big.json", None) is None
+
+
+def test_the_scan_pool_keeps_to_lodtools_thread_limit(monkeypatch):
+    monkeypatch.setattr(jsonio, "SCAN_THREADS", None)
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", "1")
+    assert jsonio._scan_threads() == 1  # a single-thread Dask worker parses on its one core
+    monkeypatch.setattr(jsonio, "SCAN_THREADS", 3)
+    assert jsonio._scan_threads() == 3
