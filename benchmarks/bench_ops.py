@@ -172,6 +172,7 @@ class LaterPaddle:
 
     def __init__(self):
         self.pending: list[tuple[dict, Callable, Callable]] = []
+        self.paddle = None  # the paddle module, once imported (for the report's versions)
 
     def later(self, row: dict, make_feed: Callable, build: Callable) -> None:
         """Time ``build``'s program on ``make_feed(paddle)`` into ``row["paddle"]`` at the end."""
@@ -188,6 +189,7 @@ class LaterPaddle:
                          "that has it)")
             self.pending.clear()
             return
+        self.paddle = paddle.paddle
         progress("paddle's baselines")
         for row, make_feed, build in self.pending:
             row.update(_interleaved({"paddle": paddle.runner(build, make_feed(paddle))}, repeat))
