@@ -160,3 +160,20 @@ def test_the_index_waits_for_a_sixteenth_of_the_chunks(tmp_path, monkeypatch):
         answers = [_direct.read_whole_chunks(ds, 100 * i, 100 * i + 80, out) for i in range(6)]
         assert answers == [False] * 3 + [True] * 3  # 20 chunks a read: the index once 63 are read
         np.testing.assert_array_equal(out, data[500:580])
+
+
+def test_a_read_of_a_compressed_dataset_holds_one_result_array(tmp_path):
+    import tracemalloc
+
+    data = np.arange(1 << 20, dtype=np.int64)  # 8 MiB, 1,024 chunks: long enough for the direct path's size test
+    path = _file(tmp_path, data, chunks=(1024,), compression="gzip")
+    with h5py.File(path, "r") as f:
+        assert not _direct.may_apply(f["d"])
+        tracemalloc.start()
+        try:
+            rows = _h5.read_rows(f["d"], 0, data.shape[0])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    np.testing.assert_array_equal(rows, data)
+    assert peak < 1.5 * data.nbytes  # no result allocated for the direct path and then another by libhdf5

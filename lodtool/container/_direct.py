@@ -105,6 +105,12 @@ def _plan(ds: h5py.Dataset) -> _Plan | None:
     return plan
 
 
+def may_apply(ds: h5py.Dataset) -> bool:
+    """Whether ``ds``'s chunks are plain bytes this module can read (checked once per handle): the caller then
+    allocates the result first, and reads into it either way (never a second array of the same size)."""
+    return _plan(ds) is not None
+
+
 def read_whole_chunks(ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) -> bool:
     """Fill ``out`` (C-contiguous, native order) with rows ``start..stop`` of ``ds`` reading its whole chunks
     directly; ``False`` (``out`` partly written) where this path does not apply and libhdf5 must read."""
@@ -177,4 +183,4 @@ def _preadv_chunks(plan: _Plan, addresses: np.ndarray, body: memoryview, sums: n
     return True
 
 
-__all__ = ["FLETCHER_FROM_BYTES", "read_whole_chunks"]
+__all__ = ["FLETCHER_FROM_BYTES", "may_apply", "read_whole_chunks"]

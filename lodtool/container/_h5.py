@@ -280,11 +280,11 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None)
     out = None
     if stop > start and chunks:
         check_inflation(ds, start, stop, limit)
-        if stop - start >= _direct.MIN_CHUNKS * int(chunks[0]) and native == dtype:
+        if stop - start >= _direct.MIN_CHUNKS * int(chunks[0]) and native == dtype and _direct.may_apply(ds):
             out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
             if _direct.read_whole_chunks(ds, start, stop, out):
                 return out
-    if (step is None or stop - start <= step) and native == dtype:
+    if out is None and (step is None or stop - start <= step) and native == dtype:
         return ds[start:stop]
     if out is None:
         out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
