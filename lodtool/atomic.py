@@ -51,7 +51,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks, so no sweeping either
     fcntl = None
 
-from .errors import LodExistsError, LodFileNotFoundError, LodUsageError
+from .errors import LodError, LodExistsError, LodFileNotFoundError, LodUsageError
 
 #: marks lodtool's temp files: ``.NAME.lodtmp-<random>``
 TEMP_MARK = ".lodtmp-"
@@ -417,7 +417,7 @@ def atomic_path(target: str | os.PathLike, *, copy_existing: bool = False) -> It
     >>> open(target).read(), sorted(os.listdir(os.path.dirname(target)))
     ('one', ['x.txt'])
     """
-    with AtomicPath(target, copy_existing=copy_existing) as tmp:
+    with _naming_the_output(os.fspath(target)), AtomicPath(target, copy_existing=copy_existing) as tmp:
         yield tmp
 
 
@@ -449,13 +449,29 @@ def atomic_open(target: str | os.PathLike | BinaryIO, mode: str = "wb") -> Itera
     if mode not in ("wb", "w+b", "wb+"):
         raise LodUsageError(f"atomic_open writes binary files; mode {mode!r} is not supported")
     if is_stream(target):
-        with tempfile.TemporaryFile(prefix="lodtool-") as spool:
+        with _naming_the_output("a temporary file spooling the output"), \
+                tempfile.TemporaryFile(prefix="lodtool-") as spool:
             yield spool
             spool.seek(0)
             copy_to_stream(spool, target)
         return
-    with AtomicPath(target) as tmp, open(tmp, mode) as f:
+    with _naming_the_output(os.fspath(target)), AtomicPath(target) as tmp, open(tmp, mode) as f:
         yield f
+
+
+@contextlib.contextmanager
+def _naming_the_output(name: str) -> Iterator[None]:
+    """A write that fails without a file name (a full disk: ``[Errno 28]``) names the output it was for."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None or isinstance(exc, (LodError, BrokenPipeError)):
+            raise
+        try:
+            named = type(exc)(exc.errno, exc.strerror, name)
+        except TypeError:  # an OSError subclass with another signature: as it came
+            raise exc from None
+        raise named from None
 
 
 def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> None:

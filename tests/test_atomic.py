@@ -170,3 +170,21 @@ def test_concurrent_container_writers(tmp_path):
         assert p.exitcode == 0
     assert validate_file(path).ok
     assert os.listdir(tmp_path) == ["c.lod.h5"]
+
+
+@pytest.mark.parametrize("to_stream", [False, True])
+def test_a_write_that_fails_unnamed_names_the_output(tmp_path, to_stream):
+    import errno
+    import io
+
+    target = io.BytesIO() if to_stream else tmp_path / "out.jsonl"
+    with pytest.raises(OSError) as caught:
+        with atomic_open(target) as f:
+            f.write(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")  # what a full disk raises
+    assert caught.value.errno == errno.ENOSPC
+    if to_stream:
+        assert "temporary" in caught.value.filename and target.getvalue() == b""
+    else:
+        assert caught.value.filename == str(target) and not target.exists()
+        assert list(tmp_path.iterdir()) == []  # no temp file left either
