@@ -205,3 +205,17 @@ def test_a_failed_parallel_pack_leaves_no_shard_of_a_task_that_finished_later(tm
     bad = run("pack", tmp_path / "bad.jsonl", tmp_path / "big.jsonl", "-o", out, "--append", "--scheduler", "threads",
               "--workers", "2", ok=False)
     assert bad.exit_code != 0 and sorted(os.listdir(out)) == before  # the folder's own shards stay
+
+
+def test_a_refused_write_names_only_the_options_of_its_command(corpus):
+    d, _ = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "512B")
+    for args in (["merge", d / "s", "-o", d / "m.lod.h5"], ["pool", d / "one.lod.h5", "-o", d / "p.lod.h5"]):
+        run(*args)
+        refused = run(*args, ok=False).output
+        assert "--overwrite" in refused and "--force" in refused
+        assert "--append" not in refused and "--name" not in refused  # neither command has them
+    (d / "in.jsonl").write_text("[[1, 2], [3]]\n")
+    run("pack", d / "in.jsonl", "-o", d / "k.lod.h5")
+    refused = run("pack", d / "in.jsonl", "-o", d / "k.lod.h5", ok=False).output
+    assert "--append" in refused and "--name" in refused

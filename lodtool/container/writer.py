@@ -647,6 +647,13 @@ def _equal_lod(a: h5py.Group, b: h5py.Group, lod_level: int, block: int = 1 << 2
     return True
 
 
+#: what a refused write into an existing tensor tells the user to do: the options every writing command has
+DEFAULT_REMEDY = "add --overwrite to replace it, or --force to replace the whole file"
+#: the same for ``pack``, which can also append to the tensor or name another one
+PACK_REMEDY = ("add --overwrite to replace it, --append to add sequences to it, --name to write another tensor, or "
+               "--force to replace the whole file")
+
+
 class LodWriter:
     """Writes a container atomically: a temp file committed on a clean exit, discarded on an exception.
 
@@ -657,7 +664,9 @@ class LodWriter:
     that appends to it); ``force=True`` replaces the whole file.  An existing
     file that is not a lodtool container is replaced only with ``force=True``
     (an empty file needs nothing).  ``path`` may also be a writable binary
-    stream: the container is then copied to it on commit.
+    stream: the container is then copied to it on commit.  ``remedy`` ends the
+    error that refuses a tensor already there: the options the caller offers
+    (:data:`DEFAULT_REMEDY`, or ``pack``'s :data:`PACK_REMEDY`).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -673,10 +682,11 @@ class LodWriter:
 
     def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, overwrite: bool = False,
                  force: bool = False, compression: str | None = None, compression_level: int | None = None,
-                 fletcher32: bool = True, share_lod: bool = True):
+                 fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY):
         if force and append:
             raise LodUsageError("--append adds to a file and --force replaces it: give one of them")
         self._overwrite = bool(overwrite)
+        self._remedy = remedy
         self._share_lod = bool(share_lod)
         self._compression = filters.normalize_compression(compression, compression_level)
         filters.dataset_options(*self._compression)  # a missing plugin fails here, before any file is touched
@@ -784,9 +794,7 @@ class LodWriter:
         Call it before expensive work; :meth:`add_tensor` calls it too.
         """
         if name in self._existing_names and not (self.append or self._overwrite):
-            raise LodExistsError(f"{self.path} already holds tensor {name!r}: add --overwrite to replace it, "
-                                 "--append to add sequences to it, --name to write another tensor, or --force "
-                                 "to replace the whole file")
+            raise LodExistsError(f"{self.path} already holds tensor {name!r}: {self._remedy}")
 
     def write(self, name: str, tensor: LoDTensor) -> None:
         """Add ``tensor`` as ``name`` (or append it to tensor ``name`` of an appended file)."""

@@ -115,13 +115,13 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     stats: dict = {"bytes_read": 0}
     extra = reader_options(fmt, column, max_memory)
     chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats, extra)
-    from ..container.writer import LodWriter
+    from ..container.writer import PACK_REMEDY, LodWriter
 
     kwargs = {} if compression is None else {"compression": compression}
     rows = sequences = 0
     seen: np.dtype | None = None
     first: LoDTensor | None = None
-    with LodWriter(output, append=append, overwrite=overwrite, force=force, **kwargs) as writer:
+    with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
         writer.check_name(name)  # before any input is read
         tw = None
         for chunk in (_overlapped(chunks) if OVERLAP else chunks):
