@@ -15,8 +15,12 @@ from lodtool.errors import LodFormatError
 
 @pytest.fixture(autouse=True)
 def _kernels_always(monkeypatch):
-    # the Fletcher-32 check is compiled: let small test reads take it, and index on the first long read
-    monkeypatch.setattr(_direct, "FLETCHER_FROM_BYTES", (0, 0))
+    # the Fletcher-32 check is compiled and runs where Numba is loaded: load it, let small test reads take
+    # the direct path, and index on the first long read
+    from lodtool._jit import numba_module
+
+    numba_module()
+    monkeypatch.setattr(_direct, "FLETCHER_FROM_BYTES", 0)
     monkeypatch.setattr(_direct, "_SCAN_FRACTION", 1 << 30)
 
 
@@ -177,3 +181,14 @@ def test_a_read_of_a_compressed_dataset_holds_one_result_array(tmp_path):
             tracemalloc.stop()
     np.testing.assert_array_equal(rows, data)
     assert peak < 1.5 * data.nbytes  # no result allocated for the direct path and then another by libhdf5
+
+
+def test_a_checksummed_read_never_loads_numba_itself(tmp_path):
+    import subprocess
+    import sys
+
+    path = _file(tmp_path, np.arange(40_000, dtype=np.int64), fletcher32=True)
+    code = ("import sys, h5py; from lodtool.container import _direct, _h5; _direct._SCAN_FRACTION = 1 << 30\n"
+            f"f = h5py.File({path!r}, 'r'); rows = _h5.read_rows(f['d'], 0, 40000)\n"
+            "assert (rows == range(40000)).all() and 'numba' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -30,13 +30,15 @@ import os
 import h5py
 import numpy as np
 
-from .._jit import kernels_pay
+from .._jit import numba_loaded
 
 _FLETCHER32 = 3
-#: bytes of one read from which the Fletcher-32 check runs compiled (cold: Numba not imported; warm: imported).
-#: The direct read saves ~0.4 ns a byte over libhdf5 (2-core AMD EPYC: 320 MB in 0.07 s against 0.20 s);
-#: Numba's import plus the cached kernel cost ~0.4 s, so cold it pays from ~1 GB.  Unchecked datasets need no kernel.
-FLETCHER_FROM_BYTES = (1 << 30, 1 << 20)
+#: bytes of one read from which a checksummed dataset is read here, where Numba is loaded already (by an
+#: operator, the JSON formatter, pack).  The direct read saves ~0.4 ns a byte over libhdf5 (2-core AMD EPYC:
+#: 320 MB in 0.07 s against 0.20 s), but it never loads Numba itself: that costs ~0.4 s and ~120 MB of RSS,
+#: which made a plain ``unpack`` of a 2 GB file peak at twice the memory of a 0.5 GB one.  Unchecked datasets
+#: need no kernel.
+FLETCHER_FROM_BYTES = 1 << 20
 #: a read is taken here from this many whole chunks (fewer: libhdf5's per-read cost is already small)
 MIN_CHUNKS = 16
 #: the chunk index is read once libhdf5 has read this fraction of the dataset's chunks through the handle
@@ -130,7 +132,7 @@ def read_whole_chunks(ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) 
         if plan.addresses is None:
             return False
     nbytes = (last - first) * plan.chunk_bytes
-    if plan.checked and not kernels_pay(nbytes, *FLETCHER_FROM_BYTES):
+    if plan.checked and not (numba_loaded() and nbytes >= FLETCHER_FROM_BYTES):
         return False
     addresses = plan.addresses[first:last]
     if (addresses < 0).any():
