@@ -97,7 +97,7 @@ def _plan(ds: h5py.Dataset) -> _Plan | None:
     try:
         plist = ds.id.get_create_plist()
         codes = [int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters())]
-        plain_rows = ds.chunks is not None and tuple(ds.chunks[1:]) == tuple(ds.shape[1:]) and len(ds.shape) >= 1
+        plain_rows = ds.chunks is not None and tuple(ds.chunks[1:]) == tuple(ds.shape[1:])
         if (plain_rows and codes in ([], [_FLETCHER32]) and ds.dtype.isnative and ds.dtype.kind in "biufc"
                 and ds.file.mode == "r" and ds.file.driver == "sec2"):
             plan = _Plan(ds, int(ds.file.id.get_vfd_handle()), bool(codes))
@@ -124,6 +124,9 @@ def read_whole_chunks(ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) 
     last = min(stop, plan.whole_rows) // rows
     if last - first < MIN_CHUNKS:
         return False
+    nbytes = (last - first) * plan.chunk_bytes
+    if plan.checked and not (numba_loaded() and nbytes >= FLETCHER_FROM_BYTES):
+        return False  # before the index: a read that cannot be checked here never pays for one
     if plan.addresses is None:
         plan.read_by_libhdf5 += last - first
         if plan.n_chunks == 0 or plan.read_by_libhdf5 * _SCAN_FRACTION < plan.n_chunks:
@@ -131,9 +134,6 @@ def read_whole_chunks(ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) 
         plan.index(ds)
         if plan.addresses is None:
             return False
-    nbytes = (last - first) * plan.chunk_bytes
-    if plan.checked and not (numba_loaded() and nbytes >= FLETCHER_FROM_BYTES):
-        return False
     addresses = plan.addresses[first:last]
     if (addresses < 0).any():
         return False
