@@ -455,7 +455,7 @@ def atomic_open(target: str | os.PathLike | BinaryIO, mode: str = "wb") -> Itera
             spool.seek(0)
             copy_to_stream(spool, target)
         return
-    with _naming_the_output(os.fspath(target)), AtomicPath(target) as tmp, open(tmp, mode) as f:
+    with atomic_path(target) as tmp, open(tmp, mode) as f:
         yield f
 
 

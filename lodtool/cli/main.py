@@ -115,7 +115,7 @@ class LazyGroup(click.Group):
         if words[:1] != ["pack"]:
             _steady_memory()
         argv = [*(["-q"] if ctx.params.get("quiet") else []), *(["-v"] if ctx.params.get("verbose") else []),
-                *getattr(ctx, "_protected_args", []), *ctx.args]  # for a rerun in an isolated child
+                *words]  # for a rerun in an isolated child
         isolation = os.environ.get(ISOLATION_ENV)
         if isolation is None:  # the CLI decodes opted-in plugin filters in a child (library calls do not)
             os.environ[ISOLATION_ENV] = "1"

@@ -89,7 +89,8 @@ FORMATS = ("json", "jsonl")
 CHUNK_BYTES = 64 << 20
 #: bytes the fast path scans at a time (its outputs then stay in reused, cache-warm memory)
 SCAN_BLOCK = 4 << 20
-#: threads scanning JSON Lines blocks in parallel (None: min(8, lodtool._jit.thread_limit())); 1 scans in the calling thread
+#: threads scanning JSON Lines blocks in parallel (None: min(8, lodtool._jit.thread_limit())); 1 scans in the
+#: calling thread
 SCAN_THREADS: int | None = None
 #: input bytes from which ``fast=None`` takes the Numba scanner rather than the general (orjson) path.
 #: Measured on the project's 2-core EPYC under load (load average 8-11), medians of 3: the general path
