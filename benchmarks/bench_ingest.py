@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import os
 import statistics
 import sys
 import tempfile
@@ -212,6 +213,7 @@ def measure(path: Path, tmp: Path, runs: int, only: set[str] | None = None):
     gc.freeze()  # keeps gc.collect() below cheap; the runs' own garbage is still collected
     for _ in range(runs):
         for key, label, fn in chosen:
+            fresh([tmp / "bench.lod.h5", tmp / "writer.lod.h5"])  # no run pays for freeing or flushing the last
             gc.collect()
             t0 = time.perf_counter()
             results[key] = fn(path, tmp)
@@ -240,6 +242,19 @@ with h5py.File(out, "w") as f:
     for key, buf in buffers.items():
         f.create_dataset(key, data=buf)
 """
+
+
+def fresh(outputs) -> None:
+    """Before a timed write: delete its previous output and flush every dirty page, untimed.
+
+    So no command pays for the one before it: this disk is mounted with
+    ``discard``, which makes freeing a 3.47 GB file cost ~1.5 s (in the unlink,
+    or in the rename or truncate that replaces it), and awkward's h5py write
+    leaves its pages dirty (it does not fsync), for the next command to wait on.
+    """
+    for out in outputs:
+        Path(out).unlink(missing_ok=True)
+    os.sync()
 
 
 def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], list[str]]:
@@ -271,9 +286,12 @@ def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], l
         block = 4 << 20
         cmds["dd"] = ["dd", "if=/dev/zero", f"of={tmp / 'dd.bin'}", f"bs={block}",
                       f"count={-(-none_bytes // block)}", "conv=fdatasync", "status=none"]
+    written_by = {f"pack-{k}": v for k, v in out.items()} | {"awkward+h5py": tmp / "awkward.h5",
+                                                              "dd": tmp / "dd.bin"}
     times: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(runs):
         for name, cmd in cmds.items():
+            fresh([written_by[name]])
             times[name].append(C.run_child(cmd, env=env).check(name).wall)
     med = {k: C.median(v) for k, v in times.items()}
     sizes = {k: v.stat().st_size for k, v in out.items()}
@@ -333,21 +351,24 @@ def whole_process_large(path: Path, tmp: Path, runs: int) -> tuple[list, list[di
             "pack-none": C.lodtool_cmd() + ["-q", "pack", str(big), "-o", str(outs["pack-none"]), "--force",
                                             "--compression", "none"],
             "awkward+h5py": [sys.executable, "-c", AWKWARD_SCRIPT, str(big), str(tmp / "awkward-large.h5")]}
+    written_by = outs | {"awkward+h5py": tmp / "awkward-large.h5", "dd": tmp / "dd-large.bin"}
     times: dict[str, list[float]] = {k: [] for k in cmds}
     none_bytes = None
     for _ in range(max(runs // 2, 1)):
         for name, cmd in list(cmds.items()):
+            fresh([written_by[name]])
             times.setdefault(name, []).append(C.run_child(cmd, env=env).check(name).wall)
             if name == "pack-none" and none_bytes is None and shutil.which("dd"):  # dd runs from here on
                 none_bytes = outs["pack-none"].stat().st_size
                 block = 4 << 20
-                cmds["dd"] = ["dd", "if=/dev/zero", f"of={tmp / 'dd-large.bin'}", f"bs={block}",
+                cmds["dd"] = ["dd", "if=/dev/zero", f"of={written_by['dd']}", f"bs={block}",
                               f"count={-(-none_bytes // block)}", "conv=fdatasync", "status=none"]
+                fresh([written_by["dd"]])
                 times["dd"] = [C.run_child(cmds["dd"], env=env).check("dd").wall]
     med = {k: C.median(v) for k, v in times.items()}
     size = big.stat().st_size
     sizes = {k: v.stat().st_size for k, v in outs.items()}
-    for f in [big, tmp / "dd-large.bin", *outs.values()]:
+    for f in [big, *written_by.values()]:
         f.unlink(missing_ok=True)
     base = med["awkward+h5py"]
     targets = [C.target(f"{what} on a {size / 1e9:.1f} GB input (the fixed start-up spread over more work)",

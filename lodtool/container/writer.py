@@ -56,6 +56,8 @@ MIN_CHUNK_BYTES = 16 << 10
 #: smallest write that computes fletcher32 itself and writes chunks directly (below it, importing
 #: numba would cost more than libhdf5's slower filter)
 DIRECT_MIN_BYTES = 4 << 20
+#: bytes of stored chunks the direct path lays out at a time (in one reused buffer)
+STAGE_BYTES = 2 << 20
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
@@ -138,6 +140,7 @@ class _Column:
         self.direct: bool | None = None
         self.deflate: tuple[int, bool] | bool | None = None  # (level, fletcher32) once known to encode in parallel
         self.unqueued = 0  # bytes written since this column last started the file's write-back
+        self.staging: np.ndarray | None = None  # the direct path's buffer of stored chunks, reused
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
             chunk_rows(row_bytes, target=target)
 
@@ -177,30 +180,45 @@ class _Column:
             k = (self.size // self.rows) * self.rows - self.written
         if k <= 0:
             return
-        block = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
-        rest = block[k:]
-        block = np.ascontiguousarray(block[:k], dtype=self.dtype)
         self.ds.resize(self.written + k, axis=0)
-        if self._direct_ok(block):
-            _write_chunks_direct(self.ds, self.written, block, self.rows)
+        last = self.pending[-1]
+        head = self.n_pending - last.shape[0]  # rows held from earlier calls: less than one chunk
+        if head and k > self.rows:
+            # one chunk made of the held rows and the head of the new block; the rest written from the block
+            need = self.rows - head
+            blocks = [np.concatenate(self.pending[:-1] + [last[:need]]), last[need:need + k - self.rows]]
+            rest = last[need + k - self.rows:]
+        else:
+            whole = last if not head else np.concatenate(self.pending)
+            blocks, rest = [whole[:k]], whole[k:]
+        direct = self._direct_ok(k * self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64)))
+        for block in blocks:
+            self._write(np.ascontiguousarray(block, dtype=self.dtype), direct)
+        self.pending = [np.array(rest)] if rest.shape[0] else []  # own the remainder (< 1 chunk)
+        self.n_pending = int(rest.shape[0])
+
+    def _write(self, block: np.ndarray, direct: bool) -> None:
+        """Write ``block`` at row ``self.written`` (a chunk boundary, inside the dataset's size)."""
+        if block.shape[0] == 0:
+            return
+        if direct:
+            self.staging = _write_chunks_direct(self.ds, self.written, block, self.rows, self.staging)
         elif self._deflate_level(block) is not None:
             from ._deflate import write_chunks
 
             write_chunks(self.ds, self.written, block, self.rows, level=self.deflate[0], fletcher32=self.deflate[1])
         else:
-            self.ds[self.written:self.written + k] = block
+            self.ds[self.written:self.written + block.shape[0]] = block
         checksum.update(self.hasher, block)
-        self.written += k
+        self.written += block.shape[0]
         self.unqueued += block.nbytes
         if self.unqueued >= WRITEBACK_BYTES:  # spread the write-back over the writing (see _writeback)
             start_writeback(self.ds.file)
             self.unqueued = 0
-        self.pending = [np.array(rest)] if rest.shape[0] else []  # own the remainder (< 1 chunk)
-        self.n_pending = int(rest.shape[0])
 
-    def _direct_ok(self, block: np.ndarray) -> bool:
-        """Whether ``block`` can bypass libhdf5's filter pipeline (see :mod:`._fletcher`)."""
-        if block.nbytes < DIRECT_MIN_BYTES or self.written % self.rows:
+    def _direct_ok(self, nbytes: int) -> bool:
+        """Whether a write of ``nbytes`` here can bypass libhdf5's filter pipeline (see :mod:`._fletcher`)."""
+        if nbytes < DIRECT_MIN_BYTES or self.written % self.rows:
             return False
         if self.direct is None:  # decided once per dataset: fletcher32 alone, whole rows per chunk
             self.direct = (filters.filter_ids(self.ds) == [filters.FLETCHER32]
@@ -245,32 +263,47 @@ class _Column:
         self.flush(final=True)
         if self.ds is None:
             self._create(final=True)
+        self.staging = None
         self.ds.attrs[spec.ATTR_DIGEST] = checksum.format_digest(self.hasher)
 
 
-def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: int) -> None:
+def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: int,
+                         staging: np.ndarray | None = None) -> np.ndarray:
     """Write ``block`` at row ``start`` (a chunk boundary) as whole chunks with their fletcher32.
 
     The bytes are what libhdf5's filter would store: the chunk (the last one
-    padded with the fill value, zero), then its Fletcher-32 as a little-endian uint32.
+    padded with the fill value, zero), then its Fletcher-32 as a little-endian
+    uint32.  Groups of chunks are laid out with their sums in ``staging`` (one
+    vectorized copy per group, not one per chunk), which is returned for the
+    next call to reuse.
     """
     from ._fletcher import fletcher32_chunks
 
     chunk_bytes = rows * (block.nbytes // max(block.shape[0], 1))
-    n_chunks = -(-block.shape[0] // rows)
     flat = block.reshape(-1).view(np.uint8)
-    if flat.shape[0] < n_chunks * chunk_bytes:
-        padded = np.zeros(n_chunks * chunk_bytes, np.uint8)
-        padded[: flat.shape[0]] = flat
-        flat = padded
-    sums = fletcher32_chunks(flat, chunk_bytes).astype("<u4").view(np.uint8).reshape(-1, 4)
-    buf = np.empty(chunk_bytes + 4, np.uint8)
+    full = flat.shape[0] // chunk_bytes
+    sums = fletcher32_chunks(flat[:full * chunk_bytes], chunk_bytes)
+    last = None
+    if flat.shape[0] > full * chunk_bytes:  # a short last chunk, padded
+        last = np.zeros(chunk_bytes, np.uint8)
+        last[:flat.shape[0] - full * chunk_bytes] = flat[full * chunk_bytes:]
+        sums = np.append(sums, fletcher32_chunks(last, chunk_bytes))
+    sums = sums.astype("<u4").view(np.uint8).reshape(-1, 4)
+    group = max(STAGE_BYTES // (chunk_bytes + 4), 1)
+    if staging is None or staging.shape != (group, chunk_bytes + 4):
+        staging = np.empty((group, chunk_bytes + 4), np.uint8)
     zeros = (0,) * (block.ndim - 1)
     dsid = ds.id
-    for i in range(n_chunks):
-        buf[:chunk_bytes] = flat[i * chunk_bytes:(i + 1) * chunk_bytes]
-        buf[chunk_bytes:] = sums[i]
-        write_direct_chunk(dsid, (start + i * rows,) + zeros, buf)  # under h5py's lock (older h5py skips it)
+    for first in range(0, sums.shape[0], group):
+        count = min(group, sums.shape[0] - first)
+        whole = max(min(count, full - first), 0)
+        staging[:whole, :chunk_bytes] = flat[first * chunk_bytes:(first + whole) * chunk_bytes].reshape(whole, -1)
+        if whole < count:
+            staging[whole, :chunk_bytes] = last
+        staging[:count, chunk_bytes:] = sums[first:first + count]
+        for i in range(count):
+            write_direct_chunk(dsid, (start + (first + i) * rows,) + zeros, staging[i])  # under h5py's lock
+    return staging
 
 
 def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: int) -> None:
