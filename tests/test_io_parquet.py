@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lodtool import LoDTensor, from_nested
+from lodtool._jit import thread_limit
 from lodtool.errors import LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodUsageError
 from tests.strategies import lod_tensors
 
@@ -54,12 +55,42 @@ def test_reads_row_group_by_row_group(tmp_path, monkeypatch):
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, i, **kw: reads.append(i) or real(self, i, **kw))
     chunks = iter_parquet([path], column="tokens")
     first = next(chunks)
-    assert reads == [0] and len(first) == 10
+    # bounded: the first row group, and at most one per thread read ahead of it
+    assert sorted(reads) == list(range(len(reads))) and len(reads) <= thread_limit() + 1 and len(first) == 10
     rest = list(chunks)
-    assert reads == list(range(10)) and sum(len(c) for c in rest) == 90
+    assert sorted(reads) == list(range(10)) and sum(len(c) for c in rest) == 90
     whole = read_parquet(path, column="tokens")
     assert whole.to_nested() == table["tokens"].to_pylist()
     assert whole.offsets[0].dtype == np.int64
+
+
+def test_one_thread_reads_one_row_group_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", "1")
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"tokens": pa.array([[i] * (i % 3) for i in range(40)])}), path, row_group_size=10)
+    reads = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, i, **kw: reads.append(i) or real(self, i, **kw))
+    chunks = iter_parquet([path])
+    next(chunks)
+    assert reads == [0]
+    list(chunks)
+    assert reads == [0, 1, 2, 3]
+
+
+def test_a_damaged_row_group_is_named_and_the_ones_before_it_come_first(tmp_path):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"tokens": pa.array([[i, i + 1] for i in range(60)])}), path, row_group_size=10,
+                   compression="zstd")
+    at = pq.ParquetFile(path).metadata.row_group(3).column(0).data_page_offset
+    raw = bytearray(path.read_bytes())
+    raw[at:at + 16] = b"\xff" * 16  # the page header of row group 3
+    path.write_bytes(bytes(raw))
+    got = []
+    with pytest.raises(LodInputError, match=r"x\.parquet: row group 3, column 'tokens': cannot read it"):
+        for chunk in iter_parquet([path]):
+            got.append(len(chunk))
+    assert sum(got) <= 30  # only the row groups before it, in order
 
 
 def test_level_names_survive_the_file():

@@ -1,8 +1,8 @@
 """Parquet: a column of nested lists in, one row group per chunk out.
 
 Reading goes row group by row group (``pq.ParquetFile.read_row_group`` of the
-one column), so memory holds one row group's column at a time, whatever the
-file size.  Lists are read as ``large_list`` (64-bit offsets) where the file
+one column), a few decoded at once on as many cores, so memory holds that many
+row groups' column at a time, whatever the file size.  Lists are read as ``large_list`` (64-bit offsets) where the file
 has no stored Arrow schema that says otherwise, so no chunk overflows 2**31
 values.  The conversion is :func:`lodtool.io.arrow.from_arrow`'s: a null is an
 error naming its row (counted over the whole file).
@@ -102,19 +102,55 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterat
 def _row_groups(pf, index: int, field, names, label: str) -> Iterator[LoDTensor]:
     pa = _pa()
 
+    def read(g: int):
+        try:
+            return pf.read_row_group(g, columns=[field.name]).column(0), None
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            return None, f"cannot read it ({str(exc).splitlines()[0]})"
+
     def converted():
         base = 0
-        for g in range(pf.num_row_groups):
+        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups)):
             where = f"{label}: row group {g}, column {field.name!r}"
-            try:
-                col = pf.read_row_group(g, columns=[field.name]).column(0)
-            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-                raise LodInputError(f"{where}: cannot read it ({str(exc).splitlines()[0]})") from None
+            if problem is not None:
+                raise LodInputError(f"{where}: {problem}")
             for chunk in col.chunks:
                 yield where, _convert(chunk, where=where, row_base=base, validate=False)
                 base += len(chunk)
 
     yield from valid_chunks(converted(), names)
+
+
+def _prefetched(read, count: int) -> Iterator:
+    """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once.
+
+    One row group of one column decodes on one core (pyarrow parallelizes over
+    columns and row groups, not within one), so reading them one by one left the
+    other cores idle: ``pack`` of a 124 MB zstd file (60M int64 tokens) read in
+    1.0 s what ``read_table`` reads in 0.6 s here (2 cores).  Memory holds that
+    many row groups instead of one.
+    """
+    from .._jit import thread_limit
+
+    depth = min(thread_limit(), count)
+    if depth <= 1:
+        for g in range(count):
+            yield read(g)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(depth, thread_name_prefix="lodtool-parquet") as pool:
+        ahead: deque = deque(pool.submit(read, g) for g in range(depth))
+        try:
+            for g in range(count):
+                result = ahead.popleft().result()
+                if g + depth < count:
+                    ahead.append(pool.submit(read, g + depth))
+                yield result
+        finally:
+            for future in ahead:  # stopped early: drop what was read ahead
+                future.cancel()
 
 
 def read_parquet(source: Any, *, column: str | None = None) -> LoDTensor:
