@@ -148,6 +148,13 @@ def test_writer_shape_checks(path):
     assert not os.listdir(os.path.dirname(path))
 
 
+def test_commit_inside_with_is_the_commit(path):
+    with LodWriter(path) as w:
+        w.write("x", LoDTensor(np.arange(3), [[0, 1, 3]]))
+        w.commit()  # the block's end does not commit (or fail) a second time
+    assert load(path, "x").lod == [[0, 1, 3]]
+
+
 def test_writer_without_with(path):
     w = LodWriter(path)
     tw = w.add_tensor("x", dtype=writer.AUTO, lod_level=1)

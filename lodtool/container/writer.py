@@ -951,7 +951,8 @@ class LodWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.commit()
+            if not self._done:  # an explicit commit() inside the block already finished the file
+                self.commit()
         else:
             self.abort()
 
