@@ -318,6 +318,10 @@ def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], l
         rows.append([name, C.fmt_s(med[name]), f"{size_in / med[name] / 1e6:.0f}", ratio,
                      f"{written:,}" if written else "–",
                      f"{written / med[name] / 1e6:.0f}" if written else "–"])
+    notes.append("Every timed write (in process and whole process, lodtool's and the anchors') starts with its "
+                 "previous output deleted and the disk synced, untimed: this disk is mounted with `discard`, so "
+                 "freeing a 3.47 GB file costs ~1.5 s to whoever replaces it, and awkward's h5py write leaves its "
+                 "pages dirty (no fsync) for the next command to wait on.")
     if "dd" in med:
         notes.append(f"`pack --compression none` took {C.fmt_x(med['pack-none'] / med['dd'])} the time of `dd` "
                      f"writing its {none_bytes:,} bytes with fdatasync (the disk's own speed).")

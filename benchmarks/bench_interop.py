@@ -204,7 +204,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         C.target("`lodtool pack x.parquet` ≥ 1× `pq.read_table` + `from_arrow`", f"{C.fmt_s(ipk)} in process "
                  f"({C.fmt_s(pk)} as a process)", f"{C.fmt_s(ird)} ({C.fmt_s(rd)})",
                  C.fmt_x(ird / ipk) + " the speed", ipk <= ird, "≥ 1×"),
-        C.target("`lodtool pack x.parquet` peak RSS bounded (one row group at a time)", C.fmt_bytes(pk_rss),
+        C.target("`lodtool pack x.parquet` peak RSS bounded (a row group per thread at a time)", C.fmt_bytes(pk_rss),
                  f"read_table + from_arrow {C.fmt_bytes(rd_rss)}", C.fmt_x(pk_rss / rd_rss), pk_rss < rd_rss,
                  "below the whole-table read"),
         C.target("`lodtool unpack --to parquet` ≤ 1.2× `pq.write_table`", f"{C.fmt_s(iup)} in process "
