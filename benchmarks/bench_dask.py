@@ -12,7 +12,8 @@ threads would otherwise let the 1-worker run use both cores as well).
 Interleaved over the runs:
 
 * ``pool``: ``lodtool.dask.read(DIR, partition_size=64MB).pool("sum").to_container(OUT)``,
-  read, computed and written as one shard per partition, then the manifest;
+  read, computed and written as one shard per partition, then the manifest
+  (and on 1 worker at 256MB too: the two sizes give the whole cost of a partition);
 * parallel ``pack``: ``lodtool.dask.pack(INPUTS, OUT, dtype="float32")``, one
   shard per input file.
 
@@ -41,6 +42,8 @@ TAG = "dask"
 #: size -> (bytes of float32 data in the sharded input, JSONL inputs, bytes of each)
 SIZES = {"tiny": (16 << 20, 4, 1 << 20), "small": (256 << 20, 8, 16 << 20), "full": (4 << 30, 8, 128 << 20)}
 PARTITION = "64MB"
+#: the larger partitions a second 1-worker ``pool`` runs on: the two runs give the whole cost per partition
+PARTITION_LARGE = "256MB"
 N_SHARDS = 8
 
 
@@ -124,11 +127,13 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             bag = lod_dask.read(d / "in", partition_size=PARTITION)
             pool_bag = bag.pool("sum")
             n_parts = bag.npartitions
+            large_bag = lod_dask.read(d / "in", partition_size=PARTITION_LARGE).pool("sum")
+            n_large = large_bag.npartitions
 
-            def pool_on(k):
+            def pool_on(k, which=pool_bag):
                 def go():
                     out = d / f"pool{k}"
-                    pool_bag.to_container(out, scheduler=clients[k])
+                    which.to_container(out, scheduler=clients[k])
                     shutil.rmtree(out)
                 return go
 
@@ -139,7 +144,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                     shutil.rmtree(out)
                 return go
 
-            pool_t = C.interleaved({"1": pool_on(1), "2": pool_on(2)}, runs)
+            pool_t = C.interleaved({"1": pool_on(1), "2": pool_on(2), "1 large": pool_on(1, large_bag)}, runs)
             C.progress(TAG, f"pool: 1 worker {C.median(pool_t['1']):.2f} s, 2 workers {C.median(pool_t['2']):.2f} s")
             pack_t = C.interleaved({"1": pack_on(1), "2": pack_on(2)}, runs)
             C.progress(TAG, f"pack: 1 worker {C.median(pack_t['1']):.2f} s, 2 workers {C.median(pack_t['2']):.2f} s")
@@ -162,6 +167,15 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
     overhead = C.median(noop_t) / n_noop
     per_byte = t1 / info["bytes"]  # 1 worker: seconds of read + pool + write per input byte
     five_pct = overhead / (0.05 * per_byte)
+    # t = partitions * c + bytes * b on 1 worker, from the two partition sizes: c is everything a partition costs
+    # beyond its bytes (the scheduler, opening the file, reading its offsets, writing and fsyncing one shard)
+    t_large = C.median(pool_t["1 large"])
+    if n_parts > n_large:
+        per_part = max((t1 - t_large) / (n_parts - n_large), 0.0)
+        per_byte_work = (t1 - n_parts * per_part) / info["bytes"]
+        five_pct_whole = per_part / (0.05 * per_byte_work) if per_byte_work > 0 else float("nan")
+    else:  # small inputs: shards smaller than either partition size, so both runs had the same partitions
+        per_part = per_byte_work = five_pct_whole = float("nan")
     pack_bytes = n_inputs * each
     targets = [
         C.target(f"`lodtool.dask` `pool` (sum), {C.fmt_bytes(info['bytes'])} sharded input, 2 process workers vs 1",
@@ -176,12 +190,21 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         C.target("partition size at which that overhead is under 5% of a partition's `pool` work",
                  C.fmt_bytes(five_pct), f"`pool` costs {per_byte * 1e9:.2f} ns/byte on 1 worker", "—", None,
                  "measured"),
+        C.target(f"whole cost per partition of `pool` (1 worker; from the runs at {PARTITION} and "
+                 f"{PARTITION_LARGE}: scheduler, file open and offsets, one shard written and fsynced)",
+                 f"{per_part * 1e3:.1f} ms" if per_part == per_part else "n/a (the same partitions at both sizes)",
+                 f"{per_byte_work * 1e9:.2f} ns/byte of work" if per_part == per_part else "—", "—", None,
+                 "measured"),
+        C.target("partition size at which that whole cost is under 5% of a partition's `pool` work",
+                 C.fmt_bytes(five_pct_whole) if five_pct_whole == five_pct_whole else "n/a", "—", "—", None,
+                 "measured"),
     ]
     tables = [{
         "title": "Wall times (median of interleaved runs)",
         "head": ["work", "1 worker", "2 workers", "speed-up"],
         "rows": [[f"`pool` sum, {n_parts} partitions of ≤ {PARTITION}, read + compute + write one shard each",
                   C.fmt_s(t1), C.fmt_s(t2), C.fmt_x(t1 / t2)],
+                 [f"`pool` sum, {n_large} partitions of ≤ {PARTITION_LARGE}", C.fmt_s(t_large), "—", "—"],
                  [f"parallel `pack`, {n_inputs} inputs, one shard each", C.fmt_s(p1), C.fmt_s(p2), C.fmt_x(p1 / p2)],
                  [f"{n_noop} empty partitions (scheduler overhead)", C.fmt_s(C.median(noop_t)), "—", "—"]],
     }]
@@ -197,7 +220,10 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             "notes": notes, "meta": {"pool": pool_t, "pack": pack_t, "noop": noop_t, "n_noop": n_noop,
                                      "partitions": n_parts, "bytes": info["bytes"], "pack_bytes": pack_bytes,
                                      "overhead_s": overhead, "pool_s_per_byte": per_byte,
-                                     "five_percent_bytes": five_pct}}
+                                     "five_percent_bytes": five_pct, "partitions_large": n_large,
+                                     **{k: (v if v == v else None) for k, v in  # NaN: not measured
+                                        (("per_partition_s", per_part), ("work_s_per_byte", per_byte_work),
+                                         ("five_percent_whole_bytes", five_pct_whole))}}}
 
 
 def main(argv=None) -> int:
