@@ -89,6 +89,9 @@ def test_pack_into_a_folder_append_and_refusals(corpus, tmp_path):
     assert sorted(os.listdir(d / "other")) == ["notes.txt"]
     missing = run("inspect", d / "other", ok=False)
     assert missing.exit_code != 0 and MANIFEST_NAME in missing.output and "Traceback" not in missing.output
+    narrowed = run("pack", d / "a.jsonl", "-o", f"{d / 'narrow'}/", "--dtype", "auto-int", ok=False)
+    assert narrowed.exit_code != 0 and "one dtype for every shard" in narrowed.output
+    assert not (d / "narrow").exists()
 
 
 def _uneven(d, t: LoDTensor):

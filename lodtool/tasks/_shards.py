@@ -127,6 +127,12 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     """
     from ..container.shards import ShardWriter, read_manifest
 
+    from ._pack import AUTO_INT
+
+    if isinstance(dtype, str) and dtype == AUTO_INT:  # it narrows per container: shards could disagree
+        raise LodUsageError("--dtype auto-int picks the narrowest dtype per container, and a sharded folder needs "
+                            "one dtype for every shard; give the dtype (say int32), or pack into one file and "
+                            "split it with lodtool shard")
     folder = os.fspath(folder)
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
     options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
