@@ -86,16 +86,12 @@ def _power_of_five_table() -> np.ndarray:
             c = 2 ** (z + 127) // power5 + 1
         else:
             c = 2 ** (2 * z + 128) // power5 + 1
-            while c >= 1 << 128:
-                c //= 2
+            c >>= max(c.bit_length() - 128, 0)  # halved until below 2**128, in one shift
         out.append(c)
     for q in range(0, 309):
         power5 = 5 ** q
-        while power5 < 1 << 127:
-            power5 *= 2
-        while power5 >= 1 << 128:
-            power5 //= 2
-        out.append(power5)
+        bits = power5.bit_length()  # scaled into [2**127, 2**128), in one shift
+        out.append(power5 << (128 - bits) if bits < 128 else power5 >> (bits - 128))
     flat = []
     for c in out:
         flat.append(c >> 64)
