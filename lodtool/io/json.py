@@ -1051,6 +1051,10 @@ class _Buffer:
 
 #: the first read of an input of unknown size
 _FIRST_READ = 1 << 20
+#: the first read of a larger file: its first chunk reaches the writer sooner (the buffer then doubles up
+#: to the chunk size). Measured (100 MB of JSON Lines, 2-core AMD EPYC): a first read of the whole 64 MB
+#: chunk handed the writer its first rows after 60-130 ms of an uncompressed ``pack``'s 0.9 s.
+_FIRST_FILE_READ = 8 << 20
 
 
 def _new_buffer(inp: _Input, chunk_bytes: int) -> _Buffer:
@@ -1063,7 +1067,8 @@ def _new_buffer(inp: _Input, chunk_bytes: int) -> _Buffer:
             size = len(inp.stream.getbuffer()) - inp.stream.tell()
     except (OSError, AttributeError, ValueError):  # pragma: no cover - a path always has a descriptor
         size = None
-    first = min(chunk_bytes, size + 1) if size is not None else min(chunk_bytes, _FIRST_READ)
+    first = min(chunk_bytes, size + 1, _FIRST_FILE_READ) if size is not None \
+        else min(chunk_bytes, _FIRST_READ)
     return _Buffer(first, chunk_bytes)
 
 
