@@ -33,8 +33,8 @@ set_device_hooks(loader=lambda: importlib.import_module("lodtool.ops._backend"))
 
 #: public name -> (module, attribute), resolved lazily
 _LAZY = {
-    "open": ("lodtool.container.reader", "open_file"),
-    "load": ("lodtool.container.reader", "load"),
+    "open": ("lodtool.container.shards", "open_path"),
+    "load": ("lodtool.container.shards", "load_path"),
     "save": ("lodtool.container.writer", "save"),
     "LodWriter": ("lodtool.container.writer", "LodWriter"),
     "validate_file": ("lodtool.container.checks", "validate_file"),

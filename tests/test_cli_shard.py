@@ -66,6 +66,25 @@ def test_operators_on_a_folder_and_on_dask_threads_give_the_same_bytes(corpus):
     assert plan == json.loads(run("pack-plan", d / "one.lod.h5", "--json").stdout)
 
 
+def test_partition_size_sets_the_dask_partitions_and_needs_a_scheduler(corpus):
+    d, t = corpus
+    run("pool", d / "one.lod.h5", "--type", "sum", "-o", d / "want.lod.h5")
+    counts = []
+    for size in ("256B", "64MB"):
+        out = d / f"parts-{size}"
+        run("pool", d / "one.lod.h5", "--type", "sum", "-o", f"{out}/", "--scheduler", "threads",
+            "--partition-size", size)
+        counts.append(len(read_manifest(out).shards))
+        got = load(out)  # a sharded folder loads as one tensor
+        assert got.data.tobytes() == load(d / "want.lod.h5").data.tobytes()
+    assert counts[0] > counts[1] == 1
+    bad = run("pool", d / "one.lod.h5", "--type", "sum", "-o", d / "x.lod.h5", "--partition-size", "1MB", ok=False)
+    assert bad.exit_code == 2 and "--scheduler" in bad.output and not (d / "x.lod.h5").exists()
+    bad = run("reverse", d / "one.lod.h5", "-o", f"{d / 'y'}/", "--scheduler", "threads", "--partition-size", "lots",
+              ok=False)
+    assert bad.exit_code != 0 and "bad size 'lots'" in bad.output and "Traceback" not in bad.output
+
+
 def validate_ok(path) -> bool:
     return run("validate", path, ok=False).exit_code == 0
 

@@ -364,3 +364,19 @@ def test_validate_reports_broken_lod_inside_a_shard(tmp_path):
         h5["tensor/lod/1"][2] = 10**6
     report = validate_sharded(folder)
     assert not report.ok and report.problems[0].file.endswith(shard_name(0))
+
+
+def test_load_and_open_take_a_sharded_folder(tmp_path):
+    import lodtool
+
+    t = LoDTensor(np.arange(50, dtype=np.int32), [[0, 20, 21, 50]])
+    with ShardWriter(tmp_path / "s", shard_size=64, name="ids") as w:
+        w.write(t)
+    assert len(read_manifest(tmp_path / "s").shards) > 1
+    for ref, name in ((tmp_path / "s", None), (f"{tmp_path / 's'}:ids", None), (tmp_path / "s", "ids")):
+        got = lodtool.load(ref, name)
+        assert got.lod == t.lod and got.data.tobytes() == t.data.tobytes()
+    with lodtool.open(tmp_path / "s") as f:
+        assert f.tensor("ids").head(1).lod == [[0, 20]]
+    with pytest.raises(LodFileNotFoundError, match="no tensor named 'nope'"):
+        lodtool.load(tmp_path / "s", "nope")

@@ -246,6 +246,14 @@ def message(ctx: click.Context, text: str) -> None:
         click.echo(printable(text), err=True)
 
 
+def partition_size_option(f):
+    """``--partition-size SIZE``: the bytes of rows in one Dask partition (with ``--scheduler``)."""
+    return click.option("--partition-size", default=None, metavar="SIZE",
+                        help="With --scheduler: about this many bytes of rows per partition, whole top-level "
+                             "sequences (default 64MB; each partition also costs ~24 ms of opening, planning and "
+                             "writing its shard, see docs/scale.md).")(f)
+
+
 def scheduler_options(f):
     """``--scheduler processes|threads|ADDRESS`` and ``--workers N``: run on Dask instead of in this process."""
     f = click.option("--workers", type=click.IntRange(min=1), default=None,

@@ -31,10 +31,14 @@ class opt_result:
         self.__dict__.update(info)
 
 
-def _on_dask(ctx, op: str, file: str, output: str, scheduler: str, workers, device: str, as_json: bool, **options):
+def _on_dask(ctx, op: str, file: str, output: str, scheduler: str, workers, device: str, as_json: bool,
+             partition_size: str | None = None, **options):
     """The operator on Dask (``--scheduler``), with a bar counting partitions."""
     from .. import tasks
     from ._render import partition_progress
+
+    if partition_size is not None:
+        options["partition_size"] = opt.parse_size(partition_size)
 
     if device != "cpu":
         raise click.UsageError("--scheduler runs the CPU kernels; drop --device cuda")
@@ -42,6 +46,11 @@ def _on_dask(ctx, op: str, file: str, output: str, scheduler: str, workers, devi
         raise click.UsageError("--scheduler writes files or folders, not stdout")
     with partition_progress(f"{op} partitions", not opt.is_quiet(ctx) and not as_json) as tick:
         return tasks.on_dask(op, file, output, scheduler=scheduler, workers=workers, progress=tick, **options)
+
+
+def _no_partitions_without_scheduler(partition_size: str | None) -> None:
+    if partition_size is not None:
+        raise click.UsageError("--partition-size sizes the Dask partitions: give it with --scheduler")
 
 
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
@@ -55,19 +64,21 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @opt.max_memory_option
     @opt.device_option
     @opt.scheduler_options
+    @opt.partition_size_option
     @opt.json_option
     @click.pass_context
     def command(ctx, file, name, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-                workers, as_json, **kwargs):
+                workers, partition_size, as_json, **kwargs):
         from .. import tasks
 
         file, name = opt.tensor_ref(file, name)
         if scheduler:
-            info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, name=name,
-                            out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory),
+            info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, partition_size,
+                            name=name, out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory),
                             overwrite=overwrite, force=force, **kwargs)
             _report(ctx, opt_result(info), as_json, verb)
             return
+        _no_partitions_without_scheduler(partition_size)
         with opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
                                              max_memory=opt.parse_size(max_memory), device=device,
@@ -133,10 +144,11 @@ reverse = _file_op(
 @opt.max_memory_option
 @opt.device_option
 @opt.scheduler_options
+@opt.partition_size_option
 @opt.json_option
 @click.pass_context
 def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-           workers, as_json):
+           workers, partition_size, as_json):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -155,11 +167,12 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
     x_path, x_name = opt.parse_file_ref(x)
     y_path, y_name = opt.parse_file_ref(y)
     if scheduler:
-        info = _on_dask(ctx, "expand", x_path, output, scheduler, workers, device, as_json, name=x_name, y=y_path,
-                        y_name=y_name, ref_level=ref_level, out_name=out_name, compression=compression,
+        info = _on_dask(ctx, "expand", x_path, output, scheduler, workers, device, as_json, partition_size,
+                        name=x_name, y=y_path, y_name=y_name, ref_level=ref_level, out_name=out_name, compression=compression,
                         max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force)
         _report(ctx, opt_result(info), as_json, "expanded")
         return
+    _no_partitions_without_scheduler(partition_size)
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
                               compression=compression, max_memory=opt.parse_size(max_memory), device=device,
@@ -181,10 +194,11 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
 @opt.max_memory_option
 @opt.device_option
 @opt.scheduler_options
+@opt.partition_size_option
 @opt.json_option
 @click.pass_context
 def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory, device, scheduler, workers,
-        as_json):
+        partition_size, as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -203,10 +217,11 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
     file, name = opt.tensor_ref(file, name)
     opt.refuse_binary_on_terminal(output, "npz")
     if scheduler:
-        info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, name=name,
+        info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, partition_size, name=name,
                         pad_value=pad_value, maxlen=maxlen, level=level, truncate=truncate,
                         max_memory=opt.parse_size(max_memory))
     else:
+        _no_partitions_without_scheduler(partition_size)
         with opt.input_path(file) as src:
             info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
                              maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
@@ -249,9 +264,10 @@ def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, dev
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
 @opt.device_option
 @opt.scheduler_options
+@opt.partition_size_option
 @opt.json_option
 @click.pass_context
-def pack_plan(ctx, file, name, level, device, scheduler, workers, as_json):
+def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size, as_json):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
     the order (as torch's PackedSequence).  Reads the offsets only.  A length
@@ -267,8 +283,10 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, as_json):
 
     file, name = opt.tensor_ref(file, name)
     if scheduler:  # the partitions' offsets read in parallel, the plan made once
-        plan = _on_dask(ctx, "pack_plan", file, None, scheduler, workers, device, True, name=name, level=level)
+        plan = _on_dask(ctx, "pack_plan", file, None, scheduler, workers, device, True, partition_size, name=name,
+                        level=level)
     else:
+        _no_partitions_without_scheduler(partition_size)
         with opt.input_path(file) as src:
             plan = tasks.pack_plan(src, name=name, level=level, device=device)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,

@@ -1213,6 +1213,27 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
     return open_file(path, max_memory=max_memory)
 
 
+def load_path(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
+    """Read a whole tensor, validated, from a container file or a sharded folder (``lodtool.load``).
+
+    ``path`` may be ``PATH:tensor``; ``max_memory`` is checked as by :func:`.reader.load`.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = tempfile.mkdtemp()
+    >>> with ShardWriter(os.path.join(d, "s"), shard_size=64) as w:
+    ...     w.write(LoDTensor(np.arange(40), [[0, 10, 40]]))
+    >>> load_path(os.path.join(d, "s")).lod
+    [[0, 10, 40]]
+    """
+    from .reader import load
+
+    ref, tensor = _spec.resolve_tensor_ref(path, name)
+    if is_sharded(ref):
+        with open_sharded(ref, max_memory=max_memory) as f:
+            return f.tensor(tensor).read()
+    return load(path, name, max_memory=max_memory)
+
+
 # -- checks ---------------------------------------------------------------------------------------------------
 def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None):
     """Validate every shard, plus the manifest against the shards: a ``FileReport`` for the folder.
