@@ -260,7 +260,7 @@ def _is_folder_target(output: str) -> bool:
 
 def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers: int | None = None,
             progress: Callable[[int, int], None] | None = None, name: str | None = None,
-            partition_size: int | str = "64MB", compression: str | None = None, out_name: str | None = None,
+            partition_size: int | str | None = None, compression: str | None = None, out_name: str | None = None,
             max_memory: int | None = None, overwrite: bool = False, force: bool = False, **options):
     """Run the operator ``op`` over a file or sharded folder on a Dask scheduler (``lodtool <op> --scheduler``).
 
@@ -270,7 +270,8 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
     one-process rule for an output that exists (a folder holding a sharded
     container counts as one tensor there).  ``pad`` writes its NPZ and
     ``pack_plan`` returns the plan, as without a scheduler.  Each partition is
-    a range of whole top-level sequences of about ``partition_size`` bytes;
+    a range of whole top-level sequences of about ``partition_size`` bytes
+    (default :data:`lodtool.interop.dask.DEFAULT_PARTITION_SIZE`);
     ``progress(done, total)`` counts partitions.
 
     >>> import os, tempfile, numpy as np
@@ -281,9 +282,10 @@ def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers
     >>> load(os.path.join(d, "p.lod.h5")).data.tolist(), r["sequences"]
     ([1.0, 14.0], 2)
     """
-    from ..interop.dask import read
+    from ..interop.dask import DEFAULT_PARTITION_SIZE, read
 
     path = os.fspath(path)
+    partition_size = DEFAULT_PARTITION_SIZE if partition_size is None else partition_size
     if op == "expand":
         y, y_name, ref_level = options.pop("y"), options.pop("y_name", None), options.pop("ref_level", -1)
         bag = read(path, name, partition_size=partition_size, max_memory=max_memory).expand(y, y_name, ref_level)
