@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -247,11 +248,18 @@ def message(ctx: click.Context, text: str) -> None:
 
 
 def partition_size_option(f):
-    """``--partition-size SIZE``: the bytes of rows in one Dask partition (with ``--scheduler``)."""
+    """``--partition-size SIZE``: the bytes of rows in one Dask partition, refused without ``--scheduler``."""
+
+    @functools.wraps(f)  # keeps the options declared so far (click keeps them on the function)
+    def command(*args, **kwargs):
+        if kwargs.get("partition_size") is not None and not kwargs.get("scheduler"):
+            raise click.UsageError("--partition-size sizes the Dask partitions: give it with --scheduler")
+        return f(*args, **kwargs)
+
     return click.option("--partition-size", default=None, metavar="SIZE",
                         help="With --scheduler: about this many bytes of rows per partition, whole top-level "
                              "sequences (default 64MB; each partition also costs ~24 ms of opening, planning and "
-                             "writing its shard, see docs/scale.md).")(f)
+                             "writing its shard, see docs/scale.md).")(command)
 
 
 def scheduler_options(f):

@@ -48,11 +48,6 @@ def _on_dask(ctx, op: str, file: str, output: str, scheduler: str, workers, devi
         return tasks.on_dask(op, file, output, scheduler=scheduler, workers=workers, progress=tick, **options)
 
 
-def _no_partitions_without_scheduler(partition_size: str | None) -> None:
-    if partition_size is not None:
-        raise click.UsageError("--partition-size sizes the Dask partitions: give it with --scheduler")
-
-
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @click.command(name)
     @click.argument("file")
@@ -74,11 +69,10 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
         file, name = opt.tensor_ref(file, name)
         if scheduler:
             info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, partition_size,
-                            name=name, out_name=out_name, compression=compression, max_memory=opt.parse_size(max_memory),
-                            overwrite=overwrite, force=force, **kwargs)
+                            name=name, out_name=out_name, compression=compression,
+                            max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force, **kwargs)
             _report(ctx, opt_result(info), as_json, verb)
             return
-        _no_partitions_without_scheduler(partition_size)
         with opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
                                              max_memory=opt.parse_size(max_memory), device=device,
@@ -168,11 +162,11 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
     y_path, y_name = opt.parse_file_ref(y)
     if scheduler:
         info = _on_dask(ctx, "expand", x_path, output, scheduler, workers, device, as_json, partition_size,
-                        name=x_name, y=y_path, y_name=y_name, ref_level=ref_level, out_name=out_name, compression=compression,
-                        max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force)
+                        name=x_name, y=y_path, y_name=y_name, ref_level=ref_level, out_name=out_name,
+                        compression=compression, max_memory=opt.parse_size(max_memory), overwrite=overwrite,
+                        force=force)
         _report(ctx, opt_result(info), as_json, "expanded")
         return
-    _no_partitions_without_scheduler(partition_size)
     with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
                               compression=compression, max_memory=opt.parse_size(max_memory), device=device,
@@ -221,7 +215,6 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
                         pad_value=pad_value, maxlen=maxlen, level=level, truncate=truncate,
                         max_memory=opt.parse_size(max_memory))
     else:
-        _no_partitions_without_scheduler(partition_size)
         with opt.input_path(file) as src:
             info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
                              maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
@@ -286,7 +279,6 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
         plan = _on_dask(ctx, "pack_plan", file, None, scheduler, workers, device, True, partition_size, name=name,
                         level=level)
     else:
-        _no_partitions_without_scheduler(partition_size)
         with opt.input_path(file) as src:
             plan = tasks.pack_plan(src, name=name, level=level, device=device)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
