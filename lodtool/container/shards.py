@@ -1231,7 +1231,7 @@ def load_path(path: str | os.PathLike, name: str | None = None, *, max_memory: i
     if is_sharded(ref):
         with open_sharded(ref, max_memory=max_memory) as f:
             return f.tensor(tensor).read()
-    return load(path, name, max_memory=max_memory)
+    return load(ref, tensor, max_memory=max_memory)
 
 
 # -- checks ---------------------------------------------------------------------------------------------------

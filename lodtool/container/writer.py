@@ -135,14 +135,18 @@ class _Column:
         self.pending: list[np.ndarray] = []
         self.n_pending = 0
         self.written = int(dataset.shape[0]) if dataset is not None else 0
-        row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
         self.target = target
         self.direct: bool | None = None
         self.deflate: tuple[int, bool] | bool | None = None  # (level, fletcher32) once known to encode in parallel
         self.unqueued = 0  # bytes written since this column last started the file's write-back
         self.staging: np.ndarray | None = None  # the direct path's buffer of stored chunks, reused
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
-            chunk_rows(row_bytes, target=target)
+            chunk_rows(self.row_bytes, target=target)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row (the dtype may still widen: see ``TensorWriter._promote``)."""
+        return self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
 
     @property
     def size(self) -> int:
@@ -151,8 +155,7 @@ class _Column:
     def _create(self, final: bool) -> None:
         rows = self.rows
         if final:  # everything is known: a small dataset gets a small chunk
-            row_bytes = self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
-            rows = min(rows, chunk_rows(row_bytes, self.n_pending, self.target))
+            rows = min(rows, chunk_rows(self.row_bytes, self.n_pending, self.target))
             self.rows = rows
         maxshape = (None,) + tuple(None if d == 0 else d for d in self.tail)
         chunks = (rows,) + _chunk_tail(self.tail, self.dtype.itemsize)
@@ -191,7 +194,7 @@ class _Column:
         else:
             whole = last if not head else np.concatenate(self.pending)
             blocks, rest = [whole[:k]], whole[k:]
-        direct = self._direct_ok(k * self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64)))
+        direct = self._direct_ok(k * self.row_bytes)
         for block in blocks:
             self._write(np.ascontiguousarray(block, dtype=self.dtype), direct)
         self.pending = [np.array(rest)] if rest.shape[0] else []  # own the remainder (< 1 chunk)
