@@ -170,12 +170,11 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
     # t = partitions * c + bytes * b on 1 worker, from the two partition sizes: c is everything a partition costs
     # beyond its bytes (the scheduler, opening the file, reading its offsets, writing and fsyncing one shard)
     t_large = C.median(pool_t["1 large"])
+    per_part = per_byte_work = five_pct_whole = None  # small inputs: both sizes gave the same partitions
     if n_parts > n_large:
         per_part = max((t1 - t_large) / (n_parts - n_large), 0.0)
         per_byte_work = (t1 - n_parts * per_part) / info["bytes"]
-        five_pct_whole = per_part / (0.05 * per_byte_work) if per_byte_work > 0 else float("nan")
-    else:  # small inputs: shards smaller than either partition size, so both runs had the same partitions
-        per_part = per_byte_work = five_pct_whole = float("nan")
+        five_pct_whole = per_part / (0.05 * per_byte_work) if per_byte_work > 0 else None
     pack_bytes = n_inputs * each
     targets = [
         C.target(f"`lodtool.dask` `pool` (sum), {C.fmt_bytes(info['bytes'])} sharded input, 2 process workers vs 1",
@@ -192,11 +191,11 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                  "measured"),
         C.target(f"whole cost per partition of `pool` (1 worker; from the runs at {PARTITION} and "
                  f"{PARTITION_LARGE}: scheduler, file open and offsets, one shard written and fsynced)",
-                 f"{per_part * 1e3:.1f} ms" if per_part == per_part else "n/a (the same partitions at both sizes)",
-                 f"{per_byte_work * 1e9:.2f} ns/byte of work" if per_part == per_part else "—", "—", None,
+                 f"{per_part * 1e3:.1f} ms" if per_part is not None else "n/a (the same partitions at both sizes)",
+                 f"{per_byte_work * 1e9:.2f} ns/byte of work" if per_part is not None else "—", "—", None,
                  "measured"),
         C.target("partition size at which that whole cost is under 5% of a partition's `pool` work",
-                 C.fmt_bytes(five_pct_whole) if five_pct_whole == five_pct_whole else "n/a", "—", "—", None,
+                 C.fmt_bytes(five_pct_whole) if five_pct_whole is not None else "n/a", "—", "—", None,
                  "measured"),
     ]
     tables = [{
@@ -221,9 +220,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                                      "partitions": n_parts, "bytes": info["bytes"], "pack_bytes": pack_bytes,
                                      "overhead_s": overhead, "pool_s_per_byte": per_byte,
                                      "five_percent_bytes": five_pct, "partitions_large": n_large,
-                                     **{k: (v if v == v else None) for k, v in  # NaN: not measured
-                                        (("per_partition_s", per_part), ("work_s_per_byte", per_byte_work),
-                                         ("five_percent_whole_bytes", five_pct_whole))}}}
+                                     "per_partition_s": per_part, "work_s_per_byte": per_byte_work,
+                                     "five_percent_whole_bytes": five_pct_whole}}
 
 
 def main(argv=None) -> int:

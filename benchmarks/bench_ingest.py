@@ -272,11 +272,13 @@ def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], l
     env = C.child_env()
     notes = []
     out = {k: tmp / f"whole-{k}.lod.h5" for k in ("deflate", "none", "lzf")}
-    # each run replaces the previous run's output (--force: the write rule keeps an existing file otherwise)
+    written_by = {f"pack-{k}": v for k, v in out.items()} | {"awkward+h5py": tmp / "awkward.h5",
+                                                              "dd": tmp / "dd.bin"}
+    # --force: the warm-up's output is still there if a fresh() below could not delete it
     cmds = {f"pack-{k}": cli + ["-q", "pack", str(path), "-o", str(out[k]), "--force"] +
             ([] if k == "deflate" else ["--compression", k]) for k in out}
     if available("awkward"):
-        cmds["awkward+h5py"] = [sys.executable, "-c", AWKWARD_SCRIPT, str(path), str(tmp / "awkward.h5")]
+        cmds["awkward+h5py"] = [sys.executable, "-c", AWKWARD_SCRIPT, str(path), str(written_by["awkward+h5py"])]
     else:
         notes.append("awkward + h5py: skipped (awkward is not installed)")
     for name, cmd in cmds.items():  # warm-up: the page cache, the Numba cache
@@ -284,10 +286,8 @@ def whole_process(path: Path, tmp: Path, runs: int) -> tuple[dict, list[dict], l
     none_bytes = out["none"].stat().st_size
     if shutil.which("dd"):
         block = 4 << 20
-        cmds["dd"] = ["dd", "if=/dev/zero", f"of={tmp / 'dd.bin'}", f"bs={block}",
+        cmds["dd"] = ["dd", "if=/dev/zero", f"of={written_by['dd']}", f"bs={block}",
                       f"count={-(-none_bytes // block)}", "conv=fdatasync", "status=none"]
-    written_by = {f"pack-{k}": v for k, v in out.items()} | {"awkward+h5py": tmp / "awkward.h5",
-                                                              "dd": tmp / "dd.bin"}
     times: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(runs):
         for name, cmd in cmds.items():
@@ -351,11 +351,11 @@ def whole_process_large(path: Path, tmp: Path, runs: int) -> tuple[list, list[di
                     out.write(chunk)
     env = C.child_env()
     outs = {"pack-deflate": tmp / "large.lod.h5", "pack-none": tmp / "large-none.lod.h5"}
+    written_by = outs | {"awkward+h5py": tmp / "awkward-large.h5", "dd": tmp / "dd-large.bin"}
     cmds = {"pack-deflate": C.lodtool_cmd() + ["-q", "pack", str(big), "-o", str(outs["pack-deflate"]), "--force"],
             "pack-none": C.lodtool_cmd() + ["-q", "pack", str(big), "-o", str(outs["pack-none"]), "--force",
                                             "--compression", "none"],
-            "awkward+h5py": [sys.executable, "-c", AWKWARD_SCRIPT, str(big), str(tmp / "awkward-large.h5")]}
-    written_by = outs | {"awkward+h5py": tmp / "awkward-large.h5", "dd": tmp / "dd-large.bin"}
+            "awkward+h5py": [sys.executable, "-c", AWKWARD_SCRIPT, str(big), str(written_by["awkward+h5py"])]}
     times: dict[str, list[float]] = {k: [] for k in cmds}
     none_bytes = None
     for _ in range(max(runs // 2, 1)):
