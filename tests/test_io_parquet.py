@@ -78,6 +78,30 @@ def test_one_thread_reads_one_row_group_at_a_time(tmp_path, monkeypatch):
     assert reads == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("as_stream", [False, True])
+def test_no_parquet_file_is_read_from_two_threads(tmp_path, monkeypatch, as_stream):
+    # a ParquetFile's read cache (and a stream's position) are shared: concurrent reads failed with
+    # "ReadRangeCache did not find matching cache entry"
+    import threading
+
+    path = tmp_path / "x.parquet"
+    table = pa.table({"tokens": pa.array([[i] * (i % 5) for i in range(400)])})
+    pq.write_table(table, path, row_group_size=10)
+    readers: dict[int, set] = {}
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, **kw):
+        readers.setdefault(id(self), set()).add(threading.get_ident())
+        return real(self, i, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    source = io.BytesIO(path.read_bytes()) if as_stream else path
+    got = read_parquet(source)
+    assert got.to_nested() == table["tokens"].to_pylist()
+    assert all(len(threads) == 1 for threads in readers.values())
+    assert len(readers) == 1 if as_stream else 1 <= len(readers) <= thread_limit()  # a file per reading thread
+
+
 def test_a_damaged_row_group_is_named_and_the_ones_before_it_come_first(tmp_path):
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"tokens": pa.array([[i, i + 1] for i in range(60)])}), path, row_group_size=10,

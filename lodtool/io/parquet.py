@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 from ..errors import LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError
@@ -54,27 +55,45 @@ def open_parquet(source: Any):
     >>> str(pf.schema_arrow.field("ids").type), label
     ('large_list<element: int64>', '<stream>')
     """
+    pf, label, _ = _open(source)
+    return pf, label
+
+
+def _open(source: Any):
+    """:func:`open_parquet`, and a function that opens the same file again (``None`` for a stream).
+
+    A ``ParquetFile`` must not be read from two threads at once (its read cache
+    and a stream's position are shared), so each thread reading ahead opens its own.
+    """
     pa = _pa()
-    import pyarrow.parquet as pq
 
     label = _label(source)
+    again = None
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if path == "-":
-            source = pa.BufferReader(sys.stdin.buffer.read())
+            data = pa.py_buffer(sys.stdin.buffer.read())
+            source, again = pa.BufferReader(data), lambda: _parquet_file(pa.BufferReader(data))
         elif not os.path.exists(path):
             raise LodFileNotFoundError(f"{path}: no such file")
         elif os.path.isdir(path):
             raise LodInputError(f"{path}: is a directory, not a file")
         else:
-            source = path
+            source, again = path, lambda: _parquet_file(path)
     try:
-        try:
-            return pq.ParquetFile(source, list_type=pa.LargeListType), label
-        except TypeError:  # pyarrow < 21 has no list_type
-            return pq.ParquetFile(source), label
+        return _parquet_file(source), label, again
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise LodInputError(f"{label}: not a Parquet file ({str(exc).splitlines()[0]})") from None
+
+
+def _parquet_file(source):
+    pa = _pa()
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(source, list_type=pa.LargeListType)
+    except TypeError:  # pyarrow < 21 has no list_type
+        return pq.ParquetFile(source)
 
 
 def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
@@ -91,26 +110,33 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterat
     [[[0, 2, 3]]]
     """
     for source in sources:
-        pf, label = open_parquet(source)
+        pf, label, again = _open(source)
         schema = pf.schema_arrow
         index = pick_column(schema, column, label)
         field = schema.field(index)
         names = _level_names(field)
-        yield from _check_same(_row_groups(pf, index, field, names, label), label, field.name)
+        yield from _check_same(_row_groups(pf, again, index, field, names, label), label, field.name)
 
 
-def _row_groups(pf, index: int, field, names, label: str) -> Iterator[LoDTensor]:
+def _row_groups(pf, again, index: int, field, names, label: str) -> Iterator[LoDTensor]:
     pa = _pa()
+    own = threading.local()  # each reading thread's own ParquetFile (see _open)
 
     def read(g: int):
         try:
-            return pf.read_row_group(g, columns=[field.name]).column(0), None
+            if again is None:
+                f = pf
+            else:
+                f = getattr(own, "pf", None)
+                if f is None:
+                    f = own.pf = again()
+            return f.read_row_group(g, columns=[field.name]).column(0), None
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
             return None, f"cannot read it ({str(exc).splitlines()[0]})"
 
     def converted():
         base = 0
-        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups)):
+        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None)):
             where = f"{label}: row group {g}, column {field.name!r}"
             if problem is not None:
                 raise LodInputError(f"{where}: {problem}")
@@ -121,8 +147,9 @@ def _row_groups(pf, index: int, field, names, label: str) -> Iterator[LoDTensor]
     yield from valid_chunks(converted(), names)
 
 
-def _prefetched(read, count: int) -> Iterator:
-    """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once.
+def _prefetched(read, count: int, parallel: bool = True) -> Iterator:
+    """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once
+    (one at a time where not ``parallel``: a stream, which only one thread may read).
 
     One row group of one column decodes on one core (pyarrow parallelizes over
     columns and row groups, not within one), so reading them one by one left the
@@ -132,7 +159,7 @@ def _prefetched(read, count: int) -> Iterator:
     """
     from .._jit import thread_limit
 
-    depth = min(thread_limit(), count)
+    depth = min(thread_limit(), count) if parallel else 1
     if depth <= 1:
         for g in range(count):
             yield read(g)
