@@ -110,6 +110,11 @@ class TensorView:
         """
         if not self.lod_level:
             raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
+        levels = self._checked_levels()
+        if levels is not None and len(path) <= len(levels):
+            found = _lod.walk_branch(path, levels)
+            if found is not None:
+                return self._extract_checked(len(path), found[0], found[1], levels)
         level, begin, end = _lod.resolve_branch(path, self._window, self.level_sizes, self.n_rows)
         return self._extract(level, begin, end)
 
@@ -158,6 +163,20 @@ class TensorView:
         n = len(self)
         k = max(0, min(int(k), n))
         return self.slice_level(0, n - k, n) if self.lod_level else self._tensor(self._rows(n - k, n), ())
+
+    def _checked_levels(self) -> tuple | None:
+        """Every level's whole offsets, validated together, where this view holds them on the host (else
+        ``None``: each window read is checked on its way)."""
+        return None
+
+    def _extract_checked(self, level: int, begin: int, end: int, levels: tuple):
+        offsets = []
+        for o in levels[level:]:
+            window = o[begin:end + 1]
+            offsets.append(window - window[0])
+            begin, end = int(window[0]), int(window[-1])
+        names = self.level_names[level:] if self.level_names else None
+        return self._tensor(self._rows(begin, end), offsets, names)
 
     def _extract(self, level: int, begin: int, end: int):
         offsets, row_begin, row_end = _lod.extract_range(level, begin, end, self._window, self.level_sizes,
@@ -352,6 +371,11 @@ class LoDTensor(TensorView):
 
     def _check_valid(self) -> None:
         self.checked()
+
+    def _checked_levels(self) -> tuple | None:
+        if not self._checked or any(_is_device_array(o) for o in self._offsets):
+            return None
+        return self._offsets
 
     def lengths(self, level: int = -1) -> np.ndarray:
         """Lengths of the sequences of ``level`` as an int64 array."""

@@ -19,7 +19,7 @@ from h5py._objects import phil as _phil  # h5py's one lock around libhdf5 (see w
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodMemoryError
 from ..atomic import is_temp_path
-from . import _direct
+from . import _mmap
 
 #: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it.  Sized on
 #: purpose: a chunk above it is decoded, used and freed on every read (never cached), so it is a claim
@@ -263,7 +263,9 @@ def _layout(ds: h5py.Dataset) -> tuple:
 
 
 def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None) -> np.ndarray:
-    """``ds[start:stop]`` in native byte order, read :data:`MAX_CHUNKS_PER_READ` chunks at a time into one array.
+    """``ds[start:stop]`` in native byte order: from a memory map of the file where the rows are plain bytes
+    (:mod:`._mmap`; a run of rows is then a read-only view), else read :data:`MAX_CHUNKS_PER_READ` chunks at a
+    time into one array.
 
     Memory stays the size of the result whatever the chunk layout: libhdf5's
     per-chunk bookkeeping is bounded by the piece, not by the whole read, and
@@ -276,18 +278,24 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None)
     >>> bool((read_rows(ds, 10, 2990) == np.arange(10, 2990)).all())
     True
     """
+    mapped = _mmap.mapping(ds) if stop > start else None
+    if mapped is not None:
+        rows = mapped.rows(start, stop)
+        if rows is not None:
+            return rows
+    out = _read_by_libhdf5(ds, start, stop, limit)
+    if mapped is not None:
+        mapped.checked_by_libhdf5(start, stop)
+    return out
+
+
+def _read_by_libhdf5(ds: h5py.Dataset, start: int, stop: int, limit: int | None) -> np.ndarray:
     chunks, dtype, native, step = _layout(ds)
-    out = None
     if stop > start and chunks:
         check_inflation(ds, start, stop, limit)
-        if stop - start >= _direct.MIN_CHUNKS * int(chunks[0]) and native == dtype and _direct.may_apply(ds):
-            out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
-            if _direct.read_whole_chunks(ds, start, stop, out):
-                return out
-    if out is None and (step is None or stop - start <= step) and native == dtype:
+    if (step is None or stop - start <= step) and native == dtype:
         return ds[start:stop]
-    if out is None:
-        out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
+    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
     if step is None or stop - start <= step:
         if stop > start:
             ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])

@@ -34,6 +34,10 @@ from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from .limits import check_memory, resolve_max_memory
 
+#: a level's offsets up to this size are read whole on first use and kept: a training loop reads a few of them per
+#: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
+RESIDENT_OFFSETS_BYTES = 256 << 20
+
 #: offsets are read for validation and statistics in blocks of this many entries
 OFFSET_BLOCK = 1 << 20
 
@@ -230,6 +234,8 @@ class LazyTensor(TensorView):
         self._row_cost = max(self._row_bytes, 1)
         self._limit = file.max_memory
         self._readable = False
+        self._resident: list[np.ndarray | bool | None] = [None] * len(self._lod)
+        self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
         self._what = f"tensor {self.name!r}"
         if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
             check_memory(self._n_rows, self._limit, self._path,
@@ -290,6 +296,11 @@ class LazyTensor(TensorView):
     # -- raw reads ------------------------------------------------------------------------------------
     def _window(self, level: int, start: int, stop: int) -> np.ndarray:
         """A :data:`lodtool.lod.WindowReader` over the file (unchecked; lod checks what it gets)."""
+        resident = self._resident[level]
+        if resident is None:
+            resident = self._resident[level] = self._resident_level(level)
+        if resident is not False:
+            return resident[start:stop]
         if 8 * (stop - start) > self._limit:
             check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
         try:
@@ -298,6 +309,28 @@ class LazyTensor(TensorView):
             raise
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
+
+    def _resident_level(self, level: int) -> np.ndarray | bool:
+        """Level ``level``'s offsets read whole and kept (read-only), or ``False`` where windows are read as asked
+        (a level above :data:`RESIDENT_OFFSETS_BYTES` or the memory limit: from the file's map where the offsets
+        are stored plain, else through libhdf5)."""
+        size = self._sizes[level]
+        if 8 * size > min(RESIDENT_OFFSETS_BYTES, self._limit):
+            return False
+        self._resident[level] = False  # read once through the file, as any window
+        whole = self._window(level, 0, size)
+        whole.flags.writeable = False
+        return whole
+
+    def _checked_levels(self) -> tuple | None:
+        if self._checked is None:
+            levels = [self._resident[k] if self._resident[k] is not None else self._resident_level(k)
+                      for k in range(self.lod_level)]
+            self._resident = list(levels)
+            sound = all(level is not False for level in levels) and not _lod.find_lod_problems(
+                [_lod.as_index_array(o, level=k) for k, o in enumerate(levels)], self._n_rows, max_problems=1)
+            self._checked = tuple(levels) if sound else False
+        return self._checked or None
 
     def _rows(self, begin: int, end: int) -> np.ndarray:
         if (end - begin) * self._row_cost > self._limit:
