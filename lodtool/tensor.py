@@ -429,9 +429,14 @@ def _tolist(a) -> list[int]:
 
 
 def _owned(offsets: np.ndarray, given: Any) -> np.ndarray:
-    """``offsets``, copied if it shares memory with the caller's array (which the caller could change later)."""
+    """``offsets``, copied if it shares memory that someone can still write (the caller's array, or a writable
+    array under a read-only view of it); read-only memory (an Arrow buffer, a read-only map) is kept as it is."""
     if isinstance(given, np.ndarray) and np.may_share_memory(offsets, given):
-        return offsets.copy()
+        base = given
+        while isinstance(base, np.ndarray):
+            if base.flags.writeable:
+                return offsets.copy()
+            base = base.base
     return offsets
 
 

@@ -224,6 +224,13 @@ def test_offsets_are_read_only_and_owned():
     given[1] = 7  # the caller's array is not the tensor's
     assert t.lod == [[0, 2, 3]]
     assert t.branch(1).offsets == () and t.slice_level(0, 0, 1).offsets[0].flags.writeable is False
+    frozen = np.array([0, 1, 3])
+    frozen.flags.writeable = False  # memory nobody can write (an Arrow buffer, a read-only map) is not copied
+    assert np.shares_memory(LoDTensor(np.arange(3), [frozen]).offsets[0], frozen)
+    behind = np.array([0, 1, 3])
+    view = behind[:]
+    view.flags.writeable = False  # but a read-only view of a writable array is
+    assert not np.shares_memory(LoDTensor(np.arange(3), [view]).offsets[0], behind)
 
 
 def test_unchecked_tensor_is_checked_at_first_use():

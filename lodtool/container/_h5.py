@@ -15,7 +15,6 @@ from typing import Iterator
 
 import h5py
 import numpy as np
-from h5py._objects import phil as _phil  # h5py's one lock around libhdf5 (see write_direct_chunk)
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodMemoryError
 from ..atomic import is_temp_path
@@ -67,30 +66,6 @@ def translate(path: str, what: str = "unreadable") -> Iterator[None]:
         raise
     except H5_ERRORS as exc:
         raise domain_error(exc, path, what) from None
-
-
-def write_direct_chunk(dsid, offset: tuple, data) -> None:
-    """``dsid.write_direct_chunk(offset, data, 0)`` (``dsid``: a dataset's ``.id``) under h5py's global lock.
-
-    h5py serializes its calls into libhdf5 (whose PyPI build is not
-    thread-safe) with one lock per process, ``phil``, but before h5py 3.16
-    ``write_direct_chunk`` does not take it (h5py commit ecc6774e added it) and
-    calls ``H5Dwrite_chunk`` with the GIL released.  Another thread's h5py call
-    (the next chunk's read while a write-behind thread writes, a Dask thread
-    worker's read beside another's write) then runs inside libhdf5 at the same
-    time, and the library's shared state breaks: ``H5Dwrite_chunk`` fails,
-    "Can't decrement id ref count", "ring type mismatch occurred for cache
-    entry".  Taking the (reentrant) lock here makes every h5py version safe.
-
-    >>> import os, tempfile, zlib
-    >>> with h5py.File(os.path.join(tempfile.mkdtemp(), "a.h5"), "w") as f:
-    ...     ds = f.create_dataset("x", shape=(4,), chunks=(4,), dtype="u1", compression="gzip")
-    ...     write_direct_chunk(ds.id, (0,), zlib.compress(bytes([1, 2, 3, 4])))
-    ...     ds[:].tolist()
-    [1, 2, 3, 4]
-    """
-    with _phil:
-        dsid.write_direct_chunk(offset, data, 0)
 
 
 def check_input_path(path: str) -> None:
