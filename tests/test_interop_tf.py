@@ -135,3 +135,14 @@ def test_padded_batches_hold_every_sequence_of_any_container(tmp_path_factory, l
         for i, row, mask in zip(b["indices"].numpy(), b["values"].numpy(), b["mask"].numpy()):
             seen[int(i)] = row[mask].tolist()
     assert [seen[i] for i in range(len(lengths))] == t.to_nested()
+
+
+@needs_tf
+def test_a_plan_for_another_file_or_a_pad_value_that_does_not_fit_is_refused_up_front(corpus, tmp_path):
+    other = tmp_path / "other.lod.h5"
+    lodtool.save(other, LoDTensor(np.arange(3, dtype=np.int32), recursive_sequence_lengths=[[1, 2]]))
+    lodtool.batch_plan(corpus, max_sequences=7).save(tmp_path / "plan.npz")
+    with pytest.raises(LodUsageError, match=r"other\.lod\.h5: the plan is for 60 sequences"):
+        batch_dataset(other, tmp_path / "plan.npz")
+    with pytest.raises(LodUsageError, match=r"pad value 0\.5 does not fit"):
+        batch_dataset(other, max_sequences=1, pad_value=0.5)

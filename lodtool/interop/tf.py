@@ -143,7 +143,9 @@ def batch_dataset(path: str | os.PathLike, plan: Any = None, *, output: str = "p
     plus ``lengths``, ``indices`` (the source sequences) and ``repeat`` (a
     batch repeated to even out the replicas).  Each pass over the dataset
     reads the file again, in the plan's order: for a new order each epoch,
-    make the epoch's dataset with ``epoch=e``.  Every batch is read into fresh
+    make the epoch's dataset with ``epoch=e``.  The plan is checked against the
+    file here (by reading its first batch), not when TensorFlow first asks for
+    a batch.  Every batch is read into fresh
     arrays, so no batch TensorFlow still holds (under ``prefetch``, say) is
     overwritten by the next read.
 
@@ -171,6 +173,9 @@ def batch_dataset(path: str | os.PathLike, plan: Any = None, *, output: str = "p
         signature = batch_signature(output, stored.dtype, stored.element_shape)
     read_options = {"output": _READ_AS[output], "truncate": truncate, "pad_value": pad_value, "tensor": tensor,
                     "reuse_buffers": False}
+    if len(plan):  # a plan made for another file, or a pad value the dtype cannot hold, fails here, not inside TF
+        with BatchReader(path, plan, **read_options) as reader:
+            reader.read(0)
 
     specs = {name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name) for name, (shape, dtype) in signature.items()}
     if output == "ragged":
