@@ -84,3 +84,13 @@ def test_a_dataset_dict_folder_or_another_folder_is_one_line_naming_the_way_out(
     (tmp_path / "other").mkdir()
     with pytest.raises(LodInputError, match=r"other: a folder, but not one that Dataset\.save_to_disk wrote"):
         from_hf(tmp_path / "other")
+
+
+def test_a_damaged_folder_or_file_is_one_line_naming_it(tmp_path):
+    to_hf(from_nested([[1, 2], [3]]), "ids").save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "saved" / "state.json").write_text("{not json")
+    with pytest.raises(LodInputError, match=r"saved: datasets cannot open it \(.+\)$"):
+        from_hf(tmp_path / "saved")
+    (tmp_path / "x.arrow").write_bytes(b"garbage")
+    with pytest.raises(LodInputError, match=r"x\.arrow: datasets cannot open it \(.+\)$"):
+        from_hf(tmp_path / "x.arrow")

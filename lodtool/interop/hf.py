@@ -29,6 +29,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Iterable
 
+from .._device import _one_line
 from .._optional import optional_import
 from ..errors import LodInputError
 from ..io.arrow import _level_names, _pa, arrow_field, from_arrow, sink_for, to_record_batch
@@ -133,12 +134,15 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
             from ..errors import LodFileNotFoundError
 
             raise LodFileNotFoundError(f"{path}: no such file")
-        if os.path.isdir(path):
-            dataset = _saved_dataset(datasets, path)
-        else:
-            dataset = datasets.Dataset.from_file(path)
-            if level_names is None:
-                level_names = _file_level_names(path, column)
+        folder = os.path.isdir(path)
+        if folder:
+            _check_saved_folder(path)
+        try:
+            dataset = datasets.load_from_disk(path) if folder else datasets.Dataset.from_file(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise LodInputError(f"{path}: datasets cannot open it ({_one_line(exc)})") from None
+        if level_names is None and not folder:
+            level_names = _file_level_names(path, column)
     if not isinstance(dataset, datasets.Dataset):
         raise LodInputError(f"from_hf takes a datasets.Dataset (pick a split of a DatasetDict), got "
                             f"{type(dataset).__name__}")
@@ -156,8 +160,8 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
     return t.with_level_names(level_names) if level_names and len(level_names) == t.lod_level else t
 
 
-def _saved_dataset(datasets: Any, path: str) -> datasets.Dataset:
-    """The ``Dataset`` in a folder ``save_to_disk`` wrote; a ``DatasetDict``'s folder is refused, naming its splits."""
+def _check_saved_folder(path: str) -> None:
+    """Refuse a folder that is not one ``Dataset.save_to_disk`` wrote (a ``DatasetDict``'s names its splits)."""
     if os.path.isfile(os.path.join(path, "dataset_dict.json")):
         try:
             with open(os.path.join(path, "dataset_dict.json"), encoding="utf-8") as f:
@@ -167,10 +171,10 @@ def _saved_dataset(datasets: Any, path: str) -> datasets.Dataset:
         example = os.path.join(path, splits[0]) if splits else os.path.join(path, "SPLIT")
         raise LodInputError(f"{path}: a DatasetDict saved with save_to_disk (splits: {', '.join(splits)}); "
                             f"pass one split's folder, e.g. {example}")
-    if not os.path.isfile(os.path.join(path, "state.json")):
-        raise LodInputError(f"{path}: a folder, but not one that Dataset.save_to_disk wrote (it has no state.json); "
-                            "pass that folder or an Arrow file (Dataset.from_file opens it)")
-    return datasets.load_from_disk(path)
+    # the two files datasets.load_from_disk looks for
+    if not all(os.path.isfile(os.path.join(path, name)) for name in ("state.json", "dataset_info.json")):
+        raise LodInputError(f"{path}: a folder, but not one that Dataset.save_to_disk wrote (no state.json and "
+                            "dataset_info.json); pass that folder or an Arrow file (Dataset.from_file opens it)")
 
 
 def _file_level_names(path: str, column: str | None):
