@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from pathlib import Path
 
@@ -79,36 +80,39 @@ def test_a_missing_library_and_a_broken_one_name_the_extra(monkeypatch, tmp_path
         optional_import("broken_build", "all", "X")
 
 
+T = LoDTensor(np.arange(5), [[0, 2, 5]])
+
+
 @pytest.fixture
 def container(tmp_path):
     path = tmp_path / "c.lod.h5"
-    save(path, LoDTensor(np.arange(5), [[0, 2, 5]]))
+    save(path, T)
     return path
 
 
-def _calls(container):
-    from lodtool.interop import awkward, hf, tf, torch
+def bridge(name: str):
+    return importlib.import_module(f"lodtool.interop.{name}")
 
-    t = LoDTensor(np.arange(5), [[0, 2, 5]])
-    return [
-        ("awkward", "awkward", lambda: awkward.to_awkward(t)),
-        ("awkward", "awkward", lambda: awkward.from_awkward([[1]])),
-        ("torch", "torch", lambda: torch.to_torch(t)),
-        ("torch", "torch", lambda: torch.to_padded(t)),
-        ("torch", "torch", lambda: torch.from_torch(object())),
-        ("tensorflow", "tensorflow", lambda: tf.to_ragged_tensor(t)),
-        ("tensorflow", "tensorflow", lambda: tf.batch_dataset(container, max_sequences=1)),
-        ("datasets", "datasets", lambda: hf.to_hf(t)),
-        ("datasets", "datasets", lambda: hf.from_hf(container)),
-    ]
+#: (library, its extra, a call of a bridge that needs it, given the path of a container)
+CALLS = [
+    ("awkward", "awkward", lambda path: bridge("awkward").to_awkward(T)),
+    ("awkward", "awkward", lambda path: bridge("awkward").from_awkward([[1]])),
+    ("torch", "torch", lambda path: bridge("torch").to_torch(T)),
+    ("torch", "torch", lambda path: bridge("torch").to_padded(T)),
+    ("torch", "torch", lambda path: bridge("torch").from_torch(object())),
+    ("torch", "torch", lambda path: bridge("torch").BatchDataset),
+    ("tensorflow", "tensorflow", lambda path: bridge("tf").to_ragged_tensor(T)),
+    ("tensorflow", "tensorflow", lambda path: bridge("tf").batch_dataset(path, max_sequences=1)),
+    ("datasets", "datasets", lambda path: bridge("hf").to_hf(T)),
+    ("datasets", "datasets", lambda path: bridge("hf").from_hf(path)),
+]
 
 
-@pytest.mark.parametrize("k", range(9))
-def test_each_bridge_names_its_extra_when_its_library_is_missing(monkeypatch, container, k):
-    library, extra, call = _calls(container)[k]
+@pytest.mark.parametrize("library, extra, call", CALLS, ids=[f"{c[0]}-{k}" for k, c in enumerate(CALLS)])
+def test_each_bridge_names_its_extra_when_its_library_is_missing(monkeypatch, container, library, extra, call):
     monkeypatch.setitem(sys.modules, library, None)
     with pytest.raises(LodBackendError, match=rf"needs {library}: pip install 'lodtool\[{extra}\]'$"):
-        call()
+        call(container)
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import re
 import types
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lodtool.errors import LodBackendError
+from lodtool.errors import LodBackendError, LodUsageError
+from tests.test_optional import OPTIONAL
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -93,8 +95,11 @@ def test_every_documented_name_imports_from_the_documented_path(dotted):
         warnings.simplefilter("ignore", DeprecationWarning)  # docs/architecture.md names the deprecated aliases
         try:
             value = _resolve(dotted)
-        except LodBackendError as exc:  # the name is there, but its optional library is not
-            pytest.skip(str(exc))
+        except (LodBackendError, LodUsageError) as exc:  # the name may be there, but an optional library is not
+            missing = sorted(lib for lib in OPTIONAL if importlib.util.find_spec(lib) is None)
+            if not missing:
+                raise
+            pytest.skip(f"{exc} ({', '.join(missing)} not installed)")
     if isinstance(value, types.ModuleType):  # users type `import lodtool.x` for a module the docs call lodtool.x
         assert importlib.import_module(dotted) is value
 

@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
     # BatchDataset (a container's training batches, lodtool.interop._torch_batch) derives from torch's
     # IterableDataset, so it is made, and torch imported, on first use
     if name == "BatchDataset":
+        _torch()  # a missing torch names its extra here
         from ._torch_batch import BatchDataset
 
         return BatchDataset
