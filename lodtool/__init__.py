@@ -39,6 +39,7 @@ _LAZY = {
     "ops": ("lodtool.ops", None),
     "batch_plan": ("lodtool.tasks", "batch_plan"),
     "batches": ("lodtool.tasks", "batches"),
+    "BatchPlan": ("lodtool.tasks", "BatchPlan"),
     "dask": ("lodtool.interop.dask", None),
 }
 
@@ -65,7 +66,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "LoDTensor", "TensorView", "from_nested", "lengths_to_offsets", "offsets_to_lengths", "validate_lod",
     "open", "load", "save", "LodWriter", "validate_file", "inspect_file", "verify_file", "pack", "unpack", "ops",
-    "batch_plan", "batches",
+    "batch_plan", "batches", "BatchPlan",
     "LodError", "LodValidationError", "LodIndexError", "LodShapeError", "LodDtypeError", "LodInputError",
     "LodFormatError", "LodVersionError", "LodChecksumError", "LodFileNotFoundError", "LodMemoryError",
     "LodBackendError", "LodUsageError", "__version__",

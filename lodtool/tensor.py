@@ -248,7 +248,10 @@ class LoDTensor(TensorView):
             upload = cupy_module().asarray
             offsets = [upload(o) for o in offsets]
         self._data = data
-        self._offsets = tuple(_read_only(o) for o in offsets)
+        for o in offsets:  # the tensor's own arrays now (shared ones are read-only already): frozen in place
+            if isinstance(o, np.ndarray) and o.flags.writeable:
+                o.flags.writeable = False
+        self._offsets = tuple(offsets)
         self._level_names = _check_level_names(level_names, len(offsets))
         self._checked = bool(validate)
 
