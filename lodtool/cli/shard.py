@@ -17,7 +17,7 @@ def _report(ctx, info: dict, as_json: bool, verb: str) -> None:
 
 
 @click.command("shard")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.output_option(required=True, help_="The folder to write: DIR/part-00000.lod.h5 ... and DIR/lodtool.json.")
 @click.option("--shard-size", default="1GB", show_default=True, metavar="SIZE",
               help="Bytes of rows per shard (256MB, 1GB, ...); shards end at top-level sequence boundaries.")
@@ -50,7 +50,7 @@ def shard(ctx, file, output, shard_size, name, compression, append, overwrite, f
 
 
 @click.command("merge")
-@click.argument("folder")
+@click.argument("folder", type=opt.PATH)
 @opt.output_option(required=True, help_="The container to write (atomically).")
 @opt.replace_options
 @opt.compression_option
