@@ -317,3 +317,9 @@ def test_bars_into_a_pipe_are_whole_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(_render, "_console", None)
     result = run("tree", path, "--style", "bars")
     assert result.stdout.splitlines() == full and result.stderr == ""
+
+
+def test_shard_reads_stdin(articles, tmp_path):
+    result = run("shard", "-", "-o", tmp_path / "s", "--shard-size", "64B", input=articles.read_bytes())
+    assert result.exit_code == 0, result.output
+    assert load(tmp_path / "s").to_nested() == ARTICLES

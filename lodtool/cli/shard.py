@@ -35,7 +35,7 @@ def shard(ctx, file, output, shard_size, name, compression, append, overwrite, f
     (lodtool.json) is written last and atomically.  Every tensor of the file is
     sharded (they need the same number of top-level sequences), or only --name.
     A folder that holds a sharded container already needs --append (add
-    shards) or --overwrite (replace it).
+    shards) or --overwrite (replace it).  FILE - reads the container from stdin.
 
     \b
     Example:
@@ -44,8 +44,9 @@ def shard(ctx, file, output, shard_size, name, compression, append, overwrite, f
     """
     from .. import tasks
 
-    info = tasks.shard(file, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
-                       append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory))
+    with opt.input_path(file) as path:
+        info = tasks.shard(path, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
+                           append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory))
     _report(ctx, info, as_json, "sharded")
 
 
