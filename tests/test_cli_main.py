@@ -142,6 +142,20 @@ def test_a_full_disk_inside_hdf5_names_the_output_not_the_temp_file(container, t
     assert error_line(result) == f"lodtool: error: {out}: no space left on device"
 
 
+def test_a_full_temp_folder_under_output_to_stdout_is_named(container, tmp_path, monkeypatch):
+    from lodtool.container._h5 import translate
+
+    spool = tmp_path / "spool"
+
+    def full(*args, **kwargs):
+        with translate("out.lod.h5", "cannot write tensor 'tensor'"):
+            raise OSError(errno.ENOSPC, "Can't write data", str(spool / ".out.lod.h5.lodtmp-0123456789ab"))
+
+    monkeypatch.setattr(tasks, "slice", full)
+    result = run("slice", container, "0", "--to", "h5", "-o", "-")
+    assert result.exit_code == 1 and error_line(result) == f"lodtool: error: {spool}: no space left on device"
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_stdout_on_a_full_device(container):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -122,7 +122,10 @@ class LazyGroup(click.Group):
                 # a library warning (numpy on an old .npy header, h5py deprecations) is not the user's to act
                 # on, and would break the one-line error contract; -v shows them
                 warnings.simplefilter("ignore")
-            return self._invoke(ctx)
+            try:
+                return self._invoke(ctx)
+            except KeyboardInterrupt as exc:  # also while an isolated child runs
+                _interrupted(ctx, exc)
 
     def _invoke(self, ctx: click.Context):
         from ._isolated import ISOLATION_ENV
@@ -154,8 +157,6 @@ class LazyGroup(click.Group):
             ctx.exit(0)
         except OSError as exc:
             raise LodClickError(_disk_full(ctx, exc) or one_line(exc)) from None
-        except KeyboardInterrupt as exc:
-            _interrupted(ctx, exc)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # a bug: still one line, the traceback only with -v
@@ -192,7 +193,8 @@ def _disk_full(ctx: click.Context, exc: BaseException) -> str | None:
     """``OUTPUT: no space left on device`` when ``exc`` is, or was raised while handling, a full disk (errno 28).
 
     The output named is the file the failed write was for: the error's own file name unless it is one of
-    lodtool's temp files, else the command's ``-o``.
+    lodtool's temp files, else the command's ``-o`` file; written to stdout, the folder of the temp file
+    that took the room.
     """
     from ..atomic import is_temp_path
     from ._options import OUTPUT_META
@@ -203,10 +205,16 @@ def _disk_full(ctx: click.Context, exc: BaseException) -> str | None:
     if seen is None:
         return None
     name = seen.filename
-    if name is None or is_temp_path(str(name)):
-        output = ctx.meta.get(OUTPUT_META)
-        name = "stdout" if output == "-" else output or "the output"
-    return single_line(f"{name}: no space left on device")
+    if name is not None and not is_temp_path(str(name)):
+        return single_line(f"{name}: no space left on device")
+    output = ctx.meta.get(OUTPUT_META)
+    if output not in (None, "-"):
+        where = output
+    elif name is not None:  # the temp file of an output bound for stdout: the folder it filled
+        where = os.path.dirname(str(name))
+    else:
+        where = "stdout" if output == "-" else "the output"
+    return single_line(f"{where}: no space left on device")
 
 
 #: library keywords whose command-line option has another Python name (``--format`` is ``fmt``)
