@@ -186,6 +186,14 @@ def test_a_library_message_reaches_the_user_in_flags(container, monkeypatch):
                                   "replace it, or --force to replace the whole file")
 
 
+def test_a_library_keyword_named_otherwise_on_the_command_line(tmp_path):
+    flat = tmp_path / "flat.lod.h5"
+    lodtool.save(str(flat), lodtool.LoDTensor(np.arange(4), []))
+    result = run("tree", flat, "--path", "1")  # tasks.tree's branch= is tree's --path
+    assert result.exit_code == 2
+    assert error_line(result) == "lodtool: error: a 0-level tensor has no branches; leave out --path"
+
+
 def test_library_words_for_a_command_without_that_option_stay_as_they_are(container, monkeypatch):
     def refused(*args, **kwargs):
         raise LodFormatError("x.h5: over the limit (raise it with max_memory=...)")
