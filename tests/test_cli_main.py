@@ -142,6 +142,20 @@ def test_a_full_disk_inside_hdf5_names_the_output_not_the_temp_file(container, t
     assert error_line(result) == f"lodtool: error: {out}: no space left on device"
 
 
+def test_a_full_disk_is_bad_luck_not_bad_usage(container, tmp_path, monkeypatch):
+    from lodtool.errors import LodUsageError
+
+    def full(*args, **kwargs):  # how the atomic writer's commit reports a failed fsync or rename
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise LodUsageError(f"out.json: cannot write here ({exc.strerror})") from None
+
+    monkeypatch.setattr(tasks, "unpack", full)
+    result = run("unpack", container, "-o", tmp_path / "out.json")
+    assert result.exit_code == 1 and error_line(result).endswith("out.json: no space left on device")
+
+
 def test_a_full_temp_folder_under_output_to_stdout_is_named(container, tmp_path, monkeypatch):
     from lodtool.container._h5 import translate
 

@@ -148,7 +148,8 @@ class LazyGroup(click.Group):
                 raise LodClickError(message, code) from None
             ctx.exit(code)
         except LodError as exc:
-            raise LodClickError(_disk_full(ctx, exc) or self._in_flags(ctx, one_line(exc)), exc.exit_code) from None
+            full = _disk_full(ctx, exc)  # never a usage error, whatever the writer raised it as
+            raise LodClickError(full or self._in_flags(ctx, one_line(exc)), 1 if full else exc.exit_code) from None
         except MemoryError:
             raise LodClickError("out of memory; try --max-memory or a smaller chunk") from None
         except BrokenPipeError:
