@@ -27,8 +27,8 @@ from .tensor import LoDTensor, TensorView, from_nested
 
 #: public name -> (module, attribute), resolved lazily
 _LAZY = {
-    "open": ("lodtool.container.shards", "open_path"),
-    "load": ("lodtool.container.shards", "load_path"),
+    "open": ("lodtool.tasks._open", "open"),
+    "load": ("lodtool.tasks._open", "load"),
     "save": ("lodtool.container.writer", "save"),
     "LodWriter": ("lodtool.container.writer", "LodWriter"),
     "validate_file": ("lodtool.container.checks", "validate_file"),

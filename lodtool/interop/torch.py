@@ -12,7 +12,9 @@
 * :func:`to_padded` gives ``(padded, mask)``.
 * :func:`from_torch` takes a jagged nested tensor or a ``PackedSequence`` back.
 * ``BatchDataset`` is a container's training batches as an ``IterableDataset``
-  (:mod:`lodtool.interop._torch_batch`).
+  (:mod:`lodtool.interop._torch_batch`); :class:`SequenceDataset` is its
+  sequences as a map-style dataset, for ``DataLoader(shuffle=True)`` and
+  ``DistributedSampler``.
 
 torch is imported on first use (``pip install 'lodtool[torch]'``).  On a
 machine without a CUDA GPU, install torch's CPU build first:
@@ -30,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +40,7 @@ import numpy as np
 
 from .._optional import optional_import
 from ..errors import LodShapeError, LodUsageError, LodValidationError
+from ..tasks._open import open as open_source
 from ..tensor import LoDTensor
 
 if TYPE_CHECKING:
@@ -294,5 +298,76 @@ def _from_packed(p) -> LoDTensor:
     return from_time_major(data, plan)
 
 
-__all__ = ["to_torch", "to_packed_sequence", "cu_seqlens", "to_padded", "from_torch", "LAYOUTS",
+class SequenceDataset:
+    """A container's sequences at one level as a map-style dataset: ``ds[i]`` is sequence ``i``'s rows.
+
+    ``DataLoader(ds, shuffle=True, num_workers=...)`` and ``DistributedSampler``
+    take it as it is: it has a length, it pickles without an open file, and each
+    process (a worker, a rank) opens the file itself on its first item.  An item
+    is a torch tensor of every data row under the sequence (a copy: the batch
+    collation owns it); :meth:`collate` pads a list of items into
+    ``(values [B, T, ...], lengths [B])``.  A container stored without a
+    compression filter reads each item from the file's memory map.
+
+    >>> import os, tempfile, numpy as np, lodtool
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
+    >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 8), recursive_sequence_lengths=[[2, 1], [3, 1, 3]]))
+    >>> ds = SequenceDataset(p, level=1)
+    >>> len(ds), ds[0].tolist(), ds[-1].tolist()
+    (3, [1, 2, 3], [5, 6, 7])
+    >>> values, lengths = SequenceDataset.collate([ds[1], ds[2]])
+    >>> values.tolist(), lengths.tolist()
+    ([[4, 0, 0], [5, 6, 7]], [1, 3])
+    >>> SequenceDataset(p, level=0)[0].tolist()  # a document: every token under it
+    [1, 2, 3, 4]
+    """
+
+    def __init__(self, path: str | os.PathLike, level: int = 0, *, tensor: str | None = None):
+        self.path = os.fspath(path)
+        self.tensor = tensor
+        with open_source(self.path) as f:
+            t = f.tensor(tensor)
+            self.level = t._level(level) if t.lod_level else 0
+            self._len = t.num_sequences(self.level)
+        self._view = None
+        self._file = None
+        self._pid = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        n = self._len
+        if not isinstance(i, (int, np.integer)) or not -n <= i < n:
+            from ..errors import LodIndexError
+
+            raise LodIndexError(f"{self.path}: sequence {i} is out of range for {n} sequences of level "
+                                f"{self.level}")
+        i = int(i) + n if i < 0 else int(i)
+        t = self._open()
+        rows = t.read_rows(i, i + 1) if not t.lod_level else t.slice_level(self.level, i, i + 1).data
+        return _torch().from_numpy(np.array(rows, rows.dtype.newbyteorder("=")))
+
+    def _open(self):
+        if self._view is None or self._pid != os.getpid():  # a worker process opens its own handle
+            self._file = open_source(self.path)
+            self._view = self._file.tensor(self.tensor)
+            self._pid = os.getpid()
+        return self._view
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.update(_view=None, _file=None, _pid=None)
+        return state
+
+    @staticmethod
+    def collate(items: list, pad_value: Any = 0) -> tuple:
+        """Items padded to the longest: ``(values [B, T, ...], lengths [B] int64)`` (a ``DataLoader``'s
+        ``collate_fn``; ``functools.partial(SequenceDataset.collate, pad_value=...)`` for another pad)."""
+        torch = _torch()
+        lengths = torch.tensor([len(x) for x in items], dtype=torch.int64)
+        return torch.nn.utils.rnn.pad_sequence(items, batch_first=True, padding_value=pad_value), lengths
+
+
+__all__ = ["to_torch", "to_packed_sequence", "cu_seqlens", "to_padded", "from_torch", "LAYOUTS", "SequenceDataset",
            "BatchDataset"]  # noqa: F822 (BatchDataset is imported on first use, by __getattr__)
