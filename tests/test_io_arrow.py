@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from lodtool import LoDTensor
-from lodtool.errors import LodInputError
+from lodtool.errors import LodError, LodInputError, LodMemoryError
 from tests.strategies import lod_tensors
 
 pa = pytest.importorskip("pyarrow")
@@ -100,3 +100,100 @@ def test_a_file_of_no_batches_is_empty_input(tmp_path):
         pass
     with pytest.raises(LodInputError, match=rf"^{path}: empty input \(column 'ids' has no rows\)"):
         read_ipc(path)
+
+
+# -- hostile files: offsets and views out of range, compressed buffers that lie ------------------------------------
+@pytest.mark.parametrize("offsets, row, says", [
+    ([-5, 3, 7], 0, "list offset -5 lies outside the 7 values"),
+    ([1 << 40, 3, 7], 0, "list offset 1,099,511,627,776 lies outside"),
+    ([1 << 40, (1 << 40) + 3, (1 << 40) + 7], 0, "list offset 1,099,511,627,776 lies outside"),
+    ([0, 3, 1 << 40], 1, "its list ends at offset 1,099,511,627,776, past the 7 values"),
+    ([0, 5, -2], 1, "list offsets decrease"),
+])
+def test_list_offsets_out_of_range_are_located_errors(tmp_path, offsets, row, says):
+    from tests.hostile_io import list_file
+
+    path = tmp_path / "bad.arrow"
+    path.write_bytes(list_file(offsets))
+    with pytest.raises(LodError, match=rf"^{path}: record batch 0, column 't': row {row}: {says}") as err:
+        read_ipc(path)
+    assert "\n" not in str(err.value)
+    r = cli("pack", path, "-o", tmp_path / "x.lod.h5")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and says in lines[0] and "internal error" not in r.output, r.output
+    assert not (tmp_path / "x.lod.h5").exists()
+
+
+@pytest.mark.parametrize("starts, sizes, row", [
+    ([0, 20], [3, 4], 1),  # starts past the values
+    ([-3, 3], [3, 4], 0),  # starts before them
+    ([0, 3], [3, -4], 1),  # a negative size
+    ([0, 3], [3, 1 << 40], 1),  # a size far past the values (in order: once a view)
+    ([3, 0], [4, 1 << 28], 1),  # out of order: once a gather of 2**28 values
+    ([3, 0], [4, 1 << 50], 1),
+])
+def test_list_views_out_of_range_are_located_errors(tmp_path, starts, sizes, row):
+    from tests.hostile_io import list_view_file
+
+    path = tmp_path / "view.arrow"
+    path.write_bytes(list_view_file(starts, sizes))
+    with pytest.raises(LodInputError, match=rf"^{path}: record batch 0, column 't': row {row}: its list view starts "
+                                            rf"at {starts[row]:,} and holds {sizes[row]:,} values, outside the 10"):
+        read_ipc(path)
+
+
+def test_a_gather_of_list_views_is_held_to_max_memory():
+    # overlapping views, each in range: the gather is real, but it must fit the limit
+    views = pa.LargeListViewArray.from_arrays(pa.array([5, 0] * 500, pa.int64()), pa.array([5, 10] * 500, pa.int64()),
+                                              pa.array(np.arange(10)))
+    blob = io.BytesIO(_ipc(views))
+    with pytest.raises(LodMemoryError, match=r"^<stream>: record batch 0, column 't': gathering the list views' "
+                                             r"7,500 values needs 120,000 bytes, above the memory limit of 100,000"):
+        list(iter_ipc([blob], max_memory=100_000))
+    t = read_ipc(io.BytesIO(_ipc(views)))
+    assert t.n_rows == 7500 and t.data[:15].tolist() == [5, 6, 7, 8, 9, *range(10)]
+
+
+def _ipc(arr) -> bytes:
+    from tests.hostile_io import ipc_bytes
+
+    return ipc_bytes(arr)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_compressed_buffer_claiming_too_much_is_named_never_decoded(tmp_path, stream):
+    from tests.hostile_io import lz4_claiming
+
+    path = tmp_path / ("lz4.arrows" if stream else "lz4.arrow")
+    path.write_bytes(lz4_claiming(1 << 40, stream=stream))
+    with pytest.raises(LodError, match=rf"^{path}: record batch 0: "):
+        read_ipc(path)
+
+
+@pytest.mark.parametrize("claim", [1 << 40, 3 << 30])
+def test_lz4_claims_under_an_address_space_limit_are_one_line_errors(tmp_path, claim):
+    """What the fuzzer saw: under a 3 GiB address space the claim is a memory error naming the batch."""
+    from tests.hostile_io import lz4_claiming
+    from tests.test_hostile_round2 import run_process
+
+    path = tmp_path / "lz4.arrow"
+    path.write_bytes(lz4_claiming(claim))
+    proc = run_process(["pack", str(path), "-o", str(tmp_path / "x.lod.h5")], address_space=3 << 30)
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"lodtool: error: {path}: record batch 0: "), proc.stderr
+    assert "internal error" not in lines[0] and not (tmp_path / "x.lod.h5").exists()
+
+
+def test_files_mark_list_items_required(tmp_path):
+    """A LoD tensor has no missing values: lodtool's IPC files say so, and awkward reads no option type."""
+    t = LoDTensor(np.arange(12, dtype=np.float32).reshape(6, 2), [[0, 2, 3], [0, 1, 3, 6]])
+    path = tmp_path / "r.arrow"
+    with open(path, "wb") as f:
+        write_ipc([t], f, name="x")
+    field = pa.ipc.open_file(str(path)).schema.field("x")
+    assert str(field.type) == "large_list<item: large_list<item: fixed_size_list<item: float not null>[2] not null> " \
+                              "not null>" and not field.nullable
+    assert read_ipc(path).equals(t)
+    ak = pytest.importorskip("awkward")
+    assert "?" not in str(ak.from_feather(str(path)).type)

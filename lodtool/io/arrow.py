@@ -30,7 +30,8 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError
+from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
+                      LodMemoryError, LodShapeError, LodValidationError)
 from ..tensor import LoDTensor
 
 #: field metadata key holding the level names (JSON list)
@@ -65,14 +66,17 @@ def _leaf_array(data: np.ndarray):
                                  [None, pa.py_buffer(flat)])
 
 
-def to_arrow(t: LoDTensor):
+def to_arrow(t: LoDTensor, *, required: bool = False):
     """``t`` as a nested ``large_list`` Arrow array, one row per top-level sequence; zero-copy.
 
     The offsets and data buffers are the tensor's own memory (kept alive by the
     array).  Exceptions: bool data is bit-packed (one copy), non-contiguous
     data is made contiguous (one copy), and complex data is refused (Arrow has
     no complex type).  A 0-level tensor gives its rows (a primitive array, or
-    ``fixed_size_list`` for an element shape).
+    ``fixed_size_list`` for an element shape).  ``required=True`` marks every
+    list item non-nullable (``item: int64 not null``), as a LoD tensor has no
+    missing value: what the file writers store, so readers such as awkward see
+    no option types.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -91,30 +95,44 @@ def to_arrow(t: LoDTensor):
     elem = data.shape[1:]
     for j in reversed(range(len(elem))):
         length = n * int(np.prod(elem[:j], dtype=np.int64))
-        arr = pa.Array.from_buffers(pa.list_(arr.type, int(elem[j])), length, [None], children=[arr])
+        arr = pa.Array.from_buffers(pa.list_(_item(arr.type, required), int(elem[j])), length, [None],
+                                    children=[arr])
     for offsets in reversed(t.offsets):
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        arr = pa.Array.from_buffers(pa.large_list(arr.type), len(offsets) - 1, [None, pa.py_buffer(offsets)],
+        arr = pa.Array.from_buffers(pa.large_list(_item(arr.type, required)), len(offsets) - 1,
+                                    [None, pa.py_buffer(offsets)],
                                     children=[arr])
     return arr
 
 
-def arrow_field(name: str, t: LoDTensor):
+def _item(value_type, required: bool):
+    """The item field of a list of ``value_type`` (non-nullable where ``required``)."""
+    return _pa().field("item", value_type, nullable=not required)
+
+
+def arrow_field(name: str, t: LoDTensor, *, required: bool = False):
     """The table field of tensor ``t`` named ``name``, its level names in the metadata.
+
+    The field itself is never nullable; ``required=True`` marks the list items
+    non-nullable too (see :func:`to_arrow`).
 
     >>> import numpy as np
     >>> f = arrow_field("ids", LoDTensor(np.arange(2), [[0, 2]], level_names=["doc"]))
     >>> str(f.type), f.metadata
     ('large_list<item: int64>', {b'lodtool.level_names': b'["doc"]'})
+    >>> str(arrow_field("ids", LoDTensor(np.arange(2), [[0, 2]]), required=True).type)
+    'large_list<item: int64 not null>'
     """
     pa = _pa()
     meta = {LEVEL_NAMES_KEY: json.dumps(list(t.level_names)).encode()} if t.level_names else None
-    return pa.field(name, to_arrow(LoDTensor._trusted(t.data[:0], [o[:1] for o in t.offsets])).type,
-                    nullable=False, metadata=meta)
+    empty = LoDTensor._trusted(t.data[:0], [o[:1] for o in t.offsets])
+    return pa.field(name, to_arrow(empty, required=required).type, nullable=False, metadata=meta)
 
 
-def to_record_batch(t: LoDTensor, name: str = "tensor"):
+def to_record_batch(t: LoDTensor, name: str = "tensor", *, required: bool = False):
     """A one-column record batch of ``t`` (zero-copy), its level names in the field metadata.
+
+    ``required=True``: list items non-nullable (what lodtool's Parquet and IPC files hold).
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -122,7 +140,8 @@ def to_record_batch(t: LoDTensor, name: str = "tensor"):
     2
     """
     pa = _pa()
-    return pa.RecordBatch.from_arrays([to_arrow(t)], schema=pa.schema([arrow_field(name, t)]))
+    return pa.RecordBatch.from_arrays([to_arrow(t, required=required)],
+                                      schema=pa.schema([arrow_field(name, t, required=required)]))
 
 
 # -- Arrow -> lodtool ---------------------------------------------------------------------------------
@@ -159,7 +178,9 @@ def _primitive(arr, where: str) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=True)
 
 
-def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bool = True) -> LoDTensor:
+def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bool = True,
+             max_memory: int | None = None) -> LoDTensor:
+    """``arr`` as a LoD tensor; list bounds are checked before any slice or gather, a gather against ``max_memory``."""
     pa = _pa()
     if isinstance(arr, pa.ExtensionArray):
         ext_shape = tuple(arr.type.shape) if isinstance(arr.type, pa.FixedShapeTensorType) else None
@@ -182,9 +203,10 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
             if shape:  # pragma: no cover - _has_var_list makes such fixed sizes levels
                 raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
             offsets = node.offsets.to_numpy()  # honours the slice (arrow#37733: .values does not)
-            start, stop = int(offsets[0]), int(offsets[-1])
             if offsets.dtype != np.int64:
                 offsets = offsets.astype(np.int64)
+            _check_offsets(offsets, len(node.values), levels, row_base, where)
+            start, stop = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
             if start:
                 offsets = offsets - start
             levels.append(offsets)
@@ -202,12 +224,15 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
                 raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
             starts = node.offsets.to_numpy().astype(np.int64)
             sizes = node.sizes.to_numpy().astype(np.int64)
+            _check_list_bounds(starts, sizes, len(node.values), levels, row_base, where)
             offsets = np.zeros(len(sizes) + 1, np.int64)
             np.cumsum(sizes, out=offsets[1:])
             levels.append(offsets)
             if len(sizes) and np.array_equal(starts[1:], starts[:-1] + sizes[:-1]):
                 node = node.values.slice(int(starts[0]), int(offsets[-1]))  # in order: a view
             else:  # out of order or overlapping views: gather the values (one copy)
+                check_claim(int(offsets[-1]) * (_INDEX_BYTES + _value_bytes(node.values.type)), max_memory,
+                            f"{where}: gathering the list views' {int(offsets[-1]):,} values")
                 gather = np.repeat(starts - offsets[:-1], sizes) + np.arange(offsets[-1])
                 node = node.values.take(pa.array(gather))
         else:
@@ -221,6 +246,75 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
     if validate:
         return LoDTensor(data, lod=levels)
     return LoDTensor._trusted(data, levels)
+
+
+#: bytes of one gather index (int64)
+_INDEX_BYTES = 8
+
+
+def check_claim(nbytes: int, max_memory: int | None, what: str) -> None:
+    """Refuse (:class:`~lodtool.errors.LodMemoryError`) an allocation a file asks for above ``max_memory``.
+
+    ``what`` names the file, the position and the allocation; ``None``: no limit.
+
+    >>> check_claim(1 << 40, 1 << 30, "x.parquet: row group 0")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodMemoryError: x.parquet: row group 0 needs 1,099,511,627,776 bytes, above the memory limit of ...
+    """
+    if max_memory is not None and nbytes > max_memory:
+        raise LodMemoryError(f"{what} needs {nbytes:,} bytes, above the memory limit of {max_memory:,} "
+                             "(raise it with --max-memory)")
+
+
+def _value_bytes(t) -> int:
+    """Bytes of one entry of type ``t`` once converted (nested variable lists count their offset)."""
+    pa = _pa()
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size * _value_bytes(t.value_type)
+    if pa.types.is_boolean(t):
+        return 1
+    try:
+        return max(t.bit_width // 8, 1)
+    except ValueError:  # a nested list or view: its offset (its own values are counted when gathered)
+        return _INDEX_BYTES
+
+
+def _check_offsets(offsets: np.ndarray, size: int, levels: list[np.ndarray], row_base: int, where: str) -> None:
+    """A list level's offsets must lie within the ``size`` values below it, not decreasing end to end.
+
+    Checked before the values are sliced: a file's first offset may be negative
+    or far past its values.  A decrease in between is left to the LoD check.
+    """
+    if not len(offsets):
+        return
+    start, stop = int(offsets[0]), int(offsets[-1])
+    if start < 0 or start > size:
+        raise LodInputError(f"{where}: {_top_row(levels, len(levels), 0, row_base)}: list offset {start:,} lies "
+                            f"outside the {size:,} values below it (at depth {len(levels)})")
+    if stop > size:
+        k = int(np.argmax(offsets > size)) - 1
+        raise LodInputError(f"{where}: {_top_row(levels, len(levels), k, row_base)}: its list ends at offset "
+                            f"{int(offsets[k + 1]):,}, past the {size:,} values below it (at depth {len(levels)})")
+    if stop < start:
+        k = int(np.argmax(offsets[1:] < offsets[:-1]))
+        raise LodValidationError(f"{where}: {_top_row(levels, len(levels), k, row_base)}: list offsets decrease "
+                                 f"(offset[{k + 1}]={int(offsets[k + 1])} < offset[{k}]={int(offsets[k])}, at depth "
+                                 f"{len(levels)})")
+
+
+def _check_list_bounds(starts: np.ndarray, sizes: np.ndarray, size: int, levels: list[np.ndarray], row_base: int,
+                       where: str) -> None:
+    """Each list view (``starts[i]``, ``sizes[i]``) must lie within the ``size`` values below it."""
+    if not len(sizes):
+        return
+    negative = (starts < 0) | (sizes < 0)
+    bad = negative | (~negative & (sizes > size - np.maximum(starts, 0)))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise LodInputError(f"{where}: {_top_row(levels, len(levels), k, row_base)}: its list view starts at "
+                            f"{int(starts[k]):,} and holds {int(sizes[k]):,} values, outside the {size:,} values "
+                            f"below it (at depth {len(levels)})")
 
 
 def _has_var_list(t) -> bool:
@@ -327,14 +421,15 @@ def pick_column(schema, column: str | None, label: str) -> int:
     return names.index(column)
 
 
-def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field) -> Iterator[LoDTensor]:
+def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field,
+                        max_memory: int | None = None) -> Iterator[LoDTensor]:
     """Each record batch's column ``index`` as a LoD tensor, errors naming the file, batch and global row."""
     def converted():
         base = 0
         for k, batch in enumerate(batches):
             col = batch.column(index)
             where = f"{label}: record batch {k}, column {names_field.name!r}"
-            yield where, _convert(col, where=where, row_base=base, validate=False)
+            yield where, _convert(col, where=where, row_base=base, validate=False, max_memory=max_memory)
             base += len(col)
 
     yield from valid_chunks(converted(), _level_names(names_field))
@@ -474,19 +569,48 @@ def _open_ipc(source: Any):
     try:
         if head == IPC_MAGIC:
             reader = pa.ipc.open_file(source)
-            return (reader.get_batch(i) for i in range(reader.num_record_batches)), reader.schema, label
-        reader = pa.ipc.open_stream(source)
-        return iter(reader), reader.schema, label
+            count = reader.num_record_batches
+            return _decoded(lambda k: reader.get_batch(k) if k < count else None, label), reader.schema, label
+        stream = pa.ipc.open_stream(source)
+        stream_batches = iter(stream)
+        return _decoded(lambda k: next(stream_batches, None), label), stream.schema, label
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise LodInputError(f"{label}: not an Arrow IPC file or stream ({str(exc).splitlines()[0]})") from None
+    except MemoryError:
+        raise LodMemoryError(f"{label}: its schema asks for more memory than there is") from None
 
 
-def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
+def _decoded(batch_at, label: str) -> Iterator:
+    """``batch_at(0), batch_at(1), ...`` until ``None``; a batch that cannot be decoded is a one-line error naming it.
+
+    Decoding allocates what the batch's buffers claim (a compressed buffer states
+    its size), so a claim too large for memory is a :class:`~lodtool.errors.LodMemoryError`.
+    """
+    pa = _pa()
+    k = 0
+    while True:
+        try:
+            batch = batch_at(k)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise LodInputError(f"{label}: record batch {k}: cannot decode it ({str(exc).splitlines()[0]})") from None
+        except MemoryError:  # pa.ArrowMemoryError too
+            raise LodMemoryError(f"{label}: record batch {k}: decoding it asks for more memory than there is (its "
+                                 "buffers claim sizes they may not hold)") from None
+        if batch is None:
+            return
+        yield batch
+        k += 1
+
+
+def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
+             max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The tensor in column ``column`` of Arrow IPC files / streams, one chunk per record batch.
 
     Files are memory-mapped, so a chunk's data is a view of the map (nothing
     is read before it is needed).  Several sources concatenate top-level
-    sequences, in order.
+    sequences, in order.  ``max_memory`` bounds what a chunk's conversion
+    allocates (the gather of out-of-order list views); a batch whose
+    compressed buffers claim more memory than there is is refused by name.
 
     >>> import io, numpy as np
     >>> from lodtool import LoDTensor
@@ -500,8 +624,8 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[L
         batches, schema, label = _open_ipc(source)
         index = pick_column(schema, column, label)
         try:
-            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index)), label,
-                                   schema.names[index])
+            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
+                                   label, schema.names[index])
         except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
             raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
 
@@ -539,7 +663,7 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     sink = sink_for(out)
     try:
         for chunk in chunks:
-            batch = to_record_batch(chunk, name)
+            batch = to_record_batch(chunk, name, required=True)
             if writer is None:
                 writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, batch.schema)
             writer.write_batch(batch)
@@ -560,7 +684,7 @@ def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
 
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = 0, progress=None, stats: dict | None = None,
-         column: str | None = None) -> Iterator[LoDTensor]:
+         column: str | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: Arrow IPC files or streams, one chunk per record batch (``column``: which one).
 
     >>> import io, numpy as np
@@ -571,7 +695,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     from ._values import read_with_options
 
-    return read_with_options(sources, lambda source: iter_ipc([source], column=column), _label,
+    return read_with_options(sources, lambda source: iter_ipc([source], column=column, max_memory=max_memory),
+                             _label,
                              lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
@@ -586,5 +711,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "valid_chunks", "sink_for", "read", "write", "write_stored",
+           "pick_column", "valid_chunks", "check_claim", "sink_for", "read", "write", "write_stored",
            "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]
