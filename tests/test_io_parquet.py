@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from lodtool import LoDTensor, from_nested
 from lodtool._jit import thread_limit
-from lodtool.errors import LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodUsageError
+from lodtool.errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodMemoryError,
+                            LodShapeError, LodUsageError)
 from tests.strategies import lod_tensors
 
 pa = pytest.importorskip("pyarrow")
@@ -220,3 +221,84 @@ def test_a_file_of_no_rows_is_empty_input(tmp_path):
     pq.write_table(pa.table({"ids": pa.array([], pa.list_(pa.int64()))}), path)
     r = cli("pack", path, "-o", tmp_path / "e.lod.h5")
     assert r.exit_code == 1 and f"{path}: empty input (column 'ids' has no rows)" in r.output
+
+
+# -- hostile files: claims checked before decoding, and what lodtool writes reads back everywhere --------------------
+def test_a_dictionary_rle_bomb_is_refused_under_max_memory_and_read_within_it(tmp_path):
+    n = 1 << 22  # a few hundred bytes of dictionary and RLE runs for 32 MiB of int64
+    path = tmp_path / "bomb.parquet"
+    arr = pa.LargeListArray.from_arrays(pa.array([0, n], pa.int64()), pa.array(np.zeros(n, np.int64)))
+    pq.write_table(pa.table({"t": arr}), path, use_dictionary=True, compression="zstd")
+    assert path.stat().st_size < 4096
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1 row needs "
+                                             r"[\d,]+ bytes, above the memory limit of 8,388,608 \(raise it with "
+                                             r"--max-memory\)$"):
+        list(iter_parquet([path], max_memory=8 << 20))
+    t = read_parquet(path)  # within the budget: read as it is
+    assert t.lod == [[0, n]] and not t.data.any()
+
+
+def test_a_fixed_size_list_of_2_22_in_one_row_is_checked_before_decoding(tmp_path):
+    path = tmp_path / "wide.parquet"
+    fsl = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(1 << 22, np.int8)), 1 << 22)
+    pq.write_table(pa.table({"t": pa.LargeListArray.from_arrays(pa.array([0, 1], pa.int64()), fsl)}), path)
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1 row needs"):
+        list(iter_parquet([path], max_memory=4 << 20))
+    assert read_parquet(path).element_shape == (1 << 22,)
+
+
+def test_a_footer_claiming_2_40_rows_is_refused_before_decoding(tmp_path):
+    from tests.hostile_io import parquet_claiming_rows
+
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(parquet_claiming_rows(1 << 40))
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1099511627776 rows "
+                                             r"needs [\d,]+ bytes, above the memory limit of 1,073,741,824"):
+        list(iter_parquet([path], max_memory=1 << 30))
+
+
+def test_pages_claiming_more_than_memory_are_a_memory_error_naming_the_row_group(tmp_path, monkeypatch):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"t": pa.array([[1, 2], [3]])}), path)
+
+    def no_memory(self, *args, **kwargs):
+        raise pa.ArrowMemoryError("malloc of size 3221225472 failed")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", no_memory)
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding it asks for more memory"):
+        read_parquet(path)
+
+
+def test_files_mark_list_items_required_so_awkward_reads_no_option_type(tmp_path):
+    t = LoDTensor(np.arange(12, dtype=np.float32).reshape(6, 2), [[0, 2, 3], [0, 1, 3, 6]])
+    path = tmp_path / "r.parquet"
+    write_parquet([t], path, name="x")
+    schema = str(pq.ParquetFile(path).schema)
+    assert "required float field_id=-1 element" in schema and "optional" not in schema
+    assert pq.ParquetFile(path).schema.column(0).max_definition_level == 3  # three repeated levels, no optional one
+    assert read_parquet(path).equals(t)
+    ak = pytest.importorskip("awkward")
+    arr = ak.from_parquet(str(path))
+    assert str(arr.type) == "2 * {x: var * var * 2 * float32}"
+    # a column written nullable, but holding no null, is read as it is
+    nullable = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"x": pa.array([[1, 2], [3]], pa.list_(pa.int64()))}), nullable)
+    assert read_parquet(nullable).lod == [[0, 2, 3]]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0), (1, 0, 1)])
+def test_an_element_shape_with_a_0_is_refused_before_writing(tmp_path, shape):
+    t = LoDTensor(np.zeros((5, *shape), np.float32), [[0, 2, 5]])
+    with pytest.raises(LodShapeError, match=r"^Parquet cannot hold element shape .*write arrow or npz instead"):
+        write_parquet([t], io.BytesIO())
+    from lodtool import load, save
+
+    save(tmp_path / "z.lod.h5", t)
+    r = cli("unpack", tmp_path / "z.lod.h5", "--to", "parquet", "-o", tmp_path / "z.parquet")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "Parquet cannot hold element shape" in lines[0], r.output
+    assert not (tmp_path / "z.parquet").exists()
+    r = cli("unpack", tmp_path / "z.lod.h5", "--to", "arrow", "-o", tmp_path / "z.arrow")  # the way that works
+    assert r.exit_code == 0, r.output
+    assert cli("pack", tmp_path / "z.arrow", "-o", tmp_path / "back.lod.h5").exit_code == 0
+    assert load(tmp_path / "back.lod.h5").equals(t)

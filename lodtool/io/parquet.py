@@ -25,10 +25,11 @@ import sys
 import threading
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
-from ..errors import LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError
+from ..errors import LodFileNotFoundError, LodInputError, LodMemoryError, LodShapeError, LodUsageError
+from ..lod import counted
 from ..tensor import LoDTensor
-from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, pick_column, sink_for,
-                    to_record_batch, valid_chunks)
+from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, check_claim, pick_column,
+                    sink_for, to_record_batch, valid_chunks)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -96,12 +97,16 @@ def _parquet_file(source):
         return pq.ParquetFile(source)
 
 
-def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
+def iter_parquet(sources: Sequence[Any], *, column: str | None = None,
+                 max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The tensor in column ``column`` of Parquet files, one chunk per row group (bounded memory).
 
     ``column=None`` takes the file's only column.  Several sources
     concatenate top-level sequences, in order.  Errors name the file, the row
-    group, the column and the row.
+    group, the column and the row.  Before a row group is decoded, what its
+    footer claims (rows, values, uncompressed bytes) is checked against
+    ``max_memory``: a few hundred bytes of dictionary and RLE runs can stand for
+    billions of values.
 
     >>> import io, numpy as np, pyarrow as pa, pyarrow.parquet as pq
     >>> buf = io.BytesIO()
@@ -115,12 +120,44 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterat
         index = pick_column(schema, column, label)
         field = schema.field(index)
         names = _level_names(field)
-        yield from _check_same(_row_groups(pf, again, index, field, names, label), label, field.name)
+        yield from _check_same(_row_groups(pf, again, index, field, names, label, max_memory), label, field.name)
 
 
-def _row_groups(pf, again, index: int, field, names, label: str) -> Iterator[LoDTensor]:
+def decoded_bytes(row_group, name: str) -> int:
+    """What decoding column ``name`` of a row group (its ``RowGroupMetaData``) allocates, by the footer's claims.
+
+    Each leaf value decodes to its physical size plus a repetition and a
+    definition level (2 bytes each), each row to a 64-bit offset, and the pages
+    to their uncompressed size.  The footer is a claim: this is checked before
+    anything is decoded.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"x": [[1, 2], [3]]}), buf)
+    >>> rg = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata.row_group(0)
+    >>> decoded_bytes(rg, "x") > 3 * 12 + 2 * 8
+    True
+    """
+    total = 8 * (row_group.num_rows + 1)
+    for j in range(row_group.num_columns):
+        chunk = row_group.column(j)
+        path = chunk.path_in_schema
+        if path != name and not path.startswith(name + "."):
+            continue
+        width = _PHYSICAL_BYTES.get(chunk.physical_type, 8)
+        total += chunk.num_values * (width + 4) + max(chunk.total_uncompressed_size, 0)
+    return total
+
+
+#: bytes of one decoded value of each Parquet physical type (byte arrays: at least their offset)
+_PHYSICAL_BYTES = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 8,
+                   "FIXED_LEN_BYTE_ARRAY": 8}
+
+
+def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int | None) -> Iterator[LoDTensor]:
     pa = _pa()
     own = threading.local()  # each reading thread's own ParquetFile (see _open)
+    metadata = pf.metadata
 
     def read(g: int):
         try:
@@ -132,16 +169,24 @@ def _row_groups(pf, again, index: int, field, names, label: str) -> Iterator[LoD
                     f = own.pf = again()
             return f.read_row_group(g, columns=[field.name]).column(0), None
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            return None, f"cannot read it ({str(exc).splitlines()[0]})"
+            return None, LodInputError(f"cannot read it ({str(exc).splitlines()[0]})")
+        except MemoryError:  # pa.ArrowMemoryError too: the pages claim sizes that do not fit
+            return None, LodMemoryError("decoding it asks for more memory than there is (its pages claim sizes "
+                                        "they may not hold)")
+
+    for g in range(pf.num_row_groups):  # every claim before any row group is decoded
+        check_claim(decoded_bytes(metadata.row_group(g), field.name), max_memory,
+                    f"{label}: row group {g}, column {field.name!r}: decoding its "
+                    f"{counted(metadata.row_group(g).num_rows, 'row')}")
 
     def converted():
         base = 0
         for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None)):
             where = f"{label}: row group {g}, column {field.name!r}"
             if problem is not None:
-                raise LodInputError(f"{where}: {problem}")
+                raise type(problem)(f"{where}: {problem}")
             for chunk in col.chunks:
-                yield where, _convert(chunk, where=where, row_base=base, validate=False)
+                yield where, _convert(chunk, where=where, row_base=base, validate=False, max_memory=max_memory)
                 base += len(chunk)
 
     yield from valid_chunks(converted(), names)
@@ -198,7 +243,10 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     """Write chunks as a Parquet file with one column ``name``, one row group per chunk; returns the rows.
 
     ``out`` is a writable binary stream or a path (use an atomic temp file, as
-    ``unpack`` does).  The first chunk fixes the schema.
+    ``unpack`` does).  The first chunk fixes the schema.  List items are
+    written non-nullable (a LoD tensor has no missing values).  An element
+    shape with a dimension of 0 is refused before anything is written: pyarrow
+    cannot read such a column back.
 
     >>> import io, numpy as np, pyarrow.parquet as pq
     >>> buf = io.BytesIO()
@@ -217,7 +265,11 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     rows = 0
     try:
         for chunk in chunks:
-            batch = to_record_batch(chunk, name)
+            if writer is None and 0 in chunk.element_shape:
+                raise LodShapeError(f"Parquet cannot hold element shape {chunk.element_shape}: a fixed-size list of "
+                                    "size 0 does not read back (pyarrow's reader miscounts its values); write arrow "
+                                    "or npz instead")
+            batch = to_record_batch(chunk, name, required=True)
             if writer is None:
                 writer = pq.ParquetWriter(sink_for(out), batch.schema, compression=codec, store_schema=True)
             table = pa.Table.from_batches([batch])
@@ -234,8 +286,9 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = 0, progress=None, stats: dict | None = None,
-         column: str | None = None) -> Iterator[LoDTensor]:
-    """The registry's reader: Parquet files, one chunk per row group (``column``: which one).
+         column: str | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: Parquet files, one chunk per row group (``column``: which one, ``max_memory``: the
+    bound on each row group's claims).
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -245,7 +298,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     from ._values import read_with_options
 
-    return read_with_options(sources, lambda source: iter_parquet([source], column=column), _label,
+    return read_with_options(sources, lambda source: iter_parquet([source], column=column, max_memory=max_memory),
+                             _label,
                              lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
@@ -259,5 +313,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
     write_parquet(_named(chunks, stored.level_names), out, name=stored.name)
 
 
-__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "EXTENSIONS", "MAGIC", "COMPRESSIONS",
-           "read", "write", "write_stored"]
+__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "decoded_bytes", "EXTENSIONS", "MAGIC",
+           "COMPRESSIONS", "read", "write", "write_stored"]
