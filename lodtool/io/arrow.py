@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
-                      LodMemoryError, LodShapeError, LodValidationError)
+                      LodMemoryError, LodShapeError)
 from ..tensor import LoDTensor
 
 #: field metadata key holding the level names (JSON list)
@@ -180,7 +180,8 @@ def _primitive(arr, where: str) -> np.ndarray:
 
 def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bool = True,
              max_memory: int | None = None) -> LoDTensor:
-    """``arr`` as a LoD tensor; list bounds are checked before any slice or gather, a gather against ``max_memory``."""
+    """``arr`` as a LoD tensor: validated before any value is read (list views' ranges too), a gather held to
+    ``max_memory``."""
     pa = _pa()
     if isinstance(arr, pa.ExtensionArray):
         ext_shape = tuple(arr.type.shape) if isinstance(arr.type, pa.FixedShapeTensorType) else None
@@ -189,6 +190,10 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
         arr = arr.storage
     else:
         ext_shape = None
+    try:  # lengths, buffer sizes, first and last offsets: what a file (IPC trusts it) may get wrong
+        arr.validate()
+    except pa.ArrowInvalid as exc:
+        raise LodInputError(f"{where}: {str(exc).splitlines()[0]}") from None
     levels: list[np.ndarray] = []
     shape: list[int] = []
     node = arr
@@ -205,8 +210,7 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
             offsets = node.offsets.to_numpy()  # honours the slice (arrow#37733: .values does not)
             if offsets.dtype != np.int64:
                 offsets = offsets.astype(np.int64)
-            _check_offsets(offsets, len(node.values), levels, row_base, where)
-            start, stop = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
+            start, stop = int(offsets[0]), int(offsets[-1])
             if start:
                 offsets = offsets - start
             levels.append(offsets)
@@ -278,29 +282,6 @@ def _value_bytes(t) -> int:
         return max(t.bit_width // 8, 1)
     except ValueError:  # a nested list or view: its offset (its own values are counted when gathered)
         return _INDEX_BYTES
-
-
-def _check_offsets(offsets: np.ndarray, size: int, levels: list[np.ndarray], row_base: int, where: str) -> None:
-    """A list level's offsets must lie within the ``size`` values below it, not decreasing end to end.
-
-    Checked before the values are sliced: a file's first offset may be negative
-    or far past its values.  A decrease in between is left to the LoD check.
-    """
-    if not len(offsets):
-        return
-    start, stop = int(offsets[0]), int(offsets[-1])
-    if start < 0 or start > size:
-        raise LodInputError(f"{where}: {_top_row(levels, len(levels), 0, row_base)}: list offset {start:,} lies "
-                            f"outside the {size:,} values below it (at depth {len(levels)})")
-    if stop > size:
-        k = int(np.argmax(offsets > size)) - 1
-        raise LodInputError(f"{where}: {_top_row(levels, len(levels), k, row_base)}: its list ends at offset "
-                            f"{int(offsets[k + 1]):,}, past the {size:,} values below it (at depth {len(levels)})")
-    if stop < start:
-        k = int(np.argmax(offsets[1:] < offsets[:-1]))
-        raise LodValidationError(f"{where}: {_top_row(levels, len(levels), k, row_base)}: list offsets decrease "
-                                 f"(offset[{k + 1}]={int(offsets[k + 1])} < offset[{k}]={int(offsets[k])}, at depth "
-                                 f"{len(levels)})")
 
 
 def _check_list_bounds(starts: np.ndarray, sizes: np.ndarray, size: int, levels: list[np.ndarray], row_base: int,
@@ -574,10 +555,10 @@ def _open_ipc(source: Any):
         stream = pa.ipc.open_stream(source)
         stream_batches = iter(stream)
         return _decoded(lambda k: next(stream_batches, None), label), stream.schema, label
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-        raise LodInputError(f"{label}: not an Arrow IPC file or stream ({str(exc).splitlines()[0]})") from None
-    except MemoryError:
+    except MemoryError:  # pa.ArrowMemoryError too
         raise LodMemoryError(f"{label}: its schema asks for more memory than there is") from None
+    except (pa.ArrowException, OSError) as exc:  # any of Arrow's errors: the file is not one it can decode
+        raise LodInputError(f"{label}: not an Arrow IPC file or stream ({str(exc).splitlines()[0]})") from None
 
 
 def _decoded(batch_at, label: str) -> Iterator:
@@ -591,11 +572,11 @@ def _decoded(batch_at, label: str) -> Iterator:
     while True:
         try:
             batch = batch_at(k)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            raise LodInputError(f"{label}: record batch {k}: cannot decode it ({str(exc).splitlines()[0]})") from None
         except MemoryError:  # pa.ArrowMemoryError too
             raise LodMemoryError(f"{label}: record batch {k}: decoding it asks for more memory than there is (its "
                                  "buffers claim sizes they may not hold)") from None
+        except (pa.ArrowException, OSError) as exc:
+            raise LodInputError(f"{label}: record batch {k}: cannot decode it ({str(exc).splitlines()[0]})") from None
         if batch is None:
             return
         yield batch
@@ -626,7 +607,7 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
         try:
             yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
                                    label, schema.names[index])
-        except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
 
 

@@ -83,7 +83,9 @@ def _open(source: Any):
             source, again = path, lambda: _parquet_file(path)
     try:
         return _parquet_file(source), label, again
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    except MemoryError:  # pa.ArrowMemoryError too: a footer claiming more than there is
+        raise LodMemoryError(f"{label}: its footer asks for more memory than there is") from None
+    except (pa.ArrowException, OSError) as exc:  # any of Arrow's errors: the file is not one it can decode
         raise LodInputError(f"{label}: not a Parquet file ({str(exc).splitlines()[0]})") from None
 
 
@@ -168,11 +170,11 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
                 if f is None:
                     f = own.pf = again()
             return f.read_row_group(g, columns=[field.name]).column(0), None
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            return None, LodInputError(f"cannot read it ({str(exc).splitlines()[0]})")
         except MemoryError:  # pa.ArrowMemoryError too: the pages claim sizes that do not fit
             return None, LodMemoryError("decoding it asks for more memory than there is (its pages claim sizes "
                                         "they may not hold)")
+        except (pa.ArrowException, OSError) as exc:
+            return None, LodInputError(f"cannot read it ({str(exc).splitlines()[0]})")
 
     for g in range(pf.num_row_groups):  # every claim before any row group is decoded
         check_claim(decoded_bytes(metadata.row_group(g), field.name), max_memory,
