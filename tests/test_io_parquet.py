@@ -302,3 +302,35 @@ def test_an_element_shape_with_a_0_is_refused_before_writing(tmp_path, shape):
     assert r.exit_code == 0, r.output
     assert cli("pack", tmp_path / "z.arrow", "-o", tmp_path / "back.lod.h5").exit_code == 0
     assert load(tmp_path / "back.lod.h5").equals(t)
+
+
+def test_row_groups_decode_at_once_only_as_many_as_fit_max_memory(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", "4")
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"tokens": pa.array([[i] * 50 for i in range(80)])}), path, row_group_size=10)
+    from lodtool.io.parquet import decoded_bytes
+
+    largest = max(decoded_bytes(pq.ParquetFile(path).metadata.row_group(g), "tokens") for g in range(8))
+    lock, now, peak = threading.Lock(), [0], [0]
+    real = pq.ParquetFile.read_row_group
+
+    def counted_read(self, i, **kw):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.02)  # long enough for the reads in flight to overlap
+        try:
+            return real(self, i, **kw)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted_read)
+    for limit, most in ((largest, 1), (2 * largest, 2), (None, 4)):
+        peak[0] = 0
+        assert sum(len(c) for c in iter_parquet([path], max_memory=limit)) == 80
+        assert 1 <= peak[0] <= most, (limit, peak[0])
+    assert peak[0] > 1  # without a limit they do overlap, so the bounds above mean something

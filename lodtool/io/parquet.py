@@ -176,14 +176,19 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
         except (pa.ArrowException, OSError) as exc:
             return None, LodInputError(f"cannot read it ({str(exc).splitlines()[0]})")
 
+    largest = 1
     for g in range(pf.num_row_groups):  # every claim before any row group is decoded
-        check_claim(decoded_bytes(metadata.row_group(g), field.name), max_memory,
-                    f"{label}: row group {g}, column {field.name!r}: decoding its "
-                    f"{counted(metadata.row_group(g).num_rows, 'row')}")
+        claim = decoded_bytes(metadata.row_group(g), field.name)
+        check_claim(claim, max_memory, f"{label}: row group {g}, column {field.name!r}: decoding its "
+                                       f"{counted(metadata.row_group(g).num_rows, 'row')}")
+        largest = max(largest, claim)
+    # as many row groups decode at once as fit the limit together
+    most = None if max_memory is None else max(max_memory // largest, 1)
 
     def converted():
         base = 0
-        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None)):
+        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None,
+                                                       most=most)):
             where = f"{label}: row group {g}, column {field.name!r}"
             if problem is not None:
                 raise type(problem)(f"{where}: {problem}")
@@ -194,9 +199,10 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
     yield from valid_chunks(converted(), names)
 
 
-def _prefetched(read, count: int, parallel: bool = True) -> Iterator:
+def _prefetched(read, count: int, parallel: bool = True, most: int | None = None) -> Iterator:
     """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once
-    (one at a time where not ``parallel``: a stream, which only one thread may read).
+    (one at a time where not ``parallel``: a stream, which only one thread may read; at most ``most``: what
+    fits the memory limit).
 
     One row group of one column decodes on one core (pyarrow parallelizes over
     columns and row groups, not within one), so reading them one by one left the
@@ -206,7 +212,7 @@ def _prefetched(read, count: int, parallel: bool = True) -> Iterator:
     """
     from .._jit import thread_limit
 
-    depth = min(thread_limit(), count) if parallel else 1
+    depth = min(thread_limit(), count, most or count) if parallel else 1
     if depth <= 1:
         for g in range(count):
             yield read(g)
