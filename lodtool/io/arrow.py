@@ -322,7 +322,9 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
     zero-copy; several chunks are concatenated (one copy; iterate
     ``arr.chunks`` to avoid it).  ``list_view`` arrays are read too (a view
     when their lists lie in order, else one gather).  A null anywhere is an
-    error naming its row.
+    error naming its row.  Before any value is read the array passes Arrow's
+    own (constant-time) validation and every list view is checked to lie
+    within its values: an array from a file may claim anything.
 
     >>> import pyarrow as pa
     >>> t = from_arrow(pa.array([[[1, 2], [3]], [[4]]], pa.large_list(pa.large_list(pa.int64()))))
@@ -607,7 +609,9 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
         try:
             yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
                                    label, schema.names[index])
-        except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        except MemoryError:  # the CLI's own message (pa.ArrowMemoryError is an ArrowException too)
+            raise
+        except pa.ArrowException as exc:
             raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
 
 
