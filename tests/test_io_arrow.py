@@ -226,3 +226,35 @@ def test_a_batch_whose_lengths_lie_is_refused_before_it_is_read(tmp_path, length
     path.write_bytes(patched_ints(ipc_bytes(arr), [2, 0, 7, 0], [2, 0, length, 0]))  # the field nodes
     with pytest.raises(LodInputError, match=rf"^{path}: record batch 0, column 't': "):
         read_ipc(path)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_batches_are_held_to_max_memory_before_they_are_decoded(tmp_path, stream, codec):
+    """A few kB of compressed zeros inflate to 32 MiB: checked batch by batch from what each buffer states."""
+    small = pa.LargeListArray.from_arrays(pa.array([0, 2], pa.int64()), pa.array([1, 2]))
+    big = pa.LargeListArray.from_arrays(pa.array([0, 1 << 22], pa.int64()), pa.array(np.zeros(1 << 22, np.int64)))
+    path = tmp_path / ("z.arrows" if stream else "z.arrow")
+    schema = pa.schema([("t", small.type)])
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.OSFile(str(path), "wb") as f, (pa.ipc.new_stream if stream else pa.ipc.new_file)(f, schema,
+                                                                                              options=options) as w:
+        for arr in (small, big, small):
+            w.write_batch(pa.RecordBatch.from_arrays([arr], schema=schema))
+    assert path.stat().st_size < 1 << 20
+    chunks = iter_ipc([path], max_memory=8 << 20)
+    assert next(chunks).lod == [[0, 2]]  # batch 0 fits
+    with pytest.raises(LodMemoryError, match=rf"^{path}: record batch 1: inflating its compressed buffers needs "
+                                             r"33,554,4\d\d bytes, above the memory limit of 8,388,608"):
+        next(chunks)
+    assert [c.lod for c in iter_ipc([path], max_memory=64 << 20)] == [[[0, 2]], [[0, 1 << 22]], [[0, 2]]]
+
+
+def test_a_column_name_that_is_not_utf8_is_a_located_error(tmp_path):
+    from tests.hostile_io import ipc_bytes
+
+    blob = ipc_bytes(pa.array([[1, 2]], pa.large_list(pa.int64())), name="tensorname")
+    path = tmp_path / "name.arrow"
+    path.write_bytes(blob.replace(b"tensorname", b"tensor\xf4\xf4me"))
+    with pytest.raises(LodInputError, match=rf"^{path}: a column name is not UTF-8 text"):
+        read_ipc(path)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import sys
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
@@ -392,7 +393,10 @@ def pick_column(schema, column: str | None, label: str) -> int:
     >>> pick_column(pa.schema([("a", pa.int8()), ("b", pa.int8())]), "b", "x.parquet")
     1
     """
-    names = list(schema.names)
+    try:
+        names = list(schema.names)
+    except UnicodeDecodeError:
+        raise LodInputError(f"{label}: a column name is not UTF-8 text (a damaged schema)") from None
     if column is None:
         if len(names) == 1:
             return 0
@@ -531,8 +535,12 @@ def sink_for(out):
 
 
 # -- Arrow IPC / Feather --------------------------------------------------------------------------------
-def _open_ipc(source: Any):
-    """A record batch reader for an IPC file or stream (memory-mapped where it is a path)."""
+def _open_ipc(source: Any, max_memory: int | None = None):
+    """A record batch reader for an IPC file or stream (memory-mapped where it is a path).
+
+    With ``max_memory``, what each batch's compressed buffers say they inflate to
+    is checked against it before the batch is decoded.
+    """
     pa = _pa()
     label = _label(source)
     if isinstance(source, (str, os.PathLike)):
@@ -550,28 +558,34 @@ def _open_ipc(source: Any):
     head = source.read(6)
     source.seek(0)
     try:
+        claims = None if max_memory is None else _inflated_sizes(source, head == IPC_MAGIC)
         if head == IPC_MAGIC:
             reader = pa.ipc.open_file(source)
             count = reader.num_record_batches
-            return _decoded(lambda k: reader.get_batch(k) if k < count else None, label), reader.schema, label
+            batch_at = lambda k: reader.get_batch(k) if k < count else None  # noqa: E731
+            return _decoded(batch_at, label, claims, max_memory), reader.schema, label
         stream = pa.ipc.open_stream(source)
         stream_batches = iter(stream)
-        return _decoded(lambda k: next(stream_batches, None), label), stream.schema, label
+        return _decoded(lambda k: next(stream_batches, None), label, claims, max_memory), stream.schema, label
     except MemoryError:  # pa.ArrowMemoryError too
         raise LodMemoryError(f"{label}: its schema asks for more memory than there is") from None
     except (pa.ArrowException, OSError) as exc:  # any of Arrow's errors: the file is not one it can decode
         raise LodInputError(f"{label}: not an Arrow IPC file or stream ({str(exc).splitlines()[0]})") from None
 
 
-def _decoded(batch_at, label: str) -> Iterator:
+def _decoded(batch_at, label: str, claims: list[int] | None = None, max_memory: int | None = None) -> Iterator:
     """``batch_at(0), batch_at(1), ...`` until ``None``; a batch that cannot be decoded is a one-line error naming it.
 
     Decoding allocates what the batch's buffers claim (a compressed buffer states
-    its size), so a claim too large for memory is a :class:`~lodtool.errors.LodMemoryError`.
+    its size): ``claims[k]`` (see :func:`_inflated_sizes`) is checked against
+    ``max_memory`` first, and a claim too large for memory is a
+    :class:`~lodtool.errors.LodMemoryError` all the same.
     """
     pa = _pa()
     k = 0
     while True:
+        if claims is not None and k < len(claims):
+            check_claim(claims[k], max_memory, f"{label}: record batch {k}: inflating its compressed buffers")
         try:
             batch = batch_at(k)
         except MemoryError:  # pa.ArrowMemoryError too
@@ -585,15 +599,92 @@ def _decoded(batch_at, label: str) -> Iterator:
         k += 1
 
 
+class _Flatbuffer:
+    """Just enough of a flatbuffers reader for Arrow's IPC metadata: tables, their fields, vectors (bounds-checked:
+    ``struct.error`` past the end)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def int(self, fmt: str, at: int) -> int:
+        return struct.unpack_from(fmt, self.data, at)[0]
+
+    def root(self) -> int:
+        return self.int("<I", 0)
+
+    def field(self, table: int, i: int) -> int | None:
+        """Where field ``i`` of the table at ``table`` is stored, or ``None`` (absent: its default)."""
+        vtable = table - self.int("<i", table)
+        if 4 + 2 * i >= self.int("<H", vtable):
+            return None
+        offset = self.int("<H", vtable + 4 + 2 * i)
+        return table + offset if offset else None
+
+    def ref(self, table: int, i: int) -> int | None:
+        """Where the table or vector that field ``i`` points to starts, or ``None``."""
+        at = self.field(table, i)
+        return None if at is None else at + self.int("<I", at)
+
+
+#: Arrow's MessageHeader union tag of a RecordBatch
+_RECORD_BATCH = 3
+
+
+def _inflated(metadata: bytes, body) -> int:
+    """The bytes a record batch message's compressed buffers say they inflate to (0: not compressed).
+
+    Each compressed buffer starts with its inflated length (int64, -1: stored as
+    it is); Arrow allocates that before it decompresses.
+    """
+    fb = _Flatbuffer(metadata)
+    message = fb.root()
+    kind = fb.field(message, 1)
+    batch = fb.ref(message, 2)
+    if kind is None or fb.int("<B", kind) != _RECORD_BATCH or batch is None or fb.ref(batch, 3) is None:
+        return 0
+    buffers = fb.ref(batch, 2)
+    total = 0
+    for j in range(fb.int("<I", buffers) if buffers is not None else 0):
+        offset, length = struct.unpack_from("<qq", metadata, buffers + 4 + 16 * j)
+        if length >= 8 and 0 <= offset <= body.size - 8:
+            total += max(struct.unpack_from("<q", body, offset)[0], 0)
+    return total
+
+
+def _inflated_sizes(source, is_file: bool) -> list[int] | None:
+    """What each record batch of an IPC file or stream inflates to, in batch order; ``None`` where the metadata
+    cannot be walked (the reader then says why).
+
+    A file's batches are where its footer says; a stream's follow one another.
+    """
+    pa = _pa()
+    whole = source.read_buffer()
+    source.seek(0)
+    try:
+        if is_file:
+            fb = _Flatbuffer(whole.slice(max(whole.size - 10, 0)).to_pybytes())
+            length = fb.int("<i", 0)
+            fb = _Flatbuffer(whole.slice(max(whole.size - 10 - length, 0), length).to_pybytes())
+            blocks = fb.ref(fb.root(), 3)  # Footer.recordBatches: Block {offset, metaDataLength, bodyLength}
+            spans = [struct.unpack_from("<qi4xq", fb.data, blocks + 4 + 24 * j)
+                     for j in range(fb.int("<I", blocks) if blocks is not None else 0)]
+            messages = (pa.ipc.read_message(pa.BufferReader(whole.slice(at, meta + body))) for at, meta, body in spans)
+        else:
+            messages = (m for m in pa.ipc.MessageReader.open_stream(pa.BufferReader(whole)) if m.type == "record batch")
+        return [_inflated(m.metadata.to_pybytes(), m.body) for m in messages]
+    except (struct.error, ValueError, IndexError, EOFError, OSError, pa.ArrowException):
+        return None
+
+
 def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
              max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The tensor in column ``column`` of Arrow IPC files / streams, one chunk per record batch.
 
     Files are memory-mapped, so a chunk's data is a view of the map (nothing
     is read before it is needed).  Several sources concatenate top-level
-    sequences, in order.  ``max_memory`` bounds what a chunk's conversion
-    allocates (the gather of out-of-order list views); a batch whose
-    compressed buffers claim more memory than there is is refused by name.
+    sequences, in order.  ``max_memory`` bounds what each batch's compressed
+    buffers say they inflate to (checked before it is decoded) and what its
+    conversion allocates (the gather of out-of-order list views).
 
     >>> import io, numpy as np
     >>> from lodtool import LoDTensor
@@ -604,7 +695,7 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
     """
     pa = _pa()
     for source in sources:
-        batches, schema, label = _open_ipc(source)
+        batches, schema, label = _open_ipc(source, max_memory)
         index = pick_column(schema, column, label)
         try:
             yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
