@@ -311,9 +311,9 @@ def test_row_groups_decode_at_once_only_as_many_as_fit_max_memory(tmp_path, monk
     monkeypatch.setenv("LODTOOL_NUM_THREADS", "4")
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"tokens": pa.array([[i] * 50 for i in range(80)])}), path, row_group_size=10)
-    from lodtool.io.parquet import decoded_bytes
+    from lodtool.io.parquet import row_group_claims
 
-    largest = max(decoded_bytes(pq.ParquetFile(path).metadata.row_group(g), "tokens") for g in range(8))
+    largest = max(n for _, n in row_group_claims(pq.ParquetFile(path).metadata, "tokens"))
     lock, now, peak = threading.Lock(), [0], [0]
     real = pq.ParquetFile.read_row_group
 
@@ -334,3 +334,48 @@ def test_row_groups_decode_at_once_only_as_many_as_fit_max_memory(tmp_path, monk
         assert sum(len(c) for c in iter_parquet([path], max_memory=limit)) == 80
         assert 1 <= peak[0] <= most, (limit, peak[0])
     assert peak[0] > 1  # without a limit they do overlap, so the bounds above mean something
+
+
+@pytest.mark.parametrize("table, options", [
+    (pa.table({"t": pa.array([[1, 2], [], [3]] * 20), "y": pa.array([True, False, None] * 20),
+               "s": pa.array(["a", None, "ccc"] * 20)}), {"row_group_size": 7}),
+    (pa.table({"t": pa.array([[[0.5]], [[1.5, 2.5], []]] * 5, pa.large_list(pa.list_(pa.float32())))}),
+     {"compression": "zstd", "use_dictionary": False, "write_page_index": True}),
+    (pa.table({"t": pa.array([[1.0, 2.0]] * 9, pa.list_(pa.float64(), 2)),
+               "m": pa.array([{"k": 1}] * 9, pa.map_(pa.string(), pa.int8()))}),
+     {"store_schema": False, "row_group_size": 4, "write_statistics": False}),
+])
+def test_the_footer_claims_are_the_ones_pyarrow_reads(tmp_path, table, options):
+    """The claims come from the footer's own bytes (pyarrow aborts on some column metadata): they must agree."""
+    from lodtool.io.parquet import row_group_claims
+
+    path = tmp_path / "x.parquet"
+    pq.write_table(table, path, **options)
+    metadata = pq.ParquetFile(path).metadata
+    widths = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8}
+    want = []
+    for g in range(metadata.num_row_groups):
+        rg = metadata.row_group(g)
+        total = 8 * (rg.num_rows + 1)
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            if c.path_in_schema.split(".")[0] == "t":
+                total += c.num_values * (widths[c.physical_type] + 4) + c.total_uncompressed_size
+        want.append((rg.num_rows, total))
+    assert row_group_claims(metadata, "t") == want
+
+
+def test_column_metadata_pyarrow_aborts_on_is_a_located_error(tmp_path):
+    """A size-statistics histogram of the wrong length: pyarrow's RowGroupMetaData.column() would abort."""
+    path = tmp_path / "histogram.parquet"
+    pq.write_table(pa.table({"t": pa.array([[1, 2], [3]])}), path)
+    blob = path.read_bytes()
+    size = int.from_bytes(blob[-8:-4], "little")
+    footer = blob[-8 - size:-8]
+    histogram = b"\x29\x26\x04\x02"  # SizeStatistics' repetition level histogram: a list of 2 i64, [2, 1]
+    assert footer.count(histogram) == 1
+    footer = footer.replace(histogram, b"\x29\x76\x04\x02" + bytes(5))  # now 7 entries
+    path.write_bytes(blob[:-8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    with pytest.raises(LodInputError, match=rf"^{path}: row group 0, column 't': cannot read it \(Repetition level "
+                                            r"histogram size mismatch"):
+        list(iter_parquet([path], max_memory=1 << 30))

@@ -125,35 +125,176 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None,
         yield from _check_same(_row_groups(pf, again, index, field, names, label, max_memory), label, field.name)
 
 
-def decoded_bytes(row_group, name: str) -> int:
-    """What decoding column ``name`` of a row group (its ``RowGroupMetaData``) allocates, by the footer's claims.
+def row_group_claims(metadata, name: str) -> list[tuple[int, int]]:
+    """``(rows, bytes)``: what decoding column ``name`` allocates in each row group, by the footer's claims.
+
+    ``metadata`` is the file's ``pq.FileMetaData`` (``ParquetFile.metadata``).
 
     Each leaf value decodes to its physical size plus a repetition and a
     definition level (2 bytes each), each row to a 64-bit offset, and the pages
-    to their uncompressed size.  The footer is a claim: this is checked before
-    anything is decoded.
+    to their uncompressed size.  The footer is read from its own bytes
+    (:class:`_Footer`): pyarrow aborts the process on a column chunk whose
+    metadata it cannot parse (``RowGroupMetaData.column`` raises no Python
+    exception), where its reader raises one.
 
     >>> import io, pyarrow as pa, pyarrow.parquet as pq
     >>> buf = io.BytesIO()
     >>> pq.write_table(pa.table({"x": [[1, 2], [3]]}), buf)
-    >>> rg = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata.row_group(0)
-    >>> decoded_bytes(rg, "x") > 3 * 12 + 2 * 8
-    True
+    >>> [(rows, n > 3 * 12 + 2 * 8) for rows, n in row_group_claims(pq.ParquetFile(buf).metadata, "x")]
+    [(2, True)]
     """
-    total = 8 * (row_group.num_rows + 1)
-    for j in range(row_group.num_columns):
-        chunk = row_group.column(j)
-        path = chunk.path_in_schema
-        if path != name and not path.startswith(name + "."):
-            continue
-        width = _PHYSICAL_BYTES.get(chunk.physical_type, 8)
-        total += chunk.num_values * (width + 4) + max(chunk.total_uncompressed_size, 0)
-    return total
+    pa = _pa()
+    out = pa.BufferOutputStream()
+    metadata.write_metadata_file(out)  # PAR1, the footer's Thrift bytes, their length, PAR1
+    raw = out.getvalue().to_pybytes()
+    key = name.encode()
+    claims = []
+    for rows, chunks in _Footer(raw[4:-8]).row_groups():
+        total = 8 * (rows + 1)
+        for path, kind, values, size in chunks:
+            if path == key:
+                total += values * (_PHYSICAL_BYTES.get(kind, 8) + 4) + max(size, 0)
+        claims.append((rows, total))
+    return claims
 
 
-#: bytes of one decoded value of each Parquet physical type (byte arrays: at least their offset)
-_PHYSICAL_BYTES = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 8,
-                   "FIXED_LEN_BYTE_ARRAY": 8}
+#: bytes of one decoded value of each Parquet physical type (its Thrift enum; byte arrays: at least their offset)
+_PHYSICAL_BYTES = {0: 1, 1: 4, 2: 8, 3: 12, 4: 4, 5: 8}
+
+
+class _Footer:
+    """The row group claims of a Parquet footer (Thrift compact protocol), read without building the rest.
+
+    ``row_groups()`` gives ``(num_rows, [(top-level name, physical type,
+    num_values, total_uncompressed_size), ...])`` per row group.  Malformed
+    bytes raise ``IndexError`` / ``ValueError``.
+    """
+
+    STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def _byte(self) -> int:
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def _varint(self) -> int:
+        value = shift = 0
+        while True:
+            b = self._byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ValueError("a Thrift varint longer than 10 bytes")
+
+    def _int(self) -> int:
+        v = self._varint()
+        return (v >> 1) ^ -(v & 1)
+
+    def _fields(self) -> Iterator[tuple[int, int]]:
+        field = 0
+        while True:
+            head = self._byte()
+            kind = head & 0x0F
+            if kind == self.STOP:
+                return
+            field = field + (head >> 4) if head >> 4 else self._int()
+            yield field, kind
+
+    def _list(self) -> tuple[int, int]:
+        head = self._byte()
+        size = head >> 4 if head >> 4 != 15 else self._varint()
+        return size, head & 0x0F
+
+    def _skip(self, kind: int, in_list: bool = False) -> None:
+        """Step over a value of Thrift type ``kind`` (a bool in a list takes a byte; a bool field none)."""
+        if kind in (self.TRUE, self.FALSE):
+            self.pos += 1 if in_list else 0
+        elif kind == self.BYTE:
+            self.pos += 1
+        elif kind in (self.I16, self.I32, self.I64):
+            self._varint()
+        elif kind == self.DOUBLE:
+            self.pos += 8
+        elif kind == self.BINARY:
+            n = self._varint()
+            self.pos += n
+        elif kind in (self.LIST, self.SET):
+            size, inner = self._list()
+            for _ in range(size):
+                self._skip(inner, True)
+        elif kind == self.MAP:
+            size = self._varint()
+            pair = self._byte() if size else 0
+            for _ in range(size):
+                self._skip(pair >> 4, True)
+                self._skip(pair & 0x0F, True)
+        elif kind == self.STRUCT:
+            for _, inner in self._fields():
+                self._skip(inner)
+        else:
+            raise ValueError(f"Thrift type {kind}")
+        if self.pos > len(self.data):
+            raise IndexError("past the end of the footer")
+
+    def _structs(self, kind: int):
+        if kind != self.LIST:
+            self._skip(kind)
+            return
+        size, inner = self._list()
+        for _ in range(size):
+            if inner != self.STRUCT:
+                raise ValueError("a list of something else than structs")
+            yield
+
+    def row_groups(self) -> list[tuple[int, list]]:
+        out = []
+        for field, kind in self._fields():  # FileMetaData
+            if field != 4:  # row_groups
+                self._skip(kind)
+                continue
+            for _ in self._structs(kind):
+                rows, chunks = 0, []
+                for f, k in self._fields():  # RowGroup
+                    if f == 3 and k == self.I64:
+                        rows = self._int()
+                    elif f == 1:
+                        for _ in self._structs(k):
+                            chunks.append(self._column_chunk())
+                    else:
+                        self._skip(k)
+                out.append((rows, chunks))
+        return out
+
+    def _column_chunk(self) -> tuple[bytes, int, int, int]:
+        path, kind, values, size = b"", -1, 0, 0
+        for f, k in self._fields():  # ColumnChunk
+            if f != 3 or k != self.STRUCT:  # meta_data
+                self._skip(k)
+                continue
+            for g, t in self._fields():  # ColumnMetaData
+                if g == 1 and t == self.I32:
+                    kind = self._int()
+                elif g == 3 and t == self.LIST:
+                    count, inner = self._list()
+                    for i in range(count):
+                        if i == 0 and inner == self.BINARY:
+                            n = self._varint()
+                            path = self.data[self.pos:self.pos + n]
+                            self.pos += n
+                        else:
+                            self._skip(inner, True)
+                elif g == 5 and t == self.I64:
+                    values = self._int()
+                elif g == 6 and t == self.I64:
+                    size = self._int()
+                else:
+                    self._skip(t)
+        return path, kind, values, size
 
 
 def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int | None) -> Iterator[LoDTensor]:
@@ -177,11 +318,15 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
             return None, LodInputError(f"cannot read it ({str(exc).splitlines()[0]})")
 
     largest = 1
-    for g in range(pf.num_row_groups):  # every claim before any row group is decoded
-        claim = decoded_bytes(metadata.row_group(g), field.name)
-        check_claim(claim, max_memory, f"{label}: row group {g}, column {field.name!r}: decoding its "
-                                       f"{counted(metadata.row_group(g).num_rows, 'row')}")
-        largest = max(largest, claim)
+    if max_memory is not None:  # every claim before any row group is decoded
+        try:
+            claims = row_group_claims(metadata, field.name)
+        except (ValueError, IndexError, RecursionError, pa.ArrowException) as exc:
+            raise LodInputError(f"{label}: its footer cannot be read ({str(exc).splitlines()[0]})") from None
+        for g, (rows, claim) in enumerate(claims):
+            check_claim(claim, max_memory, f"{label}: row group {g}, column {field.name!r}: decoding its "
+                                           f"{counted(rows, 'row')}")
+            largest = max(largest, claim)
     # as many row groups decode at once as fit the limit together
     most = None if max_memory is None else max(max_memory // largest, 1)
 
@@ -321,5 +466,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
     write_parquet(_named(chunks, stored.level_names), out, name=stored.name)
 
 
-__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "decoded_bytes", "EXTENSIONS", "MAGIC",
+__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "row_group_claims", "EXTENSIONS", "MAGIC",
            "COMPRESSIONS", "read", "write", "write_stored"]
