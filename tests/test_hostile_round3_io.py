@@ -158,6 +158,29 @@ def test_mangled_table_and_paddle_files_keep_the_promises(tmp_path, numba_cache)
     assert {name.split("/")[0] for name, _ in results} == set(FORMATS)
 
 
+def test_mangled_files_through_the_library_are_located_errors(tmp_path):
+    """The same variants read in process with a memory limit (what the CLI passes as --max-memory)."""
+    from lodtool.errors import LodError
+    from lodtool.io import get
+
+    readers = {"arrow": "arrow", "arrows": "arrow", "parquet": "parquet", "pdtensor": "pdtensor"}
+    variants = make_variants(str(tmp_path / "inputs"), PER_FORMAT * 2, SEED)
+    outcomes = Counter()
+    for name, argv in variants:
+        fmt, path = name.split("/")[0], argv[1]
+        options = {} if fmt == "pdtensor" else {"max_memory": 256 << 20}
+        try:
+            chunks = list(get(readers[fmt]).read([path], **options))
+        except LodError as exc:
+            message = str(exc)
+            assert "\n" not in message and message.startswith(path), f"{name}: {message}"
+            outcomes[type(exc).__name__] += 1
+        else:
+            assert all(c.n_rows == len(c.data) for c in chunks), name
+            outcomes["read"] += 1
+    print(f"\nfuzz seed {SEED}: {dict(outcomes)}")
+
+
 def _table(seed: int, count: int) -> str:  # pragma: no cover - the long run's report
     import tempfile
 
