@@ -606,24 +606,24 @@ class _Flatbuffer:
     def __init__(self, data: bytes):
         self.data = data
 
-    def int(self, fmt: str, at: int) -> int:
+    def scalar(self, fmt: str, at: int) -> int:
         return struct.unpack_from(fmt, self.data, at)[0]
 
     def root(self) -> int:
-        return self.int("<I", 0)
+        return self.scalar("<I", 0)
 
     def field(self, table: int, i: int) -> int | None:
         """Where field ``i`` of the table at ``table`` is stored, or ``None`` (absent: its default)."""
-        vtable = table - self.int("<i", table)
-        if 4 + 2 * i >= self.int("<H", vtable):
+        vtable = table - self.scalar("<i", table)
+        if 4 + 2 * i >= self.scalar("<H", vtable):
             return None
-        offset = self.int("<H", vtable + 4 + 2 * i)
+        offset = self.scalar("<H", vtable + 4 + 2 * i)
         return table + offset if offset else None
 
     def ref(self, table: int, i: int) -> int | None:
         """Where the table or vector that field ``i`` points to starts, or ``None``."""
         at = self.field(table, i)
-        return None if at is None else at + self.int("<I", at)
+        return None if at is None else at + self.scalar("<I", at)
 
 
 #: Arrow's MessageHeader union tag of a RecordBatch
@@ -640,11 +640,11 @@ def _inflated(metadata: bytes, body) -> int:
     message = fb.root()
     kind = fb.field(message, 1)
     batch = fb.ref(message, 2)
-    if kind is None or fb.int("<B", kind) != _RECORD_BATCH or batch is None or fb.ref(batch, 3) is None:
+    if kind is None or fb.scalar("<B", kind) != _RECORD_BATCH or batch is None or fb.ref(batch, 3) is None:
         return 0
     buffers = fb.ref(batch, 2)
     total = 0
-    for j in range(fb.int("<I", buffers) if buffers is not None else 0):
+    for j in range(fb.scalar("<I", buffers) if buffers is not None else 0):
         offset, length = struct.unpack_from("<qq", metadata, buffers + 4 + 16 * j)
         if length >= 8 and 0 <= offset <= body.size - 8:
             total += max(struct.unpack_from("<q", body, offset)[0], 0)
@@ -663,11 +663,11 @@ def _inflated_sizes(source, is_file: bool) -> list[int] | None:
     try:
         if is_file:
             fb = _Flatbuffer(whole.slice(max(whole.size - 10, 0)).to_pybytes())
-            length = fb.int("<i", 0)
+            length = fb.scalar("<i", 0)
             fb = _Flatbuffer(whole.slice(max(whole.size - 10 - length, 0), length).to_pybytes())
             blocks = fb.ref(fb.root(), 3)  # Footer.recordBatches: Block {offset, metaDataLength, bodyLength}
             spans = [struct.unpack_from("<qi4xq", fb.data, blocks + 4 + 24 * j)
-                     for j in range(fb.int("<I", blocks) if blocks is not None else 0)]
+                     for j in range(fb.scalar("<I", blocks) if blocks is not None else 0)]
             messages = (pa.ipc.read_message(pa.BufferReader(whole.slice(at, meta + body))) for at, meta, body in spans)
         else:
             messages = (m for m in pa.ipc.MessageReader.open_stream(pa.BufferReader(whole)) if m.type == "record batch")

@@ -4,11 +4,14 @@ Reading goes row group by row group (``pq.ParquetFile.read_row_group`` of the
 one column), a few decoded at once on as many cores, so memory holds that many
 row groups' column at a time, whatever the file size.  Lists are read as
 ``large_list`` (64-bit offsets) where the file has no stored Arrow schema that
-says otherwise, so no chunk overflows 2**31 values.  The conversion is :func:`lodtool.io.arrow.from_arrow`'s: a null is an
-error naming its row (counted over the whole file).
+says otherwise, so no chunk overflows 2**31 values.  The conversion is
+:func:`lodtool.io.arrow.from_arrow`'s: a null is an error naming its row
+(counted over the whole file).  With a memory limit, what each row group's
+footer claims (:func:`row_group_claims`) is checked before anything is
+decoded, and only as many row groups as fit it decode at once.
 
 Writing: one row group per chunk, the tensor's level names in the column's
-field metadata, zstd compression by default.
+field metadata, list items non-nullable, zstd compression by default.
 
 >>> import io, numpy as np
 >>> from lodtool import LoDTensor
