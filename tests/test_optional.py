@@ -23,8 +23,6 @@ OPTIONAL = {"awkward", "pyarrow", "torch", "tensorflow", "datasets", "dask", "di
 NOT_YET = {
     "interop/_torch_batch.py": "imports torch itself (and names the extra with LodUsageError)",
     "interop/dask.py": "imports dask, distributed, awkward and dask_awkward itself (to_dask_awkward's is raw)",
-    "io/arrow.py": "_pa() imports pyarrow itself and names the old extra [arrow]",
-    "io/parquet.py": "imports pyarrow.parquet itself",
     "tasks/_shards.py": "imports distributed itself",
 }
 
@@ -115,9 +113,6 @@ def test_each_bridge_names_its_extra_when_its_library_is_missing(monkeypatch, co
         call(container)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="lodtool.io.arrow._pa names the old extra [arrow]; its owner moves it onto "
-                          "optional_import('pyarrow', 'parquet', ...)")
 def test_arrow_names_the_parquet_extra(monkeypatch):
     from lodtool.interop.arrow import to_arrow
 

@@ -31,8 +31,9 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
+from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
                       LodMemoryError, LodShapeError)
+from .._optional import optional_import
 from ..tensor import LoDTensor
 
 #: field metadata key holding the level names (JSON list)
@@ -44,11 +45,7 @@ IPC_MAGIC = b"ARROW1"
 
 
 def _pa():
-    try:
-        import pyarrow
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise LodBackendError("Arrow and Parquet need pyarrow: pip install 'lodtool[arrow]'") from None
-    return pyarrow
+    return optional_import("pyarrow", "parquet", "Arrow and Parquet")
 
 
 # -- lodtool -> Arrow ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 from ..errors import LodFileNotFoundError, LodInputError, LodMemoryError, LodShapeError, LodUsageError
 from ..lod import counted
+from .._optional import optional_import
 from ..tensor import LoDTensor
 from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, check_claim, pick_column,
                     sink_for, to_record_batch, valid_chunks)
@@ -94,7 +95,7 @@ def _open(source: Any):
 
 def _parquet_file(source):
     pa = _pa()
-    import pyarrow.parquet as pq
+    pq = optional_import("pyarrow.parquet", "parquet", "Parquet")
 
     try:
         return pq.ParquetFile(source, list_type=pa.LargeListType)
@@ -412,7 +413,7 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     2
     """
     pa = _pa()
-    import pyarrow.parquet as pq
+    pq = optional_import("pyarrow.parquet", "parquet", "Parquet")
 
     codec = "none" if compression in (None, "none") else compression
     if codec not in COMPRESSIONS:
