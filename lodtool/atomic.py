@@ -447,20 +447,17 @@ class AtomicPath:
         if not self.streamed:
             sweep_stale_temps(self.target)
         self._sigterm = hold_sigterm()
-        try:
-            self.tmp = self._create()
-        except BaseException:
-            release_sigterm(self._sigterm)
-            raise
-        self._open = True
-        if lock_target and not self.streamed:
-            try:
+        self._open = False
+        self.tmp: str | None = None
+        try:  # an interrupt at any point here removes the temp file (discard knows it from the moment it exists)
+            self._create()
+            if lock_target and not self.streamed:
                 self._lock_target()
-            except BaseException:
-                self.discard()
-                raise
-        if copy_existing:
-            self.copy_target()
+            if copy_existing:
+                self.copy_target()
+        except BaseException:
+            self.discard()
+            raise
 
     def _lock_target(self) -> None:
         """Wait for an exclusive flock on the target that is still the target (none if it does not exist)."""
@@ -499,13 +496,15 @@ class AtomicPath:
             self.discard()
             raise
 
-    def _create(self) -> str:
+    def _create(self) -> None:
+        """Create and lock the temp file; ``self.tmp`` names it from the moment it exists."""
         for _ in range(100):
             tmp = temp_path_for(self.target)
             if self._tmpdir is not None:
                 tmp = os.path.join(self._tmpdir, os.path.basename(tmp))
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                self.tmp, self._open = tmp, True
             except FileExistsError:  # pragma: no cover - 48 random bits collided
                 continue
             except FileNotFoundError:
@@ -513,11 +512,15 @@ class AtomicPath:
                                            "does not exist") from None
             except OSError as exc:
                 raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
+            except BaseException:  # an interrupt as the file was made: the name is ours alone (O_EXCL)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             if fcntl is not None and _try_lock(fd):
                 self._lock_fd = fd  # held until the rename or removal: "a live writer owns this file"
             else:
                 os.close(fd)
-            return tmp
+            return
         raise LodUsageError(f"{self.target}: cannot create a temp file next to it")  # pragma: no cover
 
     def commit(self) -> None:
@@ -598,6 +601,11 @@ class AtomicPath:
             with contextlib.suppress(OSError):
                 os.close(self._target_fd)
             self._target_fd = None
+
+    def __del__(self) -> None:  # dropped uncommitted (an interrupt between its creation and its owner's cleanup)
+        with contextlib.suppress(Exception):
+            if self._open:
+                self.discard()
 
     def __enter__(self) -> str:
         return self.tmp

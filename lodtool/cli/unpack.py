@@ -23,7 +23,8 @@ def unpack(ctx, file, name, to, output):
     streamed), npz the arrays `data` and `offsets_0..`, parquet one row group
     per chunk, arrow an Arrow IPC file, pdtensor Paddle's serialized LoDTensor.
     Without --to the format comes from -o's extension (another extension is
-    refused), else json.  Binary formats are not written onto a terminal.
+    refused), else json.  Binary formats are not written onto a terminal.  A
+    progress bar (on a terminal) and a one-line summary go to stderr.
 
     \b
     Example:
