@@ -39,7 +39,12 @@ fired = []
 
 def hooked(*args, **kwargs):
     out = real(*args, **kwargs)
-    hit = (hook == "fsync") or os.path.basename(os.fspath(args[1])) == name
+    if hook == "fsync":
+        hit = True
+    elif hook == "open":  # os.open(path, ...): a temp file of the target being made
+        hit = os.path.basename(os.fspath(args[0])).startswith(name) and ".lodtmp-" in os.fspath(args[0])
+    else:  # os.replace / os.link(src, dst): the rename onto the target
+        hit = os.path.basename(os.fspath(args[1])) == name
     if hit and not fired:
         fired.append(1)
         os.kill(os.getpid(), getattr(signal, signame))
@@ -153,6 +158,17 @@ def test_a_signal_before_a_files_rename_keeps_the_old_file_and_removes_the_temp_
     assert (said, code) == ("interrupted", 0)  # SIGTERM too: it ran the cleanup instead of killing the process
     assert target.read_bytes() == before
     assert _no_temp_files(tmp)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_as_the_temp_file_is_made_removes_it(data, signame):
+    tmp, old, _ = data
+    target = tmp / "t.lod.h5"
+    save(target, old)
+    before = target.read_bytes()
+    said, code = run_child("open", ".t.lod.h5", signame, "file-append", target, tmp / "new.lod.h5")
+    assert (said, code) == ("interrupted", 0)
+    assert target.read_bytes() == before and _no_temp_files(tmp)
 
 
 def test_a_signal_before_a_new_files_rename_leaves_nothing(data):
