@@ -337,3 +337,13 @@ def test_unpack_of_a_folder_with_a_broken_last_shard_streams_nothing(corpus):
     (d / "s" / last).write_bytes(b"not a container")
     bad = run("unpack", d / "s", "--to", "jsonl", ok=False)
     assert bad.exit_code != 0 and last in bad.output and bad.stdout == ""
+
+
+def test_verify_never_opens_a_shard_linked_outside(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB")
+    os.unlink(d / "s" / "part-00001.lod.h5")
+    (d / "outside.txt").write_text("not a container")
+    os.symlink(d / "outside.txt", d / "s" / "part-00001.lod.h5")
+    bad = run("verify", d / "s", ok=False)
+    assert bad.exit_code == 1 and "mismatch" in bad.output and "not an HDF5 file" not in bad.output, bad.output

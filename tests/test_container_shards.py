@@ -29,7 +29,8 @@ from lodtool.container.shards import (
     verify_sharded,
     write_shard,
 )
-from lodtool.errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodVersionError
+from lodtool.errors import (LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError,
+                            LodVersionError)
 
 from .strategies import lod_tensors
 
@@ -479,3 +480,13 @@ def test_an_interrupted_writer_removes_every_shard_it_started_but_keeps_committe
     named = sorted(os.listdir(made))
     shards.remove_uncommitted_shards(made, [os.path.join(made, n) for n in named if n != MANIFEST_NAME], created=True)
     assert sorted(os.listdir(made)) == named and load(made).equals(_tensor())
+
+
+def test_a_writer_that_loses_a_shard_name_to_another_leaves_the_others_shard(tmp_path):
+    folder = tmp_path / "s"
+    w = ShardWriter(folder, shard_size="1GB")
+    w.write(_tensor())
+    theirs = write_shard(folder / shard_name(0), {"tensor": _tensor(5, seed=9)})  # made while w ran
+    with pytest.raises(LodExistsError):
+        w.commit()
+    assert sorted(os.listdir(folder)) == [theirs.file] and load(folder / theirs.file).equals(_tensor(5, seed=9))

@@ -58,8 +58,8 @@ import numpy as np
 
 from .. import atomic as _atomic
 from .. import lod as _lod
-from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError,
-                      LodValidationError)
+from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
+                      LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import spec as _spec
 from .limits import check_memory, resolve_max_memory
@@ -726,8 +726,8 @@ class ShardWriter:
         kwargs = {} if self.compression is None else {"compression": self.compression}
         self._path = folder_file(self.folder, shard_name(self._index), missing_ok=True)
         self._index += 1
-        self._paths.append(self._path)
         self._writer = LodWriter(self._path, **kwargs)
+        self._paths.append(self._path)  # from here on, a file at this name is this writer's (its rename makes it)
         self._tws = {name: self._writer.add_tensor(name, dtype=s.dtype, element_shape=s.element_shape,
                                                    lod_level=s.lod_level, level_names=s.level_names)
                      for name, s in self.specs.items()}
@@ -740,8 +740,12 @@ class ShardWriter:
             return
         writer, self._writer = self._writer, None
         self._used = 0
-        with _atomic.intermediate_commit():
-            writer.commit()
+        try:
+            with _atomic.intermediate_commit():
+                writer.commit()
+        except LodExistsError:  # another writer made a shard of this name meanwhile: it is not this one's to remove
+            self._paths.remove(self._path)
+            raise
         counts = {name: TensorCounts(rows, tuple(levels)) for name, (rows, levels) in self._counts.items()}
         self.shards.append(ShardInfo(os.path.basename(self._path), shard_checksum(self._path), counts))
 
