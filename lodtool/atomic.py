@@ -121,7 +121,7 @@ def _set_sigterm_handler(handler) -> None:
     if _commit_depth:
         if signal.SIGTERM in _commit_restore:
             _commit_restore[signal.SIGTERM] = handler
-    else:
+    elif _in_main_thread():  # a writer collected in another thread leaves it to the next hold to set
         signal.signal(signal.SIGTERM, handler)
 
 
@@ -142,7 +142,7 @@ def hold_sigterm() -> bool:
         return False
     with _signal_lock:
         if _sigterm_holders == 0:
-            if _sigterm_handler() is not signal.SIG_DFL:
+            if _sigterm_handler() not in (signal.SIG_DFL, _raise_interrupt):
                 return False
             _set_sigterm_handler(_raise_interrupt)
         _sigterm_holders += 1

@@ -235,3 +235,16 @@ def test_intermediate_commit_turns_a_committed_step_into_an_interrupt():
         with intermediate_commit():
             raise InterruptedAfterCommit(signal.SIGTERM)
     assert type(caught.value) is KeyboardInterrupt
+
+
+def test_a_writer_released_in_another_thread_leaves_sigterm_to_the_next_hold():
+    import threading
+
+    held = hold_sigterm()
+    thread = threading.Thread(target=release_sigterm, args=(held,))
+    thread.start()
+    thread.join()  # no handler can be set from there: SIGTERM still raises, and nothing failed
+    again = hold_sigterm()
+    assert again
+    release_sigterm(again)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
