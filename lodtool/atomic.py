@@ -74,17 +74,18 @@ class InterruptedAfterCommit(KeyboardInterrupt):
 
     A ``KeyboardInterrupt``, so whatever stops on Ctrl-C stops; a caller that
     cleans up after an interrupted write must keep what was committed (running
-    the command again would add the data twice).
+    the command again would add the data twice).  ``committed`` is the path
+    written (the command line exits 0 naming it), ``signum`` the signal.
 
-    >>> issubclass(InterruptedAfterCommit, KeyboardInterrupt), InterruptedAfterCommit(2).signum
-    (True, 2)
+    >>> exc = InterruptedAfterCommit(2, "out.lod.h5")
+    >>> isinstance(exc, KeyboardInterrupt), exc.committed, exc.signum
+    (True, 'out.lod.h5', 2)
     """
 
-    committed = True
-
-    def __init__(self, signum: int):
-        super().__init__(f"interrupted ({_signal_name(signum)}) after the output was committed; it is complete")
+    def __init__(self, signum: int, committed: str):
+        super().__init__(f"interrupted ({_signal_name(signum)}) after {committed} was committed; it is complete")
         self.signum = signum
+        self.committed = committed
 
 
 def _signal_name(signum: int) -> str:
@@ -102,6 +103,7 @@ _commit_depth = 0
 _commit_entry: dict = {}  # each held signal's handler when the outermost section began: how it is delivered
 _commit_restore: dict = {}  # the handlers the outermost section puts back (a hold of SIGTERM may change one)
 _commit_pending: list[int] = []
+_commit_target: list[str] = []  # what the outermost section commits
 
 
 def _in_main_thread() -> bool:
@@ -165,17 +167,18 @@ def _defer(signum, frame) -> None:
 
 
 @contextlib.contextmanager
-def commit_section() -> Iterator[None]:
-    """Hold ``SIGINT`` and ``SIGTERM`` back while the block commits a write (it should be short: a rename).
+def commit_section(target: str | os.PathLike) -> Iterator[None]:
+    """Hold ``SIGINT`` and ``SIGTERM`` back while the block commits the write of ``target`` (a rename: short).
 
     A signal that arrived meanwhile takes effect when the block ends: if the
-    block completed, as :class:`InterruptedAfterCommit` (the commit is done;
+    block completed, as :class:`InterruptedAfterCommit` naming the outermost
+    section's ``target`` (the commit is done;
     an application's own handler is called instead, and a default ``SIGTERM``
     ends the process); if the block failed, as ``KeyboardInterrupt`` raised
     from its error.  Sections nest: the outermost one delivers.  Signals
     arrive in the main thread only; elsewhere the block runs as it is.
 
-    >>> with commit_section():
+    >>> with commit_section("out.txt"):
     ...     committed = True
     >>> committed
     True
@@ -186,6 +189,7 @@ def commit_section() -> Iterator[None]:
         return
     with _signal_lock:
         if _commit_depth == 0:
+            _commit_target[:] = [os.fspath(target)]
             _commit_pending.clear()
             _commit_entry.clear()
             _commit_restore.clear()
@@ -209,14 +213,14 @@ def commit_section() -> Iterator[None]:
 
 def _end_commit_section() -> tuple | None:
     """Leave a :func:`commit_section`; the outermost restores the handlers and returns ``(signal, handler at
-    entry)`` of the first signal held back."""
+    entry, target)`` of the first signal held back."""
     global _commit_depth
     with _signal_lock:
         _commit_depth -= 1
         if _commit_depth:
             return None
         first = _commit_pending[0] if _commit_pending else None
-        pending = None if first is None else (first, _commit_entry.get(first))
+        pending = None if first is None else (first, _commit_entry.get(first), _commit_target[0])
         for signum, handler in _commit_restore.items():
             signal.signal(signum, handler)
         _commit_pending.clear()
@@ -233,7 +237,7 @@ def intermediate_commit() -> Iterator[None]:
 
     >>> try:
     ...     with intermediate_commit():
-    ...         raise InterruptedAfterCommit(2)
+    ...         raise InterruptedAfterCommit(2, "part-00000.lod.h5")
     ... except KeyboardInterrupt as exc:
     ...     isinstance(exc, InterruptedAfterCommit)
     False
@@ -244,10 +248,10 @@ def intermediate_commit() -> Iterator[None]:
         raise KeyboardInterrupt from exc
 
 
-def _deliver(signum: int, handler) -> None:
-    """Deliver a held-back signal after a completed commit."""
+def _deliver(signum: int, handler, target: str) -> None:
+    """Deliver a held-back signal after the commit of ``target``."""
     if handler in (signal.default_int_handler, _raise_interrupt):
-        raise InterruptedAfterCommit(signum)
+        raise InterruptedAfterCommit(signum, target)
     if handler is signal.SIG_DFL:
         signal.raise_signal(signum)  # the default action (SIGTERM: end the process); the commit is complete
     elif callable(handler):
@@ -539,7 +543,7 @@ class AtomicPath:
             if os.path.exists(self.target) and not os.path.islink(self.target):
                 with contextlib.suppress(OSError):
                     shutil.copymode(self.target, self.tmp)
-            with commit_section():  # the rename is the commit point: a signal takes effect after it, never inside
+            with commit_section(self.target):  # the rename is the commit point: a signal takes effect after it, never inside
                 if self._create_only:
                     self._create_target()
                 else:

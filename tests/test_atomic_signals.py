@@ -4,7 +4,7 @@ Each test runs a write in a child process whose ``os.replace`` / ``os.link`` /
 ``os.fsync`` sends the process a signal right after the real call on a chosen
 file, so the signal lands exactly at a commit step (the rename of a file, of a
 folder's manifest, of a shard), not at a random moment.  The child prints
-what it saw: ``committed`` (``InterruptedAfterCommit``), ``interrupted``
+what it saw: ``committed PATH`` (``InterruptedAfterCommit``), ``interrupted``
 (``KeyboardInterrupt``) or ``done``; the test checks the disk says the same.
 """
 
@@ -63,8 +63,8 @@ try:
         with ShardWriter(target, shard_size=256, append=what == "folder-append") as w:
             w.write(t)
     print("done" if fired else "not fired")
-except atomic.InterruptedAfterCommit:
-    print("committed")
+except atomic.InterruptedAfterCommit as exc:
+    print("committed", os.path.basename(exc.committed))
 except KeyboardInterrupt:
     print("interrupted")
 """
@@ -108,7 +108,7 @@ def test_a_signal_at_a_folders_manifest_rename_keeps_the_appended_shards(data, s
     folder = tmp / "shards"
     _folder(folder, old)
     said, code = run_child("replace", MANIFEST_NAME, signame, "folder-append", folder, tmp / "new.lod.h5")
-    assert (said, code) == ("committed", 0)
+    assert (said, code) == ("committed shards", 0)  # the folder is what was committed, not its manifest file
     assert validate_sharded(folder).ok
     assert load(folder).equals(concat_tensors([old, new]))
     named = {s.file for s in read_manifest(folder).shards}
@@ -118,7 +118,7 @@ def test_a_signal_at_a_folders_manifest_rename_keeps_the_appended_shards(data, s
 def test_a_signal_at_a_new_folders_manifest_rename_leaves_the_complete_folder(data):
     tmp, _, new = data
     said, _ = run_child("replace", MANIFEST_NAME, "SIGINT", "folder-new", tmp / "shards", tmp / "new.lod.h5")
-    assert said == "committed"
+    assert said == "committed shards"
     assert validate_sharded(tmp / "shards").ok and load(tmp / "shards").equals(new)
 
 
@@ -143,7 +143,7 @@ def test_a_signal_at_a_files_rename_is_reported_as_committed(data, signame):
     target = tmp / "t.lod.h5"
     save(target, old)
     said, code = run_child("replace", "t.lod.h5", signame, "file-append", target, tmp / "new.lod.h5")
-    assert (said, code) == ("committed", 0)
+    assert (said, code) == ("committed t.lod.h5", 0)
     assert load(target).equals(concat_tensors([old, new]))
     assert _no_temp_files(tmp)
 
@@ -182,17 +182,17 @@ def test_a_signal_before_a_new_files_rename_leaves_nothing(data):
 def test_commit_section_holds_a_signal_until_its_end_then_reports_the_commit():
     done = []
     with pytest.raises(InterruptedAfterCommit) as caught:
-        with commit_section():
+        with commit_section("out.bin"):
             os.kill(os.getpid(), signal.SIGINT)
             done.append("renamed")  # still runs: the signal waits for the section's end
-    assert done == ["renamed"] and caught.value.signum == signal.SIGINT
+    assert done == ["renamed"] and caught.value.signum == signal.SIGINT and caught.value.committed == "out.bin"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_commit_section_that_fails_reports_an_interrupt_and_nests():
     with pytest.raises(KeyboardInterrupt) as caught:
-        with commit_section():
-            with commit_section():  # the inner section delivers nothing: the outer one does
+        with commit_section("out.bin"):
+            with commit_section("out.bin"):  # the inner section delivers nothing: the outer one does
                 os.kill(os.getpid(), signal.SIGINT)
             raise OSError("the rename failed")
     assert not isinstance(caught.value, InterruptedAfterCommit)
@@ -203,7 +203,7 @@ def test_commit_section_calls_an_applications_own_handler_after_the_commit():
     seen = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
-        with commit_section():
+        with commit_section("out.bin"):
             os.kill(os.getpid(), signal.SIGINT)
             assert seen == []
         assert seen == [signal.SIGINT]
@@ -233,7 +233,7 @@ def test_hold_sigterm_nests_and_leaves_an_applications_handler_alone():
 def test_intermediate_commit_turns_a_committed_step_into_an_interrupt():
     with pytest.raises(KeyboardInterrupt) as caught:
         with intermediate_commit():
-            raise InterruptedAfterCommit(signal.SIGTERM)
+            raise InterruptedAfterCommit(signal.SIGTERM, "part-00000.lod.h5")
     assert type(caught.value) is KeyboardInterrupt
 
 

@@ -531,7 +531,7 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
         except LodFileNotFoundError as exc:
             raise LodFileNotFoundError(f"{exc}; the manifest was not written") from None
     manifest = Manifest(specs, listed)
-    with _atomic.commit_section():
+    with _atomic.commit_section(folder):
         write_manifest(folder, manifest)
         for s in listed:
             _atomic.sweep_stale_temps(os.path.join(folder, s.file), min_age=0)
