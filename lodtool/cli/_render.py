@@ -162,10 +162,10 @@ def problem_text(p: Any) -> str:
 def progress(total: int | None, description: str, enabled: bool) -> Iterator[Callable[..., None]]:
     """A byte-progress bar on stderr; a no-op callback when disabled or stderr is no terminal.
 
-    The callback takes the bytes done, and the total when it is learnt only as the work starts.
+    The callback takes the bytes done, and the total where it is learnt only as the work goes.
     """
     if not enabled or not sys.stderr.isatty():
-        yield lambda n, total=None: None
+        yield lambda done, total=None: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
@@ -173,7 +173,7 @@ def progress(total: int | None, description: str, enabled: bool) -> Iterator[Cal
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n, total=None: bar.update(task, completed=n, total=total)
+        yield lambda done, total=None: bar.update(task, completed=done, total=total)
 
 
 @contextlib.contextmanager
