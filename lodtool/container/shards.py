@@ -1402,10 +1402,13 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
         return FileReport(path, False, [], str(exc).removeprefix(f"{path}: "))
     mpath = manifest_path(path)
     for info in manifest.shards:
+        spath = os.path.join(path, info.file)
         try:
-            spath = folder_file(path, info.file)
-        except (LodFormatError, LodFileNotFoundError) as exc:
-            problems.append(Problem(mpath, None, None, None, f"shard {str(exc).removeprefix(f'{path}{os.sep}')}"))
+            folder_file(path, info.file, what=f"shard {info.file}")
+        except (LodFormatError, LodFileNotFoundError) as exc:  # "shard F is missing", "shard F is a symbolic link"
+            what = str(exc).removeprefix(f"{spath}: ")
+            problems.append(Problem(mpath, None, None, None, what if what.startswith("shard ") else
+                                    f"shard {info.file} {what}"))
             continue
         report = validate_file(spath, max_problems=max_problems, max_memory=max_memory)
         problems.extend(report.problems)
