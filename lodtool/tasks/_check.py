@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..container.checks import FileReport, Problem
-from ..errors import LodError, LodIsolationRequired, LodReaderCrashError
+from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIsolationRequired, LodReaderCrashError
 
 
 @dataclass
@@ -141,12 +141,17 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
 
 def _verify_one(path: str, progress: Callable[[int, int], None] | None = None) -> FileVerification:
     from ..container.checks import verify_file
-    from ..container.shards import is_sharded, read_manifest, verify_sharded
+    from ..container.shards import folder_file, is_sharded, read_manifest, verify_sharded
 
     if is_sharded(path):  # every shard's datasets, plus each shard's checksum against the manifest
         mismatches = verify_sharded(path)
-        shards = [os.path.join(path, s.file) for s in read_manifest(path).shards]
-        checked = sum(_count_datasets(p) for p in shards if os.path.isfile(p)) + len(shards)
+        shards = read_manifest(path).shards
+        checked = len(shards)
+        for s in shards:
+            try:
+                checked += _count_datasets(folder_file(path, s.file))
+            except (LodFormatError, LodFileNotFoundError):  # a link or a missing shard: a mismatch already
+                pass
         return FileVerification(path, not mismatches, checked, list(mismatches))
     mismatches = verify_file(path, progress=progress)
     return FileVerification(path, not mismatches, _count_datasets(path), list(mismatches))

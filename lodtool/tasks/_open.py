@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import os
 
-from ..container import reader, shards, spec
+from ..container import shards, spec
 from ..tensor import LoDTensor
 
 
 def open(path: str | os.PathLike, *, max_memory: int | None = None):  # noqa: A001 - lodtool.open, as documented
     """Open a container file, or a sharded folder, for reading: a :class:`~lodtool.container.LodFile` or a
     :class:`~lodtool.container.shards.ShardedFile` (``max_memory`` bounds any single read)."""
-    if shards.is_sharded(path):
-        return shards.open_sharded(path, max_memory=max_memory)
-    return reader.open_file(path, max_memory=max_memory)
+    return shards.open_path(path, max_memory=max_memory)
 
 
 def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
