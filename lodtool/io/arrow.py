@@ -27,7 +27,7 @@ import json
 import os
 import struct
 import sys
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputErr
                       LodMemoryError, LodShapeError)
 from .._optional import optional_import
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: field metadata key holding the level names (JSON list)
 LEVEL_NAMES_KEY = b"lodtool.level_names"
@@ -64,7 +67,7 @@ def _leaf_array(data: np.ndarray):
                                  [None, pa.py_buffer(flat)])
 
 
-def to_arrow(t: LoDTensor, *, required: bool = False):
+def to_arrow(t: LoDTensor, *, required: bool = False) -> pa.Array:
     """``t`` as a nested ``large_list`` Arrow array, one row per top-level sequence; zero-copy.
 
     The offsets and data buffers are the tensor's own memory (kept alive by the
@@ -108,7 +111,7 @@ def _item(value_type, required: bool):
     return _pa().field("item", value_type, nullable=not required)
 
 
-def arrow_field(name: str, t: LoDTensor, *, required: bool = False):
+def arrow_field(name: str, t: LoDTensor, *, required: bool = False) -> pa.Field:
     """The table field of tensor ``t`` named ``name``, its level names in the metadata.
 
     The field itself is never nullable; ``required=True`` marks the list items
@@ -127,7 +130,7 @@ def arrow_field(name: str, t: LoDTensor, *, required: bool = False):
     return pa.field(name, to_arrow(empty, required=required).type, nullable=False, metadata=meta)
 
 
-def to_record_batch(t: LoDTensor, name: str = "tensor", *, required: bool = False):
+def to_record_batch(t: LoDTensor, name: str = "tensor", *, required: bool = False) -> pa.RecordBatch:
     """A one-column record batch of ``t`` (zero-copy), its level names in the field metadata.
 
     ``required=True``: list items non-nullable (what lodtool's Parquet and IPC files hold).
