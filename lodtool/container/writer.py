@@ -39,8 +39,8 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import (H5_ERRORS, create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap,
-                  translate)
+from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, link_count, open_h5,
+                  read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -111,9 +111,15 @@ def chunk_rows(row_bytes: int, total: int | None = None, target: int | None = No
 
 
 def _chunk_tail(tail: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Chunk extent of the element dimensions: whole, unless one row is above the chunk target."""
+    """Chunk extent of the element dimensions: whole, unless one row is above the chunk target; a row then spans
+    at most :data:`MAX_CHUNKS_PER_READ` chunks (what a reader reads at a time), so huge rows get larger chunks."""
     dims = [max(d, 1) for d in tail]
-    while dims and int(np.prod(dims, dtype=np.int64)) * itemsize > CHUNK_BYTES and max(dims) > 1:
+    row_bytes = int(np.prod(dims, dtype=np.int64)) * itemsize
+    target = max(CHUNK_BYTES, -(-row_bytes // MAX_CHUNKS_PER_READ))
+    if target > CHUNK_SLACK_BYTES:
+        raise LodShapeError(f"rows of {row_bytes:,} bytes (element shape {tail}) are larger than a container "
+                            f"stores: at most {MAX_CHUNKS_PER_READ * CHUNK_SLACK_BYTES:,} bytes a row")
+    while dims and int(np.prod(dims, dtype=np.int64)) * itemsize > target and max(dims) > 1:
         i = int(np.argmax(dims))
         dims[i] = (dims[i] + 1) // 2
     return tuple(dims)
