@@ -249,7 +249,7 @@ def test_append_mismatches_are_refused(path):
 def test_append_never_changes_the_stored_dtype(path):
     save(path, {"x": LoDTensor(np.arange(3), [[0, 3]])})
     before = open(path, "rb").read()
-    with pytest.raises(LodDtypeError, match=r"stores int64; the appended values are float64 and 0\.5 .*--dtype float64"):
+    with pytest.raises(LodDtypeError, match=r"stores int64; the appended values are float64 and 0\.5 .*dtype='float64' and overwrite=True"):
         with LodWriter(path, append=True) as w:
             w.write("x", LoDTensor(np.array([0.5]), [[0, 1]]))
     assert open(path, "rb").read() == before

@@ -566,7 +566,7 @@ def _chunk_bound(ds: h5py.Dataset, info: _Inflation, offset: tuple, limit: int) 
         codecs = "+".join(_CODEC_NAMES.get(c, str(c)) for c in active if c not in _SIZE_KEEPING) or "none"
         raise LodMemoryError(f"{where}: its {codecs} pipeline cannot be checked before decoding, and its stored "
                              f"size ({stored:,} bytes) could inflate past the memory limit of {human_bytes(limit)} "
-                             "(raise it with max_memory= or --max-memory)")
+                             "(raise it with max_memory=...)")
     first = next(c for c in reversed(active) if c not in _SIZE_KEEPING)
     how = (f"its {_CODEC_NAMES[first]} header declares {decoded:,} bytes" if first in HEADER_CODECS
            else f"from {stored:,} bytes stored")

@@ -614,7 +614,7 @@ class LodFile:
         if not self.names:
             raise LodFormatError(f"{self.path}: the container holds no tensors")
         raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
-                            f"name one as {self.path}:{self.names[0]} or with --name {self.names[0]}")
+                            f"name one as {self.path}:{self.names[0]} or with name='{self.names[0]}'")
 
     def shared_lod_with(self, name: str) -> list[str]:
         """Other tensors whose offsets are the same HDF5 datasets as ``name``'s (hard links)."""

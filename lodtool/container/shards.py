@@ -665,7 +665,7 @@ def _aligned_count(tensors: Mapping, where: str) -> int:
     if len(set(counts.values())) > 1:
         listing = ", ".join(f"{n}: {c}" for n, c in counts.items())
         raise LodUsageError(f"{where}: the tensors have different numbers of top-level sequences ({listing}); "
-                            "shard one of them at a time (--name / name=)")
+                            "shard one of them at a time (name=...)")
     return next(iter(counts.values()))
 
 
@@ -1249,7 +1249,7 @@ class ShardedFile:
         if len(self.names) == 1:
             return self[self.names[0]]
         raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
-                            "name one (--name / name=)")
+                            "name one (name=...)")
 
     def shared_lod_with(self, name: str) -> list[str]:
         return []

@@ -333,7 +333,7 @@ def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: in
         i = int(bad[0])
         row = first_row + i // max(int(np.prod(data.shape[1:], dtype=np.int64)), 1)
         raise LodDtypeError(f"tensor {name!r}: data row {row:,}: integer {data.reshape(-1)[i]} would be promoted "
-                            f"to {dtype}, which cannot hold it exactly; pass --dtype (dtype=) to choose")
+                            f"to {dtype}, which cannot hold it exactly; pass dtype=... to choose")
 
 
 def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str, appending_to: str | None = None) -> np.ndarray:
@@ -359,8 +359,8 @@ def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str, appending_to: str 
             wider = np.result_type(dtype, data.dtype)
             raise LodDtypeError(f"{appending_to}: tensor {name!r} stores {dtype}; the appended values are "
                                 f"{data.dtype} and {data[row].tolist()!r} (row {row} of the appended chunk) "
-                                f"has no exact {dtype} value. --append never changes the stored dtype: to store "
-                                f"{wider}, re-pack the whole tensor with --dtype {wider} --overwrite")
+                                f"has no exact {dtype} value. append=True never changes the stored dtype: to store "
+                                f"{wider}, re-pack the whole tensor with dtype='{wider}' and overwrite=True")
         raise LodDtypeError(f"tensor {name!r} stores {dtype}; a chunk of {data.dtype} cannot be cast without "
                             f"changing values (chunk row {row}: {data[row]!r})")
     return out
@@ -452,7 +452,7 @@ class TensorWriter:
         stored_dtype = np.dtype(layout.data.dtype)
         if self._dtype is not None and self._dtype != stored_dtype:
             raise LodDtypeError(f"{path}: tensor {name!r} stores {stored_dtype}; cannot append as {self._dtype}: "
-                                "--append never changes the stored dtype (leave out --dtype: the new values are "
+                                "append=True never changes the stored dtype (leave out dtype=...: the new values are "
                                 f"cast to {stored_dtype} where that changes none of them)")
         if self.level_names and layout.level_names and tuple(self.level_names) != tuple(layout.level_names):
             raise LodShapeError(f"{path}: tensor {name!r} has level names {list(layout.level_names)}; cannot "
@@ -690,10 +690,10 @@ def _equal_lod(a: h5py.Group, b: h5py.Group, lod_level: int, block: int = 1 << 2
 
 
 #: what a refused write into an existing tensor tells the user to do: the options every writing command has
-DEFAULT_REMEDY = "add --overwrite to replace it, or --force to replace the whole file"
+DEFAULT_REMEDY = "pass overwrite=True to replace it, or force=True to replace the whole file"
 #: the same for ``pack``, which can also append to the tensor or name another one
-PACK_REMEDY = ("add --overwrite to replace it, --append to add sequences to it, --name to write another tensor, or "
-               "--force to replace the whole file")
+PACK_REMEDY = ("pass overwrite=True to replace it, append=True to add sequences to it, name=... to write another "
+               "tensor, or force=True to replace the whole file")
 
 
 class LodWriter:
@@ -726,7 +726,7 @@ class LodWriter:
                  force: bool = False, compression: str | None = None, compression_level: int | None = None,
                  fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY):
         if force and append:
-            raise LodUsageError("--append adds to a file and --force replaces it: give one of them")
+            raise LodUsageError("append=True adds to a file and force=True replaces it: give one of them")
         self._overwrite = bool(overwrite)
         self._remedy = remedy
         self._share_lod = bool(share_lod)
@@ -991,7 +991,7 @@ def _check_appendable(path: str, replace_hint: bool = False) -> None:
         except (OSError, RuntimeError, ValueError):
             is_container = False
         if not is_container:
-            raise LodExistsError(f"{path} exists and is not a lodtool container: add --force to replace it")
+            raise LodExistsError(f"{path} exists and is not a lodtool container: pass force=True to replace it")
     h5 = open_h5(path, "r")
     try:
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):

@@ -269,7 +269,7 @@ def check_claim(nbytes: int, max_memory: int | None, what: str) -> None:
     """
     if max_memory is not None and nbytes > max_memory:
         raise LodMemoryError(f"{what} needs {nbytes:,} bytes, above the memory limit of {max_memory:,} "
-                             "(raise it with --max-memory)")
+                             "(raise it with max_memory=...)")
 
 
 def _value_bytes(t) -> int:
@@ -401,7 +401,7 @@ def pick_column(schema, column: str | None, label: str) -> int:
         if len(names) == 1:
             return 0
         raise LodInputError(f"{label}: has {len(names)} columns ({', '.join(names[:10])}"
-                            f"{', ...' if len(names) > 10 else ''}); choose one with --column")
+                            f"{', ...' if len(names) > 10 else ''}); choose one with column=...")
     if column not in names:
         raise LodInputError(f"{label}: has no column {column!r} (columns: {', '.join(names[:10])}"
                             f"{', ...' if len(names) > 10 else ''})")
