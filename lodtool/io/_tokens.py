@@ -98,6 +98,16 @@ def map_array(path: str, dtype: Any, count: int, offset: int = 0) -> np.ndarray:
         raise LodFormatError(f"{path}: cannot map {count:,} {dtype} values at byte {offset:,} ({exc})") from None
 
 
+def little_endian(dtype: Any) -> np.dtype:
+    """``dtype`` as these formats store it: little-endian (the native dtype itself on a little-endian machine).
+
+    >>> little_endian("uint32"), little_endian(">i8").str
+    (dtype('uint32'), '<i8')
+    """
+    dt = np.dtype(dtype).newbyteorder("<")
+    return dt.newbyteorder("=") if dt.isnative else dt
+
+
 def resolve_token_dtype(value: Any, allowed: Sequence[np.dtype], fmt: str) -> np.dtype | None:
     """The ``token_dtype`` option as one of the dtypes ``fmt`` can store (None if not given)."""
     dt = resolve_dtype(value)
@@ -428,4 +438,5 @@ def check_window(start: int, stop: int, size: int, what: str) -> None:
 
 
 __all__ = ["TokenProblem", "TokenTensor", "TokenFile", "read_chunks", "writer_levels", "atomic_files",
-           "output_prefix", "map_array", "file_size", "raise_first", "first_index", "token_problems", "BLOCK", "CHUNK_BYTES"]
+           "output_prefix", "map_array", "little_endian", "file_size", "raise_first", "first_index", "token_problems",
+           "BLOCK", "CHUNK_BYTES"]

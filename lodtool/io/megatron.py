@@ -45,8 +45,8 @@ import numpy as np
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
 from ._tokens import (BLOCK, CHUNK_BYTES, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
-                      file_size, first_index, map_array, output_prefix, raise_first, read_chunks, resolve_token_dtype,
-                      token_problems, writer_levels)
+                      file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
+                      resolve_token_dtype, token_problems, writer_levels)
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -221,7 +221,7 @@ def _token_dtype(code: int, kind: str, given: Any, idx_path: str) -> np.dtype:
         if given is not None and given != dtype:
             raise LodUsageError(f"{idx_path}: byte 17: dtype code {code} is {dtype.name} in every fork; "
                                 f"token_dtype={given} contradicts it")
-        return dtype.newbyteorder("<")
+        return little_endian(dtype)
     meanings = _FORK_CODES.get(code)
     if meanings is None:
         known = ", ".join(str(c) for c in sorted({*_COMMON_CODES, *_FORK_CODES}))
@@ -233,7 +233,7 @@ def _token_dtype(code: int, kind: str, given: Any, idx_path: str) -> np.dtype:
     if given.name not in meanings:
         raise LodUsageError(f"{idx_path}: byte 17: dtype code {code} is never {given} (it is "
                             f"{' or '.join(meanings)})")
-    return given.newbyteorder("<")
+    return little_endian(given)
 
 
 def _bin_problems(index: Index, *, full: bool = False) -> list[TokenProblem]:
@@ -402,8 +402,8 @@ class _IndexBuilder:
             ok = ", ".join(sorted({np.dtype(d).name for d in codes}))
             raise LodUsageError(f"{label}: {kind} cannot store {dtype} tokens (it stores {ok}); cast them with "
                                 "--dtype")
-        self.kind, self.dtype, self.code, self.label = kind, np.dtype(dtype).newbyteorder("<"), codes[np.dtype(dtype)], \
-            label
+        self.kind, self.code, self.label = kind, codes[np.dtype(dtype)], label
+        self.dtype = little_endian(dtype)
         self.lengths: list[np.ndarray] = []
         self.documents: list[np.ndarray] = [np.zeros(1, np.int64)]
         self.sequences = 0
@@ -468,7 +468,8 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     return [bin_path, idx_path]
 
 
-def write_megatron(tensor: Any, out: str | os.PathLike, *, kind: str = "megatron", level: int | None = None) -> list[str]:
+def write_megatron(tensor: Any, out: str | os.PathLike, *, kind: str = "megatron",
+                   level: int | None = None) -> list[str]:
     """Write a tensor held in memory as a Megatron (or fairseq) dataset; see :func:`write_chunks`."""
     return write_chunks([tensor], out, kind=kind, level=level)
 
