@@ -188,13 +188,16 @@ class TokenTensor(TensorView):
         return self._tokens[begin:end]
 
     def validate(self, max_problems: int = 20) -> list[TokenProblem]:
-        """The format's structural findings (offsets, counts, sizes), up to ``max_problems`` per check."""
-        problems = list(self._problems(max_problems)) if self._problems is not None else []
-        if not problems:
-            levels = [self._window(k, 0, self._sizes[k]) for k in range(self.lod_level)]
-            problems = [TokenProblem(self.path, f"level {p.level}", p.index, p.message)
-                        for p in _lod.find_lod_problems(levels, self.n_rows, max_problems=max_problems)]
-        return problems
+        """The format's structural findings (offsets, counts, sizes), up to ``max_problems`` per check.
+
+        A format's ``problems`` covers every LoD rule its index can break;
+        without one the LoD rules are checked over the offsets.
+        """
+        if self._problems is not None:
+            return list(self._problems(max_problems))
+        levels = [self._window(k, 0, self._sizes[k]) for k in range(self.lod_level)]
+        return [TokenProblem(self.path, f"level {p.level}", p.index, p.message)
+                for p in _lod.find_lod_problems(levels, self.n_rows, max_problems=max_problems)]
 
     def _check_valid(self) -> None:
         if self._held is not None:
@@ -232,6 +235,7 @@ class TokenFile:
         self.default_name = default_name
         self._tensors = dict(tensors)
         self.names = list(self._tensors)
+        self._open = True
 
     def __getitem__(self, name: str) -> TokenTensor:
         self._check_open()
@@ -243,7 +247,7 @@ class TokenFile:
 
     def tensor(self, name: str | None = None) -> TokenTensor:
         """Tensor ``name``; with None, ``tokens``."""
-        return self[name if name is not None else (self.default_name or self.names[0])]
+        return self[name if name is not None else (self.default_name or "tokens")]
 
     def validate(self, max_problems: int = 20) -> list[TokenProblem]:
         """Every tensor's structural findings (see :meth:`TokenTensor.validate`)."""
@@ -251,7 +255,7 @@ class TokenFile:
         return [p for n in self.names for p in self._tensors[n].validate(max_problems)]
 
     def _check_open(self) -> None:
-        if not self.names and not self._tensors:
+        if not self._open:
             raise LodUsageError(f"{self.path}: this file is closed")
 
     def __contains__(self, name: object) -> bool:
@@ -266,7 +270,7 @@ class TokenFile:
     def close(self) -> None:
         """Drop the memory maps (views read through this handle keep their own)."""
         self._tensors.clear()
-        self.names = []
+        self._open = False
 
     def __enter__(self) -> "TokenFile":
         return self

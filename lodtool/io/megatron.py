@@ -15,11 +15,12 @@ share the magic and the version; the ``.idx`` size tells them apart
 (Megatron: ``34 + 12n + 8d [+ n]``; fairseq: ``26 + 12n``).
 
 dtype codes 1-5 and 8 mean the same everywhere (uint8 int8 int16 int32 int64
-uint16).  Code 6 and 7 do not: Megatron-Core writes float64 as 6 and float32
-as 7, older Megatron and fairseq write float64 as 7 and cannot store float32.
-Codes 9 and 10 (uint32, uint64) are fairseq's alone.  A code whose meaning
-differs between forks is refused unless ``token_dtype`` says what it is; a
-code no fork has is refused always.
+uint16).  The others do not: Megatron-Core writes float64 as 6 and float32
+as 7; older Megatron and fairseq read 6 and 7 both as float64; fairseq and
+some Megatron forks use 9 and 10 for uint32 and uint64, which Megatron-Core
+has not.  Such a code is refused unless ``token_dtype`` says what it is
+(lodtool does not guess); a code no fork has is refused always.  Writing,
+lodtool gives Megatron-Core's codes (fairseq: 6 float64, 9 uint32, 10 uint64).
 
 >>> import os, tempfile
 >>> from lodtool import LoDTensor
@@ -263,15 +264,15 @@ def _bin_problems(index: Index, *, full: bool = False) -> list[TokenProblem]:
 def index_problems(index: Index, max_problems: int = 20) -> list[TokenProblem]:
     """What Megatron-Core never checks, vectorised over the memory-mapped arrays, block by block.
 
-    Every sequence inside the ``.bin``; lengths not negative;
-    ``sequence_pointers[0] == 0`` and each pointer the previous one plus its
-    sequence's bytes (so they never decrease, overlap or leave gaps);
-    ``document_indices`` starting at 0, never decreasing and ending at the
-    sequence count; nothing in the ``.bin`` after the last sequence.  Each
-    check reports up to ``max_problems`` violations, by index.
+    Lengths not negative; ``sequence_pointers[0] == 0`` and each pointer the
+    previous one plus its sequence's bytes (so they never decrease, overlap or
+    leave gaps, and every sequence is inside the ``.bin`` once the last one
+    is); ``document_indices`` starting at 0, never decreasing and ending at
+    the sequence count; nothing in the ``.bin`` after the last sequence.  Each
+    check reports up to ``max_problems`` violations, by index.  Where the
+    pointers are not chained, every sequence is checked against the ``.bin``
+    and the token size on its own.
     """
-    problems = _bin_problems(index, full=True)
-    outside = bool(problems)
     n, isz, path = index.sequence_count, index.itemsize, index.path
     lengths, pointers = index.sequence_lengths, index.sequence_pointers
     negative: list[TokenProblem] = []
@@ -282,15 +283,20 @@ def index_problems(index: Index, max_problems: int = 20) -> list[TokenProblem]:
     for start in range(0, n, BLOCK):
         stop = min(start + BLOCK, n)
         ln = lengths[start:stop]
-        for j in np.flatnonzero(ln < 0)[:max_problems - len(negative)]:
-            negative.append(TokenProblem(path, "sequence_lengths", start + int(j),
-                                         f"is {int(ln[j])} (a length cannot be negative)"))
+        if len(negative) < max_problems and int(ln.min()) < 0:
+            for j in np.flatnonzero(ln < 0)[:max_problems - len(negative)]:
+                negative.append(TokenProblem(path, "sequence_lengths", start + int(j),
+                                             f"is {int(ln[j])} (a length cannot be negative)"))
         lo = max(start, 1)
         if lo >= stop or len(chained) >= max_problems:
             continue
         prev = pointers[lo - 1:stop - 1]
-        expected = prev + lengths[lo - 1:stop - 1].astype(np.int64) * isz
+        expected = lengths[lo - 1:stop - 1].astype(np.int64)
+        expected *= isz
+        expected += prev
         cur = pointers[lo:stop]
+        if np.array_equal(cur, expected):
+            continue
         for j in np.flatnonzero(cur != expected)[:max_problems - len(chained)]:
             i, got, want = lo + int(j), int(cur[j]), int(expected[j])
             how = "decreases" if got < int(prev[j]) else ("overlaps the sequence before it" if got < want
@@ -299,7 +305,18 @@ def index_problems(index: Index, max_problems: int = 20) -> list[TokenProblem]:
                                         f"is {got:,}, but sequence {i - 1} starts at byte {int(prev[j]):,} with "
                                         f"{int(lengths[i - 1]):,} tokens of {isz} bytes, so it must be {want:,} "
                                         f"(it {how})"))
+    broken = bool(negative or chained)
+    problems = _bin_problems(index, full=broken)
+    outside = bool(problems)
     problems += negative + chained
+    if broken:
+        for start in range(0, n, BLOCK):  # chained pointers from 0 are on token boundaries; these are not
+            p = pointers[start:start + BLOCK]
+            j = first_index(p % isz != 0)
+            if j is not None:
+                problems.append(TokenProblem(path, "sequence_pointers", start + j,
+                                             f"is {int(p[j]):,}, not a multiple of the token size {isz}"))
+                break
     if index.document_indices is not None:
         problems += _document_problems(index, max_problems)
     end = index.n_tokens * isz
@@ -321,7 +338,10 @@ def _document_problems(index: Index, max_problems: int) -> list[TokenProblem]:
     for start in range(0, d - 1, BLOCK):
         stop = min(start + BLOCK, d - 1)
         block = docs[start:stop + 1]
-        for j in np.flatnonzero(block[1:] < block[:-1])[:max_problems - len(problems)]:
+        down = block[1:] < block[:-1]
+        if not down.any():
+            continue
+        for j in np.flatnonzero(down)[:max_problems - len(problems)]:
             i = start + int(j) + 1
             problems.append(TokenProblem(path, "document_indices", i, f"is {int(block[j + 1])} < entry {i - 1} = "
                                          f"{int(block[j])} (document indices must not decrease)"))
