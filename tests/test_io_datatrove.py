@@ -104,9 +104,9 @@ def test_a_decreasing_index_is_named(tmp_path):
         f.write(struct.pack("<Q", 2))
     [p] = dt.validate_datatrove(path)
     assert (p.file, p.index) == (path + ".index", 3)
-    assert str(p) == (f"{path}.index: [3]: document 3 ends at token 2, before document 2 ends (at 4); the ends "
-                      "must not decrease")
-    with dt.open_datatrove(path) as f, pytest.raises(LodValidationError, match=r"\.ds\.index: \[3\]: document 3"):
+    assert str(p) == (f"{path}.index: document_ends[3]: document 3 ends at token 2, before document 2 ends (at 4); "
+                      "the ends must not decrease")
+    with dt.open_datatrove(path) as f, pytest.raises(LodValidationError, match=r"document_ends\[3\]: document 3"):
         f.tensor().read()
     with pytest.raises(LodValidationError, match="document 3 ends at token 2"):
         list(dt.read("datatrove", [path]))
@@ -118,8 +118,8 @@ def test_a_truncated_ds_names_the_first_document_past_it(tmp_path):
         f.truncate(10)
     with pytest.raises(LodFormatError) as exc:
         dt.open_datatrove(path, token_dtype="uint16")
-    assert str(exc.value) == (f"{path}.index: [3]: document 3 ends at token 9, but {path} holds 5 uint16 tokens (a "
-                              "truncated .ds, or ends past it)")
+    assert str(exc.value) == (f"{path}.index: document_ends[3]: document 3 ends at token 9, but {path} holds 5 "
+                              "uint16 tokens (a truncated .ds, or ends past it)")
     with pytest.raises(LodFormatError, match="neither 2 nor 4 bytes a token"):
         os.remove(path + ".metadata")
         dt.open_datatrove(path)
@@ -129,7 +129,7 @@ def test_a_truncated_index_and_a_short_loss(tmp_path):
     path = copy_golden(tmp_path, "datatrove_uint16.ds")
     with open(path + ".loss", "r+b") as f:
         f.truncate(7)
-    with pytest.raises(LodFormatError, match=r"\.ds\.loss: \[7\]: 7 loss bytes for 11 tokens"):
+    with pytest.raises(LodFormatError, match=r"\.ds\.loss: 7 loss bytes for 11 tokens"):
         dt.open_datatrove(path)
     with open(path + ".index", "r+b") as f:
         f.truncate(13)

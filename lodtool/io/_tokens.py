@@ -53,7 +53,7 @@ class TokenProblem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.array}[{self.index}]" if self.index is not None else self.array
+        where = f"{self.array}[{self.index}]" if self.index is not None and self.array else self.array
         return f"{self.file}: {where}: {self.message}" if where else f"{self.file}: {self.message}"
 
 

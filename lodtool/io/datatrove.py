@@ -117,12 +117,12 @@ class Dataset:
         if self.n_tokens > stored:
             first = next(start + j for start in range(0, self.ends.size, BLOCK)
                          if (j := first_index(self.ends[start:start + BLOCK] > stored)) is not None)
-            problems.append(TokenProblem(self.files["index"], "", first,
+            problems.append(TokenProblem(self.files["index"], "document_ends", first,
                                          f"document {first} ends at token {int(self.ends[first]):,}, but "
                                          f"{self.path} holds {stored:,} {self.dtype.name} tokens (a truncated .ds, "
                                          "or ends past it)"))
         if self.loss_size is not None and self.loss_size != self.n_tokens:
-            problems.append(TokenProblem(self.files["loss"], "", min(self.loss_size, self.n_tokens),
+            problems.append(TokenProblem(self.files["loss"], "", None,
                                          f"{self.loss_size:,} loss bytes for {self.n_tokens:,} tokens (one per "
                                          "token is needed)"))
         return problems
@@ -152,9 +152,9 @@ class Dataset:
             shift = 1 if start else 0
             for j in np.flatnonzero(block[1:] < block[:-1])[:max_problems - found]:
                 i = start - shift + int(j) + 1
-                problems.append(TokenProblem(index, "", i, f"document {i} ends at token {int(block[j + 1]):,}, before "
-                                             f"document {i - 1} ends (at {int(block[j]):,}); the ends must not "
-                                             "decrease"))
+                problems.append(TokenProblem(index, "document_ends", i,
+                                             f"document {i} ends at token {int(block[j + 1]):,}, before document "
+                                             f"{i - 1} ends (at {int(block[j]):,}); the ends must not decrease"))
                 found += 1
             if found >= max_problems:
                 break

@@ -169,8 +169,8 @@ def open_dolma(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id
     def problems(max_problems: int) -> list[TokenProblem]:
         found = []
         if int(offsets[0]) != 0:
-            found.append(TokenProblem(meta, "", 1, f"line 1: the first document starts at token {int(offsets[0]):,}, "
-                                      "not 0"))
+            found.append(TokenProblem(meta, "", None,
+                                      f"line 1: the first document starts at token {int(offsets[0]):,}, not 0"))
         end = int(offsets[-1]) * dtype.itemsize
         if size > end:
             found.append(TokenProblem(npy, "", None, f"{size - end:,} bytes after the last document's end; the "
