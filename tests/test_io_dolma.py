@@ -104,6 +104,10 @@ def test_rows_that_do_not_tile_name_the_line(tmp_path):
         dolma.open_dolma(path, token_dtype="uint16")
     assert str(exc.value) == (f"{meta}: line 3: document 2 starts at token 2, but the document before it ends at 3 "
                               "(documents must tile the token array)")
+    write_rows(meta, [["1", "3"]])
+    with pytest.raises(LodFormatError, match="line 1: document 0 starts at token 1, but the array starts at "
+                                             "token 0"):
+        dolma.open_dolma(path, token_dtype="uint16")
     write_rows(meta, [["0", "x"]])
     with pytest.raises(LodFormatError, match=r"line 1: \['0', 'x'\] is not START,END"):
         dolma.open_dolma(path, token_dtype="uint16")

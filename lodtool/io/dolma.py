@@ -66,7 +66,6 @@ def read_boundaries(path: str) -> np.ndarray:
     """The documents' token offsets from a dolma ``.csv.gz``: ``[start_0, end_0, end_1, ...]`` as int64, each row
     checked to start where the previous one ended (a row that does not is named by its line)."""
     ends: list[int] = []
-    first = 0
     try:
         with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
             for line, row in enumerate(csv.reader(f), 1):
@@ -76,18 +75,17 @@ def read_boundaries(path: str) -> np.ndarray:
                     raise LodFormatError(f"{path}: line {line}: {row[:2]!r} is not START,END (token offsets)") \
                         from None
                 previous = ends[-1] if ends else 0
-                if line == 1:
-                    first = start
                 if start != previous or end < start:
-                    why = f"starts at token {start:,}, but the document before it ends at {previous:,}" \
-                        if start != previous else f"ends at token {end:,}, before its start {start:,}"
+                    before = "the array starts at token 0" if line == 1 else \
+                        f"the document before it ends at {previous:,}"
+                    why = f"starts at token {start:,}, but {before}" if start != previous else \
+                        f"ends at token {end:,}, before its start {start:,}"
                     raise LodFormatError(f"{path}: line {line}: document {line - 1} {why} (documents must tile "
                                          "the token array)")
                 ends.append(end)
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as exc:
         raise LodFormatError(f"{path}: cannot read it as a gzipped CSV ({exc})") from None
-    out = np.empty(len(ends) + 1, np.int64)
-    out[0] = first
+    out = np.zeros(len(ends) + 1, np.int64)
     out[1:] = ends
     return out
 
@@ -167,10 +165,8 @@ def open_dolma(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id
         return offsets[start:stop]
 
     def problems(max_problems: int) -> list[TokenProblem]:
+        """What is left to find: the rows tile the array from token 0 (read_boundaries), EOS offsets do too."""
         found = []
-        if int(offsets[0]) != 0:
-            found.append(TokenProblem(meta, "", None,
-                                      f"line 1: the first document starts at token {int(offsets[0]):,}, not 0"))
         end = int(offsets[-1]) * dtype.itemsize
         if size > end:
             found.append(TokenProblem(npy, "", None, f"{size - end:,} bytes after the last document's end; the "
