@@ -290,6 +290,12 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
     Every dataset's LoD is validated before its first chunk; ``dtype`` casts
     the tokens (refusing values it cannot hold); ``stats["bytes_read"]`` counts
     the token bytes read.
+    
+
+    >>> f = TokenFile("x", "test", {"tokens": TokenTensor("x", np.arange(4, dtype=np.uint16),
+    ...                                                   [lambda a, b: np.array([0, 1, 4])[a:b]], [3])})
+    >>> [c.lod for c in read_chunks([f], lod_level=None, dtype="int32", chunk_bytes=2, progress=None, stats=None)]
+    [[[0, 1]], [[0, 3]]]
     """
     stats = {} if stats is None else stats
     stats["bytes_read"] = 0
@@ -399,7 +405,15 @@ def writer_levels(chunk: LoDTensor, levels_out: int, level: int | None, fmt: str
 @contextlib.contextmanager
 def atomic_files(targets: Sequence[str]) -> Iterator[list[str]]:
     """Temp paths for several files that appear together: each is written in full and synced before any is
-    renamed over its target; on an error every temp file is removed and no target is touched."""
+    renamed over its target; on an error every temp file is removed and no target is touched.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with atomic_files([os.path.join(d, "a.bin"), os.path.join(d, "a.idx")]) as (a, b):
+    ...     _ = open(a, "wb").write(b"1"), open(b, "wb").write(b"2")
+    >>> sorted(os.listdir(d))
+    ['a.bin', 'a.idx']
+    """
     held: list[AtomicPath] = []
     try:
         for target in targets:

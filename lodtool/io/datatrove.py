@@ -208,7 +208,16 @@ def validate_datatrove(path: str | os.PathLike, *, token_dtype: Any = None, voca
 def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, loss: Iterable[LoDTensor] | None = None,
                  level: int | None = None) -> list[str]:
     """Write chunks of whole documents as ``NAME.ds`` + ``NAME.ds.index`` (+ ``NAME.ds.loss`` from the ``loss``
-    chunks, bools sharing the tokens' LoD); every file appears, or none.  Returns the paths written."""
+    chunks, bools sharing the tokens' LoD); every file appears, or none.  Returns the paths written.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.ds")
+    >>> t = LoDTensor(np.array([1, 2, 3], np.uint32), [[0, 1, 3]])
+    >>> [os.path.basename(f) for f in write_chunks([t], p, loss=[LoDTensor(np.array([1, 0, 1], bool), [[0, 1, 3]])])]
+    ['x.ds', 'x.ds.index', 'x.ds.loss']
+    >>> np.fromfile(p + ".index", "<u8").tolist()
+    [1, 3]
+    """
     base = output_prefix(out, "datatrove", SUFFIXES)
     files = paths(base if base.endswith(".ds") else base + ".ds")
     targets = [files["tokens"], files["index"]] + ([files["loss"]] if loss is not None else [])

@@ -182,7 +182,14 @@ def validate_dolma(path: str | os.PathLike, *, token_dtype: Any = None, eos_toke
                    boundaries: str = "auto", vocab_size: int | None = None,
                    max_problems: int = 20) -> list[TokenProblem]:
     """Every finding of a dolma token array: documents tiling the array from token 0 to its end and (with
-    ``vocab_size``) every token id.  Rows that do not tile, or a ``.npy`` shorter than its documents, raise."""
+    ``vocab_size``) every token id.  Rows that do not tile, or a ``.npy`` shorter than its documents, raise.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.npy")
+    >>> _ = write_dolma(LoDTensor(np.array([3, 9], np.uint16), [[0, 1, 2]]), p)
+    >>> [x.message for x in validate_dolma(p, token_dtype="uint16", vocab_size=5)]
+    ['token id 9 is not under the vocabulary size 5']
+    """
     with open_dolma(path, token_dtype=token_dtype, eos_token_id=eos_token_id, boundaries=boundaries) as f:
         t = f.tensor()
         problems = t.validate(max_problems)
@@ -196,7 +203,14 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, level: 
                  source: str = "") -> list[str]:
     """Write chunks of whole documents as dolma does: ``NAME.npy`` (raw tokens) and ``NAME.csv.gz`` (rows
     ``start,end,id,src,loc``: ``id`` and ``loc`` the document number, ``src`` the ``source`` given); both
-    appear, or neither.  Returns the paths written."""
+    appear, or neither.  Returns the paths written.
+
+    >>> import os, tempfile, gzip
+    >>> p = os.path.join(tempfile.mkdtemp(), "part-0.npy")
+    >>> _ = write_chunks([LoDTensor(np.array([7, 8, 9], np.uint16), [[0, 2, 3]])], p, source="s3://x.json.gz")
+    >>> gzip.open(p[:-4] + ".csv.gz", "rt").read().splitlines()
+    ['0,2,0,s3://x.json.gz,0', '2,3,1,s3://x.json.gz,1']
+    """
     npy, meta = paths(output_prefix(out, "dolma", (".npy", ".csv.gz")))
     dtype = None
     written = documents = 0

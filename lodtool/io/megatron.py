@@ -188,6 +188,14 @@ def read_index(path: str | os.PathLike, *, kind: str | None = None, token_dtype:
     against its counts, and (``check_bin``) the ``.bin`` size against the last
     sequence (on a mismatch the first sequence past the ``.bin`` is found and
     named).
+    
+    >>> import os, tempfile
+    >>> from lodtool import LoDTensor
+    >>> p = os.path.join(tempfile.mkdtemp(), "c")
+    >>> _ = write_megatron(LoDTensor(np.arange(5, dtype=np.uint16), [[0, 2, 5]]), p)
+    >>> ix = read_index(p + ".idx")
+    >>> ix.kind, ix.code, ix.sequence_count, ix.document_count, ix.sequence_pointers.tolist()
+    ('megatron', 8, 2, 3, [0, 4])
     """
     _, bin_path, idx_path = paths(path)
     if kind is not None and kind not in KINDS:
@@ -361,6 +369,14 @@ def open_megatron(path: str | os.PathLike, *, kind: str | None = None, token_dty
     ``path`` is the prefix, the ``.idx`` or the ``.bin``.  A Megatron dataset
     is 2 levels (``document``, ``sequence``), a fairseq one 1 (``sequence``);
     offsets are int64 windows of the ``.idx`` arrays, never the whole ``.bin``.
+    
+    >>> import os, tempfile
+    >>> from lodtool import LoDTensor
+    >>> p = os.path.join(tempfile.mkdtemp(), "c")
+    >>> _ = write_megatron(LoDTensor(np.arange(4, dtype=np.int32), [[0, 1, 2, 4]]), p, kind="fairseq")
+    >>> with open_megatron(p + ".bin") as f:
+    ...     f.format, f.tensor().level_names, f.tensor()[2].data.tolist()
+    ('fairseq', ('sequence',), [2, 3])
     """
     index = read_index(path, kind=kind, token_dtype=token_dtype)
     tokens = map_array(index.bin_path, index.dtype, index.n_tokens)
@@ -463,6 +479,16 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     arange(n + 1)`` (each sequence its own document); a deeper one needs
     ``level`` (see :func:`lodtool.io._tokens.writer_levels`).  fairseq keeps
     one level of sequences.  Returns the paths written.
+    
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "c")
+    >>> chunks = [LoDTensor(np.arange(3, dtype=np.int32), [[0, 2, 3]]),
+    ...           LoDTensor(np.arange(2, dtype=np.int32), [[0, 2]])]
+    >>> [os.path.basename(f) for f in write_chunks(chunks, p + ".idx")]
+    ['c.bin', 'c.idx']
+    >>> with open_megatron(p) as f:
+    ...     f.tensor().read().lod
+    [[0, 1, 2, 3], [0, 2, 3, 5]]
     """
     if kind not in KINDS:
         raise LodUsageError(f"unknown index kind {kind!r}; choose megatron or fairseq")
@@ -499,7 +525,14 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
          chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None, stats: dict | None = None,
          token_dtype: Any = None) -> Iterator[LoDTensor]:
     """The registry's reader: each source (a prefix, ``.idx`` or ``.bin``) in place, as chunks of whole documents
-    (sequences for fairseq); datasets concatenate.  The reader of one format refuses the other's index."""
+    (sequences for fairseq); datasets concatenate.  The reader of one format refuses the other's index.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "c")
+    >>> _ = write_megatron(LoDTensor(np.arange(4, dtype=np.int16), [[0, 1, 2], [0, 3, 4]]), p)
+    >>> [c.lod for c in read("megatron", [p])]
+    [[[0, 1, 2], [0, 3, 4]]]
+    """
     for s in sources:
         if not isinstance(s, (str, os.PathLike)):
             raise LodUsageError(f"{fmt} is read from files (PREFIX.bin + PREFIX.idx), not from a stream")
