@@ -289,8 +289,8 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
 
     Every dataset's LoD is validated before its first chunk; ``dtype`` casts
     the tokens (refusing values it cannot hold); ``stats["bytes_read"]`` counts
-    the token bytes read.
-    
+    the token bytes read.  The chunks' tokens are read-only views of the
+    memory map (they keep it open), not copies.
 
     >>> f = TokenFile("x", "test", {"tokens": TokenTensor("x", np.arange(4, dtype=np.uint16),
     ...                                                   [lambda a, b: np.array([0, 1, 4])[a:b]], [3])})
@@ -309,14 +309,14 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
                                     "cannot be applied")
             if first is not None and first.lod_level != t.lod_level:
                 raise LodFormatError(f"{t.path}: {t.lod_level} LoD level(s), but {first.path} has {first.lod_level}")
-            first = first or t
+            if first is None:
+                first = t
             max_rows = max(1, chunk_bytes // max(t.dtype.itemsize, 1))
             for chunk in t.iter_chunks(max_rows=max_rows):
                 stats["bytes_read"] += chunk.data.nbytes
                 if progress is not None:
                     progress(stats["bytes_read"])
-                data = np.array(chunk.data)  # off the memory map: the file may close while a chunk is in use
-                data = cast_values(data, target, lambda row, p=t.path: f"{p}: token {row} of this chunk: ")
+                data = cast_values(chunk.data, target, lambda row, p=t.path: f"{p}: token {row} of this chunk: ")
                 yield LoDTensor._trusted(data, chunk.offsets, chunk.level_names)
     if first is None:
         raise LodUsageError("no inputs given")

@@ -188,7 +188,7 @@ def read_index(path: str | os.PathLike, *, kind: str | None = None, token_dtype:
     against its counts, and (``check_bin``) the ``.bin`` size against the last
     sequence (on a mismatch the first sequence past the ``.bin`` is found and
     named).
-    
+
     >>> import os, tempfile
     >>> from lodtool import LoDTensor
     >>> p = os.path.join(tempfile.mkdtemp(), "c")
@@ -369,7 +369,7 @@ def open_megatron(path: str | os.PathLike, *, kind: str | None = None, token_dty
     ``path`` is the prefix, the ``.idx`` or the ``.bin``.  A Megatron dataset
     is 2 levels (``document``, ``sequence``), a fairseq one 1 (``sequence``);
     offsets are int64 windows of the ``.idx`` arrays, never the whole ``.bin``.
-    
+
     >>> import os, tempfile
     >>> from lodtool import LoDTensor
     >>> p = os.path.join(tempfile.mkdtemp(), "c")
@@ -479,7 +479,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     arange(n + 1)`` (each sequence its own document); a deeper one needs
     ``level`` (see :func:`lodtool.io._tokens.writer_levels`).  fairseq keeps
     one level of sequences.  Returns the paths written.
-    
+
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "c")
     >>> chunks = [LoDTensor(np.arange(3, dtype=np.int32), [[0, 2, 3]]),
