@@ -51,3 +51,23 @@ def test_anything_else_is_a_usage_error(tmp_path):
         open_dataset(tmp_path / "x.json")
     with pytest.raises(LodUsageError, match="not a Megatron or fairseq dataset"):
         validate_dataset(tmp_path / "x.json")
+
+
+def test_the_reading_commands_take_a_megatron_dataset_in_place(tmp_path):
+    from click.testing import CliRunner
+
+    from lodtool import LoDTensor
+    from lodtool.cli.main import cli
+    from lodtool.io.megatron import write_megatron
+
+    prefix = str(tmp_path / "corpus")
+    write_megatron(LoDTensor(np.arange(20, dtype=np.int32), [[0, 2, 3, 5], [0, 3, 7, 8, 12, 20]]), prefix)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["head", prefix + ".idx", "-n", "1"]).output.splitlines()[0] == "[[0,1,2],[3,4,5,6]]"
+    assert runner.invoke(cli, ["slice", prefix + ".bin", "1"]).output.strip() == "[[7]]"
+    assert runner.invoke(cli, ["validate", prefix + ".idx"]).exit_code == 0
+    idx = bytearray((tmp_path / "corpus.idx").read_bytes())
+    idx[-8:] = (2).to_bytes(8, "little")  # the last document index no longer ends at the sequence count
+    (tmp_path / "corpus.idx").write_bytes(bytes(idx))
+    result = runner.invoke(cli, ["validate", prefix + ".idx"])
+    assert result.exit_code == 1 and "document_indices[3]" in result.output

@@ -77,7 +77,12 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
 def _validate_one(path: str, max_memory: int | None) -> FileReport:
     from ..container.checks import validate_file
     from ..container.shards import is_sharded, validate_sharded
+    from ..io import token_datasets
 
+    if token_datasets.format_of(path) is not None:  # a token dataset of LLM training, checked in place
+        found = token_datasets.validate_dataset(path)
+        problems = [Problem(p.file, None, None, None, str(p).removeprefix(f"{p.file}: ")) for p in found]
+        return FileReport(path, not problems, problems)
     if is_sharded(path):  # every shard, plus the manifest against the shards
         return validate_sharded(path, max_memory=max_memory)
     return validate_file(path, max_memory=max_memory)

@@ -1,7 +1,9 @@
 """``lodtool.open`` and ``lodtool.load``: every source a reader takes, behind one pair of functions.
 
-A source is a container file (``PATH`` or ``PATH:tensor``) or a sharded
-folder; what it opens answers the same questions (``names``, ``tensor()``,
+A source is a container file (``PATH`` or ``PATH:tensor``), a sharded
+folder, or a token dataset of LLM training read in place (Megatron-Core or
+fairseq ``.bin/.idx``, datatrove ``.ds``, OLMo/dolma token arrays: see
+:mod:`lodtool.io.token_datasets`); what it opens answers the same questions (``names``, ``tensor()``,
 ``f[name]``, a context manager) and its tensors are all
 :class:`~lodtool.tensor.TensorView` s, so every reading command works on each.
 
@@ -20,13 +22,22 @@ from __future__ import annotations
 
 import os
 
+from typing import Any
+
 from ..container import shards, spec
+from ..io import token_datasets
 from ..tensor import LoDTensor
 
 
-def open(path: str | os.PathLike, *, max_memory: int | None = None):  # noqa: A001 - lodtool.open, as documented
-    """Open a container file, or a sharded folder, for reading: a :class:`~lodtool.container.LodFile` or a
-    :class:`~lodtool.container.shards.ShardedFile` (``max_memory`` bounds any single read)."""
+def open(path: str | os.PathLike, *, max_memory: int | None = None,  # noqa: A001 - lodtool.open, as documented
+         token_dtype: Any = None, eos_token_id: int | None = None):
+    """Open a container file, a sharded folder or a token dataset for reading: a
+    :class:`~lodtool.container.LodFile`, a :class:`~lodtool.container.shards.ShardedFile` or a
+    :class:`~lodtool.io._tokens.TokenFile` (``max_memory`` bounds any single read of a container;
+    ``token_dtype`` and ``eos_token_id`` are what a token format cannot say itself: dolma's dtype and
+    document ends, fairseq's ambiguous dtype codes)."""
+    if token_datasets.format_of(path) is not None:
+        return token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
     return shards.open_path(path, max_memory=max_memory)
 
 

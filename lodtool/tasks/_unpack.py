@@ -100,7 +100,7 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     from ..atomic import refuse_output_over_input
-    from ..container.shards import open_path  # a container file, or a sharded folder
+    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
     refuse_output_over_input(output, [path])
     with open_path(path) as f:
