@@ -16,6 +16,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import lod as _lod
+from .limits import default_max_memory
 from .planner import sequence_ranges
 from ._device import cupy_module
 from ._device import is_device_array as _is_device_array
@@ -46,6 +47,10 @@ def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
         raise LodDtypeError(f"{where} has dtype {dtype} (numpy.longdouble, extended precision); lodtool supports "
                             "floats of 16, 32 and 64 bits and complex of 64 and 128 bits")
     return dtype
+
+
+#: offsets read per block for statistics (8 MiB of int64)
+_STATS_BLOCK = 1 << 20
 
 
 class TensorView:
@@ -183,6 +188,26 @@ class TensorView:
                                                          self.n_rows)
         names = self.level_names[level:] if self.level_names else None
         return self._tensor(self._rows(row_begin, row_end), offsets, names)
+
+    # -- statistics ----------------------------------------------------------------------------------------
+    def level_stats(self, level: int) -> dict:
+        """Length statistics of one level, from its offsets alone, read in blocks: ``count`` (sequences),
+        ``min``, ``median``, ``mean``, ``max`` and ``empty``.
+
+        >>> from lodtool import from_nested
+        >>> from_nested([[1, 2, 3], [], [4]]).level_stats(0)
+        {'count': 3, 'min': 0, 'median': 1.0, 'mean': 1.3333333333333333, 'max': 3, 'empty': 1}
+        """
+        level = self._level(level)
+        size = self.level_sizes[level]
+        blocks = (self.read_offsets(level, a, min(a + _STATS_BLOCK, size)) for a in range(0, size, _STATS_BLOCK))
+        return _lod.length_stats(blocks, default_max_memory(), repr(self), f"level {level} lengths")
+
+    def checked_level_stats(self) -> list[dict]:
+        """:meth:`level_stats` of every level, after the whole LoD is validated (statistics of a broken one would be
+        nonsense)."""
+        self._check_valid()
+        return [self.level_stats(k) for k in range(self.lod_level)]
 
     # -- chunks ----------------------------------------------------------------------------------------
     def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator:

@@ -28,7 +28,7 @@ from . import spec
 from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member,
                   oversized_chunk, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
-from .limits import default_max_memory, human_bytes
+from ..limits import default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
 
 # -- validate ------------------------------------------------------------------------------------------

@@ -473,7 +473,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     >>> arrays["padded"].tolist(), arrays["lengths"].tolist(), arrays["mask"].sum(axis=1).tolist()
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3], [2, 0, 3])
     """
-    from ..container.limits import check_memory
+    from ..limits import check_memory
     from ..io.npy import write_npz_members
     from ..ops import sequence_mask
     from ..ops.pad import PAD_NUMBA_FROM, pad_level, padded_length
@@ -581,7 +581,7 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     from ..ops import sequence_unpad
 
     _check_device(device)
-    from ..container.limits import resolve_max_memory
+    from ..limits import resolve_max_memory
 
     refuse_output_over_input(output, [npz])
     limit = resolve_max_memory(max_memory)
@@ -603,7 +603,7 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
     >>> pack_plan(p).batch_sizes.tolist()
     [3, 2, 1]
     """
-    from ..container.limits import check_memory
+    from ..limits import check_memory
     from ..ops import pack_plan as plan_of
 
     _check_device(device)
