@@ -76,7 +76,7 @@ class TensorView:
         return _lod.level_position(level, self.lod_level)
 
     def _tensor(self, data, offsets, level_names=None) -> "LoDTensor":
-        return LoDTensor._trusted(data, offsets, level_names)
+        return LoDTensor._trusted(data, offsets, level_names, owned=True)
 
     # -- checked raw reads -----------------------------------------------------------------------
     def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -284,11 +284,13 @@ class LoDTensor(TensorView):
         self._shared = shared
 
     @classmethod
-    def _trusted(cls, data: Any, offsets: Sequence[np.ndarray], level_names=None) -> "LoDTensor":
-        """Build from already validated parts (operators and readers use this)."""
+    def _trusted(cls, data: Any, offsets: Sequence[np.ndarray], level_names=None, *,
+                 owned: bool = False) -> "LoDTensor":
+        """Build from already validated parts (operators and readers use this); ``owned``: the offsets are new
+        arrays nobody else holds, frozen in place instead of viewed read-only."""
         t = cls.__new__(cls)
         t._data = data
-        t._offsets = tuple(_read_only(o) for o in offsets)
+        t._offsets = tuple(_frozen(o) for o in offsets) if owned else tuple(_read_only(o) for o in offsets)
         t._level_names = tuple(level_names) if level_names else None
         t._checked = True
         t._shared = False

@@ -146,7 +146,8 @@ def test_a_file_open_for_writing_goes_to_libhdf5(tmp_path):
         assert _h5.read_rows(f["d"], 0, 400)[0] == -1
 
 
-def test_a_file_changed_under_the_map_is_an_error_not_a_crash(tmp_path):
+def test_a_file_changed_under_the_map_is_an_error_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr(_mmap, "STAT_EVERY", 0.0)  # every read checks (by default at most every 10 ms)
     path = _file(tmp_path, np.arange(400, dtype=np.int64), chunks=None)
     with h5py.File(path, "r") as f:
         ds = f["d"]
