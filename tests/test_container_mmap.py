@@ -185,3 +185,13 @@ def test_the_map_outlives_nothing(tmp_path):
 
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= before + 1  # the duplicated descriptors close with their handles
+
+
+def test_inspect_says_which_tensors_are_memory_mapped(tmp_path):
+    from lodtool.container import inspect_file
+
+    t = LoDTensor(np.arange(100, dtype=np.int64), [[0, 40, 100]])
+    for compression, mapped in (("none", True), ("deflate", False)):
+        path = str(tmp_path / f"{compression}.lod.h5")
+        save(path, t, compression=compression)
+        assert inspect_file(path)["tensors"][0]["memory_mapped"] is mapped

@@ -134,7 +134,8 @@ def inspect_report(info: dict) -> None:
         shared = f"  offsets shared with {markup_safe(', '.join(t['shared_lod_with']))}" \
             if t.get("shared_lod_with") else ""
         con.print(f"\n[bold cyan]{markup_safe(t['name'])}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
-                  f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}  "
+                  f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}"
+                  f"{' (memory-mapped)' if t.get('memory_mapped') else ''}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
         if not t["levels"]:
             continue

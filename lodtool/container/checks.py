@@ -176,6 +176,7 @@ def tensor_summary(name: str, t, shared_lod_with: list[str]) -> dict:
     return {"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape), "rows": t.n_rows,
             "lod_level": t.lod_level, "level_names": list(t.level_names) if t.level_names else None,
             "levels": levels, "compression": t.compression, "compression_level": t.compression_level,
+            "memory_mapped": t.mappable,
             "nbytes": t.nbytes, "storage_size": t.storage_size, "shared_lod_with": shared_lod_with}
 
 

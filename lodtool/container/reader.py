@@ -33,6 +33,7 @@ from ..tensor import LoDTensor, TensorView, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
+from ._mmap import mapping
 
 #: a level's offsets up to this size are read whole on first use and kept: a training loop reads a few of them per
 #: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
@@ -277,6 +278,12 @@ class LazyTensor(TensorView):
     @property
     def compression_level(self) -> int | None:
         return self._layout.compression_level
+
+    @property
+    def mappable(self) -> bool:
+        """Whether the data is read from a memory map of the file (stored without a compression filter, in a
+        file open for reading): random reads then cost about what a raw ``np.memmap`` costs."""
+        return mapping(self._data) is not None
 
     @property
     def nbytes(self) -> int:

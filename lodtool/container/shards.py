@@ -1027,6 +1027,11 @@ class ShardedTensor(TensorView):
     def compression_level(self) -> int | None:
         return self.shard(0)[1].compression_level if self.n_shards else None
 
+    @property
+    def mappable(self) -> bool:
+        """Whether every shard's data is read from a memory map (see ``LazyTensor.mappable``)."""
+        return all(self.shard(i)[1].mappable for i in range(self.n_shards))
+
     def __repr__(self) -> str:
         return (f"<ShardedTensor {self.name!r} shape={self.shape} dtype={self.dtype} lod_level={self.lod_level} "
                 f"shards={self.n_shards} folder={self._path!r}>")
