@@ -101,10 +101,10 @@ def test_plan_is_uneven_shards_cut_into_whole_sequence_partitions(corpus):
     m = read_manifest(corpus["folder"])
     assert len(parts) > len([s for s in m.shards if s.tensors["tensor"].sequences])
     assert sum(p.stop - p.start for p in parts) == len(corpus["tensor"])
-    assert [p.first for p in parts] == list(np.cumsum([0] + [p.stop - p.start for p in parts])[:-1])
+    assert [p.start for p in parts] == list(np.cumsum([0] + [p.stop - p.start for p in parts])[:-1])
     t = corpus["tensor"]
     rows = np.asarray(t.offsets[1])[np.asarray(t.offsets[0])]  # the first row of every top-level sequence
-    assert [p.row for p in parts] == [int(rows[p.first]) for p in parts]
+    assert [p.row for p in parts] == [int(rows[p.start]) for p in parts]
     assert spec.level_names == ("doc", "sent")
 
 
@@ -367,7 +367,7 @@ def test_a_reader_during_pack_append_sees_the_old_or_the_new_manifest(client, tm
 def test_tasks_carry_absolute_paths_for_workers_in_other_folders(corpus, monkeypatch):
     monkeypatch.chdir(os.path.dirname(corpus["folder"]))
     parts, _ = lod_dask.plan(os.path.basename(corpus["folder"]), partition_size=512)
-    assert parts and all(os.path.isabs(p.path) and os.path.isfile(p.path) for p in parts)
+    assert parts and all(os.path.isabs(p.path) and os.path.isdir(p.path) for p in parts)  # the folder's path
 
 
 def test_threads_scheduler_writes_many_small_shards_correctly(corpus, tmp_path):
