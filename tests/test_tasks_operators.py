@@ -393,3 +393,26 @@ def test_an_error_while_reading_waits_for_the_writes_in_flight(tmp_path, monkeyp
         pipeline.reverse(tmp_path / "x.h5", tmp_path / "out.h5")
     assert sorted(os.listdir(tmp_path)) == ["x.h5"]
     assert not [t for t in threading.enumerate() if t.name == "lodtool-pack-reader"]  # the pipe's second thread
+
+
+# -- outputs and schedulers the command cannot use ------------------------------------------------------------
+def test_a_folder_output_without_a_scheduler_says_once_what_is_wanted(tmp_path):
+    save(tmp_path / "x.lod.h5", LoDTensor(np.arange(6.0), [[0, 2, 6]]))
+    for made in (False, True):  # the same message before and after the folder exists
+        if made:
+            (tmp_path / "pooled").mkdir()
+        result = run_cli("pool", tmp_path / "x.lod.h5", "-o", f"{tmp_path / 'pooled'}/")
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        assert "is a folder" in result.output and "--scheduler" in result.output and "file name" in result.output
+    assert os.listdir(tmp_path / "pooled") == []
+
+
+def test_a_scheduler_without_dask_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    save(tmp_path / "x.lod.h5", LoDTensor(np.arange(6.0), [[0, 2, 6]]))
+    for module in ("dask", "distributed"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
+    result = run_cli("pool", tmp_path / "x.lod.h5", "-o", tmp_path / "p.lod.h5", "--scheduler", "threads")
+    assert result.exit_code != 0 and "internal error" not in result.output
+    assert "pip install 'lodtool[dask]'" in result.output and not (tmp_path / "p.lod.h5").exists()

@@ -119,8 +119,11 @@ def require_valid(path: str, t) -> None:
 def stored_chunks(t, max_rows: int) -> Iterator[LoDTensor]:
     """Chunks of whole top-level sequences of a lazy tensor, validated as they are read.
 
-    A tensor of no sequences gives one empty chunk, so the operator still gives the output's type.
+    A tensor of no sequences gives one empty chunk, so the operator still gives the output's type.  Every
+    shard of a sharded tensor is checked against the manifest first, also one the manifest says is empty.
     """
+    for i in range(getattr(t, "n_shards", 0)):
+        t.shard(i)
     if not len(t):
         return iter([t.slice_level(0, 0, 0) if t.lod_level else t.head(0)])
     return t.iter_chunks(max_rows=max_rows)
