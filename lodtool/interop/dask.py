@@ -375,8 +375,9 @@ class LodBag:
         if self._fns or self._n_rows is None:
             raise LodUsageError("the pooling index counts stored rows: call pool(..., return_index=True) on "
                                 "read(...), before other operators")
-        return _PoolIndexBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
-                             n_rows=self._n_rows, pool=pool_index)
+        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
+                        n_rows=self._n_rows, task=(_pool_index, pool_index), names=("", "_index"),
+                        what="pooled tensor and its index (pool(return_index=True))")
 
     def softmax(self) -> "LodBag":
         """``sequence_softmax`` of each partition (as ``lodtool softmax``)."""
@@ -412,8 +413,8 @@ class LodBag:
             # the shape checks of sequence_expand, from sizes alone (x's count from the plan)
             level = expand_level(_SpecSizes(self.spec, sum(p.stop - p.start for p in self.partitions)), ty,
                                  ref_level)
-        return _ExpandBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
-                          expand=(y, y_name, level))
+        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
+                        task=(_expand_partition, y, y_name, level), what="expanded tensor")
 
     def pad(self, pad_value: Any = 0, maxlen: int | None = None, level: int = -1,
             truncate: str | None = None) -> "PaddedBag":
@@ -599,60 +600,45 @@ class _SpecSizes:
         return self._count
 
 
-class _ExpandBag(LodBag):
-    """x's partitions expanded by y's reference level: each task reads its window of y's offsets."""
+class _TaskBag(LodBag):
+    """A collection whose task reads its partition itself, ``task(partition, max_memory, *args)`` (pool's index,
+    expand); its result is written as ``names`` (one tensor each), and nothing chains after it."""
 
-    def __init__(self, parts, *, expand: tuple, **kwargs):
+    def __init__(self, parts, *, task: tuple, names: tuple = ("",), what: str, **kwargs):
         super().__init__(parts, **kwargs)
-        self._expand_args = expand
+        self._task_args, self._names, self._what = task, names, what
 
     def _then(self, fn, label) -> LodBag:
-        raise LodUsageError("write or compute the expanded tensor first; chaining after expand is not supported")
+        raise LodUsageError(f"write or compute the {self._what} first; chaining after it is not supported")
 
     def _token(self) -> str:
         from dask.base import tokenize
 
-        return tokenize(super()._token(), self._expand_args)
+        return tokenize(super()._token(), self._task_args)
 
     def _task(self, part: Partition) -> tuple:
-        y, y_name, level = self._expand_args
-        return (_expand_partition, part, self._max_memory, y, y_name, level)
-
-
-class _PoolIndexBag(LodBag):
-    """``pool(..., return_index=True)``: each task gives ``(pooled, index)``; both are written, nothing chains."""
-
-    def __init__(self, parts, *, pool, **kwargs):
-        super().__init__(parts, **kwargs)
-        self._pool_index = pool
-
-    def _then(self, fn, label) -> LodBag:
-        raise LodUsageError("write or compute the pooled tensor and its index first; chaining after "
-                            "pool(return_index=True) is not supported")
-
-    def _token(self) -> str:
-        from dask.base import tokenize
-
-        return tokenize(super()._token(), self._pool_index)
-
-    def _task(self, part: Partition) -> tuple:
-        return (_pool_index, part, self._max_memory, self._pool_index)
+        fn, *args = self._task_args
+        return (fn, part, self._max_memory, *args)
 
     def _output_names(self, name: str) -> tuple[str, ...]:
-        return (name, f"{name}_index")
+        return tuple(name + suffix for suffix in self._names)
 
-    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> tuple:
-        """``(pooled, index)`` of the whole tensor (in memory)."""
+    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs):
+        """The whole result in memory: one LoDTensor, or a tuple of them (``(pooled, index)``)."""
         from ..container.shards import concat_tensors
 
+        if len(self._names) == 1:
+            return super().compute(progress=progress, **kwargs)
         results = _compute(self.to_delayed(), progress, kwargs)
         if not results:
             raise LodUsageError("the tensor holds no sequences to pool")
-        return concat_tensors([r[0] for r in results]), concat_tensors([r[1] for r in results])
+        return tuple(concat_tensors(list(parts)) for parts in zip(*results))
 
     def to_dask_awkward(self):
-        raise LodUsageError("pool(return_index=True) gives two tensors; compute them or write them with "
-                            "to_container")
+        if len(self._names) > 1:
+            raise LodUsageError("pool(return_index=True) gives two tensors; compute them or write them with "
+                                "to_container")
+        return super().to_dask_awkward()
 
 
 def _plan_from_lods(lods: list, level: int, max_memory: int | None, where: str):

@@ -57,7 +57,7 @@ def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Cal
                out_name: str | None, compression: str | None, max_memory: int | None, device: str,
                overwrite: bool, force: bool, scheduler: str | None, workers: int | None, partition_size,
                progress, suffixes: Sequence[str] = ()) -> OpResult:
-    """An operator on each chunk of whole top-level sequences: ``make_fn(lazy tensor)`` in one process, or
+    """An operator on each chunk of whole top-level sequences: ``make_fn(file, lazy tensor)`` in one process, or
     ``bag_of(collection)`` (the same function, mapped over the partitions) on a Dask ``scheduler``."""
     if scheduler:
         with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
@@ -72,7 +72,7 @@ def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Cal
 def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
             compression: str | None, max_memory: int | None, overwrite: bool, force: bool, device: str = "cpu",
             suffixes: Sequence[str] = ()) -> OpResult:
-    """``make_fn(lazy tensor)`` (the operator on one chunk) over chunks of whole top-level sequences.
+    """``make_fn(file, lazy tensor)`` (the operator on one chunk) over chunks of whole top-level sequences.
 
     Its results go to tensor ``out_name`` (the input's name by default); a result of more tensors puts the
     others in ``{out_name}_{suffix}``.  ``crossover`` (the operator's work-size tiers) decides up front
@@ -80,7 +80,7 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
     """
     f, t = open_tensor(path, name, max_memory)
     with f:
-        fn = make_fn(t)
+        fn = make_fn(f, t)
         if crossover is not None:
             tier(device, work(t), crossover)
         name_out = out_name or t.name
@@ -175,7 +175,7 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     from ..ops import sequence_pool
     from ..ops.pool import NUMBA_FROM, index_dtype
 
-    def make_fn(t):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
+    def make_fn(f, t):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
         if index:
             return PoolIndex(pool_type, pad_value, index_dtype(t.n_rows), device)
         return step(sequence_pool, pool_type, pad_value=pad_value, device=device)
@@ -203,7 +203,7 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_softmax
     from ..ops.softmax import NUMBA_FROM
 
-    return _chunkwise(path, output, lambda t: step(sequence_softmax, device=device), NUMBA_FROM,
+    return _chunkwise(path, output, lambda f, t: step(sequence_softmax, device=device), NUMBA_FROM,
                       lambda bag: bag.softmax(), name=name, out_name=out_name, compression=compression,
                       max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
                       workers=workers, partition_size=partition_size, progress=progress)
@@ -226,21 +226,10 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_reverse
     from ..ops.reverse import NUMBA_FROM
 
-    return _chunkwise(path, output, lambda t: step(sequence_reverse, device=device), NUMBA_FROM,
+    return _chunkwise(path, output, lambda f, t: step(sequence_reverse, device=device), NUMBA_FROM,
                       lambda bag: bag.reverse(), name=name, out_name=out_name, compression=compression,
                       max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
                       workers=workers, partition_size=partition_size, progress=progress)
-
-
-@contextlib.contextmanager
-def _opened(path: str, name: str | None, max_memory: int | None, validate: bool = True):
-    """``(where, lazy tensor, memory limit)``, ``where`` being ``"path: tensor 'name'"`` for messages; the LoD is
-    validated first unless ``validate=False`` (for checks that read no offsets)."""
-    f, t = open_tensor(path, name, max_memory)
-    with f:
-        if validate:
-            require_valid(f.path, t)
-        yield f"{f.path}: tensor {t.name!r}", t, f.max_memory
 
 
 def _stand_in(t) -> LoDTensor:
@@ -259,10 +248,15 @@ def _named(where: str, call):
 
 def _checked_stream(path, output, name, out_name, check, fn, *, validate: bool = True, **options) -> OpResult:
     """The operator ``fn`` on each chunk, after ``check(where, lazy tensor, memory limit)`` refused what it
-    refuses (its error naming the file and tensor)."""
-    with _opened(path, name, options["max_memory"], validate=validate) as (where, t, memory):
-        check(where, t, memory)
-    return _stream(path, output, name, out_name, lambda t: fn, **options)
+    refuses, ``where`` (``"path: tensor 'name'"``) naming the file and tensor; the LoD is validated first
+    unless ``validate=False`` (for checks that read no offsets)."""
+    def make_fn(f, t):
+        if validate:
+            require_valid(f.path, t)
+        check(f"{f.path}: tensor {t.name!r}", t, f.max_memory)
+        return fn
+
+    return _stream(path, output, name, out_name, make_fn, **options)
 
 
 def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_name: str | None = None,
