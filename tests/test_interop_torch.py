@@ -118,3 +118,15 @@ def test_the_way_out_for_deep_tensors_and_plain_tensors():
     assert from_torch(dense).equals(flat)
     with pytest.raises(LodShapeError, match="layout='strided'"):
         to_torch(flat)
+
+
+@given(lod_tensors(min_levels=1, max_levels=1, dtypes=["int32", "int16", "float64"]))
+def test_big_endian_data_is_copied_into_native_order(t):
+    swapped = LoDTensor(t.data.astype(t.dtype.newbyteorder(">")), lod=t.offsets)
+    assert [x.tolist() for x in to_torch(swapped).unbind()] == t.to_nested()
+    padded, mask = to_padded(swapped)
+    assert padded.tolist() == to_padded(t)[0].tolist()
+    cu, _ = cu_seqlens(swapped)
+    assert cu.tolist() == t.offsets[0].tolist()
+    if all(len(s) for s in t.to_nested()):
+        assert to_packed_sequence(swapped).data.tolist() == to_packed_sequence(t).data.tolist()

@@ -11,7 +11,7 @@ from . import _options as opt
 
 
 @click.command("unpack")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @opt.to_option()
 @opt.output_option(default="-")

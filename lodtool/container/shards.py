@@ -52,10 +52,9 @@ import numpy as np
 from .. import atomic as _atomic
 from .. import lod as _lod
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor
+from ..tensor import LoDTensor, TensorView
 from . import spec as _spec
 from .limits import check_memory, resolve_max_memory
-from .reader import LazyTensor
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -845,13 +844,13 @@ def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
     return LoDTensor._trusted(data, offsets, names)
 
 
-class ShardedTensor:
+class ShardedTensor(TensorView):
     """One tensor of a sharded folder, read lazily as one logical tensor.
 
-    It answers what :class:`~lodtool.container.reader.LazyTensor` answers for the
-    reading commands and the streaming operators: sizes, dtype, offsets windows
-    and row ranges (global positions), branches, level slices, head, tail,
-    chunks of whole top-level sequences, validation and level statistics.  A
+    It is a :class:`~lodtool.tensor.TensorView` over global positions, like
+    :class:`~lodtool.container.reader.LazyTensor` for one file: sizes, dtype,
+    offsets windows and row ranges, branches, level slices, head, tail, chunks
+    of whole top-level sequences, validation and level statistics.  A
     read maps its range onto the shards through the manifest's counts and opens
     only the shards it touches.
     """
@@ -876,7 +875,6 @@ class ShardedTensor:
     dtype = property(lambda self: self._spec.dtype)
     element_shape = property(lambda self: self._spec.element_shape)
     n_rows = property(lambda self: self._n_rows)
-    shape = property(lambda self: (self._n_rows,) + self._spec.element_shape)
 
     @property
     def n_shards(self) -> int:
@@ -903,20 +901,9 @@ class ShardedTensor:
     def compression_level(self) -> int | None:
         return self.shard(0)[1].compression_level if self.n_shards else None
 
-    def num_sequences(self, level: int = 0) -> int:
-        if not self.lod_level:
-            return self._n_rows
-        return int(self._seq_at[self._level(level)][-1])
-
-    def __len__(self) -> int:
-        return self.num_sequences(0)
-
     def __repr__(self) -> str:
         return (f"<ShardedTensor {self.name!r} shape={self.shape} dtype={self.dtype} lod_level={self.lod_level} "
                 f"shards={self.n_shards} folder={self._path!r}>")
-
-    def _level(self, level: int) -> int:
-        return _lod.level_position(level, self.lod_level)
 
     def shard(self, i: int):
         """``(path, lazy tensor)`` of shard ``i`` (opened on first use, checked against the manifest)."""
@@ -937,15 +924,10 @@ class ShardedTensor:
             yield i, pos - int(at[i]), end - int(at[i])
             pos = end
 
-    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
         """Entries ``start..stop`` of level ``level``'s global offsets (each shard's, shifted by what precedes it)."""
-        level = self._level(level)
         at = self._seq_at[level]
         count = int(at[-1])
-        stop = count + 1 if stop is None else int(stop)
-        start = int(start)
-        if not 0 <= start <= stop <= count + 1:
-            raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{count + 1}")
         below = self._seq_at[level + 1] if level + 1 < self.lod_level else self._rows_at
         if 8 * (stop - start) > self._file.max_memory:
             check_memory(8 * (stop - start), self._file.max_memory, self._path, f"{self.name!r} level {level} offsets")
@@ -956,11 +938,8 @@ class ShardedTensor:
             out[-1] = int(below[-1])
         return out
 
-    def read_rows(self, begin: int, end: int) -> np.ndarray:
+    def _rows(self, begin: int, end: int) -> np.ndarray:
         """Data rows ``begin..end`` (global), read from each shard they fall in."""
-        begin, end = int(begin), int(end)
-        if not 0 <= begin <= end <= self._n_rows:
-            raise LodIndexError(f"rows {begin}:{end} are outside 0:{self._n_rows} of tensor {self.name!r}")
         if (end - begin) * self._row_bytes > self._file.max_memory:
             check_memory((end - begin) * self._row_bytes, self._file.max_memory, self._path,
                          f"{end - begin:,} rows of tensor {self.name!r}")
@@ -985,30 +964,6 @@ class ShardedTensor:
         at = self._seq_at[0]
         s = int(np.searchsorted(at, i, side="right")) - 1
         return self.shard(s)[1].branch(i - int(at[s]), *path[1:])
-
-    def __getitem__(self, key) -> LoDTensor:
-        path = key if isinstance(key, tuple) else (key,)
-        if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a ShardedTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
-        return self.branch(*path)
-
-    # Level slices, head and tail are the single-file reader's own methods, run on this handle's global
-    # windows (_window, _rows, _sizes): what a range may be, and what an empty part gives, is decided in one
-    # place for files and folders alike.
-    @property
-    def _sizes(self) -> list[int]:
-        return self.level_sizes
-
-    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
-        return self.read_offsets(level, start, stop)
-
-    def _rows(self, begin: int, end: int) -> np.ndarray:
-        return self.read_rows(begin, end)
-
-    slice_level = LazyTensor.slice_level
-    head = LazyTensor.head
-    tail = LazyTensor.tail
-    _extract = LazyTensor._extract
 
     # -- whole reads -------------------------------------------------------------------------------------
     def read(self) -> LoDTensor:

@@ -40,7 +40,7 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
 from ._h5 import (H5_ERRORS, create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap,
-                  translate, write_direct_chunk)
+                  translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -305,7 +305,7 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
             staging[whole, :chunk_bytes] = last
         staging[:count, chunk_bytes:] = sums[first:first + count]
         for i in range(count):
-            write_direct_chunk(dsid, (start + (first + i) * rows,) + zeros, staging[i])  # under h5py's lock
+            dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, staging[i])  # h5py takes its lock
     return staging
 
 

@@ -1,7 +1,7 @@
 """lodtool on Dask: a stored tensor (one container, or a sharded folder) as partitions of whole sequences.
 
 :func:`read` plans partitions from the offsets alone, with the container's one
-chunk planner (:func:`lodtool.container.planner.sequence_ranges`), shard by
+chunk planner (:func:`lodtool.planner.sequence_ranges`), shard by
 shard: each partition is a range of whole top-level sequences of one shard,
 about ``partition_size`` bytes of rows.  A partition is carried by a small
 picklable :class:`Partition` ``(path, name, start, stop, row)``; the task
@@ -213,7 +213,7 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
 def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any, int]:
     """:func:`plan`, and the tensor's row count.  Every shard is opened, so checked against the manifest (a
     shard the manifest says is empty too)."""
-    from ..container.planner import sequence_ranges
+    from ..planner import sequence_ranges
     from ..container.shards import TensorSpec, open_path
 
     path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
@@ -768,7 +768,7 @@ CONNECT_TIMEOUT = 5.0
 HANDSHAKE_BYTES = 1 << 20
 
 
-def connect(address: str, timeout: float | None = None):
+def connect(address: str, timeout: float | None = None) -> "distributed.Client":
     """A ``distributed.Client`` of the scheduler at ``address``, or a one-line
     :class:`~lodtool.errors.LodUsageError` within about ``timeout`` seconds.
 
@@ -897,4 +897,5 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise
 
 
-__all__ = ["read", "plan", "pack", "connect", "read_partition", "Partition", "LodBag", "PaddedBag", "DEFAULT_PARTITION_SIZE"]
+__all__ = ["read", "plan", "pack", "connect", "read_partition", "Partition", "LodBag", "PaddedBag",
+           "DEFAULT_PARTITION_SIZE"]

@@ -11,8 +11,12 @@
   variable-length attention kernels (FlashAttention's ``*_varlen``) take.
 * :func:`to_padded` gives ``(padded, mask)``.
 * :func:`from_torch` takes a jagged nested tensor or a ``PackedSequence`` back.
+* ``BatchDataset`` is a container's training batches as an ``IterableDataset``
+  (:mod:`lodtool.interop._torch_batch`).
 
-torch is imported on first use (``pip install 'lodtool[torch]'``).
+torch is imported on first use (``pip install 'lodtool[torch]'``).  On a
+machine without a CUDA GPU, install torch's CPU build first:
+``pip install torch --index-url https://download.pytorch.org/whl/cpu``.
 
 >>> import numpy as np
 >>> from lodtool import LoDTensor
@@ -27,29 +31,41 @@ True
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
+from .._optional import optional_import
+from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import torch
+    from torch.nn.utils.rnn import PackedSequence
 
 LAYOUTS = ("jagged", "strided")
 
 
+def __getattr__(name: str) -> Any:
+    # BatchDataset (a container's training batches, lodtool.interop._torch_batch) derives from torch's
+    # IterableDataset, so it is made, and torch imported, on first use
+    if name == "BatchDataset":
+        _torch()  # a missing torch names its extra here
+        from ._torch_batch import BatchDataset
+
+        return BatchDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _torch():
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise LodBackendError("the PyTorch bridge needs torch: pip install 'lodtool[torch]'") from None
-    return torch
+    return optional_import("torch", "torch", "the PyTorch bridge")
 
 
-def _tensor(a: Any):
-    """A torch tensor sharing ``a``'s memory (NumPy on the CPU, CuPy on the GPU)."""
+def _tensor(a: Any) -> torch.Tensor:
+    """A torch tensor sharing ``a``'s memory (NumPy on the CPU, CuPy on the GPU); a copy if not in native byte order."""
     torch = _torch()
     if isinstance(a, np.ndarray):
-        return torch.from_numpy(a)
+        return torch.from_numpy(np.asarray(a, a.dtype.newbyteorder("=")))  # torch takes native byte order only
     return torch.as_tensor(a, device="cuda")  # __cuda_array_interface__: a view of the device array
 
 
@@ -70,11 +86,13 @@ def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
     return rows
 
 
-def to_torch(t: LoDTensor, layout: str = "jagged", *, level: int | None = None):
+def to_torch(t: LoDTensor, layout: str = "jagged", *, level: int | None = None) -> torch.Tensor:
     """``t`` as a torch nested tensor with the jagged layout (``layout="strided"``: a 0-level tensor's rows).
 
     Zero-copy: the nested tensor's ``values()`` are ``t.data`` and its
-    ``offsets()`` are the last level's offsets.  A tensor of several levels
+    ``offsets()`` are the last level's offsets (data in non-native byte order,
+    big-endian on a little-endian machine, is copied into native order, which
+    torch needs).  A tensor of several levels
     needs ``level``: its sequences become the batch, each holding all the rows
     under it (the offsets are then composed: one small copy, the data is still
     shared).  Alternatively convert branches, ``to_torch(t.branch(i))``.
@@ -122,7 +140,7 @@ def _plan(t: LoDTensor, level: int):
     return pack_plan(t, level)
 
 
-def to_packed_sequence(t: LoDTensor, level: int = -1):
+def to_packed_sequence(t: LoDTensor, level: int = -1) -> PackedSequence:
     """An RNN ``PackedSequence`` of the sequences of ``level``, built from the pack plan without padding.
 
     It is identical (data, batch_sizes, sorted_indices, unsorted_indices) to
@@ -138,8 +156,6 @@ def to_packed_sequence(t: LoDTensor, level: int = -1):
     ([4, 1, 3, 5, 2, 6], [3, 2, 1], [2, 0, 1])
     """
     torch = _torch()
-    from torch.nn.utils.rnn import PackedSequence
-
     from ..ops.pack_plan import to_time_major
 
     t = t.to("cpu")
@@ -160,11 +176,11 @@ def to_packed_sequence(t: LoDTensor, level: int = -1):
     inverse[order] = np.arange(len(order), dtype=order.dtype)
     plan = replace(plan, sorted_indices=order, unsorted_indices=inverse)
     data, batch_sizes = to_time_major(t, plan)
-    return PackedSequence(torch.from_numpy(data), torch.from_numpy(batch_sizes.copy()),
-                          torch.from_numpy(order), torch.from_numpy(inverse))
+    return torch.nn.utils.rnn.PackedSequence(_tensor(data), torch.from_numpy(batch_sizes.copy()),
+                                             torch.from_numpy(order), torch.from_numpy(inverse))
 
 
-def cu_seqlens(t: LoDTensor, level: int = -1):
+def cu_seqlens(t: LoDTensor, level: int = -1) -> tuple[torch.Tensor, int]:
     """``(cu_seqlens, max_seqlen)`` of ``level``: int32 row offsets and the longest length, for varlen attention.
 
     The values to pass with them are ``t.data`` (the rows, all sequences back to
@@ -185,7 +201,8 @@ def cu_seqlens(t: LoDTensor, level: int = -1):
     return _tensor(rows.astype(np.int32)), int(lengths.max()) if lengths.size else 0
 
 
-def to_padded(t: LoDTensor, pad_value: Any = 0, *, level: int = -1, maxlen: int | None = None):
+def to_padded(t: LoDTensor, pad_value: Any = 0, *, level: int = -1, maxlen: int | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(padded, mask)``: the sequences of ``level`` padded to ``(sequences, maxlen, *element)``, and a bool mask.
 
     ``mask[i, j]`` is True where ``padded[i, j]`` is a real row.  Uses
@@ -222,9 +239,7 @@ def from_torch(x: Any, *, validate: bool = True) -> LoDTensor:
     ([[0, 2, 3]], [1, 2, 3])
     """
     torch = _torch()
-    from torch.nn.utils.rnn import PackedSequence
-
-    if isinstance(x, PackedSequence):
+    if isinstance(x, torch.nn.utils.rnn.PackedSequence):
         return _from_packed(x)
     if not isinstance(x, torch.Tensor):
         raise LodUsageError(f"from_torch takes a torch tensor or a PackedSequence, got {type(x).__name__}")
@@ -279,4 +294,5 @@ def _from_packed(p) -> LoDTensor:
     return from_time_major(data, plan)
 
 
-__all__ = ["to_torch", "to_packed_sequence", "cu_seqlens", "to_padded", "from_torch", "LAYOUTS"]
+__all__ = ["to_torch", "to_packed_sequence", "cu_seqlens", "to_padded", "from_torch", "LAYOUTS",
+           "BatchDataset"]  # noqa: F822 (BatchDataset is imported on first use, by __getattr__)

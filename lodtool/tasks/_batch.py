@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from .._jit import kernel
-from ..container.planner import row_offset_windows
+from ..planner import row_offset_windows
 from ..errors import LodFormatError, LodUsageError, LodValidationError
 from ..lod import find_lod_problems
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..container.checks import FileReport, Problem
 from ..errors import LodError, LodIsolationRequired, LodReaderCrashError
@@ -100,8 +100,13 @@ def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
                  timeout=timeout)
 
 
-def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0) -> list[FileVerification]:
+def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0,
+           progress: Callable[[int, int], None] | None = None) -> list[FileVerification]:
     """Recompute every recorded checksum of each file (``lodtool verify``).
+
+    ``progress(done, total)`` is called with the bytes hashed so far and the bytes to hash, summed over
+    the files opened so far (not with ``isolate``, whose hashing runs in a child process, nor for a
+    sharded folder).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -111,10 +116,18 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
     [(True, 2)]
     """
     out = []
+    finished = current = 0  # bytes to hash in the files before this one, and in this one
+
+    def tick(done: int, total: int) -> None:
+        nonlocal current
+        current = total
+        progress(finished + done, finished + total)
+
     for path in paths:
         try:
             try:
-                out.append(_call(_verify_one, path, path=path, isolate=isolate, timeout=timeout))
+                out.append(_call(_verify_one, path, None if isolate or progress is None else tick, path=path,
+                                 isolate=isolate, timeout=timeout))
             except LodIsolationRequired:  # an opted-in plugin filter: its decoding runs in a child
                 out.append(_call(_verify_one, path, path=path, isolate=True, timeout=timeout))
         except LodError as exc:
@@ -122,10 +135,11 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
                 out.append(FileVerification(path, False, mismatches=[_strip_path(str(exc), path)]))
             else:
                 out.append(FileVerification(path, False, error=_strip_path(str(exc), path)))
+        finished, current = finished + current, 0
     return out
 
 
-def _verify_one(path: str) -> FileVerification:
+def _verify_one(path: str, progress: Callable[[int, int], None] | None = None) -> FileVerification:
     from ..container.checks import verify_file
     from ..container.shards import is_sharded, read_manifest, verify_sharded
 
@@ -134,7 +148,7 @@ def _verify_one(path: str) -> FileVerification:
         shards = [os.path.join(path, s.file) for s in read_manifest(path).shards]
         checked = sum(_count_datasets(p) for p in shards if os.path.isfile(p)) + len(shards)
         return FileVerification(path, not mismatches, checked, list(mismatches))
-    mismatches = verify_file(path)
+    mismatches = verify_file(path, progress=progress)
     return FileVerification(path, not mismatches, _count_datasets(path), list(mismatches))
 
 

@@ -42,8 +42,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..container.planner import row_offset_windows, runs, sequence_ranges
 from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
+from ..planner import row_offset_windows, runs, sequence_ranges
 from ..tensor import LoDTensor
 from ._pipe import (OpResult, PoolIndex, TensorSink, ahead, check_device, check_truncate, chunk_rows, expand_by,
                     is_folder_target, lod_stand_in, offset_window, open_tensor, pad_rows, plan_of, require_valid,
@@ -100,7 +100,7 @@ def _on_dask(path, name, *, scheduler: str, workers: int | None, partition_size,
     from ._shards import _no_stray_shards, dask_scheduler
 
     if device != "cpu":
-        raise LodUsageError("a Dask scheduler runs the CPU kernels: drop device='cuda' (--device cuda)")
+        raise LodUsageError("a Dask scheduler runs the CPU kernels: pass device='cpu'")
     cluster = dask_scheduler(scheduler, workers)
     from ..interop.dask import DEFAULT_PARTITION_SIZE, read
 

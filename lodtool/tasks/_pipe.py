@@ -176,10 +176,10 @@ class TensorSink:
                  force: bool = False, like=None):
         if is_folder_target(output):
             raise LodUsageError(f"{os.fspath(output)}: is a folder, and this writes one container: give a file "
-                                "name; pool, softmax, reverse and expand write a sharded folder, one shard per "
-                                "partition, on Dask (scheduler=, --scheduler)")
+                                "name, or pass scheduler=... (pool, softmax, reverse and expand on Dask write a "
+                                "sharded folder, one shard per partition)")
         self.output, self.names, self._like = output, list(names), like
-        self._options = {"overwrite": overwrite, "force": force, **({"compression": compression} if compression else {})}
+        self._options = dict(overwrite=overwrite, force=force, **({"compression": compression} if compression else {}))
         self.rows = self.sequences = 0
         self._tensors = None
         self._writer = None
@@ -347,6 +347,6 @@ def lod_stand_in(offsets: Sequence[np.ndarray], n_rows: int, element_shape, dtyp
     return LoDTensor._trusted(stand_in, tuple(offsets), level_names)
 
 
-__all__ = ["run", "ahead", "OpResult", "TensorSink", "stored_chunks", "Step", "step", "PoolIndex", "expand_by", "pad_rows",
-           "truncated", "plan_of", "lod_stand_in", "chunk_rows", "offset_window", "CHUNK_ROWS", "CHUNK_BYTES",
-           "OFFSET_WINDOW"]
+__all__ = ["run", "ahead", "OpResult", "TensorSink", "stored_chunks", "Step", "step", "PoolIndex", "expand_by",
+           "pad_rows", "truncated", "plan_of", "lod_stand_in", "chunk_rows", "offset_window", "CHUNK_ROWS",
+           "CHUNK_BYTES", "OFFSET_WINDOW"]

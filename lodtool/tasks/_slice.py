@@ -149,7 +149,7 @@ def tree(path: str | os.PathLike, *, name: str | None = None,
     with open_path(path) as f:
         t = f.tensor(name)
         if not t.lod_level and branch_path:
-            raise LodUsageError("a 0-level tensor has no branches; drop --path")
+            raise LodUsageError("a 0-level tensor has no branches; leave out branch=...")
         if t.lod_level:
             level, begin, end = resolve_branch(branch_path, t.read_offsets, t.level_sizes, t.n_rows)
         else:
