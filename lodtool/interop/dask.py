@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -411,8 +412,9 @@ class LodBag:
             if ty.lod_level == 0:
                 raise LodShapeError("sequence_expand: y has no LoD; expanding needs y's LoD at ref_level")
             # the shape checks of sequence_expand, from sizes alone (x's count from the plan)
-            level = expand_level(_SpecSizes(self.spec, sum(p.stop - p.start for p in self.partitions)), ty,
-                                 ref_level)
+            count = sum(p.stop - p.start for p in self.partitions)
+            sizes = SimpleNamespace(lod_level=self.spec.lod_level, n_rows=count, num_sequences=lambda level=0: count)
+            level = expand_level(sizes, ty, ref_level)
         return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
                         task=(_expand_partition, y, y_name, level), what="expanded tensor")
 
@@ -586,18 +588,6 @@ def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: 
         return None
     tensors = dict(zip(names, t if isinstance(t, tuple) else (t,), strict=True))
     return write_shard(path, tensors, compression=compression), {n: TensorSpec.of(x) for n, x in tensors.items()}
-
-
-class _SpecSizes:
-    """The sizes ``expand_level`` asks of x, from its spec and its top-level count."""
-
-    def __init__(self, spec, count: int):
-        self.lod_level = spec.lod_level
-        self._count = count
-        self.n_rows = count
-
-    def num_sequences(self, level: int = 0) -> int:
-        return self._count
 
 
 class _TaskBag(LodBag):
@@ -809,21 +799,11 @@ def _check_handshake(address: str, host_port: tuple, timeout: float) -> None:
 
     from distributed.protocol.utils import unpack_frames
 
-    def receive(sock, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            got = sock.recv(n - len(data))
-            if not got:
-                raise ConnectionError("it closed the connection")
-            data += got
-        return bytes(data)
-
     try:
-        with socket.create_connection(host_port, timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            (size,) = struct.unpack("Q", receive(sock, 8))
+        with socket.create_connection(host_port, timeout=timeout) as sock, sock.makefile("rb") as stream:
+            (size,) = struct.unpack("Q", stream.read(8))  # a short read (closed early) is no Dask handshake either
             if size <= HANDSHAKE_BYTES:
-                _, missing = unpack_frames(receive(sock, size), partial=True)
+                _, missing = unpack_frames(stream.read(size), partial=True)
                 size += sum(missing)
     except socket.timeout:
         raise LodUsageError(f"{address}: no Dask scheduler answered within {timeout:g} s") from None

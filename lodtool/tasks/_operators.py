@@ -1,24 +1,13 @@
 """Operators on files: each a short configuration of the chunk pipe (:func:`lodtool.tasks._pipe.run`).
 
-This is the one place where :mod:`lodtool.container` and :mod:`lodtool.ops` meet
-(neither imports the other).  Every operator on a container streams, so files
-larger than memory work:
-
-* pool, softmax, reverse, erase, enumerate, reshape and seq_slice run over
-  chunks of whole top-level sequences;
-* expand runs over x's sequences (or rows), bounded by the rows read and written;
-* pad runs over the padded level's sequences, written into the NPZ as they come;
-* concat reads the same range of top-level sequences from every input at a time;
-* lod_reset builds and checks the new LoD from the offsets alone, then copies
-  the rows a chunk of the new top-level sequences at a time.
-
-Chunks hold at most :data:`~lodtool.tasks._pipe.CHUNK_ROWS` rows and
-:data:`~lodtool.tasks._pipe.CHUNK_BYTES` bytes (fewer under a tight
-``max_memory``), unless one sequence alone is bigger.  ``device="cuda"`` runs
-each chunk through the CUDA kernels; without CuPy or a GPU it fails at once,
-before any data is read, with a one-line :class:`~lodtool.errors.LodBackendError`.
-``scheduler=`` (``"processes"``, ``"threads"`` or a scheduler address) runs
-pool, softmax, reverse, expand, pad and pack_plan on Dask, which maps the same
+This is the one place where :mod:`lodtool.container` and :mod:`lodtool.ops` meet (neither imports the
+other).  Every operator streams, so files larger than memory work: pool, softmax, reverse, erase,
+enumerate, reshape and seq_slice over chunks of whole top-level sequences; expand over x's sequences (or
+rows), bounded by the rows read and written; pad over the padded level's sequences, written into the NPZ
+as they come; concat over the same range of top-level sequences of every input; lod_reset builds and
+checks the new LoD from the offsets alone, then copies the rows.  ``device="cuda"`` runs each chunk
+through the CUDA kernels (without CuPy or a GPU it fails at once, before any data is read);
+``scheduler=`` runs pool, softmax, reverse, expand, pad and pack_plan on Dask, which maps the same
 per-chunk functions over partitions of whole top-level sequences.
 
 >>> import os, tempfile, numpy as np
