@@ -1,4 +1,4 @@
-"""lodtool._memory: streaming operators ask glibc to unmap freed chunk buffers."""
+"""lodtool._memory: the lodtool command (never the library) asks glibc to unmap freed chunk buffers."""
 
 from __future__ import annotations
 
