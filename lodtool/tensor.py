@@ -478,14 +478,14 @@ def _writable_elsewhere(offsets: np.ndarray, given: Any) -> bool:
 
 def _frozen(offsets: Any) -> Any:
     """The tensor's own offsets made read-only in place (device arrays cannot be)."""
-    if isinstance(offsets, np.ndarray) and offsets.flags.writeable:
+    if isinstance(offsets, np.ndarray) and offsets.flags.writeable and not _is_device_array(offsets):
         offsets.flags.writeable = False
     return offsets
 
 
 def _read_only(offsets: Any) -> Any:
     """A read-only view of host offsets, so a tensor's index cannot change after it was checked."""
-    if isinstance(offsets, np.ndarray) and offsets.flags.writeable:
+    if isinstance(offsets, np.ndarray) and offsets.flags.writeable and not _is_device_array(offsets):
         offsets = offsets.view()
         offsets.flags.writeable = False
     return offsets

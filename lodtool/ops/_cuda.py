@@ -401,6 +401,8 @@ def launch(xp, kern, blocks: int, *args) -> None:
     if blocks <= 0:
         return
     if simulated() or not _is_device_any(args):
+        # host arrays are copied in and back out; a read-only one (a tensor's offsets) is only copied in
+        args = [ns.cuda.In(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a for a in args]
         kern[blocks, _threads()](*args)
         return
     cuda = ns.cuda
