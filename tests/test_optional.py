@@ -22,7 +22,6 @@ OPTIONAL = {"awkward", "pyarrow", "torch", "tensorflow", "datasets", "dask", "di
 #: files whose owners move their imports onto optional_import (remove a line when its file passes)
 NOT_YET = {
     "interop/_torch_batch.py": "imports torch itself (and names the extra with LodUsageError)",
-    "interop/dask.py": "imports dask, distributed, awkward and dask_awkward itself (to_dask_awkward's is raw)",
     "tasks/_shards.py": "imports distributed itself",
 }
 
@@ -121,9 +120,6 @@ def test_arrow_names_the_parquet_extra(monkeypatch):
         to_arrow(LoDTensor(np.arange(3), [[0, 3]]))
 
 
-@pytest.mark.xfail(strict=True, raises=ModuleNotFoundError,
-                   reason="lodtool.interop.dask imports dask_awkward itself; its owner moves it onto "
-                          "optional_import('dask_awkward', 'dask-awkward', ...)")
 def test_to_dask_awkward_names_its_extra(monkeypatch, container):
     pytest.importorskip("dask")
     import lodtool.interop.dask as lodtool_dask

@@ -118,7 +118,6 @@ def test_batch_dataset_imports_from_the_torch_bridge():
 BRIDGES = ["arrow", "awkward", "dask", "hf", "tf", "torch"]
 #: bridge functions defined in modules whose owners annotate them (remove a line when its functions pass)
 UNANNOTATED_ELSEWHERE = {
-    "dask": "lodtool.interop.dask is another helper's",
 }
 
 

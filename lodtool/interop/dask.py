@@ -45,16 +45,28 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .. import lod as _lod
-from ..errors import LodShapeError, LodUsageError, LodValidationError
+from .._optional import optional_import
+from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import dask_awkward as dak
+    from dask.delayed import Delayed
+
+    from ..container.shards import Manifest
 
 #: the default bytes of rows per partition
 DEFAULT_PARTITION_SIZE = 64 << 20
+
+
+def _dask(module: str = "dask"):
+    """Dask (or one of its modules, ``distributed`` too), or the error naming ``pip install 'lodtool[dask]'``."""
+    return optional_import(module, "dask", "lodtool.dask")
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class _Chain:
         return iter(self.fns)
 
     def __dask_tokenize__(self):
-        from dask.base import tokenize
+        tokenize = _dask("dask.base").tokenize
 
         return tokenize(self.fns)
 
@@ -258,21 +270,21 @@ def read(path: str | os.PathLike, name: str | None = None, *,
 # -- running ------------------------------------------------------------------------------------------------
 def _compute(items: list, progress: Callable[[int, int], None] | None, kwargs: dict) -> list:
     """``dask.compute`` of ``items`` (each one partition's task); ``progress(done, total)`` as they finish."""
-    import dask
+    dask = _dask()
 
     total = len(items)
     if progress is None:
         return list(dask.compute(*items, **kwargs))
     client = None if kwargs.get("scheduler") else _active_client()
     if client is not None:
-        from distributed import as_completed
+        as_completed = _dask("distributed").as_completed
 
         futures = client.compute(items, **kwargs)
         progress(0, total)
         for done, _ in enumerate(as_completed(futures), 1):
             progress(done, total)
         return client.gather(futures)
-    from dask.callbacks import Callback
+    Callback = _dask("dask.callbacks").Callback
 
     names = {item.key for item in items}
     done = [0]
@@ -289,8 +301,8 @@ def _compute(items: list, progress: Callable[[int, int], None] | None, kwargs: d
 
 def _active_client():
     try:
-        from distributed import get_client
-    except ImportError:  # pragma: no cover - dask without distributed
+        get_client = _dask("distributed").get_client
+    except LodBackendError:  # pragma: no cover - dask without distributed
         return None
     try:
         return get_client()
@@ -439,10 +451,10 @@ class LodBag:
         check_truncate(truncate, maxlen)
         return PaddedBag(self, pad_value, maxlen, level, truncate)
 
-    def pack_plan(self, level: int = -1):
+    def pack_plan(self, level: int = -1) -> Delayed:
         """The RNN packing plan of ``level`` as a ``dask.delayed`` value: the partitions' offsets are read in
         parallel, then the plan is made once from the whole LoD (call ``.compute()``)."""
-        import dask
+        dask = _dask()
 
         lods = [dask.delayed(_lod_of, pure=True)(p, self._fns, self._max_memory,
                                                  dask_key_name=(f"lodtool-lod-{self._token()}", i))
@@ -452,7 +464,7 @@ class LodBag:
 
     # running
     def _token(self) -> str:
-        from dask.base import tokenize
+        tokenize = _dask("dask.base").tokenize
 
         return tokenize(self.partitions, self._fns, self._max_memory, type(self).__name__)
 
@@ -467,7 +479,7 @@ class LodBag:
     def to_delayed(self) -> list:
         """One ``dask.delayed`` value per partition (a LoDTensor, or ``None`` when a partition has no sequences
         left, as in an ``expand`` by zero copies)."""
-        import dask
+        dask = _dask()
 
         token = self._token()
         out = []
@@ -492,7 +504,8 @@ class LodBag:
         return LoDTensor._trusted(np.zeros((0,) + tuple(spec.element_shape), spec.dtype), empty, spec.level_names)
 
     def to_container(self, folder: str | os.PathLike, *, name: str | None = None, compression: str | None = None,
-                     append: bool = False, progress: Callable[[int, int], None] | None = None, **kwargs):
+                     append: bool = False, progress: Callable[[int, int], None] | None = None,
+                     **kwargs) -> Manifest:
         """Write each partition as one shard of the sharded folder ``folder`` (in parallel), then the manifest.
 
         Shards get fresh numbers after any already in the folder, so a reader
@@ -501,7 +514,7 @@ class LodBag:
         A failure removes the new shards and leaves the old manifest.  Returns
         the :class:`~lodtool.container.shards.Manifest`.
         """
-        import dask
+        dask = _dask()
 
         from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
 
@@ -534,11 +547,11 @@ class LodBag:
             _remove_new_shards(folder, paths, created)
             raise
 
-    def to_dask_awkward(self):
+    def to_dask_awkward(self) -> dak.Array:
         """The partitions as a ``dask_awkward.Array`` (``dask_awkward.from_map``), each partition one awkward
         array of nested lists.  Its type comes from a ``mock()`` of the tensor's spec, so no partition is read
         to learn it.  Needs dask-awkward."""
-        import dask_awkward as dak
+        dak = optional_import("dask_awkward", "dask-awkward", "to_dask_awkward")
 
         if self._fns and self.spec is None:
             spec = _spec_after(self)
@@ -572,7 +585,7 @@ class _Thunk:
         return self.fn(*self.args)
 
     def __dask_tokenize__(self):
-        from dask.base import tokenize
+        tokenize = _dask("dask.base").tokenize
 
         return tokenize(self.fn, self.args)
 
@@ -602,7 +615,7 @@ class _TaskBag(LodBag):
         raise LodUsageError(f"write or compute the {self._what} first; chaining after it is not supported")
 
     def _token(self) -> str:
-        from dask.base import tokenize
+        tokenize = _dask("dask.base").tokenize
 
         return tokenize(super()._token(), self._task_args)
 
@@ -624,7 +637,7 @@ class _TaskBag(LodBag):
             raise LodUsageError("the tensor holds no sequences to pool")
         return tuple(concat_tensors(list(parts)) for parts in zip(*results))
 
-    def to_dask_awkward(self):
+    def to_dask_awkward(self) -> dak.Array:
         if len(self._names) > 1:
             raise LodUsageError("pool(return_index=True) gives two tensors; compute them or write them with "
                                 "to_container")
@@ -661,7 +674,7 @@ class PaddedBag:
         self.truncate = truncate
 
     def _maxlen(self, kwargs) -> int:
-        import dask
+        dask = _dask()
 
         from ..ops.pad import padded_length
 
@@ -677,7 +690,7 @@ class PaddedBag:
 
     def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> dict:
         """``{"padded", "lengths", "mask"}`` of the whole tensor (in memory)."""
-        import dask
+        dask = _dask()
 
         from ..ops import sequence_mask
 
@@ -704,7 +717,7 @@ class PaddedBag:
 
 # -- dask-awkward -------------------------------------------------------------------------------------------
 def _awkward_form(spec):
-    import awkward as ak
+    ak = optional_import("awkward", "awkward", "lodtool.dask\'s awkward partitions")
 
     primitive = ak.types.numpytype.dtype_to_primitive(np.dtype(spec.dtype))
     form = ak.forms.NumpyForm(primitive, inner_shape=tuple(spec.element_shape))
@@ -714,7 +727,7 @@ def _awkward_form(spec):
 
 
 def _to_awkward(t: LoDTensor):
-    import awkward as ak
+    ak = optional_import("awkward", "awkward", "lodtool.dask\'s awkward partitions")
 
     content = ak.contents.NumpyArray(np.ascontiguousarray(t.data))
     for offsets in reversed(t.offsets):
@@ -732,7 +745,8 @@ class _AwkwardPartitions:
         return _to_awkward(_run(part, self.fns, self.max_memory))
 
     def mock(self):
-        from awkward.typetracer import typetracer_from_form
+        typetracer_from_form = optional_import("awkward.typetracer", "awkward",
+                                              "to_dask_awkward").typetracer_from_form
 
         return typetracer_from_form(_awkward_form(self.spec))
 
@@ -773,9 +787,10 @@ def connect(address: str, timeout: float | None = None) -> "distributed.Client":
     """
     if timeout is None:
         timeout = float(os.environ.get("LODTOOL_SCHEDULER_TIMEOUT", CONNECT_TIMEOUT))
-    from distributed import Client
-    from distributed.comm import parse_address, parse_host_port
-    from distributed.comm.registry import get_backend
+    Client = _dask("distributed").Client
+    comm = _dask("distributed.comm")
+    parse_address, parse_host_port = comm.parse_address, comm.parse_host_port
+    get_backend = _dask("distributed.comm.registry").get_backend
 
     try:
         scheme, location = parse_address(address)
@@ -797,7 +812,7 @@ def _check_handshake(address: str, host_port: tuple, timeout: float) -> None:
     import socket
     import struct
 
-    from distributed.protocol.utils import unpack_frames
+    unpack_frames = _dask("distributed.protocol.utils").unpack_frames
 
     try:
         with socket.create_connection(host_port, timeout=timeout) as sock, sock.makefile("rb") as stream:
@@ -828,7 +843,8 @@ def _pack_one(source: str, path: str, options: dict):
 
 
 def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, append: bool = False,
-         progress: Callable[[int, int], None] | None = None, compute_kwargs: dict | None = None, **options):
+         progress: Callable[[int, int], None] | None = None, compute_kwargs: dict | None = None,
+         **options) -> Manifest:
     """Pack many input files in parallel, one shard each (on the Dask workers), then write the manifest.
 
     ``options`` are :func:`lodtool.tasks.pack`'s (``format``, ``lod_level``,
@@ -845,7 +861,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
     >>> [s.tensors["tensor"].sequences for s in m.shards]
     [2, 4, 6]
     """
-    import dask
+    dask = _dask()
 
     from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
 
