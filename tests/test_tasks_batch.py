@@ -1,4 +1,5 @@
-"""Batch plans (lodtool.tasks._batch): the anchors' semantics, budgets, replicas, packing, and the reader."""
+"""Batch plans (lodtool.tasks._batch; its kernels in lodtool.ops.batching): the anchors' semantics, budgets,
+replicas, packing, and the reader."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from hypothesis import strategies as st
 
 import lodtool
 from lodtool import LoDTensor
-from lodtool.errors import LodFormatError, LodUsageError, LodValidationError
+from lodtool.errors import LodFormatError, LodInputError, LodUsageError, LodValidationError
+from lodtool.ops import batching as K
 from lodtool.tasks import _batch as B
 
 lengths_st = st.lists(st.integers(0, 40), min_size=0, max_size=120).map(lambda v: np.array(v, dtype=np.int64))
@@ -30,9 +32,9 @@ lengths_st = st.lists(st.integers(0, 40), min_size=0, max_size=120).map(lambda v
     ([], 10, 0, 1, []),
 ])
 def test_greedy_fixed_cases(lengths, max_tokens, max_sequences, multiple, ends):
-    got = B.greedy_batch_ends(np.array(lengths, dtype=np.int64), max_tokens, max_sequences, multiple)
+    got = K.greedy_batch_ends(np.array(lengths, dtype=np.int64), max_tokens, max_sequences, multiple)
     assert got.tolist() == ends
-    assert B._greedy_ends_reference(np.array(lengths), [len(lengths)] if lengths else [], max_tokens,
+    assert K._greedy_ends_reference(np.array(lengths), [len(lengths)] if lengths else [], max_tokens,
                                     max_sequences, multiple).tolist() == ends
 
 
@@ -46,8 +48,8 @@ def test_greedy_kernel_matches_reference(lengths, budget, max_sequences, multipl
     cuts = np.sort(np.random.default_rng(len(lengths)).integers(0, len(lengths) + 1, n_segments - 1))
     segments = np.concatenate([cuts, [len(lengths)]]).astype(np.int64)
     segments = np.unique(segments) if lengths.size else np.array([0], np.int64)
-    want = B._greedy_ends_reference(lengths, segments.tolist(), max_tokens, max_sequences, multiple)
-    got = B.greedy_batch_ends(lengths, max_tokens, max_sequences, multiple, segments)
+    want = K._greedy_ends_reference(lengths, segments.tolist(), max_tokens, max_sequences, multiple)
+    got = K.greedy_batch_ends(lengths, max_tokens, max_sequences, multiple, segments)
     assert got.tolist() == want.tolist()
     starts = np.concatenate([[0], got[:-1]])
     for a, b in zip(starts, got):
@@ -64,8 +66,8 @@ def test_greedy_kernel_matches_reference(lengths, budget, max_sequences, multipl
 @given(st.lists(st.integers(0, 64), max_size=150), st.integers(64, 200))
 def test_ffd_kernel_matches_reference(values, capacity):
     lengths = np.sort(np.array(values, dtype=np.int64))[::-1].copy()
-    bins, used = B.first_fit_decreasing(lengths, capacity)
-    assert bins.tolist() == B._ffd_reference(lengths, capacity).tolist()
+    bins, used = K.first_fit_decreasing(lengths, capacity)
+    assert bins.tolist() == K._ffd_reference(lengths, capacity).tolist()
     assert used == (int(bins.max()) + 1 if bins.size else 0)
     assert np.all(np.bincount(bins, weights=lengths, minlength=used) <= capacity)
 
@@ -119,7 +121,7 @@ def test_replicas_disjoint_cover_and_even(lengths, mode, replicas, budget, seed,
         elif mode != "buckets":
             assert np.all(padded <= opts["max_tokens"])
             assert np.all(p.batch_sizes <= opts["max_sequences"])
-        assert np.all(p.padded_lengths >= B._segment_max(lens, p.offsets))
+        assert np.all(p.padded_lengths >= K.segment_max(lens, p.offsets))
 
 
 @given(lengths_st.filter(lambda a: a.size > 0), st.sampled_from(B.MODES), st.integers(0, 5), st.integers(0, 3))
@@ -169,7 +171,7 @@ def _hf_get_length_grouped_indices(lengths, perm, batch_size, mega_batch_mult):
 def test_megabatch_order_matches_transformers(values, batch_size, mult):
     lengths = np.array(values)
     perm = np.random.default_rng(len(values)).permutation(len(values))
-    order, _ = B.megabatch_order(lengths, perm, batch_size * mult)
+    order, _ = K.megabatch_order(lengths, perm, batch_size * mult)
     assert order.tolist() == _hf_get_length_grouped_indices(lengths.tolist(), perm.tolist(), batch_size, mult)
 
 
@@ -196,7 +198,7 @@ def test_buckets_fixed_case():
     dropped = B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], bucket_batch_sizes=[2, 2, 2],
                            shuffle=False, drop_last=True)
     assert [b.tolist() for b in dropped] == [[0, 2], [1, 5], [3, 6], [4, 7]]
-    with pytest.raises(LodUsageError, match="below the last boundary"):
+    with pytest.raises(LodInputError, match="below the last boundary"):  # the data, not the options: exit 1
         B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], max_tokens=12, pad_to_bucket_boundary=True)
 
 
@@ -219,11 +221,15 @@ def test_buckets_sizes_from_a_token_budget():
     ({"max_tokens": 8, "num_replicas": 2, "rank": 2}, "rank must be"),
     ({"max_tokens": 8, "shuffle": False}, "buckets' only"),
     ({"max_tokens": 8, "boundaries": [3]}, "buckets' only"),
-    ({"max_tokens": 3}, "more than max_tokens=3"),
 ])
 def test_usage_errors(kwargs, message):
     with pytest.raises(LodUsageError, match=message):
         B.batch_plan(np.array([1, 4, 2]), **kwargs)
+
+
+def test_a_sequence_above_the_budget_is_a_data_error():
+    with pytest.raises(LodInputError, match="more than max_tokens=3"):  # exit 1, as bad data
+        B.batch_plan(np.array([1, 4, 2]), max_tokens=3)
 
 
 def test_oversize_skip_and_max_length():
@@ -358,7 +364,7 @@ def test_batches_truncate(tmp_path, side):
 def test_batches_refuses_a_plan_for_another_file(tmp_path):
     path, _ = _container(tmp_path, [3, 1, 2, 2])
     plan = B.batch_plan(np.array([3, 1, 2]), max_tokens=8)
-    with pytest.raises(LodUsageError, match="plan is for 3"):
+    with pytest.raises(LodInputError, match="plan is for 3"):  # a data condition (exit 1), no longer a usage error
         next(lodtool.batches(path, plan, tensor=None))
     with pytest.raises(LodUsageError, match="output"):
         next(lodtool.batches(path, max_tokens=8, level=1, output="nope"))
@@ -384,9 +390,10 @@ def test_reader_across_many_chunks_with_evictions(tmp_path, mode, output):
                 got = [b["values"][bounds[k]:bounds[k + 1]] for k in range(len(b["indices"]))]
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
             seen += len(b["indices"])
-        assert reader._c_slots >= 2
+        cache = reader._source.cache
+        assert cache.slots >= 2
         if mode != "pack":  # packed rows gather short sequences from everywhere: the cache may grow to all
-            assert reader._c_slots < reader._c_n_blocks  # so it evicted
+            assert cache.slots < cache.n_blocks  # so it evicted
     assert seen == 3000
 
 

@@ -7,10 +7,19 @@ import click
 from . import _options as opt
 
 MODES = ["sorted", "megabatch", "buckets", "pack", "random"]
-#: plan options that a saved plan (--plan) already fixes
-_PLAN_OPTIONS = ("max_tokens", "max_sequences", "mode", "seed", "epoch", "num_replicas", "rank", "multiple_of",
-                 "drop_last", "max_length", "oversize", "boundaries", "bucket_batch_sizes", "pad_to_bucket_boundary",
-                 "megabatch_mult", "level")
+#: the largest count the planner takes (it counts in int64)
+INT64_MAX = 2 ** 63 - 1
+
+
+def _count(low: int = 1) -> click.IntRange:
+    return click.IntRange(min=low, max=INT64_MAX)
+
+
+def _flag(name: str, *value) -> str:
+    """An option as this command spells it: ``max_tokens`` is ``--max-tokens``, ``(oversize, skip)`` is
+    ``--oversize skip``, ``(overwrite, True)`` is ``--overwrite``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if not value or value[0] is True else f"{flag} {value[0]}"
 
 
 def _int_list(ctx, param, value):
@@ -22,6 +31,8 @@ def _int_list(ctx, param, value):
         raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
     if not items:
         raise click.BadParameter("give at least one integer")
+    if not all(1 <= v <= INT64_MAX for v in items):
+        raise click.BadParameter(f"each value must be from 1 to {INT64_MAX:,}")
     return items
 
 
@@ -39,20 +50,21 @@ def _number(ctx, param, value):
 @click.command("batch")
 @click.argument("file")
 @opt.name_option
-@click.option("--level", type=int, default=None, help="The LoD level whose sequences are batched (default 0).")
+@click.option("--level", type=click.IntRange(min=-INT64_MAX, max=INT64_MAX), default=None,
+              help="The LoD level whose sequences are batched (default 0).")
 @click.option("--mode", type=click.Choice(MODES), default=None, help="How batches are made (default sorted).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+@click.option("--max-tokens", type=_count(), default=None,
               help="Padded tokens (rows) per batch: sequences x longest; the row length in pack mode.")
-@click.option("--max-sequences", type=click.IntRange(min=1), default=None, help="Sequences per batch.")
-@click.option("--multiple-of", type=click.IntRange(min=1), default=None,
+@click.option("--max-sequences", type=_count(), default=None, help="Sequences per batch.")
+@click.option("--multiple-of", type=_count(), default=None,
               help="Batch sizes are multiples of this (fairseq's required_batch_size_multiple).")
-@click.option("--seed", type=int, default=None, help="Random seed (default 0).")
-@click.option("--epoch", type=click.IntRange(min=0), default=None, help="Epoch: reshuffles per epoch (default 0).")
-@click.option("--num-replicas", type=click.IntRange(min=1), default=None, help="Data-parallel replicas (default 1).")
-@click.option("--rank", type=click.IntRange(min=0), default=None, help="This replica's rank (default 0).")
+@click.option("--seed", type=_count(0), default=None, help="Random seed (default 0).")
+@click.option("--epoch", type=_count(0), default=None, help="Epoch: reshuffles per epoch (default 0).")
+@click.option("--num-replicas", type=_count(), default=None, help="Data-parallel replicas (default 1).")
+@click.option("--rank", type=_count(0), default=None, help="This replica's rank (default 0).")
 @click.option("--drop-last", is_flag=True, default=None,
               help="Drop an incomplete last batch and the batches that would make the replicas uneven.")
-@click.option("--max-length", type=click.IntRange(min=1), default=None,
+@click.option("--max-length", type=_count(), default=None,
               help="Clip longer sequences to this many rows (see --truncate).")
 @click.option("--oversize", type=click.Choice(["error", "skip"]), default=None,
               help="A sequence longer than --max-tokens: an error (default) or skipped.")
@@ -62,7 +74,7 @@ def _number(ctx, param, value):
               help="Batch size per bucket, one more than the boundaries (default: from --max-tokens).")
 @click.option("--pad-to-bucket-boundary", is_flag=True, default=None,
               help="Pad each batch to its bucket's boundary - 1 (fixed shapes).")
-@click.option("--megabatch-mult", type=click.IntRange(min=1), default=None,
+@click.option("--megabatch-mult", type=_count(), default=None,
               help="Batches per megabatch (megabatch mode; default min(n / 4 batches, 50)).")
 @click.option("--plan", "plan_path", default=None, metavar="PLAN.npz", help="Use a saved plan instead of planning.")
 @opt.output_option(help_="Where the plan goes (.npz), or the folder for --to npz.")
@@ -74,12 +86,15 @@ def _number(ctx, param, value):
               help="Which end of a clipped sequence is dropped (with --to; default tail).")
 @click.option("--pad-value", callback=_number, default=None, metavar="NUMBER",
               help="What fills the padding of --layout padded (default 0; must fit the data's dtype).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the -o plan file, or every batch file in the -o folder of --to npz.")
 @click.option("--stats", is_flag=True, help="Show the plan's padding waste beside random batching, and the lengths.")
+@opt.max_memory_option
 @opt.json_option
 @click.pass_context
 def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, seed, epoch, num_replicas, rank,
           drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, megabatch_mult,
-          plan_path, output, to, layout, truncate, pad_value, stats, as_json):
+          plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
     plan, show its padding waste, or write each batch as an NPZ.  FILE is a
     container or a sharded folder (its shards in order, as one tensor).
@@ -90,7 +105,8 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
     buckets    tf.data's bucket_by_sequence_length: --boundaries, sizes per bucket
     pack       first-fit-decreasing rows of --max-tokens (cu_seqlens, position_ids)
     random     the baseline
-    Lengths count data rows of the sequences of --level.
+    Lengths count data rows of the sequences of --level.  An -o plan file, or
+    batch files in the -o folder, are replaced only with --overwrite.
 
     \b
     Example:
@@ -120,14 +136,19 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
     writing = to == "npz"
     show = stats or output is None
 
+    from ..tasks._batch import NamesOptions
     from ._render import progress
 
     with opt.input_path(file) as path, \
             progress(None, "batches", writing and not opt.is_quiet(ctx) and not as_json) as tick:
-        result = tasks.batch(path, plan_path, tensor=name, save_to=None if writing else output,
-                             write_to=output if writing else None, layout=layout, truncate=truncate,
-                             pad_value=0 if pad_value is None else pad_value,
-                             report=show, progress=tick if writing else None, **given)
+        try:
+            result = tasks.batch(path, plan_path, tensor=name, save_to=None if writing else output,
+                                 write_to=output if writing else None, layout=layout, truncate=truncate,
+                                 pad_value=0 if pad_value is None else pad_value, report=show,
+                                 progress=tick if writing else None, overwrite=overwrite,
+                                 max_memory=opt.parse_size(max_memory), **given)
+        except NamesOptions as exc:  # the library names its parameters; here they are flags
+            raise exc.respelled(_flag) from None
     if writing:
         if as_json:
             opt.emit_json(result.written)
