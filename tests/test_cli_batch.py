@@ -187,3 +187,25 @@ def test_a_batch_folder_is_replaced_wholly_and_only_with_overwrite(corpus, tmp_p
     assert len(files) == len(plan) < len(first)  # none of the first plan's batches is left
     seen = sorted(s for f in files for s in np.load(f)["indices"].tolist())
     assert seen == list(range(len(lengths)))  # every sentence once: no mix of two plans
+
+
+def test_stats_names_empty_sequences_and_keeps_to_the_memory_limit(tmp_path):
+    path = tmp_path / "empties.lod.h5"
+    lodtool.save(str(path), LoDTensor(np.arange(3), recursive_sequence_lengths=[[0, 2, 0, 0, 1]]))
+    r = run("batch", path, "--max-tokens", 4, "--stats")
+    assert r.exit_code == 0, r.output
+    assert "3 empty sequence(s) batched" in r.output
+    r = run("batch", path, "--max-tokens", 4, "--stats", "--max-memory", "100")
+    assert r.exit_code == 1 and "memory limit" in r.output and "--max-memory" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_hostile_plans_are_one_line_errors(corpus, tmp_path):
+    path, _, _ = corpus
+    plan = batch_plan(path, level=1, max_tokens=256)
+    arrays = {k: getattr(plan, k) for k in ("lengths", "indices", "offsets", "padded_lengths", "repeat")}
+    for options in ({**plan.options, "seed": "x"}, {**plan.options, "epoch": -1}):
+        hostile = tmp_path / "hostile.npz"
+        np.savez(hostile, meta=np.array(json.dumps({"version": 1, "mode": plan.mode, "options": options})), **arrays)
+        r = run("batch", path, "--plan", hostile, "--stats")
+        assert r.exit_code == 1 and "damaged batch plan" in r.output and len(r.output.strip().splitlines()) == 1

@@ -3,6 +3,8 @@ replicas, packing, and the reader."""
 
 from __future__ import annotations
 
+import json
+
 import h5py
 import numpy as np
 import pytest
@@ -443,3 +445,162 @@ def _top(t, a, b):
     lo, hi = int(o0[a]), int(o0[b])
     rows = o1[lo:hi + 1]
     return LoDTensor(t.data[int(rows[0]):int(rows[-1])], [list(o0[a:b + 1] - o0[a]), list(rows - rows[0])])
+
+
+# -- hostile plans and sources -------------------------------------------------------------------------
+def test_a_plan_for_another_file_of_as_many_sequences_is_refused(tmp_path):
+    a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
+    b, _ = _container(tmp_path, [3, 2, 2, 2], name="b.lod.h5")  # every sequence as long or longer: it used to pass
+    plan = B.batch_plan(a, level=1, max_tokens=8)
+    plan.save(tmp_path / "plan.npz")
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(b, str(tmp_path / "plan.npz")))
+    # lengths that differ only above max_length clip to the same plan: the fingerprint still tells them apart
+    c, _ = _container(tmp_path, [3, 1, 2, 5], name="c.lod.h5")
+    clipped = B.batch_plan(a, level=1, max_tokens=8, max_length=2)
+    assert np.array_equal(clipped.lengths, B.batch_plan(c, level=1, max_tokens=8, max_length=2).lengths)
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(c, clipped))
+    assert len(list(lodtool.batches(a, clipped))) == len(clipped)
+    # the random baseline of a clipped plan keeps the source's fingerprint
+    assert len(list(lodtool.batches(a, clipped.random_baseline()))) == len(clipped.random_baseline())
+
+
+def test_a_plan_saved_without_a_fingerprint_is_read_when_its_lengths_match(tmp_path):
+    a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
+    b, _ = _container(tmp_path, [2, 2, 3, 1], name="b.lod.h5")
+    plan = B.batch_plan(a, level=1, max_tokens=8)
+    del plan.options["source_digest"]  # as lodtool wrote plans before it kept one
+    plan.save(tmp_path / "old.npz")
+    old = B.BatchPlan.load(tmp_path / "old.npz")
+    assert len(list(lodtool.batches(a, old))) == len(old)
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(b, old))
+
+
+def _saved(tmp_path, **changes):
+    plan = B.batch_plan(np.array([3, 1, 2, 2]), max_tokens=8)
+    arrays = {k: getattr(plan, k) for k in B.PLAN_ARRAYS}
+    meta = {"version": B.PLAN_VERSION, "mode": plan.mode, "options": plan.options}
+    for key, value in changes.items():
+        if key in arrays:
+            arrays[key] = value
+        else:
+            meta["options"] = {**meta["options"], key: value}
+    path = tmp_path / "hostile.npz"
+    np.savez(path, meta=np.array(json.dumps(meta) if "raw_meta" not in changes else changes["raw_meta"]), **arrays)
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"seed": "7"}, "option seed"),
+    ({"epoch": -1}, "option epoch"),
+    ({"max_tokens": [[[]]]}, "option max_tokens"),
+    ({"padded_lengths": np.array([2 ** 62] * 2)}, "too large"),
+    ({"lengths": np.array([2 ** 62, 1, 2, 2])}, "too large"),
+])
+def test_hostile_saved_plans_are_one_line_format_errors(tmp_path, changes, message):
+    with pytest.raises(LodFormatError, match=message):
+        B.BatchPlan.load(_saved(tmp_path, **changes))
+
+
+def test_deeply_nested_plan_metadata_is_a_format_error(tmp_path):
+    path = tmp_path / "deep.npz"
+    arrays = {k: getattr(B.batch_plan(np.array([1]), max_tokens=8), k) for k in B.PLAN_ARRAYS}
+    np.savez(path, meta=np.array("[" * 100_000 + "]" * 100_000), **arrays)
+    with pytest.raises(LodFormatError, match="no readable metadata"):
+        B.BatchPlan.load(path)
+
+
+def test_plan_options_of_the_wrong_kind_are_usage_errors():
+    lengths = np.array([3, 1, 2])
+    for kwargs, message in [({"seed": "7"}, "seed must be"), ({"epoch": -1}, "epoch must be"),
+                            ({"seed": -3}, "seed must be"), ({"max_tokens": 2 ** 64}, "max_tokens must be"),
+                            ({"mode": "buckets", "boundaries": [[1]]}, "boundaries must be"),
+                            ({"mode": "buckets", "boundaries": "12"}, "boundaries must be")]:
+        with pytest.raises(LodUsageError, match=message):
+            B.batch_plan(lengths, **{"max_tokens": 8, **kwargs})
+
+
+def _npy_member(shape, dtype="<i8", body=b""):
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue() + body
+
+
+def test_a_plan_claiming_huge_arrays_is_refused_before_allocating(tmp_path):
+    import tracemalloc
+    import zipfile
+
+    good = B.batch_plan(np.array([3, 1]), max_tokens=8)
+    good.save(tmp_path / "good.npz")
+    claims = tmp_path / "claims.npz"  # a lengths header claiming 2**40 entries, with no data behind it
+    bomb = tmp_path / "bomb.npz"  # a lengths member that inflates to 64 MiB of zeros from 64 KiB
+    with zipfile.ZipFile(tmp_path / "good.npz") as z, zipfile.ZipFile(claims, "w") as c, \
+            zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as d:
+        for info in z.infolist():
+            data = z.read(info)
+            if info.filename == "lengths.npy":
+                c.writestr(info.filename, _npy_member((2 ** 40,)))
+                d.writestr(info.filename, _npy_member((8 << 20,), body=bytes(64 << 20)))
+            else:
+                c.writestr(info.filename, data)
+                d.writestr(info.filename, data)
+    tracemalloc.start()
+    with pytest.raises(lodtool.LodMemoryError, match="memory limit"):
+        B.BatchPlan.load(claims)
+    with pytest.raises(lodtool.LodMemoryError, match="memory limit"):
+        B.BatchPlan.load(bomb, max_memory=16 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 << 20
+
+
+def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
+    import tracemalloc
+
+    n = 200_000  # every sequence empty: the costliest kind per sequence
+    path = str(tmp_path / "empty.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(0, np.int32), [np.zeros(n + 1, np.int64)]))
+    tracemalloc.start()
+    result = B.batch(path, max_tokens=64, report=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result.report["plan"]["empty"] == n
+    assert peak <= B.PLAN_BYTES_PER_SEQUENCE * n + (1 << 20)
+    with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
+        B.batch(path, max_tokens=64, report=True, max_memory=B.PLAN_BYTES_PER_SEQUENCE * n // 2)
+
+
+def test_damaged_in_memory_plan_is_refused_by_the_reader(tmp_path):
+    path, _ = _container(tmp_path, [3, 1, 2, 2])
+    plan = B.batch_plan(path, level=1, max_tokens=8)
+    plan.padded_lengths[:] = 2 ** 62
+    with pytest.raises(LodUsageError, match="damaged batch plan"):
+        B.BatchReader(path, plan)
+    plan = B.batch_plan(path, level=1, max_sequences=1, mode="buckets", boundaries=[2 ** 40],
+                        pad_to_bucket_boundary=True)
+    with pytest.raises(lodtool.LodMemoryError, match="largest batch"):  # 2**40 - 1 rows of padding
+        next(lodtool.batches(path, plan))
+
+
+def test_every_name_the_batching_docs_give_imports_from_there():
+    import importlib
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "batching.md").read_text()
+    names = set(re.findall(r"\blodtool(?:\.[A-Za-z_]\w*)+", text))
+    assert "lodtool.tasks.BatchPlan" in names
+    for name in sorted(names):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ModuleNotFoundError:
+                continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)

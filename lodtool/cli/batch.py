@@ -186,6 +186,9 @@ def _render_report(report: dict) -> None:
         extra.append(f"{plan['repeats']} batch(es) repeated to even out the replicas")
     if plan["skipped"]:
         extra.append(f"{plan['skipped']:,} sequence(s) longer than --max-tokens skipped")
+    if plan["empty"]:
+        extra.append(f"{plan['empty']:,} empty sequence(s) batched: they cost no tokens, so only --max-sequences "
+                     "bounds how many share a batch")
     if extra:
         print_(Text("; ".join(extra)))
     print_(Text(histogram_text(report["histogram"]["edges"], report["histogram"]["counts"])))
