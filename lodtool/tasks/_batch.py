@@ -70,8 +70,8 @@ from ..errors import (LodError, LodExistsError, LodFileNotFoundError, LodFormatE
                       LodValidationError)
 from ..lod import find_lod_problems
 from ..ops._segments import _ramp
-from ..ops.batching import (first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order, plan_rng,
-                            segment_max, segment_sums, sort_by_length, counting_argsort)
+from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
+                            plan_rng, segment_max, segment_sums, sort_by_length)
 
 MODES = ("sorted", "megabatch", "buckets", "pack", "random")
 OUTPUTS = ("padded", "jagged-numpy", "varlen")
@@ -546,20 +546,20 @@ def _check_int(name: str, value, low: int, optional: bool = False) -> None:
     if optional and value is None:
         return
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= INT64_MAX:
-        kind = "a positive" if low else "a non-negative"
+        kind = "a positive" if low > 0 else "a non-negative" if low == 0 else "an"
         raise PlanOptionError(f"{{0}} must be {kind} integer (at most {INT64_MAX:,}), not {_braced(repr(value))}",
                               name)
 
 
 def _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucket_batch_sizes, num_replicas,
-                 rank, max_length, oversize, seed, epoch, megabatch_mult) -> None:
+                 rank, max_length, oversize, seed, epoch, megabatch_mult, level) -> None:
     if mode not in MODES:
         raise PlanOptionError(f"{{0}} {_braced(repr(mode))} is not one of {', '.join(MODES)}", "mode")
     for name, value in (("max_tokens", max_tokens), ("max_sequences", max_sequences), ("max_length", max_length),
                         ("megabatch_mult", megabatch_mult)):
         _check_int(name, value, 1, optional=True)
     for name, value, low in (("multiple_of", multiple_of, 1), ("num_replicas", num_replicas, 1),
-                             ("seed", seed, 0), ("epoch", epoch, 0)):
+                             ("seed", seed, 0), ("epoch", epoch, 0), ("level", level, -INT64_MAX)):
         _check_int(name, value, low)
     for name, values in (("boundaries", boundaries), ("bucket_batch_sizes", bucket_batch_sizes)):
         if values is not None:
@@ -641,7 +641,7 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     (3, 38, 48)
     """
     _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucket_batch_sizes, num_replicas,
-                 rank, max_length, oversize, seed, epoch, megabatch_mult)
+                 rank, max_length, oversize, seed, epoch, megabatch_mult, level)
     if not shuffle and mode != "buckets":
         raise PlanOptionError("{0} applies to mode 'buckets' only (the other modes define their own order)",
                               ("shuffle", False))
