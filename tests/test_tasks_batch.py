@@ -604,3 +604,12 @@ def test_every_name_the_batching_docs_give_imports_from_there():
                 continue
         for attr in parts[cut:]:
             obj = getattr(obj, attr)
+
+
+def test_a_float_pad_value_follows_the_operators_rule(tmp_path):
+    path = str(tmp_path / "f.lod.h5")
+    lodtool.save(path, LoDTensor(np.arange(4, dtype=np.float32), recursive_sequence_lengths=[[3, 1]]))
+    (b,) = list(lodtool.batches(path, max_sequences=2, pad_value=0.1))  # 0.1 is no float32, yet fills as one
+    assert b["values"][~b["mask"]].tolist() == [np.float32(0.1)] * 2
+    with pytest.raises(LodUsageError, match="does not fit"):
+        next(lodtool.batches(path, max_sequences=2, pad_value=[1, 2]))

@@ -66,10 +66,11 @@ from ..container import checksum
 from ..container.limits import check_memory, resolve_max_memory
 from ..container.planner import row_offset_windows
 from ..container.writer import chunk_rows
-from ..errors import (LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodInputError, LodUsageError,
-                      LodValidationError)
+from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodInputError,
+                      LodShapeError, LodUsageError, LodValidationError)
 from ..lod import find_lod_problems
 from ..ops._segments import _ramp
+from ..ops._util import cast_value
 from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
                             plan_rng, segment_max, segment_sums, sort_by_length)
 
@@ -913,13 +914,15 @@ class _ChunkCache:
 
 @dataclass(eq=False)
 class _OpenSource:
-    """A reader's open container: the tensor, where each sequence starts and how long it is stored, the chunk
-    cache, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
+    """A reader's open container: the tensor, where each sequence starts and how long it is stored, the pad
+    value in the tensor's dtype, the chunk cache, and the output buffers (reused from batch to batch, each sized
+    once for the plan's largest batch)."""
 
     file: Any
     tensor: Any
     starts: np.ndarray
     full: np.ndarray
+    pad: np.ndarray
     cache: _ChunkCache
     capacity: dict[str, int]
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
@@ -1050,18 +1053,16 @@ class BatchReader:
         rows = sequence_rows(t, self.plan.options.get("level", 0), self.path)
         full = np.diff(rows)
         _check_plan_fits(self.plan, full, self.path, t.name)
-        try:  # a pad value the data's dtype cannot hold would be changed silently
-            pad = np.asarray(self.pad_value, dtype=t.dtype)
-            exact = pad.ndim == 0 and pad.item() == self.pad_value
-        except (OverflowError, ValueError, TypeError):
-            exact = False
-        if not exact:
-            raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} ({t.dtype})")
+        try:  # the operators' rule: an integer dtype takes only the values it holds exactly
+            pad = cast_value(self.pad_value, t.dtype, "pad value")
+        except (LodDtypeError, LodShapeError):
+            raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} "
+                                f"({t.dtype})") from None
         capacity = _buffer_capacity(self.plan, self.output, t.element_shape)
         nbytes = t.dtype.itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get(
             "cu_seqlens", 0) + 8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
         check_memory(nbytes, f.max_memory, self.path, "the buffers of the plan's largest batch")
-        return _OpenSource(f, t, rows[:-1], full, _ChunkCache(t, self.cache_bytes, f.max_memory, self.path),
+        return _OpenSource(f, t, rows[:-1], full, pad, _ChunkCache(t, self.cache_bytes, f.max_memory, self.path),
                            capacity)
 
     def _buffer(self, source: _OpenSource, name: str, shape: tuple, dtype) -> np.ndarray:
@@ -1103,7 +1104,7 @@ class BatchReader:
             if plan.mode != "pack":
                 width = max(width, int(plan.padded_lengths[i]))
             values = self._buffer(source, "values", (n_seq, width) + elem, dtype)
-            values.fill(self.pad_value)
+            values.fill(source.pad)
             if total:
                 values.reshape((n_seq * width,) + elem)[seq_of * width + pos] = cached[src]
             mask = self._buffer(source, "mask", (n_seq, width), np.bool_)
