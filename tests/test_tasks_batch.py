@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import lodtool
 from lodtool import LoDTensor
-from lodtool.errors import LodFormatError, LodInputError, LodUsageError, LodValidationError
+from lodtool.errors import LodFormatError, LodIndexError, LodInputError, LodUsageError, LodValidationError
 from lodtool.ops import batching as K
 from lodtool.tasks import _batch as B
 
@@ -286,7 +286,7 @@ def test_plan_from_container_reads_offsets(tmp_path):
     assert top.lengths.tolist() == [int(lengths[i:i + 2].sum()) for i in range(0, 101, 2)]
     with lodtool.open(path) as f:
         assert B.batch_plan(f.tensor(), level=-1, max_tokens=64).lengths.tolist() == lengths.tolist()
-    with pytest.raises(LodUsageError, match="level 2 is out of range"):
+    with pytest.raises(LodIndexError, match="level 2 is out of range"):  # as every operator says it (exit 1)
         B.batch_plan(path, level=2, max_tokens=64)
 
 

@@ -66,9 +66,9 @@ from ..container import checksum
 from ..container.limits import check_memory, resolve_max_memory
 from ..container.planner import row_offset_windows
 from ..container.writer import chunk_rows
-from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodInputError,
-                      LodShapeError, LodUsageError, LodValidationError)
-from ..lod import find_lod_problems
+from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
+                      LodInputError, LodShapeError, LodUsageError, LodValidationError)
+from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
 from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
@@ -83,6 +83,8 @@ PLAN_VERSION = 1
 PLAN_ARRAYS = ("lengths", "indices", "offsets", "padded_lengths", "repeat")
 #: rows of data cached per reader (decoded chunks), unless ``cache_bytes`` says otherwise
 DEFAULT_CACHE_BYTES = 256 << 20
+#: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
+FOLDER_READ_BYTES = 1 << 20
 #: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
 #: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
 PLAN_BYTES_PER_SEQUENCE = 96
@@ -161,6 +163,16 @@ def _is_lazy_tensor(obj) -> bool:
     return hasattr(obj, "read_offsets") and hasattr(obj, "read_rows") and hasattr(obj, "level_sizes")
 
 
+def _level_of(tensor, level: int, where: str) -> int:
+    """``level`` as a position among the tensor's levels; a tensor without levels has no sequences to batch."""
+    if tensor.lod_level == 0:
+        raise LodInputError(f"{where}: tensor {tensor.name!r} has no LoD levels, so no sequences to batch")
+    try:
+        return level_position(level, tensor.lod_level)
+    except LodIndexError as exc:
+        raise LodIndexError(f"{where}: {exc}") from None
+
+
 def sequence_rows(tensor, level: int = 0, where: str = "source") -> np.ndarray:
     """Row offsets of each sequence of ``level`` (``n + 1`` int64 values), from validated offsets only.
 
@@ -176,13 +188,8 @@ def sequence_rows(tensor, level: int = 0, where: str = "source") -> np.ndarray:
     ...     sequence_rows(f.tensor(), 0).tolist(), sequence_rows(f.tensor(), 1).tolist()
     ([0, 4, 7], [0, 2, 4, 7])
     """
-    n_levels = tensor.lod_level
-    if n_levels == 0:
-        raise LodUsageError(f"{where}: tensor {tensor.name!r} has no LoD levels, so no sequences to batch")
-    if not isinstance(level, (int, np.integer)) or not -n_levels <= level < n_levels:
-        raise LodUsageError(f"{where}: level {level} is out of range for a tensor with {n_levels} LoD level(s)")
-    level = int(level) % n_levels
-    offsets = [tensor.read_offsets(k) for k in range(n_levels)]
+    level = _level_of(tensor, level, where)
+    offsets = [tensor.read_offsets(k) for k in range(tensor.lod_level)]
     problems = find_lod_problems(offsets, tensor.n_rows, max_problems=1)
     if problems:  # untrusted offsets never index anything
         raise LodValidationError(f"{where}: tensor {tensor.name!r}: {problems[0]}")
@@ -215,8 +222,7 @@ def _source_lengths(source, level: int, tensor: str | None, max_memory: int | No
         where = os.fspath(source)
         with _open_container(source, max_memory) as f:
             t = f.tensor(tensor)
-            if t.lod_level and isinstance(level, (int, np.integer)) and -t.lod_level <= level < t.lod_level:
-                _check_plan_memory(t.num_sequences(int(level)), f.max_memory, where)
+            _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
             rows = sequence_rows(t, level, where)
             return np.diff(rows), {"source": where, "tensor": t.name}
     if _is_lazy_tensor(source):
@@ -842,8 +848,9 @@ def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: in
 class _ChunkCache:
     """Decoded blocks of a stored tensor's rows, in slots reused first in, first out.
 
-    A block is as many rows as the writer puts in a chunk, so a read decodes
-    whole chunks; consecutive missing blocks are read in one call.  A block the
+    A block is as many rows as the writer puts in a chunk (a folder's, several
+    chunks: a read there costs more per call), so a read decodes whole chunks;
+    consecutive missing blocks are read in one call.  A block the
     batch being gathered needs is never evicted; a batch that needs more blocks
     than the cache holds grows it (within the file's memory limit).
     """
@@ -852,6 +859,8 @@ class _ChunkCache:
         self.tensor, self.limit, self.where = tensor, limit, where
         self.row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
         self.block = chunk_rows(self.row_bytes)
+        if getattr(tensor, "n_shards", 0):  # a sharded folder: whole chunks, about FOLDER_READ_BYTES per read
+            self.block *= max(FOLDER_READ_BYTES // (self.block * self.row_bytes), 1)
         self.n_blocks = -(-tensor.n_rows // self.block)
         self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)
         self.slot_of = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)  # -1: not cached
