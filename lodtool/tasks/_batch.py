@@ -83,6 +83,8 @@ PLAN_VERSION = 1
 PLAN_ARRAYS = ("lengths", "indices", "offsets", "padded_lengths", "repeat")
 #: rows of data cached per reader (decoded chunks), unless ``cache_bytes`` says otherwise
 DEFAULT_CACHE_BYTES = 256 << 20
+#: the largest value a count option may take (the kernels count in int64)
+INT64_MAX = int(np.iinfo(np.int64).max)
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
 #: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
@@ -461,7 +463,7 @@ class BatchPlan:
         if self.padded_lengths.size and self.padded_lengths.min() < 0:
             return "a padded length is negative"
         # every sum and padded size the plan and its reader compute must fit int64
-        top = np.iinfo(np.int64).max
+        top = INT64_MAX
         if self.lengths.size and int(self.lengths.max()) > top // max(self.indices.shape[0], 1):
             return f"a length of {int(self.lengths.max()):,} rows is too large to batch"
         if n_batches and int(self.padded_lengths.max()) > top // max(int(self.batch_sizes.max()), 1):
@@ -487,8 +489,7 @@ def _read_plan_file(where: str, limit: int) -> dict[str, np.ndarray]:
                 if dtype.hasobject:
                     raise LodFormatError(f"{where}: {name} holds Python objects; a batch plan never does")
                 total += math.prod(shape) * dtype.itemsize
-            if total > limit:
-                check_memory(total, limit, where, "the batch plan")
+            check_memory(total, limit, where, "the batch plan")
             arrays = {}
             for name in names:
                 with z.open(name + ".npy") as member:
@@ -502,13 +503,14 @@ def _read_plan_file(where: str, limit: int) -> dict[str, np.ndarray]:
         raise LodFormatError(f"{where}: not a batch plan (an .npz that lodtool batch wrote)") from None
 
 
-def _is_int(value, low: int | None = None) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
+def _is_int(value, low: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) from ``low`` to :data:`INT64_MAX`."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and low <= value <= INT64_MAX
 
 
 #: the options a saved plan may hold, each with the check its value must pass
 _OPTION_CHECKS = {
-    "level": _is_int, "seed": lambda v: _is_int(v, 0), "epoch": lambda v: _is_int(v, 0),
+    "level": lambda v: _is_int(v, -INT64_MAX), "seed": lambda v: _is_int(v, 0), "epoch": lambda v: _is_int(v, 0),
     "num_replicas": lambda v: _is_int(v, 1), "rank": lambda v: _is_int(v, 0), "multiple_of": lambda v: _is_int(v, 1),
     "skipped": lambda v: _is_int(v, 0),
     **{k: (lambda v: v is None or _is_int(v, 1)) for k in ("max_tokens", "max_sequences", "max_length",
@@ -545,14 +547,10 @@ def length_bins(lengths: np.ndarray, bins: int = 12) -> np.ndarray:
 
 
 # -- planning ------------------------------------------------------------------------------------------
-#: the largest value a count option may take (the kernels count in int64)
-INT64_MAX = int(np.iinfo(np.int64).max)
-
-
 def _check_int(name: str, value, low: int, optional: bool = False) -> None:
     if optional and value is None:
         return
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= INT64_MAX:
+    if not _is_int(value, low):
         kind = "a positive" if low > 0 else "a non-negative" if low == 0 else "an"
         raise PlanOptionError(f"{{0}} must be {kind} integer (at most {INT64_MAX:,}), not {_braced(repr(value))}",
                               name)
