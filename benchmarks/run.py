@@ -11,6 +11,7 @@ Each section runs in a child process of its own (``benchmarks/bench_<key>.py
 ingest     JSON Lines -> data + LoD: lodtool's fast parse and ``pack`` vs awkward, pysimdjson, orjson
 ops        operators in memory vs the NumPy reference, ``np.copyto``, torch, awkward, Paddle
 slice      branches from a >= 2 GB file: bytes read, latency vs the h5py floor, the CLI process
+random     random documents and batches from a 1 GiB corpus vs the np.memmap floor (and Megatron-Core)
 startup    CLI start-up vs ``python -c "import numpy, h5py"``; kernel commands' 1st vs 2nd run
 validate   offsets validation vs a read-only pass (``o.sum()``) and NumPy's comparison
 memory     peak RSS of ``lodtool pack`` on a 1 GB and a 4 GB input
@@ -53,6 +54,7 @@ SECTIONS = {
     "ingest": ("bench_ingest.py", "Ingest"),
     "ops": ("bench_ops.py", "Operators in memory"),
     "slice": ("bench_slice.py", "Branches from disk"),
+    "random": ("bench_random.py", "Random access for training"),
     "startup": ("bench_startup.py", "CLI start-up"),
     "validate": ("bench_validate.py", "Validation speed"),
     "memory": ("bench_memory.py", "Bounded memory (pack)"),

@@ -23,18 +23,12 @@ from .errors import (LodBackendError, LodChecksumError, LodDtypeError, LodError,
                      LodFormatError, LodIndexError, LodInputError, LodMemoryError, LodShapeError,
                      LodUsageError, LodValidationError, LodVersionError)
 from .lod import lengths_to_offsets, offsets_to_lengths, validate_lod
-from .tensor import LoDTensor, from_nested, set_device_hooks
-from ._moved import install as _install_moved_paths
-
-_install_moved_paths()  # lodtool.format.* and lodtool.pipeline still import, with a DeprecationWarning (until 0.2)
-
-# LoDTensor.to("cuda") and device offsets need lodtool.ops._backend's helpers; import it on first need only
-set_device_hooks(loader=lambda: importlib.import_module("lodtool.ops._backend"))
+from .tensor import LoDTensor, TensorView, from_nested
 
 #: public name -> (module, attribute), resolved lazily
 _LAZY = {
-    "open": ("lodtool.container.shards", "open_path"),
-    "load": ("lodtool.container.shards", "load_path"),
+    "open": ("lodtool.tasks._open", "open"),
+    "load": ("lodtool.tasks._open", "load"),
     "save": ("lodtool.container.writer", "save"),
     "LodWriter": ("lodtool.container.writer", "LodWriter"),
     "validate_file": ("lodtool.container.checks", "validate_file"),
@@ -45,6 +39,7 @@ _LAZY = {
     "ops": ("lodtool.ops", None),
     "batch_plan": ("lodtool.tasks", "batch_plan"),
     "batches": ("lodtool.tasks", "batches"),
+    "BatchPlan": ("lodtool.tasks", "BatchPlan"),
     "dask": ("lodtool.interop.dask", None),
 }
 
@@ -69,9 +64,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "LoDTensor", "from_nested", "lengths_to_offsets", "offsets_to_lengths", "validate_lod",
+    "LoDTensor", "TensorView", "from_nested", "lengths_to_offsets", "offsets_to_lengths", "validate_lod",
     "open", "load", "save", "LodWriter", "validate_file", "inspect_file", "verify_file", "pack", "unpack", "ops",
-    "batch_plan", "batches",
+    "batch_plan", "batches", "BatchPlan",
     "LodError", "LodValidationError", "LodIndexError", "LodShapeError", "LodDtypeError", "LodInputError",
     "LodFormatError", "LodVersionError", "LodChecksumError", "LodFileNotFoundError", "LodMemoryError",
     "LodBackendError", "LodUsageError", "__version__",

@@ -2,4 +2,4 @@
 ``lodtool.__version__``, ``lodtool --version`` and the ``lodtool_created_by`` attribute of every file
 written, without the ~15 ms that ``importlib.metadata`` costs a start-up."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -26,6 +26,13 @@ never leaves a half-written target: readers see the old file or the new one.
   removed.  A process killed mid-write (``SIGKILL``, power loss) leaves its temp
   file behind, unlocked: the next write to the same target removes such
   leftovers (:func:`sweep_stale_temps`), and readers refuse temp files by name.
+* While a temp file exists, ``SIGTERM`` raises ``KeyboardInterrupt`` in the
+  main thread as ``SIGINT`` does (:func:`hold_sigterm`), so the temp file is
+  removed instead of staying behind a killed process.
+* The rename is the commit point.  ``SIGINT`` and ``SIGTERM`` that arrive
+  while it runs are held back (:func:`commit_section`): once it is done they
+  raise :class:`InterruptedAfterCommit` (the output holds the new content),
+  and before it, ``KeyboardInterrupt`` (the output holds the old content).
 
 >>> import os, tempfile
 >>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
@@ -41,8 +48,10 @@ import contextlib
 import errno
 import os
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import time
 from typing import BinaryIO, Iterator
 
@@ -58,6 +67,195 @@ TEMP_MARK = ".lodtmp-"
 _MAX_BASE = 200  # keep temp names under the usual 255-byte limit
 #: a leftover temp file younger than this is never swept (its writer may not have locked it yet)
 SWEEP_MIN_AGE = 10.0
+
+
+class InterruptedAfterCommit(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while a write committed, and the write completed: the output holds the new content.
+
+    A ``KeyboardInterrupt``, so whatever stops on Ctrl-C stops; a caller that
+    cleans up after an interrupted write must keep what was committed (running
+    the command again would add the data twice).  ``committed`` is the path
+    written (the command line exits 0 naming it), ``signum`` the signal.
+
+    >>> exc = InterruptedAfterCommit(2, "out.lod.h5")
+    >>> isinstance(exc, KeyboardInterrupt), exc.committed, exc.signum
+    (True, 'out.lod.h5', 2)
+    """
+
+    def __init__(self, signum: int, committed: str):
+        super().__init__(f"interrupted ({_signal_name(signum)}) after {committed} was committed; it is complete")
+        self.signum = signum
+        self.committed = committed
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+#: the signals a commit holds back until it is complete
+COMMIT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n))
+_signal_lock = threading.RLock()
+_sigterm_holders = 0
+_commit_depth = 0
+_commit_entry: dict = {}  # each held signal's handler when the outermost section began: how it is delivered
+_commit_restore: dict = {}  # the handlers the outermost section puts back (a hold of SIGTERM may change one)
+_commit_pending: list[int] = []
+_commit_target: list[str] = []  # what the outermost section commits
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_handler():
+    """SIGTERM's handler as the process has it (the one a commit section restores, while one runs)."""
+    return _commit_restore.get(signal.SIGTERM, signal.SIG_IGN) if _commit_depth else signal.getsignal(signal.SIGTERM)
+
+
+def _set_sigterm_handler(handler) -> None:
+    if _commit_depth:
+        if signal.SIGTERM in _commit_restore:
+            _commit_restore[signal.SIGTERM] = handler
+    elif _in_main_thread():  # a writer collected in another thread leaves it to the next hold to set
+        signal.signal(signal.SIGTERM, handler)
+
+
+def hold_sigterm() -> bool:
+    """Until :func:`release_sigterm`, make ``SIGTERM`` raise ``KeyboardInterrupt`` (as ``SIGINT`` does).
+
+    A process that gets ``SIGTERM`` with its default action dies at once and
+    leaves its temp files; with the signal raising, the cleanup of the writes
+    in progress runs first.  Only the main thread can set a handler, and a
+    handler the application installed is kept: then this does nothing and
+    returns ``False``.  Holds nest; pass the result to :func:`release_sigterm`.
+
+    >>> held = hold_sigterm()
+    >>> release_sigterm(held)
+    """
+    global _sigterm_holders
+    if not hasattr(signal, "SIGTERM") or not _in_main_thread():
+        return False
+    with _signal_lock:
+        if _sigterm_holders == 0:
+            if _sigterm_handler() not in (signal.SIG_DFL, _raise_interrupt):
+                return False
+            _set_sigterm_handler(_raise_interrupt)
+        _sigterm_holders += 1
+    return True
+
+
+def release_sigterm(held: bool) -> None:
+    """End a :func:`hold_sigterm` (given its result); the last one restores the default action."""
+    global _sigterm_holders
+    if not held:
+        return
+    with _signal_lock:
+        _sigterm_holders -= 1
+        if _sigterm_holders == 0:
+            _set_sigterm_handler(signal.SIG_DFL)
+
+
+def _defer(signum, frame) -> None:
+    _commit_pending.append(signum)
+
+
+@contextlib.contextmanager
+def commit_section(target: str | os.PathLike) -> Iterator[None]:
+    """Hold ``SIGINT`` and ``SIGTERM`` back while the block commits the write of ``target`` (a rename: short).
+
+    A signal that arrived meanwhile takes effect when the block ends: if the
+    block completed, as :class:`InterruptedAfterCommit` naming the outermost
+    section's ``target`` (the commit is done;
+    an application's own handler is called instead, and a default ``SIGTERM``
+    ends the process); if the block failed, as ``KeyboardInterrupt`` raised
+    from its error.  Sections nest: the outermost one delivers.  Signals
+    arrive in the main thread only; elsewhere the block runs as it is.
+
+    >>> with commit_section("out.txt"):
+    ...     committed = True
+    >>> committed
+    True
+    """
+    global _commit_depth
+    if not _in_main_thread():
+        yield
+        return
+    with _signal_lock:
+        if _commit_depth == 0:
+            _commit_target[:] = [os.fspath(target)]
+            _commit_pending.clear()
+            _commit_entry.clear()
+            _commit_restore.clear()
+            for signum in COMMIT_SIGNALS:
+                handler = signal.getsignal(signum)
+                if handler is not signal.SIG_IGN and handler is not None:
+                    _commit_entry[signum] = _commit_restore[signum] = handler
+                    signal.signal(signum, _defer)
+        _commit_depth += 1
+    try:
+        yield
+    except BaseException as exc:
+        pending = _end_commit_section()
+        if pending and not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        raise
+    pending = _end_commit_section()
+    if pending:
+        _deliver(*pending)
+
+
+def _end_commit_section() -> tuple | None:
+    """Leave a :func:`commit_section`; the outermost restores the handlers and returns ``(signal, handler at
+    entry, target)`` of the first signal held back."""
+    global _commit_depth
+    with _signal_lock:
+        _commit_depth -= 1
+        if _commit_depth:
+            return None
+        first = _commit_pending[0] if _commit_pending else None
+        pending = None if first is None else (first, _commit_entry.get(first), _commit_target[0])
+        for signum, handler in _commit_restore.items():
+            signal.signal(signum, handler)
+        _commit_pending.clear()
+        return pending
+
+
+@contextlib.contextmanager
+def intermediate_commit() -> Iterator[None]:
+    """Mark the writes in the block as steps of a larger write (a shard, before the manifest that names it).
+
+    A signal held back by their commit interrupts the larger write, which is
+    not committed yet: :class:`InterruptedAfterCommit` becomes a plain
+    ``KeyboardInterrupt`` here.
+
+    >>> try:
+    ...     with intermediate_commit():
+    ...         raise InterruptedAfterCommit(2, "part-00000.lod.h5")
+    ... except KeyboardInterrupt as exc:
+    ...     isinstance(exc, InterruptedAfterCommit)
+    False
+    """
+    try:
+        yield
+    except InterruptedAfterCommit as exc:
+        raise KeyboardInterrupt from exc
+
+
+def _deliver(signum: int, handler, target: str) -> None:
+    """Deliver a held-back signal after the commit of ``target``."""
+    if handler in (signal.default_int_handler, _raise_interrupt):
+        raise InterruptedAfterCommit(signum, target)
+    if handler is signal.SIG_DFL:
+        signal.raise_signal(signum)  # the default action (SIGTERM: end the process); the commit is complete
+    elif callable(handler):
+        handler(signum, None)
 
 
 def temp_path_for(target: str | os.PathLike) -> str:
@@ -137,10 +335,12 @@ def sweep_stale_temps(target: str | os.PathLike, min_age: float = SWEEP_MIN_AGE)
     return removed
 
 
-def _resolve_target(target: str | os.PathLike) -> str:
+def _resolve_target(target: str | os.PathLike, follow_symlinks: bool = True) -> str:
     target = os.fspath(target)
-    if os.path.islink(target):  # write through a symlink, keep the link
-        target = os.path.realpath(target)
+    if os.path.islink(target):
+        if not follow_symlinks:
+            raise LodUsageError(f"{target}: is a symbolic link; this write replaces files, never writes through a link")
+        target = os.path.realpath(target)  # write through a symlink, keep the link
     if os.path.isdir(target):
         raise LodUsageError(f"{target}: is a folder; give a file name to write")
     return target
@@ -222,7 +422,12 @@ class AtomicPath:
 
     With ``copy_existing=True`` the temp file starts as a copy of the target
     (how appends work: the original is never opened for writing).  As a context
-    manager it yields the temp path and commits on a clean exit.
+    manager it yields the temp path and commits on a clean exit.  A target that
+    is a symbolic link is written through (the link is kept), or with
+    ``follow_symlinks=False`` refused; the rename replaces a name, so a link
+    made meanwhile is replaced, never written through.  While the temp file
+    exists, ``SIGTERM`` raises ``KeyboardInterrupt`` (:func:`hold_sigterm`), so
+    it is removed; the rename runs in a :func:`commit_section`.
 
     >>> import os, tempfile
     >>> target = os.path.join(tempfile.mkdtemp(), "x.bin")
@@ -232,8 +437,10 @@ class AtomicPath:
     b'new'
     """
 
-    def __init__(self, target: str | os.PathLike, *, copy_existing: bool = False, lock_target: bool = False):
-        self.target = _resolve_target(target)
+    def __init__(self, target: str | os.PathLike, *, copy_existing: bool = False, lock_target: bool = False,
+                 follow_symlinks: bool = True):
+        self.target = _resolve_target(target, follow_symlinks)
+        self._follow = follow_symlinks
         self._lock_fd: int | None = None
         self._target_fd: int | None = None
         #: the target did not exist when a locking writer started: commit creates it, never replaces one
@@ -243,16 +450,18 @@ class AtomicPath:
         self._tmpdir = tempfile.mkdtemp(prefix="lodtool-") if self.streamed else None
         if not self.streamed:
             sweep_stale_temps(self.target)
-        self.tmp = self._create()
-        self._open = True
-        if lock_target and not self.streamed:
-            try:
+        self._sigterm = hold_sigterm()
+        self._open = False
+        self.tmp: str | None = None
+        try:  # an interrupt at any point here removes the temp file (discard knows it from the moment it exists)
+            self._create()
+            if lock_target and not self.streamed:
                 self._lock_target()
-            except BaseException:
-                self.discard()
-                raise
-        if copy_existing:
-            self.copy_target()
+            if copy_existing:
+                self.copy_target()
+        except BaseException:
+            self.discard()
+            raise
 
     def _lock_target(self) -> None:
         """Wait for an exclusive flock on the target that is still the target (none if it does not exist)."""
@@ -286,18 +495,20 @@ class AtomicPath:
         if self.streamed or not os.path.exists(self.target):
             return
         try:
-            shutil.copyfile(self.target, self.tmp)
+            shutil.copyfile(self.target, self.tmp, follow_symlinks=self._follow)
         except BaseException:
             self.discard()
             raise
 
-    def _create(self) -> str:
+    def _create(self) -> None:
+        """Create and lock the temp file; ``self.tmp`` names it from the moment it exists."""
         for _ in range(100):
             tmp = temp_path_for(self.target)
             if self._tmpdir is not None:
                 tmp = os.path.join(self._tmpdir, os.path.basename(tmp))
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                self.tmp, self._open = tmp, True
             except FileExistsError:  # pragma: no cover - 48 random bits collided
                 continue
             except FileNotFoundError:
@@ -305,11 +516,15 @@ class AtomicPath:
                                            "does not exist") from None
             except OSError as exc:
                 raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
+            except BaseException:  # an interrupt as the file was made: the name is ours alone (O_EXCL)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             if fcntl is not None and _try_lock(fd):
                 self._lock_fd = fd  # held until the rename or removal: "a live writer owns this file"
             else:
                 os.close(fd)
-            return tmp
+            return
         raise LodUsageError(f"{self.target}: cannot create a temp file next to it")  # pragma: no cover
 
     def commit(self) -> None:
@@ -325,21 +540,22 @@ class AtomicPath:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            if self._create_only:
-                self._create_target()
-            else:
-                if os.path.exists(self.target):
-                    with contextlib.suppress(OSError):
-                        shutil.copymode(self.target, self.tmp)
-                os.replace(self.tmp, self.target)
+            if os.path.exists(self.target) and not os.path.islink(self.target):
+                with contextlib.suppress(OSError):
+                    shutil.copymode(self.target, self.tmp)
+            with commit_section(self.target):  # the rename is the commit point: a signal takes effect after it, never inside
+                if self._create_only:
+                    self._create_target()
+                else:
+                    os.replace(self.tmp, self.target)
+                self._open = False
+                self._unlock()
+                fsync_folder(os.path.dirname(self.target))
         except BaseException as exc:
             self.discard()
             if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
                 raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror})") from None
             raise
-        self._open = False
-        self._unlock()
-        fsync_folder(os.path.dirname(self.target))
 
     def _create_target(self) -> None:
         """Give the temp file the target's name only if no file has that name (a hard link, then unlink)."""
@@ -369,15 +585,18 @@ class AtomicPath:
             self.discard()
 
     def discard(self) -> None:
-        """Remove the temp file; the target is untouched."""
-        self._open = False
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp)
+        """Remove the temp file; the target is untouched (or already replaced, after :meth:`commit`)."""
+        if self._open:
+            self._open = False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
         self._unlock()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def _unlock(self) -> None:
+        release_sigterm(self._sigterm)
+        self._sigterm = False
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
@@ -386,6 +605,11 @@ class AtomicPath:
             with contextlib.suppress(OSError):
                 os.close(self._target_fd)
             self._target_fd = None
+
+    def __del__(self) -> None:  # dropped uncommitted (an interrupt between its creation and its owner's cleanup)
+        with contextlib.suppress(Exception):
+            if self._open:
+                self.discard()
 
     def __enter__(self) -> str:
         return self.tmp
@@ -398,8 +622,11 @@ class AtomicPath:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike, *, copy_existing: bool = False) -> Iterator[str]:
+def atomic_path(target: str | os.PathLike, *, copy_existing: bool = False,
+                follow_symlinks: bool = True) -> Iterator[str]:
     """Yield a temp path next to ``target``; on a clean exit it replaces ``target``.
+
+    A symbolic link is written through, or with ``follow_symlinks=False`` refused (see :class:`AtomicPath`).
 
     On any exception (``KeyboardInterrupt`` included) the temp file is removed
     and ``target`` keeps its old contents.
@@ -417,7 +644,8 @@ def atomic_path(target: str | os.PathLike, *, copy_existing: bool = False) -> It
     >>> open(target).read(), sorted(os.listdir(os.path.dirname(target)))
     ('one', ['x.txt'])
     """
-    with _naming_the_output(os.fspath(target)), AtomicPath(target, copy_existing=copy_existing) as tmp:
+    with _naming_the_output(os.fspath(target)), \
+            AtomicPath(target, copy_existing=copy_existing, follow_symlinks=follow_symlinks) as tmp:
         yield tmp
 
 
@@ -432,7 +660,8 @@ def is_stream(target) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_open(target: str | os.PathLike | BinaryIO, mode: str = "wb") -> Iterator[BinaryIO]:
+def atomic_open(target: str | os.PathLike | BinaryIO, mode: str = "wb", *,
+                follow_symlinks: bool = True) -> Iterator[BinaryIO]:
     """An open binary file whose contents reach ``target`` only on a clean exit.
 
     ``target`` is a path (written atomically) or a writable binary stream such
@@ -455,7 +684,7 @@ def atomic_open(target: str | os.PathLike | BinaryIO, mode: str = "wb") -> Itera
             spool.seek(0)
             copy_to_stream(spool, target)
         return
-    with atomic_path(target) as tmp, open(tmp, mode) as f:
+    with atomic_path(target, follow_symlinks=follow_symlinks) as tmp, open(tmp, mode) as f:
         yield f
 
 
@@ -481,6 +710,7 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
         stream.flush()
 
 
-__all__ = ["AtomicPath", "atomic_path", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
+__all__ = ["AtomicPath", "atomic_path", "commit_section", "intermediate_commit", "hold_sigterm", "release_sigterm",
+           "InterruptedAfterCommit", "COMMIT_SIGNALS", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
            "refuse_output_over_input",
            "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK"]

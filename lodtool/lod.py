@@ -428,6 +428,26 @@ def resolve_branch(path: Sequence[int], read: WindowReader, level_sizes: Sequenc
     return len(path), begin, end
 
 
+def walk_branch(path: Sequence[int], levels: Sequence[np.ndarray]) -> tuple[int, int] | None:
+    """``(begin, end)`` of branch ``path``'s children in validated whole ``levels``, or ``None`` for any path
+    :func:`resolve_branch` must refuse (it then names what is wrong).
+
+    >>> walk_branch((2, 0), lod_from_lengths([[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
+    (10, 12)
+    """
+    begin, end = 0, len(levels[0]) - 1
+    for depth, index in enumerate(path):
+        if not isinstance(index, (int, np.integer)):
+            return None
+        count = end - begin
+        i = int(index) + count if index < 0 else int(index)
+        if not 0 <= i < count:
+            return None
+        o = levels[depth]
+        begin, end = int(o[begin + i]), int(o[begin + i + 1])
+    return begin, end
+
+
 def extract_range(level: int, begin: int, end: int, read: WindowReader,
                   level_sizes: Sequence[int], n_rows: int | None = None) -> tuple[list[np.ndarray], int, int]:
     """Offsets (rebased to 0) of entries ``begin..end`` of ``level`` and everything under them.

@@ -11,14 +11,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from . import lod as _lod
+from .planner import sequence_ranges
+from ._device import cupy_module
 from ._device import is_device_array as _is_device_array
 from ._device import to_host as _host
-from .errors import LodBackendError, LodDtypeError, LodIndexError, LodShapeError, LodUsageError, LodValidationError
+from .errors import LodDtypeError, LodIndexError, LodShapeError, LodUsageError, LodValidationError
 
 #: dtype kinds a LoD tensor may hold: bool, signed/unsigned int, float, complex
 NUMERIC_KINDS = "biufc"
@@ -46,36 +48,165 @@ def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
     return dtype
 
 
-#: GPU helpers with ``upload(host_array)``, ``validate(levels, n_rows)`` (device int64 levels, or a
-#: LodValidationError worded as lod.validate_lod) and ``lengths_to_offsets(lengths)``.  The core may import
-#: neither CuPy nor the operators (ARCHITECTURE.md), so lodtool.ops._backend installs them when imported.
-_device_hooks: Any = None
-#: imports the module that installs the hooks; set by the ``lodtool`` package, which sits above both floors
-_device_hooks_loader: Any = None
+class TensorView:
+    """Branches, level slices and chunks of a LoD tensor, read through ``_window`` and ``_rows``."""
+
+    __slots__ = ()
+
+    def num_sequences(self, level: int = 0) -> int:
+        """How many sequences ``level`` has (rows for a 0-level tensor)."""
+        sizes = self.level_sizes
+        if not sizes:
+            return self.n_rows
+        return max(sizes[self._level(level)] - 1, 0)
+
+    def __len__(self) -> int:
+        return self.num_sequences(0)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.n_rows,) + tuple(self.element_shape)
+
+    def _level(self, level: int) -> int:
+        return _lod.level_position(level, self.lod_level)
+
+    def _tensor(self, data, offsets, level_names=None) -> "LoDTensor":
+        return LoDTensor._trusted(data, offsets, level_names)
+
+    # -- checked raw reads -----------------------------------------------------------------------
+    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Entries ``start..stop`` of level ``level``'s offsets as int64 (``stop=None``: to the end).
+
+        The window is checked against the level's size; the values are as
+        stored (``validate`` checks them).
+        """
+        level = self._level(level)
+        size = self.level_sizes[level]
+        stop = size if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= size:
+            raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{size}")
+        return _lod.as_index_array(self._window(level, start, stop), level=level)
+
+    def read_rows(self, begin: int, end: int) -> np.ndarray:
+        """Data rows ``begin..end`` as an array (no LoD)."""
+        begin, end = int(begin), int(end)
+        if not 0 <= begin <= end <= self.n_rows:
+            raise LodIndexError(f"rows {begin}:{end} are outside 0:{self.n_rows}")
+        return self._rows(begin, end)
+
+    # -- branches and slices -----------------------------------------------------------------------
+    def branch(self, *path: int):
+        """The ``<i,j,...>``-slice: the sub-tree under a branch, as a LoD tensor of its own.
+
+        Its offsets are rebased to 0 and it has ``lod_level - len(path)`` levels;
+        a full path gives the rows of one sequence as a 0-level tensor.  Two
+        offsets per level are read, and one run of rows.
+
+        >>> from lodtool import from_nested
+        >>> t = from_nested([[[1, 2, 3], [4, 5]], [[6]], [[7, 8], [9, 10, 11]]])
+        >>> t.branch(2).lod, t.branch(2, 0).data.tolist()
+        ([[0, 2, 5]], [7, 8])
+        """
+        if not self.lod_level:
+            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
+        levels = self._checked_levels()
+        if levels is not None and len(path) <= len(levels):
+            found = _lod.walk_branch(path, levels)
+            if found is not None:
+                return self._extract_checked(len(path), found[0], found[1], levels)
+        level, begin, end = _lod.resolve_branch(path, self._window, self.level_sizes, self.n_rows)
+        return self._extract(level, begin, end)
+
+    def __getitem__(self, key):
+        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``; ``t[a:b]`` is top-level sequences a..b.
+
+        >>> from lodtool import from_nested
+        >>> t = from_nested([[1, 2], [3], [4, 5, 6]])
+        >>> t[0:2].to_nested(), t[-1:].to_nested()
+        ([[1, 2], [3]], [[4, 5, 6]])
+        """
+        if isinstance(key, slice):
+            begin, end = _lod.slice_bounds(key, len(self))
+            return self.slice_level(0, begin, end) if self.lod_level else self._tensor(self._rows(begin, end), ())
+        path = key if isinstance(key, tuple) else (key,)
+        if not all(isinstance(i, (int, np.integer)) for i in path):
+            raise LodIndexError(f"index a {type(self).__name__} with integers or one slice, as t[i], t[i, j] or "
+                                "t[a:b]; use slice_level for ranges of a lower level")
+        return self.branch(*path)
+
+    def slice_level(self, level: int, begin: int, end: int):
+        """Sequences ``begin..end`` of ``level`` with everything under them (Paddle's ``LODSlice``).
+
+        The result's top level is ``level``, so it has ``lod_level - level`` levels.
+
+        >>> from lodtool import from_nested
+        >>> t = from_nested([[[1, 2, 3], [4, 5]], [[6]], [[7, 8], [9, 10, 11]]])
+        >>> t.slice_level(1, 1, 3).lod
+        [[0, 2, 3]]
+        """
+        level = self._level(level)
+        _lod.check_level_sizes(self.level_sizes, self.n_rows)  # a level of no offsets is a broken file
+        count = self.num_sequences(level)
+        if not 0 <= begin <= end <= count:
+            raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
+        return self._extract(level, int(begin), int(end))
+
+    def head(self, k: int = 5):
+        """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
+        n = len(self)
+        k = max(0, min(int(k), n))
+        return self.slice_level(0, 0, k) if self.lod_level else self._tensor(self._rows(0, k), ())
+
+    def tail(self, k: int = 5):
+        """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
+        n = len(self)
+        k = max(0, min(int(k), n))
+        return self.slice_level(0, n - k, n) if self.lod_level else self._tensor(self._rows(n - k, n), ())
+
+    def _checked_levels(self) -> tuple | None:
+        """Every level's whole offsets, validated together, where this view holds them on the host (else
+        ``None``: each window read is checked on its way)."""
+        return None
+
+    def _extract_checked(self, level: int, begin: int, end: int, levels: tuple):
+        offsets = []
+        for o in levels[level:]:
+            window = o[begin:end + 1]
+            offsets.append(window - window[0])
+            begin, end = int(window[0]), int(window[-1])
+        names = self.level_names[level:] if self.level_names else None
+        return self._tensor(self._rows(begin, end), offsets, names)
+
+    def _extract(self, level: int, begin: int, end: int):
+        offsets, row_begin, row_end = _lod.extract_range(level, begin, end, self._window, self.level_sizes,
+                                                         self.n_rows)
+        names = self.level_names[level:] if self.level_names else None
+        return self._tensor(self._rows(row_begin, row_end), offsets, names)
+
+    # -- chunks ----------------------------------------------------------------------------------------
+    def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator:
+        """Consecutive chunks of whole top-level sequences, each a valid LoD tensor of its own.
+
+        A chunk has at most ``max_rows`` rows unless one top-level sequence alone
+        is bigger (then it is one chunk).  The LoD is validated first; each
+        chunk's offsets are rebased to 0.  Concatenating the chunks gives the
+        whole tensor back.
+        """
+        if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)) or max_rows < 1:
+            raise LodUsageError(f"max_rows must be a positive integer, got {max_rows!r}")
+        max_rows = int(max_rows)
+        if not self.lod_level:
+            for start in range(0, max(self.n_rows, 1), max_rows):
+                yield self._tensor(self._rows(start, min(start + max_rows, self.n_rows)), ())
+            return
+        self._check_valid()
+        for i0, i1 in sequence_ranges(self._window, self.lod_level, self.level_sizes[0] - 1, max_rows):
+            yield self.slice_level(0, i0, i1)
 
 
-def set_device_hooks(hooks: Any = None, *, loader: Any = None) -> None:
-    """Install the GPU helpers (:mod:`lodtool.ops._backend` does, on import); ``None`` removes them.
 
-    ``loader`` is called (once) when the helpers are first needed and none are installed yet.
-    """
-    global _device_hooks, _device_hooks_loader
-    if loader is not None:
-        _device_hooks_loader = loader
-    else:
-        _device_hooks = hooks
-
-
-def _need_device_hooks(what: str) -> Any:
-    if _device_hooks is None and _device_hooks_loader is not None:
-        _device_hooks_loader()
-    if _device_hooks is None:
-        raise LodBackendError(f"{what} needs lodtool's CUDA backend: import lodtool.ops first "
-                              "(and pip install 'lodtool[gpu]')")
-    return _device_hooks
-
-
-class LoDTensor:
+class LoDTensor(TensorView):
     """A tensor whose first dimension is segmented by a (possibly nested) LoD index.
 
     Give the index as offsets (``lod``) or as lengths
@@ -91,7 +222,7 @@ class LoDTensor:
     ([[0, 3, 4, 6]], 1, (6, 4), 3)
     """
 
-    __slots__ = ("_data", "_offsets", "_level_names")
+    __slots__ = ("_data", "_offsets", "_level_names", "_checked")
 
     def __init__(self, data: Any, lod: Sequence[Sequence[int]] | None = None,
                  recursive_sequence_lengths: Sequence[Sequence[int]] | None = None, *,
@@ -105,31 +236,52 @@ class LoDTensor:
         if data.ndim == 0:
             raise LodShapeError("data must have at least one dimension (its rows)")
         table = recursive_sequence_lengths if recursive_sequence_lengths is not None else lod
-        if table is not None and on_device and any(_is_device_array(level) for level in table):
-            offsets = _device_offsets(table, recursive_sequence_lengths is not None, data.shape[0], validate)
+        keep_on_device = table is not None and on_device and any(_is_device_array(level) for level in table)
+        host = [_host(level) for level in table] if table is not None else []
+        if recursive_sequence_lengths is not None:
+            offsets = _lod.lod_from_lengths(host)
         else:
-            if table is not None:  # host data and device offsets: the data decides where the tensor lives
-                table = [_host(level) for level in table]
-            if recursive_sequence_lengths is not None:
-                offsets = _lod.lod_from_lengths(table)
-            elif lod is not None:
-                offsets = [_lod.as_index_array(level, level=k) for k, level in enumerate(table)]
-            else:
-                offsets = []
-            if validate:
-                _lod.validate_lod(offsets, data.shape[0])
+            offsets = [_owned(_lod.as_index_array(level, level=k), level) for k, level in enumerate(host)]
+        if validate:
+            _lod.validate_lod(offsets, data.shape[0])
+        if keep_on_device:  # checked on the host (a copy of the offsets alone), kept where the data is
+            upload = cupy_module().asarray
+            offsets = [upload(o) for o in offsets]
         self._data = data
+        for o in offsets:  # the tensor's own arrays now (shared ones are read-only already): frozen in place
+            if isinstance(o, np.ndarray) and o.flags.writeable:
+                o.flags.writeable = False
         self._offsets = tuple(offsets)
         self._level_names = _check_level_names(level_names, len(offsets))
+        self._checked = bool(validate)
 
     @classmethod
     def _trusted(cls, data: Any, offsets: Sequence[np.ndarray], level_names=None) -> "LoDTensor":
         """Build from already validated parts (operators and readers use this)."""
         t = cls.__new__(cls)
         t._data = data
-        t._offsets = tuple(offsets)
+        t._offsets = tuple(_read_only(o) for o in offsets)
         t._level_names = tuple(level_names) if level_names else None
+        t._checked = True
         return t
+
+    def checked(self) -> "LoDTensor":
+        """This tensor, its LoD validated first if it was built with ``validate=False``.
+
+        Every operator calls it on its inputs before a kernel runs, so a tensor
+        built unchecked is checked once, at its first use, and never reaches a
+        kernel with a broken LoD.
+
+        >>> t = LoDTensor(np.arange(3), [[0, 2, 1, 3]], validate=False)
+        >>> t.checked()
+        Traceback (most recent call last):
+        ...
+        lodtool.errors.LodValidationError: level 0: offset[2]=1 < offset[1]=2 (offsets must not decrease)
+        """
+        if not self._checked:
+            _lod.validate_lod([_host(o) for o in self._offsets], self.n_rows)
+            self._checked = True
+        return self
 
     # -- the index ---------------------------------------------------------------------------
     @property
@@ -195,7 +347,7 @@ class LoDTensor:
         if device == "cuda":
             if all(_is_device_array(a) for a in parts):
                 return self
-            upload = _need_device_hooks("LoDTensor.to('cuda')").upload
+            upload = cupy_module().asarray
             moved = tuple(a if _is_device_array(a) else upload(a) for a in parts)
             return LoDTensor._trusted(moved[0], moved[1:], self._level_names)
         raise LodUsageError(f"unknown device {device!r}; choose cpu or cuda")
@@ -209,19 +361,29 @@ class LoDTensor:
     def n_rows(self) -> int:
         return int(self._data.shape[0])
 
-    def num_sequences(self, level: int = 0) -> int:
-        """How many sequences ``level`` has (rows for a 0-level tensor)."""
-        if not self._offsets:
-            return self.n_rows
-        return len(self._offsets[self._level(level)]) - 1
+    @property
+    def level_sizes(self) -> list[int]:
+        """Entries of each level's offsets (sequences of level ``k`` + 1)."""
+        return [len(o) for o in self._offsets]
+
+    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
+        return _host(self._offsets[level][start:stop])
+
+    def _rows(self, begin: int, end: int):
+        return self._data[begin:end]
+
+    def _check_valid(self) -> None:
+        self.checked()
+
+    def _checked_levels(self) -> tuple | None:
+        if not self._checked or any(_is_device_array(o) for o in self._offsets):
+            return None
+        return self._offsets
 
     def lengths(self, level: int = -1) -> np.ndarray:
         """Lengths of the sequences of ``level`` as an int64 array."""
         o = self._offsets[self._level(level)]
         return o[1:] - o[:-1]
-
-    def __len__(self) -> int:
-        return self.num_sequences(0)
 
     def __array__(self, dtype=None, copy=None):
         data = self._data
@@ -251,85 +413,6 @@ class LoDTensor:
         """The same tensor, with other level names."""
         return LoDTensor._trusted(self._data, self._offsets, _check_level_names(level_names, self.lod_level))
 
-    def _level(self, level: int) -> int:
-        n = self.lod_level
-        if not -n <= level < n:
-            raise LodIndexError(f"level {level} is out of range for a tensor with {n} LoD level(s)")
-        return level + n if level < 0 else level
-
-    # -- branches and slices ------------------------------------------------------------------
-    def branch(self, *path: int) -> "LoDTensor":
-        """The ``<i,j,...>``-slice: the sub-tree under a branch, as a LoD tensor of its own.
-
-        Its offsets are rebased to 0 and it has ``lod_level - len(path)`` levels;
-        a full path gives the rows of one sequence as a 0-level tensor.
-
-        >>> t = from_nested([[[1, 2, 3], [4, 5]], [[6]], [[7, 8], [9, 10, 11]]])
-        >>> t.branch(2).lod, t.branch(2, 0).data.tolist()
-        ([[0, 2, 5]], [7, 8])
-        """
-        if not self._offsets:
-            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
-        sizes = [len(o) for o in self._offsets]
-        read = self._reader()
-        level, begin, end = _lod.resolve_branch(path, read, sizes, self.n_rows)
-        return self._extract(level, begin, end, read, sizes)
-
-    def __getitem__(self, key) -> "LoDTensor":
-        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``; ``t[a:b]`` is top-level sequences a..b.
-
-        >>> t = from_nested([[1, 2], [3], [4, 5, 6]])
-        >>> t[0:2].to_nested(), t[-1:].to_nested()
-        ([[1, 2], [3]], [[4, 5, 6]])
-        """
-        if isinstance(key, slice):
-            begin, end = _lod.slice_bounds(key, len(self))
-            return self.slice_level(0, begin, end) if self._offsets else LoDTensor._trusted(self._data[begin:end], ())
-        path = key if isinstance(key, tuple) else (key,)
-        if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a LoDTensor with integers or one slice, as t[i], t[i, j] or t[a:b]; "
-                                "use slice_level for ranges of a lower level")
-        return self.branch(*path)
-
-    def slice_level(self, level: int, begin: int, end: int) -> "LoDTensor":
-        """Sequences ``begin..end`` of ``level`` with everything under them (Paddle's ``LODSlice``).
-
-        The result's top level is ``level``, so it has ``lod_level - level`` levels.
-
-        >>> t = from_nested([[[1, 2, 3], [4, 5]], [[6]], [[7, 8], [9, 10, 11]]])
-        >>> t.slice_level(1, 1, 3).lod
-        [[0, 2, 3]]
-        """
-        level = self._level(level)
-        count = self.num_sequences(level)
-        if not 0 <= begin <= end <= count:
-            raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
-        sizes = [len(o) for o in self._offsets]
-        return self._extract(level, begin, end, self._reader(), sizes)
-
-    def head(self, k: int = 5) -> "LoDTensor":
-        """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(0, min(int(k), n))
-        return self.slice_level(0, 0, k) if self._offsets else LoDTensor._trusted(self._data[:k], ())
-
-    def tail(self, k: int = 5) -> "LoDTensor":
-        """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(0, min(int(k), n))
-        return self.slice_level(0, n - k, n) if self._offsets else LoDTensor._trusted(self._data[n - k:], ())
-
-    def _reader(self) -> _lod.WindowReader:
-        """Windows of the offsets, on the host (a device level's window is copied back)."""
-        if not any(_is_device_array(o) for o in self._offsets):
-            return _lod.memory_reader(self._offsets)
-        return lambda level, start, stop: _host(self._offsets[level][start:stop])
-
-    def _extract(self, level, begin, end, read, sizes) -> "LoDTensor":
-        offsets, row_begin, row_end = _lod.extract_range(level, begin, end, read, sizes, self.n_rows)
-        names = self._level_names[level:] if self._level_names else None
-        return LoDTensor._trusted(self._data[row_begin:row_end], offsets, names)
-
     # -- nested lists ----------------------------------------------------------------------------
     def to_nested(self) -> list:
         """The tensor as nested Python lists (the inverse of :func:`from_nested`).
@@ -348,22 +431,24 @@ def _tolist(a) -> list[int]:
     return a.tolist() if isinstance(a, np.ndarray) else [int(x) for x in a.get()]
 
 
-def _device_offsets(table, as_lengths: bool, n_rows: int, validate: bool) -> list:
-    """Offsets for device data from levels given on the device (some may be host ones), checked there."""
-    hooks = _need_device_hooks("a LoDTensor with offsets on the GPU")
-    if as_lengths:
-        offsets = []
-        for k, lengths in enumerate(table):
-            try:
-                offsets.append(hooks.lengths_to_offsets(lengths))
-            except LodValidationError as exc:
-                raise LodValidationError(f"level {k}: {exc}") from None
-    else:
-        offsets = list(table)
-    if validate:
-        return list(hooks.validate(offsets, n_rows))
-    return [o.astype(np.int64, copy=False) if _is_device_array(o) else _lod.as_index_array(o, level=k)
-            for k, o in enumerate(offsets)]
+def _owned(offsets: np.ndarray, given: Any) -> np.ndarray:
+    """``offsets``, copied if it shares memory that someone can still write (the caller's array, or a writable
+    array under a read-only view of it); read-only memory (an Arrow buffer, a read-only map) is kept as it is."""
+    if isinstance(given, np.ndarray) and np.may_share_memory(offsets, given):
+        base = given
+        while isinstance(base, np.ndarray):
+            if base.flags.writeable:
+                return offsets.copy()
+            base = base.base
+    return offsets
+
+
+def _read_only(offsets: Any) -> Any:
+    """A read-only view of host offsets, so a tensor's index cannot change after it was checked."""
+    if isinstance(offsets, np.ndarray) and offsets.flags.writeable:
+        offsets = offsets.view()
+        offsets.flags.writeable = False
+    return offsets
 
 
 def _check_level_names(level_names, lod_level: int):
@@ -548,4 +633,4 @@ def _element_path(k: int, lengths: list[list[int]]) -> str:
     return "branch " + _lod.format_path(list(reversed(path)))
 
 
-__all__ = ["LoDTensor", "from_nested", "check_dtype", "set_device_hooks", "LodValidationError"]
+__all__ = ["TensorView", "LoDTensor", "from_nested", "check_dtype", "LodValidationError"]

@@ -222,3 +222,104 @@ def test_container_to_stdout_and_back(articles):
     assert result.exit_code == 0 and result.stdout_bytes[:8] == b"\x89HDF\r\n\x1a\n"
     result = CliRunner().invoke(cli, ["unpack", "-", "--to", "json"], input=result.stdout_bytes)
     assert json.loads(result.stdout) == [[11, 12], [13, 14, 15]]
+
+
+# -- stdin for validate and verify, as for every other reading command -------------------------------------------
+def test_validate_reads_stdin(articles):
+    result = run("validate", "-", articles, input=articles.read_bytes())
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["ok -", f"ok {articles}"]
+    report = json.loads(run("validate", "--json", "-", input=articles.read_bytes()).stdout)
+    assert [(r["path"], r["ok"]) for r in report] == [("-", True)]
+
+
+def test_validate_names_stdin_in_its_problems(tmp_path, articles):
+    bad = tmp_path / "bad.lod.h5"
+    bad.write_bytes(articles.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        f["tensor/lod/1"][3] = 2  # offsets that go down
+    result = run("validate", "--json", "-", input=bad.read_bytes())
+    assert result.exit_code == 1
+    (report,) = json.loads(result.stdout)
+    assert report["path"] == "-" and report["problems"] and {p["file"] for p in report["problems"]} == {"-"}
+    result = run("validate", "-", input=b"not a container")
+    assert result.exit_code == 2 and result.stdout.startswith("unreadable -: not an HDF5 file")
+
+
+def test_verify_reads_stdin(articles):
+    result = run("verify", "-", input=articles.read_bytes())
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "ok - (3 datasets)\n"
+    (report,) = json.loads(run("verify", "--json", "-", input=articles.read_bytes()).stdout)
+    assert report["path"] == "-" and report["ok"]
+
+
+# -- verify shows progress ---------------------------------------------------------------------------------------
+def test_verify_drives_a_progress_bar_up_to_the_bytes_it_hashes(articles, tmp_path, monkeypatch):
+    import contextlib
+
+    from lodtool.cli import _render
+
+    calls, seen = [], []
+
+    @contextlib.contextmanager
+    def recording(total, description, enabled):
+        calls.append((description, enabled))
+        yield lambda done, total=None: seen.append((done, total))
+
+    monkeypatch.setattr(_render, "progress", recording)
+    second = tmp_path / "second.lod.h5"
+    second.write_bytes(articles.read_bytes())
+    assert run("verify", articles, second).exit_code == 0
+    one_file = 15 * 8 + 4 * 8 + 7 * 8  # the data and the two offsets datasets, int64
+    assert calls == [("verifying", True)] and seen[-1] == (2 * one_file, 2 * one_file)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    calls.clear()
+    assert run("verify", "-q", articles).exit_code == 0 and calls == [("verifying", False)]
+
+
+# -- bars wider than the terminal --------------------------------------------------------------------------------
+def _one_article(tmp_path, lengths) -> tuple[Path, list[str]]:
+    """A container of one article of sentences of ``lengths``, and its bars picture drawn whole."""
+    from lodtool import LoDTensor, save
+    from lodtool.cli._render import bars
+
+    path = tmp_path / "wide.lod.h5"
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    save(str(path), LoDTensor(np.arange(offsets[-1]), [[0, len(lengths)], offsets]))
+    return path, bars([[len(lengths)], lengths], 0)
+
+
+def test_bars_wider_than_the_terminal_are_cut_at_one_column(tmp_path, monkeypatch):
+    from rich.cells import cell_len
+
+    from lodtool.cli import _render
+
+    path, full = _one_article(tmp_path, [30, 25, 40, 12, 33, 27])
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich draws as on a terminal
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(_render, "_console", None)
+    result = run("tree", path, "--style", "bars")
+    assert result.exit_code == 0, result.output
+    shown = result.stdout.splitlines()
+    assert len(shown) == len(full) == 3  # each row once: none wrapped onto a second line
+    assert shown[0] == full[0] == "6"  # a row that fits is whole
+    for whole, cut in zip(full[1:], shown[1:]):  # the others end at the same column, so the labels stay over their bars
+        assert cell_len(cut) == 60 and cut.endswith("…") and whole.startswith(cut[:-1])
+    assert "cut at the terminal's edge" in result.stderr
+
+
+def test_bars_into_a_pipe_are_whole_rows(tmp_path, monkeypatch):
+    from lodtool.cli import _render
+
+    path, full = _one_article(tmp_path, [150, 120])  # wider than the 200 columns a pipe gets for reports
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(_render, "_console", None)
+    result = run("tree", path, "--style", "bars")
+    assert result.stdout.splitlines() == full and result.stderr == ""
+
+
+def test_shard_reads_stdin(articles, tmp_path):
+    result = run("shard", "-", "-o", tmp_path / "s", "--shard-size", "64B", input=articles.read_bytes())
+    assert result.exit_code == 0, result.output
+    assert load(tmp_path / "s").to_nested() == ARTICLES

@@ -111,7 +111,7 @@ def test_file_colon_tensor_names_the_tensor_like_name(args, multi, tmp_path):
 
 def test_file_colon_tensor_and_a_different_name_contradict(multi):
     result = run("unpack", f"{multi}:feats", "--name", "tokens")
-    assert result.exit_code == 2 and "--name says 'tokens'" in result.stderr
+    assert result.exit_code == 2 and "but --name tokens names another" in result.stderr
 
 
 def test_a_missing_tensor_is_named(multi):

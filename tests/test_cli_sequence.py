@@ -82,7 +82,7 @@ def test_reshape(tmp_path):
     out = load(tmp_path / "out.h5")
     assert out.lod == [[0, 1, 3]] and out.data.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
     r = run("reshape", tmp_path / "x.h5", "--new-dim", "3", "-o", tmp_path / "bad.h5", code=1)
-    assert "new_dim=3" in r.output and not (tmp_path / "bad.h5").exists()
+    assert "--new-dim 3" in r.output and not (tmp_path / "bad.h5").exists()
 
 
 def test_lod_reset(tmp_path, ids):

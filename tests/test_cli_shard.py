@@ -241,3 +241,109 @@ def test_a_refused_write_names_only_the_options_of_its_command(corpus):
     run("pack", d / "in.jsonl", "-o", d / "k.lod.h5")
     refused = run("pack", d / "in.jsonl", "-o", d / "k.lod.h5", ok=False).output
     assert "--append" in refused and "--name" in refused
+
+
+# -- a folder never reads or writes outside itself ------------------------------------------------------------
+def _linked_manifest_writes(d):
+    """Every command that writes a folder, each with its own output folder ``d/<key>``."""
+    (d / "a.jsonl").write_text("[[1, 2], [3]]\n[[4]]\n")
+    run("shard", d / "one.lod.h5", "-o", d / "src", "--shard-size", "1KB")
+    return {"pack": ["pack", d / "a.jsonl", "-o"], "shard": ["shard", d / "one.lod.h5", "-o"],
+            "dask-pack": ["pack", d / "a.jsonl", d / "a.jsonl", "--scheduler", "threads", "-o"],
+            "pool": ["pool", d / "src", "--scheduler", "threads", "-o"]}
+
+
+@pytest.mark.parametrize("dangling", [True, False], ids=["dangling", "into-another-folder"])
+def test_no_folder_write_follows_a_manifest_symlink(corpus, dangling):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "victim", "--shard-size", "1KB")
+    victim = (d / "victim" / MANIFEST_NAME).read_bytes()
+    for key, args in _linked_manifest_writes(d).items():
+        out = d / key
+        out.mkdir()
+        target = d / "planted.json" if dangling else d / "victim" / MANIFEST_NAME
+        os.symlink(target, out / MANIFEST_NAME)
+        bad = run(*args, f"{out}/", "--overwrite", ok=False)  # a manifest is there: replacing it is asked for
+        assert bad.exit_code != 0 and "symbolic link" in bad.output and "Traceback" not in bad.output, (key, bad.output)
+        assert sorted(os.listdir(out)) == [MANIFEST_NAME] and os.path.islink(out / MANIFEST_NAME), key
+        assert not (d / "planted.json").exists(), key
+        assert (d / "victim" / MANIFEST_NAME).read_bytes() == victim and validate_ok(d / "victim"), key
+
+
+def test_a_shard_linked_to_a_file_outside_is_refused_by_every_reader(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB")
+    os.rename(d / "s" / "part-00001.lod.h5", d / "outside.lod.h5")
+    os.symlink(d / "outside.lod.h5", d / "s" / "part-00001.lod.h5")
+    for args in (["pool", d / "s", "--scheduler", "threads", "-o", d / "p.lod.h5"],
+                 ["reverse", d / "s", "--scheduler", "threads", "-o", d / "r.lod.h5"],
+                 ["pool", d / "s", "-o", d / "p1.lod.h5"], ["unpack", d / "s", "--to", "jsonl"]):
+        bad = run(*args, ok=False)
+        assert bad.exit_code != 0 and "symbolic link" in bad.output and "Traceback" not in bad.output, args
+        assert bad.stdout == ""
+    assert not any((d / n).exists() for n in ("p.lod.h5", "r.lod.h5", "p1.lod.h5"))
+    from lodtool.errors import LodFormatError
+    from lodtool.interop import dask as lodtool_dask
+
+    with pytest.raises(LodFormatError, match="symbolic link"):
+        lodtool_dask.read(d / "s")
+
+
+def _edit_manifest(folder, fn):
+    path = os.path.join(folder, MANIFEST_NAME)
+    raw = json.load(open(path))
+    fn(raw)
+    json.dump(raw, open(path, "w"))
+
+
+def _swap_shard(d, folder, t):
+    """Replace shard 1 by one of the same counts but another dtype and level count."""
+    info = read_manifest(folder).shards[1].tensors["tensor"]
+    flat = LoDTensor(np.zeros(info.rows, np.float32), [[0, info.rows]] if info.rows else [[0]])
+    save(folder / "part-00001.lod.h5", flat, force=True)
+
+
+def _all_zero(m):
+    for s in m["shards"]:
+        s["tensors"]["tensor"].update(sequences=0, rows=0, level_sequences=[0, 0])
+
+
+def _fewer(m):
+    c = m["shards"][1]["tensors"]["tensor"]
+    c.update(rows=c["rows"] - 1)
+
+
+@pytest.mark.parametrize("damage", ["zero rows", "fewer rows", "swapped shard"])
+def test_a_manifest_that_lies_is_refused_by_every_reader_before_a_byte_is_written(corpus, damage):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB")
+    if damage == "swapped shard":
+        _swap_shard(d, d / "s", t)
+    else:
+        _edit_manifest(d / "s", _all_zero if damage == "zero rows" else _fewer)
+    for args in (["unpack", d / "s", "--to", "jsonl"], ["unpack", d / "s", "--to", "json"],
+                 ["pool", d / "s", "--scheduler", "threads", "-o", d / "p.lod.h5"],
+                 ["reverse", d / "s", "--scheduler", "threads", "-o", d / "r.lod.h5"]):
+        bad = run(*args, ok=False)
+        assert bad.exit_code != 0 and MANIFEST_NAME in bad.output and "Traceback" not in bad.output, (args, bad.output)
+        assert bad.stdout == "", args  # nothing streamed before the check
+    assert not (d / "p.lod.h5").exists() and not (d / "r.lod.h5").exists()
+
+
+def test_unpack_of_a_folder_with_a_broken_last_shard_streams_nothing(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB")
+    last = read_manifest(d / "s").shards[-1].file
+    (d / "s" / last).write_bytes(b"not a container")
+    bad = run("unpack", d / "s", "--to", "jsonl", ok=False)
+    assert bad.exit_code != 0 and last in bad.output and bad.stdout == ""
+
+
+def test_verify_never_opens_a_shard_linked_outside(corpus):
+    d, t = corpus
+    run("shard", d / "one.lod.h5", "-o", d / "s", "--shard-size", "1KB")
+    os.unlink(d / "s" / "part-00001.lod.h5")
+    (d / "outside.txt").write_text("not a container")
+    os.symlink(d / "outside.txt", d / "s" / "part-00001.lod.h5")
+    bad = run("verify", d / "s", ok=False)
+    assert bad.exit_code == 1 and "mismatch" in bad.output and "not an HDF5 file" not in bad.output, bad.output

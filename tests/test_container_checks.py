@@ -67,6 +67,26 @@ def test_verify_reports_unreadable_chunk(path):
     assert validate_file(path).ok  # offsets are fine; validate never reads the data
 
 
+def test_verify_reports_progress_in_bytes_hashed(path):
+    save(path, {"a": articles(), "b": LoDTensor(np.zeros(15, np.float32), articles().lod)})  # b shares a's offsets
+    seen = []
+    assert verify_file(path, progress=lambda done, total: seen.append((done, total))) == []
+    total = 15 * 8 + 4 * 8 + 7 * 8 + 15 * 4  # a's data and offsets, b's data; shared offsets hashed once
+    assert seen[-1] == (total, total) and all(t == total for _, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_verify_keeps_the_order_of_datasets_with_progress(path):
+    save(path, {"a": articles(), "b": LoDTensor(np.zeros(15), [[0, 15]])})
+    with h5py.File(path, "r+") as f:
+        f["a/data"][0] = 99
+        del f["b/lod/0"]
+        f["b/lod/0"] = np.array([0, 15])  # no recorded checksum: reported after a's data, in file order
+    plain = [m.dataset for m in verify_file(path)]
+    assert plain == ["/a/data", "/b/lod/0"]
+    assert [m.dataset for m in verify_file(path, progress=lambda done, total: None)] == plain
+
+
 def test_verify_without_checksums(path):
     save(path, articles())
     with h5py.File(path, "r+") as f:

@@ -29,7 +29,8 @@ from lodtool.container.shards import (
     verify_sharded,
     write_shard,
 )
-from lodtool.errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodVersionError
+from lodtool.errors import (LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError,
+                            LodVersionError)
 
 from .strategies import lod_tensors
 
@@ -380,3 +381,112 @@ def test_load_and_open_take_a_sharded_folder(tmp_path):
         assert f.tensor("ids").head(1).lod == [[0, 20]]
     with pytest.raises(LodFileNotFoundError, match="no tensor named 'nope'"):
         lodtool.load(tmp_path / "s", "nope")
+
+
+def _set_count(field, value):
+    def edit(m):
+        m["shards"][0]["tensors"]["tensor"][field] = value
+        m["shards"][0]["tensors"]["tensor"].pop("sequences", None)
+    return edit
+
+
+def _set_spec(field, value):
+    return lambda m: m["tensors"]["tensor"].update({field: value})
+
+
+def _two_halves_of(value):
+    def edit(m):  # each count fits an int64, their sum does not
+        for s in m["shards"][:2]:
+            s["tensors"]["tensor"]["rows"] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, field", [
+    (_set_count("rows", 2 ** 63), "rows"),
+    (_set_count("rows", 10 ** 30), "rows"),
+    (_set_count("level_sequences", [2 ** 64, 1]), "level_sequences"),
+    (_two_halves_of(2 ** 62 + 1), "add up"),
+    (_set_spec("element_shape", [1e30]), "element_shape"),
+    (_set_spec("element_shape", [10 ** 30]), "element_shape"),
+    (_set_spec("element_shape", [2 ** 40, 2 ** 40]), "element_shape"),
+    (_set_spec("element_shape", [1] * 40), "element_shape"),
+    (_set_spec("lod_level", 10 ** 30), "lod_level"),
+    (_set_spec("dtype", "(2,)<i4"), "dtype"),
+    (_set_spec("dtype", "|O"), "dtype"),
+    (_set_spec("dtype", "<f16"), "dtype"),
+    (_set_spec("dtype", "<M8[s]"), "dtype"),
+    (_set_spec("dtype", "<m8[s]"), "dtype"),
+    (_set_spec("dtype", "<i4,<i4"), "dtype"),
+    (_set_spec("dtype", None), "dtype"),
+    (_set_spec("dtype", 7), "dtype"),
+    (_set_spec("dtype", "(99999999999999999999,)i4"), "dtype"),
+])
+def test_hostile_manifest_fields_are_one_line_errors_naming_the_file_and_the_field(tmp_path, edit, field):
+    folder = _sharded(tmp_path, _tensor(), 64)
+    _edit_manifest(folder, edit)
+    for read in (load, open_sharded, validate_sharded):
+        try:
+            result = read(folder)
+        except LodFormatError as exc:
+            message = str(exc)
+        else:
+            assert read is validate_sharded, read
+            assert not result.ok
+            message = result.error
+        assert MANIFEST_NAME in message or read is validate_sharded
+        assert field in message and "\n" not in message, message
+
+
+def test_shard_ranges_check_every_shard_against_the_manifest(tmp_path):
+    folder = _sharded(tmp_path, _tensor(), 64)
+    save(os.path.join(folder, shard_name(1)), LoDTensor(np.zeros(3, np.float32), [[0, 3]]), force=True)
+    with open_sharded(folder) as f, pytest.raises(LodFormatError, match=shard_name(1)):
+        f.tensor().shard_ranges()
+
+
+def test_folder_file_refuses_links_and_other_entries(tmp_path):
+    (tmp_path / "x").mkdir()
+    os.symlink(tmp_path / "nowhere", tmp_path / "link")
+    with pytest.raises(LodFormatError, match="symbolic link"):
+        shards.folder_file(tmp_path, "link", missing_ok=True)
+    with pytest.raises(LodFormatError, match="not a regular file"):
+        shards.folder_file(tmp_path, "x")
+    with pytest.raises(LodFileNotFoundError, match="shard 3 is missing"):
+        shards.folder_file(tmp_path, "gone", what="shard 3")
+    assert shards.folder_file(tmp_path, "gone", missing_ok=True) == os.path.join(tmp_path, "gone")
+
+
+def test_write_shard_and_the_writer_refuse_a_linked_shard_name(tmp_path):
+    outside = tmp_path / "outside.lod.h5"
+    os.symlink(outside, tmp_path / shard_name(0))
+    with pytest.raises(LodFormatError, match="symbolic link"):
+        write_shard(tmp_path / shard_name(0), {"t": LoDTensor(np.arange(3), [[0, 3]])})
+    assert not outside.exists()
+    with pytest.raises(LodFormatError, match="symbolic link"):
+        ShardWriter(tmp_path)
+    assert not outside.exists()
+
+
+def test_an_interrupted_writer_removes_every_shard_it_started_but_keeps_committed_ones(tmp_path):
+    folder = tmp_path / "s"
+    w = ShardWriter(folder, shard_size=64)
+    w.write(_tensor())
+    started = sorted(os.listdir(folder))
+    assert started  # shards are written, no manifest names them yet
+    w.shards.pop()  # as if the interrupt came between a shard's rename and its entry in the list
+    w.abort()
+    assert not folder.exists()
+    made = _sharded(tmp_path, _tensor(), 64)
+    named = sorted(os.listdir(made))
+    shards.remove_uncommitted_shards(made, [os.path.join(made, n) for n in named if n != MANIFEST_NAME], created=True)
+    assert sorted(os.listdir(made)) == named and load(made).equals(_tensor())
+
+
+def test_a_writer_that_loses_a_shard_name_to_another_leaves_the_others_shard(tmp_path):
+    folder = tmp_path / "s"
+    w = ShardWriter(folder, shard_size="1GB")
+    w.write(_tensor())
+    theirs = write_shard(folder / shard_name(0), {"tensor": _tensor(5, seed=9)})  # made while w ran
+    with pytest.raises(LodExistsError):
+        w.commit()
+    assert sorted(os.listdir(folder)) == [theirs.file] and load(folder / theirs.file).equals(_tensor(5, seed=9))

@@ -249,7 +249,7 @@ def test_append_mismatches_are_refused(path):
 def test_append_never_changes_the_stored_dtype(path):
     save(path, {"x": LoDTensor(np.arange(3), [[0, 3]])})
     before = open(path, "rb").read()
-    with pytest.raises(LodDtypeError, match=r"stores int64; the appended values are float64 and 0\.5 .*--dtype float64"):
+    with pytest.raises(LodDtypeError, match=r"stores int64; the appended values are float64 and 0\.5 .*dtype='float64' and overwrite=True"):
         with LodWriter(path, append=True) as w:
             w.write("x", LoDTensor(np.array([0.5]), [[0, 1]]))
     assert open(path, "rb").read() == before
@@ -342,3 +342,12 @@ def test_append_refuses_corrupt_or_newer_files(path):
         LodWriter(p, append=True)
 
 
+
+
+def test_huge_rows_span_at_most_what_a_reader_reads_at_a_time(tmp_path):
+    path = tmp_path / "wide.lod.h5"
+    save(path, LoDTensor(np.zeros((0, 1 << 30), np.int8), [[0, 0]]))  # a 1 GiB row, no rows stored
+    assert validate_file(path).ok
+    with pytest.raises(LodShapeError, match="larger than a container stores"):
+        save(tmp_path / "wider.lod.h5", LoDTensor(np.zeros((0, 1 << 34), np.int8), [[0, 0]]))
+    assert not (tmp_path / "wider.lod.h5").exists()

@@ -52,7 +52,7 @@ def test_device_cuda_without_cupy_is_one_line(no_cupy, files, tmp_path, args):
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 1, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == ["lodtool: error: device='cuda' needs CuPy: pip install 'lodtool[gpu]'"], result.output
+    assert lines == ["lodtool: error: --device cuda needs CuPy: pip install 'lodtool[gpu]'"], result.output
     assert result.stdout == "" and not out.exists()
 
 

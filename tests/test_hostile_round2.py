@@ -230,7 +230,8 @@ class TestChunkBombs:
     """Issue 13.4: a few values declared in one huge gzip chunk are refused before the chunk is decoded."""
 
     @pytest.fixture(scope="class")
-    def bomb(self, tmp_path_factory) -> str:
+    @staticmethod
+    def bomb(tmp_path_factory) -> str:
         path = str(tmp_path_factory.mktemp("bomb") / "bomb.lod.h5")
         save(path, LoDTensor(np.arange(10, dtype=np.int64), [[0, 2, 5, 9, 10]]))
         chunk_bomb(path, "tensor/lod/0", np.array([0, 2, 5, 9, 10], dtype=np.int64), 1 << 24)  # 128 MiB
@@ -290,13 +291,14 @@ class TestOneEntryChunks:
     N = 32_768  # 215 MiB of libhdf5 bookkeeping when read at once (131,072: 820 MB)
 
     @pytest.fixture(scope="class")
-    def files(self, tmp_path_factory) -> dict[str, str]:
+    @staticmethod
+    def files(tmp_path_factory) -> dict[str, str]:
         folder = tmp_path_factory.mktemp("ones")
-        offsets = np.arange(self.N + 1, dtype=np.int64)
+        offsets = np.arange(TestOneEntryChunks.N + 1, dtype=np.int64)
         out = {}
         for member in ("tensor/lod/0", "tensor/data"):
             path = str(folder / f"{member.replace('/', '-')}.lod.h5")
-            data = np.arange(self.N, dtype=np.int64)
+            data = np.arange(TestOneEntryChunks.N, dtype=np.int64)
             save(path, LoDTensor(data, [offsets]))
             one_entry_chunks(path, member, offsets if member.endswith("0") else data)
             out[member] = path
@@ -367,7 +369,8 @@ class TestChunksInflatingPastTheirSize:
     buffer to whatever the stream holds; zstd allocates what its header declares).  Refused before decoding."""
 
     @pytest.fixture(scope="class")
-    def files(self, tmp_path_factory) -> dict[str, str]:
+    @staticmethod
+    def files(tmp_path_factory) -> dict[str, str]:
         folder = tmp_path_factory.mktemp("inflating")
         rng = np.random.default_rng(7)
         out = {}
@@ -630,7 +633,8 @@ class TestNpzBombs:
     """Issue 13.6: declared member sizes are checked against the memory limit before anything is inflated."""
 
     @pytest.fixture(scope="class")
-    def bomb(self, tmp_path_factory) -> str:
+    @staticmethod
+    def bomb(tmp_path_factory) -> str:
         """128 MiB of float64 zeros (a 0.5 MB file), with offsets that do not fit its rows."""
         n = 1 << 24
         data = np.lib.stride_tricks.as_strided(np.zeros(1), shape=(n,), strides=(0,))  # no memory for the fixture

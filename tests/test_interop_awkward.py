@@ -136,3 +136,12 @@ def test_awkward_buffers_reads_a_container_lazily(tmp_path, monkeypatch):
     assert all(callable(v) for v in container.values()) and calls == []
     assert a.to_list() == t.to_nested()
     assert from_awkward(a).equals(t)
+
+
+@given(lod_tensors(min_levels=0, max_levels=2, dtypes=["int32", "uint16", "float64", "complex64"]))
+def test_big_endian_data_is_copied_into_native_order(t):
+    swapped = LoDTensor(t.data.astype(t.dtype.newbyteorder(">")), lod=t.offsets)
+    a = to_awkward(swapped)
+    assert a.to_list() == t.to_nested()
+    assert leaf(a.layout).dtype == t.dtype.newbyteorder("=")
+    assert from_awkward(a).equals(t)

@@ -65,3 +65,32 @@ def test_datasets_own_lists_and_element_shapes():
         from_hf(datasets.Dataset.from_dict({"ids": [[1]], "label": [0]}))
     with pytest.raises(LodInputError, match="pick a split"):
         from_hf(datasets.DatasetDict({"train": ds}))
+
+
+def test_a_save_to_disk_folder_is_loaded(tmp_path):
+    t = from_nested([[[1, 2], [3]], [[4, 5, 6]]])
+    to_hf(t, "ids").save_to_disk(str(tmp_path / "saved"))
+    assert from_hf(tmp_path / "saved").equals(t)
+    assert from_hf(str(tmp_path / "saved"), "ids", level_names=["doc", "sentence"]).level_names == ("doc", "sentence")
+
+
+def test_a_dataset_dict_folder_or_another_folder_is_one_line_naming_the_way_out(tmp_path):
+    ds = to_hf(from_nested([[1, 2], [3]]), "ids")
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "splits"))
+    with pytest.raises(LodInputError, match=r"splits: a DatasetDict saved with save_to_disk \(splits: train, test\); "
+                                            r"pass one split's folder, e\.g\. .*splits/train$"):
+        from_hf(tmp_path / "splits")
+    assert from_hf(tmp_path / "splits" / "test").to_nested() == [[1, 2], [3]]
+    (tmp_path / "other").mkdir()
+    with pytest.raises(LodInputError, match=r"other: a folder, but not one that Dataset\.save_to_disk wrote"):
+        from_hf(tmp_path / "other")
+
+
+def test_a_damaged_folder_or_file_is_one_line_naming_it(tmp_path):
+    to_hf(from_nested([[1, 2], [3]]), "ids").save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "saved" / "state.json").write_text("{not json")
+    with pytest.raises(LodInputError, match=r"saved: datasets cannot open it \(.+\)$"):
+        from_hf(tmp_path / "saved")
+    (tmp_path / "x.arrow").write_bytes(b"garbage")
+    with pytest.raises(LodInputError, match=r"x\.arrow: datasets cannot open it \(.+\)$"):
+        from_hf(tmp_path / "x.arrow")

@@ -118,3 +118,77 @@ def test_the_way_out_for_deep_tensors_and_plain_tensors():
     assert from_torch(dense).equals(flat)
     with pytest.raises(LodShapeError, match="layout='strided'"):
         to_torch(flat)
+
+
+@given(lod_tensors(min_levels=1, max_levels=1, dtypes=["int32", "int16", "float64"]))
+def test_big_endian_data_is_copied_into_native_order(t):
+    swapped = LoDTensor(t.data.astype(t.dtype.newbyteorder(">")), lod=t.offsets)
+    assert [x.tolist() for x in to_torch(swapped).unbind()] == t.to_nested()
+    padded, mask = to_padded(swapped)
+    assert padded.tolist() == to_padded(t)[0].tolist()
+    cu, _ = cu_seqlens(swapped)
+    assert cu.tolist() == t.offsets[0].tolist()
+    if all(len(s) for s in t.to_nested()):
+        assert to_packed_sequence(swapped).data.tolist() == to_packed_sequence(t).data.tolist()
+
+
+# -- SequenceDataset: a map-style dataset for DataLoader(shuffle=True) and DistributedSampler --------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    import lodtool
+
+    rng = np.random.default_rng(4)
+    docs = rng.integers(0, 5, 40)
+    lengths = rng.integers(0, 9, int(docs.sum()))
+    t = lodtool.LoDTensor(np.arange(int(lengths.sum()), dtype=np.int32), [lodtool.lengths_to_offsets(docs),
+                                                                          lodtool.lengths_to_offsets(lengths)])
+    paths = {}
+    for compression in ("none", "deflate"):
+        paths[compression] = str(tmp_path_factory.mktemp("seq") / f"c-{compression}.lod.h5")
+        lodtool.save(paths[compression], t, compression=compression)
+    return t, paths
+
+
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+@pytest.mark.parametrize("level", [0, 1])
+def test_sequence_dataset_items_are_the_sequences(corpus, compression, level):
+    from lodtool.interop.torch import SequenceDataset
+
+    t, paths = corpus
+    ds = SequenceDataset(paths[compression], level=level)
+    assert len(ds) == t.num_sequences(level)
+    for i in range(len(ds)):
+        want = t.slice_level(level, i, i + 1).data
+        got = ds[i]
+        assert got.dtype == torch.int32 and got.tolist() == want.tolist()
+    with pytest.raises(IndexError, match="out of range"):
+        ds[len(ds)]
+
+
+def test_sequence_dataset_under_a_shuffling_dataloader_with_workers(corpus):
+    from torch.utils.data import DataLoader
+
+    from lodtool.interop.torch import SequenceDataset
+
+    t, paths = corpus
+    ds = SequenceDataset(paths["none"], level=1)
+    loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, collate_fn=SequenceDataset.collate,
+                        generator=torch.Generator().manual_seed(0))
+    seen = []
+    for values, lengths in loader:
+        assert values.shape[0] == lengths.shape[0]
+        seen += [values[k, :int(n)].tolist() for k, n in enumerate(lengths)]
+    expected = [t.slice_level(1, i, i + 1).data.tolist() for i in range(len(ds))]
+    assert sorted(seen) == sorted(expected) and seen != expected  # every sequence once, in a shuffled order
+
+
+def test_sequence_dataset_splits_across_ranks_with_a_distributed_sampler(corpus):
+    from torch.utils.data import DistributedSampler
+
+    from lodtool.interop.torch import SequenceDataset
+
+    t, paths = corpus
+    ds = SequenceDataset(paths["deflate"], level=0)
+    parts = [list(DistributedSampler(ds, num_replicas=2, rank=r, shuffle=True, seed=1)) for r in (0, 1)]
+    assert set(parts[0]) | set(parts[1]) == set(range(len(ds))) and len(parts[0]) == len(parts[1])
+    assert [ds[i].tolist() for i in parts[0][:3]] == [t.branch(i).data.tolist() for i in parts[0][:3]]

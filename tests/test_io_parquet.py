@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from lodtool import LoDTensor, from_nested
 from lodtool._jit import thread_limit
-from lodtool.errors import LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodUsageError
+from lodtool.errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodMemoryError,
+                            LodShapeError, LodUsageError)
 from tests.strategies import lod_tensors
 
 pa = pytest.importorskip("pyarrow")
@@ -220,3 +221,161 @@ def test_a_file_of_no_rows_is_empty_input(tmp_path):
     pq.write_table(pa.table({"ids": pa.array([], pa.list_(pa.int64()))}), path)
     r = cli("pack", path, "-o", tmp_path / "e.lod.h5")
     assert r.exit_code == 1 and f"{path}: empty input (column 'ids' has no rows)" in r.output
+
+
+# -- hostile files: claims checked before decoding, and what lodtool writes reads back everywhere --------------------
+def test_a_dictionary_rle_bomb_is_refused_under_max_memory_and_read_within_it(tmp_path):
+    n = 1 << 22  # a few hundred bytes of dictionary and RLE runs for 32 MiB of int64
+    path = tmp_path / "bomb.parquet"
+    arr = pa.LargeListArray.from_arrays(pa.array([0, n], pa.int64()), pa.array(np.zeros(n, np.int64)))
+    pq.write_table(pa.table({"t": arr}), path, use_dictionary=True, compression="zstd")
+    assert path.stat().st_size < 4096
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1 row needs "
+                                             r"[\d,]+ bytes, above the memory limit of 8,388,608 \(raise it with "
+                                             r"--max-memory\)$"):
+        list(iter_parquet([path], max_memory=8 << 20))
+    t = read_parquet(path)  # within the budget: read as it is
+    assert t.lod == [[0, n]] and not t.data.any()
+
+
+def test_a_fixed_size_list_of_2_22_in_one_row_is_checked_before_decoding(tmp_path):
+    path = tmp_path / "wide.parquet"
+    fsl = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(1 << 22, np.int8)), 1 << 22)
+    pq.write_table(pa.table({"t": pa.LargeListArray.from_arrays(pa.array([0, 1], pa.int64()), fsl)}), path)
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1 row needs"):
+        list(iter_parquet([path], max_memory=4 << 20))
+    assert read_parquet(path).element_shape == (1 << 22,)
+
+
+def test_a_footer_claiming_2_40_rows_is_refused_before_decoding(tmp_path):
+    from tests.hostile_io import parquet_claiming_rows
+
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(parquet_claiming_rows(1 << 40))
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1099511627776 rows "
+                                             r"needs [\d,]+ bytes, above the memory limit of 1,073,741,824"):
+        list(iter_parquet([path], max_memory=1 << 30))
+
+
+def test_pages_claiming_more_than_memory_are_a_memory_error_naming_the_row_group(tmp_path, monkeypatch):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"t": pa.array([[1, 2], [3]])}), path)
+
+    def no_memory(self, *args, **kwargs):
+        raise pa.ArrowMemoryError("malloc of size 3221225472 failed")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", no_memory)
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding it asks for more memory"):
+        read_parquet(path)
+
+
+def test_files_mark_list_items_required_so_awkward_reads_no_option_type(tmp_path):
+    t = LoDTensor(np.arange(12, dtype=np.float32).reshape(6, 2), [[0, 2, 3], [0, 1, 3, 6]])
+    path = tmp_path / "r.parquet"
+    write_parquet([t], path, name="x")
+    schema = str(pq.ParquetFile(path).schema)
+    assert "required float field_id=-1 element" in schema and "optional" not in schema
+    assert pq.ParquetFile(path).schema.column(0).max_definition_level == 3  # three repeated levels, no optional one
+    assert read_parquet(path).equals(t)
+    ak = pytest.importorskip("awkward")
+    arr = ak.from_parquet(str(path))
+    assert str(arr.type) == "2 * {x: var * var * 2 * float32}"
+    # a column written nullable, but holding no null, is read as it is
+    nullable = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"x": pa.array([[1, 2], [3]], pa.list_(pa.int64()))}), nullable)
+    assert read_parquet(nullable).lod == [[0, 2, 3]]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0), (1, 0, 1)])
+def test_an_element_shape_with_a_0_is_refused_before_writing(tmp_path, shape):
+    t = LoDTensor(np.zeros((5, *shape), np.float32), [[0, 2, 5]])
+    with pytest.raises(LodShapeError, match=r"^Parquet cannot hold element shape .*write arrow or npz instead"):
+        write_parquet([t], io.BytesIO())
+    from lodtool import load, save
+
+    save(tmp_path / "z.lod.h5", t)
+    r = cli("unpack", tmp_path / "z.lod.h5", "--to", "parquet", "-o", tmp_path / "z.parquet")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "Parquet cannot hold element shape" in lines[0], r.output
+    assert not (tmp_path / "z.parquet").exists()
+    r = cli("unpack", tmp_path / "z.lod.h5", "--to", "arrow", "-o", tmp_path / "z.arrow")  # the way that works
+    assert r.exit_code == 0, r.output
+    assert cli("pack", tmp_path / "z.arrow", "-o", tmp_path / "back.lod.h5").exit_code == 0
+    assert load(tmp_path / "back.lod.h5").equals(t)
+
+
+def test_row_groups_decode_at_once_only_as_many_as_fit_max_memory(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", "4")
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"tokens": pa.array([[i] * 50 for i in range(80)])}), path, row_group_size=10)
+    from lodtool.io.parquet import row_group_claims
+
+    largest = max(n for _, n in row_group_claims(pq.ParquetFile(path).metadata, "tokens"))
+    lock, now, peak = threading.Lock(), [0], [0]
+    real = pq.ParquetFile.read_row_group
+
+    def counted_read(self, i, **kw):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.02)  # long enough for the reads in flight to overlap
+        try:
+            return real(self, i, **kw)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted_read)
+    for limit, most in ((largest, 1), (2 * largest, 2), (None, 4)):
+        peak[0] = 0
+        assert sum(len(c) for c in iter_parquet([path], max_memory=limit)) == 80
+        assert 1 <= peak[0] <= most, (limit, peak[0])
+    assert peak[0] > 1  # without a limit they do overlap, so the bounds above mean something
+
+
+@pytest.mark.parametrize("table, options", [
+    (pa.table({"t": pa.array([[1, 2], [], [3]] * 20), "y": pa.array([True, False, None] * 20),
+               "s": pa.array(["a", None, "ccc"] * 20)}), {"row_group_size": 7}),
+    (pa.table({"t": pa.array([[[0.5]], [[1.5, 2.5], []]] * 5, pa.large_list(pa.list_(pa.float32())))}),
+     {"compression": "zstd", "use_dictionary": False, "write_page_index": True}),
+    (pa.table({"t": pa.array([[1.0, 2.0]] * 9, pa.list_(pa.float64(), 2)),
+               "m": pa.array([{"k": 1}] * 9, pa.map_(pa.string(), pa.int8()))}),
+     {"store_schema": False, "row_group_size": 4, "write_statistics": False}),
+])
+def test_the_footer_claims_are_the_ones_pyarrow_reads(tmp_path, table, options):
+    """The claims come from the footer's own bytes (pyarrow aborts on some column metadata): they must agree."""
+    from lodtool.io.parquet import row_group_claims
+
+    path = tmp_path / "x.parquet"
+    pq.write_table(table, path, **options)
+    metadata = pq.ParquetFile(path).metadata
+    widths = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8}
+    want = []
+    for g in range(metadata.num_row_groups):
+        rg = metadata.row_group(g)
+        total = 8 * (rg.num_rows + 1)
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            if c.path_in_schema.split(".")[0] == "t":
+                total += c.num_values * (widths[c.physical_type] + 4) + c.total_uncompressed_size
+        want.append((rg.num_rows, total))
+    assert row_group_claims(metadata, "t") == want
+
+
+def test_column_metadata_pyarrow_aborts_on_is_a_located_error(tmp_path):
+    """A size-statistics histogram of the wrong length: pyarrow's RowGroupMetaData.column() would abort."""
+    path = tmp_path / "histogram.parquet"
+    pq.write_table(pa.table({"t": pa.array([[1, 2], [3]])}), path)
+    blob = path.read_bytes()
+    size = int.from_bytes(blob[-8:-4], "little")
+    footer = blob[-8 - size:-8]
+    histogram = b"\x29\x26\x04\x02"  # SizeStatistics' repetition level histogram: a list of 2 i64, [2, 1]
+    assert footer.count(histogram) == 1
+    footer = footer.replace(histogram, b"\x29\x76\x04\x02" + bytes(5))  # now 7 entries
+    path.write_bytes(blob[:-8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    with pytest.raises(LodInputError, match=rf"^{path}: row group 0, column 't': cannot read it \(Repetition level "
+                                            r"histogram size mismatch"):
+        list(iter_parquet([path], max_memory=1 << 30))

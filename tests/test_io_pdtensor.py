@@ -292,3 +292,77 @@ def test_damaged_files_are_read_or_refused_never_crash(case, flips):
     else:
         for t in tensors.values():
             assert t.n_rows == t.shape[0]
+
+
+# -- hostile headers, levels Paddle refuses, and pickles ------------------------------------------------------------
+@pytest.mark.parametrize("dims, says", [
+    ([1] * 100_001, r"\(100,001 dims\) \(maximum supported dimension"),
+    ([1] * 65, r"\(65 dims\)"),
+    ([0, 1 << 62, 1 << 62], r"\[0, 4611686018427387904, 4611686018427387904\] \(array is too big\)"),
+    ([0, 1 << 31, 1 << 31], r"\(array is too big\)"),
+])
+def test_dims_numpy_cannot_hold_are_one_line_errors(tmp_path, dims, says):
+    from tests.hostile_io import pdtensor_bytes
+
+    path = tmp_path / "dims.pdtensor"
+    path.write_bytes(pdtensor_bytes(dims, data=b"\0" * 4))
+    with pytest.raises(LodInputError, match=rf"^{path}: byte 20: tensor 0: NumPy cannot hold an array of dims .*"
+                                            rf"{says}"):
+        pd.read_pdtensor(path)
+    r = cli("pack", path, "-o", tmp_path / "x.lod.h5")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "internal error" not in r.output, r.output
+    assert len(lines[0]) < 400 and not (tmp_path / "x.lod.h5").exists()
+
+
+def test_a_level_of_zero_sequences_is_never_written_for_paddle(tmp_path):
+    """lodtool allows offsets [0]; Paddle's set_lod refuses them, so neither writer hands Paddle one."""
+    from lodtool import save
+    from tests.hostile_io import pdtensor_bytes
+
+    empty = LoDTensor(np.zeros((0, 3), np.float32), [[0]])
+    with pytest.raises(LodValidationError, match=r"^Paddle would refuse this LoD: level 0: has 1 offset\(s\); a level "
+                                                 r"needs at least 2 \(one sequence\)"):
+        pd.write_pdtensor(empty, io.BytesIO())
+    nested = LoDTensor(np.zeros(0, np.int64), [[0, 0], [0]])  # one document, no sentence
+    with pytest.raises(LodValidationError, match="level 1: has 1 offset"):
+        pd.write_pdtensor(nested, io.BytesIO())
+    save(tmp_path / "e.lod.h5", empty)
+    r = cli("unpack", tmp_path / "e.lod.h5", "--to", "pdtensor", "-o", tmp_path / "e.pdtensor")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "Paddle would refuse this LoD" in lines[0], r.output
+    assert not (tmp_path / "e.pdtensor").exists()
+    # a file holding such a level (Paddle's loader checks nothing) is still read, by lodtool's rule
+    back = pd.read_pdtensor(pdtensor_bytes([0, 3], lod=[[0]]))
+    assert back.lod == [[0]] and back.shape == (0, 3)
+
+
+class _Planted:
+    """Unpickling this would create ``path``: a pickle must never be loaded."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_a_pickle_from_paddle_save_is_named_never_unpickled(tmp_path, protocol):
+    import pickle
+
+    marker = tmp_path / "unpickled"
+    path = tmp_path / "x.pdtensor"
+    path.write_bytes(pickle.dumps({"value": np.arange(3), "planted": _Planted(marker)}, protocol=protocol))
+    with pytest.raises(LodInputError, match=rf"^{path}: is a Python pickle \(protocol {protocol}: what paddle.save "
+                                            r"writes\), not Paddle's binary tensor format.*save_dense_tensor"):
+        pd.read_pdtensor(path)
+    r = cli("pack", path, "-o", tmp_path / "x.lod.h5")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "is a Python pickle" in lines[0], r.output
+    assert not marker.exists()
+    # anything else with a wrong version is still a located version error
+    bad = tmp_path / "v.pdtensor"
+    bad.write_bytes(b"\x07\x00\x00\x00" + bytes(20))
+    with pytest.raises(LodInputError, match=rf"^{bad}: byte 0: tensor 0: LoD version 7"):
+        pd.read_pdtensor(bad)

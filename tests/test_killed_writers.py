@@ -31,6 +31,8 @@ import pytest
 from lodtool.errors import LodFormatError
 from lodtool.atomic import is_temp_path, sweep_stale_temps
 from lodtool.container import load, open_file, validate_file, verify_file
+from lodtool import load as lodtool_load  # a file or a sharded folder
+from lodtool.container.shards import MANIFEST_NAME, read_manifest, validate_sharded
 
 LONG = os.environ.get("LODTOOL_TEST_PROFILE", "").lower() == "long"
 TRIALS = 60 if LONG else 8
@@ -253,6 +255,110 @@ def test_sweep_leaves_live_writers_alone(tmp_path):
         f.write(b"done")
     live.commit()
     assert open(target, "rb").read() == b"done"
+
+
+# -- SIGINT and SIGTERM at the commit point, through the CLI ---------------------------------------------------
+SIGNAL_TRIALS = 10 if LONG else 1
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
+    """Poll ``predicate`` until it holds (``False`` if the process ended first, or after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicate():
+            return True
+        time.sleep(0.0005)
+    return False
+
+
+def manifest_id(folder: str):
+    try:
+        info = os.stat(os.path.join(folder, MANIFEST_NAME))
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_mtime_ns
+
+
+def folder_state(folder: str, versions: dict) -> str:
+    """Which version the folder holds (``absent`` when it is gone); fails on anything else."""
+    if not os.path.exists(folder):
+        return "absent"
+    names = sorted(os.listdir(folder))
+    named = sorted([s.file for s in read_manifest(folder).shards] + [MANIFEST_NAME])
+    assert names == named, f"files no manifest names, or temp files: {sorted(set(names) - set(named))}"
+    assert validate_sharded(folder).ok
+    t = lodtool_load(folder)
+    (state,) = [k for k, v in versions.items() if t.equals(v)] or ["neither old nor new"]
+    return state
+
+
+@pytest.fixture(scope="module")
+def signal_inputs(tmp_path_factory):
+    from lodtool.tasks import pack
+
+    d = tmp_path_factory.mktemp("signals")
+    small, big = str(d / "small.jsonl"), str(d / "big.jsonl")
+    write_jsonl(small, 200, 3)
+    write_jsonl(big, 1500, 4)
+    pack([small], str(d / "small.lod.h5"))
+    pack([big], str(d / "big.lod.h5"))
+    return {"small": small, "big": big, "old": load(str(d / "small.lod.h5")), "big_t": load(str(d / "big.lod.h5"))}
+
+
+def test_ctrl_c_as_a_sharded_append_commits_leaves_the_old_folder_or_the_new_one(signal_inputs, tmp_path):
+    from lodtool.container.shards import ShardWriter, concat_tensors
+
+    old, new = signal_inputs["old"], concat_tensors([signal_inputs["old"], signal_inputs["big_t"]])
+    seen = Counter()
+    for i in range(SIGNAL_TRIALS * 2):
+        folder = str(tmp_path / f"f{i}")
+        with ShardWriter(folder, shard_size="64KB") as w:
+            w.write(old)
+        before = manifest_id(folder)
+        proc = lodtool("pack", signal_inputs["big"], "-o", folder, "--append", "--shard-size", "64KB")
+        if i % 2 == 0:  # the moment the new manifest is in place
+            assert wait_for(lambda: manifest_id(folder) != before, proc), proc.stderr.read()
+        else:  # while the new shards are being written
+            assert wait_for(lambda: len(os.listdir(folder)) > len(read_manifest(folder).shards) + 2, proc)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        assert code >= 0, "the process was killed by the signal instead of finishing its cleanup"
+        state = folder_state(folder, {"old": old, "new": new})
+        assert state == ("new" if i % 2 == 0 else "old"), state
+        seen[state] += 1
+    print("\nsharded append, Ctrl-C:", dict(seen))
+
+
+def test_ctrl_c_while_packing_small_shards_leaves_no_shard_and_no_folder(signal_inputs, tmp_path):
+    seen = Counter()
+    for i in range(SIGNAL_TRIALS):
+        folder = str(tmp_path / f"f{i}")
+        proc = lodtool("pack", signal_inputs["big"], "-o", f"{folder}/", "--shard-size", "1KB")
+        assert wait_for(lambda: os.path.isdir(folder) and len(os.listdir(folder)) > 2 + 3 * i, proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) >= 0
+        state = folder_state(folder, {"new": signal_inputs["big_t"]})
+        assert state == "absent", state
+        seen[state] += 1
+    print("\n1KB shards, Ctrl-C:", dict(seen))
+
+
+def test_sigterm_during_a_write_removes_its_temp_file(signal_inputs, tmp_path):
+    for i in range(SIGNAL_TRIALS):
+        folder = tmp_path / f"t{i}"
+        folder.mkdir()
+        target = str(folder / "t.lod.h5")
+        proc = lodtool("pack", signal_inputs["big"], "-o", target)
+        assert wait_for_temp(str(folder), proc)
+        time.sleep(0.01 * i)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        names = os.listdir(folder)
+        assert not any(is_temp_path(n) for n in names), names  # removed at once, not left for the next write
+        if names:  # the signal came after the commit: the whole new file
+            assert names == ["t.lod.h5"] and load(target).equals(signal_inputs["big_t"])
+        else:
+            assert code != 0
 
 
 def main() -> None:

@@ -201,27 +201,41 @@ def test_host_data_takes_device_offsets_to_the_host():
     assert t.lod == [[0, 1, 3]]
 
 
-def test_to_cuda_needs_the_backend(monkeypatch):
-    import lodtool.ops._backend as backend
-    from lodtool import tensor
-
-    assert tensor._device_hooks is backend._CudaHooks  # importing lodtool.ops installs them
-    monkeypatch.setattr(tensor, "_device_hooks", None)
-    with pytest.raises(lodtool.LodBackendError, match="import lodtool.ops first"):
-        LoDTensor(np.arange(3), [[0, 1, 3]]).to("cuda")
-
-
-def test_to_cuda_loads_the_backend_on_first_need():
-    # a fresh interpreter that never imported lodtool.ops: .to("cuda") still reaches the CUDA backend
+def test_to_cuda_needs_only_cupy():
+    # no hook to install and no operator module to import: a fresh interpreter reaches CuPy (or says it is missing)
     code = ("import sys, numpy as np, lodtool\n"
-            "assert 'lodtool.ops' not in sys.modules\n"
             "try:\n"
             "    lodtool.LoDTensor(np.arange(3), [[0, 1, 3]]).to('cuda')\n"
             "except lodtool.LodBackendError as exc:\n"
             "    print('error:', exc)\n"
             "else:\n"
             "    print('moved')\n"
-            "print('backend loaded:', 'lodtool.ops._backend' in sys.modules)\n")
+            "print('ops loaded:', 'lodtool.ops' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "backend loaded: True" in out
-    assert "import lodtool.ops first" not in out
+    assert "ops loaded: False" in out
+    assert "moved" in out or "needs CuPy" in out or "needs a CUDA GPU" in out
+
+
+def test_offsets_are_read_only_and_owned():
+    given = np.array([0, 2, 3])
+    t = LoDTensor(np.arange(3), [given])
+    with pytest.raises(ValueError, match="read-only"):
+        t.offsets[0][1] = 5
+    given[1] = 7  # the caller's array is not the tensor's
+    assert t.lod == [[0, 2, 3]]
+    assert t.branch(1).offsets == () and t.slice_level(0, 0, 1).offsets[0].flags.writeable is False
+    frozen = np.array([0, 1, 3])
+    frozen.flags.writeable = False  # memory nobody can write (an Arrow buffer, a read-only map) is not copied
+    assert np.shares_memory(LoDTensor(np.arange(3), [frozen]).offsets[0], frozen)
+    behind = np.array([0, 1, 3])
+    view = behind[:]
+    view.flags.writeable = False  # but a read-only view of a writable array is
+    assert not np.shares_memory(LoDTensor(np.arange(3), [view]).offsets[0], behind)
+
+
+def test_unchecked_tensor_is_checked_at_first_use():
+    t = LoDTensor(np.arange(3), [[0, 3, 1, 3]], validate=False)  # built as asked, not checked yet
+    with pytest.raises(lodtool.LodValidationError, match="must not decrease"):
+        t.checked()
+    good = LoDTensor(np.arange(3), [[0, 1, 3]], validate=False)
+    assert good.checked() is good and good.lod == [[0, 1, 3]]

@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import click
 
@@ -37,12 +37,37 @@ def tensor_ref(file: str, name: str | None) -> tuple[str, str | None]:
     return resolve_tensor_ref(file, name)
 
 
+class PathType(click.ParamType):
+    """A file or folder name, taken as given (each command's one-line errors say what is wrong with it);
+    shell completion completes it as a file name."""
+
+    name = "path"
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(incomplete, type="file")]
+
+
+#: the type of every argument and option that names a file or folder
+PATH = PathType()
+
+#: the key of ``ctx.meta`` that holds the command's -o (errors about the output name it: a full disk)
+OUTPUT_META = "lodtool.output"
+
+
+def _remember_output(ctx: click.Context, _param, value):
+    ctx.meta[OUTPUT_META] = value
+    return value
+
+
 def output_option(required: bool = False, default: str | None = None, help_: str = "Output file, or - for stdout."):
     # click 8.3+ no longer enforces required=True on an option that also sets default=None: pass a default
     # only where the option is optional
     def deco(f):
         extra = {} if required else {"default": default}
-        return click.option("-o", "--output", "output", required=required, metavar="PATH", help=help_, **extra)(f)
+        return click.option("-o", "--output", "output", type=PATH, required=required, metavar="PATH", help=help_,
+                            callback=_remember_output, **extra)(f)
     return deco
 
 
@@ -187,6 +212,19 @@ def input_path(path: str) -> Iterator[str]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def stdin_among(files: Sequence[str]) -> Iterator[tuple[list[str], str | None]]:
+    """``files`` with ``-`` (stdin, read once) replaced by the temp file it is spooled to, and that file's path.
+
+    The other names are passed on unchecked: commands that report on many files report a missing one.
+    """
+    if "-" not in files:
+        yield list(files), None
+        return
+    with input_path("-") as spooled:
+        yield [spooled if f == "-" else f for f in files], spooled
 
 
 @contextlib.contextmanager

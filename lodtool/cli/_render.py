@@ -71,6 +71,26 @@ def plain_output() -> bool:
     return not sys.stdout.isatty() and not os.environ.get("FORCE_COLOR")
 
 
+def print_rows(lines: Sequence[str]) -> bool:
+    """Rows whose columns line up (the bars picture): whole into a pipe; on a terminal each row longer
+    than its width is cut at the same column and ends in ``…``, so what is shown stays aligned.
+
+    Returns whether any row was cut.
+    """
+    con = console()
+    if not con.is_terminal:
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        return False
+    from rich.cells import cell_len, set_cell_size
+
+    width, cut = con.width, False
+    for line in lines:
+        if cell_len(line) > width:
+            line, cut = set_cell_size(line, width - 1) + "…", True
+        con.print(line, markup=False, highlight=False, crop=False)
+    return cut
+
+
 def status_line(tag: str, style: str, rest: str) -> None:
     """``tag rest`` on stdout, the tag in ``style`` on a terminal (``rest`` is never read as markup)."""
     rest = printable(rest)
@@ -159,10 +179,13 @@ def problem_text(p: Any) -> str:
 
 # -- progress ----------------------------------------------------------------------------------
 @contextlib.contextmanager
-def progress(total: int | None, description: str, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A byte-progress bar on stderr; a no-op callback when disabled or stderr is no terminal."""
+def progress(total: int | None, description: str, enabled: bool) -> Iterator[Callable[..., None]]:
+    """A byte-progress bar on stderr; a no-op callback when disabled or stderr is no terminal.
+
+    The callback takes the bytes done, and the total where it is learnt only as the work goes.
+    """
     if not enabled or not sys.stderr.isatty():
-        yield lambda n: None
+        yield lambda done, total=None: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
@@ -170,7 +193,7 @@ def progress(total: int | None, description: str, enabled: bool) -> Iterator[Cal
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n: bar.update(task, completed=n)
+        yield lambda done, total=None: bar.update(task, completed=done, total=total)
 
 
 @contextlib.contextmanager

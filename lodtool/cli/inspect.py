@@ -8,7 +8,7 @@ from . import _options as opt
 
 
 @click.command("inspect")
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=opt.PATH)
 @opt.name_option
 @opt.json_option
 @opt.isolate_option

@@ -6,8 +6,11 @@ Commands live in their own modules and are imported only when run, so
 
 from __future__ import annotations
 
+import difflib
+import errno
 import importlib
 import os
+import re
 import sys
 import warnings
 
@@ -95,6 +98,19 @@ class LazyGroup(click.Group):
         module, attr, _ = COMMANDS[name]
         return _with_global_options(getattr(importlib.import_module(f"{__package__}.{module}"), attr))
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            close = difflib.get_close_matches(name, COMMANDS, n=2)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+    def _in_flags(self, ctx: click.Context, text: str) -> str:
+        """A library message in the words of the command that was run (see :func:`in_flags`)."""
+        command = self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand in COMMANDS else None
+        return in_flags(text, command) if command is not None else text
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # list commands without importing each module
         with formatter.section("Commands"):
@@ -106,7 +122,10 @@ class LazyGroup(click.Group):
                 # a library warning (numpy on an old .npy header, h5py deprecations) is not the user's to act
                 # on, and would break the one-line error contract; -v shows them
                 warnings.simplefilter("ignore")
-            return self._invoke(ctx)
+            try:
+                return self._invoke(ctx)
+            except KeyboardInterrupt as exc:  # also while an isolated child runs
+                _interrupted(ctx, exc)
 
     def _invoke(self, ctx: click.Context):
         from ._isolated import ISOLATION_ENV
@@ -129,7 +148,8 @@ class LazyGroup(click.Group):
                 raise LodClickError(message, code) from None
             ctx.exit(code)
         except LodError as exc:
-            raise LodClickError(one_line(exc), exc.exit_code) from None
+            full = _disk_full(ctx, exc)  # never a usage error, whatever the writer raised it as
+            raise LodClickError(full or self._in_flags(ctx, one_line(exc)), 1 if full else exc.exit_code) from None
         except MemoryError:
             raise LodClickError("out of memory; try --max-memory or a smaller chunk") from None
         except BrokenPipeError:
@@ -137,8 +157,8 @@ class LazyGroup(click.Group):
             _silence_stdout()
             ctx.exit(0)
         except OSError as exc:
-            raise LodClickError(one_line(exc)) from None
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise LodClickError(_disk_full(ctx, exc) or one_line(exc)) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # a bug: still one line, the traceback only with -v
             if ctx.find_root().params.get("verbose"):
@@ -148,6 +168,100 @@ class LazyGroup(click.Group):
         finally:
             if isolation is None:
                 os.environ.pop(ISOLATION_ENV, None)
+
+
+#: the exit status of a command stopped by Ctrl-C: 128 + SIGINT, what a shell reports for a program it interrupts
+EXIT_INTERRUPTED = 130
+
+
+def _interrupted(ctx: click.Context, exc: KeyboardInterrupt) -> None:
+    """Ctrl-C: exit 130, or 0 when the library says the output was already complete when it came.
+
+    The library marks the second case by setting ``committed`` on the KeyboardInterrupt to the path it
+    finished writing (the atomic rename had happened, so the output is whole and in place).
+    """
+    committed = getattr(exc, "committed", None)
+    if committed:
+        from ._render import printable
+
+        click.echo(f"lodtool: interrupted after {printable(os.fspath(committed))} was written (it is complete)",
+                   err=True)
+        ctx.exit(0)
+    raise LodClickError("interrupted", EXIT_INTERRUPTED) from None
+
+
+def _disk_full(ctx: click.Context, exc: BaseException) -> str | None:
+    """``OUTPUT: no space left on device`` when ``exc`` is, or was raised while handling, a full disk (errno 28).
+
+    The output named is the file the failed write was for: the error's own file name unless it is one of
+    lodtool's temp files, else the command's ``-o`` file; written to stdout, the folder of the temp file
+    that took the room.
+    """
+    from ..atomic import is_temp_path
+    from ._options import OUTPUT_META
+
+    seen = exc
+    while seen is not None and not (isinstance(seen, OSError) and seen.errno == errno.ENOSPC):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return None
+    name = seen.filename
+    if name is not None and not is_temp_path(str(name)):
+        return single_line(f"{name}: no space left on device")
+    output = ctx.meta.get(OUTPUT_META)
+    if output not in (None, "-"):
+        where = output
+    elif name is not None:  # the temp file of an output bound for stdout: the folder it filled
+        where = os.path.dirname(str(name))
+    else:
+        where = "stdout" if output == "-" else "the output"
+    return single_line(f"{where}: no space left on device")
+
+
+#: library keywords whose command-line option has another Python name (``--format`` is ``fmt``)
+OPTION_OF_KEYWORD = {"format": "fmt"}
+
+#: a library parameter as a message names it: ``overwrite=True``, ``max_tokens=...``, ``dtype='float64'``,
+#: optionally after the verb "pass"
+_KEYWORD_MENTION = re.compile(
+    r"(?<![\w.=-])(?P<verb>pass )?(?P<name>[a-z_][a-z0-9_]*)="
+    r"(?P<value>True|False|None|\.\.\.|'[^']*'|\"[^\"]*\"|-?[0-9][\w.]*|[a-z][\w.]*)")
+
+
+def in_flags(text: str, command: click.Command) -> str:
+    """A library message with each ``keyword=value`` it names written as ``command``'s option.
+
+    The library speaks Python: ``pass overwrite=True``, ``max_tokens=...`` (any value),
+    ``dtype='float64'``.  On the command line those are ``add --overwrite``, ``--max-tokens``,
+    ``--dtype float64``; ``pass flag=False`` becomes ``leave out --flag``.  A keyword the command
+    has no option for is left as it is.
+
+    >>> cmd = click.Command("x", params=[click.Option(["--overwrite"], is_flag=True),
+    ...                                   click.Option(["--max-tokens"], type=int)])
+    >>> in_flags("t exists: pass overwrite=True to replace it", cmd)
+    't exists: add --overwrite to replace it'
+    >>> in_flags("needs max_tokens=... or max_sequences=...", cmd)
+    'needs --max-tokens or max_sequences=...'
+    """
+    options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+
+    def flag(match: re.Match) -> str:
+        option = options.get(OPTION_OF_KEYWORD.get(match["name"], match["name"]))
+        if option is None:
+            return match[0]
+        long = next((o for o in option.opts if o.startswith("--")), option.opts[0])
+        value, verb = match["value"], match["verb"]
+        if option.is_flag and value in ("True", "False"):
+            if value == "True":
+                return ("add " if verb else "") + long
+            negation = next((o for o in option.secondary_opts if o.startswith("--")), None)
+            if negation:
+                return ("add " if verb else "") + negation
+            return ("leave out " if verb else "without ") + long
+        shown = "" if value == "..." else " " + value.strip("'\"")
+        return ("give " if verb else "") + long + shown
+
+    return _KEYWORD_MENTION.sub(flag, text)
 
 
 def _set_global(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -177,7 +291,11 @@ def one_line(exc: BaseException) -> str:
         text = f"{exc.filename}: {exc.strerror or exc}"
     else:
         text = str(exc) or type(exc).__name__
-    # one line, and nothing from a file can drive the terminal: control characters are shown escaped
+    return single_line(text)
+
+
+def single_line(text: str) -> str:
+    """``text`` on one line, and nothing from a file in it can drive the terminal: control characters escaped."""
     text = " ".join(text.split())
     return text if text.isprintable() else "".join(
         ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)

@@ -17,7 +17,7 @@ def _report(ctx, info: dict, as_json: bool, verb: str) -> None:
 
 
 @click.command("shard")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.output_option(required=True, help_="The folder to write: DIR/part-00000.lod.h5 ... and DIR/lodtool.json.")
 @click.option("--shard-size", default="1GB", show_default=True, metavar="SIZE",
               help="Bytes of rows per shard (256MB, 1GB, ...); shards end at top-level sequence boundaries.")
@@ -35,7 +35,7 @@ def shard(ctx, file, output, shard_size, name, compression, append, overwrite, f
     (lodtool.json) is written last and atomically.  Every tensor of the file is
     sharded (they need the same number of top-level sequences), or only --name.
     A folder that holds a sharded container already needs --append (add
-    shards) or --overwrite (replace it).
+    shards) or --overwrite (replace it).  FILE - reads the container from stdin.
 
     \b
     Example:
@@ -44,13 +44,14 @@ def shard(ctx, file, output, shard_size, name, compression, append, overwrite, f
     """
     from .. import tasks
 
-    info = tasks.shard(file, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
-                       append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory))
+    with opt.input_path(file) as path:
+        info = tasks.shard(path, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
+                           append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory))
     _report(ctx, info, as_json, "sharded")
 
 
 @click.command("merge")
-@click.argument("folder")
+@click.argument("folder", type=opt.PATH)
 @opt.output_option(required=True, help_="The container to write (atomically).")
 @opt.replace_options
 @opt.compression_option

@@ -30,7 +30,7 @@ def _refuse_output_over(file, output, fmt):
 
 
 @click.command("slice", context_settings={"ignore_unknown_options": True})
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @click.argument("path", required=False)
 @opt.name_option
 @click.option("--level", type=int, default=None, help="With --range: slice this level instead of a branch.")
@@ -85,7 +85,7 @@ def _literal_range(text: str) -> tuple[int | None, int | None]:
 
 def _head_tail(which: str):
     @click.command(which)
-    @click.argument("file")
+    @click.argument("file", type=opt.PATH)
     @click.option("-n", "--count", "count", type=click.IntRange(min=1), default=5, show_default=True,
                   help="How many top-level sequences.")
     @opt.name_option

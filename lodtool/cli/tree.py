@@ -13,7 +13,7 @@ MAX_BARS_ROWS = 2000
 
 
 @click.command("tree")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--depth", "-d", type=click.IntRange(min=1), default=3, show_default=True,
               help="How many levels to expand.")
@@ -23,9 +23,13 @@ MAX_BARS_ROWS = 2000
 @click.option("--style", type=click.Choice(["tree", "bars"]), default="tree", show_default=True,
               help="tree: branches with lengths and previews; bars: the seeds' rows of lengths over |||.")
 @opt.json_option
-def tree(file, name, depth, max_children, branch, style, as_json):
+@click.pass_context
+def tree(ctx, file, name, depth, max_children, branch, style, as_json):
     """Draw a tensor as a tree: each node shows its branch <i,j>, its length and, at
     the leaves, a preview of the elements.  Only what is shown is read from disk.
+
+    With --style bars, rows wider than the terminal are cut at its edge (…), and
+    whole when piped.
 
     \b
     Example:
@@ -35,7 +39,7 @@ def tree(file, name, depth, max_children, branch, style, as_json):
       lodtool tree articles.lod.h5 --json | jq '.children[0].length'
     """
     from .. import tasks
-    from ._render import TreeSource, bars, build_tree, console, markup_safe, print_
+    from ._render import TreeSource, bars, build_tree, markup_safe, print_, print_rows
 
     file, name = opt.tensor_ref(file, name)
     with opt.input_path(file) as src, tasks.tree(src, name=name, branch=branch) as view:
@@ -55,8 +59,9 @@ def tree(file, name, depth, max_children, branch, style, as_json):
                                     "pick a smaller part with --path")
             part = view.read()
             lengths = part.recursive_sequence_lengths or [[part.shape[0]]]
-            for line in bars(lengths, len(part.element_shape)):
-                console().print(line, markup=False, highlight=False)
+            if print_rows(bars(lengths, len(part.element_shape))):
+                opt.message(ctx, "rows cut at the terminal's edge (…): draw a part with --path, or pipe the output "
+                                 "for whole rows")
             return
         shape = "×".join(map(str, t.element_shape)) or "scalar"
         title = (f"[bold]{markup_safe(t.name)}[/] {format_path(path) if path else ''} "

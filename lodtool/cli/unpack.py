@@ -11,7 +11,7 @@ from . import _options as opt
 
 
 @click.command("unpack")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @opt.to_option()
 @opt.output_option(default="-")
@@ -23,7 +23,8 @@ def unpack(ctx, file, name, to, output):
     streamed), npz the arrays `data` and `offsets_0..`, parquet one row group
     per chunk, arrow an Arrow IPC file, pdtensor Paddle's serialized LoDTensor.
     Without --to the format comes from -o's extension (another extension is
-    refused), else json.  Binary formats are not written onto a terminal.
+    refused), else json.  Binary formats are not written onto a terminal.  A
+    progress bar (on a terminal) and a one-line summary go to stderr.
 
     \b
     Example:
@@ -38,7 +39,14 @@ def unpack(ctx, file, name, to, output):
     if to is None and output and output != "-" and \
             opt.extension_format(os.path.splitext(output)[1]) == "h5":
         raise click.UsageError("unpack writes interchange formats; use `lodtool slice` to copy into a container")
+    from ._render import progress
+
     fmt = opt.output_format(output, to, "json", choices=tuple(f for f in opt.FORMATS_OUT if f != "h5"))
     opt.refuse_binary_on_terminal(output, fmt)
-    with opt.input_path(file) as path:
-        tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt)
+    # the bar and the summary go to stderr: stdout may be the data
+    with opt.input_path(file) as path, progress(None, "unpacking", not opt.is_quiet(ctx)) as tick:
+        result = tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt,
+                              progress=tick)
+    where = "stdout" if output == "-" else output
+    opt.message(ctx, f"unpacked {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} of "
+                     f"{file}:{result.name} as {fmt} to {where} ({result.bytes_written:,} bytes)")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from . import _options as opt
 
 
 @click.command("validate")
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=opt.PATH)
 @opt.json_option
 @opt.isolate_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per file with --isolate.")
@@ -18,7 +20,7 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory):
     """Validate containers: the format, every dataset's shape and dtype, and the LoD.
 
     Every problem is listed with file, tensor, level and index (FILE:tensor
-    checks the whole FILE).  Reads the
+    checks the whole FILE; - reads a container from stdin).  Reads the
     offsets only, never the data.  Exit 0: all valid; 1: a file is invalid;
     2: a file is unreadable (missing, not HDF5, not a lodtool container).
 
@@ -30,7 +32,9 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory):
     from .. import tasks
 
     files = [opt.tensor_ref(f, None)[0] for f in files]  # FILE:tensor checks the whole FILE
-    reports = tasks.validate(files, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
+    with opt.stdin_among(files) as (paths, spooled):
+        reports = tasks.validate(paths, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
+    reports = [_from_stdin(r) if r.path == spooled else r for r in reports]
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])
     elif not opt.is_quiet(ctx) or any(not r.ok for r in reports):
@@ -41,3 +45,9 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory):
         ctx.exit(2)
     if any(not r.ok for r in reports):
         ctx.exit(1)
+
+
+def _from_stdin(report):
+    """A report on the file stdin was spooled to, naming it ``-``."""
+    problems = [dataclasses.replace(p, file="-") for p in report.problems]
+    return dataclasses.replace(report, path="-", problems=problems)

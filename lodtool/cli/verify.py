@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from . import _options as opt
 
 
 @click.command("verify")
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=opt.PATH)
 @opt.json_option
 @opt.isolate_option
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per file with --isolate.")
 @click.pass_context
 def verify(ctx, files, as_json, isolate, timeout):
     """Recompute the checksum of every dataset and name each one that does not match
-    (FILE:tensor checks the whole FILE).
+    (FILE:tensor checks the whole FILE; - reads a container from stdin).  A progress
+    bar shows on a terminal.
 
     Exit 0: all match; 1: a mismatch (or a crash with --isolate); 2: unreadable.
 
@@ -26,8 +29,13 @@ def verify(ctx, files, as_json, isolate, timeout):
     """
     from .. import tasks
 
+    from ._render import progress
+
     files = [opt.tensor_ref(f, None)[0] for f in files]  # FILE:tensor checks the whole FILE
-    reports = tasks.verify(files, isolate=isolate, timeout=timeout)
+    with opt.stdin_among(files) as (paths, spooled), \
+            progress(None, "verifying", not opt.is_quiet(ctx) and not as_json) as tick:
+        reports = tasks.verify(paths, isolate=isolate, timeout=timeout, progress=tick)
+    reports = [dataclasses.replace(r, path="-") if r.path == spooled else r for r in reports]
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])
     else:

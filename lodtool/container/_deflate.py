@@ -4,7 +4,7 @@ libhdf5 runs its filters on one thread, holding h5py's lock: shuffle + deflate
 level 1 ran at about 150 MB/s here, slower than the disk.  The writer instead
 encodes whole chunks here, on every core (the codec releases the GIL), and
 hands each encoded chunk to ``write_direct_chunk`` (in the calling thread, under
-h5py's lock: see :func:`lodtool.container._h5.write_direct_chunk`; the pool's
+h5py's lock, which h5py 3.16 takes there; the pool's
 threads never call libhdf5).  The stored bytes are those
 of HDF5's standard pipeline, in its order: the byte shuffle (filter 2) of the
 chunk (the last one padded with the fill value, zero), its zlib stream
@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .._jit import kernels_pay, thread_limit
-from ._h5 import write_direct_chunk
 
 try:  # the fast codec (an optional dependency: ``isal``); zlib otherwise
     from isal import isal_zlib as _isal
@@ -204,7 +203,7 @@ def write_chunks(ds, start: int, block: np.ndarray, rows: int, *, level: int, fl
         if not isinstance(encoded, list):
             encoded = encoded.result()
         for i, enc in enumerate(encoded):
-            write_direct_chunk(dsid, (start + (first + i) * rows,) + zeros, enc)  # under h5py's lock
+            dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, enc)  # h5py takes its lock
 
 
 __all__ = ["encode_chunks", "write_chunks", "shuffle", "fletcher32", "compress", "codec_name", "workers"]

@@ -15,11 +15,10 @@ from typing import Iterator
 
 import h5py
 import numpy as np
-from h5py._objects import phil as _phil  # h5py's one lock around libhdf5 (see write_direct_chunk)
 
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodMemoryError
 from ..atomic import is_temp_path
-from . import _direct
+from . import _mmap
 
 #: per-dataset chunk cache: a few ~1 MiB chunks, so streamed writes and nearby reads hit it.  Sized on
 #: purpose: a chunk above it is decoded, used and freed on every read (never cached), so it is a claim
@@ -67,30 +66,6 @@ def translate(path: str, what: str = "unreadable") -> Iterator[None]:
         raise
     except H5_ERRORS as exc:
         raise domain_error(exc, path, what) from None
-
-
-def write_direct_chunk(dsid, offset: tuple, data) -> None:
-    """``dsid.write_direct_chunk(offset, data, 0)`` (``dsid``: a dataset's ``.id``) under h5py's global lock.
-
-    h5py serializes its calls into libhdf5 (whose PyPI build is not
-    thread-safe) with one lock per process, ``phil``, but before h5py 3.16
-    ``write_direct_chunk`` does not take it (h5py commit ecc6774e added it) and
-    calls ``H5Dwrite_chunk`` with the GIL released.  Another thread's h5py call
-    (the next chunk's read while a write-behind thread writes, a Dask thread
-    worker's read beside another's write) then runs inside libhdf5 at the same
-    time, and the library's shared state breaks: ``H5Dwrite_chunk`` fails,
-    "Can't decrement id ref count", "ring type mismatch occurred for cache
-    entry".  Taking the (reentrant) lock here makes every h5py version safe.
-
-    >>> import os, tempfile, zlib
-    >>> with h5py.File(os.path.join(tempfile.mkdtemp(), "a.h5"), "w") as f:
-    ...     ds = f.create_dataset("x", shape=(4,), chunks=(4,), dtype="u1", compression="gzip")
-    ...     write_direct_chunk(ds.id, (0,), zlib.compress(bytes([1, 2, 3, 4])))
-    ...     ds[:].tolist()
-    [1, 2, 3, 4]
-    """
-    with _phil:
-        dsid.write_direct_chunk(offset, data, 0)
 
 
 def check_input_path(path: str) -> None:
@@ -263,7 +238,9 @@ def _layout(ds: h5py.Dataset) -> tuple:
 
 
 def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None) -> np.ndarray:
-    """``ds[start:stop]`` in native byte order, read :data:`MAX_CHUNKS_PER_READ` chunks at a time into one array.
+    """``ds[start:stop]`` in native byte order: from a memory map of the file where the rows are plain bytes
+    (:mod:`._mmap`; a run of rows is then a read-only view), else read :data:`MAX_CHUNKS_PER_READ` chunks at a
+    time into one array.
 
     Memory stays the size of the result whatever the chunk layout: libhdf5's
     per-chunk bookkeeping is bounded by the piece, not by the whole read, and
@@ -276,18 +253,24 @@ def read_rows(ds: h5py.Dataset, start: int, stop: int, limit: int | None = None)
     >>> bool((read_rows(ds, 10, 2990) == np.arange(10, 2990)).all())
     True
     """
+    mapped = _mmap.mapping(ds) if stop > start else None
+    if mapped is not None:
+        rows = mapped.rows(start, stop)
+        if rows is not None:
+            return rows
+    out = _read_by_libhdf5(ds, start, stop, limit)
+    if mapped is not None:
+        mapped.checked_by_libhdf5(start, stop)
+    return out
+
+
+def _read_by_libhdf5(ds: h5py.Dataset, start: int, stop: int, limit: int | None) -> np.ndarray:
     chunks, dtype, native, step = _layout(ds)
-    out = None
     if stop > start and chunks:
         check_inflation(ds, start, stop, limit)
-        if stop - start >= _direct.MIN_CHUNKS * int(chunks[0]) and native == dtype and _direct.may_apply(ds):
-            out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
-            if _direct.read_whole_chunks(ds, start, stop, out):
-                return out
-    if out is None and (step is None or stop - start <= step) and native == dtype:
+    if (step is None or stop - start <= step) and native == dtype:
         return ds[start:stop]
-    if out is None:
-        out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
+    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
     if step is None or stop - start <= step:
         if stop > start:
             ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
@@ -583,7 +566,7 @@ def _chunk_bound(ds: h5py.Dataset, info: _Inflation, offset: tuple, limit: int) 
         codecs = "+".join(_CODEC_NAMES.get(c, str(c)) for c in active if c not in _SIZE_KEEPING) or "none"
         raise LodMemoryError(f"{where}: its {codecs} pipeline cannot be checked before decoding, and its stored "
                              f"size ({stored:,} bytes) could inflate past the memory limit of {human_bytes(limit)} "
-                             "(raise it with max_memory= or --max-memory)")
+                             "(raise it with max_memory=...)")
     first = next(c for c in reversed(active) if c not in _SIZE_KEEPING)
     how = (f"its {_CODEC_NAMES[first]} header declares {decoded:,} bytes" if first in HEADER_CODECS
            else f"from {stored:,} bytes stored")

@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import h5py
 
 from ..errors import LodFormatError
 from . import spec
-from ._h5 import (READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member, oversized_chunk,
-                  storage_gap, translate)
+from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member,
+                  oversized_chunk, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
 from .limits import default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
@@ -206,13 +207,15 @@ def _datasets_of(group: h5py.Group, lod_level: int):
         yield ds, f"/{group.name.lstrip('/')}/{spec.LOD}/{k}"
 
 
-def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
+def verify_file(path: str | os.PathLike, *,
+                progress: Callable[[int, int], None] | None = None) -> list[ChecksumMismatch]:
     """Recompute the checksum of every dataset; return the ones that do not match (``[]``: all good).
 
     Each dataset is read once, block by block (shared offsets once for all
     tensors sharing them).  A dataset that cannot be read (a damaged chunk fails
     its fletcher32 or decompression) is a mismatch with ``error`` set.  A file
     without recorded checksums raises :class:`~lodtool.errors.LodFormatError`.
+    ``progress(done, total)`` is called with the bytes hashed so far and the bytes to hash.
 
     >>> import os, tempfile, numpy as np, h5py
     >>> from lodtool import LoDTensor
@@ -233,8 +236,7 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
         if f.checksum_algorithm != spec.CHECKSUM_ALGORITHM:
             raise LodFormatError(f"{path}: checksum algorithm {f.checksum_algorithm!r} is not supported "
                                  f"(this lodtool verifies {spec.CHECKSUM_ALGORITHM})")
-        seen: list = []
-        limit = default_max_memory()
+        datasets: list[tuple[h5py.Dataset | None, str]] = []
         for name in f.names:
             with translate(path, f"cannot open tensor {name!r}"):
                 group = f.h5[name]
@@ -246,18 +248,52 @@ def verify_file(path: str | os.PathLike) -> list[ChecksumMismatch]:
                 f[name]  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
             for ds, label in items:
                 if not isinstance(ds, h5py.Dataset):  # lost data must not verify as "ok"
-                    out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
-                    continue
-                if any(ds.id == s for s in seen):
-                    continue
-                seen.append(ds.id)
-                mismatch = _verify_dataset(path, ds, label, limit)
-                if mismatch is not None:
-                    out.append(mismatch)
+                    datasets.append((None, label))
+                elif not any(seen is not None and ds.id == seen.id for seen, _ in datasets):
+                    datasets.append((ds, label))
+        tick = None
+        if progress is not None:
+            total, done = sum(_logical_nbytes(ds) for ds, _ in datasets if ds is not None), 0
+
+            def tick(n: int) -> None:
+                nonlocal done
+                done += n
+                progress(done, max(total, done))
+
+        limit = default_max_memory()
+        for ds, label in datasets:
+            if ds is None:
+                out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
+                continue
+            mismatch = _verify_dataset(path, ds, label, limit, tick)
+            if mismatch is not None:
+                out.append(mismatch)
     return out
 
 
-def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int) -> ChecksumMismatch | None:
+def _logical_nbytes(ds: h5py.Dataset) -> int:
+    try:
+        return int(ds.size) * ds.dtype.itemsize
+    except H5_ERRORS:  # a damaged header: the hashing reports it
+        return 0
+
+
+class _CountingHasher:
+    """A hasher that also tells ``tick`` how many bytes went through it (for a progress bar)."""
+
+    def __init__(self, hasher, tick: Callable[[int], None]):
+        self.hasher, self.tick = hasher, tick
+
+    def update(self, data) -> None:
+        self.hasher.update(data)
+        self.tick(memoryview(data).nbytes)
+
+    def hexdigest(self) -> str:
+        return self.hasher.hexdigest()
+
+
+def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int,
+                    tick: Callable[[int], None] | None = None) -> ChecksumMismatch | None:
     from . import checksum  # xxhash: only verify needs it
 
     with translate(path, f"cannot read the checksum of {label}"):
@@ -283,7 +319,8 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int) ->
             gap = storage_gap(ds)
             if gap:
                 return ChecksumMismatch(label, expected, None, f"the dataset {gap}")
-            actual = checksum.format_digest(checksum.hash_dataset(ds, max_memory=max_memory))
+            hasher = checksum.new_hasher() if tick is None else _CountingHasher(checksum.new_hasher(), tick)
+            actual = checksum.format_digest(checksum.hash_dataset(ds, hasher, max_memory=max_memory))
     except LodFormatError as exc:
         return ChecksumMismatch(label, expected, None, str(exc).removeprefix(f"{path}: "))
     if actual != expected:

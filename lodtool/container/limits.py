@@ -99,7 +99,7 @@ def check_memory(nbytes: int, limit: int, path: str, what: str) -> None:
     """Raise :class:`LodMemoryError` if reading ``what`` would allocate more than ``limit`` bytes."""
     if nbytes > limit:
         raise LodMemoryError(f"{path}: reading {what} needs {human_bytes(nbytes)}, above the memory limit of "
-                             f"{human_bytes(limit)} (raise it with max_memory= or --max-memory)")
+                             f"{human_bytes(limit)} (raise it with max_memory=...)")
 
 
 __all__ = ["available_memory", "default_max_memory", "resolve_max_memory", "check_memory", "human_bytes",

@@ -29,11 +29,14 @@ import numpy as np
 
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor, check_dtype
+from ..tensor import LoDTensor, TensorView, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from .limits import check_memory, resolve_max_memory
-from .planner import sequence_ranges
+
+#: a level's offsets up to this size are read whole on first use and kept: a training loop reads a few of them per
+#: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
+RESIDENT_OFFSETS_BYTES = 256 << 20
 
 #: offsets are read for validation and statistics in blocks of this many entries
 OFFSET_BLOCK = 1 << 20
@@ -195,12 +198,13 @@ def tensor_names(h5: h5py.File) -> list[str]:
 
 
 # -- the lazy tensor --------------------------------------------------------------------------------
-class LazyTensor:
+class LazyTensor(TensorView):
     """One tensor of an open container; reads only what each call needs.
 
     Sizes, dtype and dataset handles are read once, when the tensor is opened.
-    ``branch``, ``slice_level``, ``head`` and ``tail`` behave exactly as the
-    :class:`~lodtool.tensor.LoDTensor` methods of the same names.
+    It is a :class:`~lodtool.tensor.TensorView`: ``branch``, ``slice_level``,
+    ``head``, ``tail``, ``read_rows`` and ``iter_chunks`` are the in-memory
+    tensor's own, read through this handle's windows of the file.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -230,6 +234,8 @@ class LazyTensor:
         self._row_cost = max(self._row_bytes, 1)
         self._limit = file.max_memory
         self._readable = False
+        self._resident: list[np.ndarray | bool | None] = [None] * len(self._lod)
+        self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
         self._what = f"tensor {self.name!r}"
         if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
             check_memory(self._n_rows, self._limit, self._path,
@@ -254,10 +260,6 @@ class LazyTensor:
     @property
     def element_shape(self) -> tuple[int, ...]:
         return self._element_shape
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self._n_rows,) + self._element_shape
 
     @property
     def n_rows(self) -> int:
@@ -287,25 +289,18 @@ class LazyTensor:
         with translate(self._path, f"cannot read the storage size of {self._what}"):
             return int(self._data.id.get_storage_size()) + sum(int(ds.id.get_storage_size()) for ds in self._lod)
 
-    def num_sequences(self, level: int = 0) -> int:
-        """How many sequences ``level`` has (rows for a 0-level tensor)."""
-        if not self._sizes:
-            return self._n_rows
-        return max(self._sizes[self._level(level)] - 1, 0)
-
-    def __len__(self) -> int:
-        return self.num_sequences(0)
-
     def __repr__(self) -> str:
         return (f"<LazyTensor {self.name!r} shape={self.shape} dtype={self._dtype} lod_level={self.lod_level} "
                 f"file={self._path!r}>")
 
-    def _level(self, level: int) -> int:
-        return _lod.level_position(level, self.lod_level)
-
     # -- raw reads ------------------------------------------------------------------------------------
     def _window(self, level: int, start: int, stop: int) -> np.ndarray:
         """A :data:`lodtool.lod.WindowReader` over the file (unchecked; lod checks what it gets)."""
+        resident = self._resident[level]
+        if resident is None:
+            resident = self._resident[level] = self._resident_level(level)
+        if resident is not False:
+            return resident[start:stop]
         if 8 * (stop - start) > self._limit:
             check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
         try:
@@ -314,6 +309,28 @@ class LazyTensor:
             raise
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
+
+    def _resident_level(self, level: int) -> np.ndarray | bool:
+        """Level ``level``'s offsets read whole and kept (read-only), or ``False`` where windows are read as asked
+        (a level above :data:`RESIDENT_OFFSETS_BYTES` or the memory limit: from the file's map where the offsets
+        are stored plain, else through libhdf5)."""
+        size = self._sizes[level]
+        if 8 * size > min(RESIDENT_OFFSETS_BYTES, self._limit):
+            return False
+        self._resident[level] = False  # read once through the file, as any window
+        whole = self._window(level, 0, size)
+        whole.flags.writeable = False
+        return whole
+
+    def _checked_levels(self) -> tuple | None:
+        if self._checked is None:
+            levels = [self._resident[k] if self._resident[k] is not None else self._resident_level(k)
+                      for k in range(self.lod_level)]
+            self._resident = list(levels)
+            sound = all(level is not False for level in levels) and not _lod.find_lod_problems(
+                [_lod.as_index_array(o, level=k) for k, o in enumerate(levels)], self._n_rows, max_problems=1)
+            self._checked = tuple(levels) if sound else False
+        return self._checked or None
 
     def _rows(self, begin: int, end: int) -> np.ndarray:
         if (end - begin) * self._row_cost > self._limit:
@@ -334,105 +351,10 @@ class LazyTensor:
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read the data of {self._what}") from None
 
-    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Entries ``start..stop`` of level ``level``'s offsets as int64 (``stop=None``: to the end).
-
-        The window is checked against the level's size, the memory limit and
-        the integer dtype; the values themselves are as stored (use
-        :meth:`validate` to check them).
-        """
-        level = self._level(level)
-        size = self._sizes[level]
-        stop = size if stop is None else int(stop)
-        start = int(start)
-        if not 0 <= start <= stop <= size:
-            raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{size}")
-        return _lod.as_index_array(self._window(level, start, stop), level=level)
-
-    def read_rows(self, begin: int, end: int) -> np.ndarray:
-        """Data rows ``begin..end`` as an array (no LoD): one hyperslab, checked against the memory limit.
-
-        The streaming operators read the rows of a chunk this way, from
-        offsets they have validated.
-
-        >>> import os, tempfile, numpy as np
-        >>> from lodtool import LoDTensor
-        >>> from lodtool.container import save, open_file
-        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
-        >>> save(p, LoDTensor(np.arange(10, 16), [[0, 2, 6]]))
-        >>> with open_file(p) as f:
-        ...     f.tensor().read_rows(1, 4).tolist()
-        [11, 12, 13]
-        """
-        begin, end = int(begin), int(end)
-        if not 0 <= begin <= end <= self._n_rows:
-            raise LodIndexError(f"rows {begin}:{end} are outside 0:{self._n_rows} of {self._what}")
-        return self._rows(begin, end)
-
     def _blocks(self, level: int, block: int = OFFSET_BLOCK) -> Iterator[np.ndarray]:
         size = self._sizes[level]
         for start in range(0, size, block):
             yield self._window(level, start, min(start + block, size))
-
-    # -- branches and slices ------------------------------------------------------------------------
-    def branch(self, *path: int) -> LoDTensor:
-        """The ``<i,j,...>``-slice, read from disk: a few offsets per level and one data hyperslab.
-
-        >>> import os, tempfile, numpy as np
-        >>> from lodtool import LoDTensor
-        >>> from lodtool.container import save, open_file
-        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
-        >>> save(p, LoDTensor(np.arange(1, 16), recursive_sequence_lengths=[[3, 1, 2], [3, 2, 4, 1, 2, 3]]))
-        >>> with open_file(p) as f:
-        ...     f.tensor().branch(2, 0).data.tolist()
-        [11, 12]
-        """
-        if not self._sizes:
-            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
-        level, begin, end = _lod.resolve_branch(path, self._window, self._sizes, self._n_rows)
-        return self._extract(level, begin, end)
-
-    def __getitem__(self, key) -> LoDTensor:
-        """``t[i]`` is ``t.branch(i)``; ``t[i, j]`` is ``t.branch(i, j)``; ``t[a:b]`` is top-level sequences a..b."""
-        if isinstance(key, slice):
-            begin, end = _lod.slice_bounds(key, len(self))
-            return self.slice_level(0, begin, end) if self.lod_level else \
-                LoDTensor._trusted(self.read_rows(begin, end), ())
-        path = key if isinstance(key, tuple) else (key,)
-        if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a LazyTensor with integers or one slice, as t[i], t[i, j] or t[a:b]; "
-                                "use slice_level for ranges of a lower level")
-        return self.branch(*path)
-
-    def slice_level(self, level: int, begin: int, end: int) -> LoDTensor:
-        """Sequences ``begin..end`` of ``level`` with everything under them (Paddle's ``LODSlice``)."""
-        level = self._level(level)
-        _lod.check_level_sizes(self._sizes, self._n_rows)  # a level of no offsets is a broken file
-        count = self.num_sequences(level)
-        if not 0 <= begin <= end <= count:
-            raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
-        return self._extract(level, int(begin), int(end))
-
-    def head(self, k: int = 5) -> LoDTensor:
-        """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(0, min(int(k), n))
-        if self._sizes:
-            return self.slice_level(0, 0, k)
-        return LoDTensor._trusted(self._rows(0, k), ())
-
-    def tail(self, k: int = 5) -> LoDTensor:
-        """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(0, min(int(k), n))
-        if self._sizes:
-            return self.slice_level(0, n - k, n)
-        return LoDTensor._trusted(self._rows(max(n - k, 0), n), ())
-
-    def _extract(self, level: int, begin: int, end: int) -> LoDTensor:
-        offsets, row_begin, row_end = _lod.extract_range(level, begin, end, self._window, self._sizes, self._n_rows)
-        names = self.level_names[level:] if self.level_names else None
-        return LoDTensor._trusted(self._rows(row_begin, row_end), offsets, names)
 
     # -- whole reads -------------------------------------------------------------------------------------
     def _problem_error(self, problem) -> LodValidationError:
@@ -502,34 +424,6 @@ class LazyTensor:
         problems = self.validate(max_problems=1)
         if problems:
             raise self._problem_error(problems[0])
-
-    def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator[LoDTensor]:
-        """Consecutive chunks of whole top-level sequences, each a valid LoD tensor of its own.
-
-        A chunk has at most ``max_rows`` rows unless one top-level sequence alone
-        is bigger (then it is one chunk).  The LoD is validated first, block by
-        block; each chunk's offsets are rebased to 0.  Concatenating the chunks
-        gives the whole tensor back.
-
-        >>> import os, tempfile, numpy as np
-        >>> from lodtool import LoDTensor
-        >>> from lodtool.container import save, open_file
-        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
-        >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[3, 1, 2]]))
-        >>> with open_file(p) as f:
-        ...     [c.lod for c in f.tensor().iter_chunks(max_rows=3)]
-        [[[0, 3]], [[0, 1, 3]]]
-        """
-        if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)) or max_rows < 1:
-            raise LodUsageError(f"max_rows must be a positive integer, got {max_rows!r}")
-        max_rows = int(max_rows)
-        if not self._sizes:
-            for start in range(0, max(self._n_rows, 1), max_rows):
-                yield LoDTensor._trusted(self._rows(start, min(start + max_rows, self._n_rows)), ())
-            return
-        self._check_valid()
-        for i0, i1 in sequence_ranges(self._window, self.lod_level, self._sizes[0] - 1, max_rows):
-            yield self.slice_level(0, i0, i1)
 
     # -- statistics --------------------------------------------------------------------------------------
     def checked_level_stats(self) -> list[dict]:
@@ -720,7 +614,7 @@ class LodFile:
         if not self.names:
             raise LodFormatError(f"{self.path}: the container holds no tensors")
         raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
-                            f"name one as {self.path}:{self.names[0]} or with --name {self.names[0]}")
+                            f"name one as {self.path}:{self.names[0]} or with name='{self.names[0]}'")
 
     def shared_lod_with(self, name: str) -> list[str]:
         """Other tensors whose offsets are the same HDF5 datasets as ``name``'s (hard links)."""

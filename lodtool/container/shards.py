@@ -14,7 +14,9 @@ datasets record (so it costs no extra read, and ``verify`` ties each shard's
 data to the manifest through them).  Readers trust the manifest only as far
 as they check it: every shard it names must be a regular file in the folder
 whose sizes match, and shards holding external or virtual-dataset storage are
-refused.
+refused.  The manifest and every shard are regular files inside the folder,
+never symbolic links: readers and writers alike go through
+:func:`folder_file`, so no write or read leaves the folder.
 
 Tensors are split at top-level sequence boundaries: shard ``i`` holds
 sequences ``C[i]..C[i+1]`` of each tensor.  :class:`ShardedTensor` answers
@@ -24,7 +26,11 @@ onto shards through the manifest's counts, so a branch lookup opens one shard.
 
 A crash while writing leaves the previous manifest or none, never one that
 names a missing shard: shards are committed (atomically) before the manifest
-that names them.
+that names them.  The manifest's rename is the folder's commit point: a
+signal that arrives during the commit takes effect after it (see
+:func:`lodtool.atomic.commit_section`), and a failed or interrupted write
+removes only the shards that the manifest on disk does not name
+(:func:`remove_uncommitted_shards`).
 
 >>> import os, tempfile, numpy as np
 >>> from lodtool import LoDTensor
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
@@ -51,11 +58,11 @@ import numpy as np
 
 from .. import atomic as _atomic
 from .. import lod as _lod
-from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor
+from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
+                      LodUsageError, LodValidationError)
+from ..tensor import LoDTensor, TensorView, check_dtype
 from . import spec as _spec
 from .limits import check_memory, resolve_max_memory
-from .reader import LazyTensor
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -73,6 +80,10 @@ CHUNK_BYTES = 64 << 20
 PLAN_WINDOW = 1 << 16
 #: shards kept open at once by one reader
 OPEN_SHARDS = 64
+#: the largest count a manifest may give (rows, sequences), alone or summed over the shards: an int64
+MAX_COUNT = (1 << 63) - 1
+#: the most dimensions of an element (HDF5's limit on a dataset's rank, less the rows)
+MAX_ELEMENT_DIMS = 31
 
 
 def shard_name(index: int) -> str:
@@ -201,31 +212,49 @@ def _bad(where: str, what: str) -> LodFormatError:
     return LodFormatError(f"{where}: {what}")
 
 
-def _count(value, where: str, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad(where, f"{what} is {value!r}; expected a non-negative integer")
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _count(value, where: str, what: str, limit: int = MAX_COUNT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise _bad(where, f"{what} is {_short(value)}; expected a non-negative integer up to {limit}")
     return value
+
+
+def _parse_dtype(name: str, raw, where: str) -> np.dtype:
+    if not isinstance(raw, str):
+        raise _bad(where, f"tensor {name!r}: dtype is {_short(raw)}; expected a dtype string such as \"<i8\"")
+    try:
+        dtype = np.dtype(raw)
+    except (TypeError, ValueError, SyntaxError, OverflowError):
+        raise _bad(where, f"tensor {name!r}: dtype {_short(raw)} is not a dtype") from None
+    try:
+        return check_dtype(dtype, f"tensor {name!r}")
+    except LodDtypeError as exc:
+        raise _bad(where, str(exc)) from None
 
 
 def _parse_spec(name: str, raw, where: str) -> TensorSpec:
     if not isinstance(raw, dict):
         raise _bad(where, f"tensor {name!r}: expected an object")
-    try:
-        dtype = np.dtype(raw.get("dtype"))
-    except TypeError:
-        raise _bad(where, f"tensor {name!r}: dtype {raw.get('dtype')!r} is not a dtype") from None
+    dtype = _parse_dtype(name, raw.get("dtype"), where)
     shape = raw.get("element_shape")
-    if not isinstance(shape, list):
-        raise _bad(where, f"tensor {name!r}: element_shape is {shape!r}; expected a list")
-    level = _count(raw.get("lod_level"), where, f"tensor {name!r}: lod_level")
-    if level > _spec.MAX_LOD_LEVEL:
-        raise _bad(where, f"tensor {name!r}: lod_level {level} is above {_spec.MAX_LOD_LEVEL}")
+    if not isinstance(shape, list) or len(shape) > MAX_ELEMENT_DIMS:
+        raise _bad(where, f"tensor {name!r}: element_shape is {_short(shape)}; expected a list of at most "
+                          f"{MAX_ELEMENT_DIMS} sizes")
+    dims = tuple(_count(d, where, f"tensor {name!r}: element_shape") for d in shape)
+    row_bytes = dtype.itemsize * int(np.prod(dims, dtype=object))
+    if row_bytes > MAX_COUNT:
+        raise _bad(where, f"tensor {name!r}: element_shape {list(dims)} makes a row of {row_bytes} bytes; "
+                          f"at most {MAX_COUNT} fit an int64")
+    level = _count(raw.get("lod_level"), where, f"tensor {name!r}: lod_level", _spec.MAX_LOD_LEVEL)
     names = raw.get("level_names")
     if names is not None and (not isinstance(names, list) or len(names) != level
                               or not all(isinstance(n, str) for n in names)):
-        raise _bad(where, f"tensor {name!r}: level_names is {names!r}; expected {level} strings or null")
-    return TensorSpec(dtype, tuple(_count(d, where, f"tensor {name!r}: element_shape") for d in shape), level,
-                      tuple(names) if names else None)
+        raise _bad(where, f"tensor {name!r}: level_names is {_short(names)}; expected {level} strings or null")
+    return TensorSpec(dtype, dims, level, tuple(names) if names else None)
 
 
 def _parse_shard(k: int, raw, specs: dict, where: str) -> ShardInfo:
@@ -291,6 +320,12 @@ def parse_manifest(raw, where: str) -> Manifest:
     if not isinstance(shards, list):
         raise _bad(where, "\"shards\" must be a list")
     parsed = [_parse_shard(k, s, specs, where) for k, s in enumerate(shards)]
+    for name, spec in specs.items():  # every reader sums the counts in int64: the totals must fit it
+        totals = [sum(s.tensors[name].rows for s in parsed)]
+        totals += [sum(s.tensors[name].level_sequences[k] for s in parsed) for k in range(spec.lod_level)]
+        if max(totals) > MAX_COUNT:
+            raise _bad(where, f"tensor {name!r}: the shards' counts add up to {max(totals)}; at most {MAX_COUNT} "
+                              "fit an int64")
     files = [s.file for s in parsed]
     if len(set(files)) != len(files):
         raise _bad(where, "a shard file is named twice")
@@ -302,18 +337,60 @@ def manifest_path(folder: str | os.PathLike) -> str:
     return os.path.join(os.fspath(folder), MANIFEST_NAME)
 
 
+def folder_file(folder: str | os.PathLike, name: str, *, what: str | None = None, missing_ok: bool = False) -> str:
+    """The path of ``name`` (the manifest, or a shard the manifest names) in a sharded folder, checked.
+
+    Every reader and every writer of a folder resolves its manifest and shard
+    names here, so nothing reads or writes outside the folder: the entry must
+    be a regular file, not a symbolic link (wherever it points) nor anything
+    else, else :class:`~lodtool.errors.LodFormatError`.  A missing entry is
+    :class:`~lodtool.errors.LodFileNotFoundError` (``what`` names it there),
+    or, with ``missing_ok`` (a name about to be written), its path.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> os.path.basename(folder_file(d, "part-00000.lod.h5", missing_ok=True))
+    'part-00000.lod.h5'
+    >>> os.symlink("/etc/hostname", os.path.join(d, "lodtool.json"))
+    >>> folder_file(d, "lodtool.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodFormatError: .../lodtool.json: is a symbolic link; a sharded folder's manifest and shards ...
+    """
+    path = os.path.join(os.fspath(folder), name)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        if missing_ok:
+            return path
+        raise LodFileNotFoundError(f"{path}: {what or name} is missing") from None
+    except OSError as exc:
+        raise LodFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(mode):
+        raise LodFormatError(f"{path}: is a symbolic link; a sharded folder's manifest and shards must be files "
+                             "inside it, and are never read or written through a link")
+    if not stat.S_ISREG(mode):
+        raise LodFormatError(f"{path}: is not a regular file; a sharded folder's manifest and shards are files")
+    return path
+
+
+def has_manifest(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` has a manifest entry (a symbolic link counts: it is refused where it is used)."""
+    return os.path.lexists(manifest_path(folder))
+
+
 def read_manifest(folder: str | os.PathLike) -> Manifest:
     """Read and check ``folder/lodtool.json`` (no shard is opened).
 
     A folder without a manifest is :class:`~lodtool.errors.LodFileNotFoundError`.
     """
     folder = os.fspath(folder)
-    path = manifest_path(folder)
     if not os.path.isdir(folder):
         raise LodFileNotFoundError(f"{folder}: no such folder")
-    if not os.path.isfile(path):
+    if not has_manifest(folder):
         raise LodFileNotFoundError(f"{folder}: not a sharded container (no {MANIFEST_NAME}; a write that never "
                                    "finished leaves none)")
+    path = folder_file(folder, MANIFEST_NAME)
     try:
         with open(path, "rb") as f:
             text = f.read(64 << 20)
@@ -329,7 +406,7 @@ def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
 
     manifest.created_by = manifest.created_by or _created_by()
     text = json.dumps(manifest.to_json(), indent=1).encode() + b"\n"
-    with _atomic.atomic_open(manifest_path(folder)) as f:
+    with _atomic.atomic_open(folder_file(folder, MANIFEST_NAME, missing_ok=True), follow_symlinks=False) as f:
         f.write(text)
 
 
@@ -405,10 +482,11 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
     """
     from .writer import save
 
-    path = os.fspath(path)
+    path = folder_file(*os.path.split(os.fspath(path)), missing_ok=True)
     kwargs = {} if compression is None else {"compression": compression}
     # a shard belongs to its task until the manifest names it: a retried task (a killed worker) rewrites it whole
-    save(path, dict(tensors), force=True, **kwargs)
+    with _atomic.intermediate_commit():
+        save(path, dict(tensors), force=True, **kwargs)
     return ShardInfo(os.path.basename(path), shard_checksum(path),
                      {name: TensorCounts.of(t) for name, t in tensors.items()})
 
@@ -428,10 +506,12 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
     Every shard must already be committed.  Without ``append``, shards of an
     earlier manifest that the new one no longer names are removed after it is
     in place.  Temp files of the shards and the manifest whose writers died
-    (a killed worker) are removed.
+    (a killed worker) are removed.  The manifest's rename is the commit point:
+    ``SIGINT`` and ``SIGTERM`` wait until the manifest and this cleanup are
+    done, then raise :class:`~lodtool.atomic.InterruptedAfterCommit`.
     """
     folder = os.fspath(folder)
-    old = read_manifest(folder) if os.path.isfile(manifest_path(folder)) else None
+    old = read_manifest(folder) if has_manifest(folder) else None
     specs = dict(specs)
     if append and old is not None:
         for name, spec in specs.items():
@@ -445,21 +525,59 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
     else:
         listed = list(shards)
     for s in listed:
-        if not os.path.isfile(os.path.join(folder, s.file)):
-            raise LodFileNotFoundError(f"{folder}: shard {s.file} is missing; the manifest was not written")
+        try:
+            folder_file(folder, s.file, what=f"shard {s.file}")
+        except LodFileNotFoundError as exc:
+            raise LodFileNotFoundError(f"{exc}; the manifest was not written") from None
     manifest = Manifest(specs, listed)
-    write_manifest(folder, manifest)
-    for s in listed:
-        _atomic.sweep_stale_temps(os.path.join(folder, s.file), min_age=0)
-    if old is not None and not append:
-        kept = {s.file for s in listed}
-        for s in old.shards:
-            if s.file not in kept:
-                try:
-                    os.unlink(os.path.join(folder, s.file))
-                except OSError:
-                    pass
+    with _atomic.commit_section(folder):
+        write_manifest(folder, manifest)
+        for s in listed:
+            _atomic.sweep_stale_temps(os.path.join(folder, s.file), min_age=0)
+        if old is not None and not append:
+            kept = {s.file for s in listed}
+            for s in old.shards:
+                if s.file not in kept:
+                    try:
+                        os.unlink(os.path.join(folder, s.file))
+                    except OSError:
+                        pass
     return manifest
+
+
+def remove_uncommitted_shards(folder: str | os.PathLike, paths: Sequence[str | os.PathLike], *,
+                              created: bool = False) -> None:
+    """After a failed or interrupted write: remove the shards in ``paths`` that the folder's manifest does not name.
+
+    Shards the manifest names were committed with it (the interrupt came after
+    its rename) and stay, so the folder holds the old content or the new one,
+    never a manifest naming a removed shard.  With ``created`` (the write made
+    the folder) the folder is removed too when that leaves it empty.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), "s")
+    >>> os.mkdir(d)
+    >>> info = write_shard(os.path.join(d, shard_name(0)), {"t": LoDTensor(np.arange(3), [[0, 3]])})
+    >>> remove_uncommitted_shards(d, [os.path.join(d, shard_name(0))], created=True)
+    >>> os.path.exists(d)
+    False
+    """
+    folder = os.fspath(folder)
+    try:
+        named = {s.file for s in read_manifest(folder).shards} if has_manifest(folder) else set()
+    except LodError:  # no manifest of ours names anything there (ours are written whole)
+        named = set()
+    for p in paths:
+        if os.path.basename(os.fspath(p)) not in named:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+    if created:
+        try:
+            os.rmdir(folder)
+        except OSError:  # something else is in it now: leave it
+            pass
 
 
 def next_shard_index(folder: str | os.PathLike) -> int:
@@ -482,12 +600,15 @@ def prepare_folder(folder: str | os.PathLike, *, append: bool) -> None:
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise LodUsageError(f"{folder}: is a file; a sharded output is a folder")
     os.makedirs(folder, exist_ok=True)
-    foreign = [n for n in os.listdir(folder) if n != MANIFEST_NAME and _shard_index(n) is None
-               and not _atomic.is_temp_path(n)]
+    names = os.listdir(folder)
+    foreign = [n for n in names if n != MANIFEST_NAME and _shard_index(n) is None and not _atomic.is_temp_path(n)]
     if foreign:
         raise LodUsageError(f"{folder}: holds files that are not shards ({', '.join(sorted(foreign)[:3])}); "
                             "write a sharded container into a new or empty folder")
-    if append and next_shard_index(folder) and not os.path.isfile(manifest_path(folder)):
+    for n in names:  # a link named as the manifest or a shard would take a write (or a removal) out of the folder
+        if not _atomic.is_temp_path(n):
+            folder_file(folder, n)
+    if append and next_shard_index(folder) and not has_manifest(folder):
         raise LodFileNotFoundError(f"{folder}: has shard files but no manifest; cannot append")
 
 
@@ -544,7 +665,7 @@ def _aligned_count(tensors: Mapping, where: str) -> int:
     if len(set(counts.values())) > 1:
         listing = ", ".join(f"{n}: {c}" for n, c in counts.items())
         raise LodUsageError(f"{where}: the tensors have different numbers of top-level sequences ({listing}); "
-                            "shard one of them at a time (--name / name=)")
+                            "shard one of them at a time (name=...)")
     return next(iter(counts.values()))
 
 
@@ -585,10 +706,12 @@ class ShardWriter:
         self.name = name
         self._created = not os.path.exists(self.folder)  # removed again by abort() when it stays empty
         prepare_folder(self.folder, append=append)
-        existing = read_manifest(self.folder) if append and os.path.isfile(manifest_path(self.folder)) else None
+        existing = read_manifest(self.folder) if append and has_manifest(self.folder) else None
         self.specs: dict = dict(existing.tensors) if existing else {}
         self._index = next_shard_index(self.folder)
         self.shards: list[ShardInfo] = []
+        self._paths: list[str] = []  # every shard this writer started: abort() removes those no manifest names
+        self._sigterm = _atomic.hold_sigterm()  # SIGTERM runs abort(), as Ctrl-C does
         self._writer = None
         self._tws: dict = {}
         self._used = 0
@@ -600,9 +723,10 @@ class ShardWriter:
         from .writer import LodWriter
 
         kwargs = {} if self.compression is None else {"compression": self.compression}
-        self._path = os.path.join(self.folder, shard_name(self._index))
+        self._path = folder_file(self.folder, shard_name(self._index), missing_ok=True)
         self._index += 1
         self._writer = LodWriter(self._path, **kwargs)
+        self._paths.append(self._path)  # from here on, a file at this name is this writer's (its rename makes it)
         self._tws = {name: self._writer.add_tensor(name, dtype=s.dtype, element_shape=s.element_shape,
                                                    lod_level=s.lod_level, level_names=s.level_names)
                      for name, s in self.specs.items()}
@@ -615,7 +739,12 @@ class ShardWriter:
             return
         writer, self._writer = self._writer, None
         self._used = 0
-        writer.commit()
+        try:
+            with _atomic.intermediate_commit():
+                writer.commit()
+        except LodExistsError:  # another writer made a shard of this name meanwhile: it is not this one's to remove
+            self._paths.remove(self._path)
+            raise
         counts = {name: TensorCounts(rows, tuple(levels)) for name, (rows, levels) in self._counts.items()}
         self.shards.append(ShardInfo(os.path.basename(self._path), shard_checksum(self._path), counts))
 
@@ -705,25 +834,21 @@ class ShardWriter:
             self.abort()
             raise
         self._open = False
+        _atomic.release_sigterm(self._sigterm)
+        self._sigterm = False
         return manifest
 
     def abort(self) -> None:
-        """Remove the shards this writer made (no manifest names them); the folder's manifest is untouched."""
+        """Remove the shards this writer made that no manifest names; the folder's manifest is untouched."""
         self._open = False
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
-        for s in self.shards:
-            try:
-                os.unlink(os.path.join(self.folder, s.file))
-            except OSError:
-                pass
+        remove_uncommitted_shards(self.folder, self._paths, created=self._created)
+        self._paths = []
         self.shards = []
-        if self._created:
-            try:
-                os.rmdir(self.folder)
-            except OSError:  # something else is in it now: leave it
-                pass
+        _atomic.release_sigterm(self._sigterm)
+        self._sigterm = False
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -845,13 +970,13 @@ def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
     return LoDTensor._trusted(data, offsets, names)
 
 
-class ShardedTensor:
+class ShardedTensor(TensorView):
     """One tensor of a sharded folder, read lazily as one logical tensor.
 
-    It answers what :class:`~lodtool.container.reader.LazyTensor` answers for the
-    reading commands and the streaming operators: sizes, dtype, offsets windows
-    and row ranges (global positions), branches, level slices, head, tail,
-    chunks of whole top-level sequences, validation and level statistics.  A
+    It is a :class:`~lodtool.tensor.TensorView` over global positions, like
+    :class:`~lodtool.container.reader.LazyTensor` for one file: sizes, dtype,
+    offsets windows and row ranges, branches, level slices, head, tail, chunks
+    of whole top-level sequences, validation and level statistics.  A
     read maps its range onto the shards through the manifest's counts and opens
     only the shards it touches.
     """
@@ -876,7 +1001,6 @@ class ShardedTensor:
     dtype = property(lambda self: self._spec.dtype)
     element_shape = property(lambda self: self._spec.element_shape)
     n_rows = property(lambda self: self._n_rows)
-    shape = property(lambda self: (self._n_rows,) + self._spec.element_shape)
 
     @property
     def n_shards(self) -> int:
@@ -903,27 +1027,21 @@ class ShardedTensor:
     def compression_level(self) -> int | None:
         return self.shard(0)[1].compression_level if self.n_shards else None
 
-    def num_sequences(self, level: int = 0) -> int:
-        if not self.lod_level:
-            return self._n_rows
-        return int(self._seq_at[self._level(level)][-1])
-
-    def __len__(self) -> int:
-        return self.num_sequences(0)
-
     def __repr__(self) -> str:
         return (f"<ShardedTensor {self.name!r} shape={self.shape} dtype={self.dtype} lod_level={self.lod_level} "
                 f"shards={self.n_shards} folder={self._path!r}>")
-
-    def _level(self, level: int) -> int:
-        return _lod.level_position(level, self.lod_level)
 
     def shard(self, i: int):
         """``(path, lazy tensor)`` of shard ``i`` (opened on first use, checked against the manifest)."""
         return self._file._shard_tensor(i, self.name)
 
     def shard_ranges(self) -> list[tuple[str, int, int]]:
-        """``(shard path, first, stop)`` of each shard's top-level sequences in global numbering."""
+        """``(shard path, first, stop)`` of each shard's top-level sequences in global numbering.
+
+        Every shard is checked against the manifest first (:meth:`ShardedFile.check_shards`): a caller that
+        reads the shards by these paths on its own reads what the manifest describes.
+        """
+        self._file.check_shards()
         at = self._seq_at[0] if self.lod_level else self._rows_at
         return [(self._file.shard_path(i), int(at[i]), int(at[i + 1])) for i in range(self.n_shards)]
 
@@ -937,15 +1055,10 @@ class ShardedTensor:
             yield i, pos - int(at[i]), end - int(at[i])
             pos = end
 
-    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
         """Entries ``start..stop`` of level ``level``'s global offsets (each shard's, shifted by what precedes it)."""
-        level = self._level(level)
         at = self._seq_at[level]
         count = int(at[-1])
-        stop = count + 1 if stop is None else int(stop)
-        start = int(start)
-        if not 0 <= start <= stop <= count + 1:
-            raise LodIndexError(f"level {level}: offsets window {start}:{stop} is outside 0:{count + 1}")
         below = self._seq_at[level + 1] if level + 1 < self.lod_level else self._rows_at
         if 8 * (stop - start) > self._file.max_memory:
             check_memory(8 * (stop - start), self._file.max_memory, self._path, f"{self.name!r} level {level} offsets")
@@ -956,11 +1069,8 @@ class ShardedTensor:
             out[-1] = int(below[-1])
         return out
 
-    def read_rows(self, begin: int, end: int) -> np.ndarray:
+    def _rows(self, begin: int, end: int) -> np.ndarray:
         """Data rows ``begin..end`` (global), read from each shard they fall in."""
-        begin, end = int(begin), int(end)
-        if not 0 <= begin <= end <= self._n_rows:
-            raise LodIndexError(f"rows {begin}:{end} are outside 0:{self._n_rows} of tensor {self.name!r}")
         if (end - begin) * self._row_bytes > self._file.max_memory:
             check_memory((end - begin) * self._row_bytes, self._file.max_memory, self._path,
                          f"{end - begin:,} rows of tensor {self.name!r}")
@@ -985,30 +1095,6 @@ class ShardedTensor:
         at = self._seq_at[0]
         s = int(np.searchsorted(at, i, side="right")) - 1
         return self.shard(s)[1].branch(i - int(at[s]), *path[1:])
-
-    def __getitem__(self, key) -> LoDTensor:
-        path = key if isinstance(key, tuple) else (key,)
-        if not all(isinstance(i, (int, np.integer)) for i in path):
-            raise LodIndexError("index a ShardedTensor with integers, as t[i] or t[i, j]; use slice_level for ranges")
-        return self.branch(*path)
-
-    # Level slices, head and tail are the single-file reader's own methods, run on this handle's global
-    # windows (_window, _rows, _sizes): what a range may be, and what an empty part gives, is decided in one
-    # place for files and folders alike.
-    @property
-    def _sizes(self) -> list[int]:
-        return self.level_sizes
-
-    def _window(self, level: int, start: int, stop: int) -> np.ndarray:
-        return self.read_offsets(level, start, stop)
-
-    def _rows(self, begin: int, end: int) -> np.ndarray:
-        return self.read_rows(begin, end)
-
-    slice_level = LazyTensor.slice_level
-    head = LazyTensor.head
-    tail = LazyTensor.tail
-    _extract = LazyTensor._extract
 
     # -- whole reads -------------------------------------------------------------------------------------
     def read(self) -> LoDTensor:
@@ -1037,7 +1123,15 @@ class ShardedTensor:
         return out
 
     def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator[LoDTensor]:
-        """Chunks of whole top-level sequences, shard after shard (a chunk never spans two shards)."""
+        """Chunks of whole top-level sequences, shard after shard (a chunk never spans two shards).
+
+        The whole folder is checked before the first chunk, as a single file's
+        LoD is: every shard against the manifest, and every shard's LoD, so a
+        broken folder fails before a streaming writer has written a byte.
+        """
+        problems = self.validate(max_problems=1)
+        if problems:
+            raise LodValidationError(f"{self._path}: tensor {self.name!r}: {problems[0]}")
         for i in range(self.n_shards):
             if self._rows_at[i + 1] == self._rows_at[i] and (not self.lod_level or
                                                              self._seq_at[0][i + 1] == self._seq_at[0][i]):
@@ -1095,7 +1189,16 @@ class ShardedFile:
         self._tensors: dict = {}
 
     def shard_path(self, i: int) -> str:
-        return os.path.join(self.path, self.manifest.shards[i].file)
+        """The path of shard ``i``, checked by :func:`folder_file` (a regular file inside the folder)."""
+        return folder_file(self.path, self.manifest.shards[i].file, what=f"shard {i} named by {MANIFEST_NAME}")
+
+    def check_shards(self) -> None:
+        """Open every shard and check it against the manifest (names, dtype, shape, levels, counts, storage).
+
+        Metadata only; what a reader that streams a whole folder runs before its first byte.
+        """
+        for i in range(len(self.manifest.shards)):
+            self._shard_file(i)
 
     def _shard_file(self, i: int):
         from .reader import open_file
@@ -1103,10 +1206,6 @@ class ShardedFile:
         if i in self._open:
             return self._open[i]
         path = self.shard_path(i)
-        if os.path.islink(path):
-            raise LodFormatError(f"{path}: a shard must be a file inside the folder, not a symbolic link")
-        if not os.path.isfile(path):
-            raise LodFileNotFoundError(f"{path}: shard {i} named by {MANIFEST_NAME} is missing")
         if len(self._open) >= OPEN_SHARDS:
             oldest = next(iter(self._open))
             self._open.pop(oldest).close()
@@ -1150,7 +1249,7 @@ class ShardedFile:
         if len(self.names) == 1:
             return self[self.names[0]]
         raise LodUsageError(f"{self.path} holds {len(self.names)} tensors ({', '.join(self.names)}); "
-                            "name one (--name / name=)")
+                            "name one (name=...)")
 
     def shared_lod_with(self, name: str) -> list[str]:
         return []
@@ -1213,27 +1312,6 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
     return open_file(path, max_memory=max_memory)
 
 
-def load_path(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
-    """Read a whole tensor, validated, from a container file or a sharded folder (``lodtool.load``).
-
-    ``path`` may be ``PATH:tensor``; ``max_memory`` is checked as by :func:`.reader.load`.
-
-    >>> import os, tempfile, numpy as np
-    >>> d = tempfile.mkdtemp()
-    >>> with ShardWriter(os.path.join(d, "s"), shard_size=64) as w:
-    ...     w.write(LoDTensor(np.arange(40), [[0, 10, 40]]))
-    >>> load_path(os.path.join(d, "s")).lod
-    [[0, 10, 40]]
-    """
-    from .reader import load
-
-    ref, tensor = _spec.resolve_tensor_ref(path, name)
-    if is_sharded(ref):
-        with open_sharded(ref, max_memory=max_memory) as f:
-            return f.tensor(tensor).read()
-    return load(ref, tensor, max_memory=max_memory)
-
-
 # -- checks ---------------------------------------------------------------------------------------------------
 def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None):
     """Validate every shard, plus the manifest against the shards: a ``FileReport`` for the folder.
@@ -1259,9 +1337,12 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
     mpath = manifest_path(path)
     for info in manifest.shards:
         spath = os.path.join(path, info.file)
-        if os.path.islink(spath) or not os.path.isfile(spath):
-            what = "is a symbolic link" if os.path.islink(spath) else "is missing"
-            problems.append(Problem(mpath, None, None, None, f"shard {info.file} {what}"))
+        try:
+            folder_file(path, info.file, what=f"shard {info.file}")
+        except (LodFormatError, LodFileNotFoundError) as exc:  # "shard F is missing", "shard F is a symbolic link"
+            what = str(exc).removeprefix(f"{spath}: ")
+            problems.append(Problem(mpath, None, None, None, what if what.startswith("shard ") else
+                                    f"shard {info.file} {what}"))
             continue
         report = validate_file(spath, max_problems=max_problems, max_memory=max_memory)
         problems.extend(report.problems)
@@ -1314,8 +1395,9 @@ def verify_sharded(path: str | os.PathLike) -> list:
     manifest = read_manifest(path)
     out = []
     for info in manifest.shards:
-        spath = os.path.join(path, info.file)
-        if os.path.islink(spath) or not os.path.isfile(spath):
+        try:
+            spath = folder_file(path, info.file)
+        except (LodFormatError, LodFileNotFoundError):
             out.append(ChecksumMismatch(info.file, info.checksum, None, "missing, or not a regular file"))
             continue
         for m in verify_file(spath):
@@ -1351,7 +1433,8 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "MANIFEST_VERSION", "DEFAULT_SHARD_SIZE", "shard_name", "parse_size",
            "is_sharded", "TensorSpec", "TensorCounts", "ShardInfo", "Manifest", "parse_manifest", "read_manifest",
-           "write_manifest", "shard_checksum", "describe_shard", "write_shard", "commit_manifest", "prepare_folder",
+           "write_manifest", "folder_file", "has_manifest", "shard_checksum", "describe_shard", "write_shard",
+           "commit_manifest", "remove_uncommitted_shards", "prepare_folder",
            "next_shard_index", "level_bounds", "plan_arrays", "ShardWriter", "shard_file", "merge", "merge_into",
            "concat_tensors",
            "ShardedTensor", "ShardedFile", "open_sharded", "open_path", "validate_sharded", "verify_sharded",

@@ -214,7 +214,7 @@ def resolve_tensor_ref(ref: Any, name: str | None) -> tuple[Any, str | None]:
     """
     path, in_ref = split_tensor_ref(ref)
     if in_ref is not None and name is not None and in_ref != name:
-        raise LodUsageError(f"{os.fspath(ref)} names tensor {in_ref!r} but --name says {name!r}: give one")
+        raise LodUsageError(f"{os.fspath(ref)} names tensor {in_ref!r} but name={name!r} names another: give one")
     return path, in_ref if in_ref is not None else name
 
 

@@ -39,8 +39,8 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import (H5_ERRORS, create_h5, hard_member, link_count, open_h5, read_rows, same_object, storage_gap,
-                  translate, write_direct_chunk)
+from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, link_count, open_h5,
+                  read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -111,9 +111,15 @@ def chunk_rows(row_bytes: int, total: int | None = None, target: int | None = No
 
 
 def _chunk_tail(tail: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Chunk extent of the element dimensions: whole, unless one row is above the chunk target."""
+    """Chunk extent of the element dimensions: whole, unless one row is above the chunk target; a row then spans
+    at most :data:`MAX_CHUNKS_PER_READ` chunks (what a reader reads at a time), so huge rows get larger chunks."""
     dims = [max(d, 1) for d in tail]
-    while dims and int(np.prod(dims, dtype=np.int64)) * itemsize > CHUNK_BYTES and max(dims) > 1:
+    row_bytes = int(np.prod(dims, dtype=np.int64)) * itemsize
+    target = max(CHUNK_BYTES, -(-row_bytes // MAX_CHUNKS_PER_READ))
+    if target > CHUNK_SLACK_BYTES:
+        raise LodShapeError(f"rows of {row_bytes:,} bytes (element shape {tail}) are larger than a container "
+                            f"stores: at most {MAX_CHUNKS_PER_READ * CHUNK_SLACK_BYTES:,} bytes a row")
+    while dims and int(np.prod(dims, dtype=np.int64)) * itemsize > target and max(dims) > 1:
         i = int(np.argmax(dims))
         dims[i] = (dims[i] + 1) // 2
     return tuple(dims)
@@ -305,7 +311,7 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
             staging[whole, :chunk_bytes] = last
         staging[:count, chunk_bytes:] = sums[first:first + count]
         for i in range(count):
-            write_direct_chunk(dsid, (start + (first + i) * rows,) + zeros, staging[i])  # under h5py's lock
+            dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, staging[i])  # h5py takes its lock
     return staging
 
 
@@ -327,7 +333,7 @@ def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: in
         i = int(bad[0])
         row = first_row + i // max(int(np.prod(data.shape[1:], dtype=np.int64)), 1)
         raise LodDtypeError(f"tensor {name!r}: data row {row:,}: integer {data.reshape(-1)[i]} would be promoted "
-                            f"to {dtype}, which cannot hold it exactly; pass --dtype (dtype=) to choose")
+                            f"to {dtype}, which cannot hold it exactly; pass dtype=... to choose")
 
 
 def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str, appending_to: str | None = None) -> np.ndarray:
@@ -353,8 +359,8 @@ def _cast_chunk(data: np.ndarray, dtype: np.dtype, name: str, appending_to: str 
             wider = np.result_type(dtype, data.dtype)
             raise LodDtypeError(f"{appending_to}: tensor {name!r} stores {dtype}; the appended values are "
                                 f"{data.dtype} and {data[row].tolist()!r} (row {row} of the appended chunk) "
-                                f"has no exact {dtype} value. --append never changes the stored dtype: to store "
-                                f"{wider}, re-pack the whole tensor with --dtype {wider} --overwrite")
+                                f"has no exact {dtype} value. append=True never changes the stored dtype: to store "
+                                f"{wider}, re-pack the whole tensor with dtype='{wider}' and overwrite=True")
         raise LodDtypeError(f"tensor {name!r} stores {dtype}; a chunk of {data.dtype} cannot be cast without "
                             f"changing values (chunk row {row}: {data[row]!r})")
     return out
@@ -446,7 +452,7 @@ class TensorWriter:
         stored_dtype = np.dtype(layout.data.dtype)
         if self._dtype is not None and self._dtype != stored_dtype:
             raise LodDtypeError(f"{path}: tensor {name!r} stores {stored_dtype}; cannot append as {self._dtype}: "
-                                "--append never changes the stored dtype (leave out --dtype: the new values are "
+                                "append=True never changes the stored dtype (leave out dtype=...: the new values are "
                                 f"cast to {stored_dtype} where that changes none of them)")
         if self.level_names and layout.level_names and tuple(self.level_names) != tuple(layout.level_names):
             raise LodShapeError(f"{path}: tensor {name!r} has level names {list(layout.level_names)}; cannot "
@@ -684,10 +690,10 @@ def _equal_lod(a: h5py.Group, b: h5py.Group, lod_level: int, block: int = 1 << 2
 
 
 #: what a refused write into an existing tensor tells the user to do: the options every writing command has
-DEFAULT_REMEDY = "add --overwrite to replace it, or --force to replace the whole file"
+DEFAULT_REMEDY = "pass overwrite=True to replace it, or force=True to replace the whole file"
 #: the same for ``pack``, which can also append to the tensor or name another one
-PACK_REMEDY = ("add --overwrite to replace it, --append to add sequences to it, --name to write another tensor, or "
-               "--force to replace the whole file")
+PACK_REMEDY = ("pass overwrite=True to replace it, append=True to add sequences to it, name=... to write another "
+               "tensor, or force=True to replace the whole file")
 
 
 class LodWriter:
@@ -720,7 +726,7 @@ class LodWriter:
                  force: bool = False, compression: str | None = None, compression_level: int | None = None,
                  fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY):
         if force and append:
-            raise LodUsageError("--append adds to a file and --force replaces it: give one of them")
+            raise LodUsageError("append=True adds to a file and force=True replaces it: give one of them")
         self._overwrite = bool(overwrite)
         self._remedy = remedy
         self._share_lod = bool(share_lod)
@@ -985,7 +991,7 @@ def _check_appendable(path: str, replace_hint: bool = False) -> None:
         except (OSError, RuntimeError, ValueError):
             is_container = False
         if not is_container:
-            raise LodExistsError(f"{path} exists and is not a lodtool container: add --force to replace it")
+            raise LodExistsError(f"{path} exists and is not a lodtool container: pass force=True to replace it")
     h5 = open_h5(path, "r")
     try:
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):

@@ -3,7 +3,7 @@
 A LoD tensor is a nested ``large_list`` array, one row per top-level sequence,
 with a ``fixed_size_list`` per element dimension.  Both directions share
 memory with the other side where the layouts allow (see each function), and
-pyarrow is imported on first use (``pip install 'lodtool[arrow]'``).  The file
+pyarrow is imported on first use (``pip install 'lodtool[parquet]'``).  The file
 formats built on them, Parquet and Arrow IPC / Feather, are
 :mod:`lodtool.io.parquet` and :mod:`lodtool.io.arrow`.
 

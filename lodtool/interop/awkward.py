@@ -23,27 +23,25 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .._optional import optional_import
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor, check_dtype
 
+if TYPE_CHECKING:
+    import awkward as ak
+
 
 def _ak():
-    try:
-        import awkward
-    except ImportError:  # pragma: no cover - depends on the environment
-        from ..errors import LodBackendError
-
-        raise LodBackendError("the awkward bridge needs awkward: pip install 'lodtool[awkward]'") from None
-    return awkward
+    return optional_import("awkward", "awkward", "the awkward bridge")
 
 
 # -- lodtool -> awkward -------------------------------------------------------------------------------
-def to_layout(t: LoDTensor):
-    """The awkward layout (``ak.contents.Content``) of ``t``, sharing its memory.
+def to_layout(t: LoDTensor) -> ak.contents.Content:
+    """The awkward layout (``ak.contents.Content``) of ``t``, sharing its memory (a copy if not in native byte order).
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -52,6 +50,7 @@ def to_layout(t: LoDTensor):
     """
     ak = _ak()
     data = np.asarray(t.to("cpu").data if t.device != "cpu" else t.data)
+    data = np.asarray(data, data.dtype.newbyteorder("="))  # awkward takes native byte order only: then one copy
     n = data.shape[0]
     elem = data.shape[1:]
     content = ak.contents.NumpyArray(data.reshape(-1) if elem else data)
@@ -64,13 +63,14 @@ def to_layout(t: LoDTensor):
     return content
 
 
-def to_awkward(t: LoDTensor):
+def to_awkward(t: LoDTensor) -> ak.Array:
     """``t`` as an ``ak.Array``: zero-copy (the array's buffers are the tensor's data and offsets).
 
     One ``ListOffsetArray(Index64(offsets))`` per level over a ``NumpyArray``
     with a ``RegularArray`` per element dimension.  Level names, if any, are
     kept in ``a.attrs["level_names"]``.  A tensor on the GPU is copied to the
-    host first.
+    host first, and data in non-native byte order (big-endian on a
+    little-endian machine) is copied into native order, which awkward needs.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -230,7 +230,7 @@ def form_json(lod_level: int, dtype: np.dtype, element_shape: tuple[int, ...] = 
     return json.dumps(form, separators=(",", ":"))
 
 
-def form_of(lod_level: int, dtype: np.dtype, element_shape: tuple[int, ...] = ()):
+def form_of(lod_level: int, dtype: np.dtype, element_shape: tuple[int, ...] = ()) -> ak.forms.Form:
     """:func:`form_json` as an ``ak.forms.Form``.
 
     >>> str(form_of(2, np.dtype("int32"), (3,)).type)
@@ -239,7 +239,8 @@ def form_of(lod_level: int, dtype: np.dtype, element_shape: tuple[int, ...] = ()
     return _ak().forms.from_json(form_json(lod_level, dtype, element_shape))
 
 
-def awkward_buffers(path: str | os.PathLike, name: str | None = None) -> tuple[Any, int, dict[str, Callable]]:
+def awkward_buffers(path: str | os.PathLike, name: str | None = None,
+                    ) -> tuple[ak.forms.Form, int, dict[str, Callable[[], np.ndarray]]]:
     """``(form, length, container)`` for ``ak.from_buffers``: tensor ``name`` of a container, read lazily.
 
     The container's values are zero-argument callables; awkward calls one only

@@ -1,7 +1,7 @@
 """lodtool on Dask: a stored tensor (one container, or a sharded folder) as partitions of whole sequences.
 
 :func:`read` plans partitions from the offsets alone, with the container's one
-chunk planner (:func:`lodtool.container.planner.sequence_ranges`), shard by
+chunk planner (:func:`lodtool.planner.sequence_ranges`), shard by
 shard: each partition is a range of whole top-level sequences of one shard,
 about ``partition_size`` bytes of rows.  A partition is carried by a small
 picklable :class:`Partition` ``(path, name, start, stop, first)``; the task
@@ -251,7 +251,7 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
 
 def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any, int]:
     """:func:`plan`, and the tensor's row count."""
-    from ..container.planner import sequence_ranges
+    from ..planner import sequence_ranges
     from ..container.reader import open_file
     from ..container.shards import TensorSpec, open_path
 

@@ -10,7 +10,7 @@ element dimension), and the level names travel in the field's metadata
 :func:`from_hf` reads them from the file when given its path).  :func:`to_hf` gives an in-memory ``Dataset`` over
 the tensor's own buffers; :func:`from_hf` reads a column of a ``Dataset`` (or
 of such a file) back.  ``datasets`` and pyarrow are imported on first use
-(``pip install 'lodtool[hf]'``).
+(``pip install 'lodtool[datasets]'``).
 
 >>> import os, tempfile, numpy as np, datasets
 >>> from lodtool import LoDTensor
@@ -25,23 +25,26 @@ True
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import LodBackendError, LodInputError
-from ..io.arrow import _level_names, arrow_field, from_arrow, sink_for, to_record_batch
+from .._device import _one_line
+from .._optional import optional_import
+from ..errors import LodInputError
+from ..io.arrow import _level_names, _pa, arrow_field, from_arrow, sink_for, to_record_batch
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import datasets
+    import pyarrow as pa
 
 
 def _datasets():
-    try:
-        import datasets
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise LodBackendError("the HuggingFace bridge needs datasets: pip install 'lodtool[hf]'") from None
-    return datasets
+    return optional_import("datasets", "datasets", "the HuggingFace bridge")
 
 
-def hf_schema(t: LoDTensor, name: str = "tensor"):
+def hf_schema(t: LoDTensor, name: str = "tensor") -> pa.Schema:
     """The Arrow schema of tensor ``t`` as column ``name``, with ``datasets``' features in its metadata.
 
     >>> import json, numpy as np
@@ -49,7 +52,7 @@ def hf_schema(t: LoDTensor, name: str = "tensor"):
     >>> json.loads(schema.metadata[b"huggingface"])["info"]["features"]["ids"]["_type"]
     'LargeList'
     """
-    import pyarrow as pa
+    pa = _pa()
 
     datasets = _datasets()
     schema = pa.schema([arrow_field(name, t)])
@@ -69,7 +72,7 @@ def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str |
     >>> datasets.Dataset.from_file(p)["tensor"][:]
     [[0.0], [1.0, 2.0]]
     """
-    import pyarrow as pa
+    pa = _pa()
 
     chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
     with _atomic(path) as out:
@@ -89,7 +92,7 @@ def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str |
     return os.fspath(path)
 
 
-def to_hf(t: LoDTensor, name: str = "tensor"):
+def to_hf(t: LoDTensor, name: str = "tensor") -> datasets.Dataset:
     """An in-memory ``datasets.Dataset`` with one column ``name`` over ``t``'s own buffers (zero-copy).
 
     >>> import numpy as np
@@ -98,7 +101,7 @@ def to_hf(t: LoDTensor, name: str = "tensor"):
     >>> ds.num_rows, ds[1]["x"]
     (2, [1.0, 2.0])
     """
-    import pyarrow as pa
+    pa = _pa()
 
     datasets = _datasets()
     table = pa.Table.from_batches([to_record_batch(t, name)]).replace_schema_metadata(hf_schema(t, name).metadata)
@@ -106,14 +109,18 @@ def to_hf(t: LoDTensor, name: str = "tensor"):
 
 
 def from_hf(dataset: Any, column: str | None = None, *, level_names=None, validate: bool = True) -> LoDTensor:
-    """The LoD tensor in ``column`` of a ``datasets.Dataset`` (or of a path that ``Dataset.from_file`` opens).
+    """The LoD tensor in ``column`` of a ``datasets.Dataset``, of an Arrow file, or of a ``save_to_disk`` folder.
 
-    ``column=None`` takes the only column.  A dataset whose table is one
-    record batch comes back zero-copy (views of the memory map); more batches
-    are concatenated (one copy); a dataset with an indices mapping (after
-    ``shuffle``, ``select``, ...) is gathered first (one copy).  ``datasets``
-    drops Arrow field metadata when it loads a table, so the level names come
-    back from a *path* (read from the file's schema) or from ``level_names``.
+    A path is a file that ``Dataset.from_file`` opens (as :func:`write_hf_file`
+    writes) or a folder that ``Dataset.save_to_disk`` wrote (opened with
+    ``datasets.load_from_disk``; a ``DatasetDict``'s folder is refused, naming
+    its splits' folders).  ``column=None`` takes the only column.  A dataset
+    whose table is one record batch comes back zero-copy (views of the memory
+    map); more batches are concatenated (one copy); a dataset with an indices
+    mapping (after ``shuffle``, ``select``, ...) is gathered first (one copy).
+    ``datasets`` drops Arrow field metadata when it loads or saves a table, so
+    the level names come back from a *file* path (read from the file's schema)
+    or from ``level_names``.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -127,8 +134,14 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
             from ..errors import LodFileNotFoundError
 
             raise LodFileNotFoundError(f"{path}: no such file")
-        dataset = datasets.Dataset.from_file(path)
-        if level_names is None:
+        folder = os.path.isdir(path)
+        if folder:
+            _check_saved_folder(path)
+        try:
+            dataset = datasets.load_from_disk(path) if folder else datasets.Dataset.from_file(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise LodInputError(f"{path}: datasets cannot open it ({_one_line(exc)})") from None
+        if level_names is None and not folder:
             level_names = _file_level_names(path, column)
     if not isinstance(dataset, datasets.Dataset):
         raise LodInputError(f"from_hf takes a datasets.Dataset (pick a split of a DatasetDict), got "
@@ -147,9 +160,26 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
     return t.with_level_names(level_names) if level_names and len(level_names) == t.lod_level else t
 
 
+def _check_saved_folder(path: str) -> None:
+    """Refuse a folder that is not one ``Dataset.save_to_disk`` wrote (a ``DatasetDict``'s names its splits)."""
+    if os.path.isfile(os.path.join(path, "dataset_dict.json")):
+        try:
+            with open(os.path.join(path, "dataset_dict.json"), encoding="utf-8") as f:
+                splits = [str(s) for s in json.load(f)["splits"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            splits = sorted(e.name for e in os.scandir(path) if e.is_dir())
+        example = os.path.join(path, splits[0]) if splits else os.path.join(path, "SPLIT")
+        raise LodInputError(f"{path}: a DatasetDict saved with save_to_disk (splits: {', '.join(splits)}); "
+                            f"pass one split's folder, e.g. {example}")
+    # the two files datasets.load_from_disk looks for
+    if not all(os.path.isfile(os.path.join(path, name)) for name in ("state.json", "dataset_info.json")):
+        raise LodInputError(f"{path}: a folder, but not one that Dataset.save_to_disk wrote (no state.json and "
+                            "dataset_info.json); pass that folder or an Arrow file (Dataset.from_file opens it)")
+
+
 def _file_level_names(path: str, column: str | None):
     """The level names in the field metadata of a file :func:`write_hf_file` wrote (None if absent)."""
-    import pyarrow as pa
+    pa = _pa()
 
     try:
         with pa.memory_map(path) as source:

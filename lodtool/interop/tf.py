@@ -4,7 +4,9 @@ A LoD level's offsets are exactly TensorFlow's ``row_splits``, so
 :func:`to_ragged_tensor` is ``tf.RaggedTensor.from_nested_row_splits(data,
 offsets)`` and :func:`from_ragged_tensor` reads ``flat_values`` and
 ``nested_row_splits`` back.  Both copy: TensorFlow owns its buffers.
-TensorFlow is imported on first use (``pip install 'lodtool[tf]'``).
+:func:`batch_dataset` is a container's training batches as a ``tf.data.Dataset``
+(planned as :func:`lodtool.batch_plan` plans them).  TensorFlow is imported on
+first use (``pip install 'lodtool[tensorflow]'``).
 
 >>> import numpy as np
 >>> from lodtool import LoDTensor
@@ -18,23 +20,25 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LodBackendError, LodUsageError
+from .._optional import optional_import
+from ..errors import LodUsageError
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def _tf():
-    try:
-        import tensorflow
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise LodBackendError("the TensorFlow bridge needs tensorflow: pip install 'lodtool[tf]'") from None
-    return tensorflow
+    return optional_import("tensorflow", "tensorflow", "the TensorFlow bridge")
 
 
-def to_ragged_tensor(t: LoDTensor, *, row_splits_dtype: str = "int64"):
+def to_ragged_tensor(t: LoDTensor, *, row_splits_dtype: str = "int64") -> tf.RaggedTensor | tf.Tensor:
     """``t`` as a ``tf.RaggedTensor`` (a dense ``tf.Tensor`` for a 0-level tensor); copies into TensorFlow.
 
     The element shape becomes uniform inner dimensions of ``flat_values``.
@@ -87,4 +91,105 @@ def from_ragged_tensor(rt: Any, *, validate: bool = True) -> LoDTensor:
     return LoDTensor._trusted(data, offsets)
 
 
-__all__ = ["to_ragged_tensor", "from_ragged_tensor"]
+# -- a container's training batches as a tf.data source -----------------------------------------------
+#: the outputs of :func:`batch_dataset`
+TF_OUTPUTS = ("padded", "ragged", "varlen")
+#: what lodtool.tasks.BatchReader reads for each
+_READ_AS = {"padded": "padded", "ragged": "jagged-numpy", "varlen": "varlen"}
+
+
+def batch_signature(output: str, dtype: Any, element_shape: tuple[int, ...] = (),
+                    ) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
+    """``{name: (shape, dtype)}`` of the arrays in each batch of :func:`batch_dataset` (``None``: varies).
+
+    TensorFlow's ``output_signature`` is made from this; ``values`` of
+    ``output="ragged"`` is a ``tf.RaggedTensor`` (``ragged_rank`` 1, int64
+    row splits) of that shape.
+
+    >>> import numpy as np
+    >>> sig = batch_signature("padded", np.float32, (3,))
+    >>> sig["values"], sig["mask"], sig["repeat"]
+    (((None, None, 3), dtype('float32')), ((None, None), dtype('bool')), ((), dtype('bool')))
+    >>> sorted(batch_signature("varlen", np.int64))
+    ['cu_seqlens', 'indices', 'lengths', 'max_seqlen', 'position_ids', 'repeat', 'values']
+    """
+    if output not in TF_OUTPUTS:
+        raise LodUsageError(f"output {output!r} is not one of {', '.join(TF_OUTPUTS)}")
+    dtype, elem = np.dtype(dtype), tuple(int(d) for d in element_shape)
+    int64, int32, bool_ = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
+    common = {"lengths": ((None,), int64), "indices": ((None,), int64), "repeat": ((), bool_)}
+    if output == "padded":
+        return {"values": ((None, None, *elem), dtype), "mask": ((None, None), bool_), **common}
+    if output == "ragged":
+        return {"values": ((None, None, *elem), dtype), **common}
+    return {"values": ((None, *elem), dtype), "cu_seqlens": ((None,), int32), "position_ids": ((None,), int64),
+            "max_seqlen": ((), int64), **common}
+
+
+def batch_dataset(path: str | os.PathLike, plan: Any = None, *, output: str = "padded", truncate: str | None = None,
+                  pad_value: Any = 0, tensor: str | None = None, **plan_options: Any) -> tf.data.Dataset:
+    """A container's training batches as a ``tf.data.Dataset`` (``from_generator``), one element per batch.
+
+    ``plan`` is a :class:`~lodtool.tasks.BatchPlan`, a saved plan's path, or
+    ``None`` with the options of :func:`lodtool.batch_plan` (``max_tokens``,
+    ``mode``, ``seed``, ``epoch``, ``num_replicas``, ``rank``, ...).  Each
+    element is a dict of tensors, as :func:`lodtool.batches` reads them
+    (:func:`batch_signature` gives their shapes and dtypes):
+
+    * ``padded``: ``values [B, T, ...]``, ``mask [B, T]`` (bool);
+    * ``ragged``: ``values``, a ``tf.RaggedTensor`` ``[B, None, ...]``;
+    * ``varlen``: flat ``values``, int32 ``cu_seqlens``, ``position_ids``, ``max_seqlen``,
+
+    plus ``lengths``, ``indices`` (the source sequences) and ``repeat`` (a
+    batch repeated to even out the replicas).  Each pass over the dataset
+    reads the file again, in the plan's order: for a new order each epoch,
+    make the epoch's dataset with ``epoch=e``.  The plan is checked against the
+    file here (by reading its first batch), not when TensorFlow first asks for
+    a batch.  Every batch is read into fresh
+    arrays, so no batch TensorFlow still holds (under ``prefetch``, say) is
+    overwritten by the next read.
+
+    >>> import os, tempfile, numpy as np, lodtool
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
+    >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 10), recursive_sequence_lengths=[[3, 1, 4, 1]]))
+    >>> ds = batch_dataset(p, max_tokens=8, mode="pack", output="varlen")
+    >>> [b["cu_seqlens"].numpy().tolist() for b in ds]
+    [[0, 4, 7, 8], [0, 1]]
+    >>> b = next(iter(batch_dataset(p, max_sequences=2, mode="sorted", output="ragged")))
+    >>> b["values"].to_list()
+    [[9], [4]]
+    """
+    from ..container.shards import open_path
+    from ..tasks._batch import BatchReader, as_plan
+
+    tf = _tf()
+    batch_signature(output, np.int8)  # refuses an unknown output before any file is read
+    path = os.fspath(path)
+    if plan is None:
+        plan_options["tensor"] = tensor
+    plan = as_plan(plan, path, **plan_options)
+    with open_path(path) as f:
+        stored = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
+        signature = batch_signature(output, stored.dtype, stored.element_shape)
+    read_options = {"output": _READ_AS[output], "truncate": truncate, "pad_value": pad_value, "tensor": tensor,
+                    "reuse_buffers": False}
+    if len(plan):  # a plan made for another file, or a pad value the dtype cannot hold, fails here, not inside TF
+        with BatchReader(path, plan, **read_options) as reader:
+            reader.read(0)
+
+    specs = {name: tf.TensorSpec(shape, tf.as_dtype(dtype), name=name) for name, (shape, dtype) in signature.items()}
+    if output == "ragged":
+        shape, dtype = signature["values"]
+        specs["values"] = tf.RaggedTensorSpec(shape, tf.as_dtype(dtype), ragged_rank=1, row_splits_dtype=tf.int64)
+
+    def generate() -> Iterator[dict]:  # each pass (each iterator) reads with its own reader
+        with BatchReader(path, plan, **read_options) as reader:
+            for b in reader:
+                if output == "ragged":
+                    b["values"] = tf.RaggedTensor.from_row_splits(b["values"], b["offsets"], validate=False)
+                yield {name: b[name] for name in signature}
+
+    return tf.data.Dataset.from_generator(generate, output_signature=specs)
+
+
+__all__ = ["to_ragged_tensor", "from_ragged_tensor", "batch_dataset", "batch_signature", "TF_OUTPUTS"]

@@ -11,8 +11,14 @@
   variable-length attention kernels (FlashAttention's ``*_varlen``) take.
 * :func:`to_padded` gives ``(padded, mask)``.
 * :func:`from_torch` takes a jagged nested tensor or a ``PackedSequence`` back.
+* ``BatchDataset`` is a container's training batches as an ``IterableDataset``
+  (:mod:`lodtool.interop._torch_batch`); :class:`SequenceDataset` is its
+  sequences as a map-style dataset, for ``DataLoader(shuffle=True)`` and
+  ``DistributedSampler``.
 
-torch is imported on first use (``pip install 'lodtool[torch]'``).
+torch is imported on first use (``pip install 'lodtool[torch]'``).  On a
+machine without a CUDA GPU, install torch's CPU build first:
+``pip install torch --index-url https://download.pytorch.org/whl/cpu``.
 
 >>> import numpy as np
 >>> from lodtool import LoDTensor
@@ -26,30 +32,44 @@ True
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
+from .._optional import optional_import
+from ..errors import LodShapeError, LodUsageError, LodValidationError
+from ..tasks._open import open as open_source
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import torch
+    from torch.nn.utils.rnn import PackedSequence
 
 LAYOUTS = ("jagged", "strided")
 
 
+def __getattr__(name: str) -> Any:
+    # BatchDataset (a container's training batches, lodtool.interop._torch_batch) derives from torch's
+    # IterableDataset, so it is made, and torch imported, on first use
+    if name == "BatchDataset":
+        _torch()  # a missing torch names its extra here
+        from ._torch_batch import BatchDataset
+
+        return BatchDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _torch():
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise LodBackendError("the PyTorch bridge needs torch: pip install 'lodtool[torch]'") from None
-    return torch
+    return optional_import("torch", "torch", "the PyTorch bridge")
 
 
-def _tensor(a: Any):
-    """A torch tensor sharing ``a``'s memory (NumPy on the CPU, CuPy on the GPU)."""
+def _tensor(a: Any) -> torch.Tensor:
+    """A torch tensor sharing ``a``'s memory (NumPy on the CPU, CuPy on the GPU); a copy if not in native byte order."""
     torch = _torch()
     if isinstance(a, np.ndarray):
-        return torch.from_numpy(a)
+        return torch.from_numpy(np.asarray(a, a.dtype.newbyteorder("=")))  # torch takes native byte order only
     return torch.as_tensor(a, device="cuda")  # __cuda_array_interface__: a view of the device array
 
 
@@ -70,11 +90,13 @@ def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
     return rows
 
 
-def to_torch(t: LoDTensor, layout: str = "jagged", *, level: int | None = None):
+def to_torch(t: LoDTensor, layout: str = "jagged", *, level: int | None = None) -> torch.Tensor:
     """``t`` as a torch nested tensor with the jagged layout (``layout="strided"``: a 0-level tensor's rows).
 
     Zero-copy: the nested tensor's ``values()`` are ``t.data`` and its
-    ``offsets()`` are the last level's offsets.  A tensor of several levels
+    ``offsets()`` are the last level's offsets (data in non-native byte order,
+    big-endian on a little-endian machine, is copied into native order, which
+    torch needs).  A tensor of several levels
     needs ``level``: its sequences become the batch, each holding all the rows
     under it (the offsets are then composed: one small copy, the data is still
     shared).  Alternatively convert branches, ``to_torch(t.branch(i))``.
@@ -122,7 +144,7 @@ def _plan(t: LoDTensor, level: int):
     return pack_plan(t, level)
 
 
-def to_packed_sequence(t: LoDTensor, level: int = -1):
+def to_packed_sequence(t: LoDTensor, level: int = -1) -> PackedSequence:
     """An RNN ``PackedSequence`` of the sequences of ``level``, built from the pack plan without padding.
 
     It is identical (data, batch_sizes, sorted_indices, unsorted_indices) to
@@ -138,8 +160,6 @@ def to_packed_sequence(t: LoDTensor, level: int = -1):
     ([4, 1, 3, 5, 2, 6], [3, 2, 1], [2, 0, 1])
     """
     torch = _torch()
-    from torch.nn.utils.rnn import PackedSequence
-
     from ..ops.pack_plan import to_time_major
 
     t = t.to("cpu")
@@ -160,11 +180,11 @@ def to_packed_sequence(t: LoDTensor, level: int = -1):
     inverse[order] = np.arange(len(order), dtype=order.dtype)
     plan = replace(plan, sorted_indices=order, unsorted_indices=inverse)
     data, batch_sizes = to_time_major(t, plan)
-    return PackedSequence(torch.from_numpy(data), torch.from_numpy(batch_sizes.copy()),
-                          torch.from_numpy(order), torch.from_numpy(inverse))
+    return torch.nn.utils.rnn.PackedSequence(_tensor(data), torch.from_numpy(batch_sizes.copy()),
+                                             torch.from_numpy(order), torch.from_numpy(inverse))
 
 
-def cu_seqlens(t: LoDTensor, level: int = -1):
+def cu_seqlens(t: LoDTensor, level: int = -1) -> tuple[torch.Tensor, int]:
     """``(cu_seqlens, max_seqlen)`` of ``level``: int32 row offsets and the longest length, for varlen attention.
 
     The values to pass with them are ``t.data`` (the rows, all sequences back to
@@ -185,7 +205,8 @@ def cu_seqlens(t: LoDTensor, level: int = -1):
     return _tensor(rows.astype(np.int32)), int(lengths.max()) if lengths.size else 0
 
 
-def to_padded(t: LoDTensor, pad_value: Any = 0, *, level: int = -1, maxlen: int | None = None):
+def to_padded(t: LoDTensor, pad_value: Any = 0, *, level: int = -1, maxlen: int | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(padded, mask)``: the sequences of ``level`` padded to ``(sequences, maxlen, *element)``, and a bool mask.
 
     ``mask[i, j]`` is True where ``padded[i, j]`` is a real row.  Uses
@@ -222,9 +243,7 @@ def from_torch(x: Any, *, validate: bool = True) -> LoDTensor:
     ([[0, 2, 3]], [1, 2, 3])
     """
     torch = _torch()
-    from torch.nn.utils.rnn import PackedSequence
-
-    if isinstance(x, PackedSequence):
+    if isinstance(x, torch.nn.utils.rnn.PackedSequence):
         return _from_packed(x)
     if not isinstance(x, torch.Tensor):
         raise LodUsageError(f"from_torch takes a torch tensor or a PackedSequence, got {type(x).__name__}")
@@ -279,4 +298,76 @@ def _from_packed(p) -> LoDTensor:
     return from_time_major(data, plan)
 
 
-__all__ = ["to_torch", "to_packed_sequence", "cu_seqlens", "to_padded", "from_torch", "LAYOUTS"]
+class SequenceDataset:
+    """A container's sequences at one level as a map-style dataset: ``ds[i]`` is sequence ``i``'s rows.
+
+    ``DataLoader(ds, shuffle=True, num_workers=...)`` and ``DistributedSampler``
+    take it as it is: it has a length, it pickles without an open file, and each
+    process (a worker, a rank) opens the file itself on its first item.  An item
+    is a torch tensor of every data row under the sequence (a copy: the batch
+    collation owns it); :meth:`collate` pads a list of items into
+    ``(values [B, T, ...], lengths [B])``.  A container stored without a
+    compression filter reads each item from the file's memory map.
+
+    >>> import os, tempfile, numpy as np, lodtool
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
+    >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 8), recursive_sequence_lengths=[[2, 1], [3, 1, 3]]))
+    >>> ds = SequenceDataset(p, level=1)
+    >>> len(ds), ds[0].tolist(), ds[-1].tolist()
+    (3, [1, 2, 3], [5, 6, 7])
+    >>> values, lengths = SequenceDataset.collate([ds[1], ds[2]])
+    >>> values.tolist(), lengths.tolist()
+    ([[4, 0, 0], [5, 6, 7]], [1, 3])
+    >>> SequenceDataset(p, level=0)[0].tolist()  # a document: every token under it
+    [1, 2, 3, 4]
+    """
+
+    def __init__(self, path: str | os.PathLike, level: int = 0, *, tensor: str | None = None):
+        self.path = os.fspath(path)
+        self.tensor = tensor
+        with open_source(self.path) as f:
+            t = f.tensor(tensor)
+            self.level = t._level(level) if t.lod_level else 0
+            self._len = t.num_sequences(self.level)
+        self._view = None
+        self._file = None
+        self._pid = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        n = self._len
+        if not isinstance(i, (int, np.integer)) or not -n <= i < n:
+            from ..errors import LodIndexError
+
+            raise LodIndexError(f"{self.path}: sequence {i} is out of range for {n} sequences of level "
+                                f"{self.level}")
+        i = int(i) + n if i < 0 else int(i)
+        t = self._open()
+        rows = t.read_rows(i, i + 1) if not t.lod_level else t.slice_level(self.level, i, i + 1).data
+        return _torch().from_numpy(np.array(rows, rows.dtype.newbyteorder("=")))
+
+    def _open(self):
+        if self._view is None or self._pid != os.getpid():  # a worker process opens its own handle
+            self._file = open_source(self.path)
+            self._view = self._file.tensor(self.tensor)
+            self._pid = os.getpid()
+        return self._view
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.update(_view=None, _file=None, _pid=None)
+        return state
+
+    @staticmethod
+    def collate(items: list, pad_value: Any = 0) -> tuple:
+        """Items padded to the longest: ``(values [B, T, ...], lengths [B] int64)`` (a ``DataLoader``'s
+        ``collate_fn``; ``functools.partial(SequenceDataset.collate, pad_value=...)`` for another pad)."""
+        torch = _torch()
+        lengths = torch.tensor([len(x) for x in items], dtype=torch.int64)
+        return torch.nn.utils.rnn.pad_sequence(items, batch_first=True, padding_value=pad_value), lengths
+
+
+__all__ = ["to_torch", "to_packed_sequence", "cu_seqlens", "to_padded", "from_torch", "LAYOUTS", "SequenceDataset",
+           "BatchDataset"]  # noqa: F822 (BatchDataset is imported on first use, by __getattr__)

@@ -17,7 +17,8 @@ its line to :data:`REGISTRY`.  ``pack``, ``unpack``, ``slice`` and the CLI's
 ``--format`` / ``--to`` choices all read the registry.
 
 >>> [f.name for f in REGISTRY]
-['json', 'jsonl', 'npy', 'npz', 'parquet', 'arrow', 'pdtensor']
+['json', 'jsonl', 'npy', 'npz', 'parquet', 'arrow', 'pdtensor', 'megatron', 'fairseq', 'datatrove',
+ 'dolma']
 >>> format_of_path("docs.ndjson").name, format_of_path("x.h5")
 ('jsonl', None)
 >>> get("npz").module, readable()[:4], writable()[:3]
@@ -84,6 +85,11 @@ REGISTRY: tuple[Format, ...] = (
     Format("arrow", (".arrow", ".feather", ".arrows", ".ipc"), (b"ARROW1",), "arrow", streams=True, writes=True,
            options=("column",)),
     Format("pdtensor", (".pdtensor", ".pdiparams"), (), "pdtensor", streams=True, writes=True),
+    Format("megatron", (".idx",), (b"MMIDIDX\x00\x00",), "megatron", streams=True, writes=False,
+           options=("token_dtype",)),
+    Format("fairseq", (), (b"MMIDIDX\x00\x00",), "megatron", streams=True, writes=False, options=("token_dtype",)),
+    Format("datatrove", (".ds",), (), "datatrove", streams=True, writes=False, options=("token_dtype",)),
+    Format("dolma", (), (), "dolma", streams=True, writes=False, options=("token_dtype", "eos_token_id")),
 )
 
 _BY_NAME = {f.name: f for f in REGISTRY}
@@ -115,7 +121,7 @@ def extensions() -> tuple[str, ...]:
     """Every registered file extension, in registry order.
 
     >>> " ".join(extensions())
-    '.json .jsonl .ndjson .npy .npz .parquet .pq .arrow .feather .arrows .ipc .pdtensor .pdiparams'
+    '.json .jsonl .ndjson .npy .npz .parquet .pq .arrow .feather .arrows .ipc .pdtensor .pdiparams .idx .ds'
     """
     return tuple(ext for f in REGISTRY for ext in f.extensions)
 

@@ -25,13 +25,19 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import sys
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError
+from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
+                      LodMemoryError, LodShapeError)
+from .._optional import optional_import
 from ..tensor import LoDTensor
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: field metadata key holding the level names (JSON list)
 LEVEL_NAMES_KEY = b"lodtool.level_names"
@@ -42,11 +48,7 @@ IPC_MAGIC = b"ARROW1"
 
 
 def _pa():
-    try:
-        import pyarrow
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise LodBackendError("Arrow and Parquet need pyarrow: pip install 'lodtool[arrow]'") from None
-    return pyarrow
+    return optional_import("pyarrow", "parquet", "Arrow and Parquet")
 
 
 # -- lodtool -> Arrow ---------------------------------------------------------------------------------
@@ -65,14 +67,17 @@ def _leaf_array(data: np.ndarray):
                                  [None, pa.py_buffer(flat)])
 
 
-def to_arrow(t: LoDTensor):
+def to_arrow(t: LoDTensor, *, required: bool = False) -> pa.Array:
     """``t`` as a nested ``large_list`` Arrow array, one row per top-level sequence; zero-copy.
 
     The offsets and data buffers are the tensor's own memory (kept alive by the
     array).  Exceptions: bool data is bit-packed (one copy), non-contiguous
     data is made contiguous (one copy), and complex data is refused (Arrow has
     no complex type).  A 0-level tensor gives its rows (a primitive array, or
-    ``fixed_size_list`` for an element shape).
+    ``fixed_size_list`` for an element shape).  ``required=True`` marks every
+    list item non-nullable (``item: int64 not null``), as a LoD tensor has no
+    missing value: what the file writers store, so readers such as awkward see
+    no option types.
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -91,30 +96,44 @@ def to_arrow(t: LoDTensor):
     elem = data.shape[1:]
     for j in reversed(range(len(elem))):
         length = n * int(np.prod(elem[:j], dtype=np.int64))
-        arr = pa.Array.from_buffers(pa.list_(arr.type, int(elem[j])), length, [None], children=[arr])
+        arr = pa.Array.from_buffers(pa.list_(_item(arr.type, required), int(elem[j])), length, [None],
+                                    children=[arr])
     for offsets in reversed(t.offsets):
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        arr = pa.Array.from_buffers(pa.large_list(arr.type), len(offsets) - 1, [None, pa.py_buffer(offsets)],
+        arr = pa.Array.from_buffers(pa.large_list(_item(arr.type, required)), len(offsets) - 1,
+                                    [None, pa.py_buffer(offsets)],
                                     children=[arr])
     return arr
 
 
-def arrow_field(name: str, t: LoDTensor):
+def _item(value_type, required: bool):
+    """The item field of a list of ``value_type`` (non-nullable where ``required``)."""
+    return _pa().field("item", value_type, nullable=not required)
+
+
+def arrow_field(name: str, t: LoDTensor, *, required: bool = False) -> pa.Field:
     """The table field of tensor ``t`` named ``name``, its level names in the metadata.
+
+    The field itself is never nullable; ``required=True`` marks the list items
+    non-nullable too (see :func:`to_arrow`).
 
     >>> import numpy as np
     >>> f = arrow_field("ids", LoDTensor(np.arange(2), [[0, 2]], level_names=["doc"]))
     >>> str(f.type), f.metadata
     ('large_list<item: int64>', {b'lodtool.level_names': b'["doc"]'})
+    >>> str(arrow_field("ids", LoDTensor(np.arange(2), [[0, 2]]), required=True).type)
+    'large_list<item: int64 not null>'
     """
     pa = _pa()
     meta = {LEVEL_NAMES_KEY: json.dumps(list(t.level_names)).encode()} if t.level_names else None
-    return pa.field(name, to_arrow(LoDTensor._trusted(t.data[:0], [o[:1] for o in t.offsets])).type,
-                    nullable=False, metadata=meta)
+    empty = LoDTensor._trusted(t.data[:0], [o[:1] for o in t.offsets])
+    return pa.field(name, to_arrow(empty, required=required).type, nullable=False, metadata=meta)
 
 
-def to_record_batch(t: LoDTensor, name: str = "tensor"):
+def to_record_batch(t: LoDTensor, name: str = "tensor", *, required: bool = False) -> pa.RecordBatch:
     """A one-column record batch of ``t`` (zero-copy), its level names in the field metadata.
+
+    ``required=True``: list items non-nullable (what lodtool's Parquet and IPC files hold).
 
     >>> import numpy as np
     >>> from lodtool import LoDTensor
@@ -122,7 +141,8 @@ def to_record_batch(t: LoDTensor, name: str = "tensor"):
     2
     """
     pa = _pa()
-    return pa.RecordBatch.from_arrays([to_arrow(t)], schema=pa.schema([arrow_field(name, t)]))
+    return pa.RecordBatch.from_arrays([to_arrow(t, required=required)],
+                                      schema=pa.schema([arrow_field(name, t, required=required)]))
 
 
 # -- Arrow -> lodtool ---------------------------------------------------------------------------------
@@ -159,7 +179,10 @@ def _primitive(arr, where: str) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=True)
 
 
-def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bool = True) -> LoDTensor:
+def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bool = True,
+             max_memory: int | None = None) -> LoDTensor:
+    """``arr`` as a LoD tensor: validated before any value is read (list views' ranges too), a gather held to
+    ``max_memory``."""
     pa = _pa()
     if isinstance(arr, pa.ExtensionArray):
         ext_shape = tuple(arr.type.shape) if isinstance(arr.type, pa.FixedShapeTensorType) else None
@@ -168,6 +191,10 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
         arr = arr.storage
     else:
         ext_shape = None
+    try:  # lengths, buffer sizes, first and last offsets: what a file (IPC trusts it) may get wrong
+        arr.validate()
+    except pa.ArrowInvalid as exc:
+        raise LodInputError(f"{where}: {str(exc).splitlines()[0]}") from None
     levels: list[np.ndarray] = []
     shape: list[int] = []
     node = arr
@@ -182,9 +209,9 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
             if shape:  # pragma: no cover - _has_var_list makes such fixed sizes levels
                 raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
             offsets = node.offsets.to_numpy()  # honours the slice (arrow#37733: .values does not)
-            start, stop = int(offsets[0]), int(offsets[-1])
             if offsets.dtype != np.int64:
                 offsets = offsets.astype(np.int64)
+            start, stop = int(offsets[0]), int(offsets[-1])
             if start:
                 offsets = offsets - start
             levels.append(offsets)
@@ -202,12 +229,15 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
                 raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
             starts = node.offsets.to_numpy().astype(np.int64)
             sizes = node.sizes.to_numpy().astype(np.int64)
+            _check_list_bounds(starts, sizes, len(node.values), levels, row_base, where)
             offsets = np.zeros(len(sizes) + 1, np.int64)
             np.cumsum(sizes, out=offsets[1:])
             levels.append(offsets)
             if len(sizes) and np.array_equal(starts[1:], starts[:-1] + sizes[:-1]):
                 node = node.values.slice(int(starts[0]), int(offsets[-1]))  # in order: a view
             else:  # out of order or overlapping views: gather the values (one copy)
+                check_claim(int(offsets[-1]) * (_INDEX_BYTES + _value_bytes(node.values.type)), max_memory,
+                            f"{where}: gathering the list views' {int(offsets[-1]):,} values")
                 gather = np.repeat(starts - offsets[:-1], sizes) + np.arange(offsets[-1])
                 node = node.values.take(pa.array(gather))
         else:
@@ -221,6 +251,52 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
     if validate:
         return LoDTensor(data, lod=levels)
     return LoDTensor._trusted(data, levels)
+
+
+#: bytes of one gather index (int64)
+_INDEX_BYTES = 8
+
+
+def check_claim(nbytes: int, max_memory: int | None, what: str) -> None:
+    """Refuse (:class:`~lodtool.errors.LodMemoryError`) an allocation a file asks for above ``max_memory``.
+
+    ``what`` names the file, the position and the allocation; ``None``: no limit.
+
+    >>> check_claim(1 << 40, 1 << 30, "x.parquet: row group 0")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodMemoryError: x.parquet: row group 0 needs 1,099,511,627,776 bytes, above the memory limit of ...
+    """
+    if max_memory is not None and nbytes > max_memory:
+        raise LodMemoryError(f"{what} needs {nbytes:,} bytes, above the memory limit of {max_memory:,} "
+                             "(raise it with max_memory=...)")
+
+
+def _value_bytes(t) -> int:
+    """Bytes of one entry of type ``t`` once converted (nested variable lists count their offset)."""
+    pa = _pa()
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size * _value_bytes(t.value_type)
+    if pa.types.is_boolean(t):
+        return 1
+    try:
+        return max(t.bit_width // 8, 1)
+    except ValueError:  # a nested list or view: its offset (its own values are counted when gathered)
+        return _INDEX_BYTES
+
+
+def _check_list_bounds(starts: np.ndarray, sizes: np.ndarray, size: int, levels: list[np.ndarray], row_base: int,
+                       where: str) -> None:
+    """Each list view (``starts[i]``, ``sizes[i]``) must lie within the ``size`` values below it."""
+    if not len(sizes):
+        return
+    negative = (starts < 0) | (sizes < 0)
+    bad = negative | (~negative & (sizes > size - np.maximum(starts, 0)))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise LodInputError(f"{where}: {_top_row(levels, len(levels), k, row_base)}: its list view starts at "
+                            f"{int(starts[k]):,} and holds {int(sizes[k]):,} values, outside the {size:,} values "
+                            f"below it (at depth {len(levels)})")
 
 
 def _has_var_list(t) -> bool:
@@ -247,7 +323,9 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
     zero-copy; several chunks are concatenated (one copy; iterate
     ``arr.chunks`` to avoid it).  ``list_view`` arrays are read too (a view
     when their lists lie in order, else one gather).  A null anywhere is an
-    error naming its row.
+    error naming its row.  Before any value is read the array passes Arrow's
+    own (constant-time) validation and every list view is checked to lie
+    within its values: an array from a file may claim anything.
 
     >>> import pyarrow as pa
     >>> t = from_arrow(pa.array([[[1, 2], [3]], [[4]]], pa.large_list(pa.large_list(pa.int64()))))
@@ -315,26 +393,30 @@ def pick_column(schema, column: str | None, label: str) -> int:
     >>> pick_column(pa.schema([("a", pa.int8()), ("b", pa.int8())]), "b", "x.parquet")
     1
     """
-    names = list(schema.names)
+    try:
+        names = list(schema.names)
+    except UnicodeDecodeError:
+        raise LodInputError(f"{label}: a column name is not UTF-8 text (a damaged schema)") from None
     if column is None:
         if len(names) == 1:
             return 0
         raise LodInputError(f"{label}: has {len(names)} columns ({', '.join(names[:10])}"
-                            f"{', ...' if len(names) > 10 else ''}); choose one with --column")
+                            f"{', ...' if len(names) > 10 else ''}); choose one with column=...")
     if column not in names:
         raise LodInputError(f"{label}: has no column {column!r} (columns: {', '.join(names[:10])}"
                             f"{', ...' if len(names) > 10 else ''})")
     return names.index(column)
 
 
-def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field) -> Iterator[LoDTensor]:
+def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field,
+                        max_memory: int | None = None) -> Iterator[LoDTensor]:
     """Each record batch's column ``index`` as a LoD tensor, errors naming the file, batch and global row."""
     def converted():
         base = 0
         for k, batch in enumerate(batches):
             col = batch.column(index)
             where = f"{label}: record batch {k}, column {names_field.name!r}"
-            yield where, _convert(col, where=where, row_base=base, validate=False)
+            yield where, _convert(col, where=where, row_base=base, validate=False, max_memory=max_memory)
             base += len(col)
 
     yield from valid_chunks(converted(), _level_names(names_field))
@@ -453,8 +535,12 @@ def sink_for(out):
 
 
 # -- Arrow IPC / Feather --------------------------------------------------------------------------------
-def _open_ipc(source: Any):
-    """A record batch reader for an IPC file or stream (memory-mapped where it is a path)."""
+def _open_ipc(source: Any, max_memory: int | None = None):
+    """A record batch reader for an IPC file or stream (memory-mapped where it is a path).
+
+    With ``max_memory``, what each batch's compressed buffers say they inflate to
+    is checked against it before the batch is decoded.
+    """
     pa = _pa()
     label = _label(source)
     if isinstance(source, (str, os.PathLike)):
@@ -472,21 +558,133 @@ def _open_ipc(source: Any):
     head = source.read(6)
     source.seek(0)
     try:
+        claims = None if max_memory is None else _inflated_sizes(source, head == IPC_MAGIC)
         if head == IPC_MAGIC:
             reader = pa.ipc.open_file(source)
-            return (reader.get_batch(i) for i in range(reader.num_record_batches)), reader.schema, label
-        reader = pa.ipc.open_stream(source)
-        return iter(reader), reader.schema, label
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            count = reader.num_record_batches
+            batch_at = lambda k: reader.get_batch(k) if k < count else None  # noqa: E731
+            return _decoded(batch_at, label, claims, max_memory), reader.schema, label
+        stream = pa.ipc.open_stream(source)
+        stream_batches = iter(stream)
+        return _decoded(lambda k: next(stream_batches, None), label, claims, max_memory), stream.schema, label
+    except MemoryError:  # pa.ArrowMemoryError too
+        raise LodMemoryError(f"{label}: its schema asks for more memory than there is") from None
+    except (pa.ArrowException, OSError) as exc:  # any of Arrow's errors: the file is not one it can decode
         raise LodInputError(f"{label}: not an Arrow IPC file or stream ({str(exc).splitlines()[0]})") from None
 
 
-def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
+def _decoded(batch_at, label: str, claims: list[int] | None = None, max_memory: int | None = None) -> Iterator:
+    """``batch_at(0), batch_at(1), ...`` until ``None``; a batch that cannot be decoded is a one-line error naming it.
+
+    Decoding allocates what the batch's buffers claim (a compressed buffer states
+    its size): ``claims[k]`` (see :func:`_inflated_sizes`) is checked against
+    ``max_memory`` first, and a claim too large for memory is a
+    :class:`~lodtool.errors.LodMemoryError` all the same.
+    """
+    pa = _pa()
+    k = 0
+    while True:
+        if claims is not None and k < len(claims):
+            check_claim(claims[k], max_memory, f"{label}: record batch {k}: inflating its compressed buffers")
+        try:
+            batch = batch_at(k)
+        except MemoryError:  # pa.ArrowMemoryError too
+            raise LodMemoryError(f"{label}: record batch {k}: decoding it asks for more memory than there is (its "
+                                 "buffers claim sizes they may not hold)") from None
+        except (pa.ArrowException, OSError) as exc:
+            raise LodInputError(f"{label}: record batch {k}: cannot decode it ({str(exc).splitlines()[0]})") from None
+        if batch is None:
+            return
+        yield batch
+        k += 1
+
+
+class _Flatbuffer:
+    """Just enough of a flatbuffers reader for Arrow's IPC metadata: tables, their fields, vectors (bounds-checked:
+    ``struct.error`` past the end)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def scalar(self, fmt: str, at: int) -> int:
+        return struct.unpack_from(fmt, self.data, at)[0]
+
+    def root(self) -> int:
+        return self.scalar("<I", 0)
+
+    def field(self, table: int, i: int) -> int | None:
+        """Where field ``i`` of the table at ``table`` is stored, or ``None`` (absent: its default)."""
+        vtable = table - self.scalar("<i", table)
+        if 4 + 2 * i >= self.scalar("<H", vtable):
+            return None
+        offset = self.scalar("<H", vtable + 4 + 2 * i)
+        return table + offset if offset else None
+
+    def ref(self, table: int, i: int) -> int | None:
+        """Where the table or vector that field ``i`` points to starts, or ``None``."""
+        at = self.field(table, i)
+        return None if at is None else at + self.scalar("<I", at)
+
+
+#: Arrow's MessageHeader union tag of a RecordBatch
+_RECORD_BATCH = 3
+
+
+def _inflated(metadata: bytes, body) -> int:
+    """The bytes a record batch message's compressed buffers say they inflate to (0: not compressed).
+
+    Each compressed buffer starts with its inflated length (int64, -1: stored as
+    it is); Arrow allocates that before it decompresses.
+    """
+    fb = _Flatbuffer(metadata)
+    message = fb.root()
+    kind = fb.field(message, 1)
+    batch = fb.ref(message, 2)
+    if kind is None or fb.scalar("<B", kind) != _RECORD_BATCH or batch is None or fb.ref(batch, 3) is None:
+        return 0
+    buffers = fb.ref(batch, 2)
+    total = 0
+    for j in range(fb.scalar("<I", buffers) if buffers is not None else 0):
+        offset, length = struct.unpack_from("<qq", metadata, buffers + 4 + 16 * j)
+        if length >= 8 and 0 <= offset <= body.size - 8:
+            total += max(struct.unpack_from("<q", body, offset)[0], 0)
+    return total
+
+
+def _inflated_sizes(source, is_file: bool) -> list[int] | None:
+    """What each record batch of an IPC file or stream inflates to, in batch order; ``None`` where the metadata
+    cannot be walked (the reader then says why).
+
+    A file's batches are where its footer says; a stream's follow one another.
+    """
+    pa = _pa()
+    whole = source.read_buffer()
+    source.seek(0)
+    try:
+        if is_file:
+            fb = _Flatbuffer(whole.slice(max(whole.size - 10, 0)).to_pybytes())
+            length = fb.scalar("<i", 0)
+            fb = _Flatbuffer(whole.slice(max(whole.size - 10 - length, 0), length).to_pybytes())
+            blocks = fb.ref(fb.root(), 3)  # Footer.recordBatches: Block {offset, metaDataLength, bodyLength}
+            spans = [struct.unpack_from("<qi4xq", fb.data, blocks + 4 + 24 * j)
+                     for j in range(fb.scalar("<I", blocks) if blocks is not None else 0)]
+            messages = (pa.ipc.read_message(pa.BufferReader(whole.slice(at, meta + body))) for at, meta, body in spans)
+        else:
+            messages = (m for m in pa.ipc.MessageReader.open_stream(pa.BufferReader(whole)) if m.type == "record batch")
+        return [_inflated(m.metadata.to_pybytes(), m.body) for m in messages]
+    except (struct.error, ValueError, IndexError, EOFError, OSError, pa.ArrowException):
+        return None
+
+
+def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
+             max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The tensor in column ``column`` of Arrow IPC files / streams, one chunk per record batch.
 
     Files are memory-mapped, so a chunk's data is a view of the map (nothing
     is read before it is needed).  Several sources concatenate top-level
-    sequences, in order.
+    sequences, in order.  ``max_memory`` bounds what each batch's compressed
+    buffers say they inflate to (checked before it is decoded) and what its
+    conversion allocates (the gather of out-of-order list views).
 
     >>> import io, numpy as np
     >>> from lodtool import LoDTensor
@@ -497,12 +695,14 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None) -> Iterator[L
     """
     pa = _pa()
     for source in sources:
-        batches, schema, label = _open_ipc(source)
+        batches, schema, label = _open_ipc(source, max_memory)
         index = pick_column(schema, column, label)
         try:
-            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index)), label,
-                                   schema.names[index])
-        except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
+            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
+                                   label, schema.names[index])
+        except MemoryError:  # the CLI's own message (pa.ArrowMemoryError is an ArrowException too)
+            raise
+        except pa.ArrowException as exc:
             raise LodInputError(f"{label}: {str(exc).splitlines()[0]}") from None
 
 
@@ -539,7 +739,7 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     sink = sink_for(out)
     try:
         for chunk in chunks:
-            batch = to_record_batch(chunk, name)
+            batch = to_record_batch(chunk, name, required=True)
             if writer is None:
                 writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, batch.schema)
             writer.write_batch(batch)
@@ -560,7 +760,7 @@ def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
 
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = 0, progress=None, stats: dict | None = None,
-         column: str | None = None) -> Iterator[LoDTensor]:
+         column: str | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: Arrow IPC files or streams, one chunk per record batch (``column``: which one).
 
     >>> import io, numpy as np
@@ -571,7 +771,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     from ._values import read_with_options
 
-    return read_with_options(sources, lambda source: iter_ipc([source], column=column), _label,
+    return read_with_options(sources, lambda source: iter_ipc([source], column=column, max_memory=max_memory),
+                             _label,
                              lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
@@ -586,5 +787,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "valid_chunks", "sink_for", "read", "write", "write_stored",
+           "pick_column", "valid_chunks", "check_claim", "sink_for", "read", "write", "write_stored",
            "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]

@@ -317,7 +317,7 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
             total = sum(declared.values())
             if max_memory is not None and total > max_memory:
                 raise LodMemoryError(f"{label}: its arrays inflate to {total:,} bytes, above the memory limit of "
-                                     f"{max_memory:,} (raise it with --max-memory)")
+                                     f"{max_memory:,} (raise it with max_memory=...)")
             out = {}
             order = [n for n in names if n != last] + [n for n in names if n == last]
             for n in order:

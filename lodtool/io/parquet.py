@@ -4,11 +4,14 @@ Reading goes row group by row group (``pq.ParquetFile.read_row_group`` of the
 one column), a few decoded at once on as many cores, so memory holds that many
 row groups' column at a time, whatever the file size.  Lists are read as
 ``large_list`` (64-bit offsets) where the file has no stored Arrow schema that
-says otherwise, so no chunk overflows 2**31 values.  The conversion is :func:`lodtool.io.arrow.from_arrow`'s: a null is an
-error naming its row (counted over the whole file).
+says otherwise, so no chunk overflows 2**31 values.  The conversion is
+:func:`lodtool.io.arrow.from_arrow`'s: a null is an error naming its row
+(counted over the whole file).  With a memory limit, what each row group's
+footer claims (:func:`row_group_claims`) is checked before anything is
+decoded, and only as many row groups as fit it decode at once.
 
 Writing: one row group per chunk, the tensor's level names in the column's
-field metadata, zstd compression by default.
+field metadata, list items non-nullable, zstd compression by default.
 
 >>> import io, numpy as np
 >>> from lodtool import LoDTensor
@@ -25,10 +28,12 @@ import sys
 import threading
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
-from ..errors import LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError
+from ..errors import LodFileNotFoundError, LodInputError, LodMemoryError, LodShapeError, LodUsageError
+from ..lod import counted
+from .._optional import optional_import
 from ..tensor import LoDTensor
-from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, pick_column, sink_for,
-                    to_record_batch, valid_chunks)
+from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, check_claim, pick_column,
+                    sink_for, to_record_batch, valid_chunks)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -82,13 +87,15 @@ def _open(source: Any):
             source, again = path, lambda: _parquet_file(path)
     try:
         return _parquet_file(source), label, again
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    except MemoryError:  # pa.ArrowMemoryError too: a footer claiming more than there is
+        raise LodMemoryError(f"{label}: its footer asks for more memory than there is") from None
+    except (pa.ArrowException, OSError) as exc:  # any of Arrow's errors: the file is not one it can decode
         raise LodInputError(f"{label}: not a Parquet file ({str(exc).splitlines()[0]})") from None
 
 
 def _parquet_file(source):
     pa = _pa()
-    import pyarrow.parquet as pq
+    pq = optional_import("pyarrow.parquet", "parquet", "Parquet")
 
     try:
         return pq.ParquetFile(source, list_type=pa.LargeListType)
@@ -96,12 +103,16 @@ def _parquet_file(source):
         return pq.ParquetFile(source)
 
 
-def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterator[LoDTensor]:
+def iter_parquet(sources: Sequence[Any], *, column: str | None = None,
+                 max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The tensor in column ``column`` of Parquet files, one chunk per row group (bounded memory).
 
     ``column=None`` takes the file's only column.  Several sources
     concatenate top-level sequences, in order.  Errors name the file, the row
-    group, the column and the row.
+    group, the column and the row.  Before a row group is decoded, what its
+    footer claims (rows, values, uncompressed bytes) is checked against
+    ``max_memory``: a few hundred bytes of dictionary and RLE runs can stand for
+    billions of values.
 
     >>> import io, numpy as np, pyarrow as pa, pyarrow.parquet as pq
     >>> buf = io.BytesIO()
@@ -115,12 +126,185 @@ def iter_parquet(sources: Sequence[Any], *, column: str | None = None) -> Iterat
         index = pick_column(schema, column, label)
         field = schema.field(index)
         names = _level_names(field)
-        yield from _check_same(_row_groups(pf, again, index, field, names, label), label, field.name)
+        yield from _check_same(_row_groups(pf, again, index, field, names, label, max_memory), label, field.name)
 
 
-def _row_groups(pf, again, index: int, field, names, label: str) -> Iterator[LoDTensor]:
+def row_group_claims(metadata, name: str) -> list[tuple[int, int]]:
+    """``(rows, bytes)``: what decoding column ``name`` allocates in each row group, by the footer's claims.
+
+    ``metadata`` is the file's ``pq.FileMetaData`` (``ParquetFile.metadata``).
+
+    Each leaf value decodes to its physical size plus a repetition and a
+    definition level (2 bytes each), each row to a 64-bit offset, and the pages
+    to their uncompressed size.  The footer is read from its own bytes
+    (:class:`_Footer`): pyarrow aborts the process on a column chunk whose
+    metadata it cannot parse (``RowGroupMetaData.column`` raises no Python
+    exception), where its reader raises one.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"x": [[1, 2], [3]]}), buf)
+    >>> [(rows, n > 3 * 12 + 2 * 8) for rows, n in row_group_claims(pq.ParquetFile(buf).metadata, "x")]
+    [(2, True)]
+    """
+    pa = _pa()
+    out = pa.BufferOutputStream()
+    metadata.write_metadata_file(out)  # PAR1, the footer's Thrift bytes, their length, PAR1
+    raw = out.getvalue().to_pybytes()
+    key = name.encode()
+    claims = []
+    for rows, chunks in _Footer(raw[4:-8]).row_groups():
+        total = 8 * (rows + 1)
+        for path, kind, values, size in chunks:
+            if path == key:
+                total += values * (_PHYSICAL_BYTES.get(kind, 8) + 4) + max(size, 0)
+        claims.append((rows, total))
+    return claims
+
+
+#: bytes of one decoded value of each Parquet physical type (its Thrift enum; byte arrays: at least their offset)
+_PHYSICAL_BYTES = {0: 1, 1: 4, 2: 8, 3: 12, 4: 4, 5: 8}
+
+
+class _Footer:
+    """The row group claims of a Parquet footer (Thrift compact protocol), read without building the rest.
+
+    ``row_groups()`` gives ``(num_rows, [(top-level name, physical type,
+    num_values, total_uncompressed_size), ...])`` per row group.  Malformed
+    bytes raise ``IndexError`` / ``ValueError``.
+    """
+
+    STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def _byte(self) -> int:
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def _varint(self) -> int:
+        value = shift = 0
+        while True:
+            b = self._byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ValueError("a Thrift varint longer than 10 bytes")
+
+    def _int(self) -> int:
+        v = self._varint()
+        return (v >> 1) ^ -(v & 1)
+
+    def _fields(self) -> Iterator[tuple[int, int]]:
+        field = 0
+        while True:
+            head = self._byte()
+            kind = head & 0x0F
+            if kind == self.STOP:
+                return
+            field = field + (head >> 4) if head >> 4 else self._int()
+            yield field, kind
+
+    def _list(self) -> tuple[int, int]:
+        head = self._byte()
+        size = head >> 4 if head >> 4 != 15 else self._varint()
+        return size, head & 0x0F
+
+    def _skip(self, kind: int, in_list: bool = False) -> None:
+        """Step over a value of Thrift type ``kind`` (a bool in a list takes a byte; a bool field none)."""
+        if kind in (self.TRUE, self.FALSE):
+            self.pos += 1 if in_list else 0
+        elif kind == self.BYTE:
+            self.pos += 1
+        elif kind in (self.I16, self.I32, self.I64):
+            self._varint()
+        elif kind == self.DOUBLE:
+            self.pos += 8
+        elif kind == self.BINARY:
+            n = self._varint()
+            self.pos += n
+        elif kind in (self.LIST, self.SET):
+            size, inner = self._list()
+            for _ in range(size):
+                self._skip(inner, True)
+        elif kind == self.MAP:
+            size = self._varint()
+            pair = self._byte() if size else 0
+            for _ in range(size):
+                self._skip(pair >> 4, True)
+                self._skip(pair & 0x0F, True)
+        elif kind == self.STRUCT:
+            for _, inner in self._fields():
+                self._skip(inner)
+        else:
+            raise ValueError(f"Thrift type {kind}")
+        if self.pos > len(self.data):
+            raise IndexError("past the end of the footer")
+
+    def _structs(self, kind: int):
+        if kind != self.LIST:
+            self._skip(kind)
+            return
+        size, inner = self._list()
+        for _ in range(size):
+            if inner != self.STRUCT:
+                raise ValueError("a list of something else than structs")
+            yield
+
+    def row_groups(self) -> list[tuple[int, list]]:
+        out = []
+        for field, kind in self._fields():  # FileMetaData
+            if field != 4:  # row_groups
+                self._skip(kind)
+                continue
+            for _ in self._structs(kind):
+                rows, chunks = 0, []
+                for f, k in self._fields():  # RowGroup
+                    if f == 3 and k == self.I64:
+                        rows = self._int()
+                    elif f == 1:
+                        for _ in self._structs(k):
+                            chunks.append(self._column_chunk())
+                    else:
+                        self._skip(k)
+                out.append((rows, chunks))
+        return out
+
+    def _column_chunk(self) -> tuple[bytes, int, int, int]:
+        path, kind, values, size = b"", -1, 0, 0
+        for f, k in self._fields():  # ColumnChunk
+            if f != 3 or k != self.STRUCT:  # meta_data
+                self._skip(k)
+                continue
+            for g, t in self._fields():  # ColumnMetaData
+                if g == 1 and t == self.I32:
+                    kind = self._int()
+                elif g == 3 and t == self.LIST:
+                    count, inner = self._list()
+                    for i in range(count):
+                        if i == 0 and inner == self.BINARY:
+                            n = self._varint()
+                            path = self.data[self.pos:self.pos + n]
+                            self.pos += n
+                        else:
+                            self._skip(inner, True)
+                elif g == 5 and t == self.I64:
+                    values = self._int()
+                elif g == 6 and t == self.I64:
+                    size = self._int()
+                else:
+                    self._skip(t)
+        return path, kind, values, size
+
+
+def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int | None) -> Iterator[LoDTensor]:
     pa = _pa()
     own = threading.local()  # each reading thread's own ParquetFile (see _open)
+    metadata = pf.metadata
 
     def read(g: int):
         try:
@@ -131,25 +315,43 @@ def _row_groups(pf, again, index: int, field, names, label: str) -> Iterator[LoD
                 if f is None:
                     f = own.pf = again()
             return f.read_row_group(g, columns=[field.name]).column(0), None
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            return None, f"cannot read it ({str(exc).splitlines()[0]})"
+        except MemoryError:  # pa.ArrowMemoryError too: the pages claim sizes that do not fit
+            return None, LodMemoryError("decoding it asks for more memory than there is (its pages claim sizes "
+                                        "they may not hold)")
+        except (pa.ArrowException, OSError) as exc:
+            return None, LodInputError(f"cannot read it ({str(exc).splitlines()[0]})")
+
+    largest = 1
+    if max_memory is not None:  # every claim before any row group is decoded
+        try:
+            claims = row_group_claims(metadata, field.name)
+        except (ValueError, IndexError, RecursionError, pa.ArrowException) as exc:
+            raise LodInputError(f"{label}: its footer cannot be read ({str(exc).splitlines()[0]})") from None
+        for g, (rows, claim) in enumerate(claims):
+            check_claim(claim, max_memory, f"{label}: row group {g}, column {field.name!r}: decoding its "
+                                           f"{counted(rows, 'row')}")
+            largest = max(largest, claim)
+    # as many row groups decode at once as fit the limit together
+    most = None if max_memory is None else max(max_memory // largest, 1)
 
     def converted():
         base = 0
-        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None)):
+        for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None,
+                                                       most=most)):
             where = f"{label}: row group {g}, column {field.name!r}"
             if problem is not None:
-                raise LodInputError(f"{where}: {problem}")
+                raise type(problem)(f"{where}: {problem}")
             for chunk in col.chunks:
-                yield where, _convert(chunk, where=where, row_base=base, validate=False)
+                yield where, _convert(chunk, where=where, row_base=base, validate=False, max_memory=max_memory)
                 base += len(chunk)
 
     yield from valid_chunks(converted(), names)
 
 
-def _prefetched(read, count: int, parallel: bool = True) -> Iterator:
+def _prefetched(read, count: int, parallel: bool = True, most: int | None = None) -> Iterator:
     """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once
-    (one at a time where not ``parallel``: a stream, which only one thread may read).
+    (one at a time where not ``parallel``: a stream, which only one thread may read; at most ``most``: what
+    fits the memory limit).
 
     One row group of one column decodes on one core (pyarrow parallelizes over
     columns and row groups, not within one), so reading them one by one left the
@@ -159,7 +361,7 @@ def _prefetched(read, count: int, parallel: bool = True) -> Iterator:
     """
     from .._jit import thread_limit
 
-    depth = min(thread_limit(), count) if parallel else 1
+    depth = min(thread_limit(), count, most or count) if parallel else 1
     if depth <= 1:
         for g in range(count):
             yield read(g)
@@ -198,7 +400,10 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     """Write chunks as a Parquet file with one column ``name``, one row group per chunk; returns the rows.
 
     ``out`` is a writable binary stream or a path (use an atomic temp file, as
-    ``unpack`` does).  The first chunk fixes the schema.
+    ``unpack`` does).  The first chunk fixes the schema.  List items are
+    written non-nullable (a LoD tensor has no missing values).  An element
+    shape with a dimension of 0 is refused before anything is written: pyarrow
+    cannot read such a column back.
 
     >>> import io, numpy as np, pyarrow.parquet as pq
     >>> buf = io.BytesIO()
@@ -208,7 +413,7 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     2
     """
     pa = _pa()
-    import pyarrow.parquet as pq
+    pq = optional_import("pyarrow.parquet", "parquet", "Parquet")
 
     codec = "none" if compression in (None, "none") else compression
     if codec not in COMPRESSIONS:
@@ -217,7 +422,11 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     rows = 0
     try:
         for chunk in chunks:
-            batch = to_record_batch(chunk, name)
+            if writer is None and 0 in chunk.element_shape:
+                raise LodShapeError(f"Parquet cannot hold element shape {chunk.element_shape}: a fixed-size list of "
+                                    "size 0 does not read back (pyarrow's reader miscounts its values); write arrow "
+                                    "or npz instead")
+            batch = to_record_batch(chunk, name, required=True)
             if writer is None:
                 writer = pq.ParquetWriter(sink_for(out), batch.schema, compression=codec, store_schema=True)
             table = pa.Table.from_batches([batch])
@@ -234,8 +443,9 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = 0, progress=None, stats: dict | None = None,
-         column: str | None = None) -> Iterator[LoDTensor]:
-    """The registry's reader: Parquet files, one chunk per row group (``column``: which one).
+         column: str | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
+    """The registry's reader: Parquet files, one chunk per row group (``column``: which one, ``max_memory``: the
+    bound on each row group's claims).
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -245,7 +455,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     from ._values import read_with_options
 
-    return read_with_options(sources, lambda source: iter_parquet([source], column=column), _label,
+    return read_with_options(sources, lambda source: iter_parquet([source], column=column, max_memory=max_memory),
+                             _label,
                              lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
@@ -259,5 +470,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
     write_parquet(_named(chunks, stored.level_names), out, name=stored.name)
 
 
-__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "EXTENSIONS", "MAGIC", "COMPRESSIONS",
-           "read", "write", "write_stored"]
+__all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "row_group_claims", "EXTENSIONS", "MAGIC",
+           "COMPRESSIONS", "read", "write", "write_stored"]

@@ -18,11 +18,19 @@ variable name), or by the ``names`` you pass.  :func:`read_pdtensor` and
 Dtypes: bool, int8/16/32/64, uint8/16/32/64, float16/32/64, complex64/128.
 Paddle's bfloat16, float8 and size_t tensors have no NumPy dtype and are
 refused by name (never reinterpreted).  Paddle 3.3 loads uint16/32/64 tensors
-but cannot hand them to NumPy itself.  The LoD is checked with Paddle's rule
-(:func:`lodtool.lod.validate_lod`) in both directions: a file whose LoD Paddle
-would refuse is not read, and nothing Paddle would refuse is written.  One
-difference: Paddle skips the last-offset check for a tensor with no rows (it
-accepts ``lod [[0, 3]]`` over 0 rows); lodtool refuses such a file.
+but cannot hand them to NumPy itself.  Nothing Paddle's ``set_lod`` would refuse
+is written: the writers check Paddle's rule (:func:`lodtool.lod.check_paddle_lod`,
+lodtool's plus one: every level holds at least one sequence), so a tensor with
+a level of zero sequences (offsets ``[0]``), valid in lodtool, is refused.  A
+file is read with lodtool's rule (:func:`lodtool.lod.validate_lod`; Paddle's
+loader checks nothing), so such a level is read.  One difference: Paddle skips
+the last-offset check for a tensor with no rows (it accepts ``lod [[0, 3]]``
+over 0 rows); lodtool refuses such a file.
+
+A file that ``paddle.save`` wrote (Python's pickle format, which Paddle's
+tutorials use) is named as such, never unpickled: re-save the tensor in the
+binary format with ``paddle.base.core.save_dense_tensor`` (or save the program
+with ``paddle.static.save``), as the error says.
 
 >>> import io
 >>> from lodtool import LoDTensor
@@ -66,6 +74,9 @@ VERSION = 0
 #: bytes of data gathered into one chunk when packing
 CHUNK_BYTES = 64 << 20
 _INT64_MAX = np.iinfo(np.int64).max
+#: a pickle of protocol 2 or later (``paddle.save`` writes 2 to 4) opens with this byte, then the protocol
+PICKLE_PROTO = 0x80
+PICKLE_PROTOCOLS = range(2, 6)
 
 
 @dataclass(frozen=True)
@@ -202,6 +213,13 @@ def _read_header(cur: _Cursor, index: int) -> PdHeader:
     start = cur.pos
     (version,) = cur.unpack("<I", f"tensor {index}: the LoD version")
     if version != VERSION:
+        head = struct.pack("<I", version)
+        if start == 0 and head[0] == PICKLE_PROTO and head[1] in PICKLE_PROTOCOLS:
+            raise LodInputError(f"{cur.label}: is a Python pickle (protocol {head[1]}: what paddle.save writes), not "
+                                "Paddle's binary tensor format, and lodtool never unpickles; re-save it in Paddle "
+                                "with paddle.base.core.save_dense_tensor(paddle.load(path).get_tensor(), "
+                                "'x.pdtensor') (a static-graph variable: paddle.save(var, path, "
+                                "use_binary_format=True))")
         raise cur.error(f"tensor {index}: LoD version {version}; Paddle writes (and reads) only version 0", start)
     (lod_level,) = cur.unpack("<Q", f"tensor {index}: the LoD level count")
     if lod_level > (cur.size - cur.pos) // 8:
@@ -233,7 +251,12 @@ def _read_header(cur: _Cursor, index: int) -> PdHeader:
         raise cur.error(f"tensor {index}: is 0-dimensional (a scalar); a LoD tensor has at least one dimension "
                         "(its rows)", base)
     if any(d < 0 for d in dims):
-        raise cur.error(f"tensor {index}: has negative dims {dims}", base)
+        raise cur.error(f"tensor {index}: has negative dims {_dims_text(dims)}", base)
+    try:  # NumPy's own limits (64 dims, a size that fits an address), whatever the row count
+        np.empty((0, *dims[1:]), dtype)
+    except ValueError as exc:
+        raise cur.error(f"tensor {index}: NumPy cannot hold an array of dims {_dims_text(dims)} "
+                        f"({str(exc).split(';')[0]})", base) from None
     nbytes = dtype.itemsize
     for d in dims:
         nbytes *= d
@@ -247,6 +270,17 @@ def _read_header(cur: _Cursor, index: int) -> PdHeader:
     except LodError as exc:
         raise cur.error(f"tensor {index}: invalid LoD: {exc}", start + 12) from None
     return header
+
+
+def _dims_text(dims: list[int]) -> str:
+    """``dims`` for a message: the list, or its length and first few where it is long.
+
+    >>> _dims_text([2, 3]), _dims_text([1] * 100)
+    ('[2, 3]', '[1, 1, 1, 1, 1, 1, 1, 1, ...] (100 dims)')
+    """
+    if len(dims) <= 8:
+        return str(list(dims))
+    return f"[{', '.join(str(d) for d in dims[:8])}, ...] ({len(dims):,} dims)"
 
 
 def _dtype_of(code: int, cur: _Cursor, index: int, at: int) -> np.dtype:
@@ -518,7 +552,7 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
     ends = []
     for k, (blocks, size) in enumerate(zip(offsets, level_sizes)):
         out.write(struct.pack("<Q", 8 * int(size)))
-        checker = _lod.LevelChecker(k)
+        checker = _lod.LevelChecker(k, min_offsets=2)  # Paddle's rule: a level holds at least one sequence
         for block in blocks:
             block = _lod.as_index_array(block, level=k)
             checker.feed(block)

@@ -25,11 +25,6 @@ imported lazily, so ``import lodtool.ops`` costs neither.  An operator asks
   ``"cpu"`` or ``"cuda"``.  A CUDA request without CuPy, or without a GPU, is a
   one-line :class:`~lodtool.errors.LodBackendError`.
 
-Importing this module also gives :mod:`lodtool.tensor` its device helpers
-(:func:`lodtool.tensor.set_device_hooks`): the core floor may import neither
-CuPy nor the operators, so ``LoDTensor.to("cuda")`` and the validation of
-device offsets come from here.
-
 Kernels are declared with :func:`lodtool._jit.kernel` (compiled on their first call).
 
 >>> get_backend(None, "numpy").name
@@ -49,7 +44,6 @@ import numpy as np
 from .._device import cupy_module, is_device_array
 from .._jit import kernels_pay, numba_module
 from ..errors import LodBackendError, LodUsageError
-from ..tensor import set_device_hooks
 
 BACKENDS = ("auto", "numpy", "numba")
 DEVICES = ("cpu", "cuda")
@@ -118,29 +112,6 @@ def below(work: int | None, crossover: Crossover | None) -> bool:
     if crossover is None:
         return False
     return not kernels_pay(work, crossover.cold, crossover.warm)
-
-
-class _CudaHooks:
-    """What :mod:`lodtool.tensor` needs for device arrays, on CuPy (see :func:`lodtool.tensor.set_device_hooks`)."""
-
-    @staticmethod
-    def upload(a):
-        return cupy_module().asarray(a)
-
-    @staticmethod
-    def validate(levels, n_rows):
-        from . import _cuda
-
-        return _cuda.validate_offsets(cupy_module(), levels, n_rows)
-
-    @staticmethod
-    def lengths_to_offsets(lengths):
-        from . import _cuda
-
-        return _cuda.lengths_to_offsets(cupy_module(), lengths)
-
-
-set_device_hooks(_CudaHooks)
 
 
 __all__ = ["Backend", "BACKENDS", "Crossover", "DEVICES", "below", "get_backend"]

@@ -30,9 +30,10 @@ U = np.uint64
 
 
 def as_tensor(x: Any, what: str = "x") -> LoDTensor:
-    """A :class:`LoDTensor` as is; an array (or anything array-like) as a 0-level tensor."""
+    """A :class:`LoDTensor`, checked (one built with ``validate=False`` is validated here, before any kernel);
+    an array (or anything array-like) as a 0-level tensor."""
     if isinstance(x, LoDTensor):
-        return x
+        return x.checked()
     if is_device_array(x):
         data = x
     else:

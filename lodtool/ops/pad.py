@@ -135,7 +135,7 @@ def padded_length(maxlen: int | None, longest: int, level: int) -> int:
     if maxlen < longest:
         raise LodShapeError(f"{OP_PAD}: maxlen {maxlen} is shorter than the longest sequence ({longest} rows) "
                             f"of level {level}; as in Paddle, it must be at least the longest length "
-                            "(lodtool pad --truncate cuts longer sequences)")
+                            "(pass truncate=... to cut longer sequences)")
     return maxlen
 
 

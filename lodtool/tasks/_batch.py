@@ -64,7 +64,6 @@ import numpy as np
 
 from ..container import checksum
 from ..container.limits import check_memory, resolve_max_memory
-from ..container.planner import row_offset_windows
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodInputError, LodShapeError, LodUsageError, LodValidationError)
@@ -73,6 +72,7 @@ from ..ops._segments import _ramp
 from ..ops._util import cast_value
 from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
                             plan_rng, segment_max, segment_sums, sort_by_length)
+from ..planner import row_offset_windows
 
 MODES = ("sorted", "megabatch", "buckets", "pack", "random")
 OUTPUTS = ("padded", "jagged-numpy", "varlen")

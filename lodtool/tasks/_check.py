@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..container.checks import FileReport, Problem
-from ..errors import LodError, LodIsolationRequired, LodReaderCrashError
+from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIsolationRequired, LodReaderCrashError
 
 
 @dataclass
@@ -77,7 +77,12 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
 def _validate_one(path: str, max_memory: int | None) -> FileReport:
     from ..container.checks import validate_file
     from ..container.shards import is_sharded, validate_sharded
+    from ..io import token_datasets
 
+    if token_datasets.format_of(path) is not None:  # a token dataset of LLM training, checked in place
+        found = token_datasets.validate_dataset(path)
+        problems = [Problem(p.file, None, None, None, str(p).removeprefix(f"{p.file}: ")) for p in found]
+        return FileReport(path, not problems, problems)
     if is_sharded(path):  # every shard, plus the manifest against the shards
         return validate_sharded(path, max_memory=max_memory)
     return validate_file(path, max_memory=max_memory)
@@ -100,8 +105,13 @@ def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
                  timeout=timeout)
 
 
-def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0) -> list[FileVerification]:
+def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0,
+           progress: Callable[[int, int], None] | None = None) -> list[FileVerification]:
     """Recompute every recorded checksum of each file (``lodtool verify``).
+
+    ``progress(done, total)`` is called with the bytes hashed so far and the bytes to hash, summed over
+    the files opened so far (not with ``isolate``, whose hashing runs in a child process, nor for a
+    sharded folder).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -111,10 +121,18 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
     [(True, 2)]
     """
     out = []
+    finished = current = 0  # bytes to hash in the files before this one, and in this one
+
+    def tick(done: int, total: int) -> None:
+        nonlocal current
+        current = total
+        progress(finished + done, finished + total)
+
     for path in paths:
         try:
             try:
-                out.append(_call(_verify_one, path, path=path, isolate=isolate, timeout=timeout))
+                out.append(_call(_verify_one, path, None if isolate or progress is None else tick, path=path,
+                                 isolate=isolate, timeout=timeout))
             except LodIsolationRequired:  # an opted-in plugin filter: its decoding runs in a child
                 out.append(_call(_verify_one, path, path=path, isolate=True, timeout=timeout))
         except LodError as exc:
@@ -122,19 +140,25 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
                 out.append(FileVerification(path, False, mismatches=[_strip_path(str(exc), path)]))
             else:
                 out.append(FileVerification(path, False, error=_strip_path(str(exc), path)))
+        finished, current = finished + current, 0
     return out
 
 
-def _verify_one(path: str) -> FileVerification:
+def _verify_one(path: str, progress: Callable[[int, int], None] | None = None) -> FileVerification:
     from ..container.checks import verify_file
-    from ..container.shards import is_sharded, read_manifest, verify_sharded
+    from ..container.shards import folder_file, is_sharded, read_manifest, verify_sharded
 
     if is_sharded(path):  # every shard's datasets, plus each shard's checksum against the manifest
         mismatches = verify_sharded(path)
-        shards = [os.path.join(path, s.file) for s in read_manifest(path).shards]
-        checked = sum(_count_datasets(p) for p in shards if os.path.isfile(p)) + len(shards)
+        shards = read_manifest(path).shards
+        checked = len(shards)
+        for s in shards:
+            try:
+                checked += _count_datasets(folder_file(path, s.file))
+            except (LodFormatError, LodFileNotFoundError):  # a link or a missing shard: a mismatch already
+                pass
         return FileVerification(path, not mismatches, checked, list(mismatches))
-    mismatches = verify_file(path)
+    mismatches = verify_file(path, progress=progress)
     return FileVerification(path, not mismatches, _count_datasets(path), list(mismatches))
 
 

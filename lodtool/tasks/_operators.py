@@ -38,7 +38,7 @@ from .._device import to_host
 from .._memory import keep_large_buffers_unpooled
 from ..errors import LodUsageError, LodValidationError
 from ..lod import validate_lod
-from ..container.planner import row_offset_windows, runs
+from ..planner import row_offset_windows, runs
 from ..tensor import LoDTensor
 
 #: rows per chunk for the streaming operators

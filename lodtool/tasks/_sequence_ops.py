@@ -2,7 +2,7 @@
 
 They sit beside :mod:`lodtool.tasks._operators` (whose helpers they use) rather
 than in it, because the verb ``enumerate`` would shadow the builtin there.
-Chunks come from :mod:`lodtool.container.planner`.
+Chunks come from :mod:`lodtool.planner`.
 
 Each streams, so files larger than memory work:
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..container.planner import row_offset_windows, runs, sequence_ranges
+from ..planner import row_offset_windows, runs, sequence_ranges
 from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from ._operators import (

@@ -58,7 +58,7 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
         raise LodUsageError("give a branch, or level with start and stop")
     if level is None and branch is None:
         raise LodUsageError("give a branch (e.g. 2,0) or level with start and stop")
-    from ..container.shards import open_path  # a container file, or a sharded folder
+    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
     with open_path(path) as f:
         t = f.tensor(name)
@@ -97,7 +97,7 @@ def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None) ->
 
 
 def _end(path, count: int, name: str | None, *, first: bool) -> Excerpt:
-    from ..container.shards import open_path  # a container file, or a sharded folder
+    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
     with open_path(path) as f:
         t = f.tensor(name)
@@ -143,13 +143,13 @@ def tree(path: str | os.PathLike, *, name: str | None = None,
     ...     (view.level, view.begin, view.end), view.rows(), view.read().data.tolist()
     ((1, 3, 6), 3, [3, 4, 5])
     """
-    from ..container.shards import open_path  # a container file, or a sharded folder
+    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
     branch_path = _branch_path(branch)
     with open_path(path) as f:
         t = f.tensor(name)
         if not t.lod_level and branch_path:
-            raise LodUsageError("a 0-level tensor has no branches; drop --path")
+            raise LodUsageError("a 0-level tensor has no branches; leave out branch=...")
         if t.lod_level:
             level, begin, end = resolve_branch(branch_path, t.read_offsets, t.level_sizes, t.n_rows)
         else:

@@ -23,7 +23,9 @@ import itertools
 import os
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
+
+import numpy as np
 
 from .. import io as formats
 from ..errors import LodUsageError
@@ -67,7 +69,8 @@ class _Counter:
 
 
 def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
-           to: str = "json", chunk_rows: int = 1 << 22) -> UnpackResult:
+           to: str = "json", chunk_rows: int = 1 << 22,
+           progress: Callable[[int, int], None] | None = None) -> UnpackResult:
     """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (a :func:`lodtool.io.writable`).
 
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
@@ -76,7 +79,11 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     ``level_names`` (see :mod:`lodtool.io.npy`), ``parquet`` one row group
     per chunk, ``arrow`` one record batch per chunk, ``pdtensor`` Paddle's
     serialized LoDTensor (see each :mod:`lodtool.io` module).  Chunks of at most
-    ``chunk_rows`` rows (or one top-level sequence) are read at a time.
+    ``chunk_rows`` rows (or one top-level sequence) are read at a time;
+    ``progress(done, total)`` is called after each with the bytes of rows
+    written so far and in all.  A sharded folder is checked whole (every
+    shard against the manifest, every shard's LoD) before the first byte is
+    written, as a file's LoD is.
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -93,7 +100,7 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     from ..atomic import refuse_output_over_input
-    from ..container.shards import open_path  # a container file, or a sharded folder
+    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
     refuse_output_over_input(output, [path])
     with open_path(path) as f:
@@ -102,12 +109,12 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
             from ..atomic import atomic_open
 
             with atomic_open(output) as stream:
-                written = _write(t, _Counter(stream), to, chunk_rows)
+                written = _write(t, _Counter(stream), to, chunk_rows, progress)
             label = os.fspath(output)
         else:
             stream = sys.stdout.buffer if isinstance(output, (str, os.PathLike)) else output
             counter = _Counter(stream)
-            written = _write(t, counter, to, chunk_rows)
+            written = _write(t, counter, to, chunk_rows, progress)
             counter.flush()
             label = "-"
         return UnpackResult(label, t.name, to, t.n_rows, len(t), written)
@@ -130,8 +137,21 @@ def _first_then_rest(t, chunk_rows: int) -> Iterator:
     return itertools.chain([first], _overlapped(chunks))
 
 
-def _write(t, out: _Counter, to: str, chunk_rows: int) -> int:
-    formats.get(to).write_stored(t, _first_then_rest(t, chunk_rows), out)
+def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None) -> Iterator:
+    """The chunks, calling ``progress(done, total)`` (bytes of rows) once each one has been written."""
+    if progress is None:
+        yield from chunks
+        return
+    row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
+    total, done = t.n_rows * row_bytes, 0
+    for chunk in chunks:
+        yield chunk
+        done += int(chunk.shape[0]) * row_bytes
+        progress(done, total)
+
+
+def _write(t, out: _Counter, to: str, chunk_rows: int, progress: Callable[[int, int], None] | None) -> int:
+    formats.get(to).write_stored(t, _reporting(_first_then_rest(t, chunk_rows), t, progress), out)
     return out.count
 
 

@@ -3,10 +3,10 @@
 A stored tensor is processed a chunk at a time; a chunk is a range of whole
 top-level sequences, so each chunk is a valid LoD tensor of its own and the
 chunks concatenate to the whole.  The planner reads offsets only (a few per
-chunk, or windows of them), never the data.  The reader's
-:meth:`~lodtool.container.reader.LazyTensor.iter_chunks`, the streaming
-operators of :mod:`lodtool.tasks` and, later, the Dask reader and the batch
-planner all cut their work here.
+chunk, or windows of them), never the data.  Every tensor view's
+:meth:`~lodtool.tensor.TensorView.iter_chunks`, the streaming operators of
+:mod:`lodtool.tasks`, the Dask reader and the batch planner all cut their
+work here.
 
 * :func:`sequence_ranges`: top-level ranges with at most ``max_rows`` rows each;
 * :func:`runs`: items cut into runs under a budget, for several costs at once;
@@ -28,11 +28,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-#: ``read(level, start, stop)``: entries ``start..stop`` of level ``level``'s offsets (int64)
-OffsetsReader = Callable[[int, int, int], np.ndarray]
+from .lod import WindowReader
 
 
-def sequence_ranges(read: OffsetsReader, lod_level: int, count: int, max_rows: int) -> Iterator[tuple[int, int]]:
+def sequence_ranges(read: WindowReader, lod_level: int, count: int, max_rows: int) -> Iterator[tuple[int, int]]:
     """Consecutive ranges ``(i0, i1)`` of the ``count`` top-level sequences of a valid LoD.
 
     A range holds at most ``max_rows`` data rows unless one sequence alone is
@@ -148,4 +147,4 @@ def entries_at(t: Any, level: int, index: np.ndarray, window: int) -> np.ndarray
     return out
 
 
-__all__ = ["sequence_ranges", "runs", "row_offset_windows", "entries_at", "last_true", "OffsetsReader"]
+__all__ = ["sequence_ranges", "runs", "row_offset_windows", "entries_at", "last_true"]

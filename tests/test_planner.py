@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lodtool import LoDTensor, save
 from lodtool.container import open_file
-from lodtool.container.planner import last_true, row_offset_windows, runs, sequence_ranges
+from lodtool.planner import last_true, row_offset_windows, runs, sequence_ranges
 from lodtool.ops._util import row_offsets
 from tests.strategies import lod_tensors
 

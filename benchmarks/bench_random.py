@@ -1,0 +1,261 @@
+"""Random access for training: random documents and batches against the memory-map floor.
+
+    python benchmarks/bench_random.py --size full      # 268M tokens (1 GiB as int32) in 1,000,000 documents
+
+Generates documents > sentences > token ids (the ``full`` size: 1,000,000
+documents, ~8 sentences each, 268M tokens; ``small`` a tenth of it; ``tiny``
+a smoke test), stored as int32 and as uint16, each in a container written with
+``--compression none`` (memory-mappable) and one with the default compression,
+plus the same flat tokens as a raw file and the offsets as arrays in RAM: the
+floor any hand-written loader reaches.  Then, each warm (page cache filled by a
+first pass) and cold (``posix_fadvise(POSIX_FADV_DONTNEED)`` on every file
+before the pass):
+
+* **random documents**: ``lodtool.open(p)["tokens"].branch(i)`` on an open
+  handle for random ``i``, beside the floor: ``np.memmap`` of the raw tokens,
+  offsets in RAM, the document's tokens and its sentence offsets rebased (the
+  same result).  Megatron-Core's ``IndexedDataset.get(i)`` and HuggingFace
+  ``datasets`` ``ds[i]`` join where they are installed (skipped with a note);
+* **batches**: ``lodtool.batches(p, plan, output="varlen")`` on a ``sorted``
+  plan of sentences (``max_tokens=4096``) in tokens/s, beside a Numba gather
+  of the same plan from ``np.memmap`` into one reused buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C
+
+TAG = "random"
+#: (tokens, documents, random reads per pass, cold reads per pass)
+SIZES = {"tiny": (200_000, 1_000, 500, 200), "small": (26_800_000, 100_000, 20_000, 2_000),
+         "full": (268_435_456, 1_000_000, 20_000, 2_000)}
+NAME = "tokens"
+MAX_TOKENS = 4096
+
+
+def build(folder: Path, tokens: int, docs: int, seed: int = 5) -> dict:
+    """The corpus: raw token files, offsets, and the containers; returns the paths and the shape."""
+    from lodtool import LoDTensor
+    from lodtool.container import save
+
+    rng = np.random.default_rng(seed)
+    sentences = rng.integers(1, 16, docs)
+    mean = tokens / int(sentences.sum())
+    lengths = np.maximum(rng.lognormal(np.log(mean) - 0.18, 0.6, int(sentences.sum())).astype(np.int64), 1)
+    lengths[-1] += max(tokens - int(lengths.sum()), 0)
+    values = rng.integers(0, 50_000, int(lengths.sum()), dtype=np.int64)
+    o0 = np.concatenate(([0], np.cumsum(sentences)))
+    o1 = np.concatenate(([0], np.cumsum(lengths)))
+    out = {"docs": docs, "sentences": int(len(lengths)), "tokens": int(o1[-1]), "o0": o0, "o1": o1, "files": {}}
+    for dtype in ("int32", "uint16"):
+        data = values.astype(dtype)
+        raw = folder / f"{dtype}.bin"
+        data.tofile(raw)
+        t = LoDTensor(data, [o0, o1], level_names=["document", "sentence"])
+        for compression in ("none", "deflate"):
+            path = folder / f"{dtype}-{compression}.lod.h5"
+            save(str(path), {NAME: t}, compression=compression)
+            out["files"][(dtype, compression)] = path
+        out["files"][(dtype, "raw")] = raw
+        del t, data
+    return out
+
+
+def drop_cache(*paths) -> None:
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def per_read(fn, indices) -> float:
+    t0 = time.perf_counter()
+    for i in indices:
+        fn(int(i))
+    return (time.perf_counter() - t0) / len(indices)
+
+
+def floor_reader(raw: Path, dtype: str, o0: np.ndarray, o1: np.ndarray):
+    data = np.memmap(raw, dtype=dtype, mode="r")
+
+    def read(i: int):
+        a, b = int(o0[i]), int(o0[i + 1])
+        r0, r1 = int(o1[a]), int(o1[b])
+        return data[r0:r1], o1[a:b + 1] - r0
+    return read
+
+
+def megatron_reader(folder: Path, raw: Path, dtype: str, o0, o1):
+    """Megatron-Core's ``IndexedDataset`` over a ``.bin/.idx`` its own builder wrote, or ``None``."""
+    try:
+        from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+    except Exception:  # noqa: BLE001 - not installed (it needs torch), or broken: the row is skipped
+        return None
+    import torch
+
+    prefix = str(folder / f"megatron-{dtype}")
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.dtype(dtype).type)
+    data = np.memmap(raw, dtype=dtype, mode="r")
+    for d in range(len(o0) - 1):
+        for s in range(int(o0[d]), int(o0[d + 1])):
+            builder.add_item(torch.from_numpy(np.array(data[int(o1[s]):int(o1[s + 1])])))
+        builder.end_document()
+    builder.finalize(prefix + ".idx")
+    ds = IndexedDataset(prefix)
+    return lambda i: ds.get(i)
+
+
+def random_documents(shape: dict, folder: Path, dtype: str, reads: int, cold_reads: int) -> tuple[list, dict]:
+    import lodtool
+
+    rng = np.random.default_rng(11)
+    o0, o1 = shape["o0"], shape["o1"]
+    files = shape["files"]
+    handles = {c: lodtool.open(files[(dtype, c)]) for c in ("none", "deflate")}
+    readers = {"floor": floor_reader(files[(dtype, "raw")], dtype, o0, o1),
+               "none": handles["none"][NAME].branch, "deflate": handles["deflate"][NAME].branch}
+    doc_reader = megatron_reader(folder, files[(dtype, "raw")], dtype, o0, o1)
+    if doc_reader is not None:  # Megatron's get(i) reads a sequence: compare whole documents by their sentences
+        readers["megatron"] = lambda i, r=doc_reader: [r(s) for s in range(int(o0[i]), int(o0[i + 1]))]
+    result = {}
+    for temp, count in (("warm", reads), ("cold", cold_reads)):
+        idx = rng.integers(0, shape["docs"], count)
+        for key, read in readers.items():
+            if temp == "warm":
+                per_read(read, idx[: min(count, 2000)])  # fill the page cache and any per-handle state
+            else:
+                drop_cache(*(p for p in files.values() if str(p).startswith(str(folder / dtype))))
+            result[(key, temp)] = per_read(read, idx)
+    for h in handles.values():
+        h.close()
+    rows = []
+    for key, label in (("floor", "np.memmap + offsets in RAM (the floor)"),
+                       ("none", "lodtool `branch(i)`, `--compression none`"),
+                       ("deflate", "lodtool `branch(i)`, default compression"),
+                       ("megatron", "Megatron-Core `IndexedDataset.get` (per sentence)")):
+        if (key, "warm") in result:
+            rows.append([dtype, label] + [f"{result[(key, t)] * 1e6:.1f} µs" for t in ("warm", "cold")]
+                        + [C.fmt_x(result[(key, "warm")] / result[("floor", "warm")])])
+    return rows, result
+
+
+def _gather_kernel():
+    import numba
+
+    @numba.njit(nogil=True, cache=False)
+    def gather(data, o1, seqs, out):
+        pos = 0
+        for s in seqs:
+            a, b = o1[s], o1[s + 1]
+            out[pos:pos + b - a] = data[a:b]
+            pos += b - a
+        return pos
+    return gather
+
+
+def batches(shape: dict, dtype: str) -> tuple[list, dict]:
+    import lodtool
+
+    path = shape["files"][(dtype, "none")]
+    plan = lodtool.batch_plan(path, level=1, max_tokens=MAX_TOKENS, mode="sorted", seed=0)
+    tokens = int(shape["tokens"])
+    data = np.memmap(shape["files"][(dtype, "raw")], dtype=dtype, mode="r")
+    gather = _gather_kernel()
+    out = np.empty(MAX_TOKENS * 4, dtype)
+    o1 = shape["o1"]
+    plan_batches = [np.asarray(b, np.int64) for b in plan]
+
+    def numba_pass():
+        n = 0
+        for b in plan_batches:
+            n += gather(data, o1, b, out)
+        return n
+
+    def lodtool_pass():
+        n = 0
+        for b in lodtool.batches(path, plan, output="varlen"):
+            n += int(b["cu_seqlens"][-1]) if "cu_seqlens" in b else int(np.asarray(b["tokens"]).size)
+        return n
+
+    numba_pass()
+    lodtool_pass()
+    result = {}
+    for key, fn in (("numba", numba_pass), ("lodtool", lodtool_pass)):
+        t0 = time.perf_counter()
+        fn()
+        result[key] = tokens / (time.perf_counter() - t0)
+    rows = [[dtype, "Numba gather of the plan from np.memmap (the floor)", f"{result['numba'] / 1e6:.1f}M", "1.00×"],
+            [dtype, "`lodtool.batches(..., output=\"varlen\")`, `--compression none`",
+             f"{result['lodtool'] / 1e6:.1f}M", C.fmt_x(result["lodtool"] / result["numba"])]]
+    return rows, result
+
+
+def run(size: str, runs: int, tmpdir: str | None) -> dict:
+    import tempfile
+
+    tokens, docs, reads, cold_reads = SIZES[size]
+    with tempfile.TemporaryDirectory(dir=tmpdir) as d:
+        folder = Path(d)
+        C.require_disk(folder, tokens * 16, "the random-access corpus")
+        C.progress(TAG, f"building {docs:,} documents, {tokens:,} tokens")
+        shape = build(folder, tokens, docs)
+        doc_rows, batch_rows, figures = [], [], {}
+        for dtype in ("int32", "uint16"):
+            C.progress(TAG, f"random documents, {dtype}")
+            rows, res = random_documents(shape, folder, dtype, reads, cold_reads)
+            doc_rows += rows
+            figures[dtype] = res
+            C.progress(TAG, f"batches, {dtype}")
+            rows, res = batches(shape, dtype)
+            batch_rows += rows
+            figures[dtype + " batches"] = res
+    targets = []
+    for dtype in ("int32", "uint16"):
+        r = figures[dtype]
+        ratio = r[("none", "warm")] / r[("floor", "warm")]
+        targets.append(C.target(f"random `branch(i)`, memory-mappable container, {dtype}, warm",
+                                f"{r[('none', 'warm')] * 1e6:.1f} µs", f"{r[('floor', 'warm')] * 1e6:.1f} µs",
+                                C.fmt_x(ratio), ratio <= 1.5, "≤ 1.5× the np.memmap floor"))
+        if ("megatron", "warm") in r:
+            mega = r[("megatron", "warm")]
+            targets.append(C.target(f"random document, lodtool vs Megatron-Core `IndexedDataset`, {dtype}",
+                                    f"{r[('none', 'warm')] * 1e6:.1f} µs", f"{mega * 1e6:.1f} µs",
+                                    C.fmt_x(r[("none", "warm")] / mega), r[("none", "warm")] <= mega,
+                                    "at least as fast"))
+        b = figures[dtype + " batches"]
+        ratio = b["lodtool"] / b["numba"]
+        targets.append(C.target(f"`lodtool.batches` sorted plan, tokens/s, {dtype}", f"{b['lodtool'] / 1e6:.1f}M/s",
+                                f"{b['numba'] / 1e6:.1f}M/s", C.fmt_x(ratio), ratio >= 0.8,
+                                "≥ 0.8× a Numba gather from np.memmap"))
+    notes = [f"{shape['docs']:,} documents, {shape['sentences']:,} sentences, {shape['tokens']:,} tokens; "
+             f"{reads:,} random documents per warm pass, {cold_reads:,} per cold pass (after "
+             "`posix_fadvise(POSIX_FADV_DONTNEED)` of every file of the dtype)."]
+    if not any(("megatron", "warm") in figures[d] for d in ("int32", "uint16")):
+        notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its row "
+                     "is skipped.")
+    return {"key": TAG, "title": "Random access for training (issue 28)", "about": __doc__.split("\n\n")[1],
+            "tables": [{"title": "Random documents (per read)", "head": ["dtype", "read", "warm", "cold",
+                                                                        "warm ÷ floor"], "rows": doc_rows},
+                       {"title": "Batches (tokens/s, warm)", "head": ["dtype", "reader", "tokens/s", "÷ floor"],
+                        "rows": batch_rows}],
+            "targets": targets, "notes": notes}
+
+
+def main(argv=None) -> int:
+    args = C.bench_args(__doc__.split("\n\n")[0], argv)
+    return C.finish(run(args.size, args.runs, args.tmpdir), args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""Rows of a dataset stored as plain bytes, read from a memory map of its file.
+
+A dataset without a compression filter (no filter at all, or only
+``fletcher32``: what ``--compression none`` writes) holds its rows' bytes as
+they are, so a read needs no libhdf5 call: the file is mapped once per dataset
+handle and a range of rows is a slice of the map.  Rows that lie in one run
+(a contiguous dataset, or one chunk) come back as a read-only view, without a
+copy; a range across chunks is gathered into a new array.
+
+* Contiguous datasets are located with ``DatasetID.get_offset()``; chunked
+  ones with one ``chunk_iter`` pass when the handle is first read, which
+  builds the table from chunk to file offset.
+* A ``fletcher32`` chunk is checked the first time this handle reads it, and
+  never again: by the compiled checksum where Numba is loaded already, else by
+  libhdf5 itself (the read falls back to it once, and the chunk counts as
+  checked after libhdf5 accepted it).  A checksum that does not match also
+  falls back, so libhdf5 names the damaged chunk (or accepts the swapped sums
+  of old files).
+* Anything else is libhdf5's: other filters, other drivers, a file open for
+  writing, external storage, unwritten chunks, another byte order.
+* The file is checked for a change of size or modification time before each
+  read, so a file rewritten in place under the map is an error, not a crash.
+  lodtool itself never rewrites a file in place (writes replace it), and an
+  open map keeps reading the file it opened.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import weakref
+
+import h5py
+import numpy as np
+
+from .._jit import numba_loaded
+from ..errors import LodFormatError
+
+_FLETCHER32 = 3
+
+
+class MappedRows:
+    """The rows of one dataset handle, read from a read-only map of its file."""
+
+    def __init__(self, ds: h5py.Dataset, fd: int, addresses: np.ndarray | None, base: int, chunk_rows: int,
+                 checked: bool):
+        self._path = ds.file.filename
+        self._fd = fd
+        stat = os.fstat(fd)
+        self._stamp = (stat.st_size, stat.st_mtime_ns)
+        # the map is unmapped with the last array viewing it; the descriptor (ours, a dup) goes with this object
+        self._bytes = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), np.uint8)
+        weakref.finalize(self, os.close, fd)
+        self.dtype = ds.dtype
+        self._row_shape = tuple(ds.shape[1:])
+        self._row_bytes = ds.dtype.itemsize * int(np.prod(self._row_shape, dtype=np.int64))
+        self._n_rows = int(ds.shape[0])
+        self._base = base
+        self._addresses = addresses
+        self._chunk_rows = chunk_rows
+        self._checked = np.zeros(len(addresses), bool) if checked and addresses is not None else None
+        self._unchecked = len(addresses) if self._checked is not None else 0
+
+    def rows(self, start: int, stop: int) -> np.ndarray | None:
+        """Rows ``start..stop`` from the map, or ``None`` where libhdf5 must read them (an unchecked chunk)."""
+        stat = os.fstat(self._fd)
+        if (stat.st_size, stat.st_mtime_ns) != self._stamp:
+            raise LodFormatError(f"{self._path}: the file changed on disk while it was open; open it again")
+        rb = self._row_bytes
+        if self._addresses is None:
+            a = self._base + start * rb
+            return self._view(self._bytes[a:a + (stop - start) * rb])
+        rows = self._chunk_rows
+        first, last = start // rows, (stop - 1) // rows
+        if self._unchecked and not self._checked[first:last + 1].all() and not self._check(first, last):
+            return None
+        if first == last:
+            a = int(self._addresses[first]) + (start - first * rows) * rb
+            return self._view(self._bytes[a:a + (stop - start) * rb])
+        out = np.empty((stop - start,) + self._row_shape, self.dtype)
+        flat = out.reshape(-1).view(np.uint8)
+        pos = 0
+        for c in range(first, last + 1):
+            lo, hi = max(start, c * rows), min(stop, (c + 1) * rows)
+            a = int(self._addresses[c]) + (lo - c * rows) * rb
+            n = (hi - lo) * rb
+            flat[pos:pos + n] = self._bytes[a:a + n]
+            pos += n
+        return out
+
+    def checked_by_libhdf5(self, start: int, stop: int) -> None:
+        """libhdf5 read rows ``start..stop`` (and so checked their chunks): they need no check here again."""
+        if self._unchecked and stop > start:
+            seen = self._checked[start // self._chunk_rows:(stop - 1) // self._chunk_rows + 1]
+            self._unchecked -= int(seen.size - np.count_nonzero(seen))
+            seen[:] = True
+
+    def _check(self, first: int, last: int) -> bool:
+        """Check chunks ``first..last`` not checked yet, with the compiled Fletcher-32 where Numba is loaded."""
+        if not numba_loaded():
+            return False
+        from ._fletcher import fletcher32_chunks
+
+        size = self._chunk_rows * self._row_bytes
+        for c in np.flatnonzero(~self._checked[first:last + 1]) + first:
+            a = int(self._addresses[c])
+            stored = self._bytes[a + size:a + size + 4].view("<u4")[0]
+            if fletcher32_chunks(self._bytes[a:a + size], size)[0] != stored:
+                return False
+            self._checked[c] = True
+            self._unchecked -= 1
+        return True
+
+    def _view(self, raw: np.ndarray) -> np.ndarray:
+        return raw.view(self.dtype).reshape((-1,) + self._row_shape)
+
+
+def mapping(ds: h5py.Dataset) -> MappedRows | None:
+    """The handle's map, or ``None`` when its rows are not plain bytes in a mappable file (remembered)."""
+    cached = ds.__dict__.get("_lodtool_map", False)
+    if cached is not False:
+        return cached
+    try:
+        found = _map(ds)
+    except (AttributeError, OSError, RuntimeError, ValueError, TypeError, KeyError):
+        found = None  # an unusual handle: libhdf5 reads it
+    ds.__dict__["_lodtool_map"] = found
+    return found
+
+
+def _map(ds: h5py.Dataset) -> MappedRows | None:
+    dtype = ds.dtype
+    if (ds.file.mode != "r" or ds.file.driver != "sec2" or not dtype.isnative or dtype.kind not in "biufc"
+            or ds.shape[0] == 0):
+        return None
+    plist = ds.id.get_create_plist()
+    if plist.get_external_count():
+        return None
+    codes = [int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters())]
+    if codes not in ([], [_FLETCHER32]):
+        return None
+    fd = os.dup(int(ds.file.id.get_vfd_handle()))
+    try:
+        size = os.fstat(fd).st_size
+        if ds.chunks is None:
+            base = ds.id.get_offset()
+            if base is None or int(ds.id.get_storage_size()) != ds.nbytes or base + ds.nbytes > size:
+                raise ValueError("not allocated whole")
+            return MappedRows(ds, fd, None, int(base), 0, False)
+        if tuple(ds.chunks[1:]) != tuple(ds.shape[1:]):
+            raise ValueError("chunks split the rows")
+        addresses = _chunk_addresses(ds, fd, bool(codes), size)
+        return MappedRows(ds, fd, addresses, 0, int(ds.chunks[0]), bool(codes))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _chunk_addresses(ds: h5py.Dataset, fd: int, checked: bool, file_size: int) -> np.ndarray:
+    """File offset of each chunk, from one ``chunk_iter`` pass; every chunk must be written and plain."""
+    rows = int(ds.chunks[0])
+    row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))
+    stored = rows * row_bytes + (4 if checked else 0)
+    addresses = np.full(-(-int(ds.shape[0]) // rows), -1, np.int64)
+
+    def visit(info) -> None:
+        if int(info.size) == stored and not info.filter_mask:
+            addresses[int(info.chunk_offset[0]) // rows] = int(info.byte_offset)
+
+    ds.id.chunk_iter(visit)
+    if (addresses < 0).any() or int(addresses.max()) + stored > file_size:
+        raise ValueError("a chunk is unwritten, filtered or outside the file")
+    # the index's offsets are where libhdf5 reads: compare one chunk's bytes (a user block would shift them)
+    head = os.pread(fd, min(64, rows * row_bytes), int(addresses[0]))
+    if ds.id.read_direct_chunk((0,) * len(ds.shape))[1][:len(head)] != head:
+        raise ValueError("chunk offsets do not match the file")
+    return addresses
+
+
+__all__ = ["MappedRows", "mapping"]

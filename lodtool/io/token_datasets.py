@@ -1,0 +1,90 @@
+"""One entry to the token formats of LLM training: which format a path is, open it in place, validate it.
+
+``lodtool.open``, ``validate``, ``inspect`` and the reading commands call
+:func:`format_of`, :func:`open_dataset` and :func:`validate_dataset`, whatever
+the format (see :mod:`lodtool.io.megatron`, :mod:`lodtool.io.datatrove`,
+:mod:`lodtool.io.dolma`).
+
+>>> import os, tempfile, numpy as np
+>>> from lodtool import LoDTensor
+>>> from lodtool.io.megatron import write_megatron
+>>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
+>>> _ = write_megatron(LoDTensor(np.arange(3, dtype=np.int32), [[0, 1, 3]]), prefix)
+>>> format_of(prefix), format_of(prefix + ".bin"), format_of(prefix + ".json")
+('megatron', 'megatron', None)
+>>> with open_dataset(prefix) as f:
+...     f.format, f.tensor().lod_level, validate_dataset(prefix, vocab_size=2)[0].index
+('megatron', 2, 2)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import LodUsageError
+from . import datatrove as _datatrove, dolma as _dolma, megatron as _megatron
+from ._tokens import TokenFile, TokenProblem
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def format_of(path: str | os.PathLike) -> str | None:
+    """``"megatron"``, ``"fairseq"``, ``"datatrove"`` or ``"dolma"`` for a path of one of them, else None.
+
+    A Megatron or fairseq dataset is named by its prefix, ``.idx`` or ``.bin``
+    (told apart by the ``.idx`` size); datatrove by its ``.ds`` or a side file;
+    dolma by a ``.npy`` without an NPY header (a real ``.npy`` is None here).
+    Only headers are read.
+    """
+    p = os.fspath(path)
+    if p.endswith((".ds", ".ds.index", ".ds.loss", ".ds.metadata")):
+        return "datatrove"
+    if p.endswith(".npy") or p.endswith(".csv.gz"):
+        npy, _ = _dolma.paths(p)
+        try:
+            with open(npy, "rb") as f:
+                return None if f.read(len(NPY_MAGIC)) == NPY_MAGIC else "dolma"
+        except OSError:
+            return None
+    _, _, idx = _megatron.paths(p)
+    if p == idx or os.path.exists(idx):
+        try:
+            with open(idx, "rb") as f:
+                if f.read(len(_megatron.MAGIC)) != _megatron.MAGIC:
+                    return None
+        except OSError:
+            return None
+        return _megatron.kind_of(idx)
+    return None
+
+
+def open_dataset(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id: int | None = None) -> TokenFile:
+    """Open a token dataset of any of the formats in place (see each module's ``open_...``)."""
+    fmt = format_of(path)
+    if fmt in ("megatron", "fairseq"):
+        return _megatron.open_megatron(path, kind=fmt, token_dtype=token_dtype)
+    if fmt == "datatrove":
+        return _datatrove.open_datatrove(path, token_dtype=token_dtype)
+    if fmt == "dolma":
+        return _dolma.open_dolma(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
+    raise LodUsageError(f"{os.fspath(path)}: not a Megatron or fairseq dataset (PREFIX.bin + PREFIX.idx), a datatrove "
+                        "file (.ds) or a dolma token array (.npy without a header)")
+
+
+def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, token_dtype: Any = None,
+                     eos_token_id: int | None = None, max_problems: int = 20) -> list[TokenProblem]:
+    """Every finding of a token dataset of any of the formats (see each module's ``validate_...``)."""
+    fmt = format_of(path)
+    common = {"token_dtype": token_dtype, "vocab_size": vocab_size, "max_problems": max_problems}
+    if fmt in ("megatron", "fairseq"):
+        return _megatron.validate_megatron(path, kind=fmt, **common)
+    if fmt == "datatrove":
+        return _datatrove.validate_datatrove(path, **common)
+    if fmt == "dolma":
+        return _dolma.validate_dolma(path, eos_token_id=eos_token_id, **common)
+    open_dataset(path)  # raises, naming what the path is not
+    return []  # pragma: no cover
+
+
+__all__ = ["format_of", "open_dataset", "validate_dataset"]

@@ -1,0 +1,73 @@
+"""The one entry to the token formats: which format a path is, open and validate whatever it is."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from lodtool.errors import LodUsageError
+from lodtool.io.token_datasets import format_of, open_dataset, validate_dataset
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "data", "llm")
+
+
+@pytest.mark.parametrize("name, fmt", [
+    ("megatron_int32", "megatron"), ("megatron_int32.idx", "megatron"), ("megatron_int32.bin", "megatron"),
+    ("datatrove_uint16.ds", "datatrove"), ("datatrove_uint16.ds.index", "datatrove"),
+    ("dolma_uint16.npy", "dolma"), ("dolma_uint16.csv.gz", "dolma"),
+    ("expected.json", None), ("no_such_prefix", None),
+])
+def test_format_of_the_golden_files(name, fmt):
+    assert format_of(os.path.join(GOLDEN, name)) == fmt
+
+
+def test_fairseq_real_npy_and_other_files(tmp_path):
+    from lodtool import LoDTensor
+    from lodtool.io.megatron import write_megatron
+
+    write_megatron(LoDTensor(np.arange(2, dtype=np.int32), [[0, 2]]), str(tmp_path / "f"), kind="fairseq")
+    assert format_of(tmp_path / "f") == "fairseq"
+    np.save(tmp_path / "real.npy", np.arange(3))
+    assert format_of(tmp_path / "real.npy") is None
+    (tmp_path / "x.idx").write_bytes(b"TNTIDX\x00\x00")
+    assert format_of(tmp_path / "x.idx") is None
+
+
+@pytest.mark.parametrize("name, fmt, rows", [("megatron_uint16.idx", "megatron", 12),
+                                              ("datatrove_uint32.ds", "datatrove", 4),
+                                              ("dolma_uint16.npy", "dolma", 11)])
+def test_open_and_validate_whatever_it_is(name, fmt, rows):
+    path = os.path.join(GOLDEN, name)
+    with open_dataset(path) as f:
+        assert (f.format, f.tensor().n_rows) == (fmt, rows)
+    assert validate_dataset(path) == []
+    assert validate_dataset(path, vocab_size=2)[0].array == "tokens"
+
+
+def test_anything_else_is_a_usage_error(tmp_path):
+    with pytest.raises(LodUsageError, match="not a Megatron or fairseq dataset"):
+        open_dataset(tmp_path / "x.json")
+    with pytest.raises(LodUsageError, match="not a Megatron or fairseq dataset"):
+        validate_dataset(tmp_path / "x.json")
+
+
+def test_the_reading_commands_take_a_megatron_dataset_in_place(tmp_path):
+    from click.testing import CliRunner
+
+    from lodtool import LoDTensor
+    from lodtool.cli.main import cli
+    from lodtool.io.megatron import write_megatron
+
+    prefix = str(tmp_path / "corpus")
+    write_megatron(LoDTensor(np.arange(20, dtype=np.int32), [[0, 2, 3, 5], [0, 3, 7, 8, 12, 20]]), prefix)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["head", prefix + ".idx", "-n", "1"]).output.splitlines()[0] == "[[0,1,2],[3,4,5,6]]"
+    assert runner.invoke(cli, ["slice", prefix + ".bin", "1"]).output.strip() == "[[7]]"
+    assert runner.invoke(cli, ["validate", prefix + ".idx"]).exit_code == 0
+    idx = bytearray((tmp_path / "corpus.idx").read_bytes())
+    idx[-8:] = (2).to_bytes(8, "little")  # the last document index no longer ends at the sequence count
+    (tmp_path / "corpus.idx").write_bytes(bytes(idx))
+    result = runner.invoke(cli, ["validate", prefix + ".idx"])
+    assert result.exit_code == 1 and "document_indices[3]" in result.output
