@@ -7,13 +7,6 @@ import click
 from . import _options as opt
 
 MODES = ["sorted", "megabatch", "buckets", "pack", "random"]
-def _flag(name: str, *value) -> str:
-    """An option as this command spells it: ``max_tokens`` is ``--max-tokens``, ``(oversize, skip)`` is
-    ``--oversize skip``, ``(overwrite, True)`` is ``--overwrite``."""
-    flag = "--" + name.replace("_", "-")
-    return flag if not value or value[0] is True else f"{flag} {value[0]}"
-
-
 def _int_list(ctx, param, value):
     if value is None:
         return None
@@ -125,19 +118,15 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
     writing = to == "npz"
     show = stats or output is None
 
-    from ..tasks._batch import NamesOptions
     from ._render import progress
 
     with opt.input_path(file) as path, \
             progress(None, "batches", writing and not opt.is_quiet(ctx) and not as_json) as tick:
-        try:
-            result = tasks.batch(path, plan_path, tensor=name, save_to=None if writing else output,
-                                 write_to=output if writing else None, layout=layout, truncate=truncate,
-                                 pad_value=0 if pad_value is None else pad_value, report=show,
-                                 progress=tick if writing else None, overwrite=overwrite,
-                                 max_memory=opt.parse_size(max_memory), **given)
-        except NamesOptions as exc:  # the library names its parameters; here they are flags
-            raise exc.respelled(_flag) from None
+        result = tasks.batch(path, plan_path, tensor=name, save_to=None if writing else output,
+                             write_to=output if writing else None, layout=layout, truncate=truncate,
+                             pad_value=0 if pad_value is None else pad_value, report=show,
+                             progress=tick if writing else None, overwrite=overwrite,
+                             max_memory=opt.parse_size(max_memory), **given)
     if writing:
         if as_json:
             opt.emit_json(result.written)

@@ -65,7 +65,7 @@ import numpy as np
 from ..container import checksum
 from ..container.limits import check_memory, resolve_max_memory
 from ..container.writer import chunk_rows
-from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
+from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodInputError, LodShapeError, LodUsageError, LodValidationError)
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
@@ -90,53 +90,6 @@ FOLDER_READ_BYTES = 1 << 20
 #: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
 #: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
 PLAN_BYTES_PER_SEQUENCE = 96
-
-
-# -- errors that name options: the library says max_tokens, the CLI --max-tokens ---------------------
-class NamesOptions(LodError):
-    """An error whose message names options; :meth:`respelled` names them the caller's way.
-
-    Each option is a name, or a ``(name, value)`` pair; the library spells them
-    as Python does (``max_tokens``, ``overwrite=True``), and ``spell(name, *value)``
-    as the caller does (the CLI: ``--max-tokens``, ``--overwrite``).
-
-    >>> e = PlanOptionError("mode 'sorted' needs {0} or {1}", "max_tokens", "max_sequences")
-    >>> str(e), str(e.respelled(lambda name, *value: "--" + name.replace("_", "-")))
-    ("mode 'sorted' needs max_tokens or max_sequences", "mode 'sorted' needs --max-tokens or --max-sequences")
-    """
-
-    def __init__(self, template: str, *options: str | tuple[str, Any], spell=None):
-        self.template, self.options = template, options
-        spell = spell or _python_spelling
-        super().__init__(template.format(*(spell(*((o,) if isinstance(o, str) else o)) for o in options)))
-
-    def __reduce__(self):
-        return type(self), (self.template, *self.options)
-
-    def respelled(self, spell) -> NamesOptions:
-        """The same error, each option named ``spell(name, *value)``."""
-        return type(self)(self.template, *self.options, spell=spell)
-
-
-def _python_spelling(name: str, *value: Any) -> str:
-    return f"{name}={value[0]!r}" if value else name
-
-
-class PlanOptionError(NamesOptions, LodUsageError):
-    """Plan options that are missing, out of range, or contradict each other (exit code 2)."""
-
-
-class PlanInputError(NamesOptions, LodInputError):
-    """Sequences that cannot be batched as the options ask (a sequence above the budget; exit code 1)."""
-
-
-class BatchesExistError(NamesOptions, LodExistsError):
-    """An output holds a plan or batches already, and replacing it was not asked for (exit code 2)."""
-
-
-def _braced(text: str) -> str:
-    """``text`` safe inside a message template: its braces doubled."""
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 # -- the source: a container or sharded folder, a stored tensor, or lengths ----------------------------
@@ -405,7 +358,7 @@ class BatchPlan:
 
         where = os.fspath(path)
         if os.path.lexists(where) and not overwrite:
-            raise BatchesExistError(f"{_braced(where)}: exists; add {{0}} to replace it", ("overwrite", True))
+            raise LodExistsError(f"{where}: exists; pass overwrite=True to replace it")
         meta = {"version": PLAN_VERSION, "mode": self.mode, "options": self.options}
         with atomic_open(where) as f:
             np.savez(f, meta=np.array(json.dumps(meta)), **{k: getattr(self, k) for k in PLAN_ARRAYS})
@@ -552,14 +505,13 @@ def _check_int(name: str, value, low: int, optional: bool = False) -> None:
         return
     if not _is_int(value, low):
         kind = "a positive" if low > 0 else "a non-negative" if low == 0 else "an"
-        raise PlanOptionError(f"{{0}} must be {kind} integer (at most {INT64_MAX:,}), not {_braced(repr(value))}",
-                              name)
+        raise LodUsageError(f"{name}=... must be {kind} integer (at most {INT64_MAX:,}), not {value!r}")
 
 
 def _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucket_batch_sizes, num_replicas,
                  rank, max_length, oversize, seed, epoch, megabatch_mult, level) -> None:
     if mode not in MODES:
-        raise PlanOptionError(f"{{0}} {_braced(repr(mode))} is not one of {', '.join(MODES)}", "mode")
+        raise LodUsageError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     for name, value in (("max_tokens", max_tokens), ("max_sequences", max_sequences), ("max_length", max_length),
                         ("megabatch_mult", megabatch_mult)):
         _check_int(name, value, 1, optional=True)
@@ -569,33 +521,30 @@ def _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucke
     for name, values in (("boundaries", boundaries), ("bucket_batch_sizes", bucket_batch_sizes)):
         if values is not None:
             if not isinstance(values, (list, tuple, np.ndarray)):
-                raise PlanOptionError("{0} must be a list of integers", name)
+                raise LodUsageError(f"{name}=... must be a list of integers")
             for value in values:
                 _check_int(name, value, 1)
     if max_sequences is not None and max_sequences % multiple_of:
-        raise PlanOptionError("{0} is not a multiple of {1}", ("max_sequences", max_sequences),
-                              ("multiple_of", multiple_of))
+        raise LodUsageError(f"max_sequences={max_sequences} is not a multiple of multiple_of={multiple_of}")
     if not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
-        raise PlanOptionError(f"{{0}} must be in 0..{num_replicas - 1}, not {_braced(repr(rank))}", "rank")
+        raise LodUsageError(f"rank=... must be in 0..{num_replicas - 1}, not {rank!r}")
     if oversize not in ("error", "skip"):
-        raise PlanOptionError(f"{{0}} must be 'error' or 'skip', not {_braced(repr(oversize))}", "oversize")
+        raise LodUsageError(f"oversize=... must be 'error' or 'skip', not {oversize!r}")
     if mode == "pack":
         if max_tokens is None:
-            raise PlanOptionError("mode 'pack' needs {0} (the packed row's length)", "max_tokens")
+            raise LodUsageError("mode 'pack' needs max_tokens=... (the packed row's length)")
         if max_sequences is not None or multiple_of != 1:
-            raise PlanOptionError("mode 'pack' packs rows by tokens only: {0} and {1} do not apply",
-                                  "max_sequences", "multiple_of")
+            raise LodUsageError("mode 'pack' packs rows by tokens only: max_sequences=... and multiple_of=... do not "
+                                "apply")
     elif mode == "buckets":
         if boundaries is None:
-            raise PlanOptionError("mode 'buckets' needs {0} (increasing lengths that split the buckets)",
-                                  "boundaries")
+            raise LodUsageError("mode 'buckets' needs boundaries=... (increasing lengths that split the buckets)")
         if bucket_batch_sizes is None and max_tokens is None and max_sequences is None:
-            raise PlanOptionError("mode 'buckets' needs {0}, {1} or {2}", "bucket_batch_sizes", "max_tokens",
-                                  "max_sequences")
+            raise LodUsageError("mode 'buckets' needs bucket_batch_sizes=..., max_tokens=... or max_sequences=...")
     elif max_tokens is None and max_sequences is None:
-        raise PlanOptionError(f"mode {_braced(repr(mode))} needs {{0}} or {{1}}", "max_tokens", "max_sequences")
+        raise LodUsageError(f"mode {mode!r} needs max_tokens=... or max_sequences=...")
     if mode != "buckets" and (boundaries is not None or bucket_batch_sizes is not None):
-        raise PlanOptionError("{0} and {1} apply to mode 'buckets' only", "boundaries", "bucket_batch_sizes")
+        raise LodUsageError("boundaries=... and bucket_batch_sizes=... apply to mode 'buckets' only")
 
 
 def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequences: int | None = None,
@@ -648,8 +597,7 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucket_batch_sizes, num_replicas,
                  rank, max_length, oversize, seed, epoch, megabatch_mult, level)
     if not shuffle and mode != "buckets":
-        raise PlanOptionError("{0} applies to mode 'buckets' only (the other modes define their own order)",
-                              ("shuffle", False))
+        raise LodUsageError("shuffle=False applies to mode 'buckets' only (the other modes define their own order)")
     lengths, about = _source_lengths(source, level, tensor, max_memory)
     about["source_digest"] = lengths_digest(lengths)
     if max_length is not None:
@@ -663,10 +611,10 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
         too_long = lengths > max_tokens
         if oversize == "error":
             first = int(np.argmax(too_long))
-            where = f"{_braced(about['source'])}: " if "source" in about else ""
-            raise PlanInputError(f"{where}sequence {first} has {int(lengths[first])} rows, more than {{0}} "
-                                 f"({int(too_long.sum())} such); raise {{1}}, set {{2}}, or skip them ({{3}})",
-                                 ("max_tokens", max_tokens), "max_tokens", "max_length", ("oversize", "skip"))
+            where = f"{about['source']}: " if "source" in about else ""
+            raise LodInputError(f"{where}sequence {first} has {int(lengths[first])} rows, more than "
+                                f"max_tokens={max_tokens} ({int(too_long.sum())} such); raise max_tokens=..., set "
+                                "max_length=..., or skip them (oversize='skip')")
         keep = keep[~too_long]
         options["skipped"] = int(too_long.sum())
 
@@ -771,21 +719,19 @@ def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, mult
                   bucket_batch_sizes, pad_to_bucket_boundary, shuffle):
     bounds = np.array(boundaries, dtype=np.int64).reshape(-1)
     if not bounds.size or np.any(np.diff(bounds) <= 0):
-        raise PlanOptionError(f"{{0}} must be increasing positive lengths, not {_braced(repr(list(boundaries)))}",
-                              "boundaries")
+        raise LodUsageError(f"boundaries=... must be increasing positive lengths, not {list(boundaries)!r}")
     n_buckets = bounds.shape[0] + 1
     stream = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch)) if shuffle else keep
     lens = lengths[stream]
     bucket = np.searchsorted(bounds, lens, side="right")
     longest_in_data = int(lens.max()) if lens.size else 1
     if pad_to_bucket_boundary and lens.size and longest_in_data >= bounds[-1]:
-        raise PlanInputError(f"{{0}} needs every length below the last boundary ({int(bounds[-1])}); "
-                             f"a sequence has {longest_in_data} rows", "pad_to_bucket_boundary")
+        raise LodInputError(f"pad_to_bucket_boundary=True needs every length below the last boundary "
+                            f"({int(bounds[-1])}); a sequence has {longest_in_data} rows")
     if bucket_batch_sizes is not None:
         sizes = np.array(bucket_batch_sizes, dtype=np.int64).reshape(-1)
         if sizes.shape != (n_buckets,):
-            raise PlanOptionError(f"{{0}} needs {n_buckets} sizes (one more than the boundaries)",
-                                  "bucket_batch_sizes")
+            raise LodUsageError(f"bucket_batch_sizes=... needs {n_buckets} sizes (one more than the boundaries)")
     else:  # the token budget over each bucket's longest possible sequence
         top = np.concatenate([bounds - 1, [max(longest_in_data, int(bounds[-1]))]])
         sizes = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
@@ -1220,8 +1166,8 @@ def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str 
         raise LodUsageError(f"{out_dir}: exists and is not a folder")
     earlier = sorted(n for n in os.listdir(out_dir) if BATCH_FILE.fullmatch(n)) if os.path.isdir(out_dir) else []
     if earlier and not overwrite:
-        raise BatchesExistError(f"{_braced(out_dir)}: holds {len(earlier):,} batch file(s) already; add {{0}} to "
-                                "replace them all", ("overwrite", True))
+        raise LodExistsError(f"{out_dir}: holds {len(earlier):,} batch file(s) already; pass overwrite=True to "
+                             "replace them all")
     width = max(6, len(str(max(len(plan) - 1, 0))))
     written = nbytes = 0
     with BatchReader(path, plan, output=output, truncate=truncate, pad_value=pad_value, tensor=tensor,
@@ -1295,5 +1241,4 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
 
 
 __all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "write_batches", "BatchPlan", "BatchReader",
-           "batch_plan", "batches", "as_plan", "sequence_rows", "lengths_digest", "length_bins", "NamesOptions",
-           "PlanOptionError", "PlanInputError", "BatchesExistError"]
+           "batch_plan", "batches", "as_plan", "sequence_rows", "lengths_digest", "length_bins"]
