@@ -593,7 +593,8 @@ def test_every_name_the_batching_docs_give_imports_from_there():
 
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "batching.md").read_text()
     names = set(re.findall(r"\blodtool(?:\.[A-Za-z_]\w*)+", text))
-    assert "lodtool.tasks.BatchPlan" in names
+    names |= {f"{module}.{name}" for module, name in re.findall(r"from (lodtool[\w.]*) import (\w+)", text)}
+    assert {"lodtool.BatchPlan", "lodtool.interop.torch.BatchDataset"} <= names
     for name in sorted(names):
         parts = name.split(".")
         for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
@@ -613,3 +614,13 @@ def test_a_float_pad_value_follows_the_operators_rule(tmp_path):
     assert b["values"][~b["mask"]].tolist() == [np.float32(0.1)] * 2
     with pytest.raises(LodUsageError, match="does not fit"):
         next(lodtool.batches(path, max_sequences=2, pad_value=[1, 2]))
+
+
+def test_an_in_memory_tensor_is_a_source_as_its_file_is(tmp_path):
+    lengths = np.random.default_rng(5).integers(0, 20, 41)
+    path, t = _container(tmp_path, lengths)
+    in_memory = B.batch_plan(t, level=1, max_tokens=40)
+    from_file = B.batch_plan(path, level=1, max_tokens=40)
+    assert in_memory.indices.tolist() == from_file.indices.tolist()
+    assert in_memory.options["source_digest"] == from_file.options["source_digest"]
+    assert len(list(lodtool.batches(path, in_memory))) == len(in_memory)

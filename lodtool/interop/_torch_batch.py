@@ -59,7 +59,7 @@ class _BatchDatasetMixin:
     >>> import os, tempfile, numpy as np, lodtool
     >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
     >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 10), recursive_sequence_lengths=[[3, 1, 4, 1]]))
-    >>> from lodtool.interop._torch_batch import BatchDataset
+    >>> from lodtool.interop.torch import BatchDataset
     >>> ds = BatchDataset(p, max_tokens=8, mode="pack", output="varlen")
     >>> [b["cu_seqlens"].tolist() for b in ds]
     [[0, 4, 7, 8], [0, 1]]

@@ -73,6 +73,7 @@ from ..ops._util import cast_value
 from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
                             plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
+from ..tensor import TensorView
 
 MODES = ("sorted", "megabatch", "buckets", "pack", "random")
 OUTPUTS = ("padded", "jagged-numpy", "varlen")
@@ -114,14 +115,10 @@ class _OffsetsInMemory:
         return self._offsets[level][start:stop]
 
 
-def _is_lazy_tensor(obj) -> bool:
-    return hasattr(obj, "read_offsets") and hasattr(obj, "read_rows") and hasattr(obj, "level_sizes")
-
-
 def _level_of(tensor, level: int, where: str) -> int:
     """``level`` as a position among the tensor's levels; a tensor without levels has no sequences to batch."""
     if tensor.lod_level == 0:
-        raise LodInputError(f"{where}: tensor {tensor.name!r} has no LoD levels, so no sequences to batch")
+        raise LodInputError(f"{where}: the tensor has no LoD levels, so no sequences to batch")
     try:
         return level_position(level, tensor.lod_level)
     except LodIndexError as exc:
@@ -147,7 +144,7 @@ def sequence_rows(tensor, level: int = 0, where: str = "source") -> np.ndarray:
     offsets = [tensor.read_offsets(k) for k in range(tensor.lod_level)]
     problems = find_lod_problems(offsets, tensor.n_rows, max_problems=1)
     if problems:  # untrusted offsets never index anything
-        raise LodValidationError(f"{where}: tensor {tensor.name!r}: {problems[0]}")
+        raise LodValidationError(f"{where}: {problems[0]}")
     count = max(int(offsets[level].shape[0]) - 1, 0)
     if count == 0:
         return np.zeros(1, dtype=np.int64)
@@ -180,8 +177,8 @@ def _source_lengths(source, level: int, tensor: str | None, max_memory: int | No
             _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
             rows = sequence_rows(t, level, where)
             return np.diff(rows), {"source": where, "tensor": t.name}
-    if _is_lazy_tensor(source):
-        return np.diff(sequence_rows(source, level)), {"tensor": source.name}
+    if isinstance(source, TensorView):  # a stored tensor, a folder's, or one in memory
+        return np.diff(sequence_rows(source, level)), {"tensor": getattr(source, "name", None)}
     lengths = np.asarray(source)
     if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
         raise LodUsageError(f"lengths must be a 1-d integer array, not {lengths.dtype} of shape {lengths.shape}")
@@ -556,8 +553,9 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     """Plan training batches over the sequences of ``level`` (lengths in data rows), from offsets alone.
 
     ``source`` is a container path or a sharded folder (only its offsets are
-    read, and validated; a folder's shards are one logical tensor), an open
-    lazy tensor (``lodtool.open(p).tensor()``), or an array of lengths.
+    read, and validated; a folder's shards are one logical tensor), a tensor
+    (``lodtool.open(p).tensor()``, or a :class:`~lodtool.LoDTensor`), or an
+    array of lengths.
     ``tensor`` names the tensor of a container that holds several; a plan of
     more sequences than ``max_memory`` allows (the default limit when ``None``)
     is refused before any offsets are read.  The modes
