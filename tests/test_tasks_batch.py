@@ -4,6 +4,8 @@ replicas, packing, and the reader."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
 
 import h5py
@@ -624,3 +626,56 @@ def test_an_in_memory_tensor_is_a_source_as_its_file_is(tmp_path):
     assert in_memory.indices.tolist() == from_file.indices.tolist()
     assert in_memory.options["source_digest"] == from_file.options["source_digest"]
     assert len(list(lodtool.batches(path, in_memory))) == len(in_memory)
+
+
+FUZZ_SEED = int(os.environ.get("LODTOOL_FUZZ_SEED", "0"))
+#: sizes a swapped word claims: negative, past 2**31, gigabytes, far past any memory
+HOSTILE_INTS = (-1, -(1 << 40), (1 << 31) - 1, 1 << 31, 3 << 30, 1 << 40, 1 << 62, (1 << 63) - 1)
+
+
+def _mangled_bytes(blob: bytes, rng: random.Random) -> bytes:
+    data = bytearray(blob)
+    kind = rng.choice(("flip", "cut", "word", "word", "dup"))
+    at = rng.randrange(len(data))
+    if kind == "flip":
+        data[at] ^= 1 << rng.randrange(8)
+    elif kind == "cut":
+        del data[at:]
+    elif kind == "word":  # a value, or a header's size
+        at -= at % 8
+        data[at:at + 8] = rng.choice(HOSTILE_INTS).to_bytes(8, "little", signed=True)
+    else:
+        data[at:at] = data[at:at + rng.randrange(1, 64)]
+    return bytes(data)
+
+
+def _mangle_plan(path, rng: random.Random) -> None:
+    """Mangle one member of a saved plan and zip it again (most variants), or the zip's own bytes."""
+    import zipfile
+
+    if rng.random() < 0.2:
+        path.write_bytes(_mangled_bytes(path.read_bytes(), rng))
+        return
+    with zipfile.ZipFile(path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    victim = rng.choice(sorted(members))
+    members[victim] = _mangled_bytes(members[victim], rng)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+@pytest.mark.parametrize("variant", range(200 if os.environ.get("LODTOOL_TEST_PROFILE") == "long" else 40))
+def test_fuzzed_saved_plans_load_and_read_or_fail_in_one_line(tmp_path, variant):
+    # the seed is in pytest's header (LODTOOL_FUZZ_SEED); a failure names the variant
+    path, _ = _container(tmp_path, [3, 1, 2, 2, 0, 5, 4])
+    plan_file = tmp_path / "plan.npz"
+    B.batch_plan(path, level=1, max_tokens=8, num_replicas=2, rank=1).save(plan_file)
+    _mangle_plan(plan_file, random.Random(FUZZ_SEED * 100_003 + variant))
+    try:
+        plan = B.BatchPlan.load(plan_file, max_memory=16 << 20)
+        for output in B.OUTPUTS:
+            for _ in lodtool.batches(path, plan, output=output, max_memory=16 << 20):
+                pass
+    except lodtool.LodError as exc:
+        assert "\n" not in str(exc) and str(exc), f"seed {FUZZ_SEED}, variant {variant}"

@@ -51,11 +51,14 @@ True
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import os
 import re
 import shutil
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -449,7 +452,9 @@ def _read_plan_file(where: str, limit: int) -> dict[str, np.ndarray]:
         raise LodFileNotFoundError(f"{where}: no such file") from None
     except LodFormatError:
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, RecursionError):
+    except (OSError, ValueError, KeyError, EOFError, RecursionError, zipfile.BadZipFile, zlib.error, lzma.LZMAError,
+            NotImplementedError, RuntimeError, SyntaxError, tokenize.TokenError):
+        # a damaged zip or .npy header, or a compression or encryption that zipfile refuses
         raise LodFormatError(f"{where}: not a batch plan (an .npz that lodtool batch wrote)") from None
 
 
