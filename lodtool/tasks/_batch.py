@@ -39,6 +39,10 @@ by repeating batches from its start, as torch's ``DistributedSampler`` repeats
 samples, and :attr:`BatchPlan.repeat` marks those repeats (the batches that are
 not repeats are disjoint across ranks and cover every sequence once).
 
+This module orchestrates: the array passes of the planner are compiled
+kernels in :mod:`lodtool.ops.batching`, and the data is read through the
+stored tensor's ``read_offsets`` and ``read_rows``.
+
 >>> import numpy as np
 >>> plan = batch_plan(np.array([5, 1, 3, 8, 2, 2, 7, 4]), max_tokens=16, mode="sorted")
 >>> sorted(len(b) for b in plan), plan.stats()["tokens"]
