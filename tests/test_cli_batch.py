@@ -195,6 +195,8 @@ def test_stats_names_empty_sequences_and_keeps_to_the_memory_limit(tmp_path):
     r = run("batch", path, "--max-tokens", 4, "--stats")
     assert r.exit_code == 0, r.output
     assert "3 empty sequence(s) batched" in r.output
+    r = run("batch", path, "--max-tokens", 4, "-o", tmp_path / "plan.npz")
+    assert r.exit_code == 0 and "5 sequences, 3 of them empty" in r.output
     r = run("batch", path, "--max-tokens", 4, "--stats", "--max-memory", "100")
     assert r.exit_code == 1 and "memory limit" in r.output and "--max-memory" in r.output
     assert len(r.output.strip().splitlines()) == 1

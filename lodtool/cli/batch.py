@@ -136,8 +136,9 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
         return
     if result.saved is not None and not as_json:
         s = result.plan.stats()
-        opt.message(ctx, f"planned {s['batches']:,} batches of {s['sequences']:,} sequences ({result.plan.mode}, "
-                         f"padding waste {s['padding_waste']:.1%}) into {output}")
+        empty = f", {s['empty']:,} of them empty" if s["empty"] else ""
+        opt.message(ctx, f"planned {s['batches']:,} batches of {s['sequences']:,} sequences{empty} "
+                         f"({result.plan.mode}, padding waste {s['padding_waste']:.1%}) into {output}")
     if as_json:
         opt.emit_json(result.report if show else result.plan.stats())
     elif show:
