@@ -6,6 +6,9 @@ glibc serves the first ones with ``mmap`` but then raises its threshold
 changing sizes fragment it: peak RSS then grows with the file (measured:
 1.12-1.29x from a 220 MB to an 880 MB input, for softmax and reverse).
 Fixing the threshold keeps every large buffer in ``mmap``, returned on free.
+It is a setting of the whole process, so the library never makes it: the
+``lodtool`` command does, for every command but ``pack`` (whose parse buffers
+come and go so fast that fresh pages for each cost it 30% of its speed).
 
 >>> keep_large_buffers_unpooled() in (True, False)
 True

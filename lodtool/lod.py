@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .errors import LodIndexError, LodUsageError, LodValidationError
+from .limits import check_memory
 
 OFFSET_DTYPE = np.dtype(np.int64)
 
@@ -521,6 +522,64 @@ def _checked_window(read: WindowReader, level: int, start: int, stop: int, level
         raise LodValidationError(f"level {level}: offset[{stop - 1}]={int(window[-1])} but {below} "
                                  "(the last offset must equal it)")
     return window
+
+
+#: exact medians by counting lengths up to this value; longer lengths fall back to sorting
+_COUNT_LIMIT = 1 << 20
+
+
+def length_stats(blocks: Iterator[np.ndarray], limit: int, path: str, what: str) -> dict:
+    """``count``, ``min``, ``median``, ``mean``, ``max`` and ``empty`` of the lengths of a level given as blocks
+    of its offsets (consecutive windows: a block's first entry follows the last one's), in memory bounded by the
+    blocks (lengths are counted); ``None`` statistics for a level without sequences.
+
+    >>> length_stats(iter([np.array([0, 3, 3]), np.array([4, 9])]), 1 << 20, "x.h5", "level 0")
+    {'count': 4, 'min': 0, 'median': 2.0, 'mean': 2.25, 'max': 5, 'empty': 1}
+    """
+    count = total = empty = 0
+    lo = hi = None
+    histogram = np.zeros(0, dtype=np.int64)
+    gathered: list[np.ndarray] | None = None
+    last = None
+    for block in blocks:
+        if last is not None:
+            block = np.concatenate(([last], block))
+        if block.size < 2:
+            last = int(block[-1]) if block.size else last
+            continue
+        lengths = block[1:] - block[:-1]
+        last = int(block[-1])
+        count += lengths.size
+        total += int(lengths.sum())
+        empty += int(np.count_nonzero(lengths == 0))
+        bmin, bmax = int(lengths.min()), int(lengths.max())
+        lo = bmin if lo is None else min(lo, bmin)
+        hi = bmax if hi is None else max(hi, bmax)
+        if gathered is None and (bmin < 0 or bmax >= _COUNT_LIMIT):
+            gathered = []
+            if histogram.size:  # replay the counts gathered so far as values
+                gathered.append(np.repeat(np.arange(histogram.size, dtype=np.int64), histogram))
+            histogram = np.zeros(0, dtype=np.int64)
+        if gathered is not None:
+            check_memory(8 * count, limit, path, what)
+            gathered.append(lengths)
+        else:
+            counts = np.bincount(lengths)
+            if counts.size > histogram.size:
+                counts[: histogram.size] += histogram
+                histogram = counts
+            else:
+                histogram[: counts.size] += counts
+    if not count:
+        return {"count": 0, "min": None, "median": None, "mean": None, "max": None, "empty": 0}
+    if gathered is not None:
+        median = float(np.median(np.concatenate(gathered)))
+    else:
+        cumulative = np.cumsum(histogram)
+        lo_mid = int(np.searchsorted(cumulative, (count - 1) // 2, side="right"))
+        hi_mid = int(np.searchsorted(cumulative, count // 2, side="right"))
+        median = (lo_mid + hi_mid) / 2
+    return {"count": count, "min": lo, "median": float(median), "mean": total / count, "max": hi, "empty": empty}
 
 
 def slice_bounds(key: slice, count: int) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import lod as _lod
+from .limits import default_max_memory
 from .planner import sequence_ranges
 from ._device import cupy_module
 from ._device import is_device_array as _is_device_array
@@ -48,6 +49,10 @@ def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
     return dtype
 
 
+#: offsets read per block for statistics (8 MiB of int64)
+_STATS_BLOCK = 1 << 20
+
+
 class TensorView:
     """Branches, level slices and chunks of a LoD tensor, read through ``_window`` and ``_rows``."""
 
@@ -71,7 +76,7 @@ class TensorView:
         return _lod.level_position(level, self.lod_level)
 
     def _tensor(self, data, offsets, level_names=None) -> "LoDTensor":
-        return LoDTensor._trusted(data, offsets, level_names)
+        return LoDTensor._trusted(data, offsets, level_names, owned=True)
 
     # -- checked raw reads -----------------------------------------------------------------------
     def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -184,6 +189,26 @@ class TensorView:
         names = self.level_names[level:] if self.level_names else None
         return self._tensor(self._rows(row_begin, row_end), offsets, names)
 
+    # -- statistics ----------------------------------------------------------------------------------------
+    def level_stats(self, level: int) -> dict:
+        """Length statistics of one level, from its offsets alone, read in blocks: ``count`` (sequences),
+        ``min``, ``median``, ``mean``, ``max`` and ``empty``.
+
+        >>> from lodtool import from_nested
+        >>> from_nested([[1, 2, 3], [], [4]]).level_stats(0)
+        {'count': 3, 'min': 0, 'median': 1.0, 'mean': 1.3333333333333333, 'max': 3, 'empty': 1}
+        """
+        level = self._level(level)
+        size = self.level_sizes[level]
+        blocks = (self.read_offsets(level, a, min(a + _STATS_BLOCK, size)) for a in range(0, size, _STATS_BLOCK))
+        return _lod.length_stats(blocks, default_max_memory(), repr(self), f"level {level} lengths")
+
+    def checked_level_stats(self) -> list[dict]:
+        """:meth:`level_stats` of every level, after the whole LoD is validated (statistics of a broken one would be
+        nonsense)."""
+        self._check_valid()
+        return [self.level_stats(k) for k in range(self.lod_level)]
+
     # -- chunks ----------------------------------------------------------------------------------------
     def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator:
         """Consecutive chunks of whole top-level sequences, each a valid LoD tensor of its own.
@@ -222,7 +247,7 @@ class LoDTensor(TensorView):
     ([[0, 3, 4, 6]], 1, (6, 4), 3)
     """
 
-    __slots__ = ("_data", "_offsets", "_level_names", "_checked")
+    __slots__ = ("_data", "_offsets", "_level_names", "_checked", "_shared")
 
     def __init__(self, data: Any, lod: Sequence[Sequence[int]] | None = None,
                  recursive_sequence_lengths: Sequence[Sequence[int]] | None = None, *,
@@ -238,39 +263,47 @@ class LoDTensor(TensorView):
         table = recursive_sequence_lengths if recursive_sequence_lengths is not None else lod
         keep_on_device = table is not None and on_device and any(_is_device_array(level) for level in table)
         host = [_host(level) for level in table] if table is not None else []
+        shared = False
         if recursive_sequence_lengths is not None:
             offsets = _lod.lod_from_lengths(host)
         else:
-            offsets = [_owned(_lod.as_index_array(level, level=k), level) for k, level in enumerate(host)]
+            offsets = [_lod.as_index_array(level, level=k) for k, level in enumerate(host)]
+            shared = [_writable_elsewhere(o, given) for o, given in zip(offsets, host)]
+            if validate:  # checked now, so the tensor owns what it checked
+                offsets = [o.copy() if s else o for o, s in zip(offsets, shared)]
+            shared = any(shared) and not validate
         if validate:
             _lod.validate_lod(offsets, data.shape[0])
         if keep_on_device:  # checked on the host (a copy of the offsets alone), kept where the data is
             upload = cupy_module().asarray
             offsets = [upload(o) for o in offsets]
         self._data = data
-        for o in offsets:  # the tensor's own arrays now (shared ones are read-only already): frozen in place
-            if isinstance(o, np.ndarray) and o.flags.writeable:
-                o.flags.writeable = False
-        self._offsets = tuple(offsets)
+        self._offsets = tuple(_read_only(o) if shared else _frozen(o) for o in offsets)
         self._level_names = _check_level_names(level_names, len(offsets))
         self._checked = bool(validate)
+        self._shared = shared
 
     @classmethod
-    def _trusted(cls, data: Any, offsets: Sequence[np.ndarray], level_names=None) -> "LoDTensor":
-        """Build from already validated parts (operators and readers use this)."""
+    def _trusted(cls, data: Any, offsets: Sequence[np.ndarray], level_names=None, *,
+                 owned: bool = False) -> "LoDTensor":
+        """Build from already validated parts (operators and readers use this); ``owned``: the offsets are new
+        arrays nobody else holds, frozen in place instead of viewed read-only."""
         t = cls.__new__(cls)
         t._data = data
-        t._offsets = tuple(_read_only(o) for o in offsets)
+        t._offsets = tuple(_frozen(o) for o in offsets) if owned else tuple(_read_only(o) for o in offsets)
         t._level_names = tuple(level_names) if level_names else None
         t._checked = True
+        t._shared = False
         return t
 
     def checked(self) -> "LoDTensor":
         """This tensor, its LoD validated first if it was built with ``validate=False``.
 
         Every operator calls it on its inputs before a kernel runs, so a tensor
-        built unchecked is checked once, at its first use, and never reaches a
-        kernel with a broken LoD.
+        built unchecked is checked at its first use and never reaches a kernel
+        with a broken LoD.  One whose offsets share memory that the caller can
+        still write (a zero-copy bridge with ``validate=False``) is checked at
+        every use, since they could have changed since.
 
         >>> t = LoDTensor(np.arange(3), [[0, 2, 1, 3]], validate=False)
         >>> t.checked()
@@ -280,7 +313,7 @@ class LoDTensor(TensorView):
         """
         if not self._checked:
             _lod.validate_lod([_host(o) for o in self._offsets], self.n_rows)
-            self._checked = True
+            self._checked = not self._shared
         return self
 
     # -- the index ---------------------------------------------------------------------------
@@ -431,15 +464,22 @@ def _tolist(a) -> list[int]:
     return a.tolist() if isinstance(a, np.ndarray) else [int(x) for x in a.get()]
 
 
-def _owned(offsets: np.ndarray, given: Any) -> np.ndarray:
-    """``offsets``, copied if it shares memory that someone can still write (the caller's array, or a writable
-    array under a read-only view of it); read-only memory (an Arrow buffer, a read-only map) is kept as it is."""
+def _writable_elsewhere(offsets: np.ndarray, given: Any) -> bool:
+    """Whether ``offsets`` shares memory that someone else can still write: the caller's array, or a writable array
+    under a read-only view of it (read-only memory, an Arrow buffer or a read-only map, is nobody's to change)."""
     if isinstance(given, np.ndarray) and np.may_share_memory(offsets, given):
         base = given
         while isinstance(base, np.ndarray):
             if base.flags.writeable:
-                return offsets.copy()
+                return True
             base = base.base
+    return False
+
+
+def _frozen(offsets: Any) -> Any:
+    """The tensor's own offsets made read-only in place (device arrays cannot be)."""
+    if isinstance(offsets, np.ndarray) and offsets.flags.writeable:
+        offsets.flags.writeable = False
     return offsets
 
 

@@ -146,7 +146,8 @@ def test_a_file_open_for_writing_goes_to_libhdf5(tmp_path):
         assert _h5.read_rows(f["d"], 0, 400)[0] == -1
 
 
-def test_a_file_changed_under_the_map_is_an_error_not_a_crash(tmp_path):
+def test_a_file_changed_under_the_map_is_an_error_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr(_mmap, "STAT_EVERY", 0.0)  # every read checks (by default at most every 10 ms)
     path = _file(tmp_path, np.arange(400, dtype=np.int64), chunks=None)
     with h5py.File(path, "r") as f:
         ds = f["d"]
@@ -184,3 +185,13 @@ def test_the_map_outlives_nothing(tmp_path):
 
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= before + 1  # the duplicated descriptors close with their handles
+
+
+def test_inspect_says_which_tensors_are_memory_mapped(tmp_path):
+    from lodtool.container import inspect_file
+
+    t = LoDTensor(np.arange(100, dtype=np.int64), [[0, 40, 100]])
+    for compression, mapped in (("none", True), ("deflate", False)):
+        path = str(tmp_path / f"{compression}.lod.h5")
+        save(path, t, compression=compression)
+        assert inspect_file(path)["tensors"][0]["memory_mapped"] is mapped

@@ -343,7 +343,7 @@ def test_sizes_without_stored_chunks_are_refused(path):
 
 
 def test_default_memory_limit():
-    from lodtool.container.limits import default_max_memory
+    from lodtool.limits import default_max_memory
 
     assert (1 << 20) <= default_max_memory() <= (4 << 30)
 

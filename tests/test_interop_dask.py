@@ -101,10 +101,10 @@ def test_plan_is_uneven_shards_cut_into_whole_sequence_partitions(corpus):
     m = read_manifest(corpus["folder"])
     assert len(parts) > len([s for s in m.shards if s.tensors["tensor"].sequences])
     assert sum(p.stop - p.start for p in parts) == len(corpus["tensor"])
-    assert [p.first for p in parts] == list(np.cumsum([0] + [p.stop - p.start for p in parts])[:-1])
+    assert [p.start for p in parts] == list(np.cumsum([0] + [p.stop - p.start for p in parts])[:-1])
     t = corpus["tensor"]
     rows = np.asarray(t.offsets[1])[np.asarray(t.offsets[0])]  # the first row of every top-level sequence
-    assert [p.row for p in parts] == [int(rows[p.first]) for p in parts]
+    assert [p.row for p in parts] == [int(rows[p.start]) for p in parts]
     assert spec.level_names == ("doc", "sent")
 
 
@@ -367,7 +367,7 @@ def test_a_reader_during_pack_append_sees_the_old_or_the_new_manifest(client, tm
 def test_tasks_carry_absolute_paths_for_workers_in_other_folders(corpus, monkeypatch):
     monkeypatch.chdir(os.path.dirname(corpus["folder"]))
     parts, _ = lod_dask.plan(os.path.basename(corpus["folder"]), partition_size=512)
-    assert parts and all(os.path.isabs(p.path) and os.path.isfile(p.path) for p in parts)
+    assert parts and all(os.path.isabs(p.path) and os.path.isdir(p.path) for p in parts)  # the folder's path
 
 
 def test_threads_scheduler_writes_many_small_shards_correctly(corpus, tmp_path):
@@ -386,3 +386,103 @@ def test_threads_scheduler_writes_many_small_shards_correctly(corpus, tmp_path):
         with open_sharded(out) as f:
             _same_bytes(f.tensor().read(), want)
         runs += 1
+
+
+# -- hostile folders and scheduler addresses: the one-process checks, one-line errors, bounded time -------------
+def _broken_folder(tmp_path, kind: str) -> str:
+    """A sharded folder whose shard 1 was swapped, lied about, or made a link to a file outside the folder."""
+    import json
+    import shutil
+
+    folder = str(tmp_path / kind)
+    with ShardWriter(folder, shard_size=64) as w:
+        w.write(LoDTensor(np.arange(60, dtype=np.float32), [[0, 10, 30, 60]]))
+    shard = os.path.join(folder, shard_name(1))
+    if kind in ("dtype", "levels"):
+        other = (LoDTensor(np.arange(20, dtype=np.int64), [[0, 20]]) if kind == "dtype" else
+                 LoDTensor(np.arange(20, dtype=np.float32), [[0, 1], [0, 20]]))
+        save(shard, other, force=True)
+    elif kind == "outside":
+        shutil.move(shard, tmp_path / "elsewhere.lod.h5")
+        os.symlink(tmp_path / "elsewhere.lod.h5", shard)
+    else:  # the manifest claims fewer rows for shard 1, or none at all
+        with open(os.path.join(folder, MANIFEST_NAME)) as f:
+            manifest = json.load(f)
+        counts = manifest["shards"][1]["tensors"]["tensor"]
+        counts.update({"rows": counts["rows"] - 5} if kind == "fewer" else
+                      {"rows": 0, "sequences": 0, "level_sequences": [0]})
+        with open(os.path.join(folder, MANIFEST_NAME), "w") as f:
+            json.dump(manifest, f)
+    return folder
+
+
+@pytest.mark.parametrize("kind,message", [("dtype", "int64"), ("levels", "2 level"), ("fewer", "says 15"),
+                                          ("zero", "says 0"), ("outside", "symbolic link")])
+def test_dask_refuses_the_folders_one_process_refuses(tmp_path, kind, message):
+    folder = _broken_folder(tmp_path, kind)
+    shard = os.path.join(folder, shard_name(1))
+    with pytest.raises(LodError, match=message) as one:
+        tasks.pool(folder, str(tmp_path / "one.lod.h5"))
+    with pytest.raises(LodError, match=message) as read:
+        lod_dask.read(folder, partition_size=8).reverse().compute(scheduler="sync")
+    with pytest.raises(LodError, match=message) as pooled:
+        tasks.pool(folder, f"{tmp_path / 'out'}/", scheduler="sync")
+    for exc in (one, read, pooled):
+        assert shard in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "one.lod.h5").exists() and not (tmp_path / "out").exists()
+
+
+def _listener(kind: str):
+    """A TCP listener on 127.0.0.1 that is not a Dask scheduler: it sends garbage, nothing, or a huge frame."""
+    import socket
+    import struct
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)  # kept open (a silent listener never answers, never closes)
+            if kind == "garbage":
+                conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n<html>not dask</html>")
+            elif kind == "huge":
+                conn.sendall(struct.pack("Q", 1 << 40))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", lambda: [s.close() for s in held + [server]]
+
+
+@pytest.mark.parametrize("kind", ["nosuch://host:1", "not an address", "garbage", "silent", "huge"])
+def test_a_bad_scheduler_address_is_one_line_in_bounded_time(tmp_path, monkeypatch, kind):
+    from click.testing import CliRunner
+
+    from lodtool.cli.main import cli
+
+    save(tmp_path / "x.lod.h5", LoDTensor(np.arange(6.0), [[0, 2, 6]]))
+    address, close = _listener(kind) if kind in ("garbage", "silent", "huge") else (kind, lambda: None)
+    monkeypatch.setenv("LODTOOL_SCHEDULER_TIMEOUT", "1")
+    start = time.monotonic()
+    try:
+        result = CliRunner().invoke(cli, ["pool", str(tmp_path / "x.lod.h5"), "-o", str(tmp_path / "p.lod.h5"),
+                                          "--scheduler", address])
+    finally:
+        close()
+    assert time.monotonic() - start < 15
+    assert result.exit_code != 0 and not (tmp_path / "p.lod.h5").exists()
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lodtool: error:") and "internal error" not in lines[0], lines
+    assert "Traceback" not in result.output
+
+
+def test_connect_reaches_a_real_scheduler(client):
+    c = lod_dask.connect(client.scheduler.address, timeout=10)
+    try:
+        assert c.scheduler_info()["workers"]
+    finally:
+        c.close()

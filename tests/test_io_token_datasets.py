@@ -66,6 +66,11 @@ def test_the_reading_commands_take_a_megatron_dataset_in_place(tmp_path):
     assert runner.invoke(cli, ["head", prefix + ".idx", "-n", "1"]).output.splitlines()[0] == "[[0,1,2],[3,4,5,6]]"
     assert runner.invoke(cli, ["slice", prefix + ".bin", "1"]).output.strip() == "[[7]]"
     assert runner.invoke(cli, ["validate", prefix + ".idx"]).exit_code == 0
+    shown = runner.invoke(cli, ["inspect", prefix, "--json"])
+    assert shown.exit_code == 0 and '"format":"megatron"' in shown.output.replace(" ", "")
+    assert '"sequences":5' in shown.output.replace(" ", "") and "corpus.bin" in shown.output
+    verified = runner.invoke(cli, ["verify", prefix + ".idx"])
+    assert verified.exit_code == 0 and "records no checksums" in verified.output
     idx = bytearray((tmp_path / "corpus.idx").read_bytes())
     idx[-8:] = (2).to_bytes(8, "little")  # the last document index no longer ends at the sequence count
     (tmp_path / "corpus.idx").write_bytes(bytes(idx))

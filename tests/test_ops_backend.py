@@ -158,14 +158,14 @@ def test_pack_is_identical_across_the_json_tier_boundary(tmp_path, monkeypatch):
 
 
 def test_a_large_run_loads_the_kernels_up_front(monkeypatch):
-    from lodtool.tasks import _operators
+    from lodtool.tasks import _pipe
 
     loaded = []
     monkeypatch.setattr(_backend, "numba_module", lambda: loaded.append(True))
-    _operators._tier("cpu", 100, Crossover(cold=10, warm=10))
+    _pipe.tier("cpu", 100, Crossover(cold=10, warm=10))
     assert loaded
     loaded.clear()
-    _operators._tier("cpu", 5, Crossover(cold=10, warm=10))
+    _pipe.tier("cpu", 5, Crossover(cold=10, warm=10))
     assert not loaded
 
 

@@ -69,3 +69,13 @@ def test_offsets_cannot_be_mutated_after_construction():
     for out in (ops.sequence_pool(x, "sum"), ops.sequence_reverse(x), x.branch(1), x[0:1]):
         assert all(not o.flags.writeable for o in out.offsets)
     assert x.lod == [[0, 3, 8]]
+
+
+def test_offsets_the_caller_can_still_write_are_checked_at_every_use():
+    given = np.array([0, 3, 8])
+    x = LoDTensor(np.arange(8, dtype=np.float32), [given], validate=False)  # zero-copy, as a bridge builds it
+    assert np.shares_memory(x.offsets[0], given)
+    assert ops.sequence_pool(x, "sum").data.tolist() == [3.0, 25.0]
+    given[1] = 1 << 40  # the caller changes its array after a first, sound use
+    with pytest.raises(LodError):
+        ops.sequence_pool(x, "sum")

@@ -1,7 +1,7 @@
 """expand and pad on files, streamed: the same result as the operator in memory, in bounded chunks.
 
-Each property test shrinks the chunk budget (``lodtool.tasks._operators.CHUNK_ROWS``) and the
-offsets window (``lodtool.tasks._operators.OFFSET_WINDOW``) to a few rows and entries, so the
+Each property test shrinks the chunk budget (``lodtool.tasks._pipe.CHUNK_ROWS``) and the
+offsets window (``lodtool.tasks._pipe.OFFSET_WINDOW``) to a few rows and entries, so the
 tensors of a handful of rows are cut into many chunks and windows, and
 compares the streamed output with ``sequence_expand`` / ``sequence_pad`` on the
 whole tensor: data bits, dtype, LoD, level names, and the errors.
@@ -30,6 +30,7 @@ from lodtool.container.reader import LazyTensor
 from lodtool.ops import sequence_expand, sequence_mask, sequence_pad
 from lodtool.ops._util import row_offsets
 from lodtool.tasks import _operators as pipeline
+from lodtool.tasks import _pipe
 from tests.strategies import lod_lengths, lod_tensors
 from tests.test_ops_common import arrays, same_bits, same_tensor
 
@@ -39,7 +40,7 @@ STREAM_SETTINGS = settings(max_examples=60, deadline=None)
 @contextlib.contextmanager
 def budget(chunk_rows: int, window: int):
     """Chunks of at most ``chunk_rows`` rows, offsets read ``window`` entries at a time."""
-    with mock.patch.multiple(pipeline, CHUNK_ROWS=chunk_rows, OFFSET_WINDOW=window):
+    with mock.patch.multiple(_pipe, CHUNK_ROWS=chunk_rows, OFFSET_WINDOW=window):
         yield
 
 
@@ -156,15 +157,15 @@ def test_expand_reads_and_writes_bounded_chunks(tmp_path, monkeypatch):
     save(tmp_path / "x.h5", x)
     save(tmp_path / "y.h5", y)
     runs = []  # per read: [rows read, rows of each chunk written from them...]
-    read_rows, chunks = LazyTensor.read_rows, pipeline._expanded_chunks
+    read_rows, expand_by = LazyTensor.read_rows, pipeline.expand_by
 
-    def recorded_chunks(*args):  # as each chunk is made (it is written on another thread, later)
-        for chunk in chunks(*args):
-            runs[-1].append(chunk.n_rows)
-            yield chunk
+    def recorded_chunk(*args, **kwargs):  # as each chunk is made (it is written on another thread, later)
+        chunk = expand_by(*args, **kwargs)
+        runs[-1].append(chunk.n_rows)
+        return chunk
 
     monkeypatch.setattr(LazyTensor, "read_rows", lambda self, a, b: runs.append([b - a]) or read_rows(self, a, b))
-    monkeypatch.setattr(pipeline, "_expanded_chunks", recorded_chunks)
+    monkeypatch.setattr(pipeline, "expand_by", recorded_chunk)
     with budget(16, 64):
         pipeline.expand(tmp_path / "x.h5", tmp_path / "y.h5", tmp_path / "out.h5")
     assert same_tensor(load(tmp_path / "out.h5"), sequence_expand(x, y))
@@ -299,11 +300,11 @@ def test_pad_reads_and_writes_bounded_chunks(tmp_path, monkeypatch):
 
 # -- chunk budget ---------------------------------------------------------------------------------------------
 def test_chunk_rows_follow_the_row_size_and_the_memory_limit():
-    assert pipeline._chunk_rows((), np.dtype(np.float32), 1 << 30) == pipeline.CHUNK_ROWS
-    assert pipeline._chunk_rows((4096,), np.dtype(np.float32), 1 << 30) == pipeline.CHUNK_BYTES // (4096 * 4)
-    assert pipeline._chunk_rows((), np.dtype(np.float64), 1 << 20) == (1 << 20) // 8 // 8
-    assert pipeline._chunk_rows((0,), np.dtype(np.float64), 1 << 20) == (1 << 20) // 8  # empty rows count 1 byte
-    assert pipeline._chunk_rows((1 << 20,), np.dtype(np.float64), 1 << 20) == 1
+    assert _pipe.chunk_rows((), np.dtype(np.float32), 1 << 30) == _pipe.CHUNK_ROWS
+    assert _pipe.chunk_rows((4096,), np.dtype(np.float32), 1 << 30) == _pipe.CHUNK_BYTES // (4096 * 4)
+    assert _pipe.chunk_rows((), np.dtype(np.float64), 1 << 20) == (1 << 20) // 8 // 8
+    assert _pipe.chunk_rows((0,), np.dtype(np.float64), 1 << 20) == (1 << 20) // 8  # empty rows count 1 byte
+    assert _pipe.chunk_rows((1 << 20,), np.dtype(np.float64), 1 << 20) == 1
 
 
 # -- the CLI, on files larger than --max-memory -------------------------------------------------------------
@@ -391,4 +392,27 @@ def test_an_error_while_reading_waits_for_the_writes_in_flight(tmp_path, monkeyp
     with budget(8, 4), pytest.raises(LodValidationError, match="boom"):
         pipeline.reverse(tmp_path / "x.h5", tmp_path / "out.h5")
     assert sorted(os.listdir(tmp_path)) == ["x.h5"]
-    assert not [t for t in threading.enumerate() if t.name == "lodtool-write-behind"]
+    assert not [t for t in threading.enumerate() if t.name == "lodtool-pack-reader"]  # the pipe's second thread
+
+
+# -- outputs and schedulers the command cannot use ------------------------------------------------------------
+def test_a_folder_output_without_a_scheduler_says_once_what_is_wanted(tmp_path):
+    save(tmp_path / "x.lod.h5", LoDTensor(np.arange(6.0), [[0, 2, 6]]))
+    for made in (False, True):  # the same message before and after the folder exists
+        if made:
+            (tmp_path / "pooled").mkdir()
+        result = run_cli("pool", tmp_path / "x.lod.h5", "-o", f"{tmp_path / 'pooled'}/")
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        assert "is a folder" in result.output and "--scheduler" in result.output and "file name" in result.output
+    assert os.listdir(tmp_path / "pooled") == []
+
+
+def test_a_scheduler_without_dask_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    save(tmp_path / "x.lod.h5", LoDTensor(np.arange(6.0), [[0, 2, 6]]))
+    for module in ("dask", "distributed"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
+    result = run_cli("pool", tmp_path / "x.lod.h5", "-o", tmp_path / "p.lod.h5", "--scheduler", "threads")
+    assert result.exit_code != 0 and "internal error" not in result.output
+    assert "pip install 'lodtool[dask]'" in result.output and not (tmp_path / "p.lod.h5").exists()

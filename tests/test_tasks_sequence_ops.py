@@ -18,18 +18,15 @@ from lodtool.ops import (
     sequence_reshape,
     sequence_slice,
 )
-from lodtool.tasks import _operators as pipeline
-from lodtool.tasks import _sequence_ops as files
+from lodtool.tasks import _operators as files
 from tests.test_ops_common import INTS, same_tensor, tensors
 
 
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     """Chunks of at most 3 rows and offsets windows of 2, so every case spans many chunks."""
-    monkeypatch.setattr(pipeline, "_chunk_rows", lambda *a: 3)
-    monkeypatch.setattr(files, "_chunk_rows", lambda *a: 3)
-    monkeypatch.setattr(files, "_offset_window", lambda *a: 2)
-    monkeypatch.setattr(pipeline, "_offset_window", lambda *a: 2)
+    monkeypatch.setattr(files, "chunk_rows", lambda *a: 3)
+    monkeypatch.setattr(files, "offset_window", lambda *a: 2)
 
 
 STREAM = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

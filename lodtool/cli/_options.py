@@ -198,9 +198,12 @@ def refuse_binary_on_terminal(output: str | None, fmt: str) -> None:
 
 @contextlib.contextmanager
 def input_path(path: str) -> Iterator[str]:
-    """A real file path for an input; ``-`` spools stdin to a temp file (HDF5 needs seeking)."""
+    """A real file path (or a token dataset's prefix) for an input; ``-`` spools stdin to a temp file (HDF5 needs
+    seeking)."""
     if path != "-":
-        if not os.path.exists(path):
+        from ..io.token_datasets import format_of
+
+        if not os.path.exists(path) and format_of(path) is None:
             raise LodFileNotFoundError(f"{path}: no such file")
         yield path
         return

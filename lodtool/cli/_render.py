@@ -125,15 +125,17 @@ def inspect_report(info: dict) -> None:
     from rich.table import Table
 
     con = console()
-    con.print(f"[bold]{markup_safe(info['path'])}[/]  {markup_safe(info.get('format', 'lodtool'))} format "
-              f"v{markup_safe(info['format_version'])}"
-              f"  ({human_bytes(info.get('file_size', 0))} on disk)")
+    version = f" v{markup_safe(info['format_version'])}" if info.get("format_version") else ""
+    files = f", {len(info['files'])} files" if len(info.get("files", ())) > 1 else ""
+    con.print(f"[bold]{markup_safe(info['path'])}[/]  {markup_safe(info.get('format', 'lodtool'))} format{version}"
+              f"  ({human_bytes(info.get('file_size', 0))} on disk{files})")
     for t in info["tensors"]:
         shape = "×".join(str(d) for d in t["element_shape"]) or "scalar"
         shared = f"  offsets shared with {markup_safe(', '.join(t['shared_lod_with']))}" \
             if t.get("shared_lod_with") else ""
         con.print(f"\n[bold cyan]{markup_safe(t['name'])}[/]  {t['dtype']}  element {shape}  {t['rows']:,} rows  "
-                  f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}  "
+                  f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}"
+                  f"{' (memory-mapped)' if t.get('memory_mapped') else ''}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
         if not t["levels"]:
             continue

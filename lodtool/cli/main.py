@@ -59,33 +59,6 @@ class LodClickError(click.ClickException):
         click.echo(f"lodtool: error: {self.format_message()}", err=True)
 
 
-#: glibc's mallopt parameter, and the size from which every allocation is its own mapping
-_M_MMAP_THRESHOLD, _MMAP_FROM = -3, 1 << 20
-
-
-def _steady_memory() -> None:
-    """Give every allocation of 1 MiB or more back to the system when it is freed (glibc only).
-
-    glibc raises its mmap threshold each time a large block is freed, so a
-    streaming command's chunk-sized arrays (16 MiB) move into the heap, where
-    two threads' arenas fragment: ``unpack`` of a 2.2 GB file peaked 16-50 MiB
-    higher than of a 0.6 GB one, varying run to run; with the threshold fixed,
-    129 vs 111 MiB, every run.  numpy has imported ctypes already: this costs
-    microseconds.  The library never does this; only the ``lodtool`` process,
-    and not for ``pack``, whose parse buffers come and go so fast that fresh
-    pages for each cost 30% of its speed (1 GB of JSON Lines: 10.3 s against
-    7.9 s) for a peak that stays flat without it (687 MiB).
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).mallopt(ctypes.c_int(_M_MMAP_THRESHOLD), ctypes.c_int(_MMAP_FROM))
-    except (OSError, AttributeError):  # pragma: no cover - another C library
-        pass
-
-
 class LazyGroup(click.Group):
     """Loads a command's module on first use and turns domain errors into one-line messages."""
 
@@ -131,8 +104,10 @@ class LazyGroup(click.Group):
         from ._isolated import ISOLATION_ENV
 
         words = [*getattr(ctx, "_protected_args", []), *ctx.args]
-        if words[:1] != ["pack"]:
-            _steady_memory()
+        if words[:1] != ["pack"]:  # the process's choice, never the library's (see lodtool._memory)
+            from .._memory import keep_large_buffers_unpooled
+
+            keep_large_buffers_unpooled()
         argv = [*(["-q"] if ctx.params.get("quiet") else []), *(["-v"] if ctx.params.get("verbose") else []),
                 *words]  # for a rerun in an isolated child
         isolation = os.environ.get(ISOLATION_ENV)

@@ -6,6 +6,8 @@ Each is a thin wrapper over one function of :mod:`lodtool.tasks.operators`, and 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import sys
 
 import click
@@ -14,38 +16,27 @@ from . import _options as opt
 
 
 def _report(ctx, result, as_json: bool, verb: str) -> None:
-    summary = {"output": result.output, "name": result.name, "rows": result.rows, "sequences": result.sequences,
-               "lod_level": result.lod_level, "dtype": result.dtype}
     if as_json:
-        opt.emit_json(summary)
+        opt.emit_json(dataclasses.asdict(result))
     elif result.output != "-":
         opt.message(ctx, f"{verb}: {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
                          f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) -> "
                          f"{result.output}:{result.name}")
 
 
-class opt_result:
-    """A summary dict of :func:`lodtool.tasks.on_dask` read like an ``OpResult``."""
-
-    def __init__(self, info: dict):
-        self.__dict__.update(info)
-
-
-def _on_dask(ctx, op: str, file: str, output: str, scheduler: str, workers, device: str, as_json: bool,
-             partition_size: str | None = None, **options):
-    """The operator on Dask (``--scheduler``), with a bar counting partitions."""
-    from .. import tasks
-    from ._render import partition_progress
-
-    if partition_size is not None:
-        options["partition_size"] = opt.parse_size(partition_size)
-
-    if device != "cpu":
-        raise click.UsageError("--scheduler runs the CPU kernels; drop --device cuda")
+@contextlib.contextmanager
+def _scheduled(ctx, verb: str, scheduler, workers, partition_size, output, as_json: bool):
+    """The tasks operator's Dask options for ``--scheduler`` (with a bar counting partitions), none without."""
+    if not scheduler:
+        yield {}
+        return
     if output == "-":
         raise click.UsageError("--scheduler writes files or folders, not stdout")
-    with partition_progress(f"{op} partitions", not opt.is_quiet(ctx) and not as_json) as tick:
-        return tasks.on_dask(op, file, output, scheduler=scheduler, workers=workers, progress=tick, **options)
+    from ._render import partition_progress
+
+    with partition_progress(f"{verb} partitions", not opt.is_quiet(ctx) and not as_json) as tick:
+        yield {"scheduler": scheduler, "workers": workers, "partition_size": opt.parse_size(partition_size),
+               "progress": tick}
 
 
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
@@ -67,16 +58,11 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
         from .. import tasks
 
         file, name = opt.tensor_ref(file, name)
-        if scheduler:
-            info = _on_dask(ctx, fn_name, file, output, scheduler, workers, device, as_json, partition_size,
-                            name=name, out_name=out_name, compression=compression,
-                            max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force, **kwargs)
-            _report(ctx, opt_result(info), as_json, verb)
-            return
-        with opt.input_path(file) as src, opt.container_output(output) as dst:
+        with _scheduled(ctx, fn_name, scheduler, workers, partition_size, output, as_json) as dask, \
+                opt.input_path(file) as src, opt.container_output(output) as dst:
             result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
                                              max_memory=opt.parse_size(max_memory), device=device,
-                                             overwrite=overwrite, force=force, **kwargs)
+                                             overwrite=overwrite, force=force, **dask, **kwargs)
         result.output = output
         _report(ctx, result, as_json, verb)
 
@@ -160,17 +146,11 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
 
     x_path, x_name = opt.parse_file_ref(x)
     y_path, y_name = opt.parse_file_ref(y)
-    if scheduler:
-        info = _on_dask(ctx, "expand", x_path, output, scheduler, workers, device, as_json, partition_size,
-                        name=x_name, y=y_path, y_name=y_name, ref_level=ref_level, out_name=out_name,
-                        compression=compression, max_memory=opt.parse_size(max_memory), overwrite=overwrite,
-                        force=force)
-        _report(ctx, opt_result(info), as_json, "expanded")
-        return
-    with opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
+    with _scheduled(ctx, "expand", scheduler, workers, partition_size, output, as_json) as dask, \
+            opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
                               compression=compression, max_memory=opt.parse_size(max_memory), device=device,
-                              overwrite=overwrite, force=force)
+                              overwrite=overwrite, force=force, **dask)
     result.output = output
     _report(ctx, result, as_json, "expanded")
 
@@ -210,15 +190,11 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
 
     file, name = opt.tensor_ref(file, name)
     opt.refuse_binary_on_terminal(output, "npz")
-    if scheduler:
-        info = _on_dask(ctx, "pad", file, output, scheduler, workers, device, as_json, partition_size, name=name,
-                        pad_value=pad_value, maxlen=maxlen, level=level, truncate=truncate,
-                        max_memory=opt.parse_size(max_memory))
-    else:
-        with opt.input_path(file) as src:
-            info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                             maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
-                             truncate=truncate)
+    with _scheduled(ctx, "pad", scheduler, workers, partition_size, output, as_json) as dask, \
+            opt.input_path(file) as src:
+        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
+                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
+                         truncate=truncate, **dask)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -275,12 +251,10 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
     from .. import tasks
 
     file, name = opt.tensor_ref(file, name)
-    if scheduler:  # the partitions' offsets read in parallel, the plan made once
-        plan = _on_dask(ctx, "pack_plan", file, None, scheduler, workers, device, True, partition_size, name=name,
-                        level=level)
-    else:
-        with opt.input_path(file) as src:
-            plan = tasks.pack_plan(src, name=name, level=level, device=device)
+    with _scheduled(ctx, "pack-plan", scheduler, workers, partition_size, None, True) as dask, \
+            opt.input_path(file) as src:  # with a scheduler the partitions' offsets are read in parallel
+        dask.pop("progress", None)
+        plan = tasks.pack_plan(src, name=name, level=level, device=device, **dask)
     info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
             "lengths": plan.lengths, "batch_sizes": plan.batch_sizes}
     if as_json:

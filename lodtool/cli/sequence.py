@@ -7,6 +7,7 @@ sequence_reshape, lod_reset), and streams, so files larger than memory work.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import click
@@ -50,9 +51,13 @@ def _common(f):
     return f
 
 
-def _run(ctx, output: str, as_json: bool, verb: str, call) -> None:
-    with opt.container_output(output) as dst:
-        result = call(dst)
+def _run(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memory, **options) -> None:
+    """``operator(inputs, output, **options)`` of :mod:`lodtool.tasks` (``-`` read and written through temp files)."""
+    with contextlib.ExitStack() as stack:
+        paths = [stack.enter_context(opt.input_path(p)) for p in ([inputs] if isinstance(inputs, str) else inputs)]
+        dst = stack.enter_context(opt.container_output(output))
+        result = operator(paths[0] if isinstance(inputs, str) else paths, dst, max_memory=opt.parse_size(max_memory),
+                          **options)
     result.output = output
     _report(ctx, result, as_json, verb)
 
@@ -63,8 +68,7 @@ def _run(ctx, output: str, as_json: bool, verb: str, call) -> None:
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def concat(ctx, files, output, out_name, overwrite, force, compression,
-        max_memory, device, as_json):
+def concat(ctx, files, output, out_name, overwrite, force, compression, max_memory, device, as_json):
     """Join tensors sequence by sequence (Paddle's sequence_concat): sequence i of the output is sequence i of
     each input, in order.
 
@@ -81,15 +85,8 @@ def concat(ctx, files, output, out_name, overwrite, force, compression,
     if len(files) < 2:
         raise click.UsageError("concat joins at least two files")
     refs = [opt.parse_file_ref(f) for f in files]
-    with_paths = [opt.input_path(p) for p, _ in refs]
-    import contextlib
-
-    with contextlib.ExitStack() as stack:
-        paths = [stack.enter_context(cm) for cm in with_paths]
-        _run(ctx, output, as_json, "joined", lambda dst: concat_files(
-            paths, dst, names=[n for _, n in refs], out_name=out_name, compression=compression,
-            overwrite=overwrite, force=force,
-            max_memory=opt.parse_size(max_memory), device=device))
+    _run(ctx, "joined", concat_files, [p for p, _ in refs], output, as_json, max_memory, names=[n for _, n in refs],
+         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
 
 
 @click.command("seq-slice")
@@ -105,8 +102,8 @@ def concat(ctx, files, output, out_name, overwrite, force, compression,
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite, force, compression,
-        max_memory, device, as_json):
+def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite, force, compression, max_memory,
+              device, as_json):
     """Cut rows OFFSET..OFFSET+LENGTH out of every last-level sequence (Paddle's sequence_slice).
 
     Not `lodtool slice`, which selects whole sequences: seq-slice cuts inside
@@ -119,12 +116,9 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
     """
     from ..tasks import seq_slice as seq_slice_file
 
-    offsets, lengths = _ints(offset, "--offset"), _ints(length, "--length")
-    with opt.input_path(file) as src:
-        _run(ctx, output, as_json, "sliced", lambda dst: seq_slice_file(
-            src, dst, offset=offsets, length=lengths, clip=clip, name=name, out_name=out_name,
-            compression=compression,
-            overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory), device=device))
+    _run(ctx, "sliced", seq_slice_file, file, output, as_json, max_memory, offset=_ints(offset, "--offset"),
+         length=_ints(length, "--length"), clip=clip, name=name, out_name=out_name, compression=compression,
+         overwrite=overwrite, force=force, device=device)
 
 
 @click.command("erase")
@@ -135,8 +129,7 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compression,
-        max_memory, device, as_json):
+def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compression, max_memory, device, as_json):
     """Drop the rows whose token id is one of --tokens (Paddle's sequence_erase); the LoD shrinks to match.
 
     For integer ids, one per row.  Upper levels are kept.  Streams chunks of
@@ -148,12 +141,8 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
     """
     from ..tasks import erase as erase_file
 
-    ids = _ints(tokens, "--tokens")
-    with opt.input_path(file) as src:
-        _run(ctx, output, as_json, "erased", lambda dst: erase_file(
-            src, dst, tokens=ids, name=name, out_name=out_name, compression=compression,
-            overwrite=overwrite, force=force,
-            max_memory=opt.parse_size(max_memory), device=device))
+    _run(ctx, "erased", erase_file, file, output, as_json, max_memory, tokens=_ints(tokens, "--tokens"), name=name,
+         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
 
 
 @click.command("enumerate")
@@ -166,8 +155,8 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite, force, compression,
-        max_memory, device, as_json):
+def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite, force, compression, max_memory,
+               device, as_json):
     """The n-gram window starting at every row, padded past its sequence's end (Paddle's sequence_enumerate).
 
     For one value per row; the output has --win-size values per row and the
@@ -180,11 +169,8 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
     from ..tasks import enumerate as enumerate_file
 
     pad = int(pad_value) if float(pad_value).is_integer() else pad_value
-    with opt.input_path(file) as src:
-        _run(ctx, output, as_json, "enumerated", lambda dst: enumerate_file(
-            src, dst, win_size=win_size, pad_value=pad, name=name, out_name=out_name, compression=compression,
-            overwrite=overwrite, force=force,
-            max_memory=opt.parse_size(max_memory), device=device))
+    _run(ctx, "enumerated", enumerate_file, file, output, as_json, max_memory, win_size=win_size, pad_value=pad,
+         name=name, out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
 
 
 @click.command("reshape")
@@ -195,8 +181,7 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compression,
-        max_memory, device, as_json):
+def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compression, max_memory, device, as_json):
     """Give the rows a new width; each last-level sequence keeps its values (Paddle's sequence_reshape).
 
     A sequence of L rows of width M becomes L*M/NEW_DIM rows, which must be
@@ -208,11 +193,8 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
     """
     from ..tasks import reshape as reshape_file
 
-    with opt.input_path(file) as src:
-        _run(ctx, output, as_json, "reshaped", lambda dst: reshape_file(
-            src, dst, new_dim=new_dim, name=name, out_name=out_name, compression=compression,
-            overwrite=overwrite, force=force,
-            max_memory=opt.parse_size(max_memory), device=device))
+    _run(ctx, "reshaped", reshape_file, file, output, as_json, max_memory, new_dim=new_dim, name=name,
+         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
 
 
 @click.command("lod-reset")
@@ -224,8 +206,8 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
 @_common
 @opt.json_option
 @click.pass_context
-def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overwrite, force, compression,
-        max_memory, as_json):
+def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overwrite, force, compression, max_memory,
+              as_json):
     """Give the rows a new LoD (Paddle's lod_reset), or one more level below the old (--append: lod_append).
 
     The data is copied unchanged.  The new level must start at 0, never
@@ -245,8 +227,6 @@ def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overw
         raise click.UsageError("give the new level as --target-lod or --like (one of them)")
     target = None if target_lod is None else np.atleast_1d(_ints(target_lod, "--target-lod"))
     like_path, like_name = opt.parse_file_ref(like) if like else (None, None)
-    with opt.input_path(file) as src:
-        _run(ctx, output, as_json, "reset", lambda dst: lod_reset_file(
-            src, dst, target_lod=target, like=like_path, like_name=like_name, append=append, name=name,
-            out_name=out_name, compression=compression,
-            overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory)))
+    _run(ctx, "reset", lod_reset_file, file, output, as_json, max_memory, target_lod=target, like=like_path,
+         like_name=like_name, append=append, name=name, out_name=out_name, compression=compression,
+         overwrite=overwrite, force=force)

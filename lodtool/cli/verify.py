@@ -44,6 +44,8 @@ def verify(ctx, files, as_json, isolate, timeout):
         for r in reports:
             if r.error:
                 status_line("unreadable", "red", f"{r.path}: {r.error}")
+            elif r.nothing_to_verify:
+                status_line("nothing to verify", "yellow", f"{r.path}: {r.nothing_to_verify}")
             elif r.ok:
                 if not opt.is_quiet(ctx):
                     status_line("ok", "green", f"{r.path} ({r.checked} datasets)")

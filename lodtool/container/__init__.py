@@ -4,7 +4,7 @@
   handle (:func:`open_file`, :func:`load`); :mod:`.writer` :func:`save` and
   :class:`LodWriter`; :mod:`.checks` validate / inspect / verify one file;
   :mod:`.planner` the chunk planner (ranges of whole top-level sequences).
-* :mod:`.checksum`, :mod:`.filters`, :mod:`.limits`, :mod:`.isolate` and the
+* :mod:`.checksum`, :mod:`.filters`, :mod:`.isolate` and the
   private ``_h5``, ``_fletcher``, ``_writeback`` serve those.
 
 The public names are re-exported here and imported on first use, so reading
@@ -30,7 +30,7 @@ _LAZY = {
     **{name: "spec" for name in ("FORMAT_NAME", "FORMAT_VERSION", "SUPPORTED_MAJORS", "parse_version",
                                  "check_version")},
     **{name: "filters" for name in ("DEFAULT_COMPRESSION", "COMPRESSIONS")},
-    **{name: "limits" for name in ("default_max_memory",)},
+
 }
 
 

@@ -196,7 +196,7 @@ def chunk_layout_problem(ds: h5py.Dataset) -> str | None:
         return None
     nbytes = chunk_nbytes(ds)
     if nbytes > CHUNK_SLACK_BYTES and nbytes > CHUNK_SLACK_RATIO * ds.size * ds.dtype.itemsize:
-        from .limits import human_bytes
+        from ..limits import human_bytes
 
         shape = "x".join(f"{int(c):,}" for c in ds.chunks)
         return (f"holds {ds.size:,} values of {ds.dtype.itemsize} bytes in chunks of {shape} "
@@ -462,7 +462,7 @@ def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None =
         return
     if limit is None:
         if info.default_limit is None:
-            from .limits import default_max_memory
+            from ..limits import default_max_memory
 
             info.default_limit = default_max_memory()
         limit = info.default_limit
@@ -487,7 +487,7 @@ def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None =
             if bound is None or (bound > limit and offset not in info.verified):
                 bound = bounds[offset] = _chunk_bound(ds, info, offset, limit)
             if bound > limit:
-                from .limits import check_memory
+                from ..limits import check_memory
 
                 check_memory(bound, limit, ds.file.filename, f"dataset {ds.name}, {_rows_of(ds, offset)}")
 
@@ -533,7 +533,7 @@ def _rows_of(ds: h5py.Dataset, offset: tuple) -> str:
 
 def _chunk_bound(ds: h5py.Dataset, info: _Inflation, offset: tuple, limit: int) -> int:
     """The most bytes decoding the chunk at ``offset`` takes, proven from its stored size, or by decoding it here."""
-    from .limits import human_bytes
+    from ..limits import human_bytes
 
     stored_info = ds.id.get_chunk_info_by_coord(offset)
     if stored_info.byte_offset is None or not stored_info.size:

@@ -18,8 +18,11 @@ copy; a range across chunks is gathered into a new array.
   of old files).
 * Anything else is libhdf5's: other filters, other drivers, a file open for
   writing, external storage, unwritten chunks, another byte order.
-* The file is checked for a change of size or modification time before each
-  read, so a file rewritten in place under the map is an error, not a crash.
+* The file is checked for a change of size or modification time before a
+  read (at most every :data:`STAT_EVERY` seconds, a ``fstat`` costing a few
+  times a whole random read otherwise), so a file rewritten in place under the
+  map is an error, not a crash.  A file truncated in place between two checks
+  can still end the process with SIGBUS, as for any memory-mapped reader;
   lodtool itself never rewrites a file in place (writes replace it), and an
   open map keeps reading the file it opened.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 import weakref
 
 import h5py
@@ -37,6 +41,8 @@ from .._jit import numba_loaded
 from ..errors import LodFormatError
 
 _FLETCHER32 = 3
+#: seconds between two checks that the file has not changed under the map
+STAT_EVERY = 0.01
 
 
 class MappedRows:
@@ -48,6 +54,7 @@ class MappedRows:
         self._fd = fd
         stat = os.fstat(fd)
         self._stamp = (stat.st_size, stat.st_mtime_ns)
+        self._stamped_at = time.monotonic()
         # the map is unmapped with the last array viewing it; the descriptor (ours, a dup) goes with this object
         self._bytes = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), np.uint8)
         weakref.finalize(self, os.close, fd)
@@ -57,32 +64,38 @@ class MappedRows:
         self._n_rows = int(ds.shape[0])
         self._base = base
         self._addresses = addresses
+        self._starts = addresses.tolist() if addresses is not None else None  # Python ints: a cheaper lookup
+        itemsize = ds.dtype.itemsize
+        aligned = (base if addresses is None else int(np.bitwise_or.reduce(addresses))) % itemsize == 0
+        # the whole map as the dtype's items, where every run starts on an item boundary: no view per read
+        self._items = self._bytes[:self._bytes.size // itemsize * itemsize].view(ds.dtype) if aligned else None
         self._chunk_rows = chunk_rows
         self._checked = np.zeros(len(addresses), bool) if checked and addresses is not None else None
         self._unchecked = len(addresses) if self._checked is not None else 0
 
     def rows(self, start: int, stop: int) -> np.ndarray | None:
         """Rows ``start..stop`` from the map, or ``None`` where libhdf5 must read them (an unchecked chunk)."""
-        stat = os.fstat(self._fd)
-        if (stat.st_size, stat.st_mtime_ns) != self._stamp:
-            raise LodFormatError(f"{self._path}: the file changed on disk while it was open; open it again")
+        now = time.monotonic()
+        if now - self._stamped_at > STAT_EVERY:
+            stat = os.fstat(self._fd)
+            if (stat.st_size, stat.st_mtime_ns) != self._stamp:
+                raise LodFormatError(f"{self._path}: the file changed on disk while it was open; open it again")
+            self._stamped_at = now
         rb = self._row_bytes
         if self._addresses is None:
-            a = self._base + start * rb
-            return self._view(self._bytes[a:a + (stop - start) * rb])
+            return self._run(self._base + start * rb, (stop - start) * rb)
         rows = self._chunk_rows
         first, last = start // rows, (stop - 1) // rows
         if self._unchecked and not self._checked[first:last + 1].all() and not self._check(first, last):
             return None
         if first == last:
-            a = int(self._addresses[first]) + (start - first * rows) * rb
-            return self._view(self._bytes[a:a + (stop - start) * rb])
+            return self._run(self._starts[first] + (start - first * rows) * rb, (stop - start) * rb)
         out = np.empty((stop - start,) + self._row_shape, self.dtype)
         flat = out.reshape(-1).view(np.uint8)
         pos = 0
         for c in range(first, last + 1):
             lo, hi = max(start, c * rows), min(stop, (c + 1) * rows)
-            a = int(self._addresses[c]) + (lo - c * rows) * rb
+            a = self._starts[c] + (lo - c * rows) * rb
             n = (hi - lo) * rb
             flat[pos:pos + n] = self._bytes[a:a + n]
             pos += n
@@ -111,8 +124,14 @@ class MappedRows:
             self._unchecked -= 1
         return True
 
-    def _view(self, raw: np.ndarray) -> np.ndarray:
-        return raw.view(self.dtype).reshape((-1,) + self._row_shape)
+    def _run(self, at: int, nbytes: int) -> np.ndarray:
+        """The rows stored in bytes ``at..at + nbytes`` of the file, as a read-only view."""
+        if self._items is not None:
+            size = self._items.itemsize
+            items = self._items[at // size:(at + nbytes) // size]
+        else:
+            items = self._bytes[at:at + nbytes].view(self.dtype)
+        return items.reshape((-1,) + self._row_shape) if self._row_shape else items
 
 
 def mapping(ds: h5py.Dataset) -> MappedRows | None:

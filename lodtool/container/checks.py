@@ -28,7 +28,7 @@ from . import spec
 from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member,
                   oversized_chunk, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
-from .limits import default_max_memory, human_bytes
+from ..limits import default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
 
 # -- validate ------------------------------------------------------------------------------------------
@@ -176,6 +176,7 @@ def tensor_summary(name: str, t, shared_lod_with: list[str]) -> dict:
     return {"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape), "rows": t.n_rows,
             "lod_level": t.lod_level, "level_names": list(t.level_names) if t.level_names else None,
             "levels": levels, "compression": t.compression, "compression_level": t.compression_level,
+            "memory_mapped": t.mappable,
             "nbytes": t.nbytes, "storage_size": t.storage_size, "shared_lod_with": shared_lod_with}
 
 

@@ -32,7 +32,8 @@ from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexErr
 from ..tensor import LoDTensor, TensorView, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
-from .limits import check_memory, resolve_max_memory
+from ..limits import check_memory, resolve_max_memory
+from ._mmap import mapping
 
 #: a level's offsets up to this size are read whole on first use and kept: a training loop reads a few of them per
 #: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
@@ -279,6 +280,12 @@ class LazyTensor(TensorView):
         return self._layout.compression_level
 
     @property
+    def mappable(self) -> bool:
+        """Whether the data is read from a memory map of the file (stored without a compression filter, in a
+        file open for reading): random reads then cost about what a raw ``np.memmap`` costs."""
+        return mapping(self._data) is not None
+
+    @property
     def nbytes(self) -> int:
         """Logical bytes of the data plus the offsets (shared offsets count for each tensor)."""
         return self._n_rows * self._row_bytes + 8 * sum(self._sizes)
@@ -453,7 +460,7 @@ class LazyTensor(TensorView):
                         raise self._problem_error(checker.problems[0])
                     yield block
 
-            stats.append(_length_stats(checked(), self._limit, self._path, f"{self._what} level {level} lengths"))
+            stats.append(_lod.length_stats(checked(), self._limit, self._path, f"{self._what} level {level} lengths"))
             checker.finish()
             if checker.problems:
                 raise self._problem_error(checker.problems[0])
@@ -480,7 +487,7 @@ class LazyTensor(TensorView):
         {'count': 4, 'min': 0, 'median': 1.5, 'mean': 1.5, 'max': 3, 'empty': 1}
         """
         level = self._level(level)
-        return _length_stats(self._checked_blocks(level), self._limit, self._path,
+        return _lod.length_stats(self._checked_blocks(level), self._limit, self._path,
                              f"{self._what} level {level} lengths")
 
 
@@ -494,55 +501,6 @@ def _check_chunk_memory(ds: h5py.Dataset, limit: int, path: str, what: str) -> N
         check_memory(nbytes, limit, path, what)
 
 
-#: exact medians by counting lengths up to this value; longer lengths fall back to sorting
-_COUNT_LIMIT = 1 << 20
-
-
-def _length_stats(blocks: Iterator[np.ndarray], limit: int, path: str, what: str) -> dict:
-    count = total = empty = 0
-    lo = hi = None
-    histogram = np.zeros(0, dtype=np.int64)
-    gathered: list[np.ndarray] | None = None
-    last = None
-    for block in blocks:
-        if last is not None:
-            block = np.concatenate(([last], block))
-        if block.size < 2:
-            last = int(block[-1]) if block.size else last
-            continue
-        lengths = block[1:] - block[:-1]
-        last = int(block[-1])
-        count += lengths.size
-        total += int(lengths.sum())
-        empty += int(np.count_nonzero(lengths == 0))
-        bmin, bmax = int(lengths.min()), int(lengths.max())
-        lo = bmin if lo is None else min(lo, bmin)
-        hi = bmax if hi is None else max(hi, bmax)
-        if gathered is None and (bmin < 0 or bmax >= _COUNT_LIMIT):
-            gathered = []
-            if histogram.size:  # replay the counts gathered so far as values
-                gathered.append(np.repeat(np.arange(histogram.size, dtype=np.int64), histogram))
-            histogram = np.zeros(0, dtype=np.int64)
-        if gathered is not None:
-            check_memory(8 * count, limit, path, what)
-            gathered.append(lengths)
-        else:
-            counts = np.bincount(lengths)
-            if counts.size > histogram.size:
-                counts[: histogram.size] += histogram
-                histogram = counts
-            else:
-                histogram[: counts.size] += counts
-    if not count:
-        return {"count": 0, "min": None, "median": None, "mean": None, "max": None, "empty": 0}
-    if gathered is not None:
-        median = float(np.median(np.concatenate(gathered)))
-    else:
-        cumulative = np.cumsum(histogram)
-        lo_mid = int(np.searchsorted(cumulative, (count - 1) // 2, side="right"))
-        hi_mid = int(np.searchsorted(cumulative, count // 2, side="right"))
-        median = (lo_mid + hi_mid) / 2
-    return {"count": count, "min": lo, "median": float(median), "mean": total / count, "max": hi, "empty": empty}
 
 
 # -- the file handle ---------------------------------------------------------------------------------

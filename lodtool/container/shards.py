@@ -62,7 +62,7 @@ from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundEr
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, TensorView, check_dtype
 from . import spec as _spec
-from .limits import check_memory, resolve_max_memory
+from ..limits import check_memory, resolve_max_memory
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -1027,6 +1027,11 @@ class ShardedTensor(TensorView):
     def compression_level(self) -> int | None:
         return self.shard(0)[1].compression_level if self.n_shards else None
 
+    @property
+    def mappable(self) -> bool:
+        """Whether every shard's data is read from a memory map (see ``LazyTensor.mappable``)."""
+        return all(self.shard(i)[1].mappable for i in range(self.n_shards))
+
     def __repr__(self) -> str:
         return (f"<ShardedTensor {self.name!r} shape={self.shape} dtype={self.dtype} lod_level={self.lod_level} "
                 f"shards={self.n_shards} folder={self._path!r}>")
@@ -1151,20 +1156,16 @@ class ShardedTensor(TensorView):
 
     def checked_level_stats(self) -> list[dict]:
         """Length statistics of every level across all shards, after validating every shard."""
-        from .reader import _length_stats
-
         for i in range(self.n_shards):
             problems = self.shard(i)[1].validate(max_problems=1)
             if problems:
                 raise LodValidationError(f"{self.shard(i)[0]}: tensor {self.name!r}: {problems[0]}")
-        return [_length_stats(self._global_blocks(k), self._file.max_memory, self._path,
+        return [_lod.length_stats(self._global_blocks(k), self._file.max_memory, self._path,
                               f"tensor {self.name!r} level {k} lengths") for k in range(self.lod_level)]
 
     def level_stats(self, level: int) -> dict:
-        from .reader import _length_stats
-
         level = self._level(level)
-        return _length_stats(self._global_blocks(level), self._file.max_memory, self._path,
+        return _lod.length_stats(self._global_blocks(level), self._file.max_memory, self._path,
                              f"tensor {self.name!r} level {level} lengths")
 
 

@@ -140,9 +140,7 @@ def from_awkward(a: Any, *, validate: bool = True) -> LoDTensor:
     data = _element_data(node, ak, depth=len(levels) + 1)
     if names is not None and len(names) != len(levels):
         names = None
-    if validate:
-        return LoDTensor(data, lod=levels, level_names=names)
-    return LoDTensor._trusted(data, levels, names)
+    return LoDTensor(data, lod=levels, level_names=names, validate=validate)
 
 
 def _type_at(node, ak) -> str:

@@ -4,10 +4,13 @@
 chunk planner (:func:`lodtool.planner.sequence_ranges`), shard by
 shard: each partition is a range of whole top-level sequences of one shard,
 about ``partition_size`` bytes of rows.  A partition is carried by a small
-picklable :class:`Partition` ``(path, name, start, stop, first)``; the task
-opens the file itself (h5py objects never enter the graph), reads its range
-with one partial read, validates the range's LoD, and runs the collection's
-functions on it, all in one task.
+picklable :class:`Partition` ``(path, name, start, stop, row)``; the task
+opens the file or folder itself (h5py objects never enter the graph) through
+the same lazy tensor as the one-process operators, so a shard is checked
+against the manifest (its dtype, levels and counts; no symbolic link) before
+its range is read with one partial read; the range's LoD is validated, and the
+collection's functions run on it, all in one task.  They are the one-process
+operators' own per-chunk functions (:mod:`lodtool.tasks._pipe`).
 
 The collection, :class:`LodBag`, is lodtool's own small class over
 ``dask.delayed`` tasks (one per partition), not a Dask Bag or Array: a
@@ -20,7 +23,8 @@ partition's LoDTensor, ``compute()`` (one LoDTensor), ``to_container(DIR)``
 ``to_dask_awkward()``.  Functions chained on a collection fuse into the
 partition's one task, so the scheduler sees one task per partition.
 
-Scheduling is Dask's: with a ``distributed.Client`` active, work goes to its
+Scheduling is Dask's: with a ``distributed.Client`` active (:func:`connect`
+opens one within a few seconds, or refuses the address in one line), work goes to its
 workers; otherwise ``compute(scheduler="processes")`` and the like work too.
 Use process workers (``LocalCluster(processes=True, threads_per_worker=1)``):
 h5py serializes every call inside one process.  Files are opened with HDF5
@@ -39,7 +43,8 @@ trip over each other's locks; each shard has exactly one writer.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -54,44 +59,31 @@ DEFAULT_PARTITION_SIZE = 64 << 20
 
 @dataclass(frozen=True)
 class Partition:
-    """What a task needs to read its range: a container path, a tensor name, and top-level sequences
-    ``start..stop`` of that file (``first``: the global index of ``start`` in a sharded tensor; ``row``: the
-    global index of the range's first data row, which Paddle's MaxIndex counts from)."""
+    """What a task needs to read its range: the stored tensor's file or sharded folder, the tensor's name, its
+    top-level sequences ``start..stop`` (one shard's at most) and ``row``, the range's first data row (which
+    Paddle's MaxIndex counts from)."""
 
     path: str
     name: str
     start: int
     stop: int
-    first: int
     row: int = 0
-
-
-@dataclass(frozen=True)
-class _Call:
-    """``fn(tensor, *args, **kwargs)``, picklable when ``fn`` is."""
-
-    fn: Callable
-    args: tuple = ()
-    kwargs: tuple = ()
-
-    def __call__(self, t):
-        return self.fn(t, *self.args, **dict(self.kwargs))
 
 
 # -- the work one task does ---------------------------------------------------------------------------------
 def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
-    """Read one partition (opened here, in the task) and validate its LoD.
+    """Read one partition (opened here, in the task, and checked as in one process) and validate its LoD.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[2, 1, 3]]))
-    >>> read_partition(Partition(p, "tensor", 1, 3, 1)).to_nested()
+    >>> read_partition(Partition(p, "tensor", 1, 3, 2)).to_nested()
     [[2], [3, 4, 5]]
     """
-    from ..container.reader import open_file
+    from ..tasks._open import open as open_path
 
-    with open_file(part.path, max_memory=max_memory) as f:
+    with open_path(part.path, max_memory=max_memory) as f:
         t = f.tensor(part.name)
         if t.lod_level:
             chunk = t.slice_level(0, part.start, part.stop)
@@ -140,89 +132,59 @@ def _lod_of(part: Partition, fns: _Chain, max_memory: int | None):
     return None if t is None else ([np.asarray(o) for o in t.offsets], t.n_rows, t.element_shape, t.dtype)
 
 
-def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> tuple[int, int | None]:
-    """The longest sequence of ``level`` in a partition (0 when it holds none), and ``level`` as an index."""
+def _level_rows(part: Partition, fns: _Chain, max_memory: int | None, level: int):
+    """``(rows, row offsets of the level's sequences, the level as an index)`` of a partition, or ``None``."""
+    from ..ops._util import row_offsets
     from ..ops.pad import pad_level
-
-    t = _run(part, fns, max_memory)
-    if t is None:
-        return 0, None
-    lvl = pad_level(t, level)
-    roff = _row_offsets(t, lvl)
-    return (int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0), lvl
-
-
-def _row_offsets(t: LoDTensor, level: int) -> np.ndarray:
-    roff = np.asarray(t.offsets[level], np.int64)
-    for k in range(level + 1, t.lod_level):
-        roff = np.asarray(t.offsets[k], np.int64)[roff]
-    return roff
-
-
-def _pad(part: Partition, fns: _Chain, max_memory: int | None, pad_value, maxlen: int, level: int,
-         truncate: str | None = None):
-    """``(padded, lengths)`` of a partition; with ``truncate`` (``"head"``/``"tail"``) each sequence longer than
-    ``maxlen`` keeps that end, cut by the one-process ``lodtool pad --truncate``'s own function."""
-    from ..ops import sequence_pad
-    from ..ops.pad import pad_level
-    from ..tasks._operators import _truncated
 
     t = _run(part, fns, max_memory)
     if t is None:
         return None
-    if truncate is not None:
-        roff = _row_offsets(t, pad_level(t, level))
-        t, level = _truncated(np.asarray(t.data)[roff[0]:roff[-1]], roff - roff[0], maxlen, truncate), -1
-    padded, lengths = sequence_pad(t, pad_value=pad_value, maxlen=maxlen, level=level)
-    return np.asarray(padded), np.asarray(lengths)
+    lvl = pad_level(t, level)
+    return np.asarray(t.data), np.asarray(row_offsets(t.offsets, lvl), np.int64), lvl
 
 
-# operators on one partition (module-level, so they pickle by reference)
-def _pool(t: LoDTensor, pool_type: str, pad_value: float) -> LoDTensor:
-    from ..ops import sequence_pool
+def _longest(part: Partition, fns: _Chain, max_memory: int | None, level: int) -> tuple[int, int | None]:
+    """The longest sequence of ``level`` in a partition (0 when it holds none), and ``level`` as an index."""
+    got = _level_rows(part, fns, max_memory, level)
+    if got is None:
+        return 0, None
+    _, roff, lvl = got
+    return (int((roff[1:] - roff[:-1]).max()) if len(roff) > 1 else 0), lvl
 
-    return sequence_pool(t, pool_type, pad_value=pad_value)
+
+def _pad(part: Partition, fns: _Chain, max_memory: int | None, pad_value, maxlen: int, level: int,
+         truncate: str | None = None):
+    """``(padded, lengths)`` of a partition, padded (and truncated) by the one-process ``pad``'s own function."""
+    from ..tasks._pipe import pad_rows
+
+    got = _level_rows(part, fns, max_memory, level)
+    if got is None:
+        return None
+    rows, roff, _ = got
+    lengths = roff[1:] - roff[:-1]
+    padded = pad_rows(rows[roff[0]:roff[-1]], roff - roff[0], maxlen, pad_value, truncate)
+    return padded, lengths if truncate is None else np.minimum(lengths, maxlen)
 
 
-def _pool_index(part: Partition, max_memory: int | None, pool_type: str, pad_value: float, index_dtype):
-    """``sequence_pool`` of a partition read as stored, and Paddle's MaxIndex counted in the whole tensor's rows
-    (as ``lodtool pool --index`` numbers them in one process)."""
-    from ..ops import sequence_pool
+def _pool_index(part: Partition, max_memory: int | None, pool_index):
+    """``(pooled, index)`` of a partition read as stored, the index counted from the partition's stored row."""
+    return replace(pool_index, row=part.row)(read_partition(part, max_memory))
+
+
+def _expand_partition(part: Partition, max_memory: int | None, y_path: str, y_name: str | None, level: int):
+    """``sequence_expand`` of a partition of x by the matching window of y's reference level (``None``: no
+    copies, the partition writes nothing)."""
+    from ..tasks._open import open as open_path
+    from ..tasks._pipe import expand_by
 
     t = read_partition(part, max_memory)
-    out, idx = sequence_pool(t, pool_type, pad_value=pad_value, return_index=True)
-    idx = np.asarray(idx).astype(index_dtype)
-    idx[idx >= 0] += part.row
-    return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
-
-
-def _softmax(t: LoDTensor) -> LoDTensor:
-    from ..ops import sequence_softmax
-
-    return sequence_softmax(t)
-
-
-def _reverse(t: LoDTensor) -> LoDTensor:
-    from ..ops import sequence_reverse
-
-    return sequence_reverse(t)
-
-
-def _expand(t: LoDTensor, part_first: int, y_path: str, y_name: str | None, level: int,
-            max_memory: int | None) -> LoDTensor | None:
-    """``sequence_expand`` of a partition of x by the matching window of y's reference level."""
-    from ..container.shards import open_path
-    from ..ops import sequence_expand
-
     count = len(t) if t.lod_level else t.n_rows
     with open_path(y_path, max_memory=max_memory) as f:
-        ref = f.tensor(y_name).read_offsets(level, part_first, part_first + count + 1)
+        ref = f.tensor(y_name).read_offsets(level, part.start, part.start + count + 1)
     ref = ref - ref[0]
     _lod.validate_lod([ref], int(ref[-1]))
-    if not ref[-1]:
-        return None  # no copies: this partition writes nothing
-    y_part = LoDTensor._trusted(np.broadcast_to(np.zeros(1, np.int8), (int(ref[-1]),)), (ref,))
-    return sequence_expand(t, y_part)
+    return expand_by(t, ref) if ref[-1] else None
 
 
 # -- planning -----------------------------------------------------------------------------------------------
@@ -250,35 +212,28 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
 
 
 def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any, int]:
-    """:func:`plan`, and the tensor's row count."""
+    """:func:`plan`, and the tensor's row count.  Every shard is opened, so checked against the manifest (a
+    shard the manifest says is empty too)."""
     from ..planner import sequence_ranges
-    from ..container.reader import open_file
     from ..container.shards import TensorSpec, open_path
 
     path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
+    parts: list[Partition] = []
     with open_path(path, max_memory=max_memory) as f:
         t = f.tensor(name)
         spec = TensorSpec.of(t)
-        tname = t.name
-        n_rows = t.n_rows
-        if hasattr(t, "shard_ranges"):
-            pieces = [(p, a, b) for p, a, b in t.shard_ranges() if b > a]
-        else:
-            pieces = [(path, 0, len(t) if t.lod_level else t.n_rows)]
-    max_rows = _partition_rows(spec, partition_size)
-    parts: list[Partition] = []
-    rows_before = 0  # the rows of the shards before this one (a shard without sequences holds no rows)
-    for shard_path, first, stop in pieces:
-        with open_file(shard_path, max_memory=max_memory) as g:
-            s = g.tensor(tname)
-            count = stop - first
-            for a, b in sequence_ranges(s.read_offsets, s.lod_level, count, max_rows):
+        max_rows = _partition_rows(spec, partition_size)
+        sharded = hasattr(t, "shard_ranges")
+        rows_before = 0  # the rows of the shards before this one (a shard without sequences holds no rows)
+        for i, (_, first, stop) in enumerate(t.shard_ranges() if sharded else [(path, 0, len(t))]):
+            s = t.shard(i)[1] if sharded else t
+            for a, b in sequence_ranges(s.read_offsets, s.lod_level, stop - first, max_rows):
                 row = a
                 for k in range(s.lod_level):  # down the levels to the range's first row
                     row = int(s.read_offsets(k, row, row + 1)[0])
-                parts.append(Partition(shard_path, tname, a, b, first + a, rows_before + row))
+                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row))
             rows_before += s.n_rows
-    return parts, spec, n_rows
+        return parts, spec, t.n_rows
 
 
 def read(path: str | os.PathLike, name: str | None = None, *,
@@ -374,9 +329,8 @@ class LodBag:
     def __repr__(self) -> str:
         return f"<LodBag {self._label} npartitions={self.npartitions} steps={len(self._fns)}>"
 
-    def _then(self, fn: Callable, label: str, *args, spec=None, **kwargs) -> "LodBag":
-        return LodBag(self.partitions, spec=spec, fns=self._fns + _Call(fn, args, tuple(kwargs.items())),
-                      max_memory=self._max_memory, label=label)
+    def _then(self, fn: Callable, label: str) -> "LodBag":
+        return LodBag(self.partitions, fns=self._fns + fn, max_memory=self._max_memory, label=label)
 
     def map_partitions(self, fn: Callable[..., LoDTensor], *args, **kwargs) -> "LodBag":
         """Apply ``fn(partition, *args, **kwargs)`` to each partition's LoDTensor; it must return a LoDTensor.
@@ -389,7 +343,9 @@ class LodBag:
         >>> read(p, partition_size=8).map_partitions(double).compute(scheduler="sync").data.tolist()
         [0, 2, 4, 6]
         """
-        return self._then(fn, getattr(fn, "__name__", "map"), *args, **kwargs)
+        from ..tasks._pipe import step
+
+        return self._then(step(fn, *args, **kwargs), getattr(fn, "__name__", "map"))
 
     # the operators, partition by partition (each partition holds whole top-level sequences)
     def pool(self, pool_type: str = "sum", pad_value: float = 0.0, return_index: bool = False) -> "LodBag":
@@ -410,25 +366,33 @@ class LodBag:
         >>> out.data.tolist(), idx.data.tolist()
         ([3.0, 9.0], [0, 4])
         """
-        if not return_index:
-            return self._then(_pool, "pool", pool_type, pad_value)
+        from ..ops import sequence_pool
         from ..ops.pool import index_dtype
+        from ..tasks._pipe import PoolIndex, step
 
-        if str(pool_type).lower() not in ("max", "min"):
-            raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
+        if not return_index:
+            return self._then(step(sequence_pool, pool_type, pad_value=pad_value), "pool")
+        pool_index = PoolIndex(pool_type, pad_value, index_dtype(self._n_rows or 0))
         if self._fns or self._n_rows is None:
             raise LodUsageError("the pooling index counts stored rows: call pool(..., return_index=True) on "
                                 "read(...), before other operators")
-        return _PoolIndexBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
-                             n_rows=self._n_rows, pool=(pool_type, pad_value, index_dtype(self._n_rows)))
+        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
+                        n_rows=self._n_rows, task=(_pool_index, pool_index), names=("", "_index"),
+                        what="pooled tensor and its index (pool(return_index=True))")
 
     def softmax(self) -> "LodBag":
         """``sequence_softmax`` of each partition (as ``lodtool softmax``)."""
-        return self._then(_softmax, "softmax")
+        from ..ops import sequence_softmax
+        from ..tasks._pipe import step
+
+        return self._then(step(sequence_softmax), "softmax")
 
     def reverse(self) -> "LodBag":
         """``sequence_reverse`` of each partition (as ``lodtool reverse``)."""
-        return self._then(_reverse, "reverse")
+        from ..ops import sequence_reverse
+        from ..tasks._pipe import step
+
+        return self._then(step(sequence_reverse), "reverse")
 
     def expand(self, y: str | os.PathLike, y_name: str | None = None, ref_level: int = -1) -> "LodBag":
         """``sequence_expand`` of this tensor (x) by the LoD of the stored tensor ``y`` (its data is never read).
@@ -436,7 +400,7 @@ class LodBag:
         Each partition of x reads only the matching window of y's reference
         level.  x must be read straight from storage (no functions before).
         """
-        from ..container.shards import open_path
+        from ..tasks._open import open as open_path
         from ..ops.expand import expand_level
 
         if self._fns:
@@ -448,10 +412,11 @@ class LodBag:
             if ty.lod_level == 0:
                 raise LodShapeError("sequence_expand: y has no LoD; expanding needs y's LoD at ref_level")
             # the shape checks of sequence_expand, from sizes alone (x's count from the plan)
-            level = expand_level(_SpecSizes(self.spec, sum(p.stop - p.start for p in self.partitions)), ty,
-                                 ref_level)
-        return _ExpandBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
-                          expand=(y, y_name, level))
+            count = sum(p.stop - p.start for p in self.partitions)
+            sizes = SimpleNamespace(lod_level=self.spec.lod_level, n_rows=count, num_sequences=lambda level=0: count)
+            level = expand_level(sizes, ty, ref_level)
+        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="expand",
+                        task=(_expand_partition, y, y_name, level), what="expanded tensor")
 
     def pad(self, pad_value: Any = 0, maxlen: int | None = None, level: int = -1,
             truncate: str | None = None) -> "PaddedBag":
@@ -469,10 +434,9 @@ class LodBag:
         >>> r["padded"].tolist(), r["lengths"].tolist()
         ([[2, 3], [4, 0]], [2, 1])
         """
-        if truncate not in (None, "head", "tail"):
-            raise LodUsageError(f"truncate must be 'head' or 'tail', got {truncate!r}")
-        if truncate is not None and maxlen is None:
-            raise LodUsageError("truncating needs a maxlen (--maxlen) to truncate to")
+        from ..tasks._pipe import check_truncate
+
+        check_truncate(truncate, maxlen)
         return PaddedBag(self, pad_value, maxlen, level, truncate)
 
     def pack_plan(self, level: int = -1):
@@ -483,7 +447,8 @@ class LodBag:
         lods = [dask.delayed(_lod_of, pure=True)(p, self._fns, self._max_memory,
                                                  dask_key_name=(f"lodtool-lod-{self._token()}", i))
                 for i, p in enumerate(self.partitions)]
-        return dask.delayed(_plan_from_lods, pure=True)(lods, level)
+        where = self.partitions[0].path if self.partitions else "the tensor"
+        return dask.delayed(_plan_from_lods, pure=True)(lods, level, self._max_memory, where)
 
     # running
     def _token(self) -> str:
@@ -625,81 +590,53 @@ def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: 
     return write_shard(path, tensors, compression=compression), {n: TensorSpec.of(x) for n, x in tensors.items()}
 
 
-class _SpecSizes:
-    """The sizes ``expand_level`` asks of x, from its spec and its top-level count."""
+class _TaskBag(LodBag):
+    """A collection whose task reads its partition itself, ``task(partition, max_memory, *args)`` (pool's index,
+    expand); its result is written as ``names`` (one tensor each), and nothing chains after it."""
 
-    def __init__(self, spec, count: int):
-        self.lod_level = spec.lod_level
-        self._count = count
-        self.n_rows = count
-
-    def num_sequences(self, level: int = 0) -> int:
-        return self._count
-
-
-class _ExpandBag(LodBag):
-    """x's partitions expanded by y's reference level: each task reads its window of y's offsets."""
-
-    def __init__(self, parts, *, expand: tuple, **kwargs):
+    def __init__(self, parts, *, task: tuple, names: tuple = ("",), what: str, **kwargs):
         super().__init__(parts, **kwargs)
-        self._expand_args = expand
+        self._task_args, self._names, self._what = task, names, what
 
-    def _then(self, fn, label, *args, spec=None, **kwargs) -> LodBag:
-        raise LodUsageError("write or compute the expanded tensor first; chaining after expand is not supported")
+    def _then(self, fn, label) -> LodBag:
+        raise LodUsageError(f"write or compute the {self._what} first; chaining after it is not supported")
 
     def _token(self) -> str:
         from dask.base import tokenize
 
-        return tokenize(super()._token(), self._expand_args)
+        return tokenize(super()._token(), self._task_args)
 
     def _task(self, part: Partition) -> tuple:
-        y, y_name, level = self._expand_args
-        return (_expand_partition, part, self._max_memory, y, y_name, level)
-
-
-class _PoolIndexBag(LodBag):
-    """``pool(..., return_index=True)``: each task gives ``(pooled, index)``; both are written, nothing chains."""
-
-    def __init__(self, parts, *, pool: tuple, **kwargs):
-        super().__init__(parts, **kwargs)
-        self._pool_args = pool
-
-    def _then(self, fn, label, *args, spec=None, **kwargs) -> LodBag:
-        raise LodUsageError("write or compute the pooled tensor and its index first; chaining after "
-                            "pool(return_index=True) is not supported")
-
-    def _token(self) -> str:
-        from dask.base import tokenize
-
-        return tokenize(super()._token(), self._pool_args)
-
-    def _task(self, part: Partition) -> tuple:
-        return (_pool_index, part, self._max_memory, *self._pool_args)
+        fn, *args = self._task_args
+        return (fn, part, self._max_memory, *args)
 
     def _output_names(self, name: str) -> tuple[str, ...]:
-        return (name, f"{name}_index")
+        return tuple(name + suffix for suffix in self._names)
 
-    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs) -> tuple:
-        """``(pooled, index)`` of the whole tensor (in memory)."""
+    def compute(self, *, progress: Callable[[int, int], None] | None = None, **kwargs):
+        """The whole result in memory: one LoDTensor, or a tuple of them (``(pooled, index)``)."""
         from ..container.shards import concat_tensors
 
+        if len(self._names) == 1:
+            return super().compute(progress=progress, **kwargs)
         results = _compute(self.to_delayed(), progress, kwargs)
         if not results:
             raise LodUsageError("the tensor holds no sequences to pool")
-        return concat_tensors([r[0] for r in results]), concat_tensors([r[1] for r in results])
+        return tuple(concat_tensors(list(parts)) for parts in zip(*results))
 
     def to_dask_awkward(self):
-        raise LodUsageError("pool(return_index=True) gives two tensors; compute them or write them with "
-                            "to_container")
+        if len(self._names) > 1:
+            raise LodUsageError("pool(return_index=True) gives two tensors; compute them or write them with "
+                                "to_container")
+        return super().to_dask_awkward()
 
 
-def _expand_partition(part: Partition, max_memory, y, y_name, level):
-    return _expand(read_partition(part, max_memory), part.first, y, y_name, level, max_memory)
+def _plan_from_lods(lods: list, level: int, max_memory: int | None, where: str):
+    """One packing plan from the partitions' offsets, stitched into the whole LoD (as the one-process plan)."""
+    from ..limits import resolve_max_memory
+    from ..tasks._pipe import lod_stand_in, plan_of
 
-
-def _plan_from_lods(lods: list, level: int):
-    """One packing plan from the partitions' offsets, stitched into the whole LoD."""
-    from ..ops import pack_plan
+    max_memory = resolve_max_memory(max_memory)
 
     lods = [x for x in lods if x is not None]
     if not lods:
@@ -712,10 +649,7 @@ def _plan_from_lods(lods: list, level: int):
             pieces.append(offs[k][1:] + base)
             base += int(offs[k][-1])
         levels.append(np.concatenate(pieces))
-    if not levels:
-        raise LodUsageError("a 0-level tensor has no sequences to plan")
-    stand_in = np.broadcast_to(np.zeros((1,) + tuple(shape), dtype), (rows,) + tuple(shape))
-    return pack_plan(LoDTensor._trusted(stand_in, levels), level=level).to("cpu")
+    return plan_of(lod_stand_in(levels, rows, shape, dtype), level, max_memory, where)
 
 
 class PaddedBag:
@@ -817,6 +751,70 @@ def _spec_after(bag: LodBag):
     return TensorSpec.of(t)
 
 
+# -- schedulers -----------------------------------------------------------------------------------------------
+#: seconds to wait for a scheduler at an address (``LODTOOL_SCHEDULER_TIMEOUT`` overrides it)
+CONNECT_TIMEOUT = 5.0
+#: the most bytes a scheduler's first message (its handshake: a few hundred) may claim
+HANDSHAKE_BYTES = 1 << 20
+
+
+def connect(address: str, timeout: float | None = None) -> "distributed.Client":
+    """A ``distributed.Client`` of the scheduler at ``address``, or a one-line
+    :class:`~lodtool.errors.LodUsageError` within about ``timeout`` seconds.
+
+    Refused: an unknown scheme, what is not an address, nothing listening, a
+    listener that says nothing, and one whose first message is not a small Dask
+    handshake (it is checked on a connection of our own before Dask reads it,
+    so a claimed frame of 2**40 bytes is never allocated).
+
+    >>> connect("nosuch://x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lodtool.errors.LodUsageError: 'nosuch://x' is not a Dask scheduler address (unknown address scheme 'nosuch' ...)
+    """
+    if timeout is None:
+        timeout = float(os.environ.get("LODTOOL_SCHEDULER_TIMEOUT", CONNECT_TIMEOUT))
+    from distributed import Client
+    from distributed.comm import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        host_port = parse_host_port(location) if scheme == "tcp" else None
+    except ValueError as exc:
+        raise LodUsageError(f"{address!r} is not a Dask scheduler address ({exc})") from None
+    if host_port is not None:
+        _check_handshake(address, host_port, timeout)
+    try:
+        return Client(address, timeout=f"{timeout}s")
+    except Exception as exc:  # noqa: BLE001 - whatever a remote end makes Dask raise is one line here
+        raise LodUsageError(f"cannot use the Dask scheduler at {address} ({type(exc).__name__}: {exc})") from None
+
+
+def _check_handshake(address: str, host_port: tuple, timeout: float) -> None:
+    """Read a TCP scheduler's first message (Dask's frames: a byte count, then the frames' lengths) and refuse
+    one that is silent, garbled or larger than :data:`HANDSHAKE_BYTES`."""
+    import socket
+    import struct
+
+    from distributed.protocol.utils import unpack_frames
+
+    try:
+        with socket.create_connection(host_port, timeout=timeout) as sock, sock.makefile("rb") as stream:
+            (size,) = struct.unpack("Q", stream.read(8))  # a short read (closed early) is no Dask handshake either
+            if size <= HANDSHAKE_BYTES:
+                _, missing = unpack_frames(stream.read(size), partial=True)
+                size += sum(missing)
+    except socket.timeout:
+        raise LodUsageError(f"{address}: no Dask scheduler answered within {timeout:g} s") from None
+    except OSError as exc:
+        raise LodUsageError(f"cannot reach the Dask scheduler at {address} ({exc.strerror or exc})") from None
+    except (struct.error, AssertionError, ValueError):
+        size = HANDSHAKE_BYTES + 1  # frames that do not add up: not Dask's
+    if size > HANDSHAKE_BYTES:
+        raise LodUsageError(f"{address}: not a Dask scheduler (its first message is not a Dask handshake)")
+
+
 # -- parallel pack ------------------------------------------------------------------------------------------
 def _pack_one(source: str, path: str, options: dict):
     from ..container.reader import open_file
@@ -879,4 +877,5 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise
 
 
-__all__ = ["read", "plan", "pack", "read_partition", "Partition", "LodBag", "PaddedBag", "DEFAULT_PARTITION_SIZE"]
+__all__ = ["read", "plan", "pack", "connect", "read_partition", "Partition", "LodBag", "PaddedBag",
+           "DEFAULT_PARTITION_SIZE"]

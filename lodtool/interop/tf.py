@@ -86,9 +86,7 @@ def from_ragged_tensor(rt: Any, *, validate: bool = True) -> LoDTensor:
         raise LodUsageError(f"from_ragged_tensor takes a tf.RaggedTensor or tf.Tensor, got {type(rt).__name__}")
     if data.ndim == 0:
         data = data.reshape(1)
-    if validate:
-        return LoDTensor(data, lod=offsets)
-    return LoDTensor._trusted(data, offsets)
+    return LoDTensor(data, lod=offsets, validate=validate)
 
 
 # -- a container's training batches as a tf.data source -----------------------------------------------

@@ -166,7 +166,7 @@ def to_packed_sequence(t: LoDTensor, level: int = -1) -> PackedSequence:
     if t.lod_level > 1:
         # a PackedSequence steps over rows; the pack plan above the last level steps over sub-sequences (Paddle's
         # unit), so plan a one-level view of the rows under each of the level's sequences
-        t = LoDTensor._trusted(t.data, [_row_offsets(t, level)])
+        t = LoDTensor(t.data, [_row_offsets(t, level)], validate=False)
         level = 0
     plan = _plan(t, level)
     lengths = plan.lengths
@@ -267,9 +267,7 @@ def from_torch(x: Any, *, validate: bool = True) -> LoDTensor:
     elif len(offsets) and (offsets[0] != 0 or offsets[-1] != len(values)):
         values = values[offsets[0]:offsets[-1]]
         offsets = offsets - offsets[0]
-    if validate:
-        return LoDTensor(values, lod=[offsets])
-    return LoDTensor._trusted(values, [offsets])
+    return LoDTensor(values, lod=[offsets], validate=validate)
 
 
 def _from_packed(p) -> LoDTensor:

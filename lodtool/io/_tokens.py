@@ -173,6 +173,7 @@ class TokenTensor(TensorView):
     #: how ``inspect`` describes the storage: raw tokens, memory-mapped
     compression = "none"
     compression_level = None
+    mappable = True
 
     @property
     def storage_size(self) -> int:

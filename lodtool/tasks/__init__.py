@@ -11,14 +11,14 @@
 :func:`tree`                  a stored tensor opened for drawing its branches
 :func:`export`                write an in-memory tensor to a container or any io format
 :func:`pool`, :func:`softmax`, :func:`reverse`, :func:`expand`, :func:`pad`, :func:`unpad`,
-:func:`pack_plan`             the operators over containers, streamed chunk by chunk
+:func:`pack_plan`             the operators over containers, streamed chunk by chunk (pool, softmax,
+                              reverse, expand, pad and pack_plan also on Dask, with ``scheduler=``)
 :func:`concat`, :func:`seq_slice`, :func:`erase`, :func:`enumerate`, :func:`reshape`,
 :func:`lod_reset`             Paddle's sequence_concat, _slice, _erase, _enumerate, _reshape and lod_reset
                               over containers, streamed
 :func:`batch`                 training batches planned from the offsets (:func:`batch_plan`, :func:`batches`)
 :func:`shard`, :func:`merge`  split a container into a sharded folder / join one into a container
 :func:`pack_sharded`          pack into a sharded folder (in parallel on Dask with a scheduler)
-:func:`on_dask`               an operator over a file or sharded folder on a Dask scheduler
 ============================  ==============================================================
 
 The functions are imported on first use, so ``lodtool inspect`` never loads
@@ -41,10 +41,10 @@ _LAZY = {
     "slice": "_slice", "head": "_slice", "tail": "_slice", "tree": "_slice", "Excerpt": "_slice",
     "TreeView": "_slice",
     "export": "_export",
-    "shard": "_shards", "merge": "_shards", "pack_sharded": "_shards", "on_dask": "_shards",
+    "shard": "_shards", "merge": "_shards", "pack_sharded": "_shards",
     **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
+                                       "concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset",
                                        "OpResult")},
-    **{name: "_sequence_ops" for name in ("concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset")},
     **{name: "_batch" for name in ("batch", "batch_plan", "batches", "BatchPlan", "BatchReader", "BatchResult",
                                    "write_batches", "plan_report")},
 }

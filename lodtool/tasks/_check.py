@@ -25,9 +25,12 @@ class FileVerification:
     checked: int = 0
     mismatches: list = field(default_factory=list)
     error: str | None = None
+    #: why nothing was checked, for a format that records no checksums
+    nothing_to_verify: str | None = None
 
     def to_dict(self) -> dict:
         return {"path": self.path, "ok": self.ok, "checked": self.checked, "error": self.error,
+                "nothing_to_verify": self.nothing_to_verify,
                 "mismatches": [dataclasses.asdict(m) if dataclasses.is_dataclass(m) else str(m)
                                for m in self.mismatches]}
 
@@ -100,9 +103,23 @@ def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
     """
     from ..container.checks import inspect_file
     from ..container.shards import inspect_sharded, is_sharded
+    from ..io import token_datasets
 
+    if token_datasets.format_of(path) is not None:
+        return _inspect_tokens(path)
     return _call(inspect_sharded if is_sharded(path) else inspect_file, path, path=path, isolate=isolate,
                  timeout=timeout)
+
+
+def _inspect_tokens(path: str) -> dict:
+    """``inspect`` of a token dataset read in place: its format, files and tensors (offsets only)."""
+    from ..container.checks import tensor_summary
+    from ..io import token_datasets
+
+    with token_datasets.open_dataset(path) as f:
+        return {"path": path, "format": f.format, "format_version": None, "created_by": None, "checksum": None,
+                "file_size": sum(os.path.getsize(p) for p in f.files), "files": list(f.files), "info": f.info,
+                "tensors": [tensor_summary(name, f[name], []) for name in f.names]}
 
 
 def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.0,
@@ -147,6 +164,12 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
 def _verify_one(path: str, progress: Callable[[int, int], None] | None = None) -> FileVerification:
     from ..container.checks import verify_file
     from ..container.shards import folder_file, is_sharded, read_manifest, verify_sharded
+    from ..io import token_datasets
+
+    fmt = token_datasets.format_of(path)
+    if fmt is not None:
+        return FileVerification(path, True, nothing_to_verify=f"a {fmt} dataset records no checksums (validate "
+                                                               "checks its structure)")
 
     if is_sharded(path):  # every shard's datasets, plus each shard's checksum against the manifest
         mismatches = verify_sharded(path)

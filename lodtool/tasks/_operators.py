@@ -1,20 +1,14 @@
-"""Operators on files: read a container, run an operator, write a container.
+"""Operators on files: each a short configuration of the chunk pipe (:func:`lodtool.tasks._pipe.run`).
 
-This is the one place where :mod:`lodtool.container` and :mod:`lodtool.ops` meet
-(neither imports the other).  Every operator on a container streams, so files
-larger than memory work: pool, softmax and reverse over chunks of whole
-top-level sequences; expand over chunks of x's sequences (or rows) bounded by
-the rows read and the rows written; pad over chunks of the padded level's
-sequences, written into the NPZ as they come.  Chunks hold at most
-:data:`CHUNK_ROWS` rows and :data:`CHUNK_BYTES` bytes (fewer under a tight
-``max_memory``), unless one sequence alone is bigger.  Containers are written
-through the atomic writer, each chunk on a second thread while the next one
-is read and computed.
-
-``device="cuda"`` runs the operator on the GPU: each chunk goes to the device,
-through the CUDA kernels, and back to the host for writing.  Without CuPy or a
-GPU it fails at once, before any data is read, with a one-line
-:class:`~lodtool.errors.LodBackendError`.
+This is the one place where :mod:`lodtool.container` and :mod:`lodtool.ops` meet (neither imports the
+other).  Every operator streams, so files larger than memory work: pool, softmax, reverse, erase,
+enumerate, reshape and seq_slice over chunks of whole top-level sequences; expand over x's sequences (or
+rows), bounded by the rows read and written; pad over the padded level's sequences, written into the NPZ
+as they come; concat over the same range of top-level sequences of every input; lod_reset builds and
+checks the new LoD from the offsets alone, then copies the rows.  ``device="cuda"`` runs each chunk
+through the CUDA kernels (without CuPy or a GPU it fails at once, before any data is read);
+``scheduler=`` runs pool, softmax, reverse, expand, pad and pack_plan on Dask, which maps the same
+per-chunk functions over partitions of whole top-level sequences.
 
 >>> import os, tempfile, numpy as np
 >>> from lodtool import LoDTensor, save, load
@@ -27,216 +21,120 @@ GPU it fails at once, before any data is read, with a one-line
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import itertools
 import os
-from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+import shutil
+import tempfile
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .._device import to_host
-from .._memory import keep_large_buffers_unpooled
-from ..errors import LodUsageError, LodValidationError
-from ..lod import validate_lod
-from ..planner import row_offset_windows, runs
+from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
+from ..planner import row_offset_windows, runs, sequence_ranges
 from ..tensor import LoDTensor
+from ._pipe import (OpResult, PoolIndex, TensorSink, ahead, check_device, check_truncate, chunk_rows, expand_by,
+                    is_folder_target, lod_stand_in, offset_window, open_tensor, pad_rows, plan_of, require_valid,
+                    run, step, stored_chunks, tier, work)
 
-#: rows per chunk for the streaming operators
-CHUNK_ROWS = 1 << 22
-#: bytes of rows a chunk reads, or writes, at most (wide rows make chunks of fewer rows)
-CHUNK_BYTES = 64 << 20
-#: offsets entries read at a time when a streaming operator plans its chunks
-OFFSET_WINDOW = 1 << 16
+_I64 = np.dtype(np.int64)
 
 
-@dataclass
-class OpResult:
-    """What an operator wrote: the output, the tensor name and its size."""
+# -- the two routes ---------------------------------------------------------------------------------------------
+def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Callable, *, name: str | None,
+               out_name: str | None, compression: str | None, max_memory: int | None, device: str,
+               overwrite: bool, force: bool, scheduler: str | None, workers: int | None, partition_size,
+               progress, suffixes: Sequence[str] = ()) -> OpResult:
+    """An operator on each chunk of whole top-level sequences: ``make_fn(file, lazy tensor)`` in one process, or
+    ``bag_of(collection)`` (the same function, mapped over the partitions) on a Dask ``scheduler``."""
+    if scheduler:
+        with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
+                      max_memory=max_memory, device=device, output=output) as (bag, kwargs):
+            return _written_on_dask(bag_of(bag), output, kwargs, out_name=out_name, compression=compression,
+                                    max_memory=max_memory, overwrite=overwrite, force=force, progress=progress)
+    check_device(device)
+    return _stream(path, output, name, out_name, make_fn, crossover, compression=compression,
+                   max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes)
 
-    output: str
-    name: str
-    rows: int
-    sequences: int
-    lod_level: int
-    dtype: str
 
+def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
+            compression: str | None, max_memory: int | None, overwrite: bool, force: bool, device: str = "cpu",
+            suffixes: Sequence[str] = ()) -> OpResult:
+    """``make_fn(file, lazy tensor)`` (the operator on one chunk) over chunks of whole top-level sequences.
 
-def _check_device(device: str) -> None:
-    """Fail early (before reading anything) when ``device`` cannot run operators.
-
-    The CPU needs no check here, so a small run never imports Numba (see :func:`_tier`).
+    Its results go to tensor ``out_name`` (the input's name by default); a result of more tensors puts the
+    others in ``{out_name}_{suffix}``.  ``crossover`` (the operator's work-size tiers) decides up front
+    whether the kernels pay for the whole file.
     """
-    from ..ops import get_backend
-
-    get_backend(None, "numpy" if device == "cpu" else None, device)
-
-
-def _tier(device: str, work: int, crossover) -> None:
-    """Load Numba now when the whole run's ``work`` is past the operator's crossover.
-
-    Each chunk then compares its own work with the (lower) warm crossover, so a
-    large file streamed in chunks runs the kernels as a whole, and a small one
-    never imports Numba (see :mod:`lodtool.ops._backend`).
-    """
-    from ..ops import get_backend
-
-    if device == "cpu":
-        get_backend(None, None, "cpu", work=work, crossover=crossover)
-
-
-def _open_tensor(path: str, name: str | None, max_memory: int | None):
-    from ..container.shards import open_path  # a container file, or a sharded folder
-
-    f = open_path(path, max_memory=max_memory)
-    return f, f.tensor(name)
-
-
-def _chunk_rows(element_shape: Sequence[int], dtype: np.dtype, max_memory: int) -> int:
-    """Rows per chunk: :data:`CHUNK_ROWS`, fewer when the rows are wide or the memory limit is tight.
-
-    A chunk's rows are read in one piece, and the memory limit refuses any read
-    above it; an eighth of the limit leaves room for the chunk's output, the
-    two outputs before it that are still being written (see :class:`_WriteBehind`)
-    and the writer's buffers beside them.
-
-    >>> _chunk_rows((), np.dtype("float32"), 1 << 30) == CHUNK_ROWS
-    True
-    >>> _chunk_rows((1024,), np.dtype("float64"), 1 << 30)  # 64 MiB of 8 KiB rows
-    8192
-    """
-    row_bytes = np.dtype(dtype).itemsize * int(np.prod(element_shape, dtype=np.int64))
-    budget = min(CHUNK_BYTES, max_memory // 8)
-    return max(1, min(CHUNK_ROWS, budget // max(row_bytes, 1)))
-
-
-def _offset_window(max_memory: int) -> int:
-    """Offsets entries to read at once: :data:`OFFSET_WINDOW`, fewer under a tight memory limit."""
-    return max(1, min(OFFSET_WINDOW, max_memory // 64))
-
-
-def _require_valid(path: str, t) -> None:
-    """Validate a lazy tensor's whole LoD block by block (offsets only), as a full read would."""
-    problems = t.validate(max_problems=1)
-    if problems:
-        raise LodValidationError(f"{path}: tensor {t.name!r}: {problems[0]}")
-
-
-class _WriteBehind:
-    """Runs writes on a second thread, one at a time and in order, so writing a chunk overlaps reading and
-    computing the next (the kernels and libhdf5's reads and writes release the GIL).
-
-    At most one write waits while another runs.  The first write that fails stops the rest; its error
-    is raised by the next :meth:`put` or on leaving the block, which always waits for the thread.  When
-    the block fails, writes still waiting are dropped (the output is discarded anyway).
-    """
-
-    _STOP = object()
-
-    def __init__(self):
-        import queue
-        import threading
-
-        self._queue = queue.Queue(maxsize=1)
-        self._error: BaseException | None = None
-        self._dropping = False
-        self._thread = threading.Thread(target=self._work, name="lodtool-write-behind", daemon=True)
-
-    def __enter__(self) -> "_WriteBehind":
-        self._thread.start()
-        return self
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is self._STOP:
-                return
-            if self._error is None and not self._dropping:
-                write, arg = item
-                try:
-                    write(arg)
-                except BaseException as exc:  # handed to the caller's thread
-                    self._error = exc
-            del item
-
-    def put(self, write: Callable, arg) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put((write, arg))
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._dropping = exc_type is not None
-        self._queue.put(self._STOP)
-        self._thread.join()
-        if exc_type is None and self._error is not None:
-            raise self._error
-
-
-def _stream(path: str, output: str, name: str | None, out_name: str | None, fn: Callable[[LoDTensor], LoDTensor],
-            *, compression: str | None, max_memory: int | None, chunk_rows: int | None = None,
-            second: str | None = None, overwrite: bool = False, force: bool = False, device: str = "cpu",
-            crossover=None) -> OpResult:
-    """Apply ``fn`` to each chunk of whole top-level sequences and append the results.
-
-    With ``second`` (a tensor name), ``fn`` returns two tensors per chunk; the
-    second goes to tensor ``{output name}_{second}`` of the same file.  ``crossover``
-    (an operator's work-size tiers) decides up front whether the kernels pay for the whole file.
-    """
-    from ..container.writer import LodWriter
-
-    keep_large_buffers_unpooled()  # flat memory however long the file (see lodtool._memory)
-
-    f, t = _open_tensor(path, name, max_memory)
+    f, t = open_tensor(path, name, max_memory)
     with f:
+        fn = make_fn(f, t)
         if crossover is not None:
-            _tier(device, t.n_rows * int(np.prod(t.element_shape, dtype=np.int64)), crossover)
-        chunk_rows = chunk_rows or _chunk_rows(t.element_shape, t.dtype, f.max_memory)
+            tier(device, work(t), crossover)
         name_out = out_name or t.name
-        writer_kwargs = {"compression": compression} if compression else {}
-        rows = seqs = 0
-        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
-            w.check_name(name_out)
-            tw = None
-            with _WriteBehind() as behind:
-                tw2 = None
-
-                def add(result):
-                    names = result.level_names if result.level_names else None
-                    return w.add_tensor(name_out if tw is None else f"{name_out}_{second}", dtype=result.dtype,
-                                        element_shape=result.element_shape, lod_level=result.lod_level,
-                                        level_names=names)
-
-                for chunk in t.iter_chunks(max_rows=chunk_rows):
-                    result = fn(chunk)
-                    del chunk
-                    if second is not None:
-                        result, extra = result
-                    if tw is None:
-                        tw = add(result)
-                        if second is not None:
-                            tw2 = add(extra)
-                    behind.put(tw.append, result)
-                    if second is not None:
-                        behind.put(tw2.append, extra)
-                    rows += result.shape[0]
-                    seqs += len(result)
-                    last = result
-                    del result
-                if tw is None:  # zero top-level sequences: the operator on the empty tensor gives the output
-                    last = fn(t.slice_level(0, 0, 0) if t.lod_level else t.head(0))
-                    if second is not None:
-                        last, extra = last
-                    tw = add(last)
-                    behind.put(tw.append, last)
-                    if second is not None:
-                        behind.put(add(extra).append, extra)
-        return OpResult(str(output), name_out, rows, seqs, last.lod_level, str(last.dtype))
+        sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
+                          overwrite=overwrite, force=force)
+        return run(stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory)), fn, sink)
 
 
+@contextlib.contextmanager
+def _on_dask(path, name, *, scheduler: str, workers: int | None, partition_size, max_memory: int | None,
+             device: str, output=None):
+    """``(collection, compute keyword arguments)`` of a stored tensor on a Dask scheduler, held for the block.
+
+    Bad workers, a missing Dask and a device other than the CPU are refused before anything is read; a
+    failed job into a folder leaves none of its shards.
+    """
+    from ._shards import _no_stray_shards, dask_scheduler
+
+    if device != "cpu":
+        raise LodUsageError("a Dask scheduler runs the CPU kernels: pass device='cpu'")
+    cluster = dask_scheduler(scheduler, workers)
+    from ..interop.dask import DEFAULT_PARTITION_SIZE, read
+
+    bag = read(path, name, partition_size=DEFAULT_PARTITION_SIZE if partition_size is None else partition_size,
+               max_memory=max_memory)
+    folder = output is not None and is_folder_target(output)
+    with _no_stray_shards(output if folder else None), cluster as kwargs:
+        yield bag, kwargs
+
+
+def _written_on_dask(bag, output, kwargs: dict, *, out_name: str | None, compression: str | None,
+                     max_memory: int | None, overwrite: bool, force: bool, progress) -> OpResult:
+    """A collection's partitions written as the shards of a folder (``output`` ends in ``/`` or is a folder),
+    or merged into one container; ``overwrite`` and ``force`` are the one-process rule."""
+    from ..container.shards import merge_into
+    from ..container.writer import LodWriter
+    from ._shards import _refuse_replacing, _summary
+
+    output, name = os.fspath(output), out_name or bag.name
+    if is_folder_target(output):
+        _refuse_replacing(output, overwrite=overwrite, force=force, can_append=False)
+        manifest = bag.to_container(output, name=name, compression=compression, progress=progress, **kwargs)
+    else:
+        with LodWriter(output, overwrite=overwrite, force=force,
+                       **({"compression": compression} if compression else {})) as w:
+            for n in bag._output_names(name):  # refused before anything is computed, as in one process
+                w.check_name(n)
+            staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
+            try:
+                manifest = bag.to_container(staging, name=name, compression=compression, progress=progress,
+                                            **kwargs)
+                merge_into(staging, w, max_memory=max_memory)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    info = _summary(output, manifest)
+    return OpResult(output, info["name"], info["rows"], info["sequences"], info["lod_level"], info["dtype"])
+
+
+# -- over chunks of whole top-level sequences -------------------------------------------------------------------
 def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = None,
          out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
          max_memory: int | None = None, device: str = "cpu", index: bool = False, overwrite: bool = False,
-         force: bool = False) -> OpResult:
-    """``sequence_pool`` over a container, streamed by top-level sequences.
+         force: bool = False, scheduler: str | None = None, workers: int | None = None,
+         partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None) -> OpResult:
+    """``sequence_pool`` over a container or a sharded folder, streamed by top-level sequences.
 
     ``index=True`` (``max``/``min``) also writes Paddle's ``MaxIndex``, the data
     row each value came from (-1 for an empty sequence), as tensor
@@ -245,6 +143,12 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     The output follows :func:`lodtool.save`'s rule: into an existing container
     the tensor is added, a tensor of the same name needs ``overwrite=True``,
     ``force=True`` replaces the whole file.  So do the other operators.
+
+    With ``scheduler`` (``"processes"``, ``"threads"`` or an address; ``workers``
+    for the local ones) the partitions of about ``partition_size`` bytes run on
+    Dask: an ``output`` ending in ``/`` (or a folder) gets one shard per
+    partition, a file name one container; ``progress(done, total)`` counts
+    partitions.  So do softmax, reverse and expand.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -260,38 +164,22 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     from ..ops import sequence_pool
     from ..ops.pool import NUMBA_FROM, index_dtype
 
-    _check_device(device)
-    if not index:
-        return _stream(path, output, name, out_name,
-                       lambda c: sequence_pool(c, pool_type, pad_value=pad_value, device=device).to("cpu"),
-                       compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
-                       device=device, crossover=NUMBA_FROM)
-    if str(pool_type).lower() not in ("max", "min"):
-        raise LodUsageError(f"the index (Paddle's MaxIndex) is for max and min pooling, not {pool_type!r}")
-    rows_before = [0]  # chunk indices count from the chunk's first row; the file's count from its first
-    dtype = []
+    def make_fn(f, t):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
+        if index:
+            return PoolIndex(pool_type, pad_value, index_dtype(t.n_rows), device)
+        return step(sequence_pool, pool_type, pad_value=pad_value, device=device)
 
-    def run(chunk):
-        if not dtype:  # one dtype for the whole file: int32 as Paddle's, int64 past 2**31 rows
-            f, t = _open_tensor(path, name, max_memory)
-            with f:
-                dtype.append(index_dtype(t.n_rows))
-        out, idx = sequence_pool(chunk, pool_type, pad_value=pad_value, return_index=True, device=device)
-        idx = np.asarray(to_host(idx)).astype(dtype[0])
-        idx[idx >= 0] += rows_before[0]
-        rows_before[0] += chunk.n_rows
-        out = out.to("cpu")
-        return out, LoDTensor._trusted(idx, out.offsets, out.level_names)
-
-    return _stream(path, output, name, out_name, run, compression=compression, max_memory=max_memory,
-                   second="index", overwrite=overwrite, force=force, device=device,
-                   crossover=NUMBA_FROM)
+    return _chunkwise(path, output, make_fn, NUMBA_FROM, lambda bag: bag.pool(pool_type, pad_value, index),
+                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
+                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
+                      partition_size=partition_size, progress=progress, suffixes=("index",) if index else ())
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
             compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
-            overwrite: bool = False, force: bool = False) -> OpResult:
-    """``sequence_softmax`` over a container, streamed by top-level sequences.
+            overwrite: bool = False, force: bool = False, scheduler: str | None = None, workers: int | None = None,
+            partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None) -> OpResult:
+    """``sequence_softmax`` over a container, streamed by top-level sequences (on Dask as :func:`pool`).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -304,16 +192,17 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_softmax
     from ..ops.softmax import NUMBA_FROM
 
-    _check_device(device)
-    return _stream(path, output, name, out_name, lambda c: sequence_softmax(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force, device=device,
-                   crossover=NUMBA_FROM)
+    return _chunkwise(path, output, lambda f, t: step(sequence_softmax, device=device), NUMBA_FROM,
+                      lambda bag: bag.softmax(), name=name, out_name=out_name, compression=compression,
+                      max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
+                      workers=workers, partition_size=partition_size, progress=progress)
 
 
 def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
             compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
-            overwrite: bool = False, force: bool = False) -> OpResult:
-    """``sequence_reverse`` over a container, streamed by top-level sequences.
+            overwrite: bool = False, force: bool = False, scheduler: str | None = None, workers: int | None = None,
+            partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None) -> OpResult:
+    """``sequence_reverse`` over a container, streamed by top-level sequences (on Dask as :func:`pool`).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load
@@ -326,29 +215,212 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_reverse
     from ..ops.reverse import NUMBA_FROM
 
-    _check_device(device)
-    return _stream(path, output, name, out_name, lambda c: sequence_reverse(c, device=device).to("cpu"),
-                   compression=compression, max_memory=max_memory, overwrite=overwrite, force=force, device=device,
-                   crossover=NUMBA_FROM)
+    return _chunkwise(path, output, lambda f, t: step(sequence_reverse, device=device), NUMBA_FROM,
+                      lambda bag: bag.reverse(), name=name, out_name=out_name, compression=compression,
+                      max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
+                      workers=workers, partition_size=partition_size, progress=progress)
 
 
-def read_lod_only(lazy) -> LoDTensor:
-    """A tensor with the file's LoD and a zero-cost stand-in for its data (never read).
+def _stand_in(t) -> LoDTensor:
+    """A one-sequence tensor of ``t``'s dtype and row shape (no data read): what an operator checks first."""
+    return LoDTensor._trusted(np.zeros((0,) + tuple(t.element_shape), t.dtype),
+                              tuple(np.zeros(2, _I64) for _ in range(t.lod_level)))
 
-    ``sequence_expand`` reads only y's LoD; the stand-in is a broadcast view of
-    one element, so no data is read or allocated.
+
+def _named(where: str, call):
+    """``call()``; a lodtool error it raises names the file and tensor."""
+    try:
+        return call()
+    except LodError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+
+
+def _checked_stream(path, output, name, out_name, check, fn, *, validate: bool = True, **options) -> OpResult:
+    """The operator ``fn`` on each chunk, after ``check(where, lazy tensor, memory limit)`` refused what it
+    refuses, ``where`` (``"path: tensor 'name'"``) naming the file and tensor; the LoD is validated first
+    unless ``validate=False`` (for checks that read no offsets)."""
+    def make_fn(f, t):
+        if validate:
+            require_valid(f.path, t)
+        check(f"{f.path}: tensor {t.name!r}", t, f.max_memory)
+        return fn
+
+    return _stream(path, output, name, out_name, make_fn, **options)
+
+
+def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_name: str | None = None,
+          compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+          overwrite: bool = False, force: bool = False) -> OpResult:
+    """``sequence_erase`` over a container: drop the rows whose token id is in ``tokens``, streamed.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.array([0, 5, 0, 7]), [[0, 2, 4]]))
+    >>> erase(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), tokens=[0]).rows
+    2
     """
-    offsets = [lazy.read_offsets(level) for level in range(lazy.lod_level)]
-    validate_lod(offsets, lazy.n_rows)
-    stand_in = np.broadcast_to(np.zeros((1,) + tuple(lazy.element_shape), lazy.dtype),
-                               (lazy.n_rows,) + tuple(lazy.element_shape))
-    return LoDTensor._trusted(stand_in, offsets, lazy.level_names)
+    from ..ops import sequence_erase
+    from ..ops.erase import erase_tokens
+
+    check_device(device)
+    erase_tokens(tokens, np.int64)  # bad tokens fail before the file is opened
+    return _checked_stream(path, output, name, out_name,
+                           lambda where, t, _: _named(where, lambda: sequence_erase(_stand_in(t), tokens,
+                                                                                    backend="numpy")),
+                           step(sequence_erase, tokens, device=device), validate=False, compression=compression,
+                           max_memory=max_memory, overwrite=overwrite, force=force)
 
 
+def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name: str | None = None,
+              out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
+              device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
+    """``sequence_enumerate`` over a container: the ``win_size``-row window at every row, streamed.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.array([1, 2, 3, 4]), [[0, 3, 4]]))
+    >>> _ = enumerate(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), win_size=2, pad_value=-1)
+    >>> load(os.path.join(d, "y.h5")).data.tolist()
+    [[1, 2], [2, 3], [3, -1], [4, -1]]
+    """
+    from ..ops import sequence_enumerate
+
+    check_device(device)
+    return _checked_stream(path, output, name, out_name,
+                           lambda where, t, _: _named(where, lambda: sequence_enumerate(
+                               _stand_in(t), win_size, pad_value, backend="numpy")),
+                           step(sequence_enumerate, win_size, pad_value, device=device), validate=False,
+                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+
+
+def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, out_name: str | None = None,
+            compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
+            overwrite: bool = False, force: bool = False) -> OpResult:
+    """``sequence_reshape`` over a container: rows of width ``new_dim``, streamed.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.arange(12).reshape(6, 2), [[0, 2, 6]]))
+    >>> _ = reshape(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), new_dim=4)
+    >>> load(os.path.join(d, "y.h5")).lod
+    [[0, 1, 3]]
+    """
+    from ..ops import sequence_reshape
+
+    def check(where, t, memory):
+        _named(where, lambda: sequence_reshape(_stand_in(t), new_dim, backend="numpy"))
+        width = int(np.prod(t.element_shape, dtype=np.int64))
+        if width == new_dim:
+            return
+        for start, lens in _last_lengths(t, offset_window(memory)):  # every sequence must fill whole rows
+            bad = np.flatnonzero(lens * width % new_dim)
+            if len(bad):
+                i, n = int(bad[0]), int(lens[int(bad[0])])
+                raise LodShapeError(f"{where}: sequence_reshape: sequence {start + i} of the last level has {n} "
+                                    f"rows of {width} values = {n * width} values, which do not fill whole rows "
+                                    f"of new_dim={new_dim}; as in Paddle, every sequence's length * width must "
+                                    "divide by new_dim")
+
+    check_device(device)
+    return _checked_stream(path, output, name, out_name, check, step(sequence_reshape, new_dim, device=device),
+                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+
+
+def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = False, name: str | None = None,
+              out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
+              device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
+    """``sequence_slice`` over a container: rows ``offset .. offset+length`` of every last-level sequence, streamed.
+
+    ``offset`` and ``length`` are each an integer (the same for every
+    sequence) or one integer per last-level sequence.  As in Paddle, a slice
+    that runs past its sequence's end is an error; ``clip=True`` (lodtool's)
+    shortens it to the rows there are instead (an offset past the end gives an
+    empty sequence), so ``offset=0, length=5, clip=True`` keeps the first 5
+    rows of each sequence.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.arange(6), [[0, 4, 5, 6]]))
+    >>> _ = seq_slice(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), offset=0, length=2, clip=True)
+    >>> load(os.path.join(d, "y.h5")).to_nested()
+    [[0, 1], [4], [5]]
+    """
+    from ..ops import sequence_slice
+
+    ranges = {}
+
+    def check(where, t, memory):  # every slice checked from the offsets first
+        if not t.lod_level:
+            raise LodShapeError(f"{where}: has no LoD; sequence_slice needs at least one level")
+        count = t.num_sequences(t.lod_level - 1)
+        ranges["offset"], ranges["length"] = (_named(where, lambda: _per_sequence(v, what, count))
+                                              for what, v in (("offset", offset), ("length", length)))
+        for start, seq in _last_lengths(t, offset_window(memory)):
+            off, ln = ranges["offset"](start, start + len(seq)), ranges["length"](start, start + len(seq))
+            for what, values in (("offset", off), ("length", ln)):
+                if len(values) and values.min() < 0:
+                    i = int(np.argmax(values < 0))
+                    raise LodIndexError(f"{where}: sequence_slice: {what}[{start + i}]={int(values[i])} is negative")
+            past = np.flatnonzero(off + ln > seq) if not clip else ()
+            if len(past):
+                i = int(past[0])
+                o, m, n = int(off[i]), int(ln[i]), int(seq[i])
+                raise LodIndexError(f"{where}: sequence_slice: sequence {start + i} has {n} rows, but offset {o} + "
+                                    f"length {m} = {o + m} runs past its end (clip=True, --clip, shortens such slices)")
+
+    done = [0]
+
+    def one(chunk: LoDTensor) -> LoDTensor:
+        a = done[0]
+        done[0] = b = a + chunk.num_sequences(chunk.lod_level - 1)
+        off, ln = ranges["offset"](a, b), ranges["length"](a, b)
+        if clip:
+            seq = chunk.lengths(-1)
+            off = np.clip(off, 0, seq)
+            ln = np.clip(ln, 0, seq - off)
+        return sequence_slice(chunk, off, ln, device=device).to("cpu")
+
+    check_device(device)
+    return _checked_stream(path, output, name, out_name, check, one, compression=compression,
+                           max_memory=max_memory, overwrite=overwrite, force=force)
+
+
+def _last_lengths(t, window: int):
+    """``(index of the first, lengths)`` of the last level's sequences, ``window`` at a time."""
+    start = 0
+    for roff in row_offset_windows(t, t.lod_level - 1, window):
+        yield start, roff[1:] - roff[:-1]
+        start += len(roff) - 1
+
+
+def _per_sequence(value: Any, what: str, count: int):
+    """``value`` (an integer, or one per sequence) as a function of a range of sequences."""
+    arr = np.asarray(value)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise LodUsageError(f"sequence_slice: {what} must be an integer or one integer per sequence, got "
+                            f"{arr.dtype} of shape {arr.shape}")
+    if arr.ndim == 0:
+        v = int(arr)
+        return lambda a, b: np.full(b - a, v, _I64)
+    if len(arr) != count:
+        raise LodShapeError(f"sequence_slice: {what} has {len(arr)} entries but the tensor has {count} last-level "
+                            "sequences; as in Paddle, it needs one per sequence")
+    arr = arr.astype(_I64, copy=False)
+    return lambda a, b: arr[a:b]
+
+
+# -- over runs planned from the offsets ------------------------------------------------------------------------
 def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: str | None = None,
            ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
-           max_memory: int | None = None, device: str = "cpu", overwrite: bool = False,
-           force: bool = False) -> OpResult:
+           max_memory: int | None = None, device: str = "cpu", overwrite: bool = False, force: bool = False,
+           scheduler: str | None = None, workers: int | None = None, partition_size: int | str | None = None,
+           progress: Callable[[int, int], None] | None = None) -> OpResult:
     """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y``, streamed (y's data is never read).
 
     x's sequences (its rows, without a LoD) go through the operator in runs
@@ -367,37 +439,32 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
     >>> out.data.tolist(), out.lod, r.sequences
     ([1.1, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4, 2.2, 3.3, 4.4], [[0, 1, 4, 7, 10]], 4)
     """
-    from ..container.writer import LodWriter
-    from ..ops.expand import NUMBA_FROM as EXPAND_FROM, expand_level
+    from ..ops.expand import NUMBA_FROM, expand_level
 
-    _check_device(device)
-    fy, ty = _open_tensor(y, y_name, max_memory)
+    if scheduler:
+        with _on_dask(x, x_name, scheduler=scheduler, workers=workers, partition_size=partition_size,
+                      max_memory=max_memory, device=device, output=output) as (bag, kwargs):
+            return _written_on_dask(bag.expand(y, y_name, ref_level), output, kwargs, out_name=out_name,
+                                    compression=compression, max_memory=max_memory, overwrite=overwrite,
+                                    force=force, progress=progress)
+    check_device(device)
+    fy, ty = open_tensor(y, y_name, max_memory)
     with fy:
-        _require_valid(fy.path, ty)
-        fx, tx = _open_tensor(x, x_name, max_memory)
+        require_valid(fy.path, ty)
+        fx, tx = open_tensor(x, x_name, max_memory)
         with fx:
-            _require_valid(fx.path, tx)
+            require_valid(fx.path, tx)
             level = expand_level(tx, ty, ref_level)
-            _tier(device, max(tx.n_rows, ty.n_rows) * int(np.prod(tx.element_shape, dtype=np.int64)), EXPAND_FROM)
-            name_out = out_name or tx.name
-            max_rows = _chunk_rows(tx.element_shape, tx.dtype, fx.max_memory)
-            window = _offset_window(min(fx.max_memory, fy.max_memory))
-            writer_kwargs = {"compression": compression} if compression else {}
-            rows = seqs = 0
-            with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
-                tw = w.add_tensor(name_out, dtype=tx.dtype, element_shape=tx.element_shape,
-                                  lod_level=tx.lod_level, level_names=tx.level_names)
-                with _WriteBehind() as behind:
-                    for chunk in _expanded_chunks(tx, ty, level, max_rows, window, device):
-                        behind.put(tw.append, chunk)
-                        rows += chunk.shape[0]
-                        seqs += len(chunk)
-                        del chunk  # freed once written, so the heap stays flat
-    return OpResult(str(output), name_out, rows, seqs, tx.lod_level, str(tx.dtype))
+            tier(device, max(tx.n_rows, ty.n_rows) * int(np.prod(tx.element_shape, dtype=np.int64)), NUMBA_FROM)
+            parts = _expand_runs(tx, ty, level, chunk_rows(tx.element_shape, tx.dtype, fx.max_memory),
+                                 offset_window(min(fx.max_memory, fy.max_memory)))
+            sink = TensorSink(output, [out_name or tx.name], compression=compression, overwrite=overwrite,
+                              force=force, like=tx)
+            return run(parts, lambda part: expand_by(*part, device=device), sink)
 
 
-def _expanded_chunks(tx, ty, level: int, max_rows: int, window: int, device: str) -> Iterator[LoDTensor]:
-    """``sequence_expand`` of x's sequences (or rows) by y's ``level``, chunk by chunk, on the host.
+def _expand_runs(tx, ty, level: int, max_rows: int, window: int) -> Iterator[tuple[LoDTensor, np.ndarray]]:
+    """``(x's sequences, their reference offsets from 0)`` in runs to expand, on the host.
 
     Sequence ``i`` of x has ``len_i`` rows (1 without a LoD) and is copied
     ``rep_i`` times: a run of sequences reads the sum of ``len_i`` rows and
@@ -406,8 +473,6 @@ def _expanded_chunks(tx, ty, level: int, max_rows: int, window: int, device: str
     sequences written, stay within ``max_rows``.  Runs without copies write
     nothing and are not read.
     """
-    from ..ops import sequence_expand
-
     has_lod = tx.lod_level == 1
     count = ty.num_sequences(level)
     for start in range(0, count, window):
@@ -417,15 +482,13 @@ def _expanded_chunks(tx, ty, level: int, max_rows: int, window: int, device: str
         xoff = tx.read_offsets(0, start, stop + 1) if has_lod else np.arange(start, stop + 1, dtype=np.int64)
         lens = xoff[1:] - xoff[:-1]
         for a, b in runs([lens * (reps + 1), reps], max_rows):
-            copies = int(ref[b] - ref[a])
-            if not copies:
+            if ref[b] == ref[a]:
                 continue
-            rows = tx.read_rows(xoff[a], xoff[b])
-            xs = LoDTensor._trusted(rows, (xoff[a:b + 1] - xoff[a],) if has_lod else (), tx.level_names)
+            xs = LoDTensor._trusted(tx.read_rows(xoff[a], xoff[b]), (xoff[a:b + 1] - xoff[a],) if has_lod else (),
+                                    tx.level_names)
             for part in _copy_parts(ref[a:b + 1] - ref[a], int(lens[a]), max_rows):
-                y_part = LoDTensor._trusted(np.broadcast_to(np.zeros(1, np.int8), (int(part[-1]),)), (part,))
-                yield sequence_expand(xs, y_part, device=device).to("cpu")
-            del rows, xs  # before the next run is read
+                yield xs, part
+            del xs  # before the next run is read
 
 
 def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndarray]:
@@ -448,8 +511,191 @@ def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndar
         yield np.array([0, min(per, copies - done)], np.int64)
 
 
+def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | None = None,
+           out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
+           device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
+    """``sequence_concat`` of the tensors of two or more containers, streamed by ranges of top-level sequences.
+
+    ``names`` picks each file's tensor (``None``: its only one).  The output
+    keeps the first input's tensor name unless ``out_name`` is given.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "a.h5"), LoDTensor(np.array([1, 2, 3]), [[0, 1, 3]]))
+    >>> save(os.path.join(d, "b.h5"), LoDTensor(np.array([7, 8]), [[0, 2, 2]]))
+    >>> _ = concat([os.path.join(d, "a.h5"), os.path.join(d, "b.h5")], os.path.join(d, "c.h5"))
+    >>> load(os.path.join(d, "c.h5")).to_nested()
+    [[1, 7, 8], [2, 3]]
+    """
+    from ..container.shards import TensorSpec
+    from ..ops import sequence_concat
+    from ..ops.concat import check_concat
+
+    check_device(device)
+    names = list(names) if names is not None else [None] * len(paths)
+    if len(names) != len(paths):
+        raise LodUsageError(f"concat: {len(names)} tensor names for {len(paths)} files")
+    with contextlib.ExitStack() as stack:
+        opened = [open_tensor(p, n, max_memory) for p, n in zip(paths, names)]
+        for f, t in opened:
+            stack.enter_context(f)
+        for f, t in opened:
+            require_valid(f.path, t)
+        ts = [t for _, t in opened]
+        try:
+            check_concat(ts)
+        except LodError as exc:  # which file is which input
+            files = ", ".join(f"xs[{j}] = {f.path}:{t.name}" for j, (f, t) in builtins.enumerate(opened))
+            raise type(exc)(f"{exc} ({files})") from None
+        memory = min(f.max_memory for f, _ in opened)
+        first = ts[0]
+        kept = first.level_names if all(t.level_names == first.level_names for t in ts) else None
+        bounds = [_Bounds(t.lod_level, t.read_offsets) for t in ts]
+        ranges = _filled(_concat_ranges(ts, chunk_rows(first.element_shape, first.dtype, memory),
+                                        offset_window(memory)),
+                         lambda a, b: all(sum(bd(b)[k] - bd(a)[k] for bd in bounds) > 0
+                                          for k in range(1, first.lod_level)))
+        sink = TensorSink(output, [out_name or first.name], compression=compression, overwrite=overwrite,
+                          force=force, like=TensorSpec(first.dtype, first.element_shape, first.lod_level, kept))
+        return run(([_read_range(t, a, b) for t in ts] for a, b in ranges),
+                   step(sequence_concat, device=device), sink)
+
+
+def _concat_ranges(ts, max_rows: int, window: int):
+    """Ranges of top-level sequences whose rows, summed over all inputs, stay within ``max_rows``."""
+    start = 0
+    for windows in zip(*(row_offset_windows(t, 0, window) for t in ts)):
+        size = np.zeros(len(windows[0]) - 1, _I64)
+        for roff in windows:
+            size += roff[1:] - roff[:-1]
+        for a, b in runs([size], max_rows):
+            yield start + a, start + b
+        start += len(windows[0]) - 1
+
+
+class _Bounds:
+    """``bounds(i)``: where top-level sequence ``i`` starts on every level, down to the rows (a few offsets read
+    per call, the last thousands kept)."""
+
+    def __init__(self, lod_level: int, read):
+        self.lod_level, self.read, self.cache = lod_level, read, {}
+
+    def __call__(self, i: int) -> list[int]:
+        if i not in self.cache:
+            if len(self.cache) > 4096:
+                self.cache.clear()
+            pos = [i]
+            for k in range(self.lod_level):
+                pos.append(int(self.read(k, pos[-1], pos[-1] + 1)[0]))
+            self.cache[i] = pos
+        return self.cache[i]
+
+
+def _filled(ranges, filled):
+    """The ranges, each joined with the next ones until ``filled(a, b)`` (every level below the top holds an
+    entry, so the chunk is a valid tensor); a last unfilled range joins the one before it."""
+    ready = pending = None
+    for a, b in ranges:
+        if pending is not None:
+            a = pending
+        if filled(a, b):
+            if ready is not None:
+                yield ready
+            ready, pending = (a, b), None
+        else:
+            pending = a
+            last = b
+    if pending is not None:
+        ready = (ready[0], last) if ready is not None else (pending, last)
+    if ready is not None:
+        yield ready
+
+
+def _read_range(t, a: int, b: int) -> LoDTensor:
+    """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed)."""
+    levels = []
+    lo, hi = a, b
+    for k in range(t.lod_level):
+        off = t.read_offsets(k, lo, hi + 1)
+        levels.append(off - off[0])
+        lo, hi = int(off[0]), int(off[-1])
+    return LoDTensor._trusted(t.read_rows(lo, hi), levels, t.level_names)
+
+
+def read_lod_only(lazy) -> LoDTensor:
+    """A tensor with the file's (validated) LoD and a zero-cost stand-in for its data (never read)."""
+    from ..lod import validate_lod
+
+    offsets = [lazy.read_offsets(level) for level in range(lazy.lod_level)]
+    validate_lod(offsets, lazy.n_rows)
+    return lod_stand_in(offsets, lazy.n_rows, lazy.element_shape, lazy.dtype, lazy.level_names)
+
+
+def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | None = None,
+              like_name: str | None = None, append: bool = False, name: str | None = None,
+              out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
+              overwrite: bool = False, force: bool = False) -> OpResult:
+    """``lod_reset`` / ``lod_append`` of a container's tensor: the same rows under a new LoD, streamed.
+
+    The new level is ``target_lod`` (offsets), or the LoD of the tensor
+    ``like_name`` of the container ``like`` (all its levels, as Paddle's ``Y``;
+    ``append`` is then ignored, as in Paddle).  ``append=True`` adds the level
+    below the tensor's own.  The new LoD is built and checked from the offsets
+    alone (exactly :func:`lodtool.ops.lod_reset`), then the rows are copied a
+    chunk of the new top-level sequences at a time.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save, load
+    >>> d = tempfile.mkdtemp()
+    >>> save(os.path.join(d, "x.h5"), LoDTensor(np.arange(10.0), [[0, 3, 5, 10]]))
+    >>> _ = lod_reset(os.path.join(d, "x.h5"), os.path.join(d, "y.h5"), target_lod=[0, 7, 10])
+    >>> load(os.path.join(d, "y.h5")).lod
+    [[0, 7, 10]]
+    """
+    from ..ops import lod_reset as reset
+
+    if (target_lod is None) == (like is None):
+        raise LodUsageError("lod_reset: give the new level as target_lod or as like (a container), not both")
+    f, t = open_tensor(path, name, max_memory)
+    with f:
+        stand_in = read_lod_only(t)
+        if like is not None:
+            fy, ty = open_tensor(like, like_name, max_memory)
+            with fy:
+                y = read_lod_only(ty)
+            if not y.lod_level:
+                raise LodShapeError(f"{fy.path}: tensor {ty.name!r} has no LoD to take")
+            new = _named(f"{f.path}: tensor {t.name!r} (like {fy.path}: tensor {ty.name!r})",
+                         lambda: reset(stand_in, y, append=append))
+        else:
+            new = _named(f"{f.path}: tensor {t.name!r}",
+                         lambda: reset(stand_in, target_lod=np.asarray(target_lod), append=append))
+        sink = TensorSink(output, [out_name or t.name], compression=compression, overwrite=overwrite,
+                          force=force, like=new)
+        return run(_chunks_of(new.offsets, chunk_rows(t.element_shape, t.dtype, f.max_memory)),
+                   lambda part: LoDTensor._trusted(t.read_rows(*part[1]), part[0]), sink)
+
+
+def _chunks_of(levels, max_rows: int):
+    """``(rebased levels, (first row, end row))`` of the chunk planner's ranges of an in-memory LoD's top level."""
+    def read(level: int, start: int, stop: int) -> np.ndarray:
+        return levels[level][start:stop]
+
+    for a, b in sequence_ranges(read, len(levels), len(levels[0]) - 1, max_rows):
+        out, lo, hi = [], a, b
+        for off in levels:
+            part = off[lo:hi + 1]
+            out.append(part - part[0])
+            lo, hi = int(part[0]), int(part[-1])
+        yield tuple(out), (lo, hi)
+
+
+# -- into an NPZ, from an NPZ, and plans ----------------------------------------------------------------------
 def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
-        level: int = -1, max_memory: int | None = None, device: str = "cpu", truncate: str | None = None) -> dict:
+        level: int = -1, max_memory: int | None = None, device: str = "cpu", truncate: str | None = None,
+        scheduler: str | None = None, workers: int | None = None, partition_size: int | str | None = None,
+        progress: Callable[[int, int], None] | None = None) -> dict:
     """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``, streamed.
 
     The lengths come from the offsets alone (and with them ``maxlen``, when
@@ -460,7 +706,8 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     written atomically, or a binary stream (a pipe too), written as the blocks come.
     A sequence longer than ``maxlen`` is an error, as in Paddle, unless
     ``truncate`` is ``"head"`` (keep its first ``maxlen`` rows) or ``"tail"``
-    (keep its last); ``lengths`` are then the kept lengths.
+    (keep its last); ``lengths`` are then the kept lengths.  ``scheduler`` pads
+    the partitions on Dask, as :func:`pool` does.
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -473,25 +720,25 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     >>> arrays["padded"].tolist(), arrays["lengths"].tolist(), arrays["mask"].sum(axis=1).tolist()
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3], [2, 0, 3])
     """
-    from ..container.limits import check_memory
+    from ..atomic import refuse_output_over_input
+    from ..limits import check_memory
     from ..io.npy import write_npz_members
     from ..ops import sequence_mask
     from ..ops.pad import PAD_NUMBA_FROM, pad_level, padded_length
 
-    from ..atomic import refuse_output_over_input
-
-    _check_device(device)
-    if truncate not in (None, "head", "tail"):
-        raise LodUsageError(f"truncate must be 'head' or 'tail', got {truncate!r}")
-    if truncate is not None and maxlen is None:
-        raise LodUsageError("truncating needs a maxlen (--maxlen) to truncate to")
+    check_truncate(truncate, maxlen)
+    if scheduler:
+        with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
+                      max_memory=max_memory, device=device) as (bag, kwargs):
+            return bag.pad(pad_value, maxlen, level, truncate).to_npz(output, progress=progress, **kwargs)
+    check_device(device)
     refuse_output_over_input(output, [path])
-    f, t = _open_tensor(path, name, max_memory)
+    f, t = open_tensor(path, name, max_memory)
     with f:
-        _require_valid(f.path, t)
-        _tier(device, t.n_rows * int(np.prod(t.element_shape, dtype=np.int64)), PAD_NUMBA_FROM)
+        require_valid(f.path, t)
+        tier(device, work(t), PAD_NUMBA_FROM)
         lvl = pad_level(t, level)
-        window = _offset_window(f.max_memory)
+        window = offset_window(f.max_memory)
         count = t.num_sequences(lvl)
 
         def lengths() -> Iterator[np.ndarray]:
@@ -505,7 +752,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
         # rows make it 0 bytes of data, so the steps count
         row_bytes = t.dtype.itemsize * int(np.prod(t.element_shape, dtype=np.int64))
         check_memory(maxlen * (row_bytes + 1), f.max_memory, f.path, f"one sequence padded to {maxlen:,} steps")
-        max_rows = _chunk_rows(t.element_shape, t.dtype, f.max_memory)
+        max_rows = chunk_rows(t.element_shape, t.dtype, f.max_memory)
         mask_rows = max(1, max_rows // max(maxlen, 1))  # no more sequences than a padded chunk, at a byte each
 
         def mask() -> Iterator[np.ndarray]:
@@ -513,7 +760,12 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
                 for a in range(0, len(block), mask_rows):
                     yield sequence_mask(block[a:a + mask_rows], maxlen)
 
-        padded = _padded_blocks(t, lvl, maxlen, pad_value, max_rows, window, device, truncate)
+        def runs_to_pad():  # the rows read and the padded rows of a run, in memory at once, within max_rows
+            for roff in row_offset_windows(t, lvl, window):
+                for a, b in runs([roff[1:] - roff[:-1] + maxlen], max_rows):
+                    yield t.read_rows(roff[a], roff[b]), roff[a:b + 1] - roff[a]
+
+        padded = ahead(lambda part: pad_rows(*part, maxlen, pad_value, truncate, device), runs_to_pad())
         # the first block before anything is written: a pad_value the dtype cannot hold, a device or a read that
         # fails, fails with nothing written (a stream gets no partial archive)
         first = next(padded, None)
@@ -525,38 +777,6 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
                                    ("mask", (count, maxlen), np.bool_, mask())])
     return {"output": str(output) if isinstance(output, (str, os.PathLike)) else "-",
             "shape": list(shape), "sequences": count, "maxlen": maxlen}
-
-
-def _truncated(rows: np.ndarray, roff: np.ndarray, maxlen: int, keep: str) -> LoDTensor:
-    """The sequences of ``rows`` (row offsets ``roff``, from 0) cut to ``maxlen`` rows: their head or their tail.
-
-    >>> _truncated(np.arange(6), np.array([0, 4, 6]), 3, "tail").to_nested()
-    [[1, 2, 3], [4, 5]]
-    """
-    lens = roff[1:] - roff[:-1]
-    kept = np.minimum(lens, maxlen)
-    starts = roff[:-1] if keep == "head" else roff[1:] - kept
-    ends = np.cumsum(kept)
-    index = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - kept, kept) + np.repeat(starts, kept)
-    return LoDTensor._trusted(rows[index], (np.concatenate([[0], ends]).astype(np.int64),))
-
-
-def _padded_blocks(t, level: int, maxlen: int, pad_value, max_rows: int, window: int,
-                   device: str, truncate: str | None = None) -> Iterator[np.ndarray]:
-    """``sequence_pad`` of ``level``'s sequences, a run at a time (its rows read and padded rows within ``max_rows``)."""
-    from ..ops import sequence_pad
-
-    for roff in row_offset_windows(t, level, window):
-        lens = roff[1:] - roff[:-1]
-        for a, b in runs([lens + maxlen], max_rows):  # the rows read and the padded rows, in memory at once
-            if truncate is not None:
-                chunk = _truncated(t.read_rows(roff[a], roff[b]), roff[a:b + 1] - roff[a], maxlen, truncate)
-            else:
-                chunk = LoDTensor._trusted(t.read_rows(roff[a], roff[b]), (roff[a:b + 1] - roff[a],))
-            padded = to_host(sequence_pad(chunk, pad_value=pad_value, maxlen=maxlen, device=device)[0])
-            del chunk  # one chunk's buffers at a time: freed before the next are made, so the heap stays flat
-            yield padded
-            del padded
 
 
 def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | None = None,
@@ -576,25 +796,24 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
     [[1, 2], [3]]
     """
     from ..atomic import refuse_output_over_input
-    from ..container.writer import save
+    from ..limits import resolve_max_memory
     from ..io.npy import load_npz_arrays
     from ..ops import sequence_unpad
 
-    _check_device(device)
-    from ..container.limits import resolve_max_memory
-
+    check_device(device)
     refuse_output_over_input(output, [npz])
-    limit = resolve_max_memory(max_memory)
-    arrays = load_npz_arrays(npz, required=("padded", "lengths"), max_memory=limit // 2)  # padded + its copy
-    result = sequence_unpad(arrays["padded"], arrays["lengths"], device=device).to("cpu")
-    kwargs = {"compression": compression} if compression else {}
-    save(output, {name: result}, overwrite=overwrite, force=force, **kwargs)
-    return OpResult(str(output), name, result.shape[0], len(result), result.lod_level, str(result.dtype))
+    sink = TensorSink(output, [name], compression=compression, overwrite=overwrite, force=force)
+    arrays = load_npz_arrays(npz, required=("padded", "lengths"),
+                             max_memory=resolve_max_memory(max_memory) // 2)  # padded + its copy
+    return run([arrays], lambda a: sequence_unpad(a["padded"], a["lengths"], device=device).to("cpu"), sink)
 
 
 def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory: int | None = None,
-              device: str = "cpu"):
+              device: str = "cpu", scheduler: str | None = None, workers: int | None = None,
+              partition_size: int | str | None = None):
     """The RNN packing plan of a level, from the offsets alone (its arrays on the host).
+
+    ``scheduler`` reads the partitions' offsets in parallel on Dask, then makes the plan once.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -603,19 +822,16 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
     >>> pack_plan(p).batch_sizes.tolist()
     [3, 2, 1]
     """
-    from ..container.limits import check_memory
-    from ..ops import pack_plan as plan_of
-
-    _check_device(device)
-    f, t = _open_tensor(path, name, max_memory)
+    if scheduler:
+        with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
+                      max_memory=max_memory, device=device) as (bag, kwargs):
+            return bag.pack_plan(level).compute(**kwargs)
+    check_device(device)
+    f, t = open_tensor(path, name, max_memory)
     with f:
         lod_only = read_lod_only(t)
-    if not lod_only.lod_level:
-        raise LodUsageError("a 0-level tensor has no sequences to plan")
-    if -lod_only.lod_level <= level < lod_only.lod_level:
-        # the plan has one batch size per step of the longest sequence (and counting-sort scratch as long):
-        # a file claiming one sequence of 2**40 empty rows must be refused, not allocated
-        offsets = lod_only.offsets[level]
-        longest = int((offsets[1:] - offsets[:-1]).max()) if len(offsets) > 1 else 0  # offsets [0]: none
-        check_memory(16 * (longest + 1), f.max_memory, f.path, f"the plan of a sequence of {longest:,} steps")
-    return plan_of(lod_only, level=level, device=device).to("cpu")
+    return plan_of(lod_only, level, f.max_memory, f.path, device)
+
+
+__all__ = ["pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan", "concat", "seq_slice", "erase",
+           "enumerate", "reshape", "lod_reset", "OpResult"]

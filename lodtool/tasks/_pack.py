@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
-from ..container.limits import resolve_max_memory
+from ..limits import resolve_max_memory
 from ..io._values import resolve_dtype
 
 #: ``dtype=`` for the narrowest integer dtype that holds every value (see :func:`pack`)

@@ -209,13 +209,19 @@ class dask_scheduler:
     process workers (h5py serializes calls within a process); ``threads`` runs
     Dask's local scheduler on a thread pool of its own, joined on leaving the
     block (so no task of a failed job still runs after it); anything else is a
-    scheduler address to connect to.
+    scheduler address to connect to, within ``timeout`` seconds (see
+    :func:`lodtool.interop.dask.connect`).  Without Dask installed it refuses
+    at once, naming the extra to install.
     """
 
-    def __init__(self, scheduler: str, workers: int | None = None):
+    def __init__(self, scheduler: str, workers: int | None = None, timeout: float | None = None):
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
             raise LodUsageError(f"--workers must be a positive integer, got {workers!r}")
-        self.scheduler, self.workers = scheduler, workers
+        try:
+            import dask  # noqa: F401
+        except ImportError:
+            raise LodUsageError("a Dask scheduler needs Dask: pip install 'lodtool[dask]'") from None
+        self.scheduler, self.workers, self.timeout = scheduler, workers, timeout
         self._client = self._cluster = self._pool = None
 
     def __enter__(self) -> dict:
@@ -239,10 +245,9 @@ class dask_scheduler:
                                          dashboard_address=":0", silence_logs=logging.ERROR)
             self._client = Client(self._cluster)
         else:
-            try:
-                self._client = Client(self.scheduler, timeout="10s")
-            except OSError as exc:
-                raise LodUsageError(f"cannot reach the Dask scheduler at {self.scheduler!r} ({exc})") from None
+            from ..interop.dask import connect
+
+            self._client = connect(self.scheduler, self.timeout)
         return {}
 
     def __exit__(self, *exc) -> None:
@@ -252,81 +257,3 @@ class dask_scheduler:
             self._client.close()
         if self._cluster is not None:
             self._cluster.close()
-
-
-def _is_folder_target(output: str) -> bool:
-    return output.endswith(os.sep) or output.endswith("/") or os.path.isdir(output)
-
-
-def on_dask(op: str, path: str | os.PathLike, output, *, scheduler: str, workers: int | None = None,
-            progress: Callable[[int, int], None] | None = None, name: str | None = None,
-            partition_size: int | str | None = None, compression: str | None = None, out_name: str | None = None,
-            max_memory: int | None = None, overwrite: bool = False, force: bool = False, **options):
-    """Run the operator ``op`` over a file or sharded folder on a Dask scheduler (``lodtool <op> --scheduler``).
-
-    Container outputs: a folder (a path ending in ``/``, or an existing folder)
-    gets one shard per partition, then the manifest; a file name gets the
-    shards merged into one container; ``overwrite`` and ``force`` are the
-    one-process rule for an output that exists (a folder holding a sharded
-    container counts as one tensor there).  ``pad`` writes its NPZ and
-    ``pack_plan`` returns the plan, as without a scheduler.  Each partition is
-    a range of whole top-level sequences of about ``partition_size`` bytes
-    (default :data:`lodtool.interop.dask.DEFAULT_PARTITION_SIZE`);
-    ``progress(done, total)`` counts partitions.
-
-    >>> import os, tempfile, numpy as np
-    >>> from lodtool import LoDTensor, save, load
-    >>> d = tempfile.mkdtemp()
-    >>> save(os.path.join(d, "x.lod.h5"), LoDTensor(np.arange(6.0), [[0, 2, 6]]))
-    >>> r = on_dask("pool", os.path.join(d, "x.lod.h5"), os.path.join(d, "p.lod.h5"), scheduler="sync")
-    >>> load(os.path.join(d, "p.lod.h5")).data.tolist(), r["sequences"]
-    ([1.0, 14.0], 2)
-    """
-    from ..interop.dask import DEFAULT_PARTITION_SIZE, read
-
-    path = os.fspath(path)
-    partition_size = DEFAULT_PARTITION_SIZE if partition_size is None else partition_size
-    if op == "expand":
-        y, y_name, ref_level = options.pop("y"), options.pop("y_name", None), options.pop("ref_level", -1)
-        bag = read(path, name, partition_size=partition_size, max_memory=max_memory).expand(y, y_name, ref_level)
-    else:
-        bag = read(path, name, partition_size=partition_size, max_memory=max_memory)
-    folder_output = op not in ("pad", "pack_plan") and _is_folder_target(os.fspath(output))
-    with _no_stray_shards(output if folder_output else None), dask_scheduler(scheduler, workers) as kwargs:
-        if op == "pad":
-            return bag.pad(**options).to_npz(output, progress=progress, **kwargs)
-        if op == "pack_plan":
-            plan = bag.pack_plan(**options)
-            return plan.compute(**kwargs)
-        if op == "pool":  # with index=True (Paddle's MaxIndex) the shards hold tensor NAME_index too
-            bag = bag.pool(return_index=options.pop("index", False), **options)
-        elif op in ("softmax", "reverse"):
-            bag = getattr(bag, op)(**options)
-        elif op != "expand":
-            raise LodUsageError(f"{op!r} does not run on Dask; choose pool, softmax, reverse, expand, pad or "
-                                "pack_plan")
-        output = os.fspath(output)
-        tensor_name = out_name or bag.name
-        if _is_folder_target(output):
-            _refuse_replacing(output, overwrite=overwrite, force=force, can_append=False)
-            manifest = bag.to_container(output, name=tensor_name, compression=compression, progress=progress,
-                                        **kwargs)
-            return _summary(output, manifest)
-        from ..container.shards import merge_into
-        from ..container.writer import LodWriter
-
-        writer_kwargs = {"compression": compression} if compression else {}
-        # the output is checked before anything is computed, as in one process
-        with LodWriter(output, overwrite=overwrite, force=force, **writer_kwargs) as w:
-            for n in bag._output_names(tensor_name):
-                w.check_name(n)
-            staging = tempfile.mkdtemp(prefix=".lodtool-shards-", dir=os.path.dirname(os.path.abspath(output)))
-            try:
-                manifest = bag.to_container(staging, name=tensor_name, compression=compression, progress=progress,
-                                            **kwargs)
-                merge_into(staging, w, max_memory=max_memory)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        out = _summary(output, manifest)
-        out.pop("shards")
-        return out

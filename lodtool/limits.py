@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import LodMemoryError, LodUsageError
+from .errors import LodMemoryError, LodUsageError
 
 #: the default limit never exceeds this
 DEFAULT_CAP = 4 << 30
