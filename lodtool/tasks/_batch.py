@@ -70,10 +70,10 @@ from typing import Any
 import numpy as np
 
 from ..container import checksum
-from ..container.limits import check_memory, resolve_max_memory
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodInputError, LodShapeError, LodUsageError, LodValidationError)
+from ..limits import check_memory, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
