@@ -91,7 +91,9 @@ def test_write_batches_as_npz(corpus, tmp_path):
     (["--max-tokens", "0"], "0"),
     (["--mode", "sideways", "--max-tokens", "4"], "sideways"),
     (["--boundaries", "a,b", "--mode", "buckets"], "comma-separated"),
-    (["--level", "1", "--mode", "pack"], "needs max_tokens"),
+    (["--level", "1", "--mode", "pack"], "needs --max-tokens"),  # the flags, not the library's parameter names
+    (["--level", "1"], "needs --max-tokens or --max-sequences"),
+    (["--level", "1", "--max-sequences", "6", "--multiple-of", "4"], "--max-sequences 6 is not a multiple of"),
 ])
 def test_usage_errors_exit_2(corpus, tmp_path, args, message):
     path, _, _ = corpus
@@ -114,7 +116,7 @@ def test_bad_files_are_one_line_errors(corpus, tmp_path):
     other = tmp_path / "other.npz"
     batch_plan(np.array([1, 2]), max_tokens=4).save(other)
     r = run("batch", path, "--plan", other, "--to", "npz", "-o", tmp_path / "o2")
-    assert r.exit_code == 2 and "plan is for 2" in r.output
+    assert r.exit_code == 1 and "plan is for 2" in r.output  # a data condition: 1 (2 is click's usage error)
     assert not (tmp_path / "o2").exists()
 
 
@@ -136,3 +138,76 @@ def test_a_sharded_folder_batches_like_its_file(corpus, tmp_path):
     for k, seq in enumerate(first["indices"]):
         n = lengths[seq]
         assert np.array_equal(first["values"][k, :n], data[rows[seq]:rows[seq + 1]])
+
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize("args", [
+    ["--max-tokens", HUGE], ["--max-sequences", HUGE], ["--multiple-of", HUGE], ["--seed", HUGE], ["--seed", "-1"],
+    ["--epoch", HUGE], ["--epoch", "-1"], ["--num-replicas", HUGE], ["--rank", HUGE], ["--max-length", HUGE],
+    ["--mode", "megabatch", "--megabatch-mult", HUGE], ["--level", HUGE], ["--mode", "buckets", "--boundaries", HUGE],
+    ["--mode", "buckets", "--boundaries", "4", "--bucket-batch-sizes", f"1,{HUGE}"],
+])
+def test_every_numeric_option_is_range_checked(corpus, args):
+    path, _, _ = corpus
+    r = run("batch", path, "--max-tokens", 256, *args) if "--max-tokens" not in args else run("batch", path, *args)
+    assert r.exit_code == 2, r.output
+    assert "internal error" not in r.output and "Traceback" not in r.output
+    assert args[-2] in r.output  # the flag given the bad value
+
+
+def test_an_existing_plan_file_is_replaced_only_with_overwrite(corpus, tmp_path):
+    path, _, _ = corpus
+    out = tmp_path / "plan.npz"
+    assert run("batch", path, "--level", 1, "--max-tokens", 256, "-o", out).exit_code == 0
+    before = out.read_bytes()
+    r = run("batch", path, "--level", 1, "--max-tokens", 512, "-o", out)
+    assert r.exit_code == 2 and "--overwrite" in r.output and "overwrite=True" not in r.output
+    assert out.read_bytes() == before
+    assert run("batch", path, "--level", 1, "--max-tokens", 512, "-o", out, "--overwrite").exit_code == 0
+    assert BatchPlan.load(out).options["max_tokens"] == 512
+
+
+def test_a_batch_folder_is_replaced_wholly_and_only_with_overwrite(corpus, tmp_path):
+    path, lengths, _ = corpus
+    out = tmp_path / "batches"
+    small, large = tmp_path / "small.npz", tmp_path / "large.npz"
+    batch_plan(path, level=1, max_tokens=128).save(small)
+    batch_plan(path, level=1, max_tokens=1024, seed=1).save(large)
+    assert run("batch", path, "--plan", small, "--to", "npz", "-o", out).exit_code == 0
+    first = sorted(p.name for p in out.iterdir())
+    r = run("batch", path, "--plan", large, "--to", "npz", "-o", out)
+    assert r.exit_code == 2 and "--overwrite" in r.output
+    assert sorted(p.name for p in out.iterdir()) == first
+    r = run("batch", path, "--plan", large, "--to", "npz", "-o", out, "--overwrite")
+    assert r.exit_code == 0, r.output
+    plan = BatchPlan.load(large)
+    files = sorted(out.iterdir())
+    assert len(files) == len(plan) < len(first)  # none of the first plan's batches is left
+    seen = sorted(s for f in files for s in np.load(f)["indices"].tolist())
+    assert seen == list(range(len(lengths)))  # every sentence once: no mix of two plans
+
+
+def test_stats_names_empty_sequences_and_keeps_to_the_memory_limit(tmp_path):
+    path = tmp_path / "empties.lod.h5"
+    lodtool.save(str(path), LoDTensor(np.arange(3), recursive_sequence_lengths=[[0, 2, 0, 0, 1]]))
+    r = run("batch", path, "--max-tokens", 4, "--stats")
+    assert r.exit_code == 0, r.output
+    assert "3 empty sequence(s) batched" in r.output
+    r = run("batch", path, "--max-tokens", 4, "-o", tmp_path / "plan.npz")
+    assert r.exit_code == 0 and "5 sequences, 3 of them empty" in r.output
+    r = run("batch", path, "--max-tokens", 4, "--stats", "--max-memory", "100")
+    assert r.exit_code == 1 and "memory limit" in r.output and "--max-memory" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_hostile_plans_are_one_line_errors(corpus, tmp_path):
+    path, _, _ = corpus
+    plan = batch_plan(path, level=1, max_tokens=256)
+    arrays = {k: getattr(plan, k) for k in ("lengths", "indices", "offsets", "padded_lengths", "repeat")}
+    for options in ({**plan.options, "seed": "x"}, {**plan.options, "epoch": -1}):
+        hostile = tmp_path / "hostile.npz"
+        np.savez(hostile, meta=np.array(json.dumps({"version": 1, "mode": plan.mode, "options": options})), **arrays)
+        r = run("batch", path, "--plan", hostile, "--stats")
+        assert r.exit_code == 1 and "damaged batch plan" in r.output and len(r.output.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ import pytest
 
 import lodtool
 from lodtool import LoDTensor
-from lodtool.errors import LodUsageError
+from lodtool.errors import LodInputError, LodUsageError
 from lodtool.tasks._batch import batch_plan
 
 torch = pytest.importorskip("torch")
@@ -53,9 +53,9 @@ def test_workers_after_the_main_process_read_open_their_own_file(corpus):
     path, lengths, _, _ = corpus
     ds = BatchDataset(path, max_tokens=128, mode="random", output="varlen")
     assert len(list(ds)) == len(ds)  # the main process opened the file first
-    parent = ds._reader._file
+    parent = ds._reader._source
     seen = [s for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2) for s in b["indices"].tolist()]
-    assert sorted(seen) == list(range(len(lengths))) and ds._reader._file is parent
+    assert sorted(seen) == list(range(len(lengths))) and ds._reader._source is parent
 
 
 def test_replicas_split_by_rank(corpus):
@@ -98,7 +98,7 @@ def test_main_process_reuses_buffers_and_pickles_without_a_file(corpus):
     b = next(it)["values"]
     assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone._reader._file is None
+    assert clone._reader._source is None
     assert len(list(clone)) == len(ds)
 
 
@@ -122,3 +122,36 @@ def test_set_epoch_replans(corpus):
     fixed = BatchDataset(path, batch_plan(path, max_tokens=128))
     with pytest.raises(LodUsageError, match="fixed plan"):
         fixed.set_epoch(1)
+
+
+def test_set_epoch_reshuffles_inside_persistent_workers(corpus):
+    path, lengths, _, _ = corpus
+    ds = BatchDataset(path, max_tokens=128, mode="sorted", output="varlen", seed=3)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+
+    def epoch(e):
+        ds.set_epoch(e)
+        return [b["indices"].tolist() for b in loader]
+
+    first, second = epoch(0), epoch(1)
+    assert first != second  # the workers kept no copy of epoch 0's plan
+    fresh = batch_plan(path, max_tokens=128, mode="sorted", seed=3, epoch=1)
+    assert sorted(second) == sorted(b.tolist() for b in fresh)
+    assert sorted(s for b in second for s in b) == list(range(len(lengths)))
+
+
+def test_empty_sequences_in_each_output(tmp_path):
+    lengths = [3, 0, 2, 0, 4]
+    path = str(tmp_path / "empties.lod.h5")
+    lodtool.save(path, LoDTensor(np.arange(9.0), recursive_sequence_lengths=[lengths]))
+    with pytest.raises(LodInputError, match="sequence 1 is empty; a PackedSequence"):  # up front, not in a worker
+        BatchDataset(path, max_sequences=5, mode="random", output="packed")
+    for output in ("padded", "jagged", "varlen"):
+        (b,) = list(BatchDataset(path, max_sequences=5, mode="random", output=output))
+        assert b["lengths"].tolist() == [lengths[s] for s in b["indices"].tolist()]
+        if output == "padded":
+            assert b["mask"].sum(1).tolist() == b["lengths"].tolist()
+        elif output == "jagged":
+            assert [t.shape[0] for t in b["values"].unbind()] == b["lengths"].tolist()
+        else:
+            assert torch.diff(b["cu_seqlens"]).tolist() == b["lengths"].tolist()

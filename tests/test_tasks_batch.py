@@ -1,6 +1,12 @@
-"""Batch plans (lodtool.tasks._batch): the anchors' semantics, budgets, replicas, packing, and the reader."""
+"""Batch plans (lodtool.tasks._batch; its kernels in lodtool.ops.batching): the anchors' semantics, budgets,
+replicas, packing, and the reader."""
 
 from __future__ import annotations
+
+import json
+import os
+import random
+import re
 
 import h5py
 import numpy as np
@@ -10,7 +16,8 @@ from hypothesis import strategies as st
 
 import lodtool
 from lodtool import LoDTensor
-from lodtool.errors import LodFormatError, LodUsageError, LodValidationError
+from lodtool.errors import LodFormatError, LodIndexError, LodInputError, LodUsageError, LodValidationError
+from lodtool.ops import batching as K
 from lodtool.tasks import _batch as B
 
 lengths_st = st.lists(st.integers(0, 40), min_size=0, max_size=120).map(lambda v: np.array(v, dtype=np.int64))
@@ -30,9 +37,9 @@ lengths_st = st.lists(st.integers(0, 40), min_size=0, max_size=120).map(lambda v
     ([], 10, 0, 1, []),
 ])
 def test_greedy_fixed_cases(lengths, max_tokens, max_sequences, multiple, ends):
-    got = B.greedy_batch_ends(np.array(lengths, dtype=np.int64), max_tokens, max_sequences, multiple)
+    got = K.greedy_batch_ends(np.array(lengths, dtype=np.int64), max_tokens, max_sequences, multiple)
     assert got.tolist() == ends
-    assert B._greedy_ends_reference(np.array(lengths), [len(lengths)] if lengths else [], max_tokens,
+    assert K._greedy_ends_reference(np.array(lengths), [len(lengths)] if lengths else [], max_tokens,
                                     max_sequences, multiple).tolist() == ends
 
 
@@ -46,8 +53,8 @@ def test_greedy_kernel_matches_reference(lengths, budget, max_sequences, multipl
     cuts = np.sort(np.random.default_rng(len(lengths)).integers(0, len(lengths) + 1, n_segments - 1))
     segments = np.concatenate([cuts, [len(lengths)]]).astype(np.int64)
     segments = np.unique(segments) if lengths.size else np.array([0], np.int64)
-    want = B._greedy_ends_reference(lengths, segments.tolist(), max_tokens, max_sequences, multiple)
-    got = B.greedy_batch_ends(lengths, max_tokens, max_sequences, multiple, segments)
+    want = K._greedy_ends_reference(lengths, segments.tolist(), max_tokens, max_sequences, multiple)
+    got = K.greedy_batch_ends(lengths, max_tokens, max_sequences, multiple, segments)
     assert got.tolist() == want.tolist()
     starts = np.concatenate([[0], got[:-1]])
     for a, b in zip(starts, got):
@@ -64,8 +71,8 @@ def test_greedy_kernel_matches_reference(lengths, budget, max_sequences, multipl
 @given(st.lists(st.integers(0, 64), max_size=150), st.integers(64, 200))
 def test_ffd_kernel_matches_reference(values, capacity):
     lengths = np.sort(np.array(values, dtype=np.int64))[::-1].copy()
-    bins, used = B.first_fit_decreasing(lengths, capacity)
-    assert bins.tolist() == B._ffd_reference(lengths, capacity).tolist()
+    bins, used = K.first_fit_decreasing(lengths, capacity)
+    assert bins.tolist() == K._ffd_reference(lengths, capacity).tolist()
     assert used == (int(bins.max()) + 1 if bins.size else 0)
     assert np.all(np.bincount(bins, weights=lengths, minlength=used) <= capacity)
 
@@ -119,7 +126,7 @@ def test_replicas_disjoint_cover_and_even(lengths, mode, replicas, budget, seed,
         elif mode != "buckets":
             assert np.all(padded <= opts["max_tokens"])
             assert np.all(p.batch_sizes <= opts["max_sequences"])
-        assert np.all(p.padded_lengths >= B._segment_max(lens, p.offsets))
+        assert np.all(p.padded_lengths >= K.segment_max(lens, p.offsets))
 
 
 @given(lengths_st.filter(lambda a: a.size > 0), st.sampled_from(B.MODES), st.integers(0, 5), st.integers(0, 3))
@@ -169,7 +176,7 @@ def _hf_get_length_grouped_indices(lengths, perm, batch_size, mega_batch_mult):
 def test_megabatch_order_matches_transformers(values, batch_size, mult):
     lengths = np.array(values)
     perm = np.random.default_rng(len(values)).permutation(len(values))
-    order, _ = B.megabatch_order(lengths, perm, batch_size * mult)
+    order, _ = K.megabatch_order(lengths, perm, batch_size * mult)
     assert order.tolist() == _hf_get_length_grouped_indices(lengths.tolist(), perm.tolist(), batch_size, mult)
 
 
@@ -196,7 +203,7 @@ def test_buckets_fixed_case():
     dropped = B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], bucket_batch_sizes=[2, 2, 2],
                            shuffle=False, drop_last=True)
     assert [b.tolist() for b in dropped] == [[0, 2], [1, 5], [3, 6], [4, 7]]
-    with pytest.raises(LodUsageError, match="below the last boundary"):
+    with pytest.raises(LodInputError, match="below the last boundary"):  # the data, not the options: exit 1
         B.batch_plan(lengths, mode="buckets", boundaries=[3, 6], max_tokens=12, pad_to_bucket_boundary=True)
 
 
@@ -210,20 +217,24 @@ def test_buckets_sizes_from_a_token_budget():
 # -- usage, oversize, truncation -----------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, message", [
     ({"mode": "bogus", "max_tokens": 8}, "mode 'bogus'"),
-    ({"mode": "sorted"}, "needs max_tokens or max_sequences"),
+    ({"mode": "sorted"}, r"needs max_tokens=\.\.\. or max_sequences=\.\.\."),  # keywords, which the CLI shows as flags
     ({"mode": "pack"}, "needs max_tokens"),
     ({"mode": "pack", "max_tokens": 8, "max_sequences": 2}, "tokens only"),
     ({"mode": "buckets", "max_tokens": 8}, "needs boundaries"),
     ({"max_tokens": 0}, "positive integer"),
     ({"max_sequences": 6, "multiple_of": 4}, "not a multiple"),
-    ({"max_tokens": 8, "num_replicas": 2, "rank": 2}, "rank must be"),
+    ({"max_tokens": 8, "num_replicas": 2, "rank": 2}, r"rank=\.\.\. must be"),
     ({"max_tokens": 8, "shuffle": False}, "buckets' only"),
     ({"max_tokens": 8, "boundaries": [3]}, "buckets' only"),
-    ({"max_tokens": 3}, "more than max_tokens=3"),
 ])
 def test_usage_errors(kwargs, message):
     with pytest.raises(LodUsageError, match=message):
         B.batch_plan(np.array([1, 4, 2]), **kwargs)
+
+
+def test_a_sequence_above_the_budget_is_a_data_error():
+    with pytest.raises(LodInputError, match="more than max_tokens=3"):  # exit 1, as bad data
+        B.batch_plan(np.array([1, 4, 2]), max_tokens=3)
 
 
 def test_oversize_skip_and_max_length():
@@ -278,7 +289,7 @@ def test_plan_from_container_reads_offsets(tmp_path):
     assert top.lengths.tolist() == [int(lengths[i:i + 2].sum()) for i in range(0, 101, 2)]
     with lodtool.open(path) as f:
         assert B.batch_plan(f.tensor(), level=-1, max_tokens=64).lengths.tolist() == lengths.tolist()
-    with pytest.raises(LodUsageError, match="level 2 is out of range"):
+    with pytest.raises(LodIndexError, match="level 2 is out of range"):  # as every operator says it (exit 1)
         B.batch_plan(path, level=2, max_tokens=64)
 
 
@@ -358,7 +369,7 @@ def test_batches_truncate(tmp_path, side):
 def test_batches_refuses_a_plan_for_another_file(tmp_path):
     path, _ = _container(tmp_path, [3, 1, 2, 2])
     plan = B.batch_plan(np.array([3, 1, 2]), max_tokens=8)
-    with pytest.raises(LodUsageError, match="plan is for 3"):
+    with pytest.raises(LodInputError, match="plan is for 3"):  # a data condition (exit 1), no longer a usage error
         next(lodtool.batches(path, plan, tensor=None))
     with pytest.raises(LodUsageError, match="output"):
         next(lodtool.batches(path, max_tokens=8, level=1, output="nope"))
@@ -384,9 +395,10 @@ def test_reader_across_many_chunks_with_evictions(tmp_path, mode, output):
                 got = [b["values"][bounds[k]:bounds[k + 1]] for k in range(len(b["indices"]))]
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
             seen += len(b["indices"])
-        assert reader._c_slots >= 2
+        cache = reader._source.cache
+        assert cache.slots >= 2
         if mode != "pack":  # packed rows gather short sequences from everywhere: the cache may grow to all
-            assert reader._c_slots < reader._c_n_blocks  # so it evicted
+            assert cache.slots < cache.n_blocks  # so it evicted
     assert seen == 3000
 
 
@@ -436,3 +448,234 @@ def _top(t, a, b):
     lo, hi = int(o0[a]), int(o0[b])
     rows = o1[lo:hi + 1]
     return LoDTensor(t.data[int(rows[0]):int(rows[-1])], [list(o0[a:b + 1] - o0[a]), list(rows - rows[0])])
+
+
+# -- hostile plans and sources -------------------------------------------------------------------------
+def test_a_plan_for_another_file_of_as_many_sequences_is_refused(tmp_path):
+    a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
+    b, _ = _container(tmp_path, [3, 2, 2, 2], name="b.lod.h5")  # every sequence as long or longer: it used to pass
+    plan = B.batch_plan(a, level=1, max_tokens=8)
+    plan.save(tmp_path / "plan.npz")
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(b, str(tmp_path / "plan.npz")))
+    # lengths that differ only above max_length clip to the same plan: the fingerprint still tells them apart
+    c, _ = _container(tmp_path, [3, 1, 2, 5], name="c.lod.h5")
+    clipped = B.batch_plan(a, level=1, max_tokens=8, max_length=2)
+    assert np.array_equal(clipped.lengths, B.batch_plan(c, level=1, max_tokens=8, max_length=2).lengths)
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(c, clipped))
+    assert len(list(lodtool.batches(a, clipped))) == len(clipped)
+    # the random baseline of a clipped plan keeps the source's fingerprint
+    assert len(list(lodtool.batches(a, clipped.random_baseline()))) == len(clipped.random_baseline())
+
+
+def test_a_plan_saved_without_a_fingerprint_is_read_when_its_lengths_match(tmp_path):
+    a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
+    b, _ = _container(tmp_path, [2, 2, 3, 1], name="b.lod.h5")
+    plan = B.batch_plan(a, level=1, max_tokens=8)
+    del plan.options["source_digest"]  # as lodtool wrote plans before it kept one
+    plan.save(tmp_path / "old.npz")
+    old = B.BatchPlan.load(tmp_path / "old.npz")
+    assert len(list(lodtool.batches(a, old))) == len(old)
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(b, old))
+
+
+def _saved(tmp_path, **changes):
+    plan = B.batch_plan(np.array([3, 1, 2, 2]), max_tokens=8)
+    arrays = {k: getattr(plan, k) for k in B.PLAN_ARRAYS}
+    meta = {"version": B.PLAN_VERSION, "mode": plan.mode, "options": plan.options}
+    for key, value in changes.items():
+        if key in arrays:
+            arrays[key] = value
+        else:
+            meta["options"] = {**meta["options"], key: value}
+    path = tmp_path / "hostile.npz"
+    np.savez(path, meta=np.array(json.dumps(meta) if "raw_meta" not in changes else changes["raw_meta"]), **arrays)
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"seed": "7"}, "option seed"),
+    ({"epoch": -1}, "option epoch"),
+    ({"max_tokens": [[[]]]}, "option max_tokens"),
+    ({"padded_lengths": np.array([2 ** 62] * 2)}, "too large"),
+    ({"lengths": np.array([2 ** 62, 1, 2, 2])}, "too large"),
+])
+def test_hostile_saved_plans_are_one_line_format_errors(tmp_path, changes, message):
+    with pytest.raises(LodFormatError, match=message):
+        B.BatchPlan.load(_saved(tmp_path, **changes))
+
+
+def test_deeply_nested_plan_metadata_is_a_format_error(tmp_path):
+    path = tmp_path / "deep.npz"
+    arrays = {k: getattr(B.batch_plan(np.array([1]), max_tokens=8), k) for k in B.PLAN_ARRAYS}
+    np.savez(path, meta=np.array("[" * 100_000 + "]" * 100_000), **arrays)
+    with pytest.raises(LodFormatError, match="no readable metadata"):
+        B.BatchPlan.load(path)
+
+
+def test_plan_options_of_the_wrong_kind_are_usage_errors():
+    lengths = np.array([3, 1, 2])
+    for kwargs, message in [({"seed": "7"}, "seed=... must be"), ({"epoch": -1}, "epoch=... must be"),
+                            ({"seed": -3}, "seed=... must be"), ({"max_tokens": 2 ** 64}, "max_tokens=... must be"),
+                            ({"mode": "buckets", "boundaries": [[1]]}, "boundaries=... must be"),
+                            ({"mode": "buckets", "boundaries": "12"}, "boundaries=... must be")]:
+        with pytest.raises(LodUsageError, match=re.escape(message)):
+            B.batch_plan(lengths, **{"max_tokens": 8, **kwargs})
+
+
+def _npy_member(shape, dtype="<i8", body=b""):
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue() + body
+
+
+def test_a_plan_claiming_huge_arrays_is_refused_before_allocating(tmp_path):
+    import tracemalloc
+    import zipfile
+
+    good = B.batch_plan(np.array([3, 1]), max_tokens=8)
+    good.save(tmp_path / "good.npz")
+    claims = tmp_path / "claims.npz"  # a lengths header claiming 2**40 entries, with no data behind it
+    bomb = tmp_path / "bomb.npz"  # a lengths member that inflates to 64 MiB of zeros from 64 KiB
+    with zipfile.ZipFile(tmp_path / "good.npz") as z, zipfile.ZipFile(claims, "w") as c, \
+            zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as d:
+        for info in z.infolist():
+            data = z.read(info)
+            if info.filename == "lengths.npy":
+                c.writestr(info.filename, _npy_member((2 ** 40,)))
+                d.writestr(info.filename, _npy_member((8 << 20,), body=bytes(64 << 20)))
+            else:
+                c.writestr(info.filename, data)
+                d.writestr(info.filename, data)
+    tracemalloc.start()
+    with pytest.raises(lodtool.LodMemoryError, match="memory limit"):
+        B.BatchPlan.load(claims)
+    with pytest.raises(lodtool.LodMemoryError, match="memory limit"):
+        B.BatchPlan.load(bomb, max_memory=16 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 << 20
+
+
+def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
+    import tracemalloc
+
+    n = 200_000  # every sequence empty: the costliest kind per sequence
+    path = str(tmp_path / "empty.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(0, np.int32), [np.zeros(n + 1, np.int64)]))
+    tracemalloc.start()
+    result = B.batch(path, max_tokens=64, report=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result.report["plan"]["empty"] == n
+    assert peak <= B.PLAN_BYTES_PER_SEQUENCE * n + (1 << 20)
+    with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
+        B.batch(path, max_tokens=64, report=True, max_memory=B.PLAN_BYTES_PER_SEQUENCE * n // 2)
+
+
+def test_damaged_in_memory_plan_is_refused_by_the_reader(tmp_path):
+    path, _ = _container(tmp_path, [3, 1, 2, 2])
+    plan = B.batch_plan(path, level=1, max_tokens=8)
+    plan.padded_lengths[:] = 2 ** 62
+    with pytest.raises(LodUsageError, match="damaged batch plan"):
+        B.BatchReader(path, plan)
+    plan = B.batch_plan(path, level=1, max_sequences=1, mode="buckets", boundaries=[2 ** 40],
+                        pad_to_bucket_boundary=True)
+    with pytest.raises(lodtool.LodMemoryError, match="largest batch"):  # 2**40 - 1 rows of padding
+        next(lodtool.batches(path, plan))
+
+
+def test_every_name_the_batching_docs_give_imports_from_there():
+    import importlib
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "batching.md").read_text()
+    names = set(re.findall(r"\blodtool(?:\.[A-Za-z_]\w*)+", text))
+    names |= {f"{module}.{name}" for module, name in re.findall(r"from (lodtool[\w.]*) import (\w+)", text)}
+    assert {"lodtool.BatchPlan", "lodtool.interop.torch.BatchDataset"} <= names
+    for name in sorted(names):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ModuleNotFoundError:
+                continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+
+
+def test_a_float_pad_value_follows_the_operators_rule(tmp_path):
+    path = str(tmp_path / "f.lod.h5")
+    lodtool.save(path, LoDTensor(np.arange(4, dtype=np.float32), recursive_sequence_lengths=[[3, 1]]))
+    (b,) = list(lodtool.batches(path, max_sequences=2, pad_value=0.1))  # 0.1 is no float32, yet fills as one
+    assert b["values"][~b["mask"]].tolist() == [np.float32(0.1)] * 2
+    with pytest.raises(LodUsageError, match="does not fit"):
+        next(lodtool.batches(path, max_sequences=2, pad_value=[1, 2]))
+
+
+def test_an_in_memory_tensor_is_a_source_as_its_file_is(tmp_path):
+    lengths = np.random.default_rng(5).integers(0, 20, 41)
+    path, t = _container(tmp_path, lengths)
+    in_memory = B.batch_plan(t, level=1, max_tokens=40)
+    from_file = B.batch_plan(path, level=1, max_tokens=40)
+    assert in_memory.indices.tolist() == from_file.indices.tolist()
+    assert in_memory.options["source_digest"] == from_file.options["source_digest"]
+    assert len(list(lodtool.batches(path, in_memory))) == len(in_memory)
+
+
+FUZZ_SEED = int(os.environ.get("LODTOOL_FUZZ_SEED", "0"))
+#: sizes a swapped word claims: negative, past 2**31, gigabytes, far past any memory
+HOSTILE_INTS = (-1, -(1 << 40), (1 << 31) - 1, 1 << 31, 3 << 30, 1 << 40, 1 << 62, (1 << 63) - 1)
+
+
+def _mangled_bytes(blob: bytes, rng: random.Random) -> bytes:
+    data = bytearray(blob)
+    kind = rng.choice(("flip", "cut", "word", "word", "dup"))
+    at = rng.randrange(len(data))
+    if kind == "flip":
+        data[at] ^= 1 << rng.randrange(8)
+    elif kind == "cut":
+        del data[at:]
+    elif kind == "word":  # a value, or a header's size
+        at -= at % 8
+        data[at:at + 8] = rng.choice(HOSTILE_INTS).to_bytes(8, "little", signed=True)
+    else:
+        data[at:at] = data[at:at + rng.randrange(1, 64)]
+    return bytes(data)
+
+
+def _mangle_plan(path, rng: random.Random) -> None:
+    """Mangle one member of a saved plan and zip it again (most variants), or the zip's own bytes."""
+    import zipfile
+
+    if rng.random() < 0.2:
+        path.write_bytes(_mangled_bytes(path.read_bytes(), rng))
+        return
+    with zipfile.ZipFile(path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    victim = rng.choice(sorted(members))
+    members[victim] = _mangled_bytes(members[victim], rng)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+@pytest.mark.parametrize("variant", range(200 if os.environ.get("LODTOOL_TEST_PROFILE") == "long" else 40))
+def test_fuzzed_saved_plans_load_and_read_or_fail_in_one_line(tmp_path, variant):
+    # the seed is in pytest's header (LODTOOL_FUZZ_SEED); a failure names the variant
+    path, _ = _container(tmp_path, [3, 1, 2, 2, 0, 5, 4])
+    plan_file = tmp_path / "plan.npz"
+    B.batch_plan(path, level=1, max_tokens=8, num_replicas=2, rank=1).save(plan_file)
+    _mangle_plan(plan_file, random.Random(FUZZ_SEED * 100_003 + variant))
+    try:
+        plan = B.BatchPlan.load(plan_file, max_memory=16 << 20)
+        for output in B.OUTPUTS:
+            for _ in lodtool.batches(path, plan, output=output, max_memory=16 << 20):
+                pass
+    except lodtool.LodError as exc:
+        assert "\n" not in str(exc) and str(exc), f"seed {FUZZ_SEED}, variant {variant}"

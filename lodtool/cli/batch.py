@@ -7,12 +7,6 @@ import click
 from . import _options as opt
 
 MODES = ["sorted", "megabatch", "buckets", "pack", "random"]
-#: plan options that a saved plan (--plan) already fixes
-_PLAN_OPTIONS = ("max_tokens", "max_sequences", "mode", "seed", "epoch", "num_replicas", "rank", "multiple_of",
-                 "drop_last", "max_length", "oversize", "boundaries", "bucket_batch_sizes", "pad_to_bucket_boundary",
-                 "megabatch_mult", "level")
-
-
 def _int_list(ctx, param, value):
     if value is None:
         return None
@@ -46,7 +40,7 @@ def _number(ctx, param, value):
 @click.option("--max-sequences", type=click.IntRange(min=1), default=None, help="Sequences per batch.")
 @click.option("--multiple-of", type=click.IntRange(min=1), default=None,
               help="Batch sizes are multiples of this (fairseq's required_batch_size_multiple).")
-@click.option("--seed", type=int, default=None, help="Random seed (default 0).")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed (default 0).")
 @click.option("--epoch", type=click.IntRange(min=0), default=None, help="Epoch: reshuffles per epoch (default 0).")
 @click.option("--num-replicas", type=click.IntRange(min=1), default=None, help="Data-parallel replicas (default 1).")
 @click.option("--rank", type=click.IntRange(min=0), default=None, help="This replica's rank (default 0).")
@@ -74,12 +68,15 @@ def _number(ctx, param, value):
               help="Which end of a clipped sequence is dropped (with --to; default tail).")
 @click.option("--pad-value", callback=_number, default=None, metavar="NUMBER",
               help="What fills the padding of --layout padded (default 0; must fit the data's dtype).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the -o plan file, or every batch file in the -o folder of --to npz.")
 @click.option("--stats", is_flag=True, help="Show the plan's padding waste beside random batching, and the lengths.")
+@opt.max_memory_option
 @opt.json_option
 @click.pass_context
 def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, seed, epoch, num_replicas, rank,
           drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, megabatch_mult,
-          plan_path, output, to, layout, truncate, pad_value, stats, as_json):
+          plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
     plan, show its padding waste, or write each batch as an NPZ.  FILE is a
     container or a sharded folder (its shards in order, as one tensor).
@@ -90,7 +87,8 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
     buckets    tf.data's bucket_by_sequence_length: --boundaries, sizes per bucket
     pack       first-fit-decreasing rows of --max-tokens (cu_seqlens, position_ids)
     random     the baseline
-    Lengths count data rows of the sequences of --level.
+    Lengths count data rows of the sequences of --level.  An -o plan file, or
+    batch files in the -o folder, are replaced only with --overwrite.
 
     \b
     Example:
@@ -126,8 +124,9 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
             progress(None, "batches", writing and not opt.is_quiet(ctx) and not as_json) as tick:
         result = tasks.batch(path, plan_path, tensor=name, save_to=None if writing else output,
                              write_to=output if writing else None, layout=layout, truncate=truncate,
-                             pad_value=0 if pad_value is None else pad_value,
-                             report=show, progress=tick if writing else None, **given)
+                             pad_value=0 if pad_value is None else pad_value, report=show,
+                             progress=tick if writing else None, overwrite=overwrite,
+                             max_memory=opt.parse_size(max_memory), **given)
     if writing:
         if as_json:
             opt.emit_json(result.written)
@@ -137,8 +136,9 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
         return
     if result.saved is not None and not as_json:
         s = result.plan.stats()
-        opt.message(ctx, f"planned {s['batches']:,} batches of {s['sequences']:,} sequences ({result.plan.mode}, "
-                         f"padding waste {s['padding_waste']:.1%}) into {output}")
+        empty = f", {s['empty']:,} of them empty" if s["empty"] else ""
+        opt.message(ctx, f"planned {s['batches']:,} batches of {s['sequences']:,} sequences{empty} "
+                         f"({result.plan.mode}, padding waste {s['padding_waste']:.1%}) into {output}")
     if as_json:
         opt.emit_json(result.report if show else result.plan.stats())
     elif show:
@@ -165,6 +165,9 @@ def _render_report(report: dict) -> None:
         extra.append(f"{plan['repeats']} batch(es) repeated to even out the replicas")
     if plan["skipped"]:
         extra.append(f"{plan['skipped']:,} sequence(s) longer than --max-tokens skipped")
+    if plan["empty"]:
+        extra.append(f"{plan['empty']:,} empty sequence(s) batched: they cost no tokens, so only --max-sequences "
+                     "bounds how many share a batch")
     if extra:
         print_(Text("; ".join(extra)))
     print_(Text(histogram_text(report["histogram"]["edges"], report["histogram"]["counts"])))

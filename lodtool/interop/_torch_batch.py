@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LodUsageError
+from ..errors import LodInputError, LodUsageError
 from ..tasks._batch import DEFAULT_CACHE_BYTES, BatchPlan, BatchReader, as_plan
 
 TORCH_OUTPUTS = ("padded", "jagged", "packed", "varlen")
@@ -42,6 +42,9 @@ class _BatchDatasetMixin:
 
     plus ``indices`` (the source sequences) and ``repeat`` (a batch repeated to
     even out the replicas).  Use it with ``DataLoader(ds, batch_size=None)``.
+    An empty sequence is a row of padding, or a zero-length component or
+    segment; ``packed`` refuses a plan that holds one when the dataset is made
+    (a ``PackedSequence`` cannot hold it).
 
     With ``num_workers > 0`` each worker opens the file itself, on its first
     batch (the dataset pickles without an open handle), and takes every
@@ -49,12 +52,14 @@ class _BatchDatasetMixin:
     share the reader's reused buffers, so **a batch is valid until the next
     one** (``reuse_buffers=False`` gives fresh tensors instead); a worker's
     batches cross to the main process as copies anyway.  :meth:`set_epoch`
-    re-plans for the next epoch, as ``DistributedSampler.set_epoch`` does.
+    re-plans for the next epoch, as ``DistributedSampler.set_epoch`` does; the
+    epoch is kept in shared memory, so that workers a ``DataLoader`` keeps
+    (``persistent_workers=True``) re-plan too.
 
     >>> import os, tempfile, numpy as np, lodtool
     >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
     >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 10), recursive_sequence_lengths=[[3, 1, 4, 1]]))
-    >>> from lodtool.interop._torch_batch import BatchDataset
+    >>> from lodtool.interop.torch import BatchDataset
     >>> ds = BatchDataset(p, max_tokens=8, mode="pack", output="varlen")
     >>> [b["cu_seqlens"].tolist() for b in ds]
     [[0, 4, 7, 8], [0, 1]]
@@ -69,17 +74,23 @@ class _BatchDatasetMixin:
         if output not in TORCH_OUTPUTS:
             raise LodUsageError(f"output {output!r} is not one of {', '.join(TORCH_OUTPUTS)}")
         self.path = os.fspath(path)
-        if plan is None:
-            plan_options.setdefault("tensor", tensor)
-            self.plan = as_plan(None, self.path, **plan_options)
-            self._plan_options = plan_options
-        else:
-            self.plan = as_plan(plan, **plan_options)
-            self._plan_options = None
         self.output = output
+        self._plan_options = dict(plan_options, tensor=tensor) if plan is None else None  # to re-plan from
         self._read_options = {"output": _READ_AS[output], "truncate": truncate, "pad_value": pad_value,
                               "tensor": tensor, "cache_bytes": cache_bytes, "reuse_buffers": reuse_buffers}
-        self._reader = BatchReader(self.path, self.plan, **self._read_options)
+        self._use(as_plan(plan, self.path, tensor=tensor, **plan_options))
+        # the epoch every process re-plans for: set in the main process, read by each worker
+        self._epoch = _torch().tensor(self.plan.options.get("epoch", 0)).share_memory_()
+
+    def _use(self, plan: BatchPlan) -> None:
+        if self.output == "packed":
+            lens = plan.lengths[plan.indices]
+            if not lens.all():
+                first = int(plan.indices[lens == 0].min())
+                raise LodInputError(f"{self.path}: sequence {first} is empty; a PackedSequence cannot hold one "
+                                    "(use output='padded' or 'varlen')")
+        self.plan = plan
+        self._reader = BatchReader(self.path, plan, **self._read_options)
 
     def set_epoch(self, epoch: int) -> None:
         """Plan the batches of ``epoch`` (as ``DistributedSampler.set_epoch``); call it before each epoch's loop.
@@ -89,10 +100,13 @@ class _BatchDatasetMixin:
         """
         if self._plan_options is None:
             raise LodUsageError("this BatchDataset was given a fixed plan; make it from plan options to set_epoch")
-        self._plan_options["epoch"] = int(epoch)
-        self.plan = as_plan(None, self.path, **self._plan_options)
+        self._replan(epoch)
+        self._epoch.fill_(int(epoch))
+
+    def _replan(self, epoch: int) -> None:
+        plan = as_plan(None, self.path, **{**self._plan_options, "epoch": epoch})
         self._reader.close()
-        self._reader = BatchReader(self.path, self.plan, **self._read_options)
+        self._use(plan)
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -102,6 +116,9 @@ class _BatchDatasetMixin:
 
     def __iter__(self) -> Iterator[dict]:
         torch = _torch()
+        epoch = int(self._epoch)
+        if self._plan_options is not None and epoch != self.plan.options.get("epoch", 0):
+            self._replan(epoch)  # a worker kept since an earlier epoch
         info = torch.utils.data.get_worker_info()
         ids = range(len(self.plan))
         in_worker = info is not None
@@ -119,9 +136,6 @@ class _BatchDatasetMixin:
         if self.output in ("padded", "packed"):
             values, lengths = tensor(b["values"]), tensor(b["lengths"])
             if self.output == "packed":
-                if b["lengths"].size and b["lengths"].min() == 0:
-                    raise LodUsageError(f"{self.path}: batch {b['batch']} holds an empty sequence; "
-                                        "a PackedSequence cannot (use output='padded' or 'varlen')")
                 out["values"] = torch.nn.utils.rnn.pack_padded_sequence(values, lengths, batch_first=True,
                                                                         enforce_sorted=False)
             else:

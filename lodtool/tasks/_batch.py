@@ -39,6 +39,10 @@ by repeating batches from its start, as torch's ``DistributedSampler`` repeats
 samples, and :attr:`BatchPlan.repeat` marks those repeats (the batches that are
 not repeats are disjoint across ranks and cover every sequence once).
 
+This module orchestrates: the array passes of the planner are compiled
+kernels in :mod:`lodtool.ops.batching`, and the data is read through the
+stored tensor's ``read_offsets`` and ``read_rows``.
+
 >>> import numpy as np
 >>> plan = batch_plan(np.array([5, 1, 3, 8, 2, 2, 7, 4]), max_tokens=16, mode="sorted")
 >>> sorted(len(b) for b in plan), plan.stats()["tokens"]
@@ -47,43 +51,61 @@ not repeats are disjoint across ranks and cover every sequence once).
 True
 """
 
+
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import os
+import re
+import shutil
+import tokenize
+import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._jit import kernel
+from ..container import checksum
+from ..container.writer import chunk_rows
+from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
+                      LodInputError, LodShapeError, LodUsageError, LodValidationError)
+from ..limits import check_memory, resolve_max_memory
+from ..lod import find_lod_problems, level_position
+from ..ops._segments import _ramp
+from ..ops._util import cast_value
+from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
+                            plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
-from ..errors import LodFormatError, LodUsageError, LodValidationError
-from ..lod import find_lod_problems
+from ..tensor import TensorView
 
 MODES = ("sorted", "megabatch", "buckets", "pack", "random")
 OUTPUTS = ("padded", "jagged-numpy", "varlen")
 TRUNCATE = ("head", "tail")
 #: version of the saved plan's layout (``.npz``)
 PLAN_VERSION = 1
+#: the arrays of a saved plan, beside its ``meta``
+PLAN_ARRAYS = ("lengths", "indices", "offsets", "padded_lengths", "repeat")
 #: rows of data cached per reader (decoded chunks), unless ``cache_bytes`` says otherwise
 DEFAULT_CACHE_BYTES = 256 << 20
+#: the largest value a count option may take (the kernels count in int64)
+INT64_MAX = int(np.iinfo(np.int64).max)
+#: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
+FOLDER_READ_BYTES = 1 << 20
+#: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
+#: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
+PLAN_BYTES_PER_SEQUENCE = 96
 
 
-# -- the one place that knows the container's reader and the kernel decorator --------------------------
-def _open_container(path):
+# -- the source: a container or sharded folder, a stored tensor, or lengths ----------------------------
+def _open_container(path, max_memory: int | None = None):
     """A container file or a sharded folder (one logical tensor, read through its manifest)."""
     from ..container.shards import open_path
 
-    return open_path(path)
-
-
-def _chunk_rows(tensor) -> int | None:
-    """Rows per HDF5 chunk of a stored tensor's data (the reader decodes whole chunks)."""
-    chunks = getattr(getattr(tensor, "_data", None), "chunks", None)
-    return int(chunks[0]) if chunks else None
+    return open_path(path, max_memory=max_memory)
 
 
 class _OffsetsInMemory:
@@ -100,13 +122,20 @@ class _OffsetsInMemory:
         return self._offsets[level][start:stop]
 
 
-def _is_lazy_tensor(obj) -> bool:
-    return hasattr(obj, "read_offsets") and hasattr(obj, "read_rows") and hasattr(obj, "level_sizes")
+def _level_of(tensor, level: int, where: str) -> int:
+    """``level`` as a position among the tensor's levels; a tensor without levels has no sequences to batch."""
+    if tensor.lod_level == 0:
+        raise LodInputError(f"{where}: the tensor has no LoD levels, so no sequences to batch")
+    try:
+        return level_position(level, tensor.lod_level)
+    except LodIndexError as exc:
+        raise LodIndexError(f"{where}: {exc}") from None
 
 
-# -- lengths from offsets ------------------------------------------------------------------------------
-def sequence_rows(tensor, level: int = 0) -> np.ndarray:
+def sequence_rows(tensor, level: int = 0, where: str = "source") -> np.ndarray:
     """Row offsets of each sequence of ``level`` (``n + 1`` int64 values), from validated offsets only.
+
+    ``where`` (the file's path) starts every error message.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -118,17 +147,11 @@ def sequence_rows(tensor, level: int = 0) -> np.ndarray:
     ...     sequence_rows(f.tensor(), 0).tolist(), sequence_rows(f.tensor(), 1).tolist()
     ([0, 4, 7], [0, 2, 4, 7])
     """
-    n_levels = tensor.lod_level
-    where = getattr(tensor, "_path", "source")
-    if n_levels == 0:
-        raise LodUsageError(f"{where}: tensor {tensor.name!r} has no LoD levels, so no sequences to batch")
-    if not isinstance(level, (int, np.integer)) or not -n_levels <= level < n_levels:
-        raise LodUsageError(f"{where}: level {level} is out of range for a tensor with {n_levels} LoD level(s)")
-    level = int(level) % n_levels
-    offsets = [tensor.read_offsets(k) for k in range(n_levels)]
+    level = _level_of(tensor, level, where)
+    offsets = [tensor.read_offsets(k) for k in range(tensor.lod_level)]
     problems = find_lod_problems(offsets, tensor.n_rows, max_problems=1)
     if problems:  # untrusted offsets never index anything
-        raise LodValidationError(f"{where}: tensor {tensor.name!r}: {problems[0]}")
+        raise LodValidationError(f"{where}: {problems[0]}")
     count = max(int(offsets[level].shape[0]) - 1, 0)
     if count == 0:
         return np.zeros(1, dtype=np.int64)
@@ -137,317 +160,42 @@ def sequence_rows(tensor, level: int = 0) -> np.ndarray:
     return np.ascontiguousarray(rows, dtype=np.int64)
 
 
-def _source_lengths(source, level: int, tensor: str | None) -> tuple[np.ndarray, dict]:
+def lengths_digest(lengths: np.ndarray) -> str:
+    """The fingerprint a plan keeps of its source: ``xxh3_64`` of the sequences' lengths (int64, unclipped).
+
+    >>> lengths_digest(np.array([3, 1])) == lengths_digest(np.array([3, 1])) != lengths_digest(np.array([1, 3]))
+    True
+    """
+    hasher = checksum.new_hasher()
+    checksum.update(hasher, np.asarray(lengths, dtype=np.int64))
+    return checksum.format_digest(hasher)
+
+
+def _check_plan_memory(count: int, limit: int, where: str) -> None:
+    check_memory(count * PLAN_BYTES_PER_SEQUENCE, limit, where, f"the batch plan of {count:,} sequences")
+
+
+def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None) -> tuple[np.ndarray, dict]:
     """(lengths in rows, a description) of ``source``: a container or sharded folder, a lazy tensor or an array."""
     if isinstance(source, (str, os.PathLike)):
-        with _open_container(source) as f:
+        where = os.fspath(source)
+        with _open_container(source, max_memory) as f:
             t = f.tensor(tensor)
-            rows = sequence_rows(t, level)
-            return np.diff(rows), {"source": os.fspath(source), "tensor": t.name}
-    if _is_lazy_tensor(source):
-        return np.diff(sequence_rows(source, level)), {"tensor": source.name}
+            _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
+            rows = sequence_rows(t, level, where)
+            return np.diff(rows), {"source": where, "tensor": t.name}
+    if isinstance(source, TensorView):  # a stored tensor, a folder's, or one in memory
+        return np.diff(sequence_rows(source, level)), {"tensor": getattr(source, "name", None)}
     lengths = np.asarray(source)
     if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
         raise LodUsageError(f"lengths must be a 1-d integer array, not {lengths.dtype} of shape {lengths.shape}")
+    if lengths.size and lengths.dtype == np.uint64 and lengths.max() > np.iinfo(np.int64).max:
+        raise LodUsageError(f"length[{int(np.argmax(lengths))}] = {int(lengths.max())} does not fit int64")
     lengths = lengths.astype(np.int64, copy=False)
     if lengths.size and lengths.min() < 0:
         raise LodUsageError(f"length[{int(np.argmin(lengths))}] = {int(lengths.min())} is negative")
     return lengths, {}
 
-
-# -- kernels -------------------------------------------------------------------------------------------
-def _greedy_ends_reference(lengths, segment_ends, max_tokens, max_sequences, multiple):
-    """Batch ends of fairseq's greedy pass (``batch_by_size_vec``), run on each segment; plain Python.
-
-    Within a segment the pass keeps a *running batch* ``[start, end)`` and a
-    *tail* ``[end, pos]``.  The tail joins the batch whenever the two together
-    have a size below ``multiple`` or a multiple of it; when they would break a
-    limit the batch is closed and the tail starts the next one (if the tail alone
-    breaks the token limit, it is closed too, without ``pos``).
-    """
-    out = []
-    seg_start = 0
-    for seg_end in segment_ends:
-        batch_start = batch_end = seg_start
-        batch_max = tail_max = 0
-        for pos in range(seg_start, seg_end):
-            tail_max = max(tail_max, lengths[pos])
-            count = pos + 1 - batch_start
-            new_max = max(batch_max, tail_max)
-            overflow = (0 < max_sequences < count) or (0 < max_tokens < count * new_max)
-            if overflow:
-                if 0 < max_tokens < tail_max * (pos + 1 - batch_end):
-                    out.append(batch_end)
-                    batch_end = pos
-                    tail_max = lengths[pos]
-                out.append(batch_end)
-                batch_start = batch_end
-                new_max = tail_max
-            count = pos + 1 - batch_start
-            if overflow or count < multiple or count % multiple == 0:
-                batch_end = pos + 1
-                batch_max = new_max
-                tail_max = 0
-        if seg_end > seg_start:
-            out.append(batch_end)
-            if batch_end != seg_end:
-                out.append(seg_end)
-        seg_start = seg_end
-    return np.array(out, dtype=np.int64)
-
-
-@kernel
-def _greedy_ends_impl(lengths, segment_ends, max_tokens, max_sequences, multiple, out):
-    n_out = 0
-    seg_start = 0
-    for s in range(segment_ends.shape[0]):
-        seg_end = segment_ends[s]
-        batch_start = seg_start
-        batch_end = seg_start
-        batch_max = 0
-        tail_max = 0
-        for pos in range(seg_start, seg_end):
-            v = lengths[pos]
-            if v > tail_max:
-                tail_max = v
-            count = pos + 1 - batch_start
-            new_max = batch_max if batch_max > tail_max else tail_max
-            overflow = (max_sequences > 0 and count > max_sequences) or \
-                (max_tokens > 0 and count * new_max > max_tokens)
-            if overflow:
-                if max_tokens > 0 and tail_max * (pos + 1 - batch_end) > max_tokens:
-                    out[n_out] = batch_end
-                    n_out += 1
-                    batch_end = pos
-                    tail_max = v
-                out[n_out] = batch_end
-                n_out += 1
-                batch_start = batch_end
-                new_max = tail_max
-            count = pos + 1 - batch_start
-            if overflow or count < multiple or count % multiple == 0:
-                batch_end = pos + 1
-                batch_max = new_max
-                tail_max = 0
-        if seg_end > seg_start:
-            out[n_out] = batch_end
-            n_out += 1
-            if batch_end != seg_end:
-                out[n_out] = seg_end
-                n_out += 1
-        seg_start = seg_end
-    return n_out
-
-
-def _ffd_reference(lengths_desc, capacity):
-    """Bin of each item under first-fit decreasing (items already sorted, longest first); plain Python."""
-    room: list[int] = []
-    out = np.empty(len(lengths_desc), dtype=np.int64)
-    for i, need in enumerate(lengths_desc):
-        for b, r in enumerate(room):
-            if r >= need:
-                room[b] -= need
-                out[i] = b
-                break
-        else:
-            room.append(capacity - need)
-            out[i] = len(room) - 1
-    return out
-
-
-@kernel
-def _ffd_impl(lengths_desc, capacity, tree, bin_of):
-    # tree: a max-tree over the bins' free room (leaves at [size, 2 * size)), so the first bin
-    # with room for an item is found in log2(bins) steps: O(n log n) for the whole packing
-    size = tree.shape[0] // 2
-    for j in range(size, 2 * size):
-        tree[j] = capacity
-    for j in range(size - 1, 0, -1):
-        tree[j] = tree[2 * j] if tree[2 * j] > tree[2 * j + 1] else tree[2 * j + 1]
-    used = 0
-    for i in range(lengths_desc.shape[0]):
-        need = lengths_desc[i]
-        node = 1
-        while node < size:
-            node = 2 * node if tree[2 * node] >= need else 2 * node + 1
-        b = node - size
-        bin_of[i] = b
-        if b >= used:
-            used = b + 1
-        tree[node] -= need
-        node //= 2
-        while node >= 1:
-            left = tree[2 * node]
-            right = tree[2 * node + 1]
-            best = left if left > right else right
-            if tree[node] == best:  # the maxima above do not change either
-                break
-            tree[node] = best
-            node //= 2
-    return used
-
-
-@kernel
-def _shuffled_counting_sort_impl(lengths, keep, n_keys, seed, descending, order_out, sorted_out):
-    # a stable counting sort of ``keep`` by length, then a shuffle inside each length: the same
-    # distribution as fairseq's "random permutation, then stable sort", in O(n) sequential passes
-    counts = np.zeros(n_keys + 1, dtype=np.int64)
-    for i in range(keep.shape[0]):
-        counts[lengths[keep[i]]] += 1
-    start = np.empty(n_keys + 1, dtype=np.int64)
-    total = 0
-    for k in range(n_keys + 1):
-        key = n_keys - k if descending else k
-        start[key] = total
-        total += counts[key]
-    group_start = start.copy()
-    for i in range(keep.shape[0]):
-        item = keep[i]
-        v = lengths[item]
-        order_out[start[v]] = item
-        sorted_out[start[v]] = v
-        start[v] += 1
-    state = np.uint64(seed)
-    for key in range(n_keys + 1):
-        lo = group_start[key]
-        m = counts[key]
-        for j in range(m - 1, 0, -1):  # Fisher-Yates within the group, drawing from splitmix64
-            state += np.uint64(0x9E3779B97F4A7C15)
-            z = state
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            z = z ^ (z >> np.uint64(31))
-            r = np.int64(((z >> np.uint64(32)) * np.uint64(j + 1)) >> np.uint64(32))  # Lemire's range reduction
-            tmp = order_out[lo + j]
-            order_out[lo + j] = order_out[lo + r]
-            order_out[lo + r] = tmp
-
-
-@kernel
-def _counting_argsort_impl(keys, n_keys, out):
-    counts = np.zeros(n_keys + 1, dtype=np.int64)
-    for i in range(keys.shape[0]):
-        counts[keys[i] + 1] += 1
-    for k in range(n_keys):
-        counts[k + 1] += counts[k]
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        out[counts[k]] = i
-        counts[k] += 1
-
-
-@kernel
-def _gather_runs_impl(src, starts, sizes, out):
-    pos = 0
-    for b in range(starts.shape[0]):
-        s = starts[b]
-        for j in range(sizes[b]):
-            out[pos + j] = src[s + j]
-        pos += sizes[b]
-
-
-@kernel
-def _sort_segments_desc_impl(values, items, segment_ends, out):
-    # within each segment, items by value, largest first, ties in their given order
-    lo = 0
-    for s in range(segment_ends.shape[0]):
-        hi = segment_ends[s]
-        idx = np.argsort(-values[lo:hi], kind="mergesort")
-        for j in range(hi - lo):
-            out[lo + j] = items[lo + idx[j]]
-        lo = hi
-
-
-#: lengths up to this go through the counting sort; longer ones through NumPy's sort
-COUNTING_SORT_MAX = 1 << 22
-
-
-def sort_by_length(lengths: np.ndarray, keep: np.ndarray, seed: int, descending: bool = False):
-    """(items of ``keep`` sorted by length, their lengths): random order among equal lengths, from ``seed``.
-
-    >>> order, lens = sort_by_length(np.array([3, 1, 3, 2]), np.arange(4), seed=0)
-    >>> lens.tolist(), sorted(order[2:].tolist()), order[:2].tolist()
-    ([1, 2, 3, 3], [0, 2], [1, 3])
-    """
-    keep = np.ascontiguousarray(keep, dtype=np.int64)
-    sub = lengths[keep] if keep.shape[0] != lengths.shape[0] else lengths
-    top = int(sub.max()) if sub.size else 0
-    if top > COUNTING_SORT_MAX:
-        order = keep[_rng(seed).permutation(keep.shape[0])]
-        order = order[_stable_argsort(lengths[order], descending)]
-        return order, lengths[order]
-    order = np.empty(keep.shape[0], np.int64)
-    lens = np.empty(keep.shape[0], np.int64)
-    kernel_seed = int(_rng(seed).integers(0, 2 ** 31 - 1))
-    _shuffled_counting_sort_impl(np.ascontiguousarray(lengths, np.int64), keep, top, kernel_seed, bool(descending),
-                                 order, lens)
-    return order, lens
-
-
-def counting_argsort(keys: np.ndarray, n_keys: int) -> np.ndarray:
-    """Stable argsort of integer keys in ``0..n_keys-1`` (O(n)).
-
-    >>> counting_argsort(np.array([2, 0, 2, 1]), 3).tolist()
-    [1, 3, 0, 2]
-    """
-    out = np.empty(keys.shape[0], np.int64)
-    if keys.size:
-        _counting_argsort_impl(np.ascontiguousarray(keys, np.int64), int(n_keys), out)
-    return out
-
-
-def gather_runs(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``concatenate([src[s:s + n] for s, n in zip(starts, sizes)])`` in one pass.
-
-    >>> gather_runs(np.arange(10), np.array([7, 0]), np.array([2, 3])).tolist()
-    [7, 8, 0, 1, 2]
-    """
-    out = np.empty(int(sizes.sum()), dtype=src.dtype)
-    if out.size:
-        _gather_runs_impl(src, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),
-                                 out)
-    return out
-
-
-def greedy_batch_ends(lengths, max_tokens=0, max_sequences=0, multiple=1, segment_ends=None) -> np.ndarray:
-    """Ends of the batches fairseq's greedy pass cuts from ``lengths`` (in the order given).
-
-    ``0`` means no limit.  ``segment_ends`` forces cuts (megabatches); by
-    default the whole array is one segment.
-
-    >>> greedy_batch_ends(np.array([1, 1, 2, 2, 3, 3, 3, 5]), max_tokens=6).tolist()
-    [3, 5, 7, 8]
-    >>> greedy_batch_ends(np.array([1] * 7), max_sequences=8, multiple=4).tolist()
-    [4, 7]
-    """
-    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    n = lengths.shape[0]
-    segs = np.array([n], np.int64) if segment_ends is None else np.ascontiguousarray(segment_ends, np.int64)
-    out = np.empty(n + segs.shape[0] + 1, dtype=np.int64)
-    if n == 0:
-        return out[:0]
-    count = _greedy_ends_impl(lengths, segs, int(max_tokens or 0), int(max_sequences or 0), int(multiple), out)
-    return out[:count].copy()
-
-
-def first_fit_decreasing(lengths_desc, capacity: int) -> tuple[np.ndarray, int]:
-    """(bin of each item, number of bins) for items sorted longest first, each at most ``capacity``.
-
-    >>> first_fit_decreasing(np.array([6, 5, 4, 3, 2]), 8)
-    (array([0, 1, 2, 1, 0]), 3)
-    """
-    lengths_desc = np.ascontiguousarray(lengths_desc, dtype=np.int64)
-    n = lengths_desc.shape[0]
-    if n == 0:
-        return np.zeros(0, np.int64), 0
-    total = int(lengths_desc.sum())
-    # first fit leaves at most one bin half empty or less, so it never opens more than 2 * total / capacity + 1
-    bound = min(n, 2 * total // max(capacity, 1) + 2)
-    size = 1 << max(int(bound - 1).bit_length(), 0)
-    tree = np.empty(2 * size, dtype=np.int32 if capacity < 2 ** 31 else np.int64)
-    bin_of = np.empty(n, dtype=np.int64)
-    used = _ffd_impl(lengths_desc.astype(tree.dtype), tree.dtype.type(capacity), tree, bin_of)
-    return bin_of, int(used)
 
 
 # -- the plan ------------------------------------------------------------------------------------------
@@ -513,7 +261,7 @@ class BatchPlan:
     @property
     def batch_tokens(self) -> np.ndarray:
         """Real (unpadded) rows per batch."""
-        return _segment_sums(self.lengths[self.indices], self.offsets)
+        return segment_sums(self.lengths[self.indices], self.offsets)
 
     @property
     def padded_shapes(self) -> np.ndarray:
@@ -544,13 +292,14 @@ class BatchPlan:
         [0, 1, 2, 0, 1]
         """
         lens = self.lengths[self.batch(i)]
-        return _positions(lens, np.concatenate([[0], np.cumsum(lens)]))
+        return _ramp(lens, int(lens.sum()))
 
     # -- figures
     def stats(self) -> dict:
         """Batches, tokens per batch, padding waste and fill rate of the plan (repeats included).
 
-        ``padding_waste = 1 - tokens / padded_tokens``; ``fill_rate`` is its complement.
+        ``padding_waste = 1 - tokens / padded_tokens``; ``fill_rate`` is its complement; ``empty``
+        counts the planned sequences of no rows.
 
         >>> s = batch_plan(np.array([4, 4, 2, 2]), max_sequences=2, mode="sorted").stats()
         >>> s["batches"], s["tokens"], s["padded_tokens"], s["padding_waste"]
@@ -572,6 +321,7 @@ class BatchPlan:
             "tokens_per_batch": summary(tokens), "padded_tokens_per_batch": summary(padded),
             "sequences_per_batch": summary(sizes), "repeats": int(self.repeat.sum()),
             "skipped": int(self.options.get("skipped", 0)),
+            "empty": int(np.count_nonzero(self.lengths[self.indices] == 0)),
         }
 
     def histogram(self, bins: int | np.ndarray = 12) -> tuple[np.ndarray, np.ndarray]:
@@ -596,21 +346,34 @@ class BatchPlan:
         """
         size = max(1, round(self.indices.shape[0] / max(len(self), 1)))
         keep = {k: self.options[k] for k in ("seed", "epoch", "max_length") if k in self.options}
-        return batch_plan(self.lengths, max_sequences=size, mode="random", **keep)
+        base = batch_plan(self.lengths, max_sequences=size, mode="random", **keep)
+        # the same source: its level, tensor and fingerprint (not the clipped lengths')
+        base.options.update({k: self.options[k] for k in ("level", "source", "tensor", "source_digest")
+                             if k in self.options})
+        return base
 
     # -- files
-    def save(self, path) -> None:
-        """Write the plan as an ``.npz`` (atomically: the target is complete or untouched)."""
+    def save(self, path, *, overwrite: bool = False) -> None:
+        """Write the plan as an ``.npz`` (atomically: the target is complete or untouched).
+
+        A file already at ``path`` is replaced only with ``overwrite=True``.
+        """
         from ..atomic import atomic_open
 
+        where = os.fspath(path)
+        if os.path.lexists(where) and not overwrite:
+            raise LodExistsError(f"{where}: exists; pass overwrite=True to replace it")
         meta = {"version": PLAN_VERSION, "mode": self.mode, "options": self.options}
-        with atomic_open(path) as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), lengths=self.lengths, indices=self.indices,
-                     offsets=self.offsets, padded_lengths=self.padded_lengths, repeat=self.repeat)
+        with atomic_open(where) as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **{k: getattr(self, k) for k in PLAN_ARRAYS})
 
     @classmethod
-    def load(cls, path) -> BatchPlan:
+    def load(cls, path, *, max_memory: int | None = None) -> BatchPlan:
         """Read a plan written by :meth:`save`, checking every array (a bad file is a :class:`LodFormatError`).
+
+        Each array's size is read from its header and checked against
+        ``max_memory`` (the default limit when ``None``) before anything is
+        allocated.
 
         >>> import os, tempfile
         >>> p = os.path.join(tempfile.mkdtemp(), "plan.npz")
@@ -620,35 +383,25 @@ class BatchPlan:
         True
         """
         where = os.fspath(path)
-        try:
-            with np.load(where, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in ("meta", "lengths", "indices", "offsets", "padded_lengths", "repeat")}
-        except FileNotFoundError:
-            from ..errors import LodFileNotFoundError
-
-            raise LodFileNotFoundError(f"{where}: no such file") from None
-        except (OSError, ValueError, KeyError, EOFError):
-            raise LodFormatError(f"{where}: not a batch plan (an .npz that lodtool batch wrote)") from None
+        arrays = _read_plan_file(where, resolve_max_memory(max_memory))
         try:
             meta = json.loads(str(arrays.pop("meta")))
             version, mode, options = meta["version"], meta["mode"], meta["options"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise LodFormatError(f"{where}: not a batch plan (no readable metadata)") from None
         if version != PLAN_VERSION:
             raise LodFormatError(f"{where}: batch plan version {version!r}; this lodtool reads {PLAN_VERSION}")
         if mode not in MODES or not isinstance(options, dict):
             raise LodFormatError(f"{where}: batch plan of unknown mode {mode!r}")
-        plan = cls(mode, *(arrays[k] for k in ("lengths", "indices", "offsets", "padded_lengths", "repeat")),
-                   options=options)
-        problem = plan._problem()
+        plan = cls(mode, *(arrays[k] for k in PLAN_ARRAYS), options=options)
+        problem = _options_problem(options) or plan._problem()
         if problem:
             raise LodFormatError(f"{where}: damaged batch plan: {problem}")
         return plan
 
     def _problem(self) -> str | None:
-        arrays = {"lengths": self.lengths, "indices": self.indices, "offsets": self.offsets,
-                  "padded_lengths": self.padded_lengths}
-        for name, a in arrays.items():
+        for name in PLAN_ARRAYS[:-1]:
+            a = getattr(self, name)
             if a.ndim != 1 or a.dtype != np.int64:
                 return f"{name} must be 1-d int64, not {a.dtype} of shape {a.shape}"
         if self.repeat.ndim != 1 or self.repeat.dtype != np.bool_:
@@ -664,28 +417,78 @@ class BatchPlan:
             return "an index is outside the source's sequences"
         if self.lengths.size and self.lengths.min() < 0:
             return "a length is negative"
+        if self.padded_lengths.size and self.padded_lengths.min() < 0:
+            return "a padded length is negative"
+        # every sum and padded size the plan and its reader compute must fit int64
+        top = INT64_MAX
+        if self.lengths.size and int(self.lengths.max()) > top // max(self.indices.shape[0], 1):
+            return f"a length of {int(self.lengths.max()):,} rows is too large to batch"
+        if n_batches and int(self.padded_lengths.max()) > top // max(int(self.batch_sizes.max()), 1):
+            return f"a padded length of {int(self.padded_lengths.max()):,} rows is too large to batch"
         if self.indices.size and self.mode != "pack":
-            if np.any(self.padded_lengths < _segment_max(self.lengths[self.indices], self.offsets)):
+            if np.any(self.padded_lengths < segment_max(self.lengths[self.indices], self.offsets)):
                 return "a batch is padded shorter than its longest sequence"
         return None
 
 
-def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    cum = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-    return cum[offsets[1:]] - cum[offsets[:-1]]
+def _read_plan_file(where: str, limit: int) -> dict[str, np.ndarray]:
+    """The arrays of a saved plan; each array's header is read, and its size checked, before it is."""
+    names = ("meta", *PLAN_ARRAYS)
+    try:
+        with zipfile.ZipFile(where) as z:
+            total = 0
+            for name in names:
+                with z.open(name + ".npy") as member:
+                    version = np.lib.format.read_magic(member)
+                    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, _, dtype = header(member)
+                if dtype.hasobject:
+                    raise LodFormatError(f"{where}: {name} holds Python objects; a batch plan never does")
+                total += math.prod(shape) * dtype.itemsize
+            check_memory(total, limit, where, "the batch plan")
+            arrays = {}
+            for name in names:
+                with z.open(name + ".npy") as member:
+                    arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
+            return arrays
+    except FileNotFoundError:
+        raise LodFileNotFoundError(f"{where}: no such file") from None
+    except LodFormatError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, RecursionError, zipfile.BadZipFile, zlib.error, lzma.LZMAError,
+            NotImplementedError, RuntimeError, SyntaxError, tokenize.TokenError):
+        # a damaged zip or .npy header, or a compression or encryption that zipfile refuses
+        raise LodFormatError(f"{where}: not a batch plan (an .npz that lodtool batch wrote)") from None
 
 
-def _segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    out = np.zeros(offsets.shape[0] - 1, np.int64)
-    nonempty = offsets[1:] > offsets[:-1]
-    if values.size:
-        out[nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty])
-    return out
+def _is_int(value, low: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) from ``low`` to :data:`INT64_MAX`."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and low <= value <= INT64_MAX
 
 
-def _positions(lengths: np.ndarray, cu: np.ndarray) -> np.ndarray:
-    total = int(cu[-1])
-    return np.arange(total, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+#: the options a saved plan may hold, each with the check its value must pass
+_OPTION_CHECKS = {
+    "level": lambda v: _is_int(v, -INT64_MAX), "seed": lambda v: _is_int(v, 0), "epoch": lambda v: _is_int(v, 0),
+    "num_replicas": lambda v: _is_int(v, 1), "rank": lambda v: _is_int(v, 0), "multiple_of": lambda v: _is_int(v, 1),
+    "skipped": lambda v: _is_int(v, 0),
+    **{k: (lambda v: v is None or _is_int(v, 1)) for k in ("max_tokens", "max_sequences", "max_length",
+                                                           "megabatch_mult")},
+    **{k: (lambda v: isinstance(v, bool)) for k in ("drop_last", "shuffle", "pad_to_bucket_boundary")},
+    **{k: (lambda v: v is None or isinstance(v, str)) for k in ("source", "tensor", "source_digest")},
+    **{k: (lambda v: v is None or (isinstance(v, list) and all(_is_int(b, 1) for b in v)))
+       for k in ("boundaries", "bucket_batch_sizes")},
+}
+
+
+def _options_problem(options: dict) -> str | None:
+    for key, value in options.items():
+        check = _OPTION_CHECKS.get(key)
+        if check is None:
+            return f"unknown option {str(key)[:40]!r}"
+        if not check(value):
+            return f"option {key} has a value of the wrong type or range ({type(value).__name__})"
+    return None
 
 
 def length_bins(lengths: np.ndarray, bins: int = 12) -> np.ndarray:
@@ -703,51 +506,51 @@ def length_bins(lengths: np.ndarray, bins: int = 12) -> np.ndarray:
 
 
 # -- planning ------------------------------------------------------------------------------------------
-def _rng(seed: int, *keys: int) -> np.random.Generator:
-    return np.random.default_rng([int(seed), *map(int, keys)])
-
-
-def _stable_argsort(values: np.ndarray, descending: bool = False) -> np.ndarray:
-    """Stable argsort; small non-negative integers go through NumPy's radix sort (uint16)."""
-    if values.size and values.min() >= 0 and values.max() < (1 << 16):
-        keys = values.astype(np.uint16)
-        if descending:
-            keys = np.uint16((1 << 16) - 1) - keys
-        return np.argsort(keys, kind="stable")
-    return np.argsort(-values if descending else values, kind="stable")
+def _check_int(name: str, value, low: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if not _is_int(value, low):
+        kind = "a positive" if low > 0 else "a non-negative" if low == 0 else "an"
+        raise LodUsageError(f"{name}=... must be {kind} integer (at most {INT64_MAX:,}), not {value!r}")
 
 
 def _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucket_batch_sizes, num_replicas,
-                 rank, max_length, oversize) -> None:
+                 rank, max_length, oversize, seed, epoch, megabatch_mult, level) -> None:
     if mode not in MODES:
         raise LodUsageError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    for name, value in (("max_tokens", max_tokens), ("max_sequences", max_sequences), ("max_length", max_length)):
-        if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
-            raise LodUsageError(f"{name} must be a positive integer, not {value!r}")
-    if not isinstance(multiple_of, (int, np.integer)) or multiple_of < 1:
-        raise LodUsageError(f"multiple_of must be a positive integer, not {multiple_of!r}")
+    for name, value in (("max_tokens", max_tokens), ("max_sequences", max_sequences), ("max_length", max_length),
+                        ("megabatch_mult", megabatch_mult)):
+        _check_int(name, value, 1, optional=True)
+    for name, value, low in (("multiple_of", multiple_of, 1), ("num_replicas", num_replicas, 1),
+                             ("seed", seed, 0), ("epoch", epoch, 0), ("level", level, -INT64_MAX)):
+        _check_int(name, value, low)
+    for name, values in (("boundaries", boundaries), ("bucket_batch_sizes", bucket_batch_sizes)):
+        if values is not None:
+            if not isinstance(values, (list, tuple, np.ndarray)):
+                raise LodUsageError(f"{name}=... must be a list of integers")
+            for value in values:
+                _check_int(name, value, 1)
     if max_sequences is not None and max_sequences % multiple_of:
         raise LodUsageError(f"max_sequences={max_sequences} is not a multiple of multiple_of={multiple_of}")
-    if not isinstance(num_replicas, (int, np.integer)) or num_replicas < 1:
-        raise LodUsageError(f"num_replicas must be a positive integer, not {num_replicas!r}")
     if not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
-        raise LodUsageError(f"rank must be in 0..{num_replicas - 1}, not {rank!r}")
+        raise LodUsageError(f"rank=... must be in 0..{num_replicas - 1}, not {rank!r}")
     if oversize not in ("error", "skip"):
-        raise LodUsageError(f"oversize must be 'error' or 'skip', not {oversize!r}")
+        raise LodUsageError(f"oversize=... must be 'error' or 'skip', not {oversize!r}")
     if mode == "pack":
         if max_tokens is None:
-            raise LodUsageError("mode 'pack' needs max_tokens (the packed row's length)")
+            raise LodUsageError("mode 'pack' needs max_tokens=... (the packed row's length)")
         if max_sequences is not None or multiple_of != 1:
-            raise LodUsageError("mode 'pack' packs rows by tokens only: max_sequences and multiple_of do not apply")
+            raise LodUsageError("mode 'pack' packs rows by tokens only: max_sequences=... and multiple_of=... do not "
+                                "apply")
     elif mode == "buckets":
         if boundaries is None:
-            raise LodUsageError("mode 'buckets' needs boundaries (increasing lengths that split the buckets)")
+            raise LodUsageError("mode 'buckets' needs boundaries=... (increasing lengths that split the buckets)")
         if bucket_batch_sizes is None and max_tokens is None and max_sequences is None:
-            raise LodUsageError("mode 'buckets' needs bucket_batch_sizes, max_tokens or max_sequences")
+            raise LodUsageError("mode 'buckets' needs bucket_batch_sizes=..., max_tokens=... or max_sequences=...")
     elif max_tokens is None and max_sequences is None:
-        raise LodUsageError(f"mode {mode!r} needs max_tokens or max_sequences")
+        raise LodUsageError(f"mode {mode!r} needs max_tokens=... or max_sequences=...")
     if mode != "buckets" and (boundaries is not None or bucket_batch_sizes is not None):
-        raise LodUsageError("boundaries and bucket_batch_sizes apply to mode 'buckets' only")
+        raise LodUsageError("boundaries=... and bucket_batch_sizes=... apply to mode 'buckets' only")
 
 
 def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequences: int | None = None,
@@ -755,12 +558,16 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                multiple_of: int = 1, drop_last: bool = False, *, tensor: str | None = None,
                max_length: int | None = None, oversize: str = "error", megabatch_mult: int | None = None,
                boundaries=None, bucket_batch_sizes=None, pad_to_bucket_boundary: bool = False,
-               shuffle: bool = True) -> BatchPlan:
+               shuffle: bool = True, max_memory: int | None = None) -> BatchPlan:
     """Plan training batches over the sequences of ``level`` (lengths in data rows), from offsets alone.
 
     ``source`` is a container path or a sharded folder (only its offsets are
-    read, and validated; a folder's shards are one logical tensor), an open lazy tensor (``lodtool.open(p).tensor()``), or an array of lengths.
-    ``tensor`` names the tensor of a container that holds several.  The modes
+    read, and validated; a folder's shards are one logical tensor), a tensor
+    (``lodtool.open(p).tensor()``, or a :class:`~lodtool.LoDTensor`), or an
+    array of lengths.
+    ``tensor`` names the tensor of a container that holds several; a plan of
+    more sequences than ``max_memory`` allows (the default limit when ``None``)
+    is refused before any offsets are read.  The modes
     are described in the module's docstring; ``max_tokens`` bounds a batch's
     *padded* size (``sequences * longest``) or a packed row, ``max_sequences``
     its sequences, and ``multiple_of`` makes batch sizes multiples (fairseq's
@@ -779,7 +586,9 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     replicas uneven; without it such a batch is kept, and the replicas are
     evened out by repeats.
 
-    The same ``(seed, epoch)`` gives the same plan on every machine.
+    The same ``(seed, epoch)`` gives the same plan on every machine.  The plan
+    keeps a fingerprint of the source's lengths (``options["source_digest"]``),
+    so that it is never read against another source.
 
     >>> import numpy as np
     >>> lengths = np.array([7, 2, 9, 3, 3, 8, 1, 5])
@@ -793,10 +602,11 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     (3, 38, 48)
     """
     _check_usage(mode, max_tokens, max_sequences, multiple_of, boundaries, bucket_batch_sizes, num_replicas,
-                 rank, max_length, oversize)
+                 rank, max_length, oversize, seed, epoch, megabatch_mult, level)
     if not shuffle and mode != "buckets":
         raise LodUsageError("shuffle=False applies to mode 'buckets' only (the other modes define their own order)")
-    lengths, about = _source_lengths(source, level, tensor)
+    lengths, about = _source_lengths(source, level, tensor, max_memory)
+    about["source_digest"] = lengths_digest(lengths)
     if max_length is not None:
         lengths = np.minimum(lengths, max_length)
     options = {"level": int(level), "max_tokens": max_tokens, "max_sequences": max_sequences, "seed": int(seed),
@@ -809,9 +619,9 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
         if oversize == "error":
             first = int(np.argmax(too_long))
             where = f"{about['source']}: " if "source" in about else ""
-            raise LodUsageError(f"{where}sequence {first} has {int(lengths[first])} rows, more than "
-                                f"max_tokens={max_tokens} ({int(too_long.sum())} such); raise max_tokens, set "
-                                "max_length, or skip them")
+            raise LodInputError(f"{where}sequence {first} has {int(lengths[first])} rows, more than "
+                                f"max_tokens={max_tokens} ({int(too_long.sum())} such); raise max_tokens=..., set "
+                                "max_length=..., or skip them (oversize='skip')")
         keep = keep[~too_long]
         options["skipped"] = int(too_long.sum())
 
@@ -824,7 +634,8 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     if mode == "buckets":
         kwargs.update(boundaries=boundaries, bucket_batch_sizes=bucket_batch_sizes,
                       pad_to_bucket_boundary=pad_to_bucket_boundary, shuffle=shuffle)
-        options.update(shuffle=bool(shuffle), boundaries=[int(b) for b in boundaries], pad_to_bucket_boundary=bool(pad_to_bucket_boundary),
+        options.update(shuffle=bool(shuffle), boundaries=[int(b) for b in boundaries],
+                       pad_to_bucket_boundary=bool(pad_to_bucket_boundary),
                        bucket_batch_sizes=None if bucket_batch_sizes is None else [int(b) for b in bucket_batch_sizes])
     order, ends, padded, batch_order = planner(lengths, keep, max_tokens, max_sequences, seed, epoch, **kwargs)
 
@@ -869,7 +680,7 @@ def _drop_incomplete(ends: np.ndarray, max_tokens, max_sequences, multiple_of, d
 def _cut(ordered_lengths, max_tokens, max_sequences, multiple_of, drop_last, segment_ends=None):
     ends = greedy_batch_ends(ordered_lengths, max_tokens or 0, max_sequences or 0, multiple_of, segment_ends)
     ends = _drop_incomplete(ends, max_tokens, max_sequences, multiple_of, drop_last)
-    padded = _segment_max(ordered_lengths, np.concatenate([[0], ends]).astype(np.int64))
+    padded = segment_max(ordered_lengths, np.concatenate([[0], ends]).astype(np.int64))
     return ends, padded
 
 
@@ -877,11 +688,11 @@ def _plan_sorted(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multi
     # fairseq: the tie-breaking permutation is drawn once from the seed; the batches are shuffled per epoch
     order, ordered = sort_by_length(lengths, keep, seed)
     ends, padded = _cut(ordered, max_tokens, max_sequences, multiple_of, drop_last)
-    return order, ends, padded, _rng(seed, epoch).permutation(ends.shape[0])
+    return order, ends, padded, plan_rng(seed, epoch).permutation(ends.shape[0])
 
 
 def _plan_random(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last):
-    order = _permuted(keep, lengths.shape[0], _rng(seed, epoch))
+    order = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch))
     ends, padded = _cut(lengths[order], max_tokens, max_sequences, multiple_of, drop_last)
     return order, ends, padded, np.arange(ends.shape[0])
 
@@ -889,43 +700,17 @@ def _plan_random(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multi
 def _plan_megabatch(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last,
                     megabatch_mult):
     n = keep.shape[0]
-    shuffled = _permuted(keep, lengths.shape[0], _rng(seed, epoch))
+    shuffled = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch))
     if max_sequences is not None:
         batch = max_sequences
     else:  # a token budget only: the batch size it gives sequences of the mean length
         batch = max(1, max_tokens // max(1, math.ceil(float(lengths[keep].mean()) if n else 1)))
     if megabatch_mult is None:
         megabatch_mult = max(min(n // (batch * 4), 50), 1)  # transformers' default
-    elif not isinstance(megabatch_mult, (int, np.integer)) or megabatch_mult < 1:
-        raise LodUsageError(f"megabatch_mult must be a positive integer, not {megabatch_mult!r}")
     size = megabatch_mult * batch
     order, seg_ends = megabatch_order(lengths, shuffled, size)
     ends, padded = _cut(lengths[order], max_tokens, max_sequences, multiple_of, drop_last, seg_ends)
     return order, ends, padded, np.arange(ends.shape[0])
-
-
-def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """transformers' ``get_length_grouped_indices`` after its permutation: (order, megabatch ends).
-
-    ``shuffled`` (the permuted indices) is cut into megabatches of ``size``; each
-    is sorted by length, longest first (ties keep their order); then the first
-    element of the first megabatch trades places with the first element of the
-    megabatch that holds the longest sequence, which so lands in the first batch.
-
-    >>> order, ends = megabatch_order(np.array([1, 5, 2, 9, 3, 4]), np.array([0, 1, 2, 3, 4, 5]), 3)
-    >>> order.tolist(), ends.tolist()
-    ([3, 2, 0, 1, 5, 4], [3, 6])
-    """
-    shuffled = np.ascontiguousarray(shuffled, dtype=np.int64)
-    n = shuffled.shape[0]
-    seg_ends = np.minimum(np.arange(size, n + size, size, dtype=np.int64), n)
-    order = np.empty(n, np.int64)
-    if n:
-        _sort_segments_desc_impl(np.ascontiguousarray(lengths[shuffled], dtype=np.int64), shuffled, seg_ends, order)
-        heads = np.concatenate([[0], seg_ends[:-1]])
-        longest = int(np.argmax(lengths[order[heads]]))  # the first of the maxima, as torch.argmax
-        order[0], order[heads[longest]] = order[heads[longest]], order[0]
-    return order, seg_ends
 
 
 def _plan_pack(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last):
@@ -934,26 +719,26 @@ def _plan_pack(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multipl
     order = order[counting_argsort(bin_of, n_bins)]
     ends = np.cumsum(np.bincount(bin_of, minlength=n_bins)).astype(np.int64)
     padded = np.full(ends.shape[0], max_tokens, dtype=np.int64)
-    return order, ends, padded, _rng(seed, epoch).permutation(ends.shape[0])
+    return order, ends, padded, plan_rng(seed, epoch).permutation(ends.shape[0])
 
 
 def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, boundaries,
                   bucket_batch_sizes, pad_to_bucket_boundary, shuffle):
-    bounds = np.asarray(boundaries, dtype=np.int64) if len(boundaries) else np.zeros(0, np.int64)
-    if bounds.ndim != 1 or not bounds.size or np.any(bounds < 1) or np.any(np.diff(bounds) <= 0):
-        raise LodUsageError(f"boundaries must be increasing positive lengths, not {list(boundaries)!r}")
+    bounds = np.array(boundaries, dtype=np.int64).reshape(-1)
+    if not bounds.size or np.any(np.diff(bounds) <= 0):
+        raise LodUsageError(f"boundaries=... must be increasing positive lengths, not {list(boundaries)!r}")
     n_buckets = bounds.shape[0] + 1
-    stream = _permuted(keep, lengths.shape[0], _rng(seed, epoch)) if shuffle else keep
+    stream = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch)) if shuffle else keep
     lens = lengths[stream]
     bucket = np.searchsorted(bounds, lens, side="right")
     longest_in_data = int(lens.max()) if lens.size else 1
     if pad_to_bucket_boundary and lens.size and longest_in_data >= bounds[-1]:
-        raise LodUsageError(f"pad_to_bucket_boundary needs every length below the last boundary ({int(bounds[-1])}); "
-                            f"a sequence has {longest_in_data} rows")
+        raise LodInputError(f"pad_to_bucket_boundary=True needs every length below the last boundary "
+                            f"({int(bounds[-1])}); a sequence has {longest_in_data} rows")
     if bucket_batch_sizes is not None:
-        sizes = np.asarray(bucket_batch_sizes, dtype=np.int64)
-        if sizes.shape != (n_buckets,) or np.any(sizes < 1):
-            raise LodUsageError(f"bucket_batch_sizes needs {n_buckets} positive sizes (one more than the boundaries)")
+        sizes = np.array(bucket_batch_sizes, dtype=np.int64).reshape(-1)
+        if sizes.shape != (n_buckets,):
+            raise LodUsageError(f"bucket_batch_sizes=... needs {n_buckets} sizes (one more than the boundaries)")
     else:  # the token budget over each bucket's longest possible sequence
         top = np.concatenate([bounds - 1, [max(longest_in_data, int(bounds[-1]))]])
         sizes = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
@@ -970,7 +755,7 @@ def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, mult
     # the batches of each bucket, in (bucket, k) order: their starts, sizes and the stream position that fills them
     per_bucket = -(-counts // sizes)
     batch_bucket = np.repeat(np.arange(n_buckets), per_bucket)
-    k = _positions(per_bucket, np.concatenate([[0], np.cumsum(per_bucket)]))
+    k = _ramp(per_bucket, int(per_bucket.sum()))
     b_start = first[batch_bucket] + k * sizes[batch_bucket]
     b_size = np.minimum(sizes[batch_bucket], first[batch_bucket] + counts[batch_bucket] - b_start)
     full = b_size == sizes[batch_bucket]
@@ -986,37 +771,165 @@ def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, mult
     if pad_to_bucket_boundary:
         padded = (bounds - 1)[batch_bucket[emit]] if ends.size else np.zeros(0, np.int64)
     else:
-        padded = _segment_max(lengths[order], np.concatenate([[0], ends]).astype(np.int64))
+        padded = segment_max(lengths[order], np.concatenate([[0], ends]).astype(np.int64))
     return order, ends, padded, np.arange(ends.shape[0])
 
 
-def as_plan(plan=None, source=None, **plan_options) -> BatchPlan:
-    """A :class:`BatchPlan` from a plan, a saved plan's path, or the options of :func:`batch_plan`.
+def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: int | None = None,
+            **plan_options) -> BatchPlan:
+    """A :class:`BatchPlan`: ``plan`` itself, the saved plan at path ``plan``, or one made from the options.
+
+    Without a plan, :func:`batch_plan` plans ``source`` (its ``tensor``) with
+    ``plan_options``; a plan given with options is refused.  ``max_memory``
+    bounds what a saved plan's arrays, or the planning, may take.
 
     >>> as_plan(None, np.array([2, 3]), max_sequences=1).batch_sizes.tolist()
     [1, 1]
     """
+    if plan is not None and plan_options:
+        raise LodUsageError(f"give a plan or plan options, not both ({', '.join(sorted(plan_options))})")
     if isinstance(plan, BatchPlan):
-        if plan_options:
-            raise LodUsageError(f"give a plan or plan options, not both ({', '.join(sorted(plan_options))})")
         return plan
     if plan is not None:
-        if plan_options:
-            raise LodUsageError(f"give a plan or plan options, not both ({', '.join(sorted(plan_options))})")
-        return BatchPlan.load(plan)
-    return batch_plan(source, **plan_options)
+        return BatchPlan.load(plan, max_memory=max_memory)
+    return batch_plan(source, tensor=tensor, max_memory=max_memory, **plan_options)
 
 
 # -- reading batches -----------------------------------------------------------------------------------
+class _ChunkCache:
+    """Decoded blocks of a stored tensor's rows, in slots reused first in, first out.
+
+    A block is as many rows as the writer puts in a chunk (a folder's, several
+    chunks: a read there costs more per call), so a read decodes whole chunks;
+    consecutive missing blocks are read in one call.  A block the
+    batch being gathered needs is never evicted; a batch that needs more blocks
+    than the cache holds grows it (within the file's memory limit).
+    """
+
+    def __init__(self, tensor, budget_bytes: int, limit: int, where: str):
+        self.tensor, self.limit, self.where = tensor, limit, where
+        self.row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
+        self.block = chunk_rows(self.row_bytes)
+        if getattr(tensor, "n_shards", 0):  # a sharded folder: whole chunks, about FOLDER_READ_BYTES per read
+            self.block *= max(FOLDER_READ_BYTES // (self.block * self.row_bytes), 1)
+        self.n_blocks = -(-tensor.n_rows // self.block)
+        self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)
+        self.slot_of = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)  # -1: not cached
+        self.block_of_slot = np.full(self.slots, -1, dtype=np.int64)
+        self.next_slot = 0
+        self.rows: np.ndarray | None = None  # allocated on the first read
+
+    def positions(self, starts: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Where the source ``rows`` (of the sequences at ``starts``, of ``lens``) are in :attr:`rows`.
+
+        The blocks that hold them are read first, where missing.
+        """
+        block = self.block
+        first, last = starts // block, (starts + np.maximum(lens, 1) - 1) // block
+        spans = np.where(lens > 0, last - first + 1, 0)
+        self._ensure(np.unique(np.repeat(first, spans) + _ramp(spans, int(spans.sum()))))
+        return self.slot_of[rows // block] * block + rows % block
+
+    def _allocate(self, slots: int) -> None:
+        check_memory(slots * self.block * self.row_bytes, self.limit, self.where, f"{slots:,} chunks of the data")
+        rows = np.empty((slots * self.block,) + self.tensor.element_shape, dtype=self.tensor.dtype)
+        if self.rows is not None:
+            rows[:self.rows.shape[0]] = self.rows
+        self.block_of_slot = np.concatenate([self.block_of_slot, np.full(slots - self.slots, -1, dtype=np.int64)])
+        self.rows, self.slots = rows, slots
+
+    def _ensure(self, blocks: np.ndarray) -> None:
+        missing = blocks[self.slot_of[blocks] < 0]
+        if not missing.size:
+            return
+        if blocks.shape[0] > self.slots:  # one batch needs more blocks than the cache holds: grow it
+            self._allocate(min(max(blocks.shape[0], 2 * self.slots), self.n_blocks))
+        elif self.rows is None:
+            self._allocate(self.slots)
+        pinned = set(blocks.tolist())
+        slots = np.empty(missing.shape[0], dtype=np.int64)
+        taken: set[int] = set()
+        for k in range(missing.shape[0]):  # first in, first out, never a block this batch needs
+            while True:
+                s = self.next_slot
+                self.next_slot = (s + 1) % self.slots
+                old = int(self.block_of_slot[s])
+                if s not in taken and (old < 0 or old not in pinned):
+                    break
+            taken.add(s)
+            if old >= 0:
+                self.slot_of[old] = -1
+            slots[k] = s
+        block = self.block
+        breaks = np.flatnonzero(np.diff(missing) != 1) + 1
+        for run_blocks, run_slots in zip(np.split(missing, breaks), np.split(slots, breaks)):
+            begin = int(run_blocks[0]) * block
+            rows = self.tensor.read_rows(begin, min((int(run_blocks[-1]) + 1) * block, self.tensor.n_rows))
+            for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
+                part = rows[k * block:(k + 1) * block]
+                self.rows[s * block:s * block + part.shape[0]] = part
+                self.slot_of[b] = s
+                self.block_of_slot[s] = b
+
+
+@dataclass(eq=False)
+class _OpenSource:
+    """A reader's open container: the tensor, where each sequence starts and how long it is stored, the pad
+    value in the tensor's dtype, the chunk cache, and the output buffers (reused from batch to batch, each sized
+    once for the plan's largest batch)."""
+
+    file: Any
+    tensor: Any
+    starts: np.ndarray
+    full: np.ndarray
+    pad: np.ndarray
+    cache: _ChunkCache
+    capacity: dict[str, int]
+    buffers: dict[str, np.ndarray] = field(default_factory=dict)
+    pid: int = field(default_factory=os.getpid)
+
+
+def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -> None:
+    """Refuse a plan made for another source: the sequence count, the lengths and the fingerprint must agree.
+
+    A plan saved without a fingerprint (before lodtool kept one) is read when its lengths are the source's.
+    """
+    level = plan.options.get("level", 0)
+    if full.shape[0] != plan.n_sequences:
+        raise LodInputError(f"{where}: the plan is for {plan.n_sequences:,} sequences; tensor {name!r} has "
+                            f"{full.shape[0]:,} at level {level}")
+    max_length = plan.options.get("max_length")
+    digest = plan.options.get("source_digest")
+    if not np.array_equal(plan.lengths, full if max_length is None else np.minimum(full, max_length)) or \
+            (digest is not None and digest != lengths_digest(full)):
+        raise LodInputError(f"{where}: the plan was made for another source: the lengths of tensor {name!r}'s "
+                            f"sequences at level {level} are not the ones it was planned from")
+
+
+def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple) -> dict[str, int]:
+    """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps)."""
+    sizes = plan.batch_sizes
+    if not sizes.size:
+        return {}
+    widths = segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
+    max_b, max_tokens = int(sizes.max()), int(plan.batch_tokens.max())
+    max_padded = int((sizes * widths).max()) if output == "padded" else 0  # within int64: the plan was checked
+    return {"values": math.prod(element_shape) * (max_padded if output == "padded" else max_tokens),
+            "mask": max_padded, "lengths": max_b, "offsets": max_b + 1, "cu_seqlens": max_b + 1,
+            "position_ids": max_tokens if output == "varlen" else 0}
+
+
 class BatchReader:
     """Reads a plan's batches from a container into buffers it reuses; opens the file on first use.
 
-    The offsets are read (and validated) once.  Data is read in whole HDF5
+    The offsets are read (and validated) once, and checked against the plan
+    (a plan made for another source is refused).  Data is read in whole HDF5
     chunks, only those that hold a batch's sequences, consecutive ones in one
     read, and kept in a cache of decoded chunks of ``cache_bytes`` (a corpus that
     fits is read from disk once).  Each batch is gathered from there into output
-    buffers sized once for the plan's largest batch: **a batch is valid until the
-    next one is read**; copy what you keep.
+    buffers sized once for the plan's largest batch (their size is checked
+    against the memory limit first): **a batch is valid until the next one is
+    read**; copy what you keep.
 
     ``output``: ``"padded"`` (``values [B, T, ...]``, ``mask [B, T]``,
     ``lengths``), ``"jagged-numpy"`` (flat ``values`` and int64 ``offsets``) or
@@ -1024,10 +937,12 @@ class BatchReader:
     ``max_seqlen``).  Every batch also has ``indices`` (the source sequences),
     ``batch`` (its number in the plan) and ``repeat``.  Sequences the plan
     clipped to ``max_length`` are truncated: ``truncate="tail"`` (the default)
-    drops their end, ``"head"`` their start.
+    drops their end, ``"head"`` their start.  An empty sequence is a row of
+    padding (``mask`` all false) or a zero-length segment.
 
     ``reuse_buffers=False`` allocates fresh arrays for every batch instead (for
     batches kept past the next read, or to measure what the reuse saves).
+    ``max_memory`` is the file's memory limit (the default one when ``None``).
 
     The reader holds an open h5py file; it is never pickled (a copy sent to
     another process opens the file again there, on first use), and a forked
@@ -1036,13 +951,16 @@ class BatchReader:
 
     def __init__(self, path, plan: BatchPlan, *, output: str = "padded", truncate: str | None = None,
                  pad_value=0, tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 reuse_buffers: bool = True):
+                 reuse_buffers: bool = True, max_memory: int | None = None):
         if output not in OUTPUTS:
             raise LodUsageError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
         if truncate is not None and truncate not in TRUNCATE:
             raise LodUsageError(f"truncate must be 'head' or 'tail', not {truncate!r}")
         if not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
             raise LodUsageError(f"cache_bytes must be a non-negative integer, not {cache_bytes!r}")
+        problem = plan._problem()
+        if problem:
+            raise LodUsageError(f"a damaged batch plan: {problem}")
         self.path = os.fspath(path)
         self.plan = plan
         self.output = output
@@ -1051,21 +969,18 @@ class BatchReader:
         self.tensor_name = tensor if tensor is not None else plan.options.get("tensor")
         self.cache_bytes = int(cache_bytes)
         self.reuse_buffers = bool(reuse_buffers)
-        self._file = None
+        self.max_memory = max_memory
+        self._source: _OpenSource | None = None
 
     # pickling (DataLoader workers, multiprocessing) carries the settings, never the open file
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_file"] = None
-        for key in [k for k in state if k.startswith("_c_")]:
-            del state[key]
-        return state
+        return {**self.__dict__, "_source": None}
 
     def close(self) -> None:
         """Close the file (a later read opens it again)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._source is not None:
+            self._source.file.close()
+            self._source = None
 
     def __enter__(self) -> BatchReader:
         return self
@@ -1076,133 +991,61 @@ class BatchReader:
     def __len__(self) -> int:
         return len(self.plan)
 
-    def _open(self) -> None:
-        f = _open_container(self.path)
+    def open(self) -> None:
+        """Open the file and check the plan against it (the first read does this by itself)."""
+        self._opened()
+
+    def _opened(self) -> _OpenSource:
+        if self._source is not None and self._source.pid == os.getpid():
+            return self._source
+        # a forked child (a DataLoader worker) never reads through its parent's HDF5 handle: it opens its own
+        self._source = None
+        f = _open_container(self.path, self.max_memory)
         try:
-            t = f.tensor(self.tensor_name)
-            rows = sequence_rows(t, self.plan.options.get("level", 0))
-            if rows.shape[0] - 1 != self.plan.n_sequences:
-                raise LodUsageError(f"{self.path}: the plan is for {self.plan.n_sequences:,} sequences; tensor "
-                                    f"{t.name!r} has {rows.shape[0] - 1:,} at level {self.plan.options.get('level', 0)}")
-            full = np.diff(rows)
-            if np.any(self.plan.lengths > full):
-                bad = int(np.argmax(self.plan.lengths > full))
-                raise LodUsageError(f"{self.path}: the plan's sequence {bad} has {int(self.plan.lengths[bad])} rows; "
-                                    f"the file's has {int(full[bad])} (a plan made for another file?)")
+            self._source = self._open_source(f)
         except BaseException:
             f.close()
             raise
-        try:  # a pad value the data's dtype cannot hold would be changed silently
-            pad = np.asarray(self.pad_value, dtype=t.dtype)
-            exact = pad.ndim == 0 and pad.item() == self.pad_value
-        except (OverflowError, ValueError, TypeError):
-            exact = False
-        if not exact:
-            f.close()
-            raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} ({t.dtype})")
-        self._c_tensor = t
-        self._c_starts = rows[:-1]
-        self._c_full = full
-        self._c_elem = t.element_shape
-        self._c_dtype = t.dtype
-        n_rows = t.n_rows
-        row_bytes = max(t.dtype.itemsize * int(np.prod(t.element_shape, dtype=np.int64)), 1)
-        block = _chunk_rows(t) or max(1, (1 << 20) // row_bytes)
-        n_blocks = -(-n_rows // block) if n_rows else 0
-        self._c_block = block
-        self._c_n_rows = n_rows
-        self._c_slot_of = np.full(max(n_blocks, 1), -1, dtype=np.int64)
-        plan = self.plan
-        sizes = plan.batch_sizes
-        tokens = plan.batch_tokens
-        self._c_n_blocks = n_blocks
-        self._c_slots = max(min(n_blocks, self.cache_bytes // (block * row_bytes)), 1)  # grows if a batch needs more
-        self._c_block_of_slot = np.full(self._c_slots, -1, dtype=np.int64)
-        self._c_next_slot = 0
-        self._c_cache = None  # allocated on the first read
-        max_b = int(sizes.max()) if sizes.size else 0
-        max_padded = int((sizes * np.maximum(plan.padded_lengths, 0)).max()) if sizes.size else 0
-        if plan.mode == "pack":  # padded output pads to the longest sequence of each row
-            max_padded = int((sizes * _segment_max(plan.lengths[plan.indices], plan.offsets)).max()) if sizes.size \
-                else 0
-        max_tokens = int(tokens.max()) if tokens.size else 0
-        elem = int(np.prod(self._c_elem, dtype=np.int64))
-        # buffers sized once, for the plan's largest batch
-        self._c_capacity = {"values": elem * (max_padded if self.output == "padded" else max_tokens),
-                            "mask": max_padded, "lengths": max_b, "offsets": max_b + 1, "cu_seqlens": max_b + 1,
-                            "position_ids": max_tokens}
-        self._c_out: dict[str, np.ndarray] = {}
-        self._c_pid = os.getpid()
-        self._file = f
+        return self._source
 
-    def _buffer(self, name: str, shape: tuple, dtype) -> np.ndarray:
-        size = int(np.prod(shape, dtype=np.int64))
+    def _open_source(self, f) -> _OpenSource:
+        t = f.tensor(self.tensor_name)
+        rows = sequence_rows(t, self.plan.options.get("level", 0), self.path)
+        full = np.diff(rows)
+        _check_plan_fits(self.plan, full, self.path, t.name)
+        try:  # the operators' rule: an integer dtype takes only the values it holds exactly
+            pad = cast_value(self.pad_value, t.dtype, "pad value")
+        except (LodDtypeError, LodShapeError):
+            raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} "
+                                f"({t.dtype})") from None
+        capacity = _buffer_capacity(self.plan, self.output, t.element_shape)
+        nbytes = t.dtype.itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get(
+            "cu_seqlens", 0) + 8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
+        check_memory(nbytes, f.max_memory, self.path, "the buffers of the plan's largest batch")
+        return _OpenSource(f, t, rows[:-1], full, pad, _ChunkCache(t, self.cache_bytes, f.max_memory, self.path),
+                           capacity)
+
+    def _buffer(self, source: _OpenSource, name: str, shape: tuple, dtype) -> np.ndarray:
+        size = math.prod(shape)
         if not self.reuse_buffers:
             return np.empty(shape, dtype=dtype)
-        buf = self._c_out.get(name)
+        buf = source.buffers.get(name)
         if buf is None or buf.shape[0] < size or buf.dtype != np.dtype(dtype):
-            buf = self._c_out[name] = np.empty(max(size, self._c_capacity.get(name, 0), 1), dtype=dtype)
+            buf = source.buffers[name] = np.empty(max(size, source.capacity.get(name, 0), 1), dtype=dtype)
         return buf[:size].reshape(shape)
-
-    def _ensure_blocks(self, blocks: np.ndarray) -> None:
-        slot_of = self._c_slot_of
-        missing = blocks[slot_of[blocks] < 0]
-        if not missing.size:
-            return
-        block, t = self._c_block, self._c_tensor
-        if blocks.shape[0] > self._c_slots:  # one batch needs more chunks than the cache holds: grow it
-            grown = min(max(blocks.shape[0], 2 * self._c_slots), self._c_n_blocks)
-            self._c_block_of_slot = np.concatenate([self._c_block_of_slot,
-                                                    np.full(grown - self._c_slots, -1, dtype=np.int64)])
-            if self._c_cache is not None:
-                cache = np.empty((grown * block,) + self._c_elem, dtype=self._c_dtype)
-                cache[:self._c_cache.shape[0]] = self._c_cache
-                self._c_cache = cache
-            self._c_slots = grown
-        if self._c_cache is None:
-            self._c_cache = np.empty((self._c_slots * block,) + self._c_elem, dtype=self._c_dtype)
-        pinned = set(blocks.tolist())
-        slots = []
-        taken: set[int] = set()
-        for _ in range(missing.shape[0]):  # FIFO over the slots, never evicting a block this batch needs
-            while True:
-                s = self._c_next_slot
-                self._c_next_slot = (s + 1) % self._c_slots
-                old = int(self._c_block_of_slot[s])
-                if s not in taken and (old < 0 or old not in pinned):
-                    break
-            taken.add(s)
-            if old >= 0:
-                slot_of[old] = -1
-            slots.append(s)
-        slots = np.array(slots, dtype=np.int64)
-        # consecutive missing blocks are read in one call (one hyperslab)
-        breaks = np.flatnonzero(np.diff(missing) != 1) + 1
-        for run_blocks, run_slots in zip(np.split(missing, breaks), np.split(slots, breaks)):
-            begin = int(run_blocks[0]) * block
-            end = min((int(run_blocks[-1]) + 1) * block, self._c_n_rows)
-            rows = t.read_rows(begin, end)
-            for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
-                part = rows[k * block:(k + 1) * block]
-                self._c_cache[s * block:s * block + part.shape[0]] = part
-                slot_of[b] = s
-                self._c_block_of_slot[s] = b
 
     def read(self, i: int) -> dict:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
-        if self._file is None or self._c_pid != os.getpid():
-            # a forked child (a DataLoader worker) never reads through its parent's HDF5 handle: it opens its own
-            self._file = None
-            self._open()
+        source = self._opened()
         plan = self.plan
         if not -len(plan) <= i < len(plan):
             raise LodUsageError(f"batch {i} is outside the plan's {len(plan)} batches")
         i = int(i) % len(plan)
         seqs = plan.batch(i)
         lens = plan.lengths[seqs]
-        starts = self._c_starts[seqs]
+        starts = source.starts[seqs]
         if self.truncate == "head":
-            starts = starts + (self._c_full[seqs] - lens)
+            starts = starts + (source.full[seqs] - lens)
         n_seq = seqs.shape[0]
         cu = np.zeros(n_seq + 1, dtype=np.int64)
         np.cumsum(lens, out=cu[1:])
@@ -1210,46 +1053,36 @@ class BatchReader:
         seq_of = np.repeat(np.arange(n_seq, dtype=np.int64), lens)
         pos = np.arange(total, dtype=np.int64) - cu[:-1][seq_of]
         rows = starts[seq_of] + pos
-        block = self._c_block
-        if total:
-            first, last = starts // block, (starts + np.maximum(lens, 1) - 1) // block
-            spans = np.where(lens > 0, last - first + 1, 0)
-            all_blocks = np.repeat(first, spans) + _positions(spans, np.concatenate([[0], np.cumsum(spans)]))
-            self._ensure_blocks(np.unique(all_blocks))
-            src = self._c_slot_of[rows // block] * block + rows % block
-        else:
-            src = rows
+        src = source.cache.positions(starts, lens, rows) if total else rows
+        cached = source.cache.rows
         out = {"indices": seqs, "batch": i, "repeat": bool(plan.repeat[i])}
-        elem = self._c_elem
+        elem, dtype = source.tensor.element_shape, source.tensor.dtype
+        lengths = self._buffer(source, "lengths", (n_seq,), np.int64)
+        lengths[:] = lens
         if self.output == "padded":
             width = int(lens.max()) if n_seq else 0
             if plan.mode != "pack":
                 width = max(width, int(plan.padded_lengths[i]))
-            values = self._buffer("values", (n_seq, width) + elem, self._c_dtype)
-            values.fill(self.pad_value)
+            values = self._buffer(source, "values", (n_seq, width) + elem, dtype)
+            values.fill(source.pad)
             if total:
-                flat = values.reshape((n_seq * width,) + elem)
-                flat[seq_of * width + pos] = self._c_cache[src]
-            mask = self._buffer("mask", (n_seq, width), np.bool_)
+                values.reshape((n_seq * width,) + elem)[seq_of * width + pos] = cached[src]
+            mask = self._buffer(source, "mask", (n_seq, width), np.bool_)
             np.less(np.arange(width)[None, :], lens[:, None], out=mask)
-            lengths = self._buffer("lengths", (n_seq,), np.int64)
-            lengths[:] = lens
             out.update(values=values, mask=mask, lengths=lengths)
             return out
-        values = self._buffer("values", (total,) + elem, self._c_dtype)
+        values = self._buffer(source, "values", (total,) + elem, dtype)
         if total:
-            np.take(self._c_cache, src, axis=0, out=values)
-        lengths = self._buffer("lengths", (n_seq,), np.int64)
-        lengths[:] = lens
+            np.take(cached, src, axis=0, out=values)
         out.update(values=values, lengths=lengths)
         if self.output == "jagged-numpy":
-            offsets = self._buffer("offsets", (n_seq + 1,), np.int64)
+            offsets = self._buffer(source, "offsets", (n_seq + 1,), np.int64)
             offsets[:] = cu
             out["offsets"] = offsets
             return out
-        cu32 = self._buffer("cu_seqlens", (n_seq + 1,), np.int32)
+        cu32 = self._buffer(source, "cu_seqlens", (n_seq + 1,), np.int32)
         cu32[:] = cu
-        position_ids = self._buffer("position_ids", (total,), np.int64)
+        position_ids = self._buffer(source, "position_ids", (total,), np.int64)
         position_ids[:] = pos
         out.update(cu_seqlens=cu32, position_ids=position_ids, max_seqlen=int(lens.max()) if n_seq else 0)
         return out
@@ -1265,14 +1098,15 @@ class BatchReader:
 
 
 def batches(path, plan=None, *, output: str = "padded", truncate: str | None = None, pad_value=0,
-            tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES, **plan_options) -> Iterator[dict]:
+            tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES, max_memory: int | None = None,
+            **plan_options) -> Iterator[dict]:
     """NumPy batches of a container for any framework: padded + mask, jagged, or varlen (flat + cu_seqlens).
 
     ``plan`` is a :class:`BatchPlan`, the path of a saved one, or ``None`` with
     the options of :func:`batch_plan` (``max_tokens=...``, ``mode=...``).  Each
     batch is a dict of arrays read with partial reads into buffers reused from
     batch to batch: **a yielded batch is valid until the next one**; copy what
-    you keep.  See :class:`BatchReader` for the outputs.
+    you keep.  See :class:`BatchReader` for the outputs, and for ``max_memory``.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -1287,10 +1121,9 @@ def batches(path, plan=None, *, output: str = "padded", truncate: str | None = N
     >>> b["values"].tolist(), b["cu_seqlens"].tolist(), b["position_ids"].tolist()
     ([5, 6, 7, 8, 1, 2, 3, 9], [0, 4, 7, 8], [0, 1, 2, 3, 0, 1, 2, 0])
     """
-    if not isinstance(plan, BatchPlan):
-        plan = as_plan(plan, path, tensor=tensor, **plan_options) if plan is None else as_plan(plan, **plan_options)
+    plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **plan_options)
     reader = BatchReader(path, plan, output=output, truncate=truncate, pad_value=pad_value, tensor=tensor,
-                         cache_bytes=cache_bytes)
+                         cache_bytes=cache_bytes, max_memory=max_memory)
     with reader:
         yield from reader
 
@@ -1307,13 +1140,21 @@ def plan_report(plan: BatchPlan, bins: int = 12) -> dict:
             "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
 
 
+#: the name of each batch file :func:`write_batches` writes
+BATCH_FILE = re.compile(r"batch_[0-9]+\.npz")
+
+
 def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str | None = None, pad_value=0,
-                  tensor: str | None = None, progress=None) -> dict:
-    """Write every batch of ``plan`` as ``out_dir/batch_NNNNNN.npz`` (each file atomically), for file-fed trainers.
+                  tensor: str | None = None, progress=None, overwrite: bool = False,
+                  max_memory: int | None = None) -> dict:
+    """Write every batch of ``plan`` as ``out_dir/batch_NNNNNN.npz``, for file-fed trainers.
 
     Each NPZ holds the arrays :func:`batches` yields (``values``, ``mask``,
     ``lengths``, ``indices``, ... by ``output``) plus ``batch`` and ``repeat``.
     ``progress(n)`` is called after each file with the bytes written so far.
+    A folder that holds batch files already is written into only with
+    ``overwrite=True``, and then its old batch files are all replaced: the new
+    ones are written aside first, so a failure leaves the old ones as they were.
 
     >>> import os, tempfile, numpy as np, lodtool
     >>> d = tempfile.mkdtemp()
@@ -1324,28 +1165,41 @@ def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str 
     >>> sorted(np.load(os.path.join(d, "out", "batch_000000.npz")))
     ['batch', 'indices', 'lengths', 'mask', 'repeat', 'values']
     """
-    from ..atomic import atomic_open
+    from ..atomic import atomic_open, fsync_folder, temp_path_for
 
-    plan = as_plan(plan)
+    plan = as_plan(plan, max_memory=max_memory)
     out_dir = os.fspath(out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise LodUsageError(f"{out_dir}: exists and is not a folder")
+    earlier = sorted(n for n in os.listdir(out_dir) if BATCH_FILE.fullmatch(n)) if os.path.isdir(out_dir) else []
+    if earlier and not overwrite:
+        raise LodExistsError(f"{out_dir}: holds {len(earlier):,} batch file(s) already; pass overwrite=True to "
+                             "replace them all")
     width = max(6, len(str(max(len(plan) - 1, 0))))
-    written = 0
-    nbytes = 0
-    reader = BatchReader(path, plan, output=output, truncate=truncate, pad_value=pad_value, tensor=tensor)
-    with reader:
-        reader._open()  # a plan made for another file fails here, before the folder is made
+    written = nbytes = 0
+    with BatchReader(path, plan, output=output, truncate=truncate, pad_value=pad_value, tensor=tensor,
+                     max_memory=max_memory) as reader:
+        reader.open()  # a plan made for another file fails here, before the folder is made
         os.makedirs(out_dir, exist_ok=True)
-        for b in reader:
-            target = os.path.join(out_dir, f"batch_{b['batch']:0{width}d}.npz")
-            arrays = {k: (np.asarray(v) if not isinstance(v, np.ndarray) else v) for k, v in b.items()}
-            with atomic_open(target) as f:
-                np.savez(f, **arrays)
-            nbytes += os.path.getsize(target)
-            written += 1
-            if progress is not None:
-                progress(nbytes)
+        staging = temp_path_for(os.path.join(out_dir, "batches"))
+        os.mkdir(staging)
+        try:
+            names = []
+            for b in reader:
+                names.append(f"batch_{b['batch']:0{width}d}.npz")
+                with atomic_open(os.path.join(staging, names[-1])) as f:
+                    np.savez(f, **{k: np.asarray(v) for k, v in b.items()})
+                nbytes += os.path.getsize(os.path.join(staging, names[-1]))
+                written += 1
+                if progress is not None:
+                    progress(nbytes)
+            for name in earlier:
+                os.remove(os.path.join(out_dir, name))
+            for name in names:
+                os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            fsync_folder(out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return {"directory": out_dir, "files": written, "bytes": nbytes, "output": output}
 
 
@@ -1360,16 +1214,17 @@ class BatchResult:
 
 
 def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=None, layout: str = "padded",
-          truncate: str | None = None, pad_value=0, report: bool = False, progress=None,
-          **plan_options) -> BatchResult:
+          truncate: str | None = None, pad_value=0, report: bool = False, progress=None, overwrite: bool = False,
+          max_memory: int | None = None, **plan_options) -> BatchResult:
     """``lodtool batch``: plan a container's training batches (or load a plan), then save, report or write them.
 
     ``plan`` is a :class:`BatchPlan`, a saved plan's path, or ``None`` with the
     options of :func:`batch_plan`.  ``save_to`` writes the plan (``.npz``);
     ``write_to`` writes each batch as an NPZ into that folder
     (:func:`write_batches`, ``layout`` as ``output`` there, padded with
-    ``pad_value``); ``report=True``
-    adds :func:`plan_report`'s figures.
+    ``pad_value``); either replaces what is there only with ``overwrite=True``.
+    ``report=True`` adds :func:`plan_report`'s figures; ``max_memory`` bounds
+    the planning and the reading (the default limit when ``None``).
 
     >>> import os, tempfile, numpy as np, lodtool
     >>> d = tempfile.mkdtemp()
@@ -1379,21 +1234,18 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
     >>> len(r.plan), r.report["plan"]["tokens"], os.path.exists(r.saved)
     (3, 10, True)
     """
-    if plan is None:
-        plan = batch_plan(path, tensor=tensor, **plan_options)
-    else:
-        plan = as_plan(plan, **plan_options)
+    plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **plan_options)
     result = BatchResult(plan)
     if save_to is not None:
-        plan.save(save_to)
+        plan.save(save_to, overwrite=overwrite)
         result.saved = os.fspath(save_to)
     if write_to is not None:
         result.written = write_batches(path, plan, write_to, output=layout, truncate=truncate, pad_value=pad_value,
-                                       tensor=tensor, progress=progress)
+                                       tensor=tensor, progress=progress, overwrite=overwrite, max_memory=max_memory)
     if report:
         result.report = plan_report(plan)
     return result
 
 
-__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
-           "greedy_batch_ends", "first_fit_decreasing", "length_bins"]
+__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "write_batches", "BatchPlan", "BatchReader",
+           "batch_plan", "batches", "as_plan", "sequence_rows", "lengths_digest", "length_bins"]

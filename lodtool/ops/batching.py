@@ -1,0 +1,387 @@
+"""Kernels of the batch planner (:mod:`lodtool.tasks._batch`): each Numba kernel beside its NumPy reference.
+
+The planner works on the sequences' lengths alone.  Here are its array passes:
+fairseq's greedy cut (:func:`greedy_batch_ends`), first-fit-decreasing packing
+(:func:`first_fit_decreasing`), a length sort with random ties
+(:func:`sort_by_length`), transformers' megabatch order
+(:func:`megabatch_order`), and the small gathers between them.  Every random
+draw comes from :func:`plan_rng`, so a plan is the same for the same seed on
+every machine.
+
+>>> import numpy as np
+>>> greedy_batch_ends(np.array([1, 1, 2, 2, 3, 3, 3, 5]), max_tokens=6).tolist()
+[3, 5, 7, 8]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import kernel
+
+#: lengths up to this go through the counting sort; longer ones through NumPy's sort
+COUNTING_SORT_MAX = 1 << 22
+
+
+def plan_rng(seed: int, *keys: int) -> np.random.Generator:
+    """The generator of every random draw of a plan: from ``seed`` and the draw's keys (the epoch).
+
+    >>> plan_rng(0, 1).permutation(4).tolist() == plan_rng(0, 1).permutation(4).tolist()
+    True
+    """
+    return np.random.default_rng([int(seed), *map(int, keys)])
+
+
+def stable_argsort(values: np.ndarray, descending: bool = False) -> np.ndarray:
+    """Stable argsort; small non-negative integers go through NumPy's radix sort (uint16).
+
+    >>> stable_argsort(np.array([3, 1, 3, 2]), descending=True).tolist()
+    [0, 2, 3, 1]
+    """
+    if values.size and values.min() >= 0 and values.max() < (1 << 16):
+        keys = values.astype(np.uint16)
+        if descending:
+            keys = np.uint16((1 << 16) - 1) - keys
+        return np.argsort(keys, kind="stable")
+    return np.argsort(-values if descending else values, kind="stable")
+
+
+def segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of each segment ``values[offsets[i]:offsets[i + 1]]`` (int64).
+
+    >>> segment_sums(np.array([1, 2, 3]), np.array([0, 2, 2, 3])).tolist()
+    [3, 0, 3]
+    """
+    cum = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return cum[offsets[1:]] - cum[offsets[:-1]]
+
+
+def segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Largest value of each segment (0 for an empty one).
+
+    >>> segment_max(np.array([1, 5, 3]), np.array([0, 2, 2, 3])).tolist()
+    [5, 0, 3]
+    """
+    out = np.zeros(offsets.shape[0] - 1, np.int64)
+    nonempty = offsets[1:] > offsets[:-1]
+    if values.size:
+        out[nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty])
+    return out
+
+
+def _greedy_ends_reference(lengths, segment_ends, max_tokens, max_sequences, multiple):
+    """Batch ends of fairseq's greedy pass (``batch_by_size_vec``), run on each segment; plain Python.
+
+    Within a segment the pass keeps a *running batch* ``[start, end)`` and a
+    *tail* ``[end, pos]``.  The tail joins the batch whenever the two together
+    have a size below ``multiple`` or a multiple of it; when they would break a
+    limit the batch is closed and the tail starts the next one (if the tail alone
+    breaks the token limit, it is closed too, without ``pos``).
+    """
+    out = []
+    seg_start = 0
+    for seg_end in segment_ends:
+        batch_start = batch_end = seg_start
+        batch_max = tail_max = 0
+        for pos in range(seg_start, seg_end):
+            tail_max = max(tail_max, lengths[pos])
+            count = pos + 1 - batch_start
+            new_max = max(batch_max, tail_max)
+            overflow = (0 < max_sequences < count) or (0 < max_tokens < count * new_max)
+            if overflow:
+                if 0 < max_tokens < tail_max * (pos + 1 - batch_end):
+                    out.append(batch_end)
+                    batch_end = pos
+                    tail_max = lengths[pos]
+                out.append(batch_end)
+                batch_start = batch_end
+                new_max = tail_max
+            count = pos + 1 - batch_start
+            if overflow or count < multiple or count % multiple == 0:
+                batch_end = pos + 1
+                batch_max = new_max
+                tail_max = 0
+        if seg_end > seg_start:
+            out.append(batch_end)
+            if batch_end != seg_end:
+                out.append(seg_end)
+        seg_start = seg_end
+    return np.array(out, dtype=np.int64)
+
+
+@kernel
+def _greedy_ends_impl(lengths, segment_ends, max_tokens, max_sequences, multiple, out):
+    n_out = 0
+    seg_start = 0
+    for s in range(segment_ends.shape[0]):
+        seg_end = segment_ends[s]
+        batch_start = seg_start
+        batch_end = seg_start
+        batch_max = 0
+        tail_max = 0
+        for pos in range(seg_start, seg_end):
+            v = lengths[pos]
+            if v > tail_max:
+                tail_max = v
+            count = pos + 1 - batch_start
+            new_max = batch_max if batch_max > tail_max else tail_max
+            overflow = (max_sequences > 0 and count > max_sequences) or \
+                (max_tokens > 0 and count * new_max > max_tokens)
+            if overflow:
+                if max_tokens > 0 and tail_max * (pos + 1 - batch_end) > max_tokens:
+                    out[n_out] = batch_end
+                    n_out += 1
+                    batch_end = pos
+                    tail_max = v
+                out[n_out] = batch_end
+                n_out += 1
+                batch_start = batch_end
+                new_max = tail_max
+            count = pos + 1 - batch_start
+            if overflow or count < multiple or count % multiple == 0:
+                batch_end = pos + 1
+                batch_max = new_max
+                tail_max = 0
+        if seg_end > seg_start:
+            out[n_out] = batch_end
+            n_out += 1
+            if batch_end != seg_end:
+                out[n_out] = seg_end
+                n_out += 1
+        seg_start = seg_end
+    return n_out
+
+
+def _ffd_reference(lengths_desc, capacity):
+    """Bin of each item under first-fit decreasing (items already sorted, longest first); plain Python."""
+    room: list[int] = []
+    out = np.empty(len(lengths_desc), dtype=np.int64)
+    for i, need in enumerate(lengths_desc):
+        for b, r in enumerate(room):
+            if r >= need:
+                room[b] -= need
+                out[i] = b
+                break
+        else:
+            room.append(capacity - need)
+            out[i] = len(room) - 1
+    return out
+
+
+@kernel
+def _ffd_impl(lengths_desc, capacity, tree, bin_of):
+    # tree: a max-tree over the bins' free room (leaves at [size, 2 * size)), so the first bin
+    # with room for an item is found in log2(bins) steps: O(n log n) for the whole packing
+    size = tree.shape[0] // 2
+    for j in range(size, 2 * size):
+        tree[j] = capacity
+    for j in range(size - 1, 0, -1):
+        tree[j] = tree[2 * j] if tree[2 * j] > tree[2 * j + 1] else tree[2 * j + 1]
+    used = 0
+    for i in range(lengths_desc.shape[0]):
+        need = lengths_desc[i]
+        node = 1
+        while node < size:
+            node = 2 * node if tree[2 * node] >= need else 2 * node + 1
+        b = node - size
+        bin_of[i] = b
+        if b >= used:
+            used = b + 1
+        tree[node] -= need
+        node //= 2
+        while node >= 1:
+            left = tree[2 * node]
+            right = tree[2 * node + 1]
+            best = left if left > right else right
+            if tree[node] == best:  # the maxima above do not change either
+                break
+            tree[node] = best
+            node //= 2
+    return used
+
+
+@kernel
+def _shuffled_counting_sort_impl(lengths, keep, n_keys, seed, descending, order_out, sorted_out):
+    # a stable counting sort of ``keep`` by length, then a shuffle inside each length: the same
+    # distribution as fairseq's "random permutation, then stable sort", in O(n) sequential passes
+    counts = np.zeros(n_keys + 1, dtype=np.int64)
+    for i in range(keep.shape[0]):
+        counts[lengths[keep[i]]] += 1
+    start = np.empty(n_keys + 1, dtype=np.int64)
+    total = 0
+    for k in range(n_keys + 1):
+        key = n_keys - k if descending else k
+        start[key] = total
+        total += counts[key]
+    group_start = start.copy()
+    for i in range(keep.shape[0]):
+        item = keep[i]
+        v = lengths[item]
+        order_out[start[v]] = item
+        sorted_out[start[v]] = v
+        start[v] += 1
+    state = np.uint64(seed)
+    for key in range(n_keys + 1):
+        lo = group_start[key]
+        m = counts[key]
+        for j in range(m - 1, 0, -1):  # Fisher-Yates within the group, drawing from splitmix64
+            state += np.uint64(0x9E3779B97F4A7C15)
+            z = state
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+            r = np.int64(((z >> np.uint64(32)) * np.uint64(j + 1)) >> np.uint64(32))  # Lemire's range reduction
+            tmp = order_out[lo + j]
+            order_out[lo + j] = order_out[lo + r]
+            order_out[lo + r] = tmp
+
+
+@kernel
+def _counting_argsort_impl(keys, n_keys, out):
+    counts = np.zeros(n_keys + 1, dtype=np.int64)
+    for i in range(keys.shape[0]):
+        counts[keys[i] + 1] += 1
+    for k in range(n_keys):
+        counts[k + 1] += counts[k]
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        out[counts[k]] = i
+        counts[k] += 1
+
+
+@kernel
+def _gather_runs_impl(src, starts, sizes, out):
+    pos = 0
+    for b in range(starts.shape[0]):
+        s = starts[b]
+        for j in range(sizes[b]):
+            out[pos + j] = src[s + j]
+        pos += sizes[b]
+
+
+@kernel
+def _sort_segments_desc_impl(values, items, segment_ends, out):
+    # within each segment, items by value, largest first, ties in their given order
+    lo = 0
+    for s in range(segment_ends.shape[0]):
+        hi = segment_ends[s]
+        idx = np.argsort(-values[lo:hi], kind="mergesort")
+        for j in range(hi - lo):
+            out[lo + j] = items[lo + idx[j]]
+        lo = hi
+
+
+def sort_by_length(lengths: np.ndarray, keep: np.ndarray, seed: int, descending: bool = False):
+    """(items of ``keep`` sorted by length, their lengths): random order among equal lengths, from ``seed``.
+
+    >>> order, lens = sort_by_length(np.array([3, 1, 3, 2]), np.arange(4), seed=0)
+    >>> lens.tolist(), sorted(order[2:].tolist()), order[:2].tolist()
+    ([1, 2, 3, 3], [0, 2], [1, 3])
+    """
+    keep = np.ascontiguousarray(keep, dtype=np.int64)
+    sub = lengths[keep] if keep.shape[0] != lengths.shape[0] else lengths
+    top = int(sub.max()) if sub.size else 0
+    if top > COUNTING_SORT_MAX:
+        order = keep[plan_rng(seed).permutation(keep.shape[0])]
+        order = order[stable_argsort(lengths[order], descending)]
+        return order, lengths[order]
+    order = np.empty(keep.shape[0], np.int64)
+    lens = np.empty(keep.shape[0], np.int64)
+    kernel_seed = int(plan_rng(seed).integers(0, 2 ** 31 - 1))
+    _shuffled_counting_sort_impl(np.ascontiguousarray(lengths, np.int64), keep, top, kernel_seed, bool(descending),
+                                 order, lens)
+    return order, lens
+
+
+def counting_argsort(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """Stable argsort of integer keys in ``0..n_keys-1`` (O(n)).
+
+    >>> counting_argsort(np.array([2, 0, 2, 1]), 3).tolist()
+    [1, 3, 0, 2]
+    """
+    out = np.empty(keys.shape[0], np.int64)
+    if keys.size:
+        _counting_argsort_impl(np.ascontiguousarray(keys, np.int64), int(n_keys), out)
+    return out
+
+
+def gather_runs(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``concatenate([src[s:s + n] for s, n in zip(starts, sizes)])`` in one pass.
+
+    >>> gather_runs(np.arange(10), np.array([7, 0]), np.array([2, 3])).tolist()
+    [7, 8, 0, 1, 2]
+    """
+    out = np.empty(int(sizes.sum()), dtype=src.dtype)
+    if out.size:
+        _gather_runs_impl(src, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),
+                                 out)
+    return out
+
+
+def greedy_batch_ends(lengths, max_tokens=0, max_sequences=0, multiple=1, segment_ends=None) -> np.ndarray:
+    """Ends of the batches fairseq's greedy pass cuts from ``lengths`` (in the order given).
+
+    ``0`` means no limit.  ``segment_ends`` forces cuts (megabatches); by
+    default the whole array is one segment.
+
+    >>> greedy_batch_ends(np.array([1, 1, 2, 2, 3, 3, 3, 5]), max_tokens=6).tolist()
+    [3, 5, 7, 8]
+    >>> greedy_batch_ends(np.array([1] * 7), max_sequences=8, multiple=4).tolist()
+    [4, 7]
+    """
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    n = lengths.shape[0]
+    segs = np.array([n], np.int64) if segment_ends is None else np.ascontiguousarray(segment_ends, np.int64)
+    out = np.empty(n + segs.shape[0] + 1, dtype=np.int64)
+    if n == 0:
+        return out[:0]
+    count = _greedy_ends_impl(lengths, segs, int(max_tokens or 0), int(max_sequences or 0), int(multiple), out)
+    return out[:count].copy()
+
+
+def first_fit_decreasing(lengths_desc, capacity: int) -> tuple[np.ndarray, int]:
+    """(bin of each item, number of bins) for items sorted longest first, each at most ``capacity``.
+
+    >>> first_fit_decreasing(np.array([6, 5, 4, 3, 2]), 8)
+    (array([0, 1, 2, 1, 0]), 3)
+    """
+    lengths_desc = np.ascontiguousarray(lengths_desc, dtype=np.int64)
+    n = lengths_desc.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64), 0
+    total = int(lengths_desc.sum())
+    # first fit leaves at most one bin half empty or less, so it never opens more than 2 * total / capacity + 1
+    bound = min(n, 2 * total // max(capacity, 1) + 2)
+    size = 1 << max(int(bound - 1).bit_length(), 0)
+    tree = np.empty(2 * size, dtype=np.int32 if capacity < 2 ** 31 else np.int64)
+    bin_of = np.empty(n, dtype=np.int64)
+    used = _ffd_impl(lengths_desc.astype(tree.dtype), tree.dtype.type(capacity), tree, bin_of)
+    return bin_of, int(used)
+
+
+def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' ``get_length_grouped_indices`` after its permutation: (order, megabatch ends).
+
+    ``shuffled`` (the permuted indices) is cut into megabatches of ``size``; each
+    is sorted by length, longest first (ties keep their order); then the first
+    element of the first megabatch trades places with the first element of the
+    megabatch that holds the longest sequence, which so lands in the first batch.
+
+    >>> order, ends = megabatch_order(np.array([1, 5, 2, 9, 3, 4]), np.array([0, 1, 2, 3, 4, 5]), 3)
+    >>> order.tolist(), ends.tolist()
+    ([3, 2, 0, 1, 5, 4], [3, 6])
+    """
+    shuffled = np.ascontiguousarray(shuffled, dtype=np.int64)
+    n = shuffled.shape[0]
+    seg_ends = np.minimum(np.arange(size, n + size, size, dtype=np.int64), n)
+    order = np.empty(n, np.int64)
+    if n:
+        _sort_segments_desc_impl(np.ascontiguousarray(lengths[shuffled], dtype=np.int64), shuffled, seg_ends, order)
+        heads = np.concatenate([[0], seg_ends[:-1]])
+        longest = int(np.argmax(lengths[order[heads]]))  # the first of the maxima, as torch.argmax
+        order[0], order[heads[longest]] = order[heads[longest]], order[0]
+    return order, seg_ends
+
+
+__all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
+           "counting_argsort", "gather_runs", "greedy_batch_ends", "first_fit_decreasing", "megabatch_order"]
