@@ -21,7 +21,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lodtool"
 OPTIONAL = {"awkward", "pyarrow", "torch", "tensorflow", "datasets", "dask", "distributed", "dask_awkward"}
 #: files whose owners move their imports onto optional_import (remove a line when its file passes)
 NOT_YET = {
-    "interop/_torch_batch.py": "imports torch itself (and names the extra with LodUsageError)",
     "tasks/_shards.py": "imports distributed itself",
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._optional import optional_import
 from ..errors import LodInputError, LodUsageError
 from ..tasks._batch import DEFAULT_CACHE_BYTES, BatchPlan, BatchReader, as_plan
 
@@ -20,11 +21,7 @@ _READ_AS = {"padded": "padded", "jagged": "jagged-numpy", "packed": "padded", "v
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise LodUsageError("BatchDataset needs PyTorch: pip install 'lodtool[torch]'") from None
-    return torch
+    return optional_import("torch", "torch", "BatchDataset")
 
 
 class _BatchDatasetMixin:
