@@ -149,6 +149,66 @@ def test_only_the_jit_module_imports_numba_for_the_cpu(path):
     assert not numba, f"{path} imports numba; kernels come from lodtool._jit"
 
 
+#: the rooms that may define compiled kernels: the operators (and the batch planner's, in ops/batching), and the
+#: few format kernels below them (the JSON scanner and formatter, HDF5's Fletcher-32, the offsets check); tasks/,
+#: interop/ and cli/ only orchestrate
+KERNEL_ROOMS = ("ops/", "_jit.py", "_monotonic.py", "io/_jsonscan.py", "io/_jsonfmt.py", "container/_fletcher.py")
+
+
+def _decorators(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                target = dec.func if isinstance(dec, ast.Call) else dec
+                names.add(target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", ""))
+    return names
+
+
+@pytest.mark.parametrize("path", files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_kernels_live_in_the_kernel_rooms(path):
+    room = path.relative_to(PACKAGE).as_posix()
+    if room.startswith(KERNEL_ROOMS):
+        return
+    assert not _decorators(path) & {"kernel", "intrinsic", "njit", "jit"}, \
+        f"{room} defines a compiled kernel; kernels live in {', '.join(KERNEL_ROOMS)}"
+
+
+#: the rooms that may build a tensor from parts they validated themselves (LoDTensor._trusted): the view and the
+#: tensor, the readers of validated files and formats, the operators' outputs, and the pipe's per-chunk steps over
+#: validated stored chunks; everything else builds tensors through the public constructor (checked, or checked at
+#: an operator's entry) or gets them from those rooms
+TRUSTED_BUILDERS = ("tensor.py", "ops/", "container/", "io/", "tasks/_pipe.py")
+
+
+@pytest.mark.parametrize("path", files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_rooms_that_validate_build_trusted_tensors(path):
+    room = path.relative_to(PACKAGE).as_posix()
+    if room.startswith(TRUSTED_BUILDERS):
+        return
+    used = [n.lineno for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)
+            and n.attr == "_trusted"]
+    assert not used, f"{room} builds unchecked tensors (LoDTensor._trusted, line {used[0]}); use LoDTensor(...)"
+
+
+def test_no_operator_is_written_twice():
+    """Each operator's per-chunk work is the pipe's ``step`` of the lodtool.ops function, on both routes: the Dask
+    bridge and the CLI hand an operator to ``step`` and never call one themselves."""
+    import lodtool.ops as ops
+
+    # the operators over LoD tensors (sequence_mask makes a mask from lengths: it is not one)
+    names = {n for n in ops.__all__ if n.startswith(("sequence_", "lod_", "pack_plan", "im2sequence"))} - {
+        "sequence_mask"}
+    for room in ("interop/dask.py", "cli/ops.py", "cli/sequence.py"):
+        tree = ast.parse((PACKAGE / room).read_text())
+        handed = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and getattr(node.func, "id", getattr(node.func, "attr", None)) == "step" for arg in node.args}
+        called = [f"{n.func.id} (line {n.lineno})" for n in ast.walk(tree) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Name) and n.func.id in names and id(n.func) not in handed]
+        assert not called, f"{room} calls {called} itself; run it through the pipe (tasks._pipe.step)"
+    assert not (PACKAGE / "tasks" / "_sequence_ops.py").exists()
+
+
 # -- the CLI mirrors lodtool.tasks -------------------------------------------------------------------------
 #: CLI command -> the lodtool.tasks function it is one call of
 COMMAND_TASKS = {

@@ -100,7 +100,7 @@ def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
         if t.lod_level:
             chunk = t.slice_level(0, part.start, part.stop)
         else:
-            chunk = LoDTensor._trusted(t.read_rows(part.start, part.stop), ())
+            chunk = LoDTensor(t.read_rows(part.start, part.stop))
     _lod.validate_lod(chunk.offsets, chunk.n_rows)
     return chunk
 
@@ -501,7 +501,7 @@ class LodBag:
             _lod.validate_lod(empty, 0)
         except LodValidationError as exc:
             raise LodUsageError(f"the result holds no sequences ({exc})") from None
-        return LoDTensor._trusted(np.zeros((0,) + tuple(spec.element_shape), spec.dtype), empty, spec.level_names)
+        return LoDTensor(np.zeros((0,) + tuple(spec.element_shape), spec.dtype), empty, level_names=spec.level_names)
 
     def to_container(self, folder: str | os.PathLike, *, name: str | None = None, compression: str | None = None,
                      append: bool = False, progress: Callable[[int, int], None] | None = None,
@@ -758,8 +758,8 @@ def _spec_after(bag: LodBag):
     spec = bag.spec
     if spec is None:
         raise LodUsageError("the collection's type is unknown; read it with lodtool.dask.read")
-    t = LoDTensor._trusted(np.zeros((1,) + tuple(spec.element_shape), spec.dtype),
-                           tuple(np.array([0, 1], np.int64) for _ in range(spec.lod_level)), spec.level_names)
+    t = LoDTensor(np.zeros((1,) + tuple(spec.element_shape), spec.dtype),
+                  [np.array([0, 1], np.int64) for _ in range(spec.lod_level)], level_names=spec.level_names)
     for fn in bag._fns:
         t = fn(t)
     return TensorSpec.of(t)

@@ -223,8 +223,8 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
 
 def _stand_in(t) -> LoDTensor:
     """A one-sequence tensor of ``t``'s dtype and row shape (no data read): what an operator checks first."""
-    return LoDTensor._trusted(np.zeros((0,) + tuple(t.element_shape), t.dtype),
-                              tuple(np.zeros(2, _I64) for _ in range(t.lod_level)))
+    levels = [np.array([0, 1], _I64) for _ in range(t.lod_level - 1)] + [np.zeros(2, _I64)] * bool(t.lod_level)
+    return LoDTensor(np.zeros((0,) + tuple(t.element_shape), t.dtype), levels)
 
 
 def _named(where: str, call):
@@ -484,8 +484,8 @@ def _expand_runs(tx, ty, level: int, max_rows: int, window: int) -> Iterator[tup
         for a, b in runs([lens * (reps + 1), reps], max_rows):
             if ref[b] == ref[a]:
                 continue
-            xs = LoDTensor._trusted(tx.read_rows(xoff[a], xoff[b]), (xoff[a:b + 1] - xoff[a],) if has_lod else (),
-                                    tx.level_names)
+            xs = LoDTensor(tx.read_rows(xoff[a], xoff[b]), [xoff[a:b + 1] - xoff[a]] if has_lod else None,
+                           level_names=tx.level_names if has_lod else None, validate=False)
             for part in _copy_parts(ref[a:b + 1] - ref[a], int(lens[a]), max_rows):
                 yield xs, part
             del xs  # before the next run is read
@@ -562,6 +562,18 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
                    step(sequence_concat, device=device), sink)
 
 
+def _read_range(t, a: int, b: int) -> LoDTensor:
+    """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed, which
+    a view's ``slice_level`` refuses at a level's end)."""
+    levels = []
+    lo, hi = a, b
+    for k in range(t.lod_level):
+        off = t.read_offsets(k, lo, hi + 1)
+        levels.append(off - off[0])
+        lo, hi = int(off[0]), int(off[-1])
+    return LoDTensor(t.read_rows(lo, hi), levels, level_names=t.level_names, validate=False)
+
+
 def _concat_ranges(ts, max_rows: int, window: int):
     """Ranges of top-level sequences whose rows, summed over all inputs, stay within ``max_rows``."""
     start = 0
@@ -610,17 +622,6 @@ def _filled(ranges, filled):
         ready = (ready[0], last) if ready is not None else (pending, last)
     if ready is not None:
         yield ready
-
-
-def _read_range(t, a: int, b: int) -> LoDTensor:
-    """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed)."""
-    levels = []
-    lo, hi = a, b
-    for k in range(t.lod_level):
-        off = t.read_offsets(k, lo, hi + 1)
-        levels.append(off - off[0])
-        lo, hi = int(off[0]), int(off[-1])
-    return LoDTensor._trusted(t.read_rows(lo, hi), levels, t.level_names)
 
 
 def read_lod_only(lazy) -> LoDTensor:
@@ -674,7 +675,7 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
         sink = TensorSink(output, [out_name or t.name], compression=compression, overwrite=overwrite,
                           force=force, like=new)
         return run(_chunks_of(new.offsets, chunk_rows(t.element_shape, t.dtype, f.max_memory)),
-                   lambda part: LoDTensor._trusted(t.read_rows(*part[1]), part[0]), sink)
+                   lambda part: LoDTensor(t.read_rows(*part[1]), part[0], validate=False), sink)
 
 
 def _chunks_of(levels, max_rows: int):
