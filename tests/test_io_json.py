@@ -467,3 +467,23 @@ def test_the_scan_pool_keeps_to_lodtools_thread_limit(monkeypatch):
     assert jsonio._scan_threads() == 1  # a single-thread Dask worker parses on its one core
     monkeypatch.setattr(jsonio, "SCAN_THREADS", 3)
     assert jsonio._scan_threads() == 3
+
+
+def test_small_bad_input_is_parsed_once(tmp_path, monkeypatch):
+    from lodtool.io import json as json_io
+
+    src = tmp_path / "bad.jsonl"
+    src.write_bytes(b"[1, 2]\n[3,, 4]\n")
+    passes = []
+    real = json_io._iter_json_inputs
+    monkeypatch.setattr(json_io, "_iter_json_inputs", lambda *a, **k: passes.append(k["fast"]) or real(*a, **k))
+    with pytest.raises(LodInputError, match=r"bad\.jsonl:2:4: expected a number"):
+        list(json_io.iter_json(str(src)))
+    assert passes == [False]  # the general path found it, and said so
+
+
+def test_document_errors_name_the_line_of_the_item(tmp_path):
+    src = tmp_path / "d.json"
+    src.write_bytes(b"[[1, 2],\n [3, NaN]]\n")
+    with pytest.raises(LodInputError, match=r"d\.json:2: at branch <1,1>: value nan"):
+        list(iter_json(str(src), dtype="int32", fast=False))

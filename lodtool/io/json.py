@@ -77,7 +77,7 @@ from .._jit import kernels_pay, thread_limit
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
-from . import format_of_path
+from . import READ_CHUNK_BYTES, format_of_path, is_stdin
 from ._values import cast_values, concat_chunks, resolve_dtype
 
 if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
@@ -85,8 +85,6 @@ if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
 
 #: the formats this module reads and writes
 FORMATS = ("json", "jsonl")
-#: bytes read at a time
-CHUNK_BYTES = 64 << 20
 #: bytes the fast path scans at a time (its outputs then stay in reused, cache-warm memory)
 SCAN_BLOCK = 4 << 20
 #: threads scanning JSON Lines blocks in parallel (None: min(8, lodtool._jit.thread_limit())); 1 scans in the
@@ -770,7 +768,26 @@ def _general_document(text: bytes, skip: int, asm: _Assembler) -> _Piece | None:
     if not items:
         return None
     bigs = [(0, offset, token) for offset, token in found]
-    return _general_piece(items, None, [text], bigs, skip, asm, lambda i, offset: _line_col(text, offset, None))
+    lines = _item_lines(text, len(obj))
+    return _general_piece(items, None if lines is None else lines[skip:], [text], bigs, skip, asm,
+                          lambda i, offset: _line_col(text, offset, None))
+
+
+def _item_lines(text: bytes, items: int) -> np.ndarray | None:
+    """The line each top-level item of a JSON document starts on (None when brackets sit in strings).
+
+    >>> _item_lines(b"[[1],\\n [2,\\n 3], [4]]", 3).tolist()
+    [1, 2, 3]
+    """
+    a = np.frombuffer(text, dtype=np.uint8)
+    depth = np.cumsum((a == 91).astype(np.int8) - (a == 93), dtype=np.int32)
+    # an item starts at the first non-space byte after the outer '[' or after a ',' between items
+    separators = np.flatnonzero(((a == 91) & (depth == 1)) | ((a == 44) & (depth == 1)))
+    solid = np.flatnonzero((a != 32) & (a != 9) & (a != 10) & (a != 13))
+    if separators.size != items or b'"' in text:
+        return None
+    starts = solid[np.minimum(np.searchsorted(solid, separators + 1), solid.size - 1)]
+    return 1 + np.cumsum(a == 10, dtype=np.int64)[starts]
 
 
 def _json_type(obj) -> str:
@@ -843,7 +860,7 @@ def _sync(js, st: np.ndarray, asm: _Assembler) -> None:
 
 # -- the readers ------------------------------------------------------------------------------------
 def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
-              level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+              level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
               progress: Callable[[int], None] | None = None, name: str | None = None) -> Iterator[LoDTensor]:
     """Read JSON or JSON Lines as chunks of whole top-level sequences (bounded memory).
 
@@ -864,7 +881,7 @@ def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = No
 
 
 def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_level: int | None = None,
-                     dtype: Any = None, level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+                     dtype: Any = None, level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
                      progress: Callable[[int], None] | None = None, names: Sequence[str | None] | None = None,
                      stats: dict | None = None) -> Iterator[LoDTensor]:
     """Read several JSON or JSON Lines inputs as one stream of chunks (their sequences concatenate).
@@ -878,32 +895,22 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
     [[[[1]]], [[[2, 3]]]]
     """
     sources = list(sources)
-    if fast is None:  # a pipe on stdin: its first bytes tell whether the input is small
+    if fast is None:  # a pipe on stdin: its first read tells whether the input is small
         names = list(names) if names is not None else [None] * len(sources)
         for i, src in enumerate(sources):
             if _is_stdin_pipe(src):
-                sources[i] = _peek_stdin(FAST_FROM_BYTES)
+                sources[i] = _whole_if_small(sys.stdin.buffer, FAST_FROM_BYTES)
                 names[i] = names[i] or "<stdin>"
     kwargs = dict(lod_level=lod_level, dtype=dtype, level_names=level_names, chunk_bytes=chunk_bytes,
                   progress=progress, names=names, stats=stats)
     if fast is None and not kernels_pay(_known_size(sources), FAST_FROM_BYTES, FAST_FROM_BYTES):
-        # small input: the general path, and Numba never imported; bad input is read again by the scanner,
-        # whose messages give the exact line and column (an error costs the import, a clean run never does)
-        try:
-            chunks = list(_iter_json_inputs(sources, fmt, fast=False, **kwargs))
-        except LodError:
-            if any(_is_stdin(src) for src in sources):
-                raise  # stdin cannot be read twice
-            chunks = None
-        if chunks is not None:
-            yield from chunks
-            return
+        fast = False  # small input: the general path, and Numba never imported
     yield from _iter_json_inputs(sources, fmt, fast=fast, **kwargs)
 
 
 def _is_stdin_pipe(source: Any) -> bool:
     """Whether ``source`` is ``-`` with something other than a regular file on stdin (a pipe, a terminal)."""
-    if not (isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-"):
+    if not is_stdin(source):
         return False
     try:
         return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
@@ -929,18 +936,13 @@ class _Prefixed(io.RawIOBase):
         return self._stream.readinto(view)
 
 
-def _peek_stdin(limit: int):
-    """stdin's bytes if it ends within ``limit`` bytes (then its size is known), else a stream of all of it."""
-    stream = sys.stdin.buffer
+def _whole_if_small(stream, limit: int):
+    """A one-way stream's bytes if it ends within ``limit`` bytes (then its size is known), else a stream of all
+    of it (what was read first, then the rest): the reader's first read, not a peek."""
     head = stream.read(limit + 1)
     if len(head) <= limit:
         return head
     return io.BufferedReader(_Prefixed(head, stream), 1 << 20)
-
-
-def _is_stdin(source: Any) -> bool:
-    return isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-" or \
-        not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview))
 
 
 def _iter_json_inputs(sources: list, fmt: str | None, *, lod_level, dtype, level_names, chunk_bytes: int,
@@ -1231,7 +1233,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
 
 
 def read_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
-              level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+              level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
               name: str | None = None) -> LoDTensor:
     """Read a whole JSON or JSON Lines input into one :class:`~lodtool.LoDTensor`.
 
@@ -1356,7 +1358,7 @@ def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: ``sources`` of format ``fmt`` as chunks of whole top-level sequences.
 
@@ -1377,5 +1379,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
     write_json(chunks, out, fmt)
 
 
-__all__ = ["FORMATS", "CHUNK_BYTES", "MAX_LEVELS", "iter_json", "iter_json_inputs", "read_json", "parse_json",
+__all__ = ["FORMATS", "MAX_LEVELS", "iter_json", "iter_json_inputs", "read_json", "parse_json",
            "write_json", "read", "write", "write_stored"]

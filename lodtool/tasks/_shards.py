@@ -126,8 +126,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     9
     """
     from ..container.shards import ShardWriter, read_manifest
-
-    from ._pack import AUTO_INT
+    from ..container.writer import AUTO_INT
 
     if isinstance(dtype, str) and dtype == AUTO_INT:  # it narrows per container: shards could disagree
         raise LodUsageError("--dtype auto-int picks the narrowest dtype per container, and a sharded folder needs "
@@ -135,36 +134,26 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                             "split it with lodtool shard")
     folder = os.fspath(folder)
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
-    options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
-               "level_names": None if level_names is None else list(level_names), "compression": compression}
-    if column is not None:
-        options["column"] = column
-    if max_memory is not None:
-        options["max_memory"] = max_memory
     if scheduler:
         from ..interop.dask import pack as dask_pack
 
+        options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
+                   "level_names": None if level_names is None else list(level_names), "compression": compression}
+        if column is not None:
+            options["column"] = column
+        if max_memory is not None:
+            options["max_memory"] = max_memory
         with _no_stray_shards(folder), dask_scheduler(scheduler, workers) as compute_kwargs:
             manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
                                  compute_kwargs=compute_kwargs, **options)
         return _summary(folder, manifest)
-    from . import _pack
+    from ._pack import PackSource
 
-    sources = _pack._as_list(inputs)
-    fmt, _ = _pack._input_format(sources, format)
-    target = _pack.resolve_dtype(dtype)
-    stats: dict = {"bytes_read": 0}
-    extra = _pack.reader_options(fmt, column, max_memory)
-    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats, extra)
-    names = options["level_names"]
+    source = PackSource.open(inputs, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                             column=column, max_memory=max_memory)
     with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
-        for chunk in _pack._overlapped(chunks):
-            if names is not None:
-                if len(names) != chunk.lod_level:
-                    raise LodUsageError(f"{len(names)} level name(s) given ({', '.join(names)}), but the input "
-                                        f"has {chunk.lod_level} LoD level(s)")
-                chunk = chunk.with_level_names(names)
-            w.write(chunk)
+        for chunk in source.chunks:
+            w.write(chunk if source.level_names is None else chunk.with_level_names(source.names_for(chunk)))
     return _summary(folder, read_manifest(folder))
 
 
