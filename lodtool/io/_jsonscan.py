@@ -652,6 +652,9 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 fv[n_val] = special
             else:
                 ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
+                if ok and f == _INF:
+                    err = E_RANGE  # beyond float64: the general path says where
+                    break
                 if ok:
                     fv[n_val] = -f if neg else f
                 else:
@@ -998,6 +1001,8 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
         text = bytes(raw[start:start + length])
         if as_float:
             fv[idx] = float(text)
+            if math.isinf(fv[idx]):
+                return E_RANGE
         else:  # a long integer for a uint64 target
             try:
                 value = int(text)

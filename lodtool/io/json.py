@@ -25,8 +25,8 @@ Values (the policies):
   and with a float or complex dtype any integer is read (correctly rounded).
 - ``NaN``, ``Infinity`` and ``-Infinity`` (Python's spelling) are read as floats,
   and :func:`write_json` writes non-finite floats the same way, so unpacked
-  output packs again.  A literal too large for float64 (``1e400``) becomes
-  infinity, as with Python's ``float()``.
+  output packs again.  A number too large for float64 (``1e400``) is refused
+  where it stands: an infinite value is written ``Infinity``.
 - Floats are read as float64, exactly as Python's ``float()`` reads them.  An
   explicit ``dtype`` must hold every value: integers must be in range, floats
   stored as integers must be whole, float narrowing rounds but must not
@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -491,6 +492,7 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         lno, col = _line_col(text, exc.start, line)
         raise LodInputError(f"{name}:{lno}:{col}: invalid UTF-8 (byte 0x{text[exc.start]:02x})") from None
     found: list[str] = []
+    overflowing: list[str] = []
 
     def parse_int(token: str) -> int:
         value = int(token)
@@ -498,8 +500,14 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
             found.append(token)
         return value
 
+    def parse_float(token: str) -> float:
+        value = float(token)
+        if math.isinf(value):
+            overflowing.append(token)
+        return value
+
     try:
-        obj = json.loads(s, parse_int=parse_int)
+        obj = json.loads(s, parse_int=parse_int, parse_float=parse_float)
     except json.JSONDecodeError as exc:
         lno = exc.lineno if line is None else line + exc.lineno - 1
         raise LodInputError(f"{name}:{lno}:{exc.colno}: {_phrase(exc, s, line is not None)}") from None
@@ -511,16 +519,31 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         lno, col = _line_col(text, offset, line)
         digits = len(m.group().lstrip(b"-")) if m else 0
         raise LodInputError(f"{name}:{lno}:{col}: an integer of {digits:,} digits; no dtype holds it (int64 and "
-                            "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float "
-                            "literal (1e400 reads as infinity)") from None
+                            "uint64 end at 20 digits, float64 at 309): shorten it, or write Infinity for an "
+                            "infinite value") from None
+    if overflowing:
+        token = overflowing[0]
+        lno, col = _line_col(text, _token_offset(text, token, 0), line)
+        short = token if len(token) <= 40 else token[:37] + "..."
+        raise LodInputError(f"{name}:{lno}:{col}: {short} is beyond float64's range (about 1.8e308); write "
+                            "Infinity (or -Infinity) if an infinite value is meant")
     if found:
         start = 0
         for token in found:
-            m = re.search(rb"(?<![\d.eE+-])" + re.escape(token.encode()) + rb"(?![\d.eE])", text[start:])
-            offset = start + m.start() if m else 0
+            offset = _token_offset(text, token, start)
             bigs.append((offset, token))
-            start = offset + len(token) if m else start
+            start = offset + len(token)
     return obj, bigs
+
+
+def _token_offset(text: bytes, token: str, start: int) -> int:
+    """Byte offset of the number ``token`` (the whole token, not part of a longer one) from ``start``, else start.
+
+    >>> _token_offset(b"[11, 1, 1e400]", "1", 0), _token_offset(b"[11, 1, 1e400]", "1e400", 0)
+    (5, 8)
+    """
+    m = re.search(rb"(?<![\d.eE+-])" + re.escape(token.encode()) + rb"(?![\d.eE])", text[start:])
+    return start + m.start() if m else start
 
 
 #: texts at least this long are checked for syntax errors in O(1) memory before any parser builds objects
