@@ -509,3 +509,43 @@ def test_a_float_beyond_float64_is_refused_where_it_stands(fmt, text, place, fas
 
 def test_infinity_written_as_such_still_reads():
     assert parse_json(b"[[Infinity, -Infinity, 1e308]]").data.tolist() == [math.inf, -math.inf, 1e308]
+
+
+@pytest.mark.parametrize("fmt, head, tail, limit", [
+    ("jsonl", b"[[1, 2]]\n[[1,", b"2], [3]]\n[[4]]\n", 16 << 20),
+    ("json", b"[[[1, 2]], [[1,", b"2], [3]], [[4]]]", 40 << 20),
+])
+def test_a_line_padded_with_blanks_is_read_in_bounded_memory(fmt, head, tail, limit, tmp_path):
+    import tracemalloc
+
+    src = tmp_path / f"wide.{fmt}"
+    with open(src, "wb") as f:  # 48 MB of blanks inside one item, read 1 MB at a time
+        f.write(head)
+        for _ in range(48):
+            f.write(b" \t" * (1 << 19))
+        f.write(tail)
+    list(iter_json(b"[[1]]", "json", fast=True))  # the scanner's kernels load outside the measurement
+    tracemalloc.start()
+    try:
+        chunks = list(iter_json(str(src), fast=True, chunk_bytes=1 << 20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [c.to_nested() for c in chunks] in ([[[[1, 2]]], [[[1, 2], [3]], [[4]]]], [[[[1, 2]], [[1, 2], [3]], [[4]]]])
+    assert peak < limit, peak
+
+
+@pytest.mark.parametrize("line", [
+    b"[1," + b" " * 20000 + b"2,, 3]",
+    b"[1," + b" " * 9000 + b"2, " + b"\t" * 9000 + b"x]",
+    b"[1.5," + b" " * 9000 + b"1e400]",
+    b"[1," + b" " * 90000 + b"99999999999999999999999]",
+    b"[1," + b" " * 90000 + b"2," + b" " * 5000,
+])
+def test_errors_after_squeezed_blanks_keep_their_columns(line):
+    text = b"[1, 2]\n" + line + b"\n"
+    with pytest.raises(LodInputError) as whole:
+        list(iter_json(text, "jsonl", name="x", fast=False))
+    with pytest.raises(LodInputError) as squeezed:  # 8 KB reads: the blanks are squeezed before the line ends
+        list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=8192))
+    assert str(squeezed.value) == str(whole.value)

@@ -732,6 +732,43 @@ def count_structure(buf, start, end):
     return n_open, n_comma, n_line
 
 
+@kernel
+def squeeze_blanks(buf, n, min_run, gap_at, gap_len):
+    """Squeeze each run of at least ``min_run`` spaces, tabs and ``\\r`` in ``buf[:n]`` to one space, in place.
+
+    JSON ignores the run's length, so a line padded with gigabytes of blanks
+    need not be held whole.  Returns ``(length, gaps)``: the new length, and
+    how many gaps were written to ``gap_at`` (the offset, after squeezing, of
+    the byte that followed the run) and ``gap_len`` (the bytes dropped there);
+    both need room for ``n // min_run + 1`` entries.
+    """
+    w = 0
+    i = 0
+    g = 0
+    while i < n:
+        c = buf[i]
+        if c != 32 and c != 9 and c != 13:
+            buf[w] = c
+            w += 1
+            i += 1
+            continue
+        j = i
+        while j < n and (buf[j] == 32 or buf[j] == 9 or buf[j] == 13):
+            j += 1
+        if j - i >= min_run:
+            buf[w] = 32
+            w += 1
+            gap_at[g] = w
+            gap_len[g] = j - i - 1
+            g += 1
+        else:
+            for k in range(i, j):
+                buf[w] = buf[k]
+                w += 1
+        i = j
+    return w, g
+
+
 #: what came before the place :func:`first_syntax_problem` stops at
 PREV_START, PREV_OPEN, PREV_COMMA, PREV_VALUE = range(4)
 
@@ -1014,5 +1051,5 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
     return None
 
 
-__all__ = ["scan", "scan_bytes", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
+__all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
            "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -9,7 +9,9 @@ top-level (level-0) sequences, as in :func:`lodtool.from_nested`.
 
 Both are read ``chunk_bytes`` at a time and come out as chunks of whole
 top-level sequences, so memory stays bounded by the chunk size (one line, or
-one top-level sequence, is always held whole, however long it is).
+one top-level sequence, is held whole, however long it is, less its runs of
+4 KiB of blanks or more: the fast path squeezes those to one space, and error
+columns still count them).
 
 Structure.  With ``lod_level=None`` every list level is a LoD level and the
 scalars are the elements.  With ``lod_level=N`` the lists nested deeper than N
@@ -510,7 +512,8 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         obj = json.loads(s, parse_int=parse_int, parse_float=parse_float)
     except json.JSONDecodeError as exc:
         lno = exc.lineno if line is None else line + exc.lineno - 1
-        raise LodInputError(f"{name}:{lno}:{exc.colno}: {_phrase(exc, s, line is not None)}") from None
+        col = exc.colno + (text.dropped_before(len(s[:exc.pos].encode())) if isinstance(text, _Squeezed) else 0)
+        raise LodInputError(f"{name}:{lno}:{col}: {_phrase(exc, s, line is not None)}") from None
     except RecursionError:
         raise _too_deep(text, name, line) from None
     except ValueError:  # an integer too long for Python's int(): its place, and what a user can do
@@ -519,8 +522,8 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         lno, col = _line_col(text, offset, line)
         digits = len(m.group().lstrip(b"-")) if m else 0
         raise LodInputError(f"{name}:{lno}:{col}: an integer of {digits:,} digits; no dtype holds it (int64 and "
-                            "uint64 end at 20 digits, float64 at 309): shorten it, or write Infinity for an "
-                            "infinite value") from None
+                            "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float "
+                            "literal below 1.8e308 (or Infinity)") from None
     if overflowing:
         token = overflowing[0]
         lno, col = _line_col(text, _token_offset(text, token, 0), line)
@@ -609,6 +612,8 @@ def _line_col_large(text: bytes, offset: int, line: int | None) -> tuple[int, in
     col = 1
     for block in range(start, offset, 1 << 24):  # in blocks: no temporary the size of the text
         col += int(np.count_nonzero((a[block:min(block + (1 << 24), offset)] & 0xC0) != 0x80))
+    if isinstance(text, _Squeezed):
+        col += text.dropped_before(offset)
     return (1 if line is None else line) + text.count(b"\n", 0, offset), col
 
 
@@ -633,10 +638,24 @@ def _phrase(exc: json.JSONDecodeError, s: str, jsonl: bool) -> str:
     return msg[:1].lower() + msg[1:]
 
 
+class _Squeezed(bytes):
+    """A JSON Lines line whose long runs of blanks were squeezed (:meth:`_Buffer.squeeze`): columns count them."""
+
+    def __new__(cls, text: bytes, gap_at: np.ndarray, gap_len: np.ndarray):
+        out = super().__new__(cls, text)
+        out.gap_at, out.gap_len = gap_at, gap_len
+        return out
+
+    def dropped_before(self, offset: int) -> int:
+        """Blanks dropped before byte ``offset`` of the line."""
+        return int(self.gap_len[self.gap_at <= offset].sum())
+
+
 def _line_col(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
     """1-based line and column of a byte offset (columns count characters)."""
     if line is not None:
-        return line, len(text[:offset].decode("utf-8", "replace")) + 1
+        dropped = text.dropped_before(offset) if isinstance(text, _Squeezed) else 0
+        return line, len(text[:offset].decode("utf-8", "replace")) + 1 + dropped
     start = text.rfind(b"\n", 0, offset) + 1
     return text.count(b"\n", 0, offset) + 1, len(text[start:offset].decode("utf-8", "replace")) + 1
 
@@ -761,11 +780,19 @@ def _reposition(exc: LodError, lines: np.ndarray | None, seq_base: int, name: st
     return LodInputError(f"{where}: {msg}")
 
 
-def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assembler) -> _Piece | None:
+def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assembler,
+                   gaps: tuple[np.ndarray, np.ndarray] | None = None) -> _Piece | None:
+    """A piece from the JSON Lines of ``region``; ``gaps`` are :meth:`_Buffer.gaps` of it, for the columns."""
     objs, lines, texts, bigs = [], [], [], []
+    line_start = 0
     for k, raw in enumerate(region.split(b"\n")):
+        start, line_start = line_start, line_start + len(raw) + 1
         if not raw.strip(_WS):
             continue
+        if gaps is not None and gaps[0].size:
+            inside = (gaps[0] > start) & (gaps[0] <= start + len(raw))
+            if inside.any():
+                raw = _Squeezed(raw, gaps[0][inside] - start, gaps[1][inside])
         line = first_line + k
         obj, found = _load_json(raw, asm.name, line)
         for offset, token in found:
@@ -854,11 +881,14 @@ def _use_fast(fast: bool | None):
     return scanner
 
 
-def _region_place(name: str, view, start: int, offset: int, first_line: int) -> str:
-    """``name:line:col`` of byte ``offset`` of a region that starts at ``view[start]`` on line ``first_line``."""
-    region = bytes(view[start:start + offset])
+def _region_place(name: str, buf: _Buffer, start: int, offset: int, first_line: int) -> str:
+    """``name:line:col`` of byte ``offset`` of a region that starts at ``buf.data[start]`` on line ``first_line``
+    (columns count the blanks :meth:`_Buffer.squeeze` dropped)."""
+    region = bytes(buf.data[start:start + offset])
     lno, col = _line_col(region, offset, None)
-    return f"{name}:{first_line + lno - 1}:{col}"
+    line_start = region.rfind(b"\n") + 1
+    at, dropped = buf.gaps(start + line_start, start + offset)
+    return f"{name}:{first_line + lno - 1}:{col + int(dropped.sum())}"
 
 
 def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
@@ -1021,6 +1051,8 @@ class _Buffer:
         self.filled = 0
         self.eof = False
         self.full = False
+        #: where :meth:`squeeze` dropped blanks: the offset of the byte after each squeezed run, and the bytes dropped
+        self.gap_at = self.gap_len = np.zeros(0, np.int64)
 
     def fill(self, inp: _Input, progress) -> None:
         if self.filled < len(self.data) and not self.eof:
@@ -1037,7 +1069,40 @@ class _Buffer:
         bigger[:self.filled] = self.data[:self.filled]
         self.data = bigger
 
+    def squeeze(self, js) -> bool:
+        """Squeeze long runs of blanks (:func:`._jsonscan.squeeze_blanks`) so an item or line that outgrows the
+        buffer need not hold them; whether that freed a quarter of the buffer (else it must grow)."""
+        if js is None:
+            return False
+        room = self.filled // _SQUEEZE_RUN + 1
+        at, dropped = np.empty(room, np.int64), np.empty(room, np.int64)
+        new_filled, n = js.squeeze_blanks(self.data, self.filled, _SQUEEZE_RUN, at, dropped)
+        if not n:
+            return False
+        at, dropped = at[:n], dropped[:n]
+        if self.gap_at.size:  # earlier gaps move with the bytes before them; one inside a new run joins its end
+            starts = at + np.cumsum(dropped) - dropped  # each run's dropped bytes begin there, before squeezing
+            k = np.searchsorted(starts, self.gap_at, side="right") - 1
+            ends = np.cumsum(dropped)
+            inside = (k >= 0) & (self.gap_at < starts[np.maximum(k, 0)] + dropped[np.maximum(k, 0)])
+            moved = np.where(k >= 0, self.gap_at - ends[np.maximum(k, 0)], self.gap_at)
+            moved = np.where(inside, at[np.maximum(k, 0)], moved)
+            order = np.argsort(np.concatenate([moved, at]), kind="stable")
+            at = np.concatenate([moved, at])[order]
+            dropped = np.concatenate([self.gap_len, dropped])[order]
+        self.gap_at, self.gap_len = at, dropped
+        freed = self.filled - int(new_filled)
+        self.filled, self.full = int(new_filled), False
+        return freed >= len(self.data) // 4
+
+    def gaps(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The squeezed gaps after ``data[start]`` up to ``data[stop]``, offsets relative to ``start``."""
+        keep = (self.gap_at > start) & (self.gap_at <= stop)
+        return self.gap_at[keep] - start, self.gap_len[keep]
+
     def consume(self, n: int) -> None:
+        if self.gap_at.size:
+            self.gap_at, self.gap_len = self.gap_at[self.gap_at > n] - n, self.gap_len[self.gap_at > n]
         rest = self.filled - n
         if self.full and len(self.data) < self.limit:
             bigger = np.empty(min(len(self.data) * 2, self.limit), dtype=np.uint8)
@@ -1074,6 +1139,8 @@ class _Buffer:
         return -1
 
 
+#: runs of blanks at least this long are squeezed to one space when an item or line outgrows the read buffer
+_SQUEEZE_RUN = 4096
 #: the first read of an input of unknown size
 _FIRST_READ = 1 << 20
 #: the first read of a larger file: its first chunk reaches the writer sooner (the buffer then doubles up
@@ -1159,7 +1226,8 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
         else:
             cut = buf.rfind_newline(buf.filled) + 1
             if cut == 0:
-                buf.grow()
+                if not buf.squeeze(js):
+                    buf.grow()
                 continue
         view = buf.data
         blocks = _blocks(buf, cut)
@@ -1192,11 +1260,11 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 if sc is not None:
                     sc.release()
                 region = view[start:stop].tobytes()
-                piece = _general_jsonl(region, first_line, seq_base, asm)
+                piece = _general_jsonl(region, first_line, seq_base, asm, buf.gaps(start, stop))
                 newlines = region.count(b"\n")
             if piece is not None:
                 _refuse_inexact(piece.data, asm.target, view[start:stop],
-                                lambda offset: _region_place(asm.name, view, start, offset, first_line))
+                                lambda offset: _region_place(asm.name, buf, start, offset, first_line))
                 seq_base += piece.items
                 yield from asm.take(piece, last=buf.eof and stop == buf.filled)
             first_line += newlines
@@ -1227,7 +1295,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 if sc.state[js.ITEMS]:
                     piece = _fast_piece(js, sc, first_line, seq_base)
                     _refuse_inexact(piece.data, asm.target, view[pos:new_pos],
-                                    lambda offset: _region_place(asm.name, view, pos, offset, first_line))
+                                    lambda offset: _region_place(asm.name, buf, pos, offset, first_line))
                     seq_base += piece.items
                     yield from asm.take(piece, last=final and status == js.DONE)
                 first_line += int(sc.state[js.NEWLINES])
@@ -1245,7 +1313,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 break
             if buf.eof:
                 return
-            if pos == 0 and buf.filled == len(buf.data):
+            if pos == 0 and buf.filled == len(buf.data) and not buf.squeeze(js):
                 buf.grow()
             buf.consume(pos)
     piece = _general_document(inp.read_all(), seq_base, asm)
