@@ -241,7 +241,7 @@ def _skip_blank_lines(buf, pos, end, newlines):
     return pos, newlines
 
 
-@kernel(inline="always")
+@kernel
 def _next_document_item(buf, pos, end, final, outer, newlines):
     """Past whitespace and the batch's own ``[``, ``,`` and ``]`` to the next item of a JSON document.
 
@@ -332,7 +332,7 @@ def _plain_integers(buf, pos, end, iv, fv, n_val, mode, has_neg, count):
     return pos, n_val, mode, has_neg, count, stored, False
 
 
-@kernel(inline="always")
+@kernel
 def _boolean(buf, pos, end):
     """The literal ``true``/``false`` at ``pos``: ``(length, value, err, incomplete)``."""
     c = buf[pos]
@@ -456,7 +456,8 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
     ``slow``/``spans`` the indices and token spans left to Python's ``float()``,
     ``iline`` the number of newlines before each top-level item.  Returns the
     status (``DONE``, ``NEED_MORE``, ``FALLBACK``).  The tokens are read by the
-    kernels above it, which Numba inlines here.
+    kernels above it: Numba inlines the hot ones here and calls the cold ones
+    (a JSON document's own brackets and commas, booleans).
     """
     fv = iv.view(np.float64)
     pos = st[POS]
