@@ -1052,5 +1052,5 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
     return None
 
 
-__all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
-           "NEED_MORE", "FALLBACK", "MAX_LEVELS"]
+__all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult",
+           "count_structure", "new_state", "reset_chunk", "DONE", "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -169,12 +169,12 @@ MANY_SHARDS = 1_000
 
 
 def _refuse_tiny_shards(folder: str, sources: Sequence, shard_size: int | str) -> None:
-    """Refuse a shard size below :data:`MIN_SHARD_SIZE` that would cut the inputs (those of known size) into more
-    than :data:`MANY_SHARDS` files.
+    """Refuse a shard size below :data:`MIN_SHARD_SIZE` that would cut the inputs (those of known size) into
+    more than :data:`MANY_SHARDS` files.
 
     >>> _refuse_tiny_shards("out/", [__file__], 4)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    lodtool.errors.LodUsageError: out/: a shard size of 4 B would cut ... of input into about ... shards, a file each; ...
+    lodtool.errors.LodUsageError: out/: a shard size of 4 B would cut ... shards, a file each; ...
     """
     from .. import io as formats
     from ..container.limits import human_bytes
@@ -185,8 +185,8 @@ def _refuse_tiny_shards(folder: str, sources: Sequence, shard_size: int | str) -
                 if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s) and os.path.isfile(s))
     floor = min(MIN_SHARD_SIZE, -(-total // MANY_SHARDS))
     if size < floor:
-        raise LodUsageError(f"{folder}: a shard size of {human_bytes(size)} would cut {human_bytes(total)} of input into about "
-                            f"{total // size:,} shards, a file each; give a shard size of at least "
+        raise LodUsageError(f"{folder}: a shard size of {human_bytes(size)} would cut {human_bytes(total)} of input "
+                            f"into about {total // size:,} shards, a file each; give a shard size of at least "
                             f"{human_bytes(floor)} (256MB to 1GB suit most corpora)")
 
 
