@@ -69,6 +69,7 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
     from ..container.shards import shard_file
 
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
+    _refuse_tiny_shards(os.fspath(folder), [path], shard_size)
     manifest = shard_file(path, folder, shard_size=shard_size, name=name, compression=compression,
                           append=append, max_memory=max_memory)
     return _summary(os.fspath(folder), manifest)
