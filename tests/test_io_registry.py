@@ -67,3 +67,37 @@ def test_importing_the_registry_loads_no_format():
     code = "import sys, lodtool.io as r; r.readable(); print(sorted(m for m in sys.modules if m.startswith('lodtool.io')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['lodtool.io']"
+
+
+# -- detection: the registry decides every input's format ---------------------------------------------------
+def test_detect_knows_extensions_first_bytes_and_containers(tmp_path):
+    from lodtool import save
+
+    (tmp_path / "lines.txt").write_text("[1, 2]\n[3]\n")
+    (tmp_path / "doc.txt").write_text("[[1, 2], [3]]")
+    save(str(tmp_path / "c.lod.h5"), LoDTensor(np.arange(3), [[0, 3]]))
+    assert formats.detect(tmp_path / "lines.txt") == formats.Detection("jsonl", True)
+    assert formats.detect(tmp_path / "doc.txt") == formats.Detection("json", True)
+    assert formats.detect(tmp_path / "c.lod.h5") == formats.Detection(formats.CONTAINER, True)
+    assert formats.detect("x.parquet") == formats.Detection("parquet", False)
+    assert formats.detect(tmp_path / "missing.bin") is None
+    with pytest.raises(LodUsageError, match=r"c\.lod\.h5 is an HDF5 file.*container is packed already"):
+        formats.input_format([tmp_path / "c.lod.h5"])
+
+
+def test_stdin_is_peeked_once_and_keeps_every_byte(monkeypatch):
+    import sys
+
+    class Stdin:
+        buffer = io.BytesIO(b"[1]\n[2, 3]\n")
+
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    assert formats.input_format(["-"]) == formats.Detection("jsonl", True)
+    assert [c.to_nested() for c in formats.get("jsonl").read(["-"])] == [[[1], [2, 3]]]
+
+
+def test_pack_decides_formats_only_through_the_registry():
+    import lodtool.tasks._pack as pack_module
+
+    for private in ("sniff_format", "_sniff", "_peek_stdin", "_input_format", "HDF5_MAGIC"):
+        assert not hasattr(pack_module, private), private

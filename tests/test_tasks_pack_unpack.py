@@ -234,3 +234,25 @@ def test_container_to_json_and_back(tmp_path, t):
 def test_read_npz_of_unpack_keeps_level_names(articles, tmp_path):
     unpack(articles, tmp_path / "a.npz", to="npz")
     assert read_npz(tmp_path / "a.npz").level_names == ("article", "sentence")
+
+
+def test_pack_and_pack_sharded_share_one_preparation():
+    import inspect
+
+    from lodtool.tasks import _shards
+
+    source = inspect.getsource(_shards.pack_sharded)
+    assert "PackSource.open(" in source and "_pack._" not in source
+
+
+def test_the_shared_preparation_checks_before_reading(tmp_path):
+    from lodtool.tasks._pack import PackSource
+
+    src = tmp_path / "a.jsonl"
+    src.write_text("[[1, 2]]\n")
+    with pytest.raises(LodUsageError, match="lod_level must be a non-negative integer"):
+        PackSource.open([src], lod_level=-1)
+    source = PackSource.open([src], level_names=["doc", "sentence"])
+    assert (source.format, source.detected, source.bytes_read) == ("jsonl", False, 0)  # nothing read yet
+    chunk = next(source.chunks)
+    assert source.names_for(chunk) == ["doc", "sentence"]

@@ -88,7 +88,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
                             overwrite=overwrite, force=force)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
-               "bytes_saved": result.bytes_saved}
+               "bytes_saved": result.bytes_saved, "stored_bytes": result.stored_bytes}
     if as_json:
         opt.emit_json(summary)
         return
@@ -96,7 +96,10 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         opt.message(ctx, f"read the input as {result.detected_format} (from its first bytes; --format chooses)")
     if output != "-":
         verb = "appended" if append else "packed"
-        saved = f"; {result.bytes_saved:,} bytes saved against int64" if result.bytes_saved else ""
+        saved = ""
+        if result.bytes_saved:  # compression takes much of what a narrower dtype saves: say both
+            saved = (f"; {result.dtype} holds every value: {result.bytes_saved:,} bytes less than int64 before "
+                     f"compression, {result.stored_bytes:,} bytes on disk")
         opt.message(ctx, f"{verb} {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
                          f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into "
                          f"{output}:{result.name}{saved}")

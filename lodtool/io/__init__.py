@@ -14,7 +14,9 @@ costs nothing), whether it can be written, and whether its reader streams
 
 Adding a format: write ``lodtool/io/<name>.py`` with those functions, then add
 its line to :data:`REGISTRY`.  ``pack``, ``unpack``, ``slice`` and the CLI's
-``--format`` / ``--to`` choices all read the registry.
+``--format`` / ``--to`` choices all read the registry, and every input's format
+is decided here, by :func:`detect` (extension, then first bytes) and
+:func:`input_format` (several inputs, one format).
 
 >>> [f.name for f in REGISTRY]
 ['json', 'jsonl', 'npy', 'npz', 'parquet', 'arrow', 'pdtensor', 'megatron', 'fairseq', 'datatrove',
@@ -29,8 +31,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Sequence
 
 from ..errors import LodUsageError
 
@@ -141,5 +144,169 @@ def format_of_bytes(head: bytes) -> Format | None:
     return next((f for f in REGISTRY if any(head.startswith(m) for m in f.magic)), None)
 
 
-__all__ = ["Format", "REGISTRY", "get", "readable", "writable", "extensions", "format_of_path", "format_of_bytes"]
+# -- detection: the one place an input's format is decided -----------------------------------------
+#: the first bytes of an HDF5 file, so of a lodtool container (no interchange reader takes one)
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: what :func:`detect` calls an HDF5 file
+CONTAINER = "container"
+#: how much of an input :func:`detect` looks at
+DETECT_BYTES = 1 << 16
+#: input bytes a reader parses at a time: each chunk it yields comes from about this much input
+READ_CHUNK_BYTES = 64 << 20
+
+
+class Detection(NamedTuple):
+    """An input's format: a registry name or :data:`CONTAINER`, and whether its first bytes told it."""
+
+    name: str
+    from_content: bool
+
+
+def is_stdin(source: Any) -> bool:
+    """Whether ``source`` names stdin (``-``)."""
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-"
+
+
+def label(source: Any) -> str:
+    """How messages name an input: its path, ``stdin``, or ``<stream>``."""
+    if is_stdin(source):
+        return "stdin"
+    return os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<stream>"
+
+
+def detect(source: str | os.PathLike) -> Detection | None:
+    """The format of the input at a path (or ``-``): from its extension, else from its first bytes; else None.
+
+    A lodtool container (HDF5) is told by its signature as :data:`CONTAINER`.
+    JSON and JSON Lines both start with ``[``: a second value on a later line
+    makes it JSON Lines, one value (or one longer than :data:`DETECT_BYTES`) JSON.
+    stdin is peeked (:func:`peek_stdin`), so its reader still gets every byte.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "x.txt"), "w").write("[1, 2]\\n[3]\\n")
+    >>> detect(os.path.join(d, "x.txt")), detect("docs.ndjson")
+    (Detection(name='jsonl', from_content=True), Detection(name='jsonl', from_content=False))
+    """
+    by_name = None if is_stdin(source) else format_of_path(source)
+    if by_name is not None:
+        return Detection(by_name.name, False)
+    name = format_of_head(peek_stdin(DETECT_BYTES) if is_stdin(source) else _file_head(source))
+    return None if name is None else Detection(name, True)
+
+
+def format_of_head(head: bytes) -> str | None:
+    """The format an input's first bytes show: a registry name, :data:`CONTAINER`, or None.
+
+    >>> format_of_head(b"[[1, 2], [3]]"), format_of_head(b"[1, 2]\\n[3]\\n"), format_of_head(b"\\x93NUMPY\\x01")
+    ('json', 'jsonl', 'npy')
+    >>> format_of_head(HDF5_SIGNATURE), format_of_head(b"hello")
+    ('container', None)
+    """
+    if head.startswith(HDF5_SIGNATURE):
+        return CONTAINER
+    binary = format_of_bytes(head)
+    if binary is not None:
+        return binary.name
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text.startswith(b"["):
+        return None
+    end = _end_of_first_value(text)
+    return "jsonl" if end is not None and text[end:].lstrip().startswith(b"[") else "json"
+
+
+def input_format(sources: Sequence[Any], format: str | None = None) -> Detection:
+    """The one format of ``sources`` (paths, ``-`` or streams): ``format`` when given, else :func:`detect`'s.
+
+    Inputs of two formats, a container, or an input whose format cannot be
+    told are :class:`~lodtool.errors.LodUsageError`; streams need ``format``.
+
+    >>> input_format(["a.jsonl", "b.ndjson"])
+    Detection(name='jsonl', from_content=False)
+    >>> input_format(["a.json", "b.npy"])
+    Traceback (most recent call last):
+    lodtool.errors.LodUsageError: inputs mix formats (a.json is json, b.npy is npy); pack one format at a time
+    """
+    if format is not None:
+        if format not in _BY_NAME:
+            raise LodUsageError(f"unknown input format {format!r}; choose one of {', '.join(_BY_NAME)}")
+        return Detection(format, False)
+    found: dict[str, str] = {}
+    from_content = False
+    for src in sources:
+        if not isinstance(src, (str, os.PathLike)):
+            raise LodUsageError(f"reading a stream needs format= ({_either(readable())})")
+        detection = detect(src)
+        if detection is None:
+            extensions_hint = "" if is_stdin(src) else f" or the extension ({' '.join(extensions())})"
+            raise LodUsageError(f"{label(src)}: cannot tell the format from the first bytes{extensions_hint}; "
+                                f"give --format ({_either(readable())})")
+        if detection.name == CONTAINER:
+            raise LodUsageError(f"{label(src)} is an HDF5 file, not JSON / JSON Lines / NPY / NPZ: a lodtool "
+                                "container is packed already (read it with unpack, slice or head)")
+        from_content = from_content or detection.from_content
+        found.setdefault(detection.name, os.fspath(src))
+    if len(found) > 1:
+        (a, a_src), (b, b_src) = list(found.items())[:2]
+        raise LodUsageError(f"inputs mix formats ({a_src} is {a}, {b_src} is {b}); pack one format at a time")
+    return Detection(next(iter(found)), from_content)
+
+
+def peek_stdin(n: int) -> bytes:
+    """Up to ``n`` first bytes of stdin, left in it for the reader that comes next.
+
+    A buffered stdin (a pipe, a file) is peeked: that gives what it has
+    buffered, at least one byte unless it is empty.  A seekable stream (a
+    test's ``BytesIO``) is read and sought back.  An unreadable stdin gives ``b""``.
+    """
+    try:
+        stream = sys.stdin.buffer
+        if hasattr(stream, "peek"):
+            return stream.peek(n)[:n]
+        if stream.seekable():
+            start = stream.tell()
+            head = stream.read(n)
+            stream.seek(start)
+            return head
+    except (OSError, ValueError, AttributeError):  # no stdin, or one that cannot be peeked
+        pass
+    return b""
+
+
+def _file_head(path: str | os.PathLike) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(DETECT_BYTES)
+    except OSError:  # missing or unreadable: its reader says so, with the reason
+        return b""
+
+
+def _end_of_first_value(text: bytes) -> int | None:
+    depth, in_string, escaped = 0, False, False
+    for i, byte in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte == 0x5B:
+            depth += 1
+        elif byte == 0x5D:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _either(names: Sequence[str]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+
+
+__all__ = ["Format", "REGISTRY", "get", "readable", "writable", "extensions", "format_of_path", "format_of_bytes",
+           "format_of_head", "detect", "input_format", "Detection", "peek_stdin", "is_stdin", "label",
+           "HDF5_SIGNATURE", "CONTAINER", "READ_CHUNK_BYTES"]
 

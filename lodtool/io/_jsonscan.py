@@ -13,8 +13,8 @@ with JSON whitespace between tokens.  It also enforces the nesting rules of
 :func:`lodtool.from_nested` (every number at one depth, no list at or below it),
 booleans never mixed with numbers, and the integer range policy.  Anything else
 (strings, objects, ``null``, syntax errors, irregular nesting, ...) stops the
-scan with status ``FALLBACK``; :mod:`.jsonio` then runs its general path on the
-same input, which gives the same result or a positioned error message.
+scan with status ``FALLBACK``; :mod:`lodtool.io.json` then runs its general path
+on the same input, which gives the same result or a positioned error message.
 
 Numbers are exact: integers are parsed with overflow detection, floats are
 correctly rounded (the value Python's ``float()`` gives).  Floats use Clinger's
@@ -23,8 +23,8 @@ algorithm (a 128-bit product with a table of powers of five), else, for the
 rare inputs those cannot decide (subnormals, more than 19 significant digits
 that straddle a rounding boundary), Python's ``float()`` on the token text.
 
-Its kernels compile on first use (:mod:`lodtool._jit`); :mod:`.jsonio` imports it only when
-the fast path runs.
+Its kernels compile on first use (:mod:`lodtool._jit`); :mod:`lodtool.io.json` imports it only
+when the fast path runs.
 
 >>> import numpy as np
 >>> r = scan_bytes(b"[[1,2],[3]]\\n[[4.5]]\\n", jsonl=True)
@@ -228,6 +228,225 @@ def _is_ws(c):
     return c == 32 or c == 9 or c == 13 or c == 10
 
 
+@kernel(inline="always")
+def _skip_blank_lines(buf, pos, end, newlines):
+    """Past the spaces, tabs, ``\\r`` and newlines between JSON Lines items: (pos, newlines)."""
+    while pos < end:
+        c = buf[pos]
+        if c == 10:
+            newlines += 1
+        elif c != 32 and c != 9 and c != 13:
+            break
+        pos += 1
+    return pos, newlines
+
+
+@kernel
+def _next_document_item(buf, pos, end, final, outer, newlines):
+    """Past whitespace and the batch's own ``[``, ``,`` and ``]`` to the next item of a JSON document.
+
+    Returns ``(pos, outer, newlines, found, err)``: ``found`` when an item
+    starts at ``pos``; otherwise the buffer ended (``err`` 0, or
+    ``E_TRUNCATED`` at the end of the input) or the batch breaks the grammar.
+    """
+    while True:
+        while pos < end and _is_ws(buf[pos]):
+            if buf[pos] == 10:
+                newlines += 1
+            pos += 1
+        if pos >= end:
+            return pos, outer, newlines, False, E_TRUNCATED if final and outer != OUT_END else 0
+        c = buf[pos]
+        if outer == OUT_START:
+            if c != 91:
+                return pos, outer, newlines, False, E_SYNTAX
+            outer = OUT_FIRST
+        elif outer == OUT_FIRST and c == 93:
+            outer = OUT_END
+        elif outer == OUT_NEXT:
+            if c == 44:
+                outer = OUT_COMMA
+            elif c == 93:
+                outer = OUT_END
+            else:
+                return pos, outer, newlines, False, E_SYNTAX
+        elif outer == OUT_END:
+            return pos, outer, newlines, False, E_SYNTAX
+        else:  # OUT_FIRST or OUT_COMMA: a value starts here
+            return pos, outer, newlines, True, 0
+        pos += 1
+
+
+@kernel(inline="always")
+def _plain_integers(buf, pos, end, iv, fv, n_val, mode, has_neg, count):
+    """The hot loop: a run of plain integers and commas (``12,-3,4]``) right inside a list at the leaf depth.
+
+    Anything else (a space, a float, a long integer, the end of the buffer)
+    stops it, for the state machine to take over.  Returns ``(pos, n_val,
+    mode, has_neg, count, any, closed)``: ``any`` when it stored a value,
+    ``closed`` when it stopped at the list's ``]`` (else after a ``,`` or
+    before what it does not take).
+    """
+    stored = False
+    while pos < end:
+        q = pos
+        neg = buf[q] == 45
+        if neg:
+            q += 1
+            if q >= end:
+                break
+        d = np.int64(buf[q]) - 48
+        if d < 0 or d > 9:
+            break
+        v = d
+        q += 1
+        if d != 0:
+            while q < end:
+                d = np.int64(buf[q]) - 48
+                if d < 0 or d > 9:
+                    break
+                v = v * 10 + d
+                q += 1
+            if q - pos > 18:
+                break
+        if q >= end:
+            break
+        c = buf[q]
+        if c != 44 and c != 93:
+            break
+        if neg:
+            v = -v
+            if v < 0:
+                has_neg = 1
+        if mode == MODE_FLOAT:
+            fv[n_val] = np.float64(v)
+        else:
+            iv[n_val] = v
+            mode = MODE_INT
+        stored = True
+        n_val += 1
+        count += 1
+        if c == 93:
+            return q, n_val, mode, has_neg, count, stored, True
+        pos = q + 1
+    return pos, n_val, mode, has_neg, count, stored, False
+
+
+@kernel
+def _boolean(buf, pos, end):
+    """The literal ``true``/``false`` at ``pos``: ``(length, value, err, incomplete)``."""
+    c = buf[pos]
+    n = 4 if c == 116 else 5
+    if pos + n > end:
+        return n, 0, 0, True
+    if c == 116:
+        good = buf[pos + 1] == 114 and buf[pos + 2] == 117 and buf[pos + 3] == 101
+    else:
+        good = buf[pos + 1] == 97 and buf[pos + 2] == 108 and buf[pos + 3] == 115 and buf[pos + 4] == 101
+    return n, 1 if c == 116 else 0, 0 if good else E_SYNTAX, False
+
+
+@kernel(inline="always")
+def _number_token(buf, pos, end, final):
+    """The number (or NaN, Infinity, -Infinity) at ``pos``, in pieces for :func:`_decimal_to_double`.
+
+    Returns ``(end, w, e10, truncated, is_float, neg, special, is_special,
+    err, incomplete)``: ``w`` holds the first 19 significant digits and the
+    value is ``w * 10**e10`` (``special`` for the literals); ``incomplete``
+    when the token may go on past the buffer.
+    """
+    neg = False
+    p = pos
+    w = _U64(0)
+    e10 = 0
+    truncated = False
+    is_float = False
+    special = 0.0
+    is_special = False
+    c = buf[p]
+    if c == 45:
+        neg = True
+        p += 1
+        if p >= end:
+            return p, w, e10, truncated, is_float, neg, special, is_special, 0, True
+        c = buf[p]
+    if c == 78 or c == 73:  # NaN / Infinity
+        word_len = 3 if c == 78 else 8
+        if c == 78 and neg:
+            return p, w, e10, truncated, is_float, neg, special, is_special, E_SYNTAX, False
+        if p + word_len > end:
+            return p, w, e10, truncated, is_float, neg, special, is_special, 0, True
+        if c == 78:
+            good = buf[p + 1] == 97 and buf[p + 2] == 78
+            special = np.nan
+        else:
+            good = (buf[p + 1] == 110 and buf[p + 2] == 102 and buf[p + 3] == 105 and buf[p + 4] == 110
+                    and buf[p + 5] == 105 and buf[p + 6] == 116 and buf[p + 7] == 121)
+            special = -_INF if neg else _INF
+        if not good:
+            return p, w, e10, truncated, is_float, neg, special, is_special, E_SYNTAX, False
+        return p + word_len, w, e10, truncated, True, neg, special, True, 0, p + word_len >= end and not final
+    if c < 48 or c > 57:
+        return p, w, e10, truncated, is_float, neg, special, is_special, E_SYNTAX, False
+    nd = 0
+    if c == 48:
+        p += 1
+        if p < end and 48 <= buf[p] <= 57:
+            return p, w, e10, truncated, is_float, neg, special, is_special, E_SYNTAX, False  # leading zero
+    else:
+        while p < end:
+            d = buf[p]
+            if d < 48 or d > 57:
+                break
+            if nd < 19:
+                w = w * _U64(10) + _U64(d - 48)
+                nd += 1
+            else:
+                e10 += 1
+                if d != 48:
+                    truncated = True
+            p += 1
+    if p < end and buf[p] == 46:  # '.'
+        is_float = True
+        p += 1
+        start_frac = p
+        while p < end:
+            d = buf[p]
+            if d < 48 or d > 57:
+                break
+            if nd == 0 and d == 48:
+                e10 -= 1
+            elif nd < 19:
+                w = w * _U64(10) + _U64(d - 48)
+                nd += 1
+                e10 -= 1
+            elif d != 48:
+                truncated = True
+            p += 1
+        if p == start_frac:
+            return p, w, e10, truncated, is_float, neg, special, is_special, 0 if p >= end else E_SYNTAX, p >= end
+    if p < end and (buf[p] == 101 or buf[p] == 69):  # 'e' / 'E'
+        is_float = True
+        p += 1
+        eneg = False
+        if p < end and (buf[p] == 43 or buf[p] == 45):
+            eneg = buf[p] == 45
+            p += 1
+        start_exp = p
+        ex = 0
+        while p < end:
+            d = buf[p]
+            if d < 48 or d > 57:
+                break
+            if ex < 100000:
+                ex = ex * 10 + (d - 48)
+            p += 1
+        if p == start_exp:
+            return p, w, e10, truncated, is_float, neg, special, is_special, 0 if p >= end else E_SYNTAX, p >= end
+        e10 += -ex if eneg else ex
+    return p, w, e10, truncated, is_float, neg, special, is_special, 0, p >= end and not final
+
+
 @kernel
 def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, table, pow10):
     """Scan ``buf[st[POS]:end]``; outputs go to the arrays, counters and the new position to ``st``.
@@ -236,7 +455,9 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
     is seen), ``lens``/``ldep`` every list's length and depth (close order),
     ``slow``/``spans`` the indices and token spans left to Python's ``float()``,
     ``iline`` the number of newlines before each top-level item.  Returns the
-    status (``DONE``, ``NEED_MORE``, ``FALLBACK``).
+    status (``DONE``, ``NEED_MORE``, ``FALLBACK``).  The tokens are read by the
+    kernels above it: Numba inlines the hot ones here and calls the cold ones
+    (a JSON document's own brackets and commas, booleans).
     """
     fv = iv.view(np.float64)
     pos = st[POS]
@@ -258,56 +479,14 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
     while True:
         # -- between top-level items -------------------------------------------------------------
         if jsonl:
-            while pos < end:
-                c = buf[pos]
-                if c == 10:
-                    newlines += 1
-                    pos += 1
-                elif c == 32 or c == 9 or c == 13:
-                    pos += 1
-                else:
-                    break
+            pos, newlines = _skip_blank_lines(buf, pos, end, newlines)
             if pos >= end:
                 break
         else:
-            while pos < end and _is_ws(buf[pos]):
-                if buf[pos] == 10:
-                    newlines += 1
-                pos += 1
-            if pos >= end:
-                if final and outer != OUT_END:
+            pos, outer, newlines, found, err = _next_document_item(buf, pos, end, final, outer, newlines)
+            if not found:
+                if err != 0:
                     status = FALLBACK
-                    err = E_TRUNCATED
-                break
-            c = buf[pos]
-            if outer == OUT_START:
-                if c == 91:
-                    outer = OUT_FIRST
-                    pos += 1
-                    continue
-                status = FALLBACK
-                err = E_SYNTAX
-                break
-            if outer == OUT_FIRST:
-                if c == 93:
-                    outer = OUT_END
-                    pos += 1
-                    continue
-            elif outer == OUT_NEXT:
-                if c == 44:
-                    outer = OUT_COMMA
-                    pos += 1
-                    continue
-                if c == 93:
-                    outer = OUT_END
-                    pos += 1
-                    continue
-                status = FALLBACK
-                err = E_SYNTAX
-                break
-            elif outer == OUT_END:
-                status = FALLBACK
-                err = E_SYNTAX
                 break
         # -- one top-level item (enclosed by the batch: depth 1) ---------------------------------
         item_start = pos
@@ -374,53 +553,11 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 expect = 1
                 pos += 1
                 if depth == leaf and cls != CLS_BOOL:
-                    # the hot loop: a list of plain integers ("12,-3,4]"); anything else (a space,
-                    # a float, a long integer, the end of the buffer) drops back to the state machine
-                    while pos < end:
-                        q = pos
-                        neg = buf[q] == 45
-                        if neg:
-                            q += 1
-                            if q >= end:
-                                break
-                        d = np.int64(buf[q]) - 48
-                        if d < 0 or d > 9:
-                            break
-                        v = d
-                        q += 1
-                        if d != 0:
-                            while q < end:
-                                d = np.int64(buf[q]) - 48
-                                if d < 0 or d > 9:
-                                    break
-                                v = v * 10 + d
-                                q += 1
-                            if q - pos > 18:
-                                break
-                        if q >= end:
-                            break
-                        c = buf[q]
-                        if c != 44 and c != 93:
-                            break
-                        if neg:
-                            v = -v
-                            if v < 0:
-                                has_neg = 1
-                        if mode == MODE_FLOAT:
-                            fv[n_val] = np.float64(v)
-                        else:
-                            iv[n_val] = v
-                            mode = MODE_INT
+                    pos, n_val, mode, has_neg, cnt[depth], stored, closed = _plain_integers(
+                        buf, pos, end, iv, fv, n_val, mode, has_neg, cnt[depth])
+                    if stored:
                         cls = CLS_NUMBER
-                        n_val += 1
-                        cnt[depth] += 1
-                        if c == 44:
-                            pos = q + 1
-                            expect = 0
-                        else:
-                            pos = q
-                            expect = 2
-                            break
+                        expect = 2 if closed else 0
                 continue
             # a scalar: every scalar sits at the leaf depth, below every list
             if leaf == 0:
@@ -432,140 +569,24 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 err = E_NEST
                 break
             if c == 116 or c == 102:  # true / false
-                n = 4 if c == 116 else 5
-                if pos + n > end:
-                    incomplete = True
-                    break
-                if c == 116:
-                    good = buf[pos + 1] == 114 and buf[pos + 2] == 117 and buf[pos + 3] == 101
-                else:
-                    good = buf[pos + 1] == 97 and buf[pos + 2] == 108 and buf[pos + 3] == 115 and buf[pos + 4] == 101
-                if not good:
-                    err = E_SYNTAX
+                n, value, err, incomplete = _boolean(buf, pos, end)
+                if incomplete or err != 0:
                     break
                 if cls == CLS_NUMBER:
                     err = E_MIX
                     break
                 cls = CLS_BOOL
                 mode = MODE_BOOL
-                iv[n_val] = 1 if c == 116 else 0
+                iv[n_val] = value
                 n_val += 1
                 pos += n
                 expect = 2
                 if depth == 1:
                     break
                 continue
-            # numbers and the float specials NaN, Infinity, -Infinity
-            neg = False
-            p = pos
-            if c == 45:
-                neg = True
-                p += 1
-                if p >= end:
-                    incomplete = True
-                    break
-                c = buf[p]
-            special = 0.0
-            is_special = False
-            if c == 78 or c == 73:  # NaN / Infinity
-                word_len = 3 if c == 78 else 8
-                if c == 78 and neg:
-                    err = E_SYNTAX
-                    break
-                if p + word_len > end:
-                    incomplete = True
-                    break
-                if c == 78:
-                    good = buf[p + 1] == 97 and buf[p + 2] == 78
-                    special = np.nan
-                else:
-                    good = (buf[p + 1] == 110 and buf[p + 2] == 102 and buf[p + 3] == 105 and buf[p + 4] == 110
-                            and buf[p + 5] == 105 and buf[p + 6] == 116 and buf[p + 7] == 121)
-                    special = -_INF if neg else _INF
-                if not good:
-                    err = E_SYNTAX
-                    break
-                is_special = True
-                p += word_len
-                is_float = True
-                w = _U64(0)
-                e10 = 0
-                truncated = False
-            else:
-                if c < 48 or c > 57:
-                    err = E_SYNTAX
-                    break
-                w = _U64(0)
-                nd = 0
-                e10 = 0
-                truncated = False
-                is_float = False
-                if c == 48:
-                    p += 1
-                    if p < end and 48 <= buf[p] <= 57:
-                        err = E_SYNTAX  # leading zero
-                        break
-                else:
-                    while p < end:
-                        d = buf[p]
-                        if d < 48 or d > 57:
-                            break
-                        if nd < 19:
-                            w = w * _U64(10) + _U64(d - 48)
-                            nd += 1
-                        else:
-                            e10 += 1
-                            if d != 48:
-                                truncated = True
-                        p += 1
-                if p < end and buf[p] == 46:  # '.'
-                    is_float = True
-                    p += 1
-                    start_frac = p
-                    while p < end:
-                        d = buf[p]
-                        if d < 48 or d > 57:
-                            break
-                        if nd == 0 and d == 48:
-                            e10 -= 1
-                        elif nd < 19:
-                            w = w * _U64(10) + _U64(d - 48)
-                            nd += 1
-                            e10 -= 1
-                        elif d != 48:
-                            truncated = True
-                        p += 1
-                    if p == start_frac:
-                        if p >= end:
-                            incomplete = True
-                        else:
-                            err = E_SYNTAX
-                        break
-                if p < end and (buf[p] == 101 or buf[p] == 69):  # 'e' / 'E'
-                    is_float = True
-                    p += 1
-                    eneg = False
-                    if p < end and (buf[p] == 43 or buf[p] == 45):
-                        eneg = buf[p] == 45
-                        p += 1
-                    start_exp = p
-                    ex = 0
-                    while p < end:
-                        d = buf[p]
-                        if d < 48 or d > 57:
-                            break
-                        if ex < 100000:
-                            ex = ex * 10 + (d - 48)
-                        p += 1
-                    if p == start_exp:
-                        if p >= end:
-                            incomplete = True
-                        else:
-                            err = E_SYNTAX
-                        break
-                    e10 += -ex if eneg else ex
-            if p >= end and not final:
-                incomplete = True  # the token may go on in the next piece
+            p, w, e10, truncated, is_float, neg, special, is_special, err, incomplete = _number_token(
+                buf, pos, end, final)
+            if incomplete or err != 0:
                 break
             if p - pos > MAX_TOKEN:
                 err = E_LONG
@@ -632,6 +653,9 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 fv[n_val] = special
             else:
                 ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
+                if ok and f == _INF:
+                    err = E_RANGE  # beyond float64: the general path says where
+                    break
                 if ok:
                     fv[n_val] = -f if neg else f
                 else:
@@ -707,6 +731,43 @@ def count_structure(buf, start, end):
         n_comma += c == 44
         n_line += c == 10
     return n_open, n_comma, n_line
+
+
+@kernel
+def squeeze_blanks(buf, n, min_run, gap_at, gap_len):
+    """Squeeze each run of at least ``min_run`` spaces, tabs and ``\\r`` in ``buf[:n]`` to one space, in place.
+
+    JSON ignores the run's length, so a line padded with gigabytes of blanks
+    need not be held whole.  Returns ``(length, gaps)``: the new length, and
+    how many gaps were written to ``gap_at`` (the offset, after squeezing, of
+    the byte that followed the run) and ``gap_len`` (the bytes dropped there);
+    both need room for ``n // min_run + 1`` entries.
+    """
+    w = 0
+    i = 0
+    g = 0
+    while i < n:
+        c = buf[i]
+        if c != 32 and c != 9 and c != 13:
+            buf[w] = c
+            w += 1
+            i += 1
+            continue
+        j = i
+        while j < n and (buf[j] == 32 or buf[j] == 9 or buf[j] == 13):
+            j += 1
+        if j - i >= min_run:
+            buf[w] = 32
+            w += 1
+            gap_at[g] = w
+            gap_len[g] = j - i - 1
+            g += 1
+        else:
+            for k in range(i, j):
+                buf[w] = buf[k]
+                w += 1
+        i = j
+    return w, g
 
 
 #: what came before the place :func:`first_syntax_problem` stops at
@@ -978,6 +1039,8 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
         text = bytes(raw[start:start + length])
         if as_float:
             fv[idx] = float(text)
+            if math.isinf(fv[idx]):
+                return E_RANGE
         else:  # a long integer for a uint64 target
             try:
                 value = int(text)
@@ -989,5 +1052,5 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
     return None
 
 
-__all__ = ["scan", "scan_bytes", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult", "count_structure", "new_state", "reset_chunk", "DONE",
-           "NEED_MORE", "FALLBACK", "MAX_LEVELS"]
+__all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult",
+           "count_structure", "new_state", "reset_chunk", "DONE", "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -9,7 +9,9 @@ top-level (level-0) sequences, as in :func:`lodtool.from_nested`.
 
 Both are read ``chunk_bytes`` at a time and come out as chunks of whole
 top-level sequences, so memory stays bounded by the chunk size (one line, or
-one top-level sequence, is always held whole, however long it is).
+one top-level sequence, is held whole, however long it is, less its runs of
+4 KiB of blanks or more: the fast path squeezes those to one space, and error
+columns still count them).
 
 Structure.  With ``lod_level=None`` every list level is a LoD level and the
 scalars are the elements.  With ``lod_level=N`` the lists nested deeper than N
@@ -25,8 +27,8 @@ Values (the policies):
   and with a float or complex dtype any integer is read (correctly rounded).
 - ``NaN``, ``Infinity`` and ``-Infinity`` (Python's spelling) are read as floats,
   and :func:`write_json` writes non-finite floats the same way, so unpacked
-  output packs again.  A literal too large for float64 (``1e400``) becomes
-  infinity, as with Python's ``float()``.
+  output packs again.  A number too large for float64 (``1e400``) is refused
+  where it stands: an infinite value is written ``Infinity``.
 - Floats are read as float64, exactly as Python's ``float()`` reads them.  An
   explicit ``dtype`` must hold every value: integers must be in range, floats
   stored as integers must be whole, float narrowing rounds but must not
@@ -62,6 +64,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -77,7 +80,7 @@ from .._jit import kernels_pay, thread_limit
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
-from . import format_of_path
+from . import READ_CHUNK_BYTES, format_of_path, is_stdin
 from ._values import cast_values, concat_chunks, resolve_dtype
 
 if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
@@ -85,8 +88,6 @@ if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
 
 #: the formats this module reads and writes
 FORMATS = ("json", "jsonl")
-#: bytes read at a time
-CHUNK_BYTES = 64 << 20
 #: bytes the fast path scans at a time (its outputs then stay in reused, cache-warm memory)
 SCAN_BLOCK = 4 << 20
 #: threads scanning JSON Lines blocks in parallel (None: min(8, lodtool._jit.thread_limit())); 1 scans in the
@@ -127,6 +128,8 @@ def _inexact_integer(text) -> tuple[int, str] | None:
     >>> _inexact_integer(b"[1.0, 12345678901234567.5, 2]") is None
     True
     """
+    if not _has_digit_run(text, 16):  # the regex below costs 20x a scan of the text: most texts skip it
+        return None
     for m in _LONG_INT.finditer(text):
         token = m.group().decode()
         if len(token.lstrip("-")) > 400:  # far beyond float64's range: never exact
@@ -138,6 +141,22 @@ def _inexact_integer(text) -> tuple[int, str] | None:
         except OverflowError:
             return m.start(), token
     return None
+
+
+def _has_digit_run(text: bytes, length: int, block: int = 1 << 22) -> bool:
+    """Whether ``text`` holds ``length`` digits in a row (blocks of ``block`` bytes: bounded temporaries).
+
+    >>> _has_digit_run(b"[1.25, 123456]", 6), _has_digit_run(b"[1.25, 123456]", 7)
+    (True, False)
+    """
+    a = np.frombuffer(text, dtype=np.uint8)
+    for start in range(0, a.size, block):
+        part = a[max(start - length + 1, 0):start + block]  # a run across the boundary is seen whole
+        breaks = np.flatnonzero((part - np.uint8(48)) >= 10)
+        edges = np.concatenate(([-1], breaks, [part.size]))
+        if (np.diff(edges) > length).any():
+            return True
+    return False
 
 
 def _refuse_inexact(data: np.ndarray, target: int, text, position) -> None:
@@ -493,6 +512,7 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         lno, col = _line_col(text, exc.start, line)
         raise LodInputError(f"{name}:{lno}:{col}: invalid UTF-8 (byte 0x{text[exc.start]:02x})") from None
     found: list[str] = []
+    overflowing: list[str] = []
 
     def parse_int(token: str) -> int:
         value = int(token)
@@ -500,11 +520,18 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
             found.append(token)
         return value
 
+    def parse_float(token: str) -> float:
+        value = float(token)
+        if math.isinf(value):
+            overflowing.append(token)
+        return value
+
     try:
-        obj = json.loads(s, parse_int=parse_int)
+        obj = json.loads(s, parse_int=parse_int, parse_float=parse_float)
     except json.JSONDecodeError as exc:
         lno = exc.lineno if line is None else line + exc.lineno - 1
-        raise LodInputError(f"{name}:{lno}:{exc.colno}: {_phrase(exc, s, line is not None)}") from None
+        col = exc.colno + (text.dropped_before(len(s[:exc.pos].encode())) if isinstance(text, _Squeezed) else 0)
+        raise LodInputError(f"{name}:{lno}:{col}: {_phrase(exc, s, line is not None)}") from None
     except RecursionError:
         raise _too_deep(text, name, line) from None
     except ValueError:  # an integer too long for Python's int(): its place, and what a user can do
@@ -514,15 +541,30 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         digits = len(m.group().lstrip(b"-")) if m else 0
         raise LodInputError(f"{name}:{lno}:{col}: an integer of {digits:,} digits; no dtype holds it (int64 and "
                             "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float "
-                            "literal (1e400 reads as infinity)") from None
+                            "literal below 1.8e308 (or Infinity)") from None
+    if overflowing:
+        token = overflowing[0]
+        lno, col = _line_col(text, _token_offset(text, token, 0), line)
+        short = token if len(token) <= 40 else token[:37] + "..."
+        raise LodInputError(f"{name}:{lno}:{col}: {short} is beyond float64's range (about 1.8e308); write "
+                            "Infinity (or -Infinity) if an infinite value is meant")
     if found:
         start = 0
         for token in found:
-            m = re.search(rb"(?<![\d.eE+-])" + re.escape(token.encode()) + rb"(?![\d.eE])", text[start:])
-            offset = start + m.start() if m else 0
+            offset = _token_offset(text, token, start)
             bigs.append((offset, token))
-            start = offset + len(token) if m else start
+            start = offset + len(token)
     return obj, bigs
+
+
+def _token_offset(text: bytes, token: str, start: int) -> int:
+    """Byte offset of the number ``token`` (the whole token, not part of a longer one) from ``start``, else start.
+
+    >>> _token_offset(b"[11, 1, 1e400]", "1", 0), _token_offset(b"[11, 1, 1e400]", "1e400", 0)
+    (5, 8)
+    """
+    m = re.search(rb"(?<![\d.eE+-])" + re.escape(token.encode()) + rb"(?![\d.eE])", text[start:])
+    return start + m.start() if m else start
 
 
 #: texts at least this long are checked for syntax errors in O(1) memory before any parser builds objects
@@ -588,6 +630,8 @@ def _line_col_large(text: bytes, offset: int, line: int | None) -> tuple[int, in
     col = 1
     for block in range(start, offset, 1 << 24):  # in blocks: no temporary the size of the text
         col += int(np.count_nonzero((a[block:min(block + (1 << 24), offset)] & 0xC0) != 0x80))
+    if isinstance(text, _Squeezed):
+        col += text.dropped_before(offset)
     return (1 if line is None else line) + text.count(b"\n", 0, offset), col
 
 
@@ -612,10 +656,24 @@ def _phrase(exc: json.JSONDecodeError, s: str, jsonl: bool) -> str:
     return msg[:1].lower() + msg[1:]
 
 
+class _Squeezed(bytes):
+    """A JSON Lines line whose long runs of blanks were squeezed (:meth:`_Buffer.squeeze`): columns count them."""
+
+    def __new__(cls, text: bytes, gap_at: np.ndarray, gap_len: np.ndarray):
+        out = super().__new__(cls, text)
+        out.gap_at, out.gap_len = gap_at, gap_len
+        return out
+
+    def dropped_before(self, offset: int) -> int:
+        """Blanks dropped before byte ``offset`` of the line."""
+        return int(self.gap_len[self.gap_at <= offset].sum())
+
+
 def _line_col(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
     """1-based line and column of a byte offset (columns count characters)."""
     if line is not None:
-        return line, len(text[:offset].decode("utf-8", "replace")) + 1
+        dropped = text.dropped_before(offset) if isinstance(text, _Squeezed) else 0
+        return line, len(text[:offset].decode("utf-8", "replace")) + 1 + dropped
     start = text.rfind(b"\n", 0, offset) + 1
     return text.count(b"\n", 0, offset) + 1, len(text[start:offset].decode("utf-8", "replace")) + 1
 
@@ -740,11 +798,19 @@ def _reposition(exc: LodError, lines: np.ndarray | None, seq_base: int, name: st
     return LodInputError(f"{where}: {msg}")
 
 
-def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assembler) -> _Piece | None:
+def _general_jsonl(region: bytes, first_line: int, seq_base: int, asm: _Assembler,
+                   gaps: tuple[np.ndarray, np.ndarray] | None = None) -> _Piece | None:
+    """A piece from the JSON Lines of ``region``; ``gaps`` are :meth:`_Buffer.gaps` of it, for the columns."""
     objs, lines, texts, bigs = [], [], [], []
+    line_start = 0
     for k, raw in enumerate(region.split(b"\n")):
+        start, line_start = line_start, line_start + len(raw) + 1
         if not raw.strip(_WS):
             continue
+        if gaps is not None and gaps[0].size:
+            inside = (gaps[0] > start) & (gaps[0] <= start + len(raw))
+            if inside.any():
+                raw = _Squeezed(raw, gaps[0][inside] - start, gaps[1][inside])
         line = first_line + k
         obj, found = _load_json(raw, asm.name, line)
         for offset, token in found:
@@ -770,7 +836,26 @@ def _general_document(text: bytes, skip: int, asm: _Assembler) -> _Piece | None:
     if not items:
         return None
     bigs = [(0, offset, token) for offset, token in found]
-    return _general_piece(items, None, [text], bigs, skip, asm, lambda i, offset: _line_col(text, offset, None))
+    lines = _item_lines(text, len(obj))
+    return _general_piece(items, None if lines is None else lines[skip:], [text], bigs, skip, asm,
+                          lambda i, offset: _line_col(text, offset, None))
+
+
+def _item_lines(text: bytes, items: int) -> np.ndarray | None:
+    """The line each top-level item of a JSON document starts on (None when brackets sit in strings).
+
+    >>> _item_lines(b"[[1],\\n [2,\\n 3], [4]]", 3).tolist()
+    [1, 2, 3]
+    """
+    a = np.frombuffer(text, dtype=np.uint8)
+    depth = np.cumsum((a == 91).astype(np.int8) - (a == 93), dtype=np.int32)
+    # an item starts at the first non-space byte after the outer '[' or after a ',' between items
+    separators = np.flatnonzero(((a == 91) & (depth == 1)) | ((a == 44) & (depth == 1)))
+    solid = np.flatnonzero((a != 32) & (a != 9) & (a != 10) & (a != 13))
+    if separators.size != items or b'"' in text:
+        return None
+    starts = solid[np.minimum(np.searchsorted(solid, separators + 1), solid.size - 1)]
+    return 1 + np.cumsum(a == 10, dtype=np.int64)[starts]
 
 
 def _json_type(obj) -> str:
@@ -814,11 +899,14 @@ def _use_fast(fast: bool | None):
     return scanner
 
 
-def _region_place(name: str, view, start: int, offset: int, first_line: int) -> str:
-    """``name:line:col`` of byte ``offset`` of a region that starts at ``view[start]`` on line ``first_line``."""
-    region = bytes(view[start:start + offset])
+def _region_place(name: str, buf: _Buffer, start: int, offset: int, first_line: int) -> str:
+    """``name:line:col`` of byte ``offset`` of a region that starts at ``buf.data[start]`` on line ``first_line``
+    (columns count the blanks :meth:`_Buffer.squeeze` dropped)."""
+    region = bytes(buf.data[start:start + offset])
     lno, col = _line_col(region, offset, None)
-    return f"{name}:{first_line + lno - 1}:{col}"
+    line_start = region.rfind(b"\n") + 1
+    at, dropped = buf.gaps(start + line_start, start + offset)
+    return f"{name}:{first_line + lno - 1}:{col + int(dropped.sum())}"
 
 
 def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
@@ -843,7 +931,7 @@ def _sync(js, st: np.ndarray, asm: _Assembler) -> None:
 
 # -- the readers ------------------------------------------------------------------------------------
 def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
-              level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+              level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
               progress: Callable[[int], None] | None = None, name: str | None = None) -> Iterator[LoDTensor]:
     """Read JSON or JSON Lines as chunks of whole top-level sequences (bounded memory).
 
@@ -864,7 +952,7 @@ def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = No
 
 
 def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_level: int | None = None,
-                     dtype: Any = None, level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+                     dtype: Any = None, level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
                      progress: Callable[[int], None] | None = None, names: Sequence[str | None] | None = None,
                      stats: dict | None = None) -> Iterator[LoDTensor]:
     """Read several JSON or JSON Lines inputs as one stream of chunks (their sequences concatenate).
@@ -878,32 +966,22 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
     [[[[1]]], [[[2, 3]]]]
     """
     sources = list(sources)
-    if fast is None:  # a pipe on stdin: its first bytes tell whether the input is small
+    if fast is None:  # a pipe on stdin: its first read tells whether the input is small
         names = list(names) if names is not None else [None] * len(sources)
         for i, src in enumerate(sources):
             if _is_stdin_pipe(src):
-                sources[i] = _peek_stdin(FAST_FROM_BYTES)
+                sources[i] = _whole_if_small(sys.stdin.buffer, FAST_FROM_BYTES)
                 names[i] = names[i] or "<stdin>"
     kwargs = dict(lod_level=lod_level, dtype=dtype, level_names=level_names, chunk_bytes=chunk_bytes,
                   progress=progress, names=names, stats=stats)
     if fast is None and not kernels_pay(_known_size(sources), FAST_FROM_BYTES, FAST_FROM_BYTES):
-        # small input: the general path, and Numba never imported; bad input is read again by the scanner,
-        # whose messages give the exact line and column (an error costs the import, a clean run never does)
-        try:
-            chunks = list(_iter_json_inputs(sources, fmt, fast=False, **kwargs))
-        except LodError:
-            if any(_is_stdin(src) for src in sources):
-                raise  # stdin cannot be read twice
-            chunks = None
-        if chunks is not None:
-            yield from chunks
-            return
+        fast = False  # small input: the general path, and Numba never imported
     yield from _iter_json_inputs(sources, fmt, fast=fast, **kwargs)
 
 
 def _is_stdin_pipe(source: Any) -> bool:
     """Whether ``source`` is ``-`` with something other than a regular file on stdin (a pipe, a terminal)."""
-    if not (isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-"):
+    if not is_stdin(source):
         return False
     try:
         return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
@@ -929,18 +1007,13 @@ class _Prefixed(io.RawIOBase):
         return self._stream.readinto(view)
 
 
-def _peek_stdin(limit: int):
-    """stdin's bytes if it ends within ``limit`` bytes (then its size is known), else a stream of all of it."""
-    stream = sys.stdin.buffer
+def _whole_if_small(stream, limit: int):
+    """A one-way stream's bytes if it ends within ``limit`` bytes (then its size is known), else a stream of all
+    of it (what was read first, then the rest): the reader's first read, not a peek."""
     head = stream.read(limit + 1)
     if len(head) <= limit:
         return head
     return io.BufferedReader(_Prefixed(head, stream), 1 << 20)
-
-
-def _is_stdin(source: Any) -> bool:
-    return isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-" or \
-        not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview))
 
 
 def _iter_json_inputs(sources: list, fmt: str | None, *, lod_level, dtype, level_names, chunk_bytes: int,
@@ -996,6 +1069,8 @@ class _Buffer:
         self.filled = 0
         self.eof = False
         self.full = False
+        #: where :meth:`squeeze` dropped blanks: the offset of the byte after each squeezed run, and the bytes dropped
+        self.gap_at = self.gap_len = np.zeros(0, np.int64)
 
     def fill(self, inp: _Input, progress) -> None:
         if self.filled < len(self.data) and not self.eof:
@@ -1012,7 +1087,40 @@ class _Buffer:
         bigger[:self.filled] = self.data[:self.filled]
         self.data = bigger
 
+    def squeeze(self, js) -> bool:
+        """Squeeze long runs of blanks (:func:`._jsonscan.squeeze_blanks`) so an item or line that outgrows the
+        buffer need not hold them; whether that freed a quarter of the buffer (else it must grow)."""
+        if js is None:
+            return False
+        room = self.filled // _SQUEEZE_RUN + 1
+        at, dropped = np.empty(room, np.int64), np.empty(room, np.int64)
+        new_filled, n = js.squeeze_blanks(self.data, self.filled, _SQUEEZE_RUN, at, dropped)
+        if not n:
+            return False
+        at, dropped = at[:n], dropped[:n]
+        if self.gap_at.size:  # earlier gaps move with the bytes before them; one inside a new run joins its end
+            starts = at + np.cumsum(dropped) - dropped  # each run's dropped bytes begin there, before squeezing
+            k = np.searchsorted(starts, self.gap_at, side="right") - 1
+            ends = np.cumsum(dropped)
+            inside = (k >= 0) & (self.gap_at < starts[np.maximum(k, 0)] + dropped[np.maximum(k, 0)])
+            moved = np.where(k >= 0, self.gap_at - ends[np.maximum(k, 0)], self.gap_at)
+            moved = np.where(inside, at[np.maximum(k, 0)], moved)
+            order = np.argsort(np.concatenate([moved, at]), kind="stable")
+            at = np.concatenate([moved, at])[order]
+            dropped = np.concatenate([self.gap_len, dropped])[order]
+        self.gap_at, self.gap_len = at, dropped
+        freed = self.filled - int(new_filled)
+        self.filled, self.full = int(new_filled), False
+        return freed >= len(self.data) // 4
+
+    def gaps(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The squeezed gaps after ``data[start]`` up to ``data[stop]``, offsets relative to ``start``."""
+        keep = (self.gap_at > start) & (self.gap_at <= stop)
+        return self.gap_at[keep] - start, self.gap_len[keep]
+
     def consume(self, n: int) -> None:
+        if self.gap_at.size:
+            self.gap_at, self.gap_len = self.gap_at[self.gap_at > n] - n, self.gap_len[self.gap_at > n]
         rest = self.filled - n
         if self.full and len(self.data) < self.limit:
             bigger = np.empty(min(len(self.data) * 2, self.limit), dtype=np.uint8)
@@ -1049,6 +1157,8 @@ class _Buffer:
         return -1
 
 
+#: runs of blanks at least this long are squeezed to one space when an item or line outgrows the read buffer
+_SQUEEZE_RUN = 4096
 #: the first read of an input of unknown size
 _FIRST_READ = 1 << 20
 #: the first read of a larger file: its first chunk reaches the writer sooner (the buffer then doubles up
@@ -1134,7 +1244,8 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
         else:
             cut = buf.rfind_newline(buf.filled) + 1
             if cut == 0:
-                buf.grow()
+                if not buf.squeeze(js):
+                    buf.grow()
                 continue
         view = buf.data
         blocks = _blocks(buf, cut)
@@ -1167,11 +1278,11 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 if sc is not None:
                     sc.release()
                 region = view[start:stop].tobytes()
-                piece = _general_jsonl(region, first_line, seq_base, asm)
+                piece = _general_jsonl(region, first_line, seq_base, asm, buf.gaps(start, stop))
                 newlines = region.count(b"\n")
             if piece is not None:
                 _refuse_inexact(piece.data, asm.target, view[start:stop],
-                                lambda offset: _region_place(asm.name, view, start, offset, first_line))
+                                lambda offset: _region_place(asm.name, buf, start, offset, first_line))
                 seq_base += piece.items
                 yield from asm.take(piece, last=buf.eof and stop == buf.filled)
             first_line += newlines
@@ -1202,7 +1313,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 if sc.state[js.ITEMS]:
                     piece = _fast_piece(js, sc, first_line, seq_base)
                     _refuse_inexact(piece.data, asm.target, view[pos:new_pos],
-                                    lambda offset: _region_place(asm.name, view, pos, offset, first_line))
+                                    lambda offset: _region_place(asm.name, buf, pos, offset, first_line))
                     seq_base += piece.items
                     yield from asm.take(piece, last=final and status == js.DONE)
                 first_line += int(sc.state[js.NEWLINES])
@@ -1220,7 +1331,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 break
             if buf.eof:
                 return
-            if pos == 0 and buf.filled == len(buf.data):
+            if pos == 0 and buf.filled == len(buf.data) and not buf.squeeze(js):
                 buf.grow()
             buf.consume(pos)
     piece = _general_document(inp.read_all(), seq_base, asm)
@@ -1231,7 +1342,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
 
 
 def read_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
-              level_names=None, chunk_bytes: int = CHUNK_BYTES, fast: bool | None = None,
+              level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
               name: str | None = None) -> LoDTensor:
     """Read a whole JSON or JSON Lines input into one :class:`~lodtool.LoDTensor`.
 
@@ -1356,7 +1467,7 @@ def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: ``sources`` of format ``fmt`` as chunks of whole top-level sequences.
 
@@ -1377,5 +1488,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
     write_json(chunks, out, fmt)
 
 
-__all__ = ["FORMATS", "CHUNK_BYTES", "MAX_LEVELS", "iter_json", "iter_json_inputs", "read_json", "parse_json",
+__all__ = ["FORMATS", "MAX_LEVELS", "iter_json", "iter_json_inputs", "read_json", "parse_json",
            "write_json", "read", "write", "write_stored"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
@@ -29,16 +28,12 @@ import numpy as np
 from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
+from ..container.writer import AUTO_INT, PACK_REMEDY, LodWriter
 from ..limits import resolve_max_memory
 from ..io._values import resolve_dtype
 
-#: ``dtype=`` for the narrowest integer dtype that holds every value (see :func:`pack`)
-AUTO_INT = "auto-int"
-
 #: the input formats ``pack`` reads
 INPUT_FORMATS = formats.readable()
-#: input bytes parsed at a time
-CHUNK_BYTES = 64 << 20
 #: parse the next chunk in a thread while the previous one is written (measured: see benchmarks/bench_ingest.py)
 OVERLAP = True
 
@@ -58,14 +53,16 @@ class PackResult:
     bytes_read: int
     #: the input format when it was detected from the first bytes (stdin, an unknown extension), else None
     detected_format: str | None = None
-    #: data bytes saved against int64 by ``dtype="auto-int"`` (0 otherwise)
+    #: with ``dtype="auto-int"``: the data's bytes saved against int64 before compression (0 otherwise)
     bytes_saved: int = 0
+    #: with ``dtype="auto-int"``: the bytes the tensor (data and offsets) takes in the file, compressed (0 otherwise)
+    stored_bytes: int = 0
 
 
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
-         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = formats.READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          column: str | None = None, max_memory: int | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
@@ -73,7 +70,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     ``format`` (one of :func:`lodtool.io.readable`: ``json``, ``jsonl``,
     ``npy``, ``npz``, ``parquet``, ``arrow``, ``pdtensor``; default: from the
     file extensions, else from the first bytes of stdin or of the file, see
-    :func:`sniff_format`; streams need it).  Several inputs concatenate
+    :func:`lodtool.io.detect`; streams need it).  Several inputs concatenate
     as top-level sequences, in order: each .npy file is one sequence, every
     other input adds its sequences.
     ``lod_level``, ``dtype`` and the value policies are those of
@@ -104,65 +101,143 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     """
     from ..atomic import refuse_output_over_input
 
-    inputs = _as_list(inputs)
-    refuse_output_over_input(output, inputs)
-    fmt, detected = _input_format(inputs, format)
-    if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
-        raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
-    auto_int = isinstance(dtype, str) and dtype == AUTO_INT
-    target = None if auto_int else resolve_dtype(dtype)
-    names = None if level_names is None else [str(n) for n in level_names]
-    stats: dict = {"bytes_read": 0}
-    extra = reader_options(fmt, column, max_memory)
-    chunks = _read(fmt, inputs, lod_level, target, chunk_bytes, progress, stats, extra)
-    from ..container.writer import PACK_REMEDY, LodWriter
-
+    sources = _as_list(inputs)
+    refuse_output_over_input(output, sources)
+    source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress)
     kwargs = {} if compression is None else {"compression": compression}
-    rows = sequences = 0
-    seen: np.dtype | None = None
-    first: LoDTensor | None = None
     with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
         writer.check_name(name)  # before any input is read
-        tw = None
-        for chunk in (_overlapped(chunks) if OVERLAP else chunks):
-            if tw is None:
-                first = chunk
-                chunk_names = names if names is not None else (list(chunk.level_names) if chunk.level_names else None)
-                if chunk_names is not None and len(chunk_names) != chunk.lod_level:
-                    raise LodUsageError(f"{len(chunk_names)} level name(s) given ({', '.join(chunk_names)}), but the "
-                                        f"input has {chunk.lod_level} LoD level(s)")
-                tw = writer.add_tensor(name, dtype=AUTO_INT if auto_int else target,
-                                       element_shape=chunk.element_shape, lod_level=chunk.lod_level,
-                                       level_names=chunk_names)
-            tw.append(chunk)
-            rows += chunk.n_rows
-            sequences += len(chunk)
-            seen = chunk.dtype if seen is None else np.result_type(seen, chunk.dtype)
-        if tw is None and writer.append and name in writer.existing_names:
-            # appending an empty input: nothing to add (the tensor is opened, so it is checked all the same)
-            tw = writer.add_tensor(name, dtype=target, lod_level=writer.stored_lod_level(name))
-        elif tw is None:  # empty input: zero sequences, when the number of levels is known
-            if lod_level is None:
-                where = ", ".join("stdin" if isinstance(i, (str, os.PathLike)) and os.fspath(i) == "-"
-                                  else os.fspath(i) if isinstance(i, (str, os.PathLike)) else "<stream>"
-                                  for i in inputs)
-                raise LodInputError(f"{where}: empty input, so the number of LoD levels cannot be inferred; give "
-                                    "--lod-level N (and --dtype) to store zero sequences")
-            if names is not None and len(names) != lod_level:
-                raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {lod_level}")
-            tw = writer.add_tensor(name, dtype=target if target is not None else np.float64, element_shape=(),
-                                   lod_level=lod_level, level_names=names)
+        written = _write_chunks(writer, name, source)
+        if written.tensor is None:
+            written.tensor = _add_without_chunks(writer, name, source)
     if progress is not None:
-        progress(stats["bytes_read"])
+        progress(source.bytes_read)
+    return _result(os.fspath(output), name, source, written)
+
+
+@dataclass
+class PackSource:
+    """Inputs made ready to pack: their one format, the dtype and level names asked for, and their chunks.
+
+    The one preparation of :func:`pack` and of :func:`lodtool.tasks.pack_sharded`:
+    the options are checked and the format decided before a byte is parsed.
+    """
+
+    sources: list
+    format: str
+    detected: bool
+    lod_level: int | None
+    #: the dtype asked for (None: inferred; never set with auto_int)
+    target: np.dtype | None
+    auto_int: bool
+    level_names: list[str] | None
+    chunks: Iterator[LoDTensor]
+    stats: dict
+
+    @classmethod
+    def open(cls, inputs, *, format: str | None = None, lod_level: int | None = None, dtype=None,
+             level_names: Sequence[str] | None = None, column: str | None = None, max_memory: int | None = None,
+             chunk_bytes: int = formats.READ_CHUNK_BYTES,
+             progress: Callable[[int], None] | None = None) -> "PackSource":
+        """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
+        sources = _as_list(inputs)
+        detection = formats.input_format(sources, format)
+        if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
+            raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
+        auto_int = isinstance(dtype, str) and dtype == AUTO_INT
+        target = None if auto_int else resolve_dtype(dtype)
+        stats: dict = {"bytes_read": 0}
+        chunks = formats.get(detection.name).read(
+            sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress, stats=stats,
+            **reader_options(detection.name, column, max_memory))
+        names = None if level_names is None else [str(n) for n in level_names]
+        return cls(sources, detection.name, detection.from_content, lod_level, target, auto_int, names,
+                   _overlapped(chunks) if OVERLAP else chunks, stats)
+
+    @property
+    def bytes_read(self) -> int:
+        return int(self.stats["bytes_read"])
+
+    def names_for(self, chunk: LoDTensor) -> list[str] | None:
+        """The level names of the tensor the first chunk starts: those given, else the input's own."""
+        names = self.level_names if self.level_names is not None else \
+            (list(chunk.level_names) if chunk.level_names else None)
+        if names is not None and len(names) != chunk.lod_level:
+            raise LodUsageError(f"{len(names)} level name(s) given ({', '.join(names)}), but the input has "
+                                f"{chunk.lod_level} LoD level(s)")
+        return names
+
+    def empty_input_error(self) -> LodInputError:
+        where = ", ".join(formats.label(s) for s in self.sources)
+        return LodInputError(f"{where}: empty input, so the number of LoD levels cannot be inferred; give "
+                             "--lod-level N (and --dtype) to store zero sequences")
+
+
+@dataclass
+class _Written:
+    """What :func:`_write_chunks` added: the tensor writer (None: no chunk came), counts, the chunks' dtype."""
+
+    tensor: object = None
+    first: LoDTensor | None = None
+    rows: int = 0
+    sequences: int = 0
+    seen: np.dtype | None = None
+
+
+def _write_chunks(writer: LodWriter, name: str, source: PackSource) -> _Written:
+    """Append every chunk of ``source`` to tensor ``name``, created from the first chunk's structure."""
+    out = _Written()
+    for chunk in source.chunks:
+        if out.tensor is None:
+            out.first = chunk
+            out.tensor = writer.add_tensor(name, dtype=AUTO_INT if source.auto_int else source.target,
+                                           element_shape=chunk.element_shape, lod_level=chunk.lod_level,
+                                           level_names=source.names_for(chunk))
+        out.tensor.append(chunk)
+        out.rows += chunk.n_rows
+        out.sequences += len(chunk)
+        out.seen = chunk.dtype if out.seen is None else np.result_type(out.seen, chunk.dtype)
+    return out
+
+
+def _add_without_chunks(writer: LodWriter, name: str, source: PackSource):
+    """The tensor of an input with no sequence: the one appended to (checked all the same), or an empty one."""
+    if writer.append and name in writer.existing_names:
+        return writer.add_tensor(name, dtype=source.target, lod_level=writer.stored_lod_level(name))
+    if source.lod_level is None:
+        raise source.empty_input_error()
+    names = source.level_names
+    if names is not None and len(names) != source.lod_level:
+        raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {source.lod_level}")
+    return writer.add_tensor(name, dtype=source.target if source.target is not None else np.float64,
+                             element_shape=(), lod_level=source.lod_level, level_names=names)
+
+
+def _result(output: str, name: str, source: PackSource, written: _Written) -> PackResult:
+    tw, first = written.tensor, written.first
     levels = first.lod_level if first is not None else tw.lod_level
-    out_dtype = np.dtype(tw.dtype if auto_int else target if target is not None else seen if seen is not None
-                         else tw.dtype)
-    saved = 0
-    if auto_int:
-        values = rows * int(np.prod(first.element_shape if first is not None else (), dtype=np.int64))
+    if source.auto_int or source.target is None and written.seen is None:
+        out_dtype = np.dtype(tw.dtype)
+    else:
+        out_dtype = np.dtype(source.target if source.target is not None else written.seen)
+    saved = stored = 0
+    if source.auto_int:
+        values = written.rows * int(np.prod(first.element_shape if first is not None else (), dtype=np.int64))
         saved = values * (8 - out_dtype.itemsize)
-    return PackResult(os.fspath(output), name, rows, sequences, levels, out_dtype,
-                      int(stats["bytes_read"]), fmt if detected else None, saved)
+        stored = _stored_bytes(output, name)
+    return PackResult(output, name, written.rows, written.sequences, levels, out_dtype, source.bytes_read,
+                      source.format if source.detected else None, saved, stored)
+
+
+def _stored_bytes(output: str, name: str) -> int:
+    """The bytes tensor ``name`` of the container ``output`` takes in the file (0 for a stream)."""
+    from ..container.reader import open_file
+
+    if not os.path.isfile(output):
+        return 0
+    with open_file(output) as f:
+        return f.tensor(name).storage_size
 
 
 def reader_options(fmt: str, column: str | None, max_memory: int | None) -> dict:
@@ -189,128 +264,9 @@ def _as_list(inputs) -> list:
     inputs = list(inputs)
     if not inputs:
         raise LodUsageError("no input given")
-    if sum(1 for i in inputs if isinstance(i, (str, os.PathLike)) and os.fspath(i) == "-") > 1:
+    if sum(1 for i in inputs if formats.is_stdin(i)) > 1:
         raise LodUsageError("stdin (-) can be read only once")
     return inputs
-
-
-#: the leading bytes of an HDF5 file (a container, which pack does not read)
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-#: how much of an input :func:`sniff_format` looks at
-SNIFF_BYTES = 1 << 16
-
-
-def sniff_format(head: bytes) -> str | None:
-    """The format of an input from its first bytes: npy, npz, hdf5, json, jsonl, or None.
-
-    JSON and JSON Lines both start with ``[``: a second value on a later
-    line makes it JSON Lines, one value (or one longer than ``head``) JSON.
-
-    >>> sniff_format(b"[[1, 2], [3]]"), sniff_format(b"[1, 2]\\n[3]\\n"), sniff_format(b"\\x93NUMPY\\x01")
-    ('json', 'jsonl', 'npy')
-    """
-    if head.startswith(HDF5_MAGIC):
-        return "hdf5"
-    binary = formats.format_of_bytes(head)
-    if binary is not None:
-        return binary.name
-    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
-    if not text.startswith(b"["):
-        return None
-    end = _end_of_first_value(text)
-    if end is None:
-        return "json"
-    return "jsonl" if text[end:].lstrip().startswith(b"[") else "json"
-
-
-def _end_of_first_value(text: bytes) -> int | None:
-    depth, in_string, escaped = 0, False, False
-    for i, byte in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte == 0x5B:
-            depth += 1
-        elif byte == 0x5D:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
-
-
-def _peek_stdin(n: int) -> bytes:
-    try:
-        stream = sys.stdin.buffer
-        if hasattr(stream, "peek"):  # a pipe or file: what is peeked stays for the reader
-            return stream.peek(n)[:n]
-        if stream.seekable():  # a test's BytesIO
-            pos = stream.tell()
-            head = stream.read(n)
-            stream.seek(pos)
-            return head
-    except (OSError, ValueError, AttributeError):  # no stdin, or one that cannot be peeked
-        pass
-    return b""
-
-
-def _sniff(src) -> str:
-    label = "stdin" if os.fspath(src) == "-" else os.fspath(src)
-    if os.fspath(src) == "-":
-        head = _peek_stdin(SNIFF_BYTES)
-    else:
-        try:
-            with open(src, "rb") as f:
-                head = f.read(SNIFF_BYTES)
-        except OSError:
-            head = b""
-    fmt = sniff_format(head)
-    if fmt == "hdf5":
-        raise LodUsageError(f"{label} is an HDF5 file, not JSON / JSON Lines / NPY / NPZ: a lodtool container is "
-                            "packed already (read it with unpack, slice or head)")
-    if fmt is None:
-        extensions = "" if label == "stdin" else f" or the extension ({' '.join(formats.extensions())})"
-        raise LodUsageError(f"{label}: cannot tell the format from the first bytes{extensions}; "
-                            f"give --format ({_either(INPUT_FORMATS)})")
-    return fmt
-
-
-def _input_format(inputs: list, format: str | None) -> tuple[str, bool]:
-    """The inputs' format and whether it was detected from their first bytes."""
-    if format is not None:
-        if format not in INPUT_FORMATS:
-            raise LodUsageError(f"unknown input format {format!r}; choose one of {', '.join(INPUT_FORMATS)}")
-        return format, False
-    found = {}
-    detected = False
-    for src in inputs:
-        if not isinstance(src, (str, os.PathLike)):
-            raise LodUsageError(f"reading a stream needs format= ({_either(INPUT_FORMATS)})")
-        by_name = formats.format_of_path(src) if os.fspath(src) != "-" else None
-        if by_name is not None:
-            fmt = by_name.name
-        else:
-            fmt, detected = _sniff(src), True
-        found.setdefault(fmt, os.fspath(src))
-    if len(found) > 1:
-        a, b = list(found.items())[:2]
-        raise LodUsageError(f"inputs mix formats ({a[1]} is {a[0]}, {b[1]} is {b[0]}); pack one format at a time")
-    return next(iter(found)), detected
-
-
-def _either(names: Sequence[str]) -> str:
-    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
-
-
-def _read(fmt: str, inputs: list, lod_level, target, chunk_bytes: int, progress, stats: dict,
-          extra: dict | None = None) -> Iterator[LoDTensor]:
-    return formats.get(fmt).read(inputs, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes,
-                                 progress=progress, stats=stats, **(extra or {}))
 
 
 def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:
@@ -375,4 +331,4 @@ def _in_a_thread(items: Iterator[T], depth: int) -> Iterator[T]:
         worker.join()
 
 
-__all__ = ["pack", "PackResult", "INPUT_FORMATS", "AUTO_INT"]
+__all__ = ["pack", "PackResult", "PackSource", "INPUT_FORMATS", "AUTO_INT"]

@@ -69,6 +69,7 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
     from ..container.shards import shard_file
 
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
+    _refuse_tiny_shards(os.fspath(folder), [path], shard_size)
     manifest = shard_file(path, folder, shard_size=shard_size, name=name, compression=compression,
                           append=append, max_memory=max_memory)
     return _summary(os.fspath(folder), manifest)
@@ -126,8 +127,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     9
     """
     from ..container.shards import ShardWriter, read_manifest
-
-    from ._pack import AUTO_INT
+    from ..container.writer import AUTO_INT
 
     if isinstance(dtype, str) and dtype == AUTO_INT:  # it narrows per container: shards could disagree
         raise LodUsageError("--dtype auto-int picks the narrowest dtype per container, and a sharded folder needs "
@@ -135,37 +135,69 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                             "split it with lodtool shard")
     folder = os.fspath(folder)
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
-    options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
-               "level_names": None if level_names is None else list(level_names), "compression": compression}
-    if column is not None:
-        options["column"] = column
-    if max_memory is not None:
-        options["max_memory"] = max_memory
+    stored = _stored_spec(folder, name) if append else None
+    if stored is not None:  # appending takes the folder's level names and dtype, as appending to a file does
+        level_names = level_names if level_names is not None or not stored.level_names else list(stored.level_names)
+        dtype = dtype if dtype is not None else stored.dtype
     if scheduler:
         from ..interop.dask import pack as dask_pack
 
+        options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
+                   "level_names": None if level_names is None else list(level_names), "compression": compression}
+        if column is not None:
+            options["column"] = column
+        if max_memory is not None:
+            options["max_memory"] = max_memory
         with _no_stray_shards(folder), dask_scheduler(scheduler, workers) as compute_kwargs:
             manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
                                  compute_kwargs=compute_kwargs, **options)
         return _summary(folder, manifest)
-    from . import _pack
+    from ._pack import PackSource
 
-    sources = _pack._as_list(inputs)
-    fmt, _ = _pack._input_format(sources, format)
-    target = _pack.resolve_dtype(dtype)
-    stats: dict = {"bytes_read": 0}
-    extra = _pack.reader_options(fmt, column, max_memory)
-    chunks = _pack._read(fmt, sources, lod_level, target, _pack.CHUNK_BYTES, None, stats, extra)
-    names = options["level_names"]
+    source = PackSource.open(inputs, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                             column=column, max_memory=max_memory)
+    _refuse_tiny_shards(folder, source.sources, shard_size)
     with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
-        for chunk in _pack._overlapped(chunks):
-            if names is not None:
-                if len(names) != chunk.lod_level:
-                    raise LodUsageError(f"{len(names)} level name(s) given ({', '.join(names)}), but the input "
-                                        f"has {chunk.lod_level} LoD level(s)")
-                chunk = chunk.with_level_names(names)
-            w.write(chunk)
+        for chunk in source.chunks:
+            w.write(chunk if source.level_names is None else chunk.with_level_names(source.names_for(chunk)))
     return _summary(folder, read_manifest(folder))
+
+
+#: the smallest shard size a streamed pack takes where it would make more than :data:`MANY_SHARDS` shards: each
+#: shard is a file, and tens of thousands of tiny ones (a size typed as 1KB for 1GB) help no reader
+MIN_SHARD_SIZE = 1 << 20
+MANY_SHARDS = 1_000
+
+
+def _refuse_tiny_shards(folder: str, sources: Sequence, shard_size: int | str) -> None:
+    """Refuse a shard size below :data:`MIN_SHARD_SIZE` that would cut the inputs (those of known size) into
+    more than :data:`MANY_SHARDS` files.
+
+    >>> _refuse_tiny_shards("out/", [__file__], 4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lodtool.errors.LodUsageError: out/: a shard size of 4 B would cut ... shards, a file each; ...
+    """
+    from .. import io as formats
+    from ..limits import human_bytes
+    from ..container.shards import parse_size
+
+    size = parse_size(shard_size)
+    total = sum(os.path.getsize(s) for s in sources
+                if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s) and os.path.isfile(s))
+    floor = min(MIN_SHARD_SIZE, -(-total // MANY_SHARDS))
+    if size < floor:
+        raise LodUsageError(f"{folder}: a shard size of {human_bytes(size)} would cut {human_bytes(total)} of input "
+                            f"into about {total // size:,} shards, a file each; give a shard size of at least "
+                            f"{human_bytes(floor)} (256MB to 1GB suit most corpora)")
+
+
+def _stored_spec(folder: str, name: str):
+    """The manifest's spec of tensor ``name`` in the sharded ``folder`` (None: no such folder or tensor)."""
+    from ..container.shards import manifest_path, read_manifest
+
+    if not os.path.isfile(manifest_path(folder)):
+        return None
+    return read_manifest(folder).tensors.get(name)
 
 
 # -- operators on Dask ----------------------------------------------------------------------------------------
