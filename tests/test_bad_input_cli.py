@@ -168,13 +168,17 @@ def test_bad_jsonl_on_stdin_names_stdin(tmp_path):
 
 
 def test_nan_and_infinity_policy(tmp_path):
-    """NaN, Infinity and -Infinity (Python's json spellings) are float64 values, and unpack writes them back."""
+    """NaN, Infinity and -Infinity (Python's json spellings) are float64 values, and unpack writes them back; a
+    literal beyond float64 (1e999) is refused where it stands, not stored as infinity."""
     src = tmp_path / "f.json"
-    src.write_text("[[NaN, Infinity, -Infinity, 1e999, 2]]")
+    src.write_text("[[NaN, Infinity, -Infinity, 2]]")
     out = tmp_path / "f.lod.h5"
     assert CliRunner().invoke(cli, ["pack", str(src), "-o", str(out)]).exit_code == 0
     back = CliRunner().invoke(cli, ["unpack", str(out), "--to", "json"]).stdout
-    assert back.strip() == "[[NaN,Infinity,-Infinity,Infinity,2.0]]"
+    assert back.strip() == "[[NaN,Infinity,-Infinity,2.0]]"
+    src.write_text("[[NaN, 1e999, 2]]")
+    refused = CliRunner().invoke(cli, ["pack", str(src), "-o", str(tmp_path / "g.lod.h5")])
+    assert refused.exit_code == 1 and "1e999" in refused.stderr and not (tmp_path / "g.lod.h5").exists()
 
 
 def _pack_in_a_child(args: list[str], cwd: str, address_space: int) -> tuple[int, str, str, int]:

@@ -59,8 +59,6 @@ def _small_filesystem(path) -> bool:
                           capture_output=True).returncode == 0
 
 
-@pytest.mark.xfail(strict=True, reason="needs container/_h5.domain_error to turn ENOSPC into 'No space left on "
-                                       "device' (see the branch's report)")
 def test_a_full_disk_says_so_and_names_the_output(tmp_path):
     disk = tmp_path / "disk"
     if not _small_filesystem(disk):
@@ -71,7 +69,7 @@ def test_a_full_disk_says_so_and_names_the_output(tmp_path):
         out = disk / "ids.lod.h5"
         result = run("pack", src, "-o", out, "--compression", "none")
         assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1
-        assert result.stderr == f"lodtool: error: {out}: No space left on device\n"
+        assert result.stderr == f"lodtool: error: {out}: no space left on device\n"
         assert os.listdir(disk) == []
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)

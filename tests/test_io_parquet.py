@@ -142,7 +142,7 @@ def test_columns_that_are_not_lists_of_numbers(tmp_path):
     path = parquet_file(tmp_path, pa.table({"text": ["a", "b"], "n": [1, 2]}))
     with pytest.raises(LodDtypeError, match=rf"^{path}: row group 0, column 'text': holds string, not numbers"):
         read_parquet(path, column="text")
-    with pytest.raises(LodInputError, match=rf"^{path}: has 2 columns \(text, n\); choose one with --column"):
+    with pytest.raises(LodInputError, match=rf"^{path}: has 2 columns \(text, n\); choose one with column=\.\.\."):
         read_parquet(path)
     with pytest.raises(LodInputError, match=r"has no column 'tokens' \(columns: text, n\)"):
         read_parquet(path, column="tokens")
@@ -232,7 +232,7 @@ def test_a_dictionary_rle_bomb_is_refused_under_max_memory_and_read_within_it(tm
     assert path.stat().st_size < 4096
     with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1 row needs "
                                              r"[\d,]+ bytes, above the memory limit of 8,388,608 \(raise it with "
-                                             r"--max-memory\)$"):
+                                             r"max_memory=\.\.\.\)$"):
         list(iter_parquet([path], max_memory=8 << 20))
     t = read_parquet(path)  # within the budget: read as it is
     assert t.lod == [[0, n]] and not t.data.any()

@@ -14,7 +14,7 @@ from .. import io as formats
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @opt.output_option(required=True, help_="The container to write (atomically), or - for stdout.")
 @click.option("--format", "fmt", type=click.Choice(list(formats.readable())), default=None,
-              help="Input format (default: from the extension; required for stdin).")
+              help="Input format (default: from the extension, else from the first bytes, stdin's too).")
 @click.option("--lod-level", type=click.IntRange(min=0), default=None,
               help="Number of LoD levels; deeper lists become the (uniform) element shape.")
 @click.option("--dtype", default=None,

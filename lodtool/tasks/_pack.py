@@ -243,8 +243,8 @@ def _stored_bytes(output: str, name: str) -> int:
 def reader_options(fmt: str, column: str | None, max_memory: int | None) -> dict:
     """The extra options of format ``fmt``'s reader: ``column`` (table formats only) and ``max_memory``.
 
-    >>> reader_options("parquet", "tokens", None)
-    {'column': 'tokens'}
+    >>> reader_options("parquet", "tokens", None)  # doctest: +ELLIPSIS
+    {'column': 'tokens', 'max_memory': ...}
     >>> reader_options("jsonl", "tokens", None)
     Traceback (most recent call last):
     lodtool.errors.LodUsageError: column applies to table inputs (parquet, arrow), not jsonl
