@@ -323,3 +323,17 @@ def test_shard_reads_stdin(articles, tmp_path):
     result = run("shard", "-", "-o", tmp_path / "s", "--shard-size", "64B", input=articles.read_bytes())
     assert result.exit_code == 0, result.output
     assert load(tmp_path / "s").to_nested() == ARTICLES
+
+
+def test_pack_plan_summarises_long_arrays_and_json_gives_them_all(tmp_path):
+    from lodtool import LoDTensor, save
+
+    path = tmp_path / "many.lod.h5"
+    lengths = np.arange(1, 1001) % 7 + 1
+    save(path, LoDTensor(np.zeros(int(lengths.sum())), recursive_sequence_lengths=[lengths.tolist()]))
+    shown = run("pack-plan", path)
+    assert shown.exit_code == 0 and "1,000 sequences, 7 time steps" in shown.stdout
+    assert "985 more" in shown.stdout and "--json gives every entry" in shown.stdout
+    assert len(shown.stdout) < 2000
+    full = json.loads(run("pack-plan", path, "--json").stdout)
+    assert len(full["lengths"]) == 1000

@@ -103,7 +103,7 @@ def test_empty_arrays():
 
 
 @pytest.mark.parametrize("array, match", [
-    (ak.Array([[1, None], [2]]), r"depth 2 may hold missing values .*ak.fill_none"),
+    (ak.Array([[1, None], [2]]), r"depth 2 holds missing values .*ak.fill_none"),
     (ak.Array([[{"x": 1}], []]), r"depth 2 holds records"),
     (ak.Array([[1, [2]], [3]]), r"holds a union"),
     (ak.Array([["a", "bc"], []]), r"depth 2 holds strings"),
@@ -145,3 +145,15 @@ def test_big_endian_data_is_copied_into_native_order(t):
     assert a.to_list() == t.to_nested()
     assert leaf(a.layout).dtype == t.dtype.newbyteorder("=")
     assert from_awkward(a).equals(t)
+
+
+def test_option_types_without_missing_values_are_taken_as_their_content():
+    nullable = ak.Array([[1, 2], [], [3]]).layout
+    opt = ak.contents.ListOffsetArray(nullable.offsets, ak.contents.UnmaskedArray(nullable.content))
+    assert from_awkward(ak.Array(opt)).to_nested() == [[1, 2], [], [3]]
+    masked = ak.Array([[1, None, 2], [3]])
+    assert from_awkward(ak.drop_none(masked)).to_nested() == [[1, 2], [3]]
+    indexed = ak.Array([[1, None], [3]])[:, :1]  # an option type whose remaining items are all present
+    assert from_awkward(indexed).to_nested() == [[1], [3]]
+    with pytest.raises(LodDtypeError, match="holds missing values"):
+        from_awkward(masked)

@@ -416,3 +416,15 @@ def test_a_scheduler_without_dask_names_the_extra(tmp_path, monkeypatch):
     result = run_cli("pool", tmp_path / "x.lod.h5", "-o", tmp_path / "p.lod.h5", "--scheduler", "threads")
     assert result.exit_code != 0 and "internal error" not in result.output
     assert "pip install 'lodtool[dask]'" in result.output and not (tmp_path / "p.lod.h5").exists()
+
+
+def test_a_streamed_operator_reports_the_rows_it_has_read(tmp_path):
+    from lodtool import LoDTensor, save
+
+    x = LoDTensor(np.arange(1000.0), recursive_sequence_lengths=[[10] * 100])
+    save(tmp_path / "x.h5", x)
+    heard = []
+    with budget(64, 64):
+        pipeline.pool(tmp_path / "x.h5", tmp_path / "out.h5", progress=lambda done, total: heard.append((done, total)))
+    assert len(heard) > 3 and heard[-1] == (1000, 1000)
+    assert all(a[0] <= b[0] for a, b in zip(heard, heard[1:])) and {t for _, t in heard} == {1000}

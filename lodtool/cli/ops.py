@@ -26,13 +26,16 @@ def _report(ctx, result, as_json: bool, verb: str) -> None:
 
 @contextlib.contextmanager
 def _scheduled(ctx, verb: str, scheduler, workers, partition_size, output, as_json: bool):
-    """The tasks operator's Dask options for ``--scheduler`` (with a bar counting partitions), none without."""
+    """The tasks operator's Dask options for ``--scheduler`` (with a bar counting partitions); without one, a
+    bar counting the rows read."""
+    from ._render import partition_progress
+
     if not scheduler:
-        yield {}
+        with partition_progress(f"{verb} rows", not opt.is_quiet(ctx) and not as_json and output != "-") as tick:
+            yield {"progress": tick}
         return
     if output == "-":
         raise click.UsageError("--scheduler writes files or folders, not stdout")
-    from ._render import partition_progress
 
     with partition_progress(f"{verb} partitions", not opt.is_quiet(ctx) and not as_json) as tick:
         yield {"scheduler": scheduler, "workers": workers, "partition_size": opt.parse_size(partition_size),
@@ -263,6 +266,25 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
         from ._render import console
 
         con = console()
-        con.print(f"{opt.plural(len(plan.lengths), 'sequence')}, {opt.plural(len(plan.batch_sizes), 'time step')}")
+        con.print(f"{opt.plural(len(plan.lengths), 'sequence')}, {opt.plural(len(plan.batch_sizes), 'time step')}"
+                  f" (the longest sequence's), {int(plan.lengths.sum()):,} steps in all")
+        elided = False
         for key, value in info.items():
-            con.print(f"{key}: {list(map(int, value))}", markup=False)
+            shown, cut = _elided(value)
+            elided |= cut
+            con.print(f"{key}: {shown}", markup=False)
+        if elided:
+            con.print("(long arrays are shown cut; --json gives every entry)", markup=False)
+
+
+#: entries of an array shown in full by pack-plan's summary (longer ones show their ends)
+SHOWN_ENTRIES = 20
+
+
+def _elided(values) -> tuple[str, bool]:
+    """``[a, b, ..., y, z]`` for a long array, and whether it was cut."""
+    if len(values) <= SHOWN_ENTRIES:
+        return str(list(map(int, values))), False
+    head = ", ".join(str(int(v)) for v in values[:10])
+    tail = ", ".join(str(int(v)) for v in values[-5:])
+    return f"[{head}, ... {len(values) - 15:,} more ..., {tail}]", True

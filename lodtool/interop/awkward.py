@@ -100,9 +100,10 @@ def from_awkward(a: Any, *, validate: bool = True) -> LoDTensor:
     that do not start at 0, costs one copy of the offsets only (the data is
     viewed).  A ``ListArray`` (from fancy indexing or filtering) or an
     ``IndexedArray`` costs one copy of what lies under it; int32 offsets are
-    widened (one copy of the offsets).  Missing values (option types), records
-    and unions have no LoD form and raise :class:`~lodtool.errors.LodDtypeError`
-    naming the type and the way out.  ``validate=False`` skips the LoD check
+    widened (one copy of the offsets).  An option type that holds no missing
+    value (what Parquet readers give for nullable list items) is taken as its
+    content; missing values, records and unions have no LoD form and raise
+    :class:`~lodtool.errors.LodDtypeError` naming the type and the way out.  ``validate=False`` skips the LoD check
     (for arrays known to be valid; awkward itself does not check monotonicity).
 
     >>> import awkward as ak
@@ -156,8 +157,12 @@ def _plain(node, ak, depth: int):
     if node.parameter("__array__") in ("string", "bytestring", "char", "byte"):
         raise LodDtypeError(f"awkward array: depth {depth} holds strings ({_type_at(node, ak)}); lodtool stores "
                             "numbers and bools only (encode the strings as token ids first)")
-    if node.is_option:
-        raise LodDtypeError(f"awkward array: depth {depth} may hold missing values ({_type_at(node, ak)}); a LoD "
+    if node.is_option:  # nullable but holding no None (Parquet marks list items nullable): its content as it is
+        if isinstance(node, c.UnmaskedArray):
+            return _plain(node.content, ak, depth)
+        if not np.asarray(node.mask_as_bool(valid_when=False)).any():
+            return _plain(node.project(), ak, depth)
+        raise LodDtypeError(f"awkward array: depth {depth} holds missing values ({_type_at(node, ak)}); a LoD "
                             "tensor has none: fill them (ak.fill_none) or drop them (ak.drop_none) first")
     if node.is_record:
         raise LodDtypeError(f"awkward array: depth {depth} holds records ({_type_at(node, ak)}); convert one field "

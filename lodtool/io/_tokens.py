@@ -33,8 +33,6 @@ from ._values import cast_values, resolve_dtype
 
 #: index entries checked at a time (bounded temporaries over memory-mapped arrays)
 BLOCK = 1 << 20
-#: bytes of tokens per chunk the registry's reader yields
-CHUNK_BYTES = 64 << 20
 
 OffsetsWindow = Callable[[int, int], np.ndarray]
 
@@ -458,4 +456,4 @@ def check_window(start: int, stop: int, size: int, what: str) -> None:
 
 __all__ = ["TokenProblem", "TokenTensor", "TokenFile", "read_chunks", "writer_levels", "atomic_files",
            "output_prefix", "map_array", "little_endian", "file_size", "raise_first", "first_index", "token_problems",
-           "BLOCK", "CHUNK_BYTES"]
+           "BLOCK"]

@@ -40,13 +40,12 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import READ_CHUNK_BYTES
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
 from ._values import cast_values, resolve_dtype
 
-#: bytes of data gathered into one chunk when packing many .npy files
-CHUNK_BYTES = 64 << 20
 _LEVEL_ARRAY = re.compile(r"^(offsets|lengths|lod)_(\d+)$")
 
 
@@ -160,7 +159,7 @@ def _common_dtype(dtypes: Sequence[np.dtype], labels: Sequence[str]) -> np.dtype
 
 
 def iter_npy(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None = None,
-             chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
+             chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
     """Read .npy files, each one top-level sequence, as chunks of a 1-level LoD tensor.
 
     Every header is checked (dtype, element shape) before any data is read;
@@ -602,7 +601,7 @@ _OFFSET_BLOCK = 1 << 20
 
 
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: ``.npy`` files (each one sequence) or LoD archives, as chunks.
 
@@ -643,5 +642,5 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",
-           "write_npz_parts", "write_npz_members", "NpzWriter", "CHUNK_BYTES", "read", "write", "write_stored"]
+           "write_npz_parts", "write_npz_members", "NpzWriter", "read", "write", "write_stored"]
 

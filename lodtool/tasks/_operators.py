@@ -55,12 +55,18 @@ def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Cal
                                     max_memory=max_memory, overwrite=overwrite, force=force, progress=progress)
     check_device(device)
     return _stream(path, output, name, out_name, make_fn, crossover, compression=compression,
-                   max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes)
+                   max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes,
+                   progress=progress)
+
+
+def _rows_done(progress: Callable[[int, int], None] | None, total: int):
+    """The pipe's ``progress(rows done)`` as the caller's ``progress(done, total)`` (``None``: no report)."""
+    return None if progress is None else (lambda done: progress(done, total))
 
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
             compression: str | None, max_memory: int | None, overwrite: bool, force: bool, device: str = "cpu",
-            suffixes: Sequence[str] = ()) -> OpResult:
+            suffixes: Sequence[str] = (), progress: Callable[[int, int], None] | None = None) -> OpResult:
     """``make_fn(file, lazy tensor)`` (the operator on one chunk) over chunks of whole top-level sequences.
 
     Its results go to tensor ``out_name`` (the input's name by default); a result of more tensors puts the
@@ -75,7 +81,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
         name_out = out_name or t.name
         sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
                           overwrite=overwrite, force=force)
-        return run(stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory)), fn, sink)
+        chunks = stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory))
+        return run(chunks, fn, sink, progress=_rows_done(progress, t.n_rows))
 
 
 @contextlib.contextmanager
@@ -148,7 +155,7 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     for the local ones) the partitions of about ``partition_size`` bytes run on
     Dask: an ``output`` ending in ``/`` (or a folder) gets one shard per
     partition, a file name one container; ``progress(done, total)`` counts
-    partitions.  So do softmax, reverse and expand.
+    partitions there, and rows read in one process.  So do softmax, reverse and expand.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save, load

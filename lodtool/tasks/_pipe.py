@@ -142,17 +142,27 @@ def ahead(fn: Callable, chunks: Iterable) -> Iterator:
     return _overlapped(_mapped(fn, chunks))
 
 
-def run(chunks: Iterable, fn: Callable, sink: "TensorSink") -> OpResult:
+def run(chunks: Iterable, fn: Callable, sink: "TensorSink", *,
+        progress: Callable[[int], None] | None = None) -> OpResult:
     """``fn`` of every chunk into ``sink``: the next chunk is read and computed (:func:`ahead`) while the
-    sink writes the one before.
+    sink writes the one before; ``progress(rows)`` hears the input rows done after each chunk.
 
     The first error, of a read, of ``fn`` or of a write, stops the rest and discards the output.
     """
-    results = ahead(fn, chunks)
+    done = 0
+
+    def counted(chunk):
+        nonlocal done
+        done += getattr(chunk, "n_rows", 0)
+        return chunk
+
+    results = ahead(fn, map(counted, chunks) if progress else chunks)
     with sink, contextlib.closing(results):
         for result in results:
             sink.write(result)
             del result
+            if progress:
+                progress(done)
     return sink.result()
 
 
