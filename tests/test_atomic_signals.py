@@ -129,8 +129,6 @@ def test_a_signal_at_a_new_folders_manifest_rename_leaves_the_complete_folder(da
     assert validate_sharded(tmp / "shards").ok and load(tmp / "shards").equals(new)
 
 
-@pytest.mark.xfail(strict=True, reason="lodtool.interop.dask removes the new shards on any exception, also after "
-                   "the manifest naming them was committed: its cleanup should be shards.remove_uncommitted_shards")
 def test_a_signal_at_a_dask_packs_manifest_rename_keeps_the_folder_readable(data):
     tmp, old, _ = data
     folder = tmp / "shards"

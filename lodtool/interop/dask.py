@@ -51,6 +51,7 @@ import numpy as np
 
 from .. import lod as _lod
 from .._optional import optional_import
+from ..atomic import intermediate_commit
 from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor
 
@@ -516,7 +517,8 @@ class LodBag:
         """
         dask = _dask()
 
-        from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
+        from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
+                                        shard_name)
 
         folder = os.path.abspath(os.fspath(folder))
         created = not os.path.exists(folder)
@@ -544,7 +546,7 @@ class LodBag:
                                         f"({specs} and {s}); give the operator a fixed dtype")
             return commit_manifest(folder, specs, [info for info, _ in written], append=append)
         except BaseException:
-            _remove_new_shards(folder, paths, created)
+            remove_uncommitted_shards(folder, paths, created=created)
             raise
 
     def to_dask_awkward(self) -> dak.Array:
@@ -559,20 +561,6 @@ class LodBag:
             spec = self.spec
         reader = _AwkwardPartitions(spec, self._fns, self._max_memory)
         return dak.from_map(reader, self.partitions, label=f"lodtool-{self._label}")
-
-
-def _remove_new_shards(folder: str, paths: list[str], created: bool) -> None:
-    """After a failed job: remove the shards it wrote, and the folder when the job made it (and it is empty)."""
-    for p in paths:
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
-    if created:
-        try:
-            os.rmdir(folder)
-        except OSError:  # something else is in it now: leave it
-            pass
 
 
 class _Thunk:
@@ -836,7 +824,8 @@ def _pack_one(source: str, path: str, options: dict):
     from ..container.shards import TensorSpec, describe_shard
     from ..tasks import pack as pack_task
 
-    pack_task([source], path, **options)
+    with intermediate_commit():  # a shard's commit is not the folder's: an interrupt here is a plain one
+        pack_task([source], path, **options)
     with open_file(path) as f:
         spec = TensorSpec.of(f.tensor(options.get("name", "tensor")))
     return describe_shard(path), spec
@@ -863,7 +852,8 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
     """
     dask = _dask()
 
-    from ..container.shards import commit_manifest, next_shard_index, prepare_folder, shard_name
+    from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
+                                    shard_name)
 
     sources = [os.fspath(s) for s in inputs]
     if not sources:
@@ -889,7 +879,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
                                append=append)
     except BaseException:
-        _remove_new_shards(folder, paths, created)
+        remove_uncommitted_shards(folder, paths, created=created)
         raise
 
 
