@@ -8,7 +8,7 @@ a smoke test), stored as int32 and as uint16, each in a container written with
 ``--compression none`` (memory-mappable) and one with the default compression,
 plus the same flat tokens as a raw file and the offsets as arrays in RAM: the
 floor any hand-written loader reaches.  Then, each warm (page cache filled by a
-first pass) and cold (``posix_fadvise(POSIX_FADV_DONTNEED)`` on every file
+first pass) and uncached (``posix_fadvise(POSIX_FADV_DONTNEED)`` on every file
 before the pass):
 
 * **random documents**: ``lodtool.open(p)["tokens"].branch(i)`` on an open
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
 
 TAG = "random"
-#: (tokens, documents, random reads per pass, cold reads per pass)
+#: (tokens, documents, random reads per warm pass, per uncached pass)
 SIZES = {"tiny": (200_000, 1_000, 500, 200), "small": (26_800_000, 100_000, 20_000, 2_000),
          "full": (268_435_456, 1_000_000, 20_000, 2_000)}
 NAME = "tokens"
@@ -116,7 +116,7 @@ def megatron_reader(folder: Path, raw: Path, dtype: str, o0, o1):
     return lambda i: ds.get(i)
 
 
-def random_documents(shape: dict, folder: Path, dtype: str, reads: int, cold_reads: int) -> tuple[list, dict]:
+def random_documents(shape: dict, folder: Path, dtype: str, reads: int, uncached_reads: int) -> tuple[list, dict]:
     import lodtool
 
     rng = np.random.default_rng(11)
@@ -129,7 +129,7 @@ def random_documents(shape: dict, folder: Path, dtype: str, reads: int, cold_rea
     if doc_reader is not None:  # Megatron's get(i) reads a sequence: compare whole documents by their sentences
         readers["megatron"] = lambda i, r=doc_reader: [r(s) for s in range(int(o0[i]), int(o0[i + 1]))]
     result = {}
-    for temp, count in (("warm", reads), ("cold", cold_reads)):
+    for temp, count in (("warm", reads), ("uncached", uncached_reads)):
         idx = rng.integers(0, shape["docs"], count)
         for key, read in readers.items():
             if temp == "warm":
@@ -145,7 +145,7 @@ def random_documents(shape: dict, folder: Path, dtype: str, reads: int, cold_rea
                        ("deflate", "lodtool `branch(i)`, default compression"),
                        ("megatron", "Megatron-Core `IndexedDataset.get` (per sentence)")):
         if (key, "warm") in result:
-            rows.append([dtype, label] + [f"{result[(key, t)] * 1e6:.1f} µs" for t in ("warm", "cold")]
+            rows.append([dtype, label] + [f"{result[(key, t)] * 1e6:.1f} µs" for t in ("warm", "uncached")]
                         + [C.fmt_x(result[(key, "warm")] / result[("floor", "warm")])])
     return rows, result
 
@@ -204,7 +204,7 @@ def batches(shape: dict, dtype: str) -> tuple[list, dict]:
 def run(size: str, runs: int, tmpdir: str | None) -> dict:
     import tempfile
 
-    tokens, docs, reads, cold_reads = SIZES[size]
+    tokens, docs, reads, uncached_reads = SIZES[size]
     with tempfile.TemporaryDirectory(dir=tmpdir) as d:
         folder = Path(d)
         C.require_disk(folder, tokens * 16, "the random-access corpus")
@@ -213,7 +213,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         doc_rows, batch_rows, figures = [], [], {}
         for dtype in ("int32", "uint16"):
             C.progress(TAG, f"random documents, {dtype}")
-            rows, res = random_documents(shape, folder, dtype, reads, cold_reads)
+            rows, res = random_documents(shape, folder, dtype, reads, uncached_reads)
             doc_rows += rows
             figures[dtype] = res
             C.progress(TAG, f"batches, {dtype}")
@@ -239,13 +239,13 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                                 f"{b['numba'] / 1e6:.1f}M/s", C.fmt_x(ratio), ratio >= 0.8,
                                 "≥ 0.8× a Numba gather from np.memmap"))
     notes = [f"{shape['docs']:,} documents, {shape['sentences']:,} sentences, {shape['tokens']:,} tokens; "
-             f"{reads:,} random documents per warm pass, {cold_reads:,} per cold pass (after "
+             f"{reads:,} random documents per warm pass, {uncached_reads:,} per uncached pass (after "
              "`posix_fadvise(POSIX_FADV_DONTNEED)` of every file of the dtype)."]
     if not any(("megatron", "warm") in figures[d] for d in ("int32", "uint16")):
         notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its row "
                      "is skipped.")
     return {"key": TAG, "title": "Random access for training (issue 28)", "about": __doc__.split("\n\n")[1],
-            "tables": [{"title": "Random documents (per read)", "head": ["dtype", "read", "warm", "cold",
+            "tables": [{"title": "Random documents (per read)", "head": ["dtype", "read", "warm", "uncached",
                                                                         "warm ÷ floor"], "rows": doc_rows},
                        {"title": "Batches (tokens/s, warm)", "head": ["dtype", "reader", "tokens/s", "÷ floor"],
                         "rows": batch_rows}],
