@@ -231,6 +231,28 @@ class TensorView:
 
 
 
+class TensorSource:
+    """What an opened source of tensors (a container, a sharded folder, a token dataset) answers beside its
+    tensors: its ``names``, ``name in f``, iteration, ``len`` and a context manager that calls ``close()``."""
+
+    __slots__ = ()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class LoDTensor(TensorView):
     """A tensor whose first dimension is segmented by a (possibly nested) LoD index.
 
@@ -673,4 +695,4 @@ def _element_path(k: int, lengths: list[list[int]]) -> str:
     return "branch " + _lod.format_path(list(reversed(path)))
 
 
-__all__ = ["TensorView", "LoDTensor", "from_nested", "check_dtype", "LodValidationError"]
+__all__ = ["TensorView", "TensorSource", "LoDTensor", "from_nested", "check_dtype", "LodValidationError"]

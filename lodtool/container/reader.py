@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor, TensorView, check_dtype
+from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
@@ -504,7 +504,7 @@ def _check_chunk_memory(ds: h5py.Dataset, limit: int, path: str, what: str) -> N
 
 
 # -- the file handle ---------------------------------------------------------------------------------
-class LodFile:
+class LodFile(TensorSource):
     """An open container: names, lazy tensors by name, and the format version.
 
     Use it as a context manager (or call :meth:`close`); tensors read through
@@ -589,15 +589,6 @@ class LodFile:
                     out.append(other)
         return out
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
     def close(self) -> None:
         """Close the file (tensors opened through it stop working)."""
         self._tensors.clear()
@@ -605,12 +596,6 @@ class LodFile:
             self._h5.close()
         except Exception:  # pragma: no cover - closing a broken file
             pass
-
-    def __enter__(self) -> "LodFile":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<LodFile {self.path!r} v{self.format_version} tensors={self.names}>"

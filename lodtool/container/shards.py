@@ -60,7 +60,7 @@ from .. import atomic as _atomic
 from .. import lod as _lod
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
-from ..tensor import LoDTensor, TensorView, check_dtype
+from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import spec as _spec
 from ..limits import check_memory, resolve_max_memory
 
@@ -1169,7 +1169,7 @@ class ShardedTensor(TensorView):
                              f"tensor {self.name!r} level {level} lengths")
 
 
-class ShardedFile:
+class ShardedFile(TensorSource):
     """An open sharded folder: the manifest, tensor names, and sharded tensors by name.
 
     Shards are opened on first use (at most :data:`OPEN_SHARDS` at once) and
@@ -1255,26 +1255,11 @@ class ShardedFile:
     def shared_lod_with(self, name: str) -> list[str]:
         return []
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
     def close(self) -> None:
         for f in self._open.values():
             f.close()
         self._open.clear()
         self._tensors.clear()
-
-    def __enter__(self) -> "ShardedFile":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (f"<ShardedFile {self.path!r} v{self.format_version} tensors={self.names} "

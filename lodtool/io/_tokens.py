@@ -28,7 +28,7 @@ import numpy as np
 from .. import lod as _lod
 from ..atomic import AtomicPath
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor, TensorView
+from ..tensor import LoDTensor, TensorSource, TensorView
 from ._values import cast_values, resolve_dtype
 
 #: index entries checked at a time (bounded temporaries over memory-mapped arrays)
@@ -215,7 +215,7 @@ class TokenTensor(TensorView):
         return LoDTensor._trusted(np.array(self._tokens), [np.array(o) for o in self._held], self._level_names)
 
 
-class TokenFile:
+class TokenFile(TensorSource):
     """An open dataset of a token format: tensors by name, as :class:`~lodtool.container.reader.LodFile` offers.
 
     ``names`` lists the tensors (``tokens``, and ``loss`` where datatrove
@@ -257,25 +257,10 @@ class TokenFile:
         if not self._open:
             raise LodUsageError(f"{self.path}: this file is closed")
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
     def close(self) -> None:
         """Drop the memory maps (views read through this handle keep their own)."""
         self._tensors.clear()
         self._open = False
-
-    def __enter__(self) -> "TokenFile":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<TokenFile {self.format} {self.path!r} tensors={self.names}>"
