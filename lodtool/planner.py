@@ -35,9 +35,10 @@ def sequence_ranges(read: WindowReader, lod_level: int, count: int, max_rows: in
     """Consecutive ranges ``(i0, i1)`` of the ``count`` top-level sequences of a valid LoD.
 
     A range holds at most ``max_rows`` data rows unless one sequence alone is
-    bigger (then it is a range of its own), and never leaves a level below the
-    top without an entry (such a chunk would be an invalid tensor), so empty
-    sequences join their neighbours.  Two offsets per level are read per probe,
+    bigger (then it is a range of its own), and at most ``max_rows`` sequences
+    (empty ones hold no rows, but their offsets take memory), and never leaves
+    a level below the top without an entry (such a chunk would be an invalid
+    tensor), so empty sequences join their neighbours.  Two offsets per level are read per probe,
     and a range is found in O(log length) probes.
     """
     cache: dict[int, list[int]] = {}
@@ -62,7 +63,8 @@ def sequence_ranges(read: WindowReader, lod_level: int, count: int, max_rows: in
     i0 = 0
     while i0 < n:
         rows0 = bounds(i0)[-1]
-        i1 = last_true(i0 + 1, n, lambda i: bounds(i)[-1] - rows0 <= max_rows)
+        # at most max_rows sequences too: empty ones add no rows, and a chunk's offsets must stay bounded
+        i1 = last_true(i0 + 1, min(n, i0 + max_rows), lambda i: bounds(i)[-1] - rows0 <= max_rows)
         if not filled(i0, i1):
             i1 = min(last_true(i1, n, lambda i: not filled(i0, i)) + 1, n)
         if i1 < n and not filled(i1, n):

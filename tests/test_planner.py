@@ -68,3 +68,11 @@ def test_row_offset_windows_map_every_level_down_to_the_rows(x):
                     assert all(len(w) <= window + 1 for w in got)
                     assert all(a[-1] == b[0] for a, b in itertools.pairwise(got))  # consecutive windows share an entry
                     assert np.concatenate([got[0]] + [w[1:] for w in got[1:]]).tolist() == expected.tolist()
+
+
+def test_empty_sequences_are_cut_into_bounded_ranges():
+    levels = [np.zeros(100_001, np.int64)]  # 100,000 empty sequences: no rows at all
+    read = lambda level, start, stop: levels[level][start:stop]  # noqa: E731
+    ranges = list(sequence_ranges(read, 1, 100_000, max_rows=1000))
+    assert len(ranges) == 100 and all(b - a == 1000 for a, b in ranges)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 100_000
