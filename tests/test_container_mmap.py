@@ -195,3 +195,20 @@ def test_inspect_says_which_tensors_are_memory_mapped(tmp_path):
         path = str(tmp_path / f"{compression}.lod.h5")
         save(path, t, compression=compression)
         assert inspect_file(path)["tensors"][0]["memory_mapped"] is mapped
+
+
+def test_a_handle_holds_its_offsets_only_once_it_reads_many_windows(tmp_path):
+    from lodtool.container import reader
+
+    t = LoDTensor(np.arange(30_000, dtype=np.int32), [np.arange(0, 30_001, 3)])
+    path = str(tmp_path / "t.lod.h5")
+    save(path, t)  # default compression: offsets decoded through libhdf5
+    with open_file(path) as f:
+        x = f.tensor()
+        assert x.branch(7).data.tolist() == [21, 22, 23]
+        assert x._resident == [None] and x._checked_levels() is None  # a one-shot read reads no whole level
+        for i in range(reader.RESIDENT_AFTER):
+            x.branch(i)
+        levels = x._checked_levels()
+        assert levels is not None and levels[0].size == 10_001 and not levels[0].flags.writeable
+        assert x.branch(9_999).data.tolist() == [29_997, 29_998, 29_999]

@@ -38,6 +38,9 @@ from ._mmap import mapping
 #: a level's offsets up to this size are read whole on first use and kept: a training loop reads a few of them per
 #: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
 RESIDENT_OFFSETS_BYTES = 256 << 20
+#: offsets windows a handle reads through the file before it holds its levels whole: a one-shot read (a slice, a
+#: head) never reads a whole level, and a loop of reads soon stops reading windows
+RESIDENT_AFTER = 16
 
 #: offsets are read for validation and statistics in blocks of this many entries
 OFFSET_BLOCK = 1 << 20
@@ -237,6 +240,7 @@ class LazyTensor(TensorView):
         self._readable = False
         self._resident: list[np.ndarray | bool | None] = [None] * len(self._lod)
         self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
+        self._window_reads = 0
         self._what = f"tensor {self.name!r}"
         if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
             check_memory(self._n_rows, self._limit, self._path,
@@ -305,8 +309,10 @@ class LazyTensor(TensorView):
         """A :data:`lodtool.lod.WindowReader` over the file (unchecked; lod checks what it gets)."""
         resident = self._resident[level]
         if resident is None:
-            resident = self._resident[level] = self._resident_level(level)
-        if resident is not False:
+            self._window_reads += 1
+            if self._window_reads > RESIDENT_AFTER:
+                resident = self._resident[level] = self._resident_level(level)
+        if resident is not None and resident is not False:
             return resident[start:stop]
         if 8 * (stop - start) > self._limit:
             check_memory(8 * (stop - start), self._limit, self._path, f"{self._what} level {level} offsets")
@@ -330,7 +336,7 @@ class LazyTensor(TensorView):
         return whole
 
     def _checked_levels(self) -> tuple | None:
-        if self._checked is None:
+        if self._checked is None and self._window_reads > RESIDENT_AFTER:
             levels = [self._resident[k] if self._resident[k] is not None else self._resident_level(k)
                       for k in range(self.lod_level)]
             self._resident = list(levels)
