@@ -92,7 +92,9 @@ def complete(words: str, env: dict | None = None) -> list[tuple[str, str]]:
     "lodtool inspect sam", "lodtool validate a.h5 sam", "lodtool verify sam", "lodtool tree sam",
     "lodtool unpack sam", "lodtool slice sam", "lodtool head sam", "lodtool tail sam", "lodtool shard sam",
     "lodtool merge sam", "lodtool unpack a.h5 -o sam", "lodtool pack in.json -o sam", "lodtool pool a.h5 -o sam",
-    "lodtool concat a.h5 b.h5 -o sam", "lodtool batch a.h5 -o sam"])
+    "lodtool concat a.h5 b.h5 -o sam", "lodtool batch a.h5 -o sam", "lodtool pack sam", "lodtool batch sam",
+    "lodtool pool sam", "lodtool expand a.h5 sam", "lodtool unpad sam", "lodtool pack-plan sam", "lodtool concat sam",
+    "lodtool erase sam", "lodtool lod-reset a.h5 --like sam"])
 def test_bash_completes_file_names_where_a_path_goes(words):
     assert complete(words) == [("file", "sam")]
 

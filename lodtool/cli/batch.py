@@ -31,7 +31,7 @@ def _number(ctx, param, value):
 
 
 @click.command("batch")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--level", type=int, default=None, help="The LoD level whose sequences are batched (default 0).")
 @click.option("--mode", type=click.Choice(MODES), default=None, help="How batches are made (default sorted).")

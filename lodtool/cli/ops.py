@@ -44,7 +44,7 @@ def _scheduled(ctx, verb: str, scheduler, workers, partition_size, output, as_js
 
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @click.command(name)
-    @click.argument("file")
+    @click.argument("file", type=opt.PATH)
     @opt.name_option
     @opt.output_option(required=True, help_="The container to write, or - for stdout.")
     @click.option("--out-name", default=None, help="Tensor name in the output (default: the input's).")
@@ -117,8 +117,8 @@ reverse = _file_op(
 
 
 @click.command("expand")
-@click.argument("x")
-@click.argument("y")
+@click.argument("x", type=opt.PATH)
+@click.argument("y", type=opt.PATH)
 @click.option("--ref-level", type=int, default=-1, show_default=True, help="Level of Y's LoD to expand by.")
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--out-name", default=None, help="Tensor name in the output (default: X's).")
@@ -159,7 +159,7 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
 
 
 @click.command("pad")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @opt.output_option(required=True, help_="The NPZ to write (padded, lengths, mask), or - for stdout.")
 @click.option("--pad-value", type=float, default=0.0, show_default=True)
@@ -205,7 +205,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
 
 
 @click.command("unpad")
-@click.argument("npz")
+@click.argument("npz", type=opt.PATH)
 @opt.output_option(required=True, help_="The container to write, or - for stdout.")
 @click.option("--name", default="tensor", show_default=True, help="Tensor name in the output.")
 @opt.replace_options
@@ -231,7 +231,7 @@ def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, dev
 
 
 @click.command("pack-plan")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
 @opt.device_option

@@ -11,7 +11,7 @@ from .. import io as formats
 
 
 @click.command("pack")
-@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...", type=opt.PATH)
 @opt.output_option(required=True, help_="The container to write (atomically), or - for stdout.")
 @click.option("--format", "fmt", type=click.Choice(list(formats.readable())), default=None,
               help="Input format (default: from the extension, else from the first bytes, stdin's too).")

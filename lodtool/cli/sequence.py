@@ -63,7 +63,7 @@ def _run(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memor
 
 
 @click.command("concat")
-@click.argument("files", nargs=-1, required=True)
+@click.argument("files", nargs=-1, required=True, type=opt.PATH)
 @_common
 @opt.device_option
 @opt.json_option
@@ -90,7 +90,7 @@ def concat(ctx, files, output, out_name, overwrite, force, compression, max_memo
 
 
 @click.command("seq-slice")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--offset", "offset", required=True,
               help="First row kept in each last-level sequence: an integer, a comma list or a .npy (one per sequence).")
@@ -122,7 +122,7 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
 
 
 @click.command("erase")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--tokens", required=True, help="Token ids to drop: a comma list (0,2,5) or a .npy.")
 @_common
@@ -146,7 +146,7 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
 
 
 @click.command("enumerate")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--win-size", type=int, required=True, help="Rows per window (at least 2, as in Paddle).")
 @click.option("--pad-value", type=float, default=0, show_default=True,
@@ -174,7 +174,7 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
 
 
 @click.command("reshape")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--new-dim", type=int, required=True, help="Values per output row.")
 @_common
@@ -198,10 +198,11 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
 
 
 @click.command("lod-reset")
-@click.argument("file")
+@click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--target-lod", default=None, help="The new level's offsets: a comma list (0,4,7,10) or a .npy.")
-@click.option("--like", default=None, help="Take the LoD of this container's tensor (FILE or FILE:tensor).")
+@click.option("--like", default=None, type=opt.PATH,
+              help="Take the LoD of this container's tensor (FILE or FILE:tensor).")
 @click.option("--append", is_flag=True, help="Add the level below the tensor's own (lod_append).")
 @_common
 @opt.json_option
