@@ -589,26 +589,6 @@ def test_damaged_in_memory_plan_is_refused_by_the_reader(tmp_path):
         next(lodtool.batches(path, plan))
 
 
-def test_every_name_the_batching_docs_give_imports_from_there():
-    import importlib
-    import pathlib
-
-    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "batching.md").read_text()
-    names = set(re.findall(r"\blodtool(?:\.[A-Za-z_]\w*)+", text))
-    names |= {f"{module}.{name}" for module, name in re.findall(r"from (lodtool[\w.]*) import (\w+)", text)}
-    assert {"lodtool.BatchPlan", "lodtool.interop.torch.BatchDataset"} <= names
-    for name in sorted(names):
-        parts = name.split(".")
-        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
-            try:
-                obj = importlib.import_module(".".join(parts[:cut]))
-                break
-            except ModuleNotFoundError:
-                continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-
-
 def test_a_float_pad_value_follows_the_operators_rule(tmp_path):
     path = str(tmp_path / "f.lod.h5")
     lodtool.save(path, LoDTensor(np.arange(4, dtype=np.float32), recursive_sequence_lengths=[[3, 1]]))
