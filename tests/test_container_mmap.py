@@ -212,3 +212,16 @@ def test_a_handle_holds_its_offsets_only_once_it_reads_many_windows(tmp_path):
         levels = x._checked_levels()
         assert levels is not None and levels[0].size == 10_001 and not levels[0].flags.writeable
         assert x.branch(9_999).data.tolist() == [29_997, 29_998, 29_999]
+
+
+def test_a_loop_of_reads_loads_the_compiled_check_and_a_one_shot_read_does_not(tmp_path):
+    path = _file(tmp_path, np.arange(40_000, dtype=np.int64), fletcher32=True)  # 10,000 chunks of 4 rows
+    code = ("import sys, h5py; from lodtool.container import _h5, _mmap\n"
+            f"f = h5py.File({path!r}, 'r'); ds = f['d']\n"
+            "_h5.read_rows(ds, 0, 4)\n"
+            "assert 'numba' not in sys.modules  # one read: libhdf5 checks its chunk\n"
+            "for c in range(1, _mmap.CHECKS_BEFORE_NUMBA + 2):\n"
+            "    rows = _h5.read_rows(ds, 4 * c, 4 * c + 4)\n"
+            "assert 'numba' in sys.modules and not rows.flags.owndata  # checked here, read from the map\n"
+            "assert (rows == range(4 * c, 4 * c + 4)).all()\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

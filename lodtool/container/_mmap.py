@@ -11,7 +11,8 @@ copy; a range across chunks is gathered into a new array.
   ones with one ``chunk_iter`` pass when the handle is first read, which
   builds the table from chunk to file offset.
 * A ``fletcher32`` chunk is checked the first time this handle reads it, and
-  never again: by the compiled checksum where Numba is loaded already, else by
+  never again: by the compiled checksum where Numba is loaded (a handle loads
+  it once it has sent :data:`CHECKS_BEFORE_NUMBA` reads to libhdf5), else by
   libhdf5 itself (the read falls back to it once, and the chunk counts as
   checked after libhdf5 accepted it).  A checksum that does not match also
   falls back, so libhdf5 names the damaged chunk (or accepts the swapped sums
@@ -37,12 +38,14 @@ import weakref
 import h5py
 import numpy as np
 
-from .._jit import numba_loaded
+from .._jit import numba_loaded, numba_module
 from ..errors import LodFormatError
 
 _FLETCHER32 = 3
 #: seconds between two checks that the file has not changed under the map
 STAT_EVERY = 0.01
+#: reads of unchecked chunks a handle sends to libhdf5 (which checks them) before it loads Numba to check them
+CHECKS_BEFORE_NUMBA = 64
 
 
 class MappedRows:
@@ -72,6 +75,7 @@ class MappedRows:
         self._chunk_rows = chunk_rows
         self._checked = np.zeros(len(addresses), bool) if checked and addresses is not None else None
         self._unchecked = len(addresses) if self._checked is not None else 0
+        self._sent_to_libhdf5 = 0
 
     def rows(self, start: int, stop: int) -> np.ndarray | None:
         """Rows ``start..stop`` from the map, or ``None`` where libhdf5 must read them (an unchecked chunk)."""
@@ -109,9 +113,14 @@ class MappedRows:
             seen[:] = True
 
     def _check(self, first: int, last: int) -> bool:
-        """Check chunks ``first..last`` not checked yet, with the compiled Fletcher-32 where Numba is loaded."""
+        """Check chunks ``first..last`` not checked yet, with the compiled Fletcher-32 where Numba is loaded; a
+        handle that has sent :data:`CHECKS_BEFORE_NUMBA` reads to libhdf5 for their check loads it (a loop of
+        reads soon pays for it; a one-shot read never does)."""
         if not numba_loaded():
-            return False
+            self._sent_to_libhdf5 += 1
+            if self._sent_to_libhdf5 <= CHECKS_BEFORE_NUMBA:
+                return False
+            numba_module()
         from ._fletcher import fletcher32_chunks
 
         size = self._chunk_rows * self._row_bytes
