@@ -56,8 +56,9 @@ def test_reads_row_group_by_row_group(tmp_path, monkeypatch):
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, i, **kw: reads.append(i) or real(self, i, **kw))
     chunks = iter_parquet([path], column="tokens")
     first = next(chunks)
-    # bounded: the first row group, and at most one per thread read ahead of it
-    assert sorted(reads) == list(range(len(reads))) and len(reads) <= thread_limit() + 1 and len(first) == 10
+    # bounded: the first row group, and at most one per thread read ahead of it (the threads may start
+    # those reads in any order)
+    assert 0 in reads and set(reads) <= set(range(thread_limit() + 1)) and len(first) == 10
     rest = list(chunks)
     assert sorted(reads) == list(range(10)) and sum(len(c) for c in rest) == 90
     whole = read_parquet(path, column="tokens")
