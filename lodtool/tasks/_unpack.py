@@ -127,14 +127,14 @@ def _first_then_rest(t, chunk_rows: int) -> Iterator:
     that cannot be unpacked (an invalid LoD, a missing filter plugin) fails
     before a partial document reaches the output.
     """
-    from ._pack import _overlapped
+    from ._pipe import read_ahead
 
     chunks = t.iter_chunks(max_rows=chunk_rows)
     first = next(chunks, None)
     if first is None:
         return iter(())
     # the next chunk is read in a second thread while this one is formatted (the formatter releases the GIL)
-    return itertools.chain([first], _overlapped(chunks))
+    return itertools.chain([first], read_ahead(chunks))
 
 
 def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None) -> Iterator:
