@@ -274,7 +274,8 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
     Every dataset's LoD is validated before its first chunk; ``dtype`` casts
     the tokens (refusing values it cannot hold); ``stats["bytes_read"]`` counts
     the token bytes read.  The chunks' tokens are read-only views of the
-    memory map (they keep it open), not copies.
+    memory map (they keep it open), not copies.  Datasets of no document at
+    all give one empty chunk, so their levels and dtype are still known.
 
     >>> f = TokenFile("x", "test", {"tokens": TokenTensor("x", np.arange(4, dtype=np.uint16),
     ...                                                   [lambda a, b: np.array([0, 1, 4])[a:b]], [3])})
@@ -285,6 +286,7 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
     stats["bytes_read"] = 0
     target = resolve_dtype(dtype)
     first: TokenTensor | None = None
+    yielded = False
     for f in opened:
         with f:
             t = f.tensor()
@@ -301,9 +303,13 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
                 if progress is not None:
                     progress(stats["bytes_read"])
                 data = cast_values(chunk.data, target, lambda row, p=t.path: f"{p}: token {row} of this chunk: ")
+                yielded = True
                 yield LoDTensor._trusted(data, chunk.offsets, chunk.level_names)
     if first is None:
         raise LodUsageError("no inputs given")
+    if not yielded:  # every dataset has no document: one empty chunk still says the levels and the dtype
+        empty = first.read()
+        yield LoDTensor._trusted(cast_values(empty.data, target, lambda row: ""), empty.offsets, empty.level_names)
 
 
 # -- token ids ---------------------------------------------------------------------------------------
@@ -368,10 +374,10 @@ def writer_levels(chunk: LoDTensor, levels_out: int, level: int | None, fmt: str
             level = depth - 1
         else:
             raise LodUsageError(f"{label}: the tensor has {depth} LoD levels, but {fmt} stores {levels_out}; "
-                                f"choose the level whose sequences it keeps with --level (0..{depth - 1}); the "
-                                "levels under it are flattened")
+                                f"choose the level whose sequences it keeps with level=... (0..{depth - 1}); the "
+                                "levels under it are flattened into their tokens")
     if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= level < depth:
-        raise LodUsageError(f"{label}: --level {level!r} is not a level of this tensor (0..{depth - 1})")
+        raise LodUsageError(f"{label}: level={level!r} is not a level of this tensor (0..{depth - 1})")
     offsets = chunk.offsets
     tokens = offsets[level]
     for o in offsets[level + 1:]:
