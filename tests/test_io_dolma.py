@@ -71,7 +71,7 @@ def test_documents_from_eos_tokens(tmp_path):
     with dolma.open_dolma(path, token_dtype="uint32", eos_token_id=0) as f:
         assert f.info["boundaries"] == "eos"
         assert f.tensor().read().to_nested() == [[5, 0], [6, 7, 0], [0], [8]]
-    with pytest.raises(LodUsageError, match="raw.npy: has no raw.csv.gz beside it; give eos_token_id"):
+    with pytest.raises(LodUsageError, match="raw.npy: a dolma token array .* with no raw.csv.gz beside it; give eos_token_id"):
         dolma.open_dolma(path, token_dtype="uint32")
     with pytest.raises(LodUsageError, match="records no dtype; give token_dtype=..."):
         dolma.open_dolma(path, eos_token_id=0)

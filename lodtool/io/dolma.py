@@ -137,8 +137,9 @@ def open_dolma(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id
         file_size(meta, "document file (.csv.gz)")
         offsets = read_boundaries(meta)
     elif eos_token_id is None:
-        raise LodUsageError(f"{npy}: has no {os.path.basename(meta)} beside it; give eos_token_id=... to find the "
-                            "documents by their EOS token")
+        raise LodUsageError(f"{npy}: a dolma token array (a .npy without an NPY header) with no "
+                            f"{os.path.basename(meta)} beside it; give eos_token_id=... to find the documents by "
+                            "their EOS token")
     else:
         offsets = None
     dtype = little_endian(_dtype(npy, size, given, offsets))

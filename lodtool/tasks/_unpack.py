@@ -25,7 +25,7 @@ import itertools
 import os
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class _Counter:
 
 def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
            to: str = "json", chunk_rows: int = 1 << 22, progress: Callable[[int, int], None] | None = None,
-           level: int | None = None) -> UnpackResult:
+           level: int | None = None, token_dtype: Any = None, eos_token_id: int | None = None) -> UnpackResult:
     """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (a :func:`lodtool.io.writable`).
 
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
@@ -96,7 +96,9 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     1-level tensor writes ``document_indices = arange(n + 1)``), the others
     1; ``level=k`` makes level ``k``'s sequences the stored sequences, the
     levels under it flattened into their tokens (a deeper tensor needs it).
-    ``result.files`` names the files written.
+    ``result.files`` names the files written.  ``token_dtype`` and
+    ``eos_token_id`` are what a token dataset read in place cannot say itself
+    (see :func:`lodtool.open`).
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -120,7 +122,7 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     targets = fmt.output_files(output) if fmt.writes_files else [output]
     for target in targets:
         refuse_output_over_input(target, [path])
-    with open_path(path) as f:
+    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
         if fmt.writes_files:
             for target in targets:  # a token dataset read in place is several files
