@@ -28,6 +28,7 @@ import numpy as np
 from .. import lod as _lod
 from ..atomic import AtomicPath
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
+from ..limits import resolve_max_memory
 from ..tensor import LoDTensor, TensorSource, TensorView
 from ._values import cast_values, resolve_dtype
 
@@ -220,13 +221,16 @@ class TokenFile(TensorSource):
 
     ``names`` lists the tensors (``tokens``, and ``loss`` where datatrove
     wrote a loss mask); every one is a :class:`TokenTensor`.  Close it (or use
-    it as a context manager) to drop the memory maps.
+    it as a context manager) to drop the memory maps.  ``max_memory`` bounds
+    what a reader of it holds at once (the operators' chunks), as a
+    container's does.
     """
 
     def __init__(self, path: str, fmt: str, tensors: dict[str, TokenTensor], *, files: Sequence[str] = (),
-                 info: dict | None = None, default_name: str | None = None):
+                 info: dict | None = None, default_name: str | None = None, max_memory: int | None = None):
         self.path = path
         self.format = fmt
+        self.max_memory = resolve_max_memory(max_memory)
         #: every file the dataset is made of
         self.files = list(files) or [path]
         #: what the index records beyond the LoD (dtype code, kind, tokenizer ...), for ``inspect``
