@@ -148,3 +148,76 @@ def test_unpack_reads_them_and_writes_another(data, tmp_path):
     ok("unpack", data / "corpus", "--to", "datatrove", "--level", "1", "-o", tmp_path / "x.ds")
     with lodtool.open(str(tmp_path / "x.ds")) as f:
         assert f.tensor().read().lod == [DOCUMENTS.lod[1]]
+
+
+# -- bad input: one line naming the file and the index, a non-zero exit, nothing written ------------------
+def _damaged(d, damage: str) -> tuple[str, str]:
+    """A damaged dataset in ``d``: ``(its path, what the one-line error must say)``."""
+    import struct
+
+    import numpy as np
+
+    t = LoDTensor(np.arange(1, 11, dtype=np.uint16), [[0, 2, 4], [0, 2, 5, 7, 10]])
+    if damage == "decreasing .ds.index":
+        write_datatrove(LoDTensor(t.data, [t.lod[1]]), str(d / "x.ds"))
+        ends = np.fromfile(d / "x.ds.index", "<u8")
+        ends[1] = 1
+        ends.tofile(d / "x.ds.index")
+        return str(d / "x.ds"), "x.ds.index: document_ends[1]: document 1 ends at token 1, before document 0"
+    if damage == "fairseq as megatron":
+        write_megatron(LoDTensor(t.data, [t.lod[1]]), str(d / "x"), kind="fairseq")
+        return str(d / "x"), "x.idx: byte 26: this is a fairseq MMIDIDX index"
+    write_megatron(t, str(d / "x"))
+    if damage == "truncated .bin":
+        with open(d / "x.bin", "r+b") as f:
+            f.truncate(14)
+        return str(d / "x"), "x.idx: sequence_pointers[3]: sequence 3 spans bytes 14..20 of "
+    if damage == "pointers past the .bin":
+        with open(d / "x.idx", "r+b") as f:
+            f.seek(34 + 4 * 4 + 8 * 2)
+            f.write(struct.pack("<q", 100))
+        return str(d / "x"), "x.idx: sequence_pointers[2]: sequence 2 spans bytes 100..104 of "
+    assert damage == "a dtype code that does not exist"
+    with open(d / "x.idx", "r+b") as f:
+        f.seek(17)
+        f.write(bytes([12]))
+    return str(d / "x"), "x.idx: byte 17: dtype code 12 does not exist"
+
+
+DAMAGES = ["truncated .bin", "pointers past the .bin", "a dtype code that does not exist", "fairseq as megatron",
+           "decreasing .ds.index"]
+READERS = [["pack", "{x}", "-o", "{out}/o.lod.h5"], ["inspect", "{x}"], ["head", "{x}", "--to", "jsonl"],
+           ["tail", "{x}", "--to", "jsonl"], ["slice", "{x}", "1"], ["tree", "{x}"],
+           ["unpack", "{x}", "--to", "megatron", "-o", "{out}/good"], ["pool", "{x}", "-o", "{out}/p.lod.h5"]]
+
+
+def _cases():
+    for damage in DAMAGES:
+        for command in READERS:
+            if damage != "fairseq as megatron" or command[0] == "pack":
+                yield pytest.param(damage, command, id=f"{damage}-{command[0]}")
+
+
+@pytest.mark.parametrize("damage, command", list(_cases()))
+def test_bad_input_is_one_line_naming_the_file_and_index_and_writes_nothing(tmp_path, damage, command):
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    x, expected = _damaged(src, damage)
+    write_megatron(DOCUMENTS, str(out / "good"))  # an existing prefix that a failed unpack must leave as it was
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    args = [a.format(x=x, out=out) for a in command]
+    if damage == "fairseq as megatron":  # read in place, the .idx is told as fairseq by its size: --format insists
+        args += ["--format", "megatron"]
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("lodtool: error: ") and expected in line and "Traceback" not in result.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("damage", [d for d in DAMAGES if d != "fairseq as megatron"])
+def test_validate_names_the_first_violation(tmp_path, damage):
+    x, expected = _damaged(tmp_path, damage)
+    result = run("validate", x)
+    assert result.exit_code in (1, 2) and expected in result.stdout + result.stderr

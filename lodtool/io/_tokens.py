@@ -199,6 +199,33 @@ class TokenTensor(TensorView):
         return [TokenProblem(self.path, f"level {p.level}", p.index, p.message)
                 for p in _lod.find_lod_problems(levels, self.n_rows, max_problems=max_problems)]
 
+    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Entries ``start..stop`` of a level's offsets; before the index is validated, a window that decreases
+        is refused as the format's first finding (what ``tree`` draws is never a negative length)."""
+        window = super().read_offsets(level, start, stop)
+        if self._held is None and window.size > 1 and bool((window[1:] < window[:-1]).any()):
+            with self._findings_named():
+                raise LodValidationError(f"level {level}: offsets {start}:{stop} decrease")
+        return window
+
+    def branch(self, *path: int):
+        with self._findings_named():
+            return super().branch(*path)
+
+    def slice_level(self, level: int, begin: int, end: int):
+        with self._findings_named():
+            return super().slice_level(level, begin, end)
+
+    @contextlib.contextmanager
+    def _findings_named(self) -> Iterator[None]:
+        """A window read that breaks the LoD rules is reported as the format's own first finding (its file, array
+        and index), which the whole index is searched for only then."""
+        try:
+            yield
+        except LodValidationError as exc:
+            problems = self.validate(max_problems=1)
+            raise LodValidationError(str(problems[0]) if problems else f"{self.path}: {exc}") from None
+
     def _check_valid(self) -> None:
         if self._held is not None:
             return
