@@ -29,7 +29,7 @@ from .. import lod as _lod
 from ..atomic import AtomicPath
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..limits import resolve_max_memory
-from ..tensor import LoDTensor, TensorSource, TensorView
+from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView
 from ._values import cast_values, resolve_dtype
 
 #: index entries checked at a time (bounded temporaries over memory-mapped arrays)
@@ -123,11 +123,13 @@ class TokenTensor(TensorView):
     ``levels[k](start, stop)`` returns entries ``start..stop`` of level ``k``'s
     offsets; ``sizes[k]`` is how many it has.  ``problems(max_problems)`` (the
     format's own structural checks, vectorised over its index) runs once
-    before a whole-tensor read; after it passes, every level is held in memory
-    and branches walk it without per-window checks.
+    before a whole-tensor read (or after a few branch reads); after it passes,
+    every level is held in memory and branches walk it without per-window
+    checks.
     """
 
-    __slots__ = ("name", "path", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held")
+    __slots__ = ("name", "path", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held",
+                 "_window_reads")
 
     def __init__(self, path: str, tokens: np.ndarray, levels: Sequence[OffsetsWindow], sizes: Sequence[int],
                  level_names: Sequence[str] | None = None,
@@ -140,6 +142,7 @@ class TokenTensor(TensorView):
         self._level_names = tuple(level_names) if level_names else None
         self._problems = problems
         self._held: tuple | None = None
+        self._window_reads = 0
 
     @property
     def lod_level(self) -> int:
@@ -235,6 +238,12 @@ class TokenTensor(TensorView):
         self._held = tuple(np.ascontiguousarray(self._window(k, 0, self._sizes[k])) for k in range(self.lod_level))
 
     def _checked_levels(self) -> tuple | None:
+        """The levels, validated and held, once a whole read or :data:`~lodtool.tensor.RESIDENT_AFTER` branch
+        reads have asked (a loop of reads then walks them; a one-shot read checks its own windows)."""
+        if self._held is None:
+            self._window_reads += 1
+            if self._window_reads > RESIDENT_AFTER:
+                self._check_valid()
         return self._held
 
     def read(self) -> LoDTensor:
