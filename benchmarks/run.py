@@ -12,6 +12,7 @@ ingest     JSON Lines -> data + LoD: lodtool's fast parse and ``pack`` vs awkwar
 ops        operators in memory vs the NumPy reference, ``np.copyto``, torch, awkward, Paddle
 slice      branches from a >= 2 GB file: bytes read, latency vs the h5py floor, the CLI process
 random     random documents and batches from a 1 GiB corpus vs the np.memmap floor (and Megatron-Core)
+llm        a 1 GiB Megatron dataset: to a container and back vs ``cp`` + ``sync``, validate vs NumPy, reads in place
 startup    CLI start-up vs ``python -c "import numpy, h5py"``; kernel commands' 1st vs 2nd run
 validate   offsets validation vs a read-only pass (``o.sum()``) and NumPy's comparison
 memory     peak RSS of ``lodtool pack`` on a 1 GB and a 4 GB input
@@ -55,6 +56,7 @@ SECTIONS = {
     "ops": ("bench_ops.py", "Operators in memory"),
     "slice": ("bench_slice.py", "Branches from disk"),
     "random": ("bench_random.py", "Random access for training"),
+    "llm": ("bench_llm.py", "Token datasets of LLM training"),
     "startup": ("bench_startup.py", "CLI start-up"),
     "validate": ("bench_validate.py", "Validation speed"),
     "memory": ("bench_memory.py", "Bounded memory (pack)"),

@@ -49,6 +49,9 @@ def check_dtype(dtype: np.dtype, where: str = "data") -> np.dtype:
     return dtype
 
 
+#: offsets windows a handle reads one at a time before it holds its levels whole: a one-shot read (a slice, a
+#: head) never reads a whole level, and a loop of reads soon stops reading windows
+RESIDENT_AFTER = 16
 #: offsets read per block for statistics (8 MiB of int64)
 _STATS_BLOCK = 1 << 20
 

@@ -59,10 +59,13 @@ SECTIONS = {
         "`sequence_conv` kernel ≥ 1.5× its NumPy reference",
         "`im2sequence` ≥ 2× Paddle's op"]),
     "dask": ("## lodtool on Dask (issue 19)", []),
+    "llm": ("## Token datasets of LLM training (issue 29)", [
+        "Megatron → container → Megatron ≥ 0.5× the speed of `cp` + `sync`, byte-identical",
+        "`validate` of a Megatron dataset in place ≥ a NumPy pass over its .idx arrays"]),
 }
 #: the sections the default profile runs (about 30 s on 2 cores); the long profile runs the others, and
 #: .ci/run runs them too
-QUICK = ["slice", "random", "startup", "validate", "ooc", "newops", "toolkit"]
+QUICK = ["slice", "random", "llm", "startup", "validate", "ooc", "newops", "toolkit"]
 HEAVY = [k for k in SECTIONS if k not in QUICK]
 
 
@@ -76,8 +79,8 @@ def _run_sections(tmp_path, keys: list[str]) -> None:
     out = tmp_path / "benchmarks.md"
     out.write_text("# an older report\n\n## Targets\n\nold\n\n" + GPU, encoding="utf-8")
     r = subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--output", str(out),
-                        "--tmpdir", str(tmp_path), "--only", ",".join(keys)], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                       check=False)
+                        "--tmpdir", str(tmp_path), "--only", ",".join(keys)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=900, check=False)
     assert r.returncode == 0, r.stderr[-4000:]
     text = out.read_text(encoding="utf-8")
     for key in keys:

@@ -73,3 +73,65 @@ def test_a_full_disk_says_so_and_names_the_output(tmp_path):
         assert os.listdir(disk) == []
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# -- token datasets of LLM training, read in place -------------------------------------------------------
+def _token_dataset(tmp_path):
+    import numpy as np
+
+    from lodtool import LoDTensor
+    from lodtool.io.megatron import write_megatron
+
+    t = LoDTensor(np.array([5, 6, 7, 8], np.uint16), [[0, 1, 3], [0, 2, 2, 4]])
+    write_megatron(t, str(tmp_path / "corpus"))
+    return t
+
+
+@pytest.mark.parametrize("given", ["corpus", "corpus.idx", "corpus.bin"])
+def test_pack_takes_a_megatron_prefix_or_either_file(tmp_path, given):
+    from lodtool import load
+
+    t = _token_dataset(tmp_path)
+    result = run("pack", tmp_path / given, "-o", tmp_path / "c.lod.h5")
+    assert result.exit_code == 0, result.output
+    back = load(str(tmp_path / "c.lod.h5"))
+    assert back.lod == t.lod and back.dtype == t.dtype and back.level_names == ("document", "sequence")
+
+
+def test_pack_of_a_dolma_array_takes_token_dtype_and_eos_id(tmp_path):
+    import numpy as np
+
+    from lodtool import load
+
+    np.array([5, 6, 0, 7, 0, 9], np.uint32).tofile(tmp_path / "raw.npy")
+    result = run("pack", tmp_path / "raw.npy", "-o", tmp_path / "r.lod.h5")
+    assert result.exit_code == 2 and "with no raw.csv.gz beside it; give --eos-id" in result.stderr
+    result = run("pack", tmp_path / "raw.npy", "--eos-id", "0", "-o", tmp_path / "r.lod.h5")
+    assert result.exit_code == 2 and "records no dtype; give --token-dtype" in result.stderr
+    assert not (tmp_path / "r.lod.h5").exists()
+    result = run("pack", tmp_path / "raw.npy", "--eos-id", "0", "--token-dtype", "uint32", "-o", tmp_path / "r.lod.h5")
+    assert result.exit_code == 0, result.output
+    assert load(str(tmp_path / "r.lod.h5")).lod == [[0, 3, 5, 6]]
+
+
+def test_pack_of_a_fairseq_fork_code_takes_token_dtype(tmp_path):
+    import numpy as np
+
+    from lodtool import LoDTensor, load
+    from lodtool.io.megatron import write_megatron
+
+    write_megatron(LoDTensor(np.array([1, 2, 3], np.uint32), [[0, 1, 3]]), str(tmp_path / "f"), kind="fairseq")
+    result = run("pack", tmp_path / "f", "-o", tmp_path / "f.lod.h5")
+    assert result.exit_code == 1 and "dtype code 9 means uint32 depending on which fork" in result.stderr
+    assert "--token-dtype" in result.stderr
+    assert run("pack", tmp_path / "f", "--token-dtype", "uint32", "-o", tmp_path / "f.lod.h5").exit_code == 0
+    assert load(str(tmp_path / "f.lod.h5")).dtype == np.uint32
+
+
+def test_token_options_are_refused_for_other_inputs(tmp_path):
+    (tmp_path / "a.json").write_text("[[1]]")
+    result = run("pack", tmp_path / "a.json", "--token-dtype", "uint16", "-o", tmp_path / "a.lod.h5")
+    assert result.exit_code == 2 and "--token-dtype applies to megatron, fairseq, datatrove, dolma inputs, not " \
+                                      "json" in result.stderr
+    result = run("pack", tmp_path / "a.json", "--eos-id", "2", "-o", str(tmp_path / "d") + "/")
+    assert result.exit_code == 2 and "not into a folder" in result.stderr

@@ -71,9 +71,9 @@ def test_documents_from_eos_tokens(tmp_path):
     with dolma.open_dolma(path, token_dtype="uint32", eos_token_id=0) as f:
         assert f.info["boundaries"] == "eos"
         assert f.tensor().read().to_nested() == [[5, 0], [6, 7, 0], [0], [8]]
-    with pytest.raises(LodUsageError, match="raw.npy: has no raw.csv.gz beside it; give eos_token_id"):
+    with pytest.raises(LodUsageError, match="raw.npy: a dolma token array .* with no raw.csv.gz beside it; give eos_token_id"):
         dolma.open_dolma(path, token_dtype="uint32")
-    with pytest.raises(LodUsageError, match="records no dtype; give token_dtype"):
+    with pytest.raises(LodUsageError, match="records no dtype; give token_dtype=..."):
         dolma.open_dolma(path, eos_token_id=0)
     with pytest.raises(LodUsageError, match="eos_token_id=70000 is not a uint16 value"):
         dolma.open_dolma(path, token_dtype="uint16", eos_token_id=70000)
@@ -152,6 +152,6 @@ def test_the_registry_reader_and_missing_files(tmp_path):
 def test_unwritable_tensors_write_nothing(tmp_path):
     with pytest.raises(LodUsageError, match="dolma token arrays hold .* not float32"):
         dolma.write_dolma(LoDTensor(np.ones(2, np.float32), [[0, 2]]), str(tmp_path / "x.npy"))
-    with pytest.raises(LodUsageError, match="--level"):
+    with pytest.raises(LodUsageError, match="level=..."):
         dolma.write_dolma(LoDTensor(np.ones(2, np.uint16), [[0, 1], [0, 2]]), str(tmp_path / "x.npy"))
     assert os.listdir(tmp_path) == []

@@ -127,7 +127,7 @@ def test_fairseq_layout_is_26_plus_12n_bytes(tmp_path):
 
 def test_deeper_lod_is_refused_naming_level_or_flattened_by_it(tmp_path):
     t = LoDTensor(np.arange(6, dtype=np.int32), recursive_sequence_lengths=[[2, 1], [1, 2, 3], [2, 0, 1, 1, 1, 1]])
-    with pytest.raises(LodUsageError, match="3 LoD levels, but megatron stores 2; .*--level"):
+    with pytest.raises(LodUsageError, match="3 LoD levels, but megatron stores 2; .*level=..."):
         mg.write_megatron(t, str(tmp_path / "x"))
     assert os.listdir(tmp_path) == []
     mg.write_megatron(t, str(tmp_path / "x"), level=1)
@@ -177,10 +177,17 @@ def test_the_registry_reader_yields_chunks_of_whole_documents(tmp_path):
 def test_the_registry_writer_needs_a_prefix(tmp_path):
     import io
 
+    from lodtool import io as formats
+
     t = LoDTensor(np.arange(3, dtype=np.int32), [[0, 3]])
+    fmt = formats.get("megatron")
     with pytest.raises(LodUsageError, match="give an output path prefix"):
-        mg.write("megatron", t, io.BytesIO())
-    mg.write("megatron", t, str(tmp_path / "out.idx"))
+        fmt.write_files([t], io.BytesIO())
+    with pytest.raises(LodUsageError, match="several files from one output path"):
+        fmt.write(t, io.BytesIO())
+    with pytest.raises(LodUsageError, match="level=... applies to writing megatron, fairseq, datatrove or dolma"):
+        formats.get("jsonl").check_write_options({"level": 1})
+    assert fmt.write_files([t], str(tmp_path / "out.idx")) == fmt.output_files(str(tmp_path / "out"))
     assert sorted(os.listdir(tmp_path)) == ["out.bin", "out.idx"]
 
 

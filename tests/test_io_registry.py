@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from lodtool.errors import LodUsageError
 def test_every_entry_names_a_module_with_the_protocol():
     for fmt in formats.REGISTRY:
         impl = fmt._impl()
-        for fn in ("read", "write", "write_stored"):
+        writers = ("output_files", "write_files") if fmt.writes_files else ("write", "write_stored")
+        for fn in ("read", *writers):
             assert callable(getattr(impl, fn)), f"lodtool.io.{fmt.module} lacks {fn}"
         assert all(ext.startswith(".") and ext == ext.lower() for ext in fmt.extensions)
 
@@ -27,13 +29,28 @@ def test_names_and_extensions_are_unique():
     assert len(set(names)) == len(names) and len(set(exts)) == len(exts)
 
 
-@pytest.mark.parametrize("name", formats.writable())
+@pytest.mark.parametrize("name", [f for f in formats.writable() if not formats.get(f).writes_files])
 def test_each_writable_format_reads_back_what_it_writes(name):
     t = LoDTensor(np.array([1.5, 2.0, -3.0]), recursive_sequence_lengths=[[2, 1]])
     buf = io.BytesIO()
     formats.get(name).write(t, buf)
     chunks = list(formats.get(name).read([io.BytesIO(buf.getvalue())]))
     assert len(chunks) == 1 and chunks[0].equals(t)
+
+
+@pytest.mark.parametrize("name", [f for f in formats.writable() if formats.get(f).writes_files])
+def test_each_format_of_several_files_reads_back_what_it_writes(tmp_path, name):
+    t = LoDTensor(np.array([7, 8, 9], np.uint16), recursive_sequence_lengths=[[2, 0, 1]])
+    fmt = formats.get(name)
+    out = str(tmp_path / "out")
+    files = fmt.write_files([t], out)
+    assert files == fmt.output_files(out) and all(os.path.isfile(f) for f in files)
+    assert formats.input_format([out if name in ("megatron", "fairseq") else files[0]]).name == name
+    (back,) = fmt.read([files[0]])
+    expected = LoDTensor(t.data, [[0, 1, 2, 3], t.lod[0]]) if name == "megatron" else t  # documents over sequences
+    assert back.equals(expected)
+    with pytest.raises(LodUsageError, match="not a stream"):
+        fmt.write(t, io.BytesIO())
 
 
 def test_magic_bytes_name_the_binary_formats():

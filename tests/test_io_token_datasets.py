@@ -76,3 +76,24 @@ def test_the_reading_commands_take_a_megatron_dataset_in_place(tmp_path):
     (tmp_path / "corpus.idx").write_bytes(bytes(idx))
     result = runner.invoke(cli, ["validate", prefix + ".idx"])
     assert result.exit_code == 1 and "document_indices[3]" in result.output
+
+
+def test_a_loop_of_branch_reads_holds_the_validated_levels():
+    import numpy as np
+
+    from lodtool.io._tokens import TokenTensor
+    from lodtool.tensor import RESIDENT_AFTER
+
+    offsets = np.arange(0, 201, 2)
+    calls = []
+
+    def window(a, b):
+        calls.append((a, b))
+        return offsets[a:b]
+
+    t = TokenTensor("x.bin", np.arange(200, dtype=np.uint16), [window], [offsets.size])
+    assert t[3].data.tolist() == [6, 7] and calls  # a one-shot read checks its own window
+    for i in range(RESIDENT_AFTER):
+        t[i]
+    calls.clear()
+    assert [t[i].data.tolist() for i in (5, 99)] == [[10, 11], [198, 199]] and calls == []

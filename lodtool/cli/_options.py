@@ -310,3 +310,15 @@ def scheduler_options(f):
     return click.option("--scheduler", default=None, metavar="processes|threads|ADDRESS",
                         help="Run on Dask: local process workers, local threads, or a scheduler address "
                              "(tcp://host:8786). Without it: today's single-process path.")(f)
+
+
+# -- what a token dataset of LLM training cannot say itself ----------------------------------------------
+def token_options(f):
+    """--token-dtype and --eos-id: passed as ``token_dtype`` / ``eos_token_id`` to the task, which passes them to
+    :func:`lodtool.open` (a container ignores them)."""
+    f = click.option("--eos-id", "eos_token_id", type=click.IntRange(min=0), default=None, metavar="ID",
+                     help="A dolma array without its .csv.gz: each document ends after this token id.")(f)
+    return click.option("--token-dtype", "token_dtype", default=None, metavar="DTYPE",
+                        help="The tokens' dtype where a token dataset does not say it: a dolma array, a .ds "
+                             "without .ds.metadata and no token, a Megatron / fairseq dtype code that differs "
+                             "between forks (6, 7, 9, 10).")(f)

@@ -13,8 +13,9 @@ from . import _options as opt
 @opt.json_option
 @opt.isolate_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds with --isolate.")
+@opt.token_options
 @click.pass_context
-def inspect(ctx, files, name, as_json, isolate, timeout):
+def inspect(ctx, files, name, as_json, isolate, timeout, token_dtype, eos_token_id):
     """Show the format version and, per tensor, dtype, element shape, rows, levels
     (with names), sequences per level and length statistics (min / median / mean /
     max / empty), compression and sizes.  Reads the offsets, never the data.
@@ -35,7 +36,8 @@ def inspect(ctx, files, name, as_json, isolate, timeout):
     for ref in files:
         file, name = opt.tensor_ref(ref, only)
         with opt.input_path(file) as path:
-            info = tasks.inspect(path, isolate=isolate, timeout=timeout)
+            info = tasks.inspect(path, isolate=isolate, timeout=timeout, token_dtype=token_dtype,
+                                 eos_token_id=eos_token_id)
         if file == "-":
             info["path"] = "-"
         if name is not None:

@@ -20,8 +20,10 @@ from ..errors import LodError, LodIsolationRequired
 
 #: command name -> (module, function, one-line help shown in ``lodtool --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "pack": ("pack", "pack", "Pack ragged JSON / NPY / NPZ / Parquet / Arrow / Paddle tensors into a container."),
-    "unpack": ("unpack", "unpack", "Write a tensor back out as JSON, NPZ, Parquet, Arrow or a Paddle tensor."),
+    "pack": ("pack", "pack", "Pack ragged JSON / NPY / NPZ / Parquet / Arrow / Paddle tensors or token datasets into a "
+                        "container."),
+    "unpack": ("unpack", "unpack", "Write a tensor back out as JSON, NPZ, Parquet, Arrow, a Paddle tensor or a token "
+                            "dataset (Megatron, datatrove, dolma)."),
     "validate": ("validate", "validate", "Check containers against the format and the LoD rules."),
     "inspect": ("inspect", "inspect", "Show tensors, levels and length statistics (reads offsets only)."),
     "verify": ("verify", "verify", "Recompute the recorded checksums of every dataset."),

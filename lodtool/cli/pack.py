@@ -32,9 +32,10 @@ from .. import io as formats
 @opt.max_memory_option
 @opt.replace_options
 @opt.json_option
+@opt.token_options
 @click.pass_context
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
-         scheduler, workers, max_memory, overwrite, force, as_json):
+         scheduler, workers, max_memory, overwrite, force, as_json, token_dtype, eos_token_id):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -45,6 +46,11 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     parquet   a column of nested lists (--column), read row group by row group
     arrow     an Arrow IPC / Feather file or stream, a record batch at a time
     pdtensor  Paddle's serialized LoDTensor (save_dense_tensor), one per file
+    megatron  Megatron-Core PREFIX.bin + PREFIX.idx (give PREFIX or either file)
+    fairseq   fairseq's PREFIX.bin + PREFIX.idx (told from Megatron by the .idx size)
+    datatrove NAME.ds + NAME.ds.index
+    dolma     NAME.npy without an NPY header + NAME.csv.gz (else --eos-id)
+    Token datasets are read in place; --token-dtype says a dtype they do not.
     Use - to read stdin.  Without --format, the format comes from the
     extension, else from the first bytes (NPY, NPZ and the other binary
     formats; JSON when the input is one value, JSON Lines when a second line
@@ -63,6 +69,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack shards/*.jsonl -o corpus/ --shard-size 1GB
       lodtool pack shards/*.jsonl -o corpus/ --scheduler processes --workers 8   # one shard per input
       lodtool pack docs.jsonl -o docs.lod.h5 --dtype auto-int
+      lodtool pack corpus -o corpus.lod.h5            # corpus.bin + corpus.idx (Megatron)
+      lodtool pack part-0.npy --token-dtype uint32 --eos-id 50279 -o part-0.lod.h5
     """
     from .. import tasks
 
@@ -71,6 +79,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     if append and force:
         raise click.UsageError("--append adds to a file and --force replaces it: give one of them")
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
+        if token_dtype is not None or eos_token_id is not None:
+            raise click.UsageError("--token-dtype and --eos-id are taken by pack into a file, not into a folder")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
                       shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
         return
@@ -85,7 +95,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
                             progress=tick, column=column, max_memory=opt.parse_size(max_memory),
-                            overwrite=overwrite, force=force)
+                            overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
                "bytes_saved": result.bytes_saved, "stored_bytes": result.stored_bytes}

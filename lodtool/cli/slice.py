@@ -39,8 +39,9 @@ def _refuse_output_over(file, output, fmt):
 @opt.to_option(opt.FORMATS_OUT)
 @opt.output_option()
 @opt.replace_options
+@opt.token_options
 @click.pass_context
-def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
+def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, token_dtype, eos_token_id):
     """Extract the <i,j,...>-slice (a branch and everything under it) as a tensor of its own.
 
     PATH is written 2, 2,0 or '<2,0>'; negative indices count from the end.
@@ -67,7 +68,8 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
     _refuse_output_over(file, output, fmt)
     begin, end = _literal_range(range_) if range_ is not None else (None, None)
     with opt.input_path(file) as src:
-        part = tasks.slice(src, path, name=name, level=level, start=begin, stop=end)
+        part = tasks.slice(src, path, name=name, level=level, start=begin, stop=end, token_dtype=token_dtype,
+                           eos_token_id=eos_token_id)
         if part.taken is not None and part.taken != (begin, end):
             opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
                              f"({opt.plural(part.level_count, 'sequence')})")
@@ -93,8 +95,9 @@ def _head_tail(which: str):
     @opt.output_option()
     @opt.replace_options
     @click.option("--json", "as_json", is_flag=True, help="The sequences as one JSON document (as --to json).")
+    @opt.token_options
     @click.pass_context
-    def command(ctx, file, count, name, to, output, overwrite, force, as_json):
+    def command(ctx, file, count, name, to, output, overwrite, force, as_json, token_dtype, eos_token_id):
         from .. import tasks
 
         if as_json:
@@ -107,7 +110,8 @@ def _head_tail(which: str):
         opt.refuse_binary_on_terminal(output, fmt)
         _refuse_output_over(file, output, fmt)
         with opt.input_path(file) as src:
-            excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)
+            excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name, token_dtype=token_dtype,
+                                                                      eos_token_id=eos_token_id)
             part = excerpt.tensor
             if fmt == "tree":
                 from ._render import TreeSource, build_tree, markup_safe, print_

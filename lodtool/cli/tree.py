@@ -23,8 +23,9 @@ MAX_BARS_ROWS = 2000
 @click.option("--style", type=click.Choice(["tree", "bars"]), default="tree", show_default=True,
               help="tree: branches with lengths and previews; bars: the seeds' rows of lengths over |||.")
 @opt.json_option
+@opt.token_options
 @click.pass_context
-def tree(ctx, file, name, depth, max_children, branch, style, as_json):
+def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dtype, eos_token_id):
     """Draw a tensor as a tree: each node shows its branch <i,j>, its length and, at
     the leaves, a preview of the elements.  Only what is shown is read from disk.
 
@@ -42,7 +43,8 @@ def tree(ctx, file, name, depth, max_children, branch, style, as_json):
     from ._render import TreeSource, bars, build_tree, markup_safe, print_, print_rows
 
     file, name = opt.tensor_ref(file, name)
-    with opt.input_path(file) as src, tasks.tree(src, name=name, branch=branch) as view:
+    with opt.input_path(file) as src, tasks.tree(src, name=name, branch=branch, token_dtype=token_dtype,
+                                                 eos_token_id=eos_token_id) as view:
         t, path, level, begin, end = view.tensor, view.path, view.level, view.begin, view.end
         source = TreeSource(t, lazy=True)
         if as_json:

@@ -1,4 +1,5 @@
-"""``lodtool unpack``: a tensor back out as JSON, JSON Lines, NPZ, Parquet, Arrow or a Paddle tensor."""
+"""``lodtool unpack``: a tensor back out as JSON, JSON Lines, NPZ, Parquet, Arrow, a Paddle tensor or a token
+dataset of LLM training (Megatron, fairseq, datatrove, dolma)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,24 @@ from . import _options as opt
 @click.argument("file", type=opt.PATH)
 @opt.name_option
 @opt.to_option()
-@opt.output_option(default="-")
+@opt.output_option(default="-", help_="Output file, or - for stdout; for megatron, fairseq, datatrove and dolma "
+                                       "the path their files are named from (corpus: corpus.bin + corpus.idx).")
+@click.option("--level", type=click.IntRange(min=0), default=None,
+              help="megatron, fairseq, datatrove, dolma: store this level's sequences, the levels under it "
+                   "flattened into their tokens (needed when the tensor has more levels than the format).")
+@opt.token_options
 @click.pass_context
-def unpack(ctx, file, name, to, output):
+def unpack(ctx, file, name, to, output, level, token_dtype, eos_token_id):
     """Write a tensor back out: the inverse of pack.
 
     json writes one nested list, jsonl one top-level sequence per line (both
     streamed), npz the arrays `data` and `offsets_0..`, parquet one row group
     per chunk, arrow an Arrow IPC file, pdtensor Paddle's serialized LoDTensor.
+    megatron (PREFIX.bin + PREFIX.idx: documents over sequences; a 1-level
+    tensor is one sequence per document), fairseq (PREFIX.bin + PREFIX.idx,
+    one level), datatrove (NAME.ds + NAME.ds.index) and dolma (NAME.npy
+    without an NPY header + NAME.csv.gz) are several files named from -o,
+    written together or not at all; --level picks the level they store.
     Without --to the format comes from -o's extension (another extension is
     refused), else json.  Binary formats are not written onto a terminal.  A
     progress bar (on a terminal) and a one-line summary go to stderr.
@@ -32,6 +43,8 @@ def unpack(ctx, file, name, to, output):
       lodtool unpack docs.lod.h5 --to jsonl | jq -c '.[0]'
       lodtool unpack articles.lod.h5 --to npz -o articles.npz
       lodtool unpack corpus.lod.h5 --to parquet -o corpus.parquet
+      lodtool unpack corpus.lod.h5 --to megatron -o corpus   # corpus.bin + corpus.idx
+      lodtool unpack books.lod.h5 --to datatrove --level 1 -o books.ds
     """
     from .. import tasks
 
@@ -46,7 +59,7 @@ def unpack(ctx, file, name, to, output):
     # the bar and the summary go to stderr: stdout may be the data
     with opt.input_path(file) as path, progress(None, "unpacking", not opt.is_quiet(ctx)) as tick:
         result = tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt,
-                              progress=tick)
-    where = "stdout" if output == "-" else output
+                              progress=tick, level=level, token_dtype=token_dtype, eos_token_id=eos_token_id)
+    where = " + ".join(result.files) if result.files else "stdout" if output == "-" else output
     opt.message(ctx, f"unpacked {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} of "
                      f"{file}:{result.name} as {fmt} to {where} ({result.bytes_written:,} bytes)")

@@ -15,8 +15,9 @@ from . import _options as opt
 @opt.isolate_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per file with --isolate.")
 @opt.max_memory_option
+@opt.token_options
 @click.pass_context
-def validate(ctx, files, as_json, isolate, timeout, max_memory):
+def validate(ctx, files, as_json, isolate, timeout, max_memory, token_dtype, eos_token_id):
     """Validate containers: the format, every dataset's shape and dtype, and the LoD.
 
     Every problem is listed with file, tensor, level and index (FILE:tensor
@@ -33,7 +34,8 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory):
 
     files = [opt.tensor_ref(f, None)[0] for f in files]  # FILE:tensor checks the whole FILE
     with opt.stdin_among(files) as (paths, spooled):
-        reports = tasks.validate(paths, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout)
+        reports = tasks.validate(paths, max_memory=opt.parse_size(max_memory), isolate=isolate, timeout=timeout,
+                                 token_dtype=token_dtype, eos_token_id=eos_token_id)
     reports = [_from_stdin(r) if r.path == spooled else r for r in reports]
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
+from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
@@ -38,9 +38,6 @@ from ._mmap import mapping
 #: a level's offsets up to this size are read whole on first use and kept: a training loop reads a few of them per
 #: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
 RESIDENT_OFFSETS_BYTES = 256 << 20
-#: offsets windows a handle reads through the file before it holds its levels whole: a one-shot read (a slice, a
-#: head) never reads a whole level, and a loop of reads soon stops reading windows
-RESIDENT_AFTER = 16
 
 #: offsets are read for validation and statistics in blocks of this many entries
 OFFSET_BLOCK = 1 << 20

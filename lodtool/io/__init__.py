@@ -10,7 +10,12 @@ costs nothing), whether it can be written, and whether its reader streams
   sequences; ``stats["bytes_read"]`` holds the bytes read when it is done;
 * ``write(fmt, tensor, out)``: a tensor in memory to a binary stream;
 * ``write_stored(fmt, stored, chunks, out)``: a stored tensor (the container's
-  lazy handle) streamed from its ``chunks``.
+  lazy handle) streamed from its ``chunks``;
+* or, for a format written as several files beside each other (``writes_files``:
+  Megatron's ``PREFIX.bin`` + ``PREFIX.idx``), ``write_files(fmt, chunks, out,
+  **write_options)`` instead of the two above: chunks of whole top-level
+  sequences to the files ``output_files(fmt, out)`` names (``out`` is a path,
+  never a stream), which appear together or not at all.
 
 Adding a format: write ``lodtool/io/<name>.py`` with those functions, then add
 its line to :data:`REGISTRY`.  ``pack``, ``unpack``, ``slice`` and the CLI's
@@ -53,6 +58,10 @@ class Format:
     writes: bool
     #: extra reader options the format takes (``column`` for table formats), passed only when given
     options: tuple[str, ...] = ()
+    #: written as several files from one output path (a prefix), published together; never to a stream
+    writes_files: bool = False
+    #: extra writer options the format takes (``level`` for the token formats), passed only when given
+    write_options: tuple[str, ...] = ()
 
     def _impl(self):
         return importlib.import_module(f"{__name__}.{self.module}")
@@ -63,18 +72,54 @@ class Format:
 
     def write(self, tensor, out: BinaryIO) -> None:
         """Write a tensor held in memory to the binary stream ``out``."""
-        self._check_writes()
+        self._check_writes(stream=True)
         self._impl().write(self.name, tensor, out)
 
     def write_stored(self, stored, chunks: Iterable, out: BinaryIO) -> None:
         """Write a stored tensor to ``out`` from its ``chunks``, as they are read."""
-        self._check_writes()
+        self._check_writes(stream=True)
         self._impl().write_stored(self.name, stored, chunks, out)
 
-    def _check_writes(self) -> None:
+    def output_files(self, out: str | os.PathLike) -> list[str]:
+        """The files :meth:`write_files` makes for the output path ``out`` (a format of :attr:`writes_files`)."""
+        self._check_writes(stream=False)
+        return self._impl().output_files(self.name, out)
+
+    def write_files(self, chunks: Iterable, out: str | os.PathLike, **options) -> list[str]:
+        """Write chunks of whole top-level sequences as the files of the output path ``out``, which all appear
+        when complete or none does (an existing one is left as it was); returns their paths.
+
+        ``options`` are the format's :attr:`write_options` (``level`` for the
+        token formats); another one is a :class:`~lodtool.errors.LodUsageError`.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
+        >>> files = get("megatron").write_files([LoDTensor(np.arange(3, dtype=np.uint16), [[0, 1, 3]])], prefix)
+        >>> [os.path.basename(f) for f in files] == [os.path.basename(f) for f in get("megatron").output_files(prefix)]
+        True
+        """
+        self._check_writes(stream=False)
+        self.check_write_options(options)
+        return self._impl().write_files(self.name, chunks, out, **options)
+
+    def check_write_options(self, options: dict) -> None:
+        """Refuse writer options this format does not take (those given as None are not options given)."""
+        unknown = sorted(k for k, v in options.items() if v is not None and k not in self.write_options)
+        if unknown:
+            takes = [f.name for f in REGISTRY if set(unknown) <= set(f.write_options)]
+            raise LodUsageError(f"{', '.join(f'{k}=...' for k in unknown)} applies to writing "
+                                f"{_either(takes) if takes else 'no format'}, not {self.name}")
+
+    def _check_writes(self, *, stream: bool) -> None:
         if not self.writes:
             raise LodUsageError(f"lodtool reads {self.name} but does not write it; choose one of "
                                 f"{', '.join(writable())}")
+        if stream and self.writes_files:
+            raise LodUsageError(f"{self.name} is written as several files from one output path; give a path "
+                                "(a prefix), not a stream")
+        if not stream and not self.writes_files:
+            raise LodUsageError(f"{self.name} is written as one file or stream, not as a set of files")
 
 
 #: every interchange format, in the order the CLI lists them
@@ -89,11 +134,14 @@ REGISTRY: tuple[Format, ...] = (
     Format("arrow", (".arrow", ".feather", ".arrows", ".ipc"), (b"ARROW1",), "arrow", streams=True, writes=True,
            options=("column", "max_memory")),
     Format("pdtensor", (".pdtensor", ".pdiparams"), (), "pdtensor", streams=True, writes=True),
-    Format("megatron", (".idx",), (b"MMIDIDX\x00\x00",), "megatron", streams=True, writes=False,
-           options=("token_dtype",)),
-    Format("fairseq", (), (b"MMIDIDX\x00\x00",), "megatron", streams=True, writes=False, options=("token_dtype",)),
-    Format("datatrove", (".ds",), (), "datatrove", streams=True, writes=False, options=("token_dtype",)),
-    Format("dolma", (), (), "dolma", streams=True, writes=False, options=("token_dtype", "eos_token_id")),
+    Format("megatron", (".idx",), (b"MMIDIDX\x00\x00",), "megatron", streams=True, writes=True,
+           options=("token_dtype",), writes_files=True, write_options=("level",)),
+    Format("fairseq", (), (b"MMIDIDX\x00\x00",), "megatron", streams=True, writes=True, options=("token_dtype",),
+           writes_files=True, write_options=("level",)),
+    Format("datatrove", (".ds",), (), "datatrove", streams=True, writes=True, options=("token_dtype",),
+           writes_files=True, write_options=("level",)),
+    Format("dolma", (), (), "dolma", streams=True, writes=True, options=("token_dtype", "eos_token_id"),
+           writes_files=True, write_options=("level",)),
 )
 
 _BY_NAME = {f.name: f for f in REGISTRY}
@@ -176,6 +224,10 @@ def label(source: Any) -> str:
 def detect(source: str | os.PathLike) -> Detection | None:
     """The format of the input at a path (or ``-``): from its extension, else from its first bytes; else None.
 
+    A token dataset of LLM training is told by
+    :func:`lodtool.io.token_datasets.format_of` first: a Megatron prefix
+    (``corpus`` for ``corpus.bin`` + ``corpus.idx``) is an input as it is, and
+    a fairseq ``.idx`` is told from a Megatron one by its size.
     A lodtool container (HDF5) is told by its signature as :data:`CONTAINER`.
     JSON and JSON Lines both start with ``[``: a second value on a later line
     makes it JSON Lines, one value (or one longer than :data:`DETECT_BYTES`) JSON.
@@ -187,6 +239,12 @@ def detect(source: str | os.PathLike) -> Detection | None:
     >>> detect(os.path.join(d, "x.txt")), detect("docs.ndjson")
     (Detection(name='jsonl', from_content=True), Detection(name='jsonl', from_content=False))
     """
+    if not is_stdin(source):
+        # a token dataset is named by its prefix or any of its files; its module is loaded on use, as every
+        # format module is (they import this package)
+        token = importlib.import_module(f"{__name__}.token_datasets").format_of(source)
+        if token is not None:
+            return Detection(token, False)
     by_name = None if is_stdin(source) else format_of_path(source)
     if by_name is not None:
         return Detection(by_name.name, False)

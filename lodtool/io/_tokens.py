@@ -28,7 +28,8 @@ import numpy as np
 from .. import lod as _lod
 from ..atomic import AtomicPath
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor, TensorSource, TensorView
+from ..limits import resolve_max_memory
+from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView
 from ._values import cast_values, resolve_dtype
 
 #: index entries checked at a time (bounded temporaries over memory-mapped arrays)
@@ -122,11 +123,13 @@ class TokenTensor(TensorView):
     ``levels[k](start, stop)`` returns entries ``start..stop`` of level ``k``'s
     offsets; ``sizes[k]`` is how many it has.  ``problems(max_problems)`` (the
     format's own structural checks, vectorised over its index) runs once
-    before a whole-tensor read; after it passes, every level is held in memory
-    and branches walk it without per-window checks.
+    before a whole-tensor read (or after a few branch reads); after it passes,
+    every level is held in memory and branches walk it without per-window
+    checks.
     """
 
-    __slots__ = ("name", "path", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held")
+    __slots__ = ("name", "path", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held",
+                 "_window_reads")
 
     def __init__(self, path: str, tokens: np.ndarray, levels: Sequence[OffsetsWindow], sizes: Sequence[int],
                  level_names: Sequence[str] | None = None,
@@ -139,6 +142,7 @@ class TokenTensor(TensorView):
         self._level_names = tuple(level_names) if level_names else None
         self._problems = problems
         self._held: tuple | None = None
+        self._window_reads = 0
 
     @property
     def lod_level(self) -> int:
@@ -198,6 +202,33 @@ class TokenTensor(TensorView):
         return [TokenProblem(self.path, f"level {p.level}", p.index, p.message)
                 for p in _lod.find_lod_problems(levels, self.n_rows, max_problems=max_problems)]
 
+    def read_offsets(self, level: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Entries ``start..stop`` of a level's offsets; before the index is validated, a window that decreases
+        is refused as the format's first finding (what ``tree`` draws is never a negative length)."""
+        window = super().read_offsets(level, start, stop)
+        if self._held is None and window.size > 1 and bool((window[1:] < window[:-1]).any()):
+            with self._findings_named():
+                raise LodValidationError(f"level {level}: offsets {start}:{stop} decrease")
+        return window
+
+    def branch(self, *path: int):
+        with self._findings_named():
+            return super().branch(*path)
+
+    def slice_level(self, level: int, begin: int, end: int):
+        with self._findings_named():
+            return super().slice_level(level, begin, end)
+
+    @contextlib.contextmanager
+    def _findings_named(self) -> Iterator[None]:
+        """A window read that breaks the LoD rules is reported as the format's own first finding (its file, array
+        and index), which the whole index is searched for only then."""
+        try:
+            yield
+        except LodValidationError as exc:
+            problems = self.validate(max_problems=1)
+            raise LodValidationError(str(problems[0]) if problems else f"{self.path}: {exc}") from None
+
     def _check_valid(self) -> None:
         if self._held is not None:
             return
@@ -207,6 +238,12 @@ class TokenTensor(TensorView):
         self._held = tuple(np.ascontiguousarray(self._window(k, 0, self._sizes[k])) for k in range(self.lod_level))
 
     def _checked_levels(self) -> tuple | None:
+        """The levels, validated and held, once a whole read or :data:`~lodtool.tensor.RESIDENT_AFTER` branch
+        reads have asked (a loop of reads then walks them; a one-shot read checks its own windows)."""
+        if self._held is None:
+            self._window_reads += 1
+            if self._window_reads > RESIDENT_AFTER:
+                self._check_valid()
         return self._held
 
     def read(self) -> LoDTensor:
@@ -220,13 +257,16 @@ class TokenFile(TensorSource):
 
     ``names`` lists the tensors (``tokens``, and ``loss`` where datatrove
     wrote a loss mask); every one is a :class:`TokenTensor`.  Close it (or use
-    it as a context manager) to drop the memory maps.
+    it as a context manager) to drop the memory maps.  ``max_memory`` bounds
+    what a reader of it holds at once (the operators' chunks), as a
+    container's does.
     """
 
     def __init__(self, path: str, fmt: str, tensors: dict[str, TokenTensor], *, files: Sequence[str] = (),
-                 info: dict | None = None, default_name: str | None = None):
+                 info: dict | None = None, default_name: str | None = None, max_memory: int | None = None):
         self.path = path
         self.format = fmt
+        self.max_memory = resolve_max_memory(max_memory)
         #: every file the dataset is made of
         self.files = list(files) or [path]
         #: what the index records beyond the LoD (dtype code, kind, tokenizer ...), for ``inspect``
@@ -274,7 +314,8 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
     Every dataset's LoD is validated before its first chunk; ``dtype`` casts
     the tokens (refusing values it cannot hold); ``stats["bytes_read"]`` counts
     the token bytes read.  The chunks' tokens are read-only views of the
-    memory map (they keep it open), not copies.
+    memory map (they keep it open), not copies.  Datasets of no document at
+    all give one empty chunk, so their levels and dtype are still known.
 
     >>> f = TokenFile("x", "test", {"tokens": TokenTensor("x", np.arange(4, dtype=np.uint16),
     ...                                                   [lambda a, b: np.array([0, 1, 4])[a:b]], [3])})
@@ -285,6 +326,7 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
     stats["bytes_read"] = 0
     target = resolve_dtype(dtype)
     first: TokenTensor | None = None
+    yielded = False
     for f in opened:
         with f:
             t = f.tensor()
@@ -301,9 +343,13 @@ def read_chunks(opened: Iterable[TokenFile], *, lod_level: int | None, dtype: An
                 if progress is not None:
                     progress(stats["bytes_read"])
                 data = cast_values(chunk.data, target, lambda row, p=t.path: f"{p}: token {row} of this chunk: ")
+                yielded = True
                 yield LoDTensor._trusted(data, chunk.offsets, chunk.level_names)
     if first is None:
         raise LodUsageError("no inputs given")
+    if not yielded:  # every dataset has no document: one empty chunk still says the levels and the dtype
+        empty = first.read()
+        yield LoDTensor._trusted(cast_values(empty.data, target, lambda row: ""), empty.offsets, empty.level_names)
 
 
 # -- token ids ---------------------------------------------------------------------------------------
@@ -368,10 +414,10 @@ def writer_levels(chunk: LoDTensor, levels_out: int, level: int | None, fmt: str
             level = depth - 1
         else:
             raise LodUsageError(f"{label}: the tensor has {depth} LoD levels, but {fmt} stores {levels_out}; "
-                                f"choose the level whose sequences it keeps with --level (0..{depth - 1}); the "
-                                "levels under it are flattened")
+                                f"choose the level whose sequences it keeps with level=... (0..{depth - 1}); the "
+                                "levels under it are flattened into their tokens")
     if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= level < depth:
-        raise LodUsageError(f"{label}: --level {level!r} is not a level of this tensor (0..{depth - 1})")
+        raise LodUsageError(f"{label}: level={level!r} is not a level of this tensor (0..{depth - 1})")
     offsets = chunk.offsets
     tokens = offsets[level]
     for o in offsets[level + 1:]:

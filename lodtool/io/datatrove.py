@@ -107,7 +107,7 @@ class Dataset:
             if last:
                 raise LodFormatError(f"{self.files['index']}: entry {self.ends.size - 1}: the documents end at token "
                                      f"{last:,}, but {self.path} has {self.ds_size:,} bytes, which is neither 2 nor 4 "
-                                     "bytes a token (truncated, or bytes after the last document?); give token_dtype")
+                                     "bytes a token (truncated, or bytes after the last document?); give token_dtype=...")
             found = np.dtype("uint16")  # no token stored: datatrove's default size
         return little_endian(found)
 
@@ -206,10 +206,17 @@ def validate_datatrove(path: str | os.PathLike, *, token_dtype: Any = None, voca
 
 
 # -- writing ------------------------------------------------------------------------------------------
+def _output_paths(out: Any) -> dict[str, str]:
+    base = output_prefix(out, "datatrove", SUFFIXES)
+    return paths(base if base.endswith(".ds") else base + ".ds")
+
+
 def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, loss: Iterable[LoDTensor] | None = None,
                  level: int | None = None) -> list[str]:
     """Write chunks of whole documents as ``NAME.ds`` + ``NAME.ds.index`` (+ ``NAME.ds.loss`` from the ``loss``
-    chunks, bools sharing the tokens' LoD); every file appears, or none.  Returns the paths written.
+    chunks, bools sharing the tokens' LoD); every file appears, or none.  Returns the paths written.  A
+    ``.ds.loss`` or ``.ds.metadata`` already beside the output that this write does not replace is refused
+    (it would describe other tokens).
 
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "x.ds")
@@ -219,9 +226,13 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, loss: I
     >>> np.fromfile(p + ".index", "<u8").tolist()
     [1, 3]
     """
-    base = output_prefix(out, "datatrove", SUFFIXES)
-    files = paths(base if base.endswith(".ds") else base + ".ds")
+    files = _output_paths(out)
     targets = [files["tokens"], files["index"]] + ([files["loss"]] if loss is not None else [])
+    stale = next((files[k] for k in ("loss", "metadata") if files[k] not in targets and os.path.exists(files[k])),
+                 None)
+    if stale is not None:
+        raise LodUsageError(f"{stale}: exists beside the output and would no longer match its tokens; remove it, "
+                            "or write to another name")
     loss_iter = iter(loss) if loss is not None else None
     dtype = None
     written = 0
@@ -270,15 +281,17 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
                        dtype=dtype, chunk_bytes=chunk_bytes, progress=progress, stats=stats)
 
 
-def write(fmt: str, tensor: LoDTensor, out: Any) -> None:
-    """The registry's writer: ``out`` is the ``.ds`` path (two files or more are written, so never a stream)."""
-    write_chunks([tensor], out)
+def output_files(fmt: str, out: Any) -> list[str]:
+    """The registry's file names: ``[NAME.ds, NAME.ds.index]`` for the output path ``out`` (``NAME.ds``, ``NAME``
+    or a side file)."""
+    files = _output_paths(out)
+    return [files["tokens"], files["index"]]
 
 
-def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Any) -> None:
-    """The registry's streaming writer: the chunks of a stored tensor to the ``.ds`` path ``out``."""
-    write_chunks(chunks, out)
+def write_files(fmt: str, chunks: Iterable[LoDTensor], out: Any, *, level: int | None = None) -> list[str]:
+    """The registry's writer: chunks of whole documents to ``NAME.ds`` + ``NAME.ds.index``."""
+    return write_chunks(chunks, out, level=level)
 
 
 __all__ = ["paths", "read_metadata", "open_datatrove", "validate_datatrove", "write_chunks", "write_datatrove", "read",
-           "write", "write_stored"]
+           "output_files", "write_files"]

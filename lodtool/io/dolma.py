@@ -113,7 +113,7 @@ def _dtype(npy: str, size: int, given: np.dtype | None, offsets: np.ndarray | No
         if given is None and len(fits) == 1:
             return fits[0]
     if given is None:
-        raise LodUsageError(f"{npy}: a dolma token array records no dtype; give token_dtype (the --dtype it was "
+        raise LodUsageError(f"{npy}: a dolma token array records no dtype; give token_dtype=... (the --dtype it was "
                             "tokenized with, e.g. uint16 or uint32)")
     return given
 
@@ -137,8 +137,9 @@ def open_dolma(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id
         file_size(meta, "document file (.csv.gz)")
         offsets = read_boundaries(meta)
     elif eos_token_id is None:
-        raise LodUsageError(f"{npy}: has no {os.path.basename(meta)} beside it; give eos_token_id to find the "
-                            "documents by their EOS token")
+        raise LodUsageError(f"{npy}: a dolma token array (a .npy without an NPY header) with no "
+                            f"{os.path.basename(meta)} beside it; give eos_token_id=... to find the documents by "
+                            "their EOS token")
     else:
         offsets = None
     dtype = little_endian(_dtype(npy, size, given, offsets))
@@ -212,7 +213,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, level: 
     >>> gzip.open(p[:-4] + ".csv.gz", "rt").read().splitlines()
     ['0,2,0,s3://x.json.gz,0', '2,3,1,s3://x.json.gz,1']
     """
-    npy, meta = paths(output_prefix(out, "dolma", (".npy", ".csv.gz")))
+    npy, meta = output_files("dolma", out)
     dtype = None
     written = documents = 0
     with atomic_files([npy, meta]) as (npy_tmp, meta_tmp):
@@ -260,15 +261,15 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
                        stats=stats)
 
 
-def write(fmt: str, tensor: LoDTensor, out: Any) -> None:
-    """The registry's writer: ``out`` is the ``.npy`` path (two files are written, so never a stream)."""
-    write_chunks([tensor], out)
+def output_files(fmt: str, out: Any) -> list[str]:
+    """The registry's file names: ``[NAME.npy, NAME.csv.gz]`` for the output path ``out``."""
+    return list(paths(output_prefix(out, fmt, (".npy", ".csv.gz"))))
 
 
-def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Any) -> None:
-    """The registry's streaming writer: the chunks of a stored tensor to the ``.npy`` path ``out``."""
-    write_chunks(chunks, out)
+def write_files(fmt: str, chunks: Iterable[LoDTensor], out: Any, *, level: int | None = None) -> list[str]:
+    """The registry's writer: chunks of whole documents to ``NAME.npy`` (no NPY header) + ``NAME.csv.gz``."""
+    return write_chunks(chunks, out, level=level)
 
 
 __all__ = ["paths", "read_boundaries", "eos_boundaries", "open_dolma", "validate_dolma", "write_chunks", "write_dolma",
-           "read", "write", "write_stored"]
+           "read", "output_files", "write_files"]

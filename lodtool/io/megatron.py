@@ -239,7 +239,7 @@ def _token_dtype(code: int, kind: str, given: Any, idx_path: str) -> np.dtype:
                              f"has it; known: {known})")
     if given is None:
         raise LodFormatError(f"{idx_path}: byte 17: dtype code {code} means {' or '.join(meanings)} depending on "
-                             "which fork wrote the file; say which with token_dtype (lodtool does not guess)")
+                             "which fork wrote the file; say which with token_dtype=... (lodtool does not guess)")
     if given.name not in meanings:
         raise LodUsageError(f"{idx_path}: byte 17: dtype code {code} is never {given} (it is "
                             f"{' or '.join(meanings)})")
@@ -493,8 +493,8 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     """
     if kind not in KINDS:
         raise LodUsageError(f"unknown index kind {kind!r}; choose megatron or fairseq")
-    prefix = output_prefix(out, kind, (".bin", ".idx"))
-    _, bin_path, idx_path = paths(prefix)
+    bin_path, idx_path = output_files(kind, out)
+    prefix = bin_path[:-len(".bin")]
     levels_out = 2 if kind == "megatron" else 1
     builder = None
     with atomic_files([bin_path, idx_path]) as (bin_tmp, idx_tmp):
@@ -542,15 +542,16 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
                        stats=stats)
 
 
-def write(fmt: str, tensor: LoDTensor, out: Any) -> None:
-    """The registry's writer: ``out`` is the output prefix (two files are written, so never a stream)."""
-    write_chunks([tensor], out, kind=fmt)
+def output_files(fmt: str, out: Any) -> list[str]:
+    """The registry's file names: ``[PREFIX.bin, PREFIX.idx]`` for the output path ``out`` (a prefix or either file)."""
+    _, bin_path, idx_path = paths(output_prefix(out, fmt, (".bin", ".idx")))
+    return [bin_path, idx_path]
 
 
-def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Any) -> None:
-    """The registry's streaming writer: the chunks of a stored tensor to ``out`` (a prefix)."""
-    write_chunks(chunks, out, kind=fmt)
+def write_files(fmt: str, chunks: Iterable[LoDTensor], out: Any, *, level: int | None = None) -> list[str]:
+    """The registry's writer: chunks of whole top-level sequences to ``PREFIX.bin`` + ``PREFIX.idx``."""
+    return write_chunks(chunks, out, kind=fmt, level=level)
 
 
 __all__ = ["MAGIC", "Index", "paths", "read_index", "open_megatron", "kind_of", "validate_megatron",
-           "index_problems", "write_chunks", "write_megatron", "read", "write", "write_stored"]
+           "index_problems", "write_chunks", "write_megatron", "read", "output_files", "write_files"]

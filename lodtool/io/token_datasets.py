@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 from ..errors import LodUsageError
+from ..limits import resolve_max_memory
 from . import datatrove as _datatrove, dolma as _dolma, megatron as _megatron
 from ._tokens import TokenFile, TokenProblem
 
@@ -59,15 +60,21 @@ def format_of(path: str | os.PathLike) -> str | None:
     return None
 
 
-def open_dataset(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id: int | None = None) -> TokenFile:
-    """Open a token dataset of any of the formats in place (see each module's ``open_...``)."""
+def open_dataset(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id: int | None = None,
+                 max_memory: int | None = None) -> TokenFile:
+    """Open a token dataset of any of the formats in place (see each module's ``open_...``); ``max_memory`` bounds
+    what a reader of it holds at once, as a container's does."""
     fmt = format_of(path)
+    f = None
     if fmt in ("megatron", "fairseq"):
-        return _megatron.open_megatron(path, kind=fmt, token_dtype=token_dtype)
-    if fmt == "datatrove":
-        return _datatrove.open_datatrove(path, token_dtype=token_dtype)
-    if fmt == "dolma":
-        return _dolma.open_dolma(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
+        f = _megatron.open_megatron(path, kind=fmt, token_dtype=token_dtype)
+    elif fmt == "datatrove":
+        f = _datatrove.open_datatrove(path, token_dtype=token_dtype)
+    elif fmt == "dolma":
+        f = _dolma.open_dolma(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
+    if f is not None:
+        f.max_memory = resolve_max_memory(max_memory)
+        return f
     raise LodUsageError(f"{os.fspath(path)}: not a Megatron or fairseq dataset (PREFIX.bin + PREFIX.idx), a datatrove "
                         "file (.ds) or a dolma token array (.npy without a header)")
 

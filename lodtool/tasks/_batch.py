@@ -102,8 +102,8 @@ PLAN_BYTES_PER_SEQUENCE = 96
 
 # -- the source: a container or sharded folder, a stored tensor, or lengths ----------------------------
 def _open_container(path, max_memory: int | None = None):
-    """A container file or a sharded folder (one logical tensor, read through its manifest)."""
-    from ..container.shards import open_path
+    """A container file, a sharded folder (one logical tensor, read through its manifest) or a token dataset."""
+    from ._open import open as open_path
 
     return open_path(path, max_memory=max_memory)
 

@@ -48,11 +48,13 @@ def _crash_problem(path: str, exc: LodError) -> Problem:
 
 
 def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bool = False,
-             timeout: float = 60.0) -> list[FileReport]:
+             timeout: float = 60.0, token_dtype: Any = None, eos_token_id: int | None = None) -> list[FileReport]:
     """Validate each file (what ``lodtool validate`` runs); unreadable files become reports with ``error`` set.
 
     With ``isolate`` a reader crash or hang counts as an invalid file (exit 1),
-    as the reliability guarantees promise.
+    as the reliability guarantees promise.  A token dataset of LLM training is
+    checked in place by its format's rules (``token_dtype`` and
+    ``eos_token_id``: what it cannot say itself, see :func:`lodtool.open`).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -62,12 +64,13 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
     (True, None)
     """
     out = []
+    tokens = (token_dtype, eos_token_id)
     for path in paths:
         try:
             try:
-                report = _call(_validate_one, path, max_memory, path=path, isolate=isolate, timeout=timeout)
+                report = _call(_validate_one, path, max_memory, *tokens, path=path, isolate=isolate, timeout=timeout)
             except LodIsolationRequired:  # an opted-in plugin filter: its decoding runs in a child
-                report = _call(_validate_one, path, max_memory, path=path, isolate=True, timeout=timeout)
+                report = _call(_validate_one, path, max_memory, *tokens, path=path, isolate=True, timeout=timeout)
             out.append(report)
         except LodError as exc:
             if isinstance(exc, LodReaderCrashError):
@@ -77,13 +80,14 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
     return out
 
 
-def _validate_one(path: str, max_memory: int | None) -> FileReport:
+def _validate_one(path: str, max_memory: int | None, token_dtype: Any = None,
+                  eos_token_id: int | None = None) -> FileReport:
     from ..container.checks import validate_file
     from ..container.shards import is_sharded, validate_sharded
     from ..io import token_datasets
 
     if token_datasets.format_of(path) is not None:  # a token dataset of LLM training, checked in place
-        found = token_datasets.validate_dataset(path)
+        found = token_datasets.validate_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
         problems = [Problem(p.file, None, None, None, str(p).removeprefix(f"{p.file}: ")) for p in found]
         return FileReport(path, not problems, problems)
     if is_sharded(path):  # every shard, plus the manifest against the shards
@@ -91,8 +95,10 @@ def _validate_one(path: str, max_memory: int | None) -> FileReport:
     return validate_file(path, max_memory=max_memory)
 
 
-def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
-    """:func:`~lodtool.container.checks.inspect_file`, optionally in a child process (``lodtool inspect``).
+def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0, token_dtype: Any = None,
+            eos_token_id: int | None = None) -> dict:
+    """:func:`~lodtool.container.checks.inspect_file`, optionally in a child process (``lodtool inspect``); a token
+    dataset is described in place (``token_dtype``, ``eos_token_id``: see :func:`lodtool.open`).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -106,17 +112,17 @@ def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0) -> dict:
     from ..io import token_datasets
 
     if token_datasets.format_of(path) is not None:
-        return _inspect_tokens(path)
+        return _inspect_tokens(path, token_dtype, eos_token_id)
     return _call(inspect_sharded if is_sharded(path) else inspect_file, path, path=path, isolate=isolate,
                  timeout=timeout)
 
 
-def _inspect_tokens(path: str) -> dict:
+def _inspect_tokens(path: str, token_dtype: Any, eos_token_id: int | None) -> dict:
     """``inspect`` of a token dataset read in place: its format, files and tensors (offsets only)."""
     from ..container.checks import tensor_summary
     from ..io import token_datasets
 
-    with token_datasets.open_dataset(path) as f:
+    with token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         return {"path": path, "format": f.format, "format_version": None, "created_by": None, "checksum": None,
                 "file_size": sum(os.path.getsize(p) for p in f.files), "files": list(f.files), "info": f.info,
                 "tensors": [tensor_summary(name, f[name], []) for name in f.names]}

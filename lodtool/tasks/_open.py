@@ -37,7 +37,8 @@ def open(path: str | os.PathLike, *, max_memory: int | None = None,  # noqa: A00
     ``token_dtype`` and ``eos_token_id`` are what a token format cannot say itself: dolma's dtype and
     document ends, fairseq's ambiguous dtype codes)."""
     if token_datasets.format_of(path) is not None:
-        return token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
+        return token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id,
+                                           max_memory=max_memory)
     return shards.open_path(path, max_memory=max_memory)
 
 

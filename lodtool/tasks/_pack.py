@@ -60,7 +60,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
-         column: str | None = None, max_memory: int | None = None) -> PackResult:
+         column: str | None = None, max_memory: int | None = None, token_dtype=None,
+         eos_token_id: int | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -82,7 +83,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     (replace it); ``force=True`` replaces the whole file.  ``chunk_bytes`` is
     how much input is parsed at a time; ``progress(n)`` is called with the bytes
     read so far.  ``column`` picks the column of a table input (parquet,
-    arrow; default: its only column).  An input read whole (an NPZ archive) must fit in ``max_memory``
+    arrow; default: its only column).  ``token_dtype`` and ``eos_token_id`` are what a token dataset
+    cannot say itself (a dolma array's dtype and, without its ``.csv.gz``, its EOS token; a fairseq dtype
+    code that differs between forks).  An input read whole (an NPZ archive) must fit in ``max_memory``
     (default ``min(available RAM / 2, 4 GiB)``), checked before it is inflated.  Errors are
     :class:`~lodtool.errors.LodError` subclasses and
     leave ``output`` as it was.
@@ -101,7 +104,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     sources = _as_list(inputs)
     refuse_output_over_input(output, sources)
     source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress)
+                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
+                             token_dtype=token_dtype, eos_token_id=eos_token_id)
     kwargs = {} if compression is None else {"compression": compression}
     with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
         writer.check_name(name)  # before any input is read
@@ -135,8 +139,8 @@ class PackSource:
     @classmethod
     def open(cls, inputs, *, format: str | None = None, lod_level: int | None = None, dtype=None,
              level_names: Sequence[str] | None = None, column: str | None = None, max_memory: int | None = None,
-             chunk_bytes: int = STREAM_CHUNK_BYTES,
-             progress: Callable[[int], None] | None = None) -> "PackSource":
+             chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+             token_dtype=None, eos_token_id: int | None = None) -> "PackSource":
         """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
         sources = _as_list(inputs)
         detection = formats.input_format(sources, format)
@@ -147,7 +151,8 @@ class PackSource:
         stats: dict = {"bytes_read": 0}
         chunks = formats.get(detection.name).read(
             sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress, stats=stats,
-            **reader_options(detection.name, column, max_memory))
+            **reader_options(detection.name, column, max_memory, token_dtype=token_dtype,
+                             eos_token_id=eos_token_id))
         names = None if level_names is None else [str(n) for n in level_names]
         return cls(sources, detection.name, detection.from_content, lod_level, target, auto_int, names,
                    read_ahead(chunks) if OVERLAP else chunks, stats)
@@ -237,19 +242,29 @@ def _stored_bytes(output: str, name: str) -> int:
         return f.tensor(name).storage_size
 
 
-def reader_options(fmt: str, column: str | None, max_memory: int | None) -> dict:
-    """The extra options of format ``fmt``'s reader: ``column`` (table formats only) and ``max_memory``.
+def reader_options(fmt: str, column: str | None, max_memory: int | None, *, token_dtype=None,
+                   eos_token_id: int | None = None) -> dict:
+    """The extra options of format ``fmt``'s reader: ``column`` (table formats only), ``token_dtype`` and
+    ``eos_token_id`` (token datasets only), and ``max_memory``; each given to a format that takes none is refused.
 
     >>> reader_options("parquet", "tokens", None)  # doctest: +ELLIPSIS
     {'column': 'tokens', 'max_memory': ...}
     >>> reader_options("jsonl", "tokens", None)
     Traceback (most recent call last):
     lodtool.errors.LodUsageError: column applies to table inputs (parquet, arrow), not jsonl
+    >>> reader_options("jsonl", None, None, eos_token_id=2)
+    Traceback (most recent call last):
+    lodtool.errors.LodUsageError: eos_token_id=... applies to dolma inputs, not jsonl
     """
-    extra = {} if column is None else {"column": column}
-    unknown = sorted(set(extra) - set(formats.get(fmt).options))
-    if unknown:
-        raise LodUsageError(f"{', '.join(unknown)} applies to table inputs (parquet, arrow), not {fmt}")
+    given = {"column": column, "token_dtype": token_dtype, "eos_token_id": eos_token_id}
+    extra = {k: v for k, v in given.items() if v is not None}
+    for option in extra:
+        if option in formats.get(fmt).options:
+            continue
+        takes = ", ".join(f.name for f in formats.REGISTRY if option in f.options)
+        if option == "column":
+            raise LodUsageError(f"column applies to table inputs ({takes}), not {fmt}")
+        raise LodUsageError(f"{option}=... applies to {takes} inputs, not {fmt}")
     if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
         extra["max_memory"] = resolve_max_memory(max_memory)
     return extra

@@ -39,13 +39,17 @@ def _branch_path(branch: str | Sequence[int] | None) -> tuple[int, ...]:
 
 
 def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *, name: str | None = None,
-          level: int | None = None, start: int | None = None, stop: int | None = None) -> Excerpt:
+          level: int | None = None, start: int | None = None, stop: int | None = None, token_dtype: Any = None,
+          eos_token_id: int | None = None) -> Excerpt:
     """The branch ``<i,j,...>`` of a stored tensor, or sequences ``start..stop`` of ``level`` (``lodtool slice``).
 
     ``branch`` is written ``"2,0"``, ``"<2,0>"`` or ``(2, 0)``; negative indices
     count from the end.  Give a branch or ``level`` with ``start``/``stop``,
     which follow Python's slices: ``None`` is an open end, negatives count from
     the end, and a range past the end is clamped (``taken`` says to what).
+    ``token_dtype`` and ``eos_token_id`` are what a token dataset cannot say
+    itself (see :func:`lodtool.open`), here and in :func:`head`, :func:`tail`
+    and :func:`tree`.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -60,7 +64,7 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
         raise LodUsageError("give a branch (e.g. 2,0) or level with start and stop")
     from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
-    with open_path(path) as f:
+    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
         if level is None:
             return Excerpt(t.branch(*_branch_path(branch)), t.name, len(t))
@@ -69,7 +73,8 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
         return Excerpt(t.slice_level(level, start, stop), t.name, len(t), (start, stop), count)
 
 
-def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None) -> Excerpt:
+def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None, token_dtype: Any = None,
+         eos_token_id: int | None = None) -> Excerpt:
     """The first ``count`` top-level sequences of a stored tensor (``lodtool head``).
 
     >>> import os, tempfile, numpy as np
@@ -80,10 +85,11 @@ def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None) ->
     >>> e.tensor.to_nested(), e.total
     ([[0], [1, 2]], 3)
     """
-    return _end(path, count, name, first=True)
+    return _end(path, count, name, first=True, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
-def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None) -> Excerpt:
+def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None, token_dtype: Any = None,
+         eos_token_id: int | None = None) -> Excerpt:
     """The last ``count`` top-level sequences of a stored tensor (``lodtool tail``).
 
     >>> import os, tempfile, numpy as np
@@ -93,13 +99,14 @@ def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None) ->
     >>> tail(p, 1).tensor.to_nested()
     [[3, 4, 5]]
     """
-    return _end(path, count, name, first=False)
+    return _end(path, count, name, first=False, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
-def _end(path, count: int, name: str | None, *, first: bool) -> Excerpt:
+def _end(path, count: int, name: str | None, *, first: bool, token_dtype: Any,
+         eos_token_id: int | None) -> Excerpt:
     from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
-    with open_path(path) as f:
+    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
         return Excerpt(t.head(count) if first else t.tail(count), t.name, len(t))
 
@@ -132,7 +139,8 @@ class TreeView:
 
 @contextmanager
 def tree(path: str | os.PathLike, *, name: str | None = None,
-         branch: str | Sequence[int] | None = None) -> Iterator[TreeView]:
+         branch: str | Sequence[int] | None = None, token_dtype: Any = None,
+         eos_token_id: int | None = None) -> Iterator[TreeView]:
     """Open a stored tensor for drawing the sub-tree under ``branch`` (``lodtool tree``); nothing is read yet.
 
     >>> import os, tempfile, numpy as np
@@ -146,7 +154,7 @@ def tree(path: str | os.PathLike, *, name: str | None = None,
     from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
     branch_path = _branch_path(branch)
-    with open_path(path) as f:
+    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
         if not t.lod_level and branch_path:
             raise LodUsageError("a 0-level tensor has no branches; leave out branch=...")

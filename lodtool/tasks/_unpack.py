@@ -1,9 +1,11 @@
-"""``unpack``: a tensor of a container back out as JSON, JSON Lines or NPZ (what ``lodtool unpack`` runs).
+"""``unpack``: a stored tensor back out as any io format lodtool writes (what ``lodtool unpack`` runs).
 
 The tensor is read in chunks of whole top-level sequences and written as it
 goes, so memory stays bounded.  A path is written atomically (a temp file,
 renamed when complete); a stream (``-`` is stdout) is written as the chunks
-come.  ``unpack`` is the inverse of :func:`lodtool.tasks.pack`: packing
+come.  A format written as several files (Megatron's ``PREFIX.bin`` +
+``PREFIX.idx``, datatrove, dolma) takes the output path as their prefix and
+publishes them together, or none of them.  ``unpack`` is the inverse of :func:`lodtool.tasks.pack`: packing
 its output again gives the same tensor (same LoD, dtype from the same
 inference, level names for npz).
 
@@ -23,7 +25,7 @@ import itertools
 import os
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -44,6 +46,8 @@ class UnpackResult:
     rows: int
     sequences: int
     bytes_written: int
+    #: the files written, for a format written as several files (else empty)
+    files: tuple[str, ...] = ()
 
 
 class _Counter:
@@ -69,8 +73,8 @@ class _Counter:
 
 
 def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
-           to: str = "json", chunk_rows: int = 1 << 22,
-           progress: Callable[[int, int], None] | None = None) -> UnpackResult:
+           to: str = "json", chunk_rows: int = 1 << 22, progress: Callable[[int, int], None] | None = None,
+           level: int | None = None, token_dtype: Any = None, eos_token_id: int | None = None) -> UnpackResult:
     """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (a :func:`lodtool.io.writable`).
 
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
@@ -84,6 +88,17 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     written so far and in all.  A sharded folder is checked whole (every
     shard against the manifest, every shard's LoD) before the first byte is
     written, as a file's LoD is.
+
+    ``megatron``, ``fairseq``, ``datatrove`` and ``dolma`` are written as
+    several files named from ``output`` (a path: the prefix, or one of the
+    files), which appear together when complete or not at all (files already
+    there stay as they were on an error).  Megatron keeps 2 levels (a
+    1-level tensor writes ``document_indices = arange(n + 1)``), the others
+    1; ``level=k`` makes level ``k``'s sequences the stored sequences, the
+    levels under it flattened into their tokens (a deeper tensor needs it).
+    ``result.files`` names the files written.  ``token_dtype`` and
+    ``eos_token_id`` are what a token dataset read in place cannot say itself
+    (see :func:`lodtool.open`).
 
     >>> import io, os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -102,9 +117,19 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     from ..atomic import refuse_output_over_input
     from ._open import open as open_path  # a container file, a sharded folder or a token dataset
 
-    refuse_output_over_input(output, [path])
-    with open_path(path) as f:
+    fmt = formats.get(to)
+    fmt.check_write_options({"level": level})
+    targets = fmt.output_files(output) if fmt.writes_files else [output]
+    for target in targets:
+        refuse_output_over_input(target, [path])
+    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
+        if fmt.writes_files:
+            for target in targets:  # a token dataset read in place is several files
+                refuse_output_over_input(target, getattr(f, "files", [path]))
+            files = _write_files(t, fmt, output, chunk_rows, progress, level)
+            return UnpackResult(os.fspath(output), t.name, to, t.n_rows, len(t),
+                                sum(os.path.getsize(p) for p in files), tuple(files))
         if isinstance(output, (str, os.PathLike)) and os.fspath(output) != "-":
             from ..atomic import atomic_open
 
@@ -153,6 +178,19 @@ def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None)
 def _write(t, out: _Counter, to: str, chunk_rows: int, progress: Callable[[int, int], None] | None) -> int:
     formats.get(to).write_stored(t, _reporting(_first_then_rest(t, chunk_rows), t, progress), out)
     return out.count
+
+
+def _write_files(t, fmt, output, chunk_rows: int, progress: Callable[[int, int], None] | None,
+                 level: int | None) -> list[str]:
+    """The chunks of ``t`` as the files of a multi-file format (nothing is published before the last one is in).
+
+    A tensor of no sequence is passed as one empty chunk, so the files still
+    say its dtype and levels.
+    """
+    from ._pipe import read_ahead
+
+    chunks = read_ahead(t.iter_chunks(max_rows=chunk_rows)) if len(t) else iter([t.read()])
+    return fmt.write_files(_reporting(chunks, t, progress), output, **({} if level is None else {"level": level}))
 
 
 __all__ = ["unpack", "UnpackResult", "OUTPUT_FORMATS"]

@@ -1,0 +1,223 @@
+"""Every reading command on the token datasets of LLM training in place: a Megatron prefix, a datatrove .ds, a
+dolma array.  Each answer is compared with the same command on a container holding the same tensor."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import lodtool
+from lodtool import LoDTensor
+from lodtool.cli.main import cli
+from lodtool.io.datatrove import write_datatrove
+from lodtool.io.dolma import write_dolma
+from lodtool.io.megatron import write_megatron
+
+DOCUMENTS = LoDTensor(np.array([1, 2, 3, 4, 5, 6], np.uint16), [[0, 1, 3], [0, 2, 2, 6]])
+SEQUENCES = LoDTensor(np.array([1, 2, 3, 4, 5, 6], np.uint16), [[0, 2, 2, 6]])
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(*args):
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The three formats and, beside each, the container ``pack`` makes of it (tensor ``tokens``)."""
+    d = tmp_path_factory.mktemp("tokens")
+    write_megatron(DOCUMENTS, str(d / "corpus"))
+    write_datatrove(SEQUENCES, str(d / "web.ds"))
+    write_dolma(SEQUENCES, str(d / "part.npy"))
+    for source, packed in (("corpus", "corpus.lod.h5"), ("web.ds", "web.lod.h5"), ("part.npy", "part.lod.h5")):
+        ok("pack", d / source, "--name", "tokens", "-o", d / packed)
+    return d
+
+
+SOURCES = {"megatron": ("corpus", "corpus.lod.h5"), "datatrove": ("web.ds", "web.lod.h5"),
+           "dolma": ("part.npy", "part.lod.h5")}
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_lodtool_open_and_load_read_them_in_place(data, fmt):
+    source, packed = SOURCES[fmt]
+    expected = lodtool.load(str(data / packed))
+    with lodtool.open(str(data / source)) as f:
+        t = f.tensor()
+        assert f.format == fmt and t.mappable and t.read().equals(expected)
+        assert t.branch(len(t) - 1).equals(expected.branch(len(t) - 1))
+    assert lodtool.load(str(data / source)).equals(expected)
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_inspect_describes_them_in_place(data, fmt):
+    source, packed = SOURCES[fmt]
+    info = json.loads(ok("inspect", "--json", data / source).stdout)
+    assert info["format"] == fmt and len(info["files"]) >= 2
+    (tensor,) = info["tensors"]
+    (stored,) = json.loads(ok("inspect", "--json", data / packed).stdout)["tensors"]
+    assert tensor["levels"] == stored["levels"] and tensor["dtype"] == stored["dtype"]
+    assert "memory-mapped" in ok("inspect", data / source).stdout
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_validate_and_verify(data, fmt):
+    source, _ = SOURCES[fmt]
+    assert ok("validate", data / source).stdout.startswith("ok ")
+    out = ok("verify", data / source).stdout
+    assert "nothing to verify" in out and "records no checksums" in out
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+@pytest.mark.parametrize("command", [["slice", "1"], ["slice", "--level", "0", "--range", "1:"], ["head", "-n", "2"],
+                                     ["tail", "-n", "1"]])
+def test_the_sequence_commands_give_what_they_give_on_the_container(data, fmt, command):
+    source, packed = SOURCES[fmt]
+    name, *rest = command
+    assert ok(name, data / source, *rest, "--to", "jsonl").stdout == ok(name, data / packed, *rest, "--to",
+                                                                        "jsonl").stdout
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_tree(data, fmt):
+    source, packed = SOURCES[fmt]
+    tree = json.loads(ok("tree", data / source, "--json").stdout)
+    assert tree["children"] == json.loads(ok("tree", data / packed, "--json").stdout)["children"]
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_batch(data, fmt, tmp_path):
+    source, packed = SOURCES[fmt]
+    ok("batch", data / source, "--max-tokens", "4", "-o", tmp_path / "a.npz")
+    ok("batch", data / packed, "--max-tokens", "4", "-o", tmp_path / "b.npz")
+    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
+    assert a.files == b.files and "indices" in a.files
+    for key in a.files:
+        if key != "meta":  # it names the source and its digest
+            assert np.array_equal(a[key], b[key]), key
+    ok("batch", data / source, "--max-tokens", "4", "--to", "npz", "-o", tmp_path / "batches")
+    assert sorted(p.name for p in (tmp_path / "batches").iterdir())
+
+
+def _operator_args(command: str, x: str, y: str, out: str) -> list[str]:
+    return {"pool": [x, "-o", out], "softmax": [x, "-o", out], "reverse": [x, "-o", out], "pad": [x, "-o", out],
+            "pack-plan": [x], "expand": [x, y, "-o", out], "concat": [x, x, "-o", out],
+            "seq-slice": [x, "--offset", "0", "--length", "1", "--clip", "-o", out],
+            "erase": [x, "--tokens", "2", "-o", out], "enumerate": [x, "--win-size", "2", "-o", out],
+            "reshape": [x, "--new-dim", "1", "-o", out], "lod-reset": [x, "--target-lod", "0,6", "-o", out]}[command]
+
+
+def _result(path) -> object:
+    if str(path).endswith(".npz"):
+        with np.load(path) as z:
+            return {k: z[k].tolist() for k in z.files}
+    return lodtool.load(str(path)).to_nested()
+
+
+OPERATORS = ["concat", "enumerate", "erase", "expand", "lod-reset", "pack-plan", "pad", "pool", "reshape", "reverse",
+             "seq-slice", "softmax"]
+
+
+@pytest.mark.parametrize("command", OPERATORS)
+@pytest.mark.parametrize("fmt", ["datatrove", "megatron"])
+def test_every_operator_takes_them_as_input(data, tmp_path, command, fmt):
+    source, packed = SOURCES[fmt]
+    if command == "expand":  # x must have 1 level: the datatrove file, expanded by the dataset
+        x_source, x_packed = SOURCES["datatrove"]
+    else:
+        x_source, x_packed = source, packed
+    suffix = ".npz" if command == "pad" else ".lod.h5"
+    direct = ok(command, *_operator_args(command, str(data / x_source), str(data / source), str(tmp_path / f"a{suffix}")))
+    packed_run = ok(command, *_operator_args(command, str(data / x_packed), str(data / packed),
+                                             str(tmp_path / f"b{suffix}")))
+    if command == "pack-plan":
+        assert direct.stdout == packed_run.stdout
+    else:
+        assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
+
+
+def test_unpack_reads_them_and_writes_another(data, tmp_path):
+    ok("unpack", data / "corpus", "--to", "datatrove", "--level", "1", "-o", tmp_path / "x.ds")
+    with lodtool.open(str(tmp_path / "x.ds")) as f:
+        assert f.tensor().read().lod == [DOCUMENTS.lod[1]]
+
+
+# -- bad input: one line naming the file and the index, a non-zero exit, nothing written ------------------
+def _damaged(d, damage: str) -> tuple[str, str]:
+    """A damaged dataset in ``d``: ``(its path, what the one-line error must say)``."""
+    import struct
+
+    import numpy as np
+
+    t = LoDTensor(np.arange(1, 11, dtype=np.uint16), [[0, 2, 4], [0, 2, 5, 7, 10]])
+    if damage == "decreasing .ds.index":
+        write_datatrove(LoDTensor(t.data, [t.lod[1]]), str(d / "x.ds"))
+        ends = np.fromfile(d / "x.ds.index", "<u8")
+        ends[1] = 1
+        ends.tofile(d / "x.ds.index")
+        return str(d / "x.ds"), "x.ds.index: document_ends[1]: document 1 ends at token 1, before document 0"
+    if damage == "fairseq as megatron":
+        write_megatron(LoDTensor(t.data, [t.lod[1]]), str(d / "x"), kind="fairseq")
+        return str(d / "x"), "x.idx: byte 26: this is a fairseq MMIDIDX index"
+    write_megatron(t, str(d / "x"))
+    if damage == "truncated .bin":
+        with open(d / "x.bin", "r+b") as f:
+            f.truncate(14)
+        return str(d / "x"), "x.idx: sequence_pointers[3]: sequence 3 spans bytes 14..20 of "
+    if damage == "pointers past the .bin":
+        with open(d / "x.idx", "r+b") as f:
+            f.seek(34 + 4 * 4 + 8 * 2)
+            f.write(struct.pack("<q", 100))
+        return str(d / "x"), "x.idx: sequence_pointers[2]: sequence 2 spans bytes 100..104 of "
+    assert damage == "a dtype code that does not exist"
+    with open(d / "x.idx", "r+b") as f:
+        f.seek(17)
+        f.write(bytes([12]))
+    return str(d / "x"), "x.idx: byte 17: dtype code 12 does not exist"
+
+
+DAMAGES = ["truncated .bin", "pointers past the .bin", "a dtype code that does not exist", "fairseq as megatron",
+           "decreasing .ds.index"]
+READERS = [["pack", "{x}", "-o", "{out}/o.lod.h5"], ["inspect", "{x}"], ["head", "{x}", "--to", "jsonl"],
+           ["tail", "{x}", "--to", "jsonl"], ["slice", "{x}", "1"], ["tree", "{x}"],
+           ["unpack", "{x}", "--to", "megatron", "-o", "{out}/good"], ["pool", "{x}", "-o", "{out}/p.lod.h5"]]
+
+
+def _cases():
+    for damage in DAMAGES:
+        for command in READERS:
+            if damage != "fairseq as megatron" or command[0] == "pack":
+                yield pytest.param(damage, command, id=f"{damage}-{command[0]}")
+
+
+@pytest.mark.parametrize("damage, command", list(_cases()))
+def test_bad_input_is_one_line_naming_the_file_and_index_and_writes_nothing(tmp_path, damage, command):
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    x, expected = _damaged(src, damage)
+    write_megatron(DOCUMENTS, str(out / "good"))  # an existing prefix that a failed unpack must leave as it was
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    args = [a.format(x=x, out=out) for a in command]
+    if damage == "fairseq as megatron":  # read in place, the .idx is told as fairseq by its size: --format insists
+        args += ["--format", "megatron"]
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("lodtool: error: ") and expected in line and "Traceback" not in result.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("damage", [d for d in DAMAGES if d != "fairseq as megatron"])
+def test_validate_names_the_first_violation(tmp_path, damage):
+    x, expected = _damaged(tmp_path, damage)
+    result = run("validate", x)
+    assert result.exit_code in (1, 2) and expected in result.stdout + result.stderr
