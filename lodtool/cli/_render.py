@@ -137,6 +137,8 @@ def inspect_report(info: dict) -> None:
                   f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}"
                   f"{' (memory-mapped)' if t.get('memory_mapped') else ''}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
+        if t.get("tokens"):
+            con.print(f"tokens: {markup_safe(tokens_text(t['tokens']))}")
         if not t["levels"]:
             continue
         table = Table(show_edge=False, header_style="bold")
@@ -146,6 +148,13 @@ def inspect_report(info: dict) -> None:
             table.add_row(str(lv["level"]), markup_safe(lv.get("name") or ""), f"{lv['sequences']:,}", _num(lv["min"]),
                           _num(lv["median"]), _num(lv["mean"], 2), _num(lv["max"]), f"{lv['empty']:,}")
         con.print(table)
+
+
+def tokens_text(tokens: dict) -> str:
+    """``inspect``'s line for a tensor's token metadata (the ``tokens`` entry of ``inspect --json``)."""
+    from ..tokens import describe_tokens
+
+    return f"unreadable ({tokens['error']})" if "error" in tokens else describe_tokens(tokens)
 
 
 def _num(v, digits: int = 0) -> str:

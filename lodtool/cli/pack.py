@@ -10,6 +10,29 @@ from . import _options as opt
 from .. import io as formats
 
 
+def token_options(fn):
+    """The token metadata recorded with the tensor (``docs/format.md``, *Token metadata*)."""
+    options = (
+        click.option("--vocab-size", type=click.IntRange(min=1), default=None,
+                     help="The vocabulary size of the token ids (validate then checks every id is under it)."),
+        click.option("--eos-id", type=click.IntRange(min=0), default=None, help="The end-of-sequence token id."),
+        click.option("--bos-id", type=click.IntRange(min=0), default=None, help="The beginning-of-sequence token id."),
+        click.option("--pad-id", type=click.IntRange(min=0), default=None, help="The padding token id."),
+        click.option("--tokenizer-name", default=None, help="The name of the tokenizer that made the ids."),
+    )
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _token_info(vocab_size, eos_id, bos_id, pad_id, tokenizer_name):
+    from ..tokens import TokenInfo
+
+    info = TokenInfo(vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id, pad_id=pad_id,
+                     tokenizer_name=tokenizer_name)
+    return None if info.empty else info
+
+
 @click.command("pack")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...", type=opt.PATH)
 @opt.output_option(required=True, help_="The container to write (atomically), or - for stdout.")
@@ -32,9 +55,11 @@ from .. import io as formats
 @opt.max_memory_option
 @opt.replace_options
 @opt.json_option
+@token_options
 @click.pass_context
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
-         scheduler, workers, max_memory, overwrite, force, as_json):
+         scheduler, workers, max_memory, overwrite, force, as_json, vocab_size, eos_id, bos_id, pad_id,
+         tokenizer_name):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -70,7 +95,11 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         raise click.UsageError("--append adds to the tensor and --overwrite replaces it: give one of them")
     if append and force:
         raise click.UsageError("--append adds to a file and --force replaces it: give one of them")
+    tokens = _token_info(vocab_size, eos_id, bos_id, pad_id, tokenizer_name)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
+        if tokens is not None:
+            raise click.UsageError("--vocab-size, --eos-id, --bos-id, --pad-id and --tokenizer-name are recorded in a "
+                                   "container; pack into one file, then split it with lodtool shard (which keeps them)")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
                       shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
         return
@@ -85,7 +114,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
                             progress=tick, column=column, max_memory=opt.parse_size(max_memory),
-                            overwrite=overwrite, force=force)
+                            overwrite=overwrite, force=force, tokens=tokens)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
                "bytes_saved": result.bytes_saved, "stored_bytes": result.stored_bytes}

@@ -9,14 +9,14 @@ import click
 from . import _options as opt
 
 
-def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False):
+def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, tokens=None):
     from .. import tasks
 
     if fmt == "h5":
         if output is None:
             raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
         with opt.container_output(output) as path:
-            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force)
+            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force, tokens=tokens)
     else:
         tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
 
@@ -71,7 +71,7 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force):
         if part.taken is not None and part.taken != (begin, end):
             opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
                              f"({opt.plural(part.level_count, 'sequence')})")
-        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force)
+        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force, part.tokens)
 
 
 def _literal_range(text: str) -> tuple[int | None, int | None]:
@@ -119,7 +119,7 @@ def _head_tail(which: str):
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first))
             else:
-                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force)
+                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens)
 
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
                     "jsonl when piped.\n\n\b\nExample:\n"

@@ -61,6 +61,15 @@ class Format:
         """Chunks of whole top-level sequences from ``sources`` (see the module docstring for ``options``)."""
         return self._impl().read(self.name, sources, **options)
 
+    def token_info(self, sources: Sequence[Any]):
+        """The token metadata the inputs record themselves (:class:`~lodtool.tokens.TokenInfo`), or None.
+
+        A format module that records some (datatrove's ``.ds.metadata``, a tokenizer's text) has a
+        ``token_info(fmt, sources)``; the others record none.
+        """
+        impl = self._impl()
+        return impl.token_info(self.name, sources) if hasattr(impl, "token_info") else None
+
     def write(self, tensor, out: BinaryIO) -> None:
         """Write a tensor held in memory to the binary stream ``out``."""
         self._check_writes()

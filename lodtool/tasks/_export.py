@@ -18,11 +18,12 @@ TARGETS = ("h5", *formats.writable())
 
 
 def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
-           compression: str | None = None, overwrite: bool = False, force: bool = False) -> None:
+           compression: str | None = None, overwrite: bool = False, force: bool = False, tokens=None) -> None:
     """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
 
     A container (``to="h5"``) follows :func:`~lodtool.container.writer.save`'s
-    rule for an existing file (``overwrite``, ``force``).
+    rule for an existing file (``overwrite``, ``force``), and records ``tokens``
+    (:class:`~lodtool.tokens.TokenInfo`) with the tensor.
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -38,7 +39,8 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
         from ..container.writer import save
 
         kwargs = {"compression": compression} if compression else {}
-        save(output, {name: tensor}, overwrite=overwrite, force=force, **kwargs)
+        save(output, {name: tensor}, overwrite=overwrite, force=force, tokens={name: tokens} if tokens else None,
+             **kwargs)
         return
     if isinstance(output, (str, os.PathLike)):
         from ..atomic import atomic_path

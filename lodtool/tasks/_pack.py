@@ -31,6 +31,7 @@ from .. import io as formats
 from ..container.writer import AUTO_INT, PACK_REMEDY, LodWriter
 from ..limits import resolve_max_memory
 from ..io._values import resolve_dtype
+from ..tokens import TOKEN_FIELDS, TokenInfo, dtype_problem
 
 #: the input formats ``pack`` reads
 INPUT_FORMATS = formats.readable()
@@ -63,7 +64,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
          chunk_bytes: int = formats.READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
-         column: str | None = None, max_memory: int | None = None) -> PackResult:
+         column: str | None = None, max_memory: int | None = None, tokens: TokenInfo | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -88,7 +89,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     arrow; default: its only column).  An input read whole (an NPZ archive) must fit in ``max_memory``
     (default ``min(available RAM / 2, 4 GiB)``), checked before it is inflated.  Errors are
     :class:`~lodtool.errors.LodError` subclasses and
-    leave ``output`` as it was.
+    leave ``output`` as it was.  ``tokens`` (:class:`~lodtool.tokens.TokenInfo`: vocabulary size, special
+    ids, tokenizer) is recorded with the tensor, over what the input records itself (the tokenizer name of
+    a datatrove ``.ds.metadata``).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool.container import load
@@ -104,7 +107,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     sources = _as_list(inputs)
     refuse_output_over_input(output, sources)
     source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress)
+                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
+                             tokens=tokens)
     kwargs = {} if compression is None else {"compression": compression}
     with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
         writer.check_name(name)  # before any input is read
@@ -134,12 +138,14 @@ class PackSource:
     level_names: list[str] | None
     chunks: Iterator[LoDTensor]
     stats: dict
+    #: the token metadata recorded with the tensor: the input's own, with what the caller gave over it
+    tokens: TokenInfo | None = None
 
     @classmethod
     def open(cls, inputs, *, format: str | None = None, lod_level: int | None = None, dtype=None,
              level_names: Sequence[str] | None = None, column: str | None = None, max_memory: int | None = None,
              chunk_bytes: int = formats.READ_CHUNK_BYTES,
-             progress: Callable[[int], None] | None = None) -> "PackSource":
+             progress: Callable[[int], None] | None = None, tokens: TokenInfo | None = None) -> "PackSource":
         """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
         sources = _as_list(inputs)
         detection = formats.input_format(sources, format)
@@ -152,8 +158,16 @@ class PackSource:
             sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress, stats=stats,
             **reader_options(detection.name, column, max_memory))
         names = None if level_names is None else [str(n) for n in level_names]
+        recorded = formats.get(detection.name).token_info(sources) or TokenInfo()
+        if tokens is not None:
+            recorded = recorded.merged(**{k: getattr(tokens, k) for k in TOKEN_FIELDS},
+                                       tokenizer_json=tokens.tokenizer_json)
+        if not recorded.empty and recorded.vocab_size is not None and target is not None:
+            wrong = dtype_problem(target, recorded.vocab_size)
+            if wrong:
+                raise LodUsageError(f"--dtype {target}: {wrong}")
         return cls(sources, detection.name, detection.from_content, lod_level, target, auto_int, names,
-                   _overlapped(chunks) if OVERLAP else chunks, stats)
+                   _overlapped(chunks) if OVERLAP else chunks, stats, None if recorded.empty else recorded)
 
     @property
     def bytes_read(self) -> int:
@@ -193,7 +207,7 @@ def _write_chunks(writer: LodWriter, name: str, source: PackSource) -> _Written:
             out.first = chunk
             out.tensor = writer.add_tensor(name, dtype=AUTO_INT if source.auto_int else source.target,
                                            element_shape=chunk.element_shape, lod_level=chunk.lod_level,
-                                           level_names=source.names_for(chunk))
+                                           level_names=source.names_for(chunk), tokens=source.tokens)
         out.tensor.append(chunk)
         out.rows += chunk.n_rows
         out.sequences += len(chunk)
@@ -204,14 +218,15 @@ def _write_chunks(writer: LodWriter, name: str, source: PackSource) -> _Written:
 def _add_without_chunks(writer: LodWriter, name: str, source: PackSource):
     """The tensor of an input with no sequence: the one appended to (checked all the same), or an empty one."""
     if writer.append and name in writer.existing_names:
-        return writer.add_tensor(name, dtype=source.target, lod_level=writer.stored_lod_level(name))
+        return writer.add_tensor(name, dtype=source.target, lod_level=writer.stored_lod_level(name),
+                                 tokens=source.tokens)
     if source.lod_level is None:
         raise source.empty_input_error()
     names = source.level_names
     if names is not None and len(names) != source.lod_level:
         raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {source.lod_level}")
     return writer.add_tensor(name, dtype=source.target if source.target is not None else np.float64,
-                             element_shape=(), lod_level=source.lod_level, level_names=names)
+                             element_shape=(), lod_level=source.lod_level, level_names=names, tokens=source.tokens)
 
 
 def _result(output: str, name: str, source: PackSource, written: _Written) -> PackResult:
