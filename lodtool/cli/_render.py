@@ -281,14 +281,19 @@ def _level_name(src: TreeSource, level: int) -> str:
     return ""
 
 
+#: token ids ``--text`` decodes for a leaf's preview
+TEXT_PREVIEW_IDS = 24
+
+
 def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, begin: int, end: int,
-               depth: int, max_children: int, preview_items: int = 8, first_label: int = 0):
+               depth: int, max_children: int, preview_items: int = 8, first_label: int = 0, decoder=None):
     """A rich Tree of entries ``begin..end`` of ``level``, ``depth`` levels deep.
 
     ``path`` is the branch the entries sit under; the top entries are labelled
     from ``first_label`` (tail numbers them from the end of the file).  Nodes are
     expanded with an explicit stack (no recursion); each level is cut to
-    ``max_children``.
+    ``max_children``.  With a ``decoder`` (``--text``) each leaf also shows the
+    text of its first :data:`TEXT_PREVIEW_IDS` ids.
     """
     from rich.markup import escape
     from rich.tree import Tree
@@ -314,6 +319,9 @@ def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, beg
             if lv == src.lod_level - 1:
                 rows, total = src.rows(b + k, preview_items)
                 label += "  " + escape(preview(rows, total, src.element_shape, preview_items))
+                if decoder is not None:
+                    ids, total = src.rows(b + k, TEXT_PREVIEW_IDS)
+                    label += "  [green]" + escape(repr(decoder.preview(ids, total > len(ids)))) + "[/]"
                 node.add(label)
             else:
                 child = node.add(label)

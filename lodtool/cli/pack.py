@@ -25,6 +25,46 @@ def token_options(fn):
     return fn
 
 
+def text_options(fn):
+    """Text tokenized as it is packed (``docs/text.md``)."""
+    options = (
+        click.option("--tokenizer", default=None, type=opt.PATH, metavar="TOKENIZER.JSON",
+                     help="Pack text: tokenize it with this local HuggingFace tokenizer.json (pip install "
+                          "'lodtool[text]'); the tokenizer is stored in the container."),
+        click.option("--text-field", default=None, metavar="NAME",
+                     help="The JSON Lines field or Parquet column that holds the text.  [default: text]"),
+        click.option("--documents", type=click.Choice(["file", "line"]), default=None,
+                     help="Plain text: each file is a document, or each line.  [default: file]"),
+        click.option("--split", type=click.Choice(["lines", "paragraphs", "sentences"]), default=None,
+                     help="Add a level: documents > lines / paragraphs / sentences > tokens."),
+        click.option("--add-bos", is_flag=True, help="Put the BOS token id before each document."),
+        click.option("--add-eos", is_flag=True, help="Put the EOS token id after each document."),
+        click.option("--special-tokens", is_flag=True,
+                     help="Let the tokenizer add its own special tokens (its post-processor, e.g. [CLS] .. [SEP])."),
+        click.option("--no-tokenizer-json", is_flag=True,
+                     help="Record the tokenizer by name and hash only, not its JSON."),
+    )
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json):
+    given = [name for name, value in (("--text-field", text_field), ("--documents", documents), ("--split", split),
+                                      ("--add-bos", add_bos), ("--add-eos", add_eos),
+                                      ("--special-tokens", special_tokens),
+                                      ("--no-tokenizer-json", no_tokenizer_json)) if value]
+    if tokenizer is None:
+        if given:
+            raise click.UsageError(f"{given[0]} applies to text, packed with --tokenizer tokenizer.json")
+        return None
+    from ..io.text import TextOptions
+
+    return TextOptions(tokenizer, field=text_field or "text", documents=documents or "file", split=split,
+                       add_bos=add_bos, add_eos=add_eos, special_tokens=special_tokens,
+                       store_json=not no_tokenizer_json)
+
+
 def _token_info(vocab_size, eos_id, bos_id, pad_id, tokenizer_name):
     from ..tokens import TokenInfo
 
@@ -56,10 +96,12 @@ def _token_info(vocab_size, eos_id, bos_id, pad_id, tokenizer_name):
 @opt.replace_options
 @opt.json_option
 @token_options
+@text_options
 @click.pass_context
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
          scheduler, workers, max_memory, overwrite, force, as_json, vocab_size, eos_id, bos_id, pad_id,
-         tokenizer_name):
+         tokenizer_name, tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens,
+         no_tokenizer_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -88,6 +130,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack shards/*.jsonl -o corpus/ --shard-size 1GB
       lodtool pack shards/*.jsonl -o corpus/ --scheduler processes --workers 8   # one shard per input
       lodtool pack docs.jsonl -o docs.lod.h5 --dtype auto-int
+      lodtool pack corpus.jsonl --tokenizer tokenizer.json -o corpus.lod.h5 --split sentences --add-eos
     """
     from .. import tasks
 
@@ -96,10 +139,12 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     if append and force:
         raise click.UsageError("--append adds to a file and --force replaces it: give one of them")
     tokens = _token_info(vocab_size, eos_id, bos_id, pad_id, tokenizer_name)
+    text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if tokens is not None:
-            raise click.UsageError("--vocab-size, --eos-id, --bos-id, --pad-id and --tokenizer-name are recorded in a "
-                                   "container; pack into one file, then split it with lodtool shard (which keeps them)")
+        if tokens is not None or text is not None:
+            raise click.UsageError("--tokenizer, --vocab-size, --eos-id, --bos-id, --pad-id and --tokenizer-name are "
+                                   "recorded in a container; pack into one file, then split it with lodtool shard "
+                                   "(which keeps them)")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
                       shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
         return
@@ -114,7 +159,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
                             progress=tick, column=column, max_memory=opt.parse_size(max_memory),
-                            overwrite=overwrite, force=force, tokens=tokens)
+                            overwrite=overwrite, force=force, tokens=tokens, text=text)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
                "bytes_saved": result.bytes_saved, "stored_bytes": result.stored_bytes}

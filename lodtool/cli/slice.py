@@ -93,8 +93,11 @@ def _head_tail(which: str):
     @opt.output_option()
     @opt.replace_options
     @click.option("--json", "as_json", is_flag=True, help="The sequences as one JSON document (as --to json).")
+    @click.option("--text", "as_text", is_flag=True,
+                  help="Text beside the ids (a tree), or text instead of ids (jsonl, json), decoded by the "
+                       "tokenizer the tensor stores.")
     @click.pass_context
-    def command(ctx, file, count, name, to, output, overwrite, force, as_json):
+    def command(ctx, file, count, name, to, output, overwrite, force, as_json, as_text):
         from .. import tasks
 
         if as_json:
@@ -106,10 +109,20 @@ def _head_tail(which: str):
         fmt = opt.output_format(output, to, default)
         opt.refuse_binary_on_terminal(output, fmt)
         _refuse_output_over(file, output, fmt)
+        if as_text and fmt not in ("tree", "jsonl", "json"):
+            raise click.UsageError(f"--text shows text in a tree, jsonl or json, not {fmt}")
         with opt.input_path(file) as src:
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name)
             part = excerpt.tensor
-            if fmt == "tree":
+            decoder = None
+            if as_text:
+                from ..text import decoder_for
+
+                decoder = decoder_for(excerpt.tokens, f"{file}: tensor {excerpt.name!r}")
+            if decoder is not None and fmt != "tree":
+                tasks.export(part, sys.stdout.buffer if output in (None, "-") else output, to=fmt,
+                             decoder=decoder)
+            elif fmt == "tree":
                 from ._render import TreeSource, build_tree, markup_safe, print_
 
                 first = 0 if which == "head" or not part.lod_level else excerpt.total - len(part)
@@ -117,7 +130,7 @@ def _head_tail(which: str):
                 title = f"[bold]{markup_safe(excerpt.name)}[/] {which} {len(part)} of {excerpt.total:,}"
                 top = src_.level_sizes[0] - 1 if part.lod_level else part.shape[0]
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
-                                  first_label=first))
+                                  first_label=first, decoder=decoder))
             else:
                 _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens)
 

@@ -282,7 +282,7 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Any) -
 
 
 # -- token metadata, for pack ------------------------------------------------------------------------
-def token_info(fmt: str, sources: Sequence[Any]) -> TokenInfo | None:
+def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
     """The tokenizer name the ``.ds.metadata`` files record (one name for all inputs), as :class:`TokenInfo`.
 
     Inputs whose metadata names different tokenizers are refused: their ids do not share a vocabulary.

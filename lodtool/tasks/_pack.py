@@ -17,6 +17,7 @@ pack leaves no output: the container is committed only when everything is in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import threading
@@ -31,6 +32,7 @@ from .. import io as formats
 from ..container.writer import AUTO_INT, PACK_REMEDY, LodWriter
 from ..limits import resolve_max_memory
 from ..io._values import resolve_dtype
+from ..io.text import TextOptions
 from ..tokens import TOKEN_FIELDS, TokenInfo, dtype_problem
 
 #: the input formats ``pack`` reads
@@ -64,7 +66,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
          chunk_bytes: int = formats.READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
-         column: str | None = None, max_memory: int | None = None, tokens: TokenInfo | None = None) -> PackResult:
+         column: str | None = None, max_memory: int | None = None, tokens: TokenInfo | None = None,
+         text: TextOptions | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -91,7 +94,9 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     :class:`~lodtool.errors.LodError` subclasses and
     leave ``output`` as it was.  ``tokens`` (:class:`~lodtool.tokens.TokenInfo`: vocabulary size, special
     ids, tokenizer) is recorded with the tensor, over what the input records itself (the tokenizer name of
-    a datatrove ``.ds.metadata``).
+    a datatrove ``.ds.metadata``).  ``text`` (:class:`lodtool.io.text.TextOptions`) packs text instead:
+    JSON Lines, Parquet or plain text, tokenized as it streams by a local ``tokenizer.json``, into the
+    narrowest unsigned dtype that holds the vocabulary, the tokenizer recorded (``docs/text.md``).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool.container import load
@@ -108,7 +113,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     refuse_output_over_input(output, sources)
     source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
                              column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
-                             tokens=tokens)
+                             tokens=tokens, text=text)
     kwargs = {} if compression is None else {"compression": compression}
     with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
         writer.check_name(name)  # before any input is read
@@ -145,27 +150,41 @@ class PackSource:
     def open(cls, inputs, *, format: str | None = None, lod_level: int | None = None, dtype=None,
              level_names: Sequence[str] | None = None, column: str | None = None, max_memory: int | None = None,
              chunk_bytes: int = formats.READ_CHUNK_BYTES,
-             progress: Callable[[int], None] | None = None, tokens: TokenInfo | None = None) -> "PackSource":
+             progress: Callable[[int], None] | None = None, tokens: TokenInfo | None = None,
+             text: TextOptions | None = None) -> "PackSource":
         """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
         sources = _as_list(inputs)
-        detection = formats.input_format(sources, format)
+        if text is not None:  # the text reader tells each input's kind (JSON Lines, Parquet, plain) itself
+            text = _text_kind(text, format)
+            detection = formats.Detection("text", False)
+        else:
+            detection = formats.input_format(sources, format)
+            if detection.name == "text":
+                raise LodUsageError("packing text needs a tokenizer: --tokenizer tokenizer.json")
         if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
             raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
         auto_int = isinstance(dtype, str) and dtype == AUTO_INT
         target = None if auto_int else resolve_dtype(dtype)
         stats: dict = {"bytes_read": 0}
-        chunks = formats.get(detection.name).read(
-            sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress, stats=stats,
-            **reader_options(detection.name, column, max_memory))
-        names = None if level_names is None else [str(n) for n in level_names]
-        recorded = formats.get(detection.name).token_info(sources) or TokenInfo()
+        fmt = formats.get(detection.name)
+        options = reader_options(detection.name, column, max_memory)
+        if text is not None:
+            options["text"] = text
+        recorded = fmt.token_info(sources, **options) or TokenInfo()
         if tokens is not None:
             recorded = recorded.merged(**{k: getattr(tokens, k) for k in TOKEN_FIELDS},
                                        tokenizer_json=tokens.tokenizer_json)
+        if text is not None:
+            options["tokens"] = recorded
+            if target is None and not auto_int:  # ids take the narrowest dtype of the vocabulary
+                target = recorded.smallest_dtype()
         if not recorded.empty and recorded.vocab_size is not None and target is not None:
             wrong = dtype_problem(target, recorded.vocab_size)
             if wrong:
                 raise LodUsageError(f"--dtype {target}: {wrong}")
+        chunks = fmt.read(sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress,
+                          stats=stats, **options)
+        names = None if level_names is None else [str(n) for n in level_names]
         return cls(sources, detection.name, detection.from_content, lod_level, target, auto_int, names,
                    _overlapped(chunks) if OVERLAP else chunks, stats, None if recorded.empty else recorded)
 
@@ -271,6 +290,16 @@ def reader_options(fmt: str, column: str | None, max_memory: int | None) -> dict
     if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
         extra["max_memory"] = resolve_max_memory(max_memory)
     return extra
+
+
+def _text_kind(text: TextOptions, format: str | None) -> TextOptions:
+    """``text`` with its input kind from ``format`` (``jsonl``, ``parquet``, ``text`` for plain), if given."""
+    if format is None:
+        return text
+    kinds = {"jsonl": "jsonl", "parquet": "parquet", "text": "plain"}
+    if format not in kinds:
+        raise LodUsageError(f"text is read from jsonl, parquet or plain text (--format text), not {format}")
+    return dataclasses.replace(text, kind=kinds[format])
 
 
 def _as_list(inputs) -> list:
