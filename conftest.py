@@ -27,6 +27,8 @@ NEEDS = {
     "lodtool.interop.arrow": "pyarrow",
     "lodtool.io.arrow": "pyarrow",
     "lodtool.io.parquet": "pyarrow",
+    "lodtool.text": "tokenizers",
+    "lodtool.io.text": "tokenizers",
 }
 
 

@@ -317,7 +317,8 @@ def token_options(f):
     """--token-dtype and --eos-id: passed as ``token_dtype`` / ``eos_token_id`` to the task, which passes them to
     :func:`lodtool.open` (a container ignores them)."""
     f = click.option("--eos-id", "eos_token_id", type=click.IntRange(min=0), default=None, metavar="ID",
-                     help="A dolma array without its .csv.gz: each document ends after this token id.")(f)
+                     help="A dolma array without its .csv.gz: each document ends after this token id (pack also "
+                          "records it as the tensor's EOS id).")(f)
     return click.option("--token-dtype", "token_dtype", default=None, metavar="DTYPE",
                         help="The tokens' dtype where a token dataset does not say it: a dolma array, a .ds "
                              "without .ds.metadata and no token, a Megatron / fairseq dtype code that differs "

@@ -137,6 +137,8 @@ def inspect_report(info: dict) -> None:
                   f"{t['lod_level']} LoD level{'' if t['lod_level'] == 1 else 's'}  compression {t['compression']}"
                   f"{' (memory-mapped)' if t.get('memory_mapped') else ''}  "
                   f"{human_bytes(t['nbytes'])} data, {human_bytes(t['storage_size'])} stored{shared}")
+        if t.get("tokens"):
+            con.print(f"tokens: {markup_safe(tokens_text(t['tokens']))}")
         if not t["levels"]:
             continue
         table = Table(show_edge=False, header_style="bold")
@@ -146,6 +148,13 @@ def inspect_report(info: dict) -> None:
             table.add_row(str(lv["level"]), markup_safe(lv.get("name") or ""), f"{lv['sequences']:,}", _num(lv["min"]),
                           _num(lv["median"]), _num(lv["mean"], 2), _num(lv["max"]), f"{lv['empty']:,}")
         con.print(table)
+
+
+def tokens_text(tokens: dict) -> str:
+    """``inspect``'s line for a tensor's token metadata (the ``tokens`` entry of ``inspect --json``)."""
+    from ..tokens import describe_tokens
+
+    return f"unreadable ({tokens['error']})" if "error" in tokens else describe_tokens(tokens)
 
 
 def _num(v, digits: int = 0) -> str:
@@ -272,14 +281,19 @@ def _level_name(src: TreeSource, level: int) -> str:
     return ""
 
 
+#: token ids ``--text`` decodes for a leaf's preview
+TEXT_PREVIEW_IDS = 24
+
+
 def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, begin: int, end: int,
-               depth: int, max_children: int, preview_items: int = 8, first_label: int = 0):
+               depth: int, max_children: int, preview_items: int = 8, first_label: int = 0, decoder=None):
     """A rich Tree of entries ``begin..end`` of ``level``, ``depth`` levels deep.
 
     ``path`` is the branch the entries sit under; the top entries are labelled
     from ``first_label`` (tail numbers them from the end of the file).  Nodes are
     expanded with an explicit stack (no recursion); each level is cut to
-    ``max_children``.
+    ``max_children``.  With a ``decoder`` (``--text``) each leaf also shows the
+    text of its first :data:`TEXT_PREVIEW_IDS` ids.
     """
     from rich.markup import escape
     from rich.tree import Tree
@@ -305,6 +319,9 @@ def build_tree(src: TreeSource, title: str, path: Sequence[int], level: int, beg
             if lv == src.lod_level - 1:
                 rows, total = src.rows(b + k, preview_items)
                 label += "  " + escape(preview(rows, total, src.element_shape, preview_items))
+                if decoder is not None:
+                    ids, total = src.rows(b + k, TEXT_PREVIEW_IDS)
+                    label += "  [green]" + escape(repr(decoder.preview(ids, total > len(ids)))) + "[/]"
                 node.add(label)
             else:
                 child = node.add(label)

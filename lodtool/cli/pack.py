@@ -10,6 +10,69 @@ from . import _options as opt
 from .. import io as formats
 
 
+def token_metadata_options(fn):
+    """The token metadata recorded with the tensor (``docs/format.md``, *Token metadata*); ``--eos-id`` is
+    :func:`lodtool.cli._options.token_options`'s, which token datasets read too."""
+    options = (
+        click.option("--vocab-size", type=click.IntRange(min=1), default=None,
+                     help="The vocabulary size of the token ids (validate then checks every id is under it)."),
+        click.option("--bos-id", type=click.IntRange(min=0), default=None, help="The beginning-of-sequence token id."),
+        click.option("--pad-id", type=click.IntRange(min=0), default=None, help="The padding token id."),
+        click.option("--tokenizer-name", default=None, help="The name of the tokenizer that made the ids."),
+    )
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def text_options(fn):
+    """Text tokenized as it is packed (``docs/text.md``)."""
+    options = (
+        click.option("--tokenizer", default=None, type=opt.PATH, metavar="TOKENIZER.JSON",
+                     help="Pack text: tokenize it with this local HuggingFace tokenizer.json (pip install "
+                          "'lodtool[text]'); the tokenizer is stored in the container."),
+        click.option("--text-field", default=None, metavar="NAME",
+                     help="The JSON Lines field or Parquet column that holds the text.  [default: text]"),
+        click.option("--documents", type=click.Choice(["file", "line"]), default=None,
+                     help="Plain text: each file is a document, or each line.  [default: file]"),
+        click.option("--split", type=click.Choice(["lines", "paragraphs", "sentences"]), default=None,
+                     help="Add a level: documents > lines / paragraphs / sentences > tokens."),
+        click.option("--add-bos", is_flag=True, help="Put the BOS token id before each document."),
+        click.option("--add-eos", is_flag=True, help="Put the EOS token id after each document."),
+        click.option("--special-tokens", is_flag=True,
+                     help="Let the tokenizer add its own special tokens (its post-processor, e.g. [CLS] .. [SEP])."),
+        click.option("--no-tokenizer-json", is_flag=True,
+                     help="Record the tokenizer by name and hash only, not its JSON."),
+    )
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json):
+    given = [name for name, value in (("--text-field", text_field), ("--documents", documents), ("--split", split),
+                                      ("--add-bos", add_bos), ("--add-eos", add_eos),
+                                      ("--special-tokens", special_tokens),
+                                      ("--no-tokenizer-json", no_tokenizer_json)) if value]
+    if tokenizer is None:
+        if given:
+            raise click.UsageError(f"{given[0]} applies to text, packed with --tokenizer tokenizer.json")
+        return None
+    from ..io.text import TextOptions
+
+    return TextOptions(tokenizer, field=text_field or "text", documents=documents or "file", split=split,
+                       add_bos=add_bos, add_eos=add_eos, special_tokens=special_tokens,
+                       store_json=not no_tokenizer_json)
+
+
+def _token_info(vocab_size, bos_id, pad_id, tokenizer_name):
+    from ..tokens import TokenInfo
+
+    info = TokenInfo(vocab_size=vocab_size, bos_id=bos_id, pad_id=pad_id,
+                     tokenizer_name=tokenizer_name)
+    return None if info.empty else info
+
+
 @click.command("pack")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...", type=opt.PATH)
 @opt.output_option(required=True, help_="The container to write (atomically), or - for stdout.")
@@ -33,9 +96,13 @@ from .. import io as formats
 @opt.replace_options
 @opt.json_option
 @opt.token_options
+@token_metadata_options
+@text_options
 @click.pass_context
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
-         scheduler, workers, max_memory, overwrite, force, as_json, token_dtype, eos_token_id):
+         scheduler, workers, max_memory, overwrite, force, as_json, token_dtype, eos_token_id, vocab_size, bos_id,
+         pad_id, tokenizer_name, tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens,
+         no_tokenizer_json):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -71,6 +138,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack docs.jsonl -o docs.lod.h5 --dtype auto-int
       lodtool pack corpus -o corpus.lod.h5            # corpus.bin + corpus.idx (Megatron)
       lodtool pack part-0.npy --token-dtype uint32 --eos-id 50279 -o part-0.lod.h5
+      lodtool pack corpus.jsonl --tokenizer tokenizer.json -o corpus.lod.h5 --split sentences --add-eos
     """
     from .. import tasks
 
@@ -78,9 +146,13 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         raise click.UsageError("--append adds to the tensor and --overwrite replaces it: give one of them")
     if append and force:
         raise click.UsageError("--append adds to a file and --force replaces it: give one of them")
+    tokens = _token_info(vocab_size, bos_id, pad_id, tokenizer_name)
+    text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if token_dtype is not None or eos_token_id is not None:
-            raise click.UsageError("--token-dtype and --eos-id are taken by pack into a file, not into a folder")
+        if token_dtype is not None or eos_token_id is not None or tokens is not None or text is not None:
+            raise click.UsageError("--token-dtype, --tokenizer, --vocab-size, --eos-id, --bos-id, --pad-id and "
+                                   "--tokenizer-name are taken by pack into one file, not into a folder; pack into "
+                                   "one, then split it with lodtool shard (which keeps the token metadata)")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
                       shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
         return
@@ -95,7 +167,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         result = tasks.pack(list(inputs), path, format=fmt, lod_level=lod_level, dtype=dtype, name=name,
                             level_names=opt.split_names(level_names), compression=compression, append=append,
                             progress=tick, column=column, max_memory=opt.parse_size(max_memory),
-                            overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
+                            overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id,
+                            tokens=tokens, text=text)
     summary = {"output": output, "name": result.name, "sequences": result.sequences, "rows": result.rows,
                "lod_level": result.lod_level, "dtype": str(result.dtype), "bytes_read": result.bytes_read,
                "bytes_saved": result.bytes_saved, "stored_bytes": result.stored_bytes}

@@ -9,14 +9,14 @@ import click
 from . import _options as opt
 
 
-def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False):
+def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, tokens=None):
     from .. import tasks
 
     if fmt == "h5":
         if output is None:
             raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
         with opt.container_output(output) as path:
-            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force)
+            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force, tokens=tokens)
     else:
         tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
 
@@ -73,7 +73,7 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, t
         if part.taken is not None and part.taken != (begin, end):
             opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
                              f"({opt.plural(part.level_count, 'sequence')})")
-        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force)
+        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force, part.tokens)
 
 
 def _literal_range(text: str) -> tuple[int | None, int | None]:
@@ -96,8 +96,11 @@ def _head_tail(which: str):
     @opt.replace_options
     @click.option("--json", "as_json", is_flag=True, help="The sequences as one JSON document (as --to json).")
     @opt.token_options
+    @click.option("--text", "as_text", is_flag=True,
+                  help="Text beside the ids (a tree), or text instead of ids (jsonl, json), decoded by the "
+                       "tokenizer the tensor stores.")
     @click.pass_context
-    def command(ctx, file, count, name, to, output, overwrite, force, as_json, token_dtype, eos_token_id):
+    def command(ctx, file, count, name, to, output, overwrite, force, as_json, token_dtype, eos_token_id, as_text):
         from .. import tasks
 
         if as_json:
@@ -109,11 +112,21 @@ def _head_tail(which: str):
         fmt = opt.output_format(output, to, default)
         opt.refuse_binary_on_terminal(output, fmt)
         _refuse_output_over(file, output, fmt)
+        if as_text and fmt not in ("tree", "jsonl", "json"):
+            raise click.UsageError(f"--text shows text in a tree, jsonl or json, not {fmt}")
         with opt.input_path(file) as src:
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name, token_dtype=token_dtype,
                                                                       eos_token_id=eos_token_id)
             part = excerpt.tensor
-            if fmt == "tree":
+            decoder = None
+            if as_text:
+                from ..text import decoder_for
+
+                decoder = decoder_for(excerpt.tokens, f"{file}: tensor {excerpt.name!r}")
+            if decoder is not None and fmt != "tree":
+                tasks.export(part, sys.stdout.buffer if output in (None, "-") else output, to=fmt,
+                             decoder=decoder)
+            elif fmt == "tree":
                 from ._render import TreeSource, build_tree, markup_safe, print_
 
                 first = 0 if which == "head" or not part.lod_level else excerpt.total - len(part)
@@ -121,9 +134,9 @@ def _head_tail(which: str):
                 title = f"[bold]{markup_safe(excerpt.name)}[/] {which} {len(part)} of {excerpt.total:,}"
                 top = src_.level_sizes[0] - 1 if part.lod_level else part.shape[0]
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
-                                  first_label=first))
+                                  first_label=first, decoder=decoder))
             else:
-                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force)
+                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens)
 
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
                     "jsonl when piped.\n\n\b\nExample:\n"

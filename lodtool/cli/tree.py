@@ -24,8 +24,10 @@ MAX_BARS_ROWS = 2000
               help="tree: branches with lengths and previews; bars: the seeds' rows of lengths over |||.")
 @opt.json_option
 @opt.token_options
+@click.option("--text", "as_text", is_flag=True,
+              help="Show each leaf's text beside its ids, decoded by the tokenizer the tensor stores.")
 @click.pass_context
-def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dtype, eos_token_id):
+def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dtype, eos_token_id, as_text):
     """Draw a tensor as a tree: each node shows its branch <i,j>, its length and, at
     the leaves, a preview of the elements.  Only what is shown is read from disk.
 
@@ -69,4 +71,10 @@ def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dty
         title = (f"[bold]{markup_safe(t.name)}[/] {format_path(path) if path else ''} "
                  f"[dim]{t.dtype} {shape}, {opt.plural(t.lod_level - level, 'level')}, "
                  f"{opt.plural(end - begin, 'sequence' if level < t.lod_level else 'row')}[/]")
-        print_(build_tree(source, title, path, level, begin, end, depth=depth, max_children=max_children))
+        decoder = None
+        if as_text:
+            from ..text import decoder_for
+
+            decoder = decoder_for(getattr(t, "tokens", None), f"{file}: tensor {t.name!r}")
+        print_(build_tree(source, title, path, level, begin, end, depth=depth, max_children=max_children,
+                          decoder=decoder))

@@ -20,9 +20,12 @@ from . import _options as opt
 @click.option("--level", type=click.IntRange(min=0), default=None,
               help="megatron, fairseq, datatrove, dolma: store this level's sequences, the levels under it "
                    "flattened into their tokens (needed when the tensor has more levels than the format).")
+@click.option("--detokenize", is_flag=True,
+              help="Write text, not ids (jsonl or json), decoded by the tokenizer the tensor stores.")
+@click.option("--skip-special-tokens", is_flag=True, help="With --detokenize: leave special tokens (EOS ...) out.")
 @opt.token_options
 @click.pass_context
-def unpack(ctx, file, name, to, output, level, token_dtype, eos_token_id):
+def unpack(ctx, file, name, to, output, level, detokenize, skip_special_tokens, token_dtype, eos_token_id):
     """Write a tensor back out: the inverse of pack.
 
     json writes one nested list, jsonl one top-level sequence per line (both
@@ -45,6 +48,7 @@ def unpack(ctx, file, name, to, output, level, token_dtype, eos_token_id):
       lodtool unpack corpus.lod.h5 --to parquet -o corpus.parquet
       lodtool unpack corpus.lod.h5 --to megatron -o corpus   # corpus.bin + corpus.idx
       lodtool unpack books.lod.h5 --to datatrove --level 1 -o books.ds
+      lodtool unpack corpus.lod.h5 --to jsonl --detokenize     # {"text": ...} per document
     """
     from .. import tasks
 
@@ -54,12 +58,16 @@ def unpack(ctx, file, name, to, output, level, token_dtype, eos_token_id):
         raise click.UsageError("unpack writes interchange formats; use `lodtool slice` to copy into a container")
     from ._render import progress
 
-    fmt = opt.output_format(output, to, "json", choices=tuple(f for f in opt.FORMATS_OUT if f != "h5"))
+    if skip_special_tokens and not detokenize:
+        raise click.UsageError("--skip-special-tokens goes with --detokenize")
+    fmt = opt.output_format(output, to, "jsonl" if detokenize else "json",
+                            choices=tuple(f for f in opt.FORMATS_OUT if f != "h5"))
     opt.refuse_binary_on_terminal(output, fmt)
     # the bar and the summary go to stderr: stdout may be the data
     with opt.input_path(file) as path, progress(None, "unpacking", not opt.is_quiet(ctx)) as tick:
         result = tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt,
-                              progress=tick, level=level, token_dtype=token_dtype, eos_token_id=eos_token_id)
+                              progress=tick, level=level, token_dtype=token_dtype, eos_token_id=eos_token_id,
+                              detokenize=detokenize, skip_special_tokens=skip_special_tokens)
     where = " + ".join(result.files) if result.files else "stdout" if output == "-" else output
     opt.message(ctx, f"unpacked {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} of "
                      f"{file}:{result.name} as {fmt} to {where} ({result.bytes_written:,} bytes)")

@@ -132,14 +132,60 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                         for ds, label in _datasets_of(layout.group, layout.lod_level):
                             if ds is not None and spec.ATTR_DIGEST not in ds.attrs:
                                 problems.append(Problem(path, name, None, None, f"{label} has no recorded checksum"))
-                for p in f[name].validate(max_problems=max_problems):
+                lod_problems = f[name].validate(max_problems=max_problems)
+                for p in lod_problems:
                     problems.append(Problem(path, name, p.level, p.index, p.message))
                 paddle = paddle and all(size >= 2 for size in f[name].level_sizes)
+                if not lod_problems:
+                    problems.extend(token_id_problems(path, name, f[name], max_problems=max_problems))
             except LodFormatError as exc:  # an I/O failure part-way: this tensor is unreadable
                 errors.append(str(exc).removeprefix(f"{path}: "))
     error = "; ".join(errors) if errors else None
     ok = not problems and error is None
     return FileReport(path, ok, problems, error, paddle_valid=ok and paddle)
+
+
+def token_id_problems(path: str, name: str, t, *, max_problems: int = 20,
+                      block_rows: int = 1 << 22) -> list[Problem]:
+    """Problems of a tensor's token metadata: metadata that does not parse, a dtype too narrow for the vocabulary,
+    and every id (read ``block_rows`` at a time) that is not under the vocabulary size, first row first.
+
+    A tensor without a vocabulary size has nothing to check (no data is read).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.container.writer import LodWriter
+    >>> from lodtool.tokens import TokenInfo
+    >>> p = os.path.join(tempfile.mkdtemp(), "ids.lod.h5")
+    >>> with LodWriter(p) as w:
+    ...     w.add_tensor("ids", lod_level=1, tokens=TokenInfo(vocab_size=5)).append(
+    ...         LoDTensor(np.array([1, 7, 2]), [[0, 3]]))
+    >>> [str(x) for x in validate_file(p).problems]  # doctest: +ELLIPSIS
+    ["...ids.lod.h5: tensor 'ids', index 1: data row 1: token id 7 is not under the vocabulary size 5"]
+    """
+    from ..tokens import dtype_problem, out_of_vocabulary
+
+    try:
+        info = t.tokens
+    except LodFormatError as exc:
+        return [Problem(path, name, None, None, str(exc).removeprefix(f"{path}: tensor {name!r}: "))]
+    if info is None or info.vocab_size is None:
+        return []
+    wrong_dtype = dtype_problem(t.dtype, info.vocab_size)
+    if wrong_dtype:
+        return [Problem(path, name, None, None, wrong_dtype)]
+    found: list[Problem] = []
+    for start in range(0, t.n_rows, block_rows):
+        block = t.read_rows(start, min(start + block_rows, t.n_rows))
+        flat = block.reshape(block.shape[0], -1)
+        for j in out_of_vocabulary(flat, info.vocab_size)[:max_problems - len(found)]:
+            row = start + int(j) // max(flat.shape[1], 1)
+            value = int(flat.reshape(-1)[j])
+            found.append(Problem(path, name, None, row, f"data row {row}: token id {value} is not under the "
+                                                         f"vocabulary size {info.vocab_size:,}"))
+        if len(found) >= max_problems:
+            break
+    return found
 
 
 # -- inspect -----------------------------------------------------------------------------------------------
@@ -176,8 +222,16 @@ def tensor_summary(name: str, t, shared_lod_with: list[str]) -> dict:
     return {"name": name, "dtype": str(t.dtype), "element_shape": list(t.element_shape), "rows": t.n_rows,
             "lod_level": t.lod_level, "level_names": list(t.level_names) if t.level_names else None,
             "levels": levels, "compression": t.compression, "compression_level": t.compression_level,
-            "memory_mapped": t.mappable,
+            "memory_mapped": t.mappable, "tokens": _tokens_summary(t),
             "nbytes": t.nbytes, "storage_size": t.storage_size, "shared_lod_with": shared_lod_with}
+
+
+def _tokens_summary(t) -> dict | None:
+    try:
+        info = getattr(t, "tokens", None)  # a view of another format records none
+    except LodFormatError as exc:  # inspect describes; validate is where a bad attribute is a problem
+        return {"error": str(exc)}
+    return None if info is None else info.as_dict()
 
 
 # -- verify -------------------------------------------------------------------------------------------------
@@ -206,6 +260,8 @@ def _datasets_of(group: h5py.Group, lod_level: int):
     for k in range(lod_level):
         ds = hard_member(lod_group, str(k)) if isinstance(lod_group, h5py.Group) and str(k) in lod_group else None
         yield ds, f"/{group.name.lstrip('/')}/{spec.LOD}/{k}"
+    if spec.TOKENIZER in group:  # the stored tokenizer is checksummed like the tensor's own datasets
+        yield hard_member(group, spec.TOKENIZER), f"/{group.name.lstrip('/')}/{spec.TOKENIZER}"
 
 
 def verify_file(path: str | os.PathLike, *,

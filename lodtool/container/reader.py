@@ -30,6 +30,7 @@ import numpy as np
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
+from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
@@ -188,6 +189,47 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level), issues
 
 
+def read_token_info(group: h5py.Group, path: str) -> TokenInfo | None:
+    """The token metadata of a tensor group (``docs/format.md``, *Token metadata*), or None where it has none.
+
+    Attributes of the wrong type, a special id past the vocabulary, or a stored
+    tokenizer that is not a 1-D uint8 dataset matching ``tokenizer_hash`` are
+    :class:`~lodtool.errors.LodFormatError` naming the file and the tensor.
+    """
+    name = group.name.lstrip("/")
+    with translate(path, f"cannot read the token metadata of tensor {name!r}"):
+        attrs = group.attrs
+        given = {}
+        for key in spec.TOKEN_ATTRS:
+            if key not in attrs:
+                continue
+            value = attrs[key]
+            if key.startswith("tokenizer_"):
+                value = spec.text_attr(value)
+            else:
+                value = _int_attr(value)
+            if value is None:
+                raise LodFormatError(f"{path}: tensor {name!r}: attribute {key!r} is {attrs[key]!r}; expected "
+                                     f"{'a string' if key.startswith('tokenizer_') else 'an integer'}")
+            given[key] = value
+        stored = hard_member(group, spec.TOKENIZER) if spec.TOKENIZER in group else None
+        if stored is not None:
+            if not isinstance(stored, h5py.Dataset) or stored.ndim != 1 or stored.dtype != np.uint8 \
+                    or foreign_storage(stored):
+                raise LodFormatError(f"{path}: tensor {name!r}: {spec.TOKENIZER!r} is not a 1-D uint8 dataset "
+                                     "stored in the file")
+            if stored.shape[0] > MAX_TOKENIZER_BYTES:
+                raise LodFormatError(f"{path}: tensor {name!r}: the stored tokenizer claims {stored.shape[0]:,} "
+                                     f"bytes; at most {MAX_TOKENIZER_BYTES:,} are read")
+            given["tokenizer_json"] = stored[()].tobytes()
+    if not given:
+        return None
+    try:
+        return TokenInfo(**given)
+    except LodUsageError as exc:
+        raise LodFormatError(f"{path}: tensor {name!r}: token metadata: {exc}") from None
+
+
 def tensor_names(h5: h5py.File) -> list[str]:
     """Names of the tensor groups at the root, in creation order (``_``-prefixed names are reserved)."""
     out = []
@@ -239,6 +281,7 @@ class LazyTensor(TensorView):
         self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
         self._window_reads = 0
         self._what = f"tensor {self.name!r}"
+        self._tokens: TokenInfo | None | bool = False  # not read yet
         if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
             check_memory(self._n_rows, self._limit, self._path,
                          f"{self._what}: {self._n_rows:,} rows of zero width (counted at a byte each)")
@@ -254,6 +297,13 @@ class LazyTensor(TensorView):
     @property
     def level_names(self) -> tuple[str, ...] | None:
         return self._layout.level_names
+
+    @property
+    def tokens(self) -> TokenInfo | None:
+        """The tensor's token metadata (vocabulary, special ids, tokenizer), or None (read once, then held)."""
+        if self._tokens is False:
+            self._tokens = read_token_info(self._layout.group, self._path)
+        return self._tokens
 
     @property
     def dtype(self) -> np.dtype:
@@ -658,4 +708,5 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
 
 
 __all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
+           "read_token_info",
            "Layout"]

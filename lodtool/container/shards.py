@@ -48,6 +48,7 @@ removes only the shards that the manifest on disk does not name
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -58,6 +59,7 @@ import numpy as np
 
 from .. import atomic as _atomic
 from .. import lod as _lod
+from ..tokens import TokenInfo
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
@@ -135,22 +137,31 @@ def is_sharded(path: str | os.PathLike) -> bool:
 # -- the manifest -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TensorSpec:
-    """What every shard's copy of one tensor shares: dtype, element shape, LoD level, level names."""
+    """What every shard's copy of one tensor shares: dtype, element shape, LoD level, level names, token metadata.
+
+    The manifest records the token metadata without the tokenizer's JSON (each shard stores that); two specs
+    compare it by its hash.
+    """
 
     dtype: np.dtype
     element_shape: tuple[int, ...]
     lod_level: int
     level_names: tuple[str, ...] | None
+    tokens: TokenInfo | None = None
 
     @classmethod
     def of(cls, t) -> "TensorSpec":
         """The spec of a :class:`LoDTensor` or a lazy tensor."""
         names = tuple(t.level_names) if t.level_names else None
-        return cls(np.dtype(t.dtype), tuple(int(d) for d in t.element_shape), int(t.lod_level), names)
+        return cls(np.dtype(t.dtype), tuple(int(d) for d in t.element_shape), int(t.lod_level), names,
+                   getattr(t, "tokens", None))
 
     def to_json(self) -> dict:
-        return {"dtype": self.dtype.str, "element_shape": list(self.element_shape), "lod_level": self.lod_level,
-                "level_names": list(self.level_names) if self.level_names else None}
+        out = {"dtype": self.dtype.str, "element_shape": list(self.element_shape), "lod_level": self.lod_level,
+               "level_names": list(self.level_names) if self.level_names else None}
+        if self.tokens is not None:
+            out["tokens"] = self.tokens.as_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -252,7 +263,15 @@ def _parse_spec(name: str, raw, where: str) -> TensorSpec:
     if names is not None and (not isinstance(names, list) or len(names) != level
                               or not all(isinstance(n, str) for n in names)):
         raise _bad(where, f"tensor {name!r}: level_names is {_short(names)}; expected {level} strings or null")
-    return TensorSpec(dtype, dims, level, tuple(names) if names else None)
+    tokens = raw.get("tokens")
+    if tokens is not None:
+        if not isinstance(tokens, dict):
+            raise _bad(where, f"tensor {name!r}: tokens is {_short(tokens)}; expected an object")
+        try:
+            tokens = TokenInfo.from_dict(tokens)
+        except LodUsageError as exc:
+            raise _bad(where, f"tensor {name!r}: tokens: {exc}") from None
+    return TensorSpec(dtype, dims, level, tuple(names) if names else None, tokens)
 
 
 def _parse_shard(k: int, raw, specs: dict, where: str) -> ShardInfo:
@@ -490,11 +509,18 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
 
 
 def _check_same_spec(name: str, want: TensorSpec, got: TensorSpec, where: str) -> None:
+    if want.tokens != got.tokens and want == TensorSpec(*dataclasses.astuple(got)[:4], want.tokens):
+        raise LodUsageError(f"{where}: tensor {name!r} holds ids of {_vocab(got.tokens)}, but the sharded container "
+                            f"holds ids of {_vocab(want.tokens)}")
     if want != got:
         raise LodUsageError(f"{where}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
                             f"{got.lod_level} level(s) {got.level_names or ''}, but the sharded container holds "
                             f"{want.dtype} {list(want.element_shape)} with {want.lod_level} level(s) "
                             f"{want.level_names or ''}")
+
+
+def _vocab(info: TokenInfo | None) -> str:
+    return "an unnamed vocabulary" if info is None else info.describe()
 
 
 def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], shards: Sequence[ShardInfo], *,
@@ -726,7 +752,8 @@ class ShardWriter:
         self._writer = LodWriter(self._path, **kwargs)
         self._paths.append(self._path)  # from here on, a file at this name is this writer's (its rename makes it)
         self._tws = {name: self._writer.add_tensor(name, dtype=s.dtype, element_shape=s.element_shape,
-                                                   lod_level=s.lod_level, level_names=s.level_names)
+                                                   lod_level=s.lod_level, level_names=s.level_names,
+                                                   tokens=s.tokens)
                      for name, s in self.specs.items()}
         self._used = 0
         self._counts = {name: [0, [0] * s.lod_level] for name, s in self.specs.items()}
@@ -765,6 +792,8 @@ class ShardWriter:
             raise LodUsageError(f"{self.folder}: holds tensors {sorted(self.specs)}, got {sorted(got)}")
         for name, spec in got.items():  # every shard must match the manifest: no shard promotes on its own
             _check_same_spec(name, self.specs[name], spec, self.folder)
+            if spec.tokens is not None and spec.tokens.tokenizer_json is not None:
+                self.specs[name] = spec  # equal, and it carries the tokenizer's JSON for the new shards
 
     def write(self, tensors: LoDTensor | Mapping[str, LoDTensor]) -> None:
         """Add whole top-level sequences (lazy tensors work too: they are read a chunk at a time)."""
@@ -930,7 +959,7 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
         for name in f.names:
             t = f[name]
             tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
-                                   level_names=t.level_names)
+                                   level_names=t.level_names, tokens=t.tokens)
             for chunk in t.iter_chunks(max_rows=_rows_for(t, STREAM_CHUNK_BYTES)):
                 tw.append(chunk)
 
@@ -999,6 +1028,15 @@ class ShardedTensor(TensorView):
     dtype = property(lambda self: self._spec.dtype)
     element_shape = property(lambda self: self._spec.element_shape)
     n_rows = property(lambda self: self._n_rows)
+
+    @property
+    def tokens(self) -> TokenInfo | None:
+        """The token metadata of the manifest, with the tokenizer's JSON where the first shard stores it."""
+        info = self._spec.tokens
+        if info is None or info.tokenizer_hash is None or not self._file.manifest.shards:
+            return info
+        stored = self._file._shard_tensor(0, self.name)[1].tokens
+        return stored if stored is not None and stored == info else info
 
     @property
     def n_shards(self) -> int:

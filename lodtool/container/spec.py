@@ -20,15 +20,18 @@ import re
 from typing import Any, Mapping
 
 from ..errors import LodFormatError, LodUsageError, LodVersionError
+from ..tokens import TOKEN_FIELDS
 
 #: value of the root attribute :data:`ATTR_FORMAT`
 FORMAT_NAME = "lodtool"
-#: the version this lodtool writes
+#: the version this lodtool writes (a file that holds token metadata is :data:`TOKENS_VERSION`)
 FORMAT_VERSION = "1.0"
+#: the version of a file holding token metadata: an older writer must not append ids it cannot check
+TOKENS_VERSION = "1.1"
 #: major versions this lodtool reads (any minor version of each)
 SUPPORTED_MAJORS = (1,)
 #: the newest minor version of each supported major that this lodtool writes (appends need it)
-WRITE_MINOR = {1: 0}
+WRITE_MINOR = {1: 1}
 
 # -- root attributes ------------------------------------------------------------------------------
 ATTR_FORMAT = "lodtool_format"
@@ -44,6 +47,12 @@ ATTR_COMPRESSION = "compression"
 ATTR_COMPRESSION_LEVEL = "compression_level"
 DATA = "data"
 LOD = "lod"
+
+# -- token metadata of a tensor (optional, :class:`lodtool.tokens.TokenInfo`; format 1.1) ----------------
+#: each field of TokenInfo is a tensor group attribute of the same name
+TOKEN_ATTRS = TOKEN_FIELDS
+#: the tokenizer's JSON, a 1-D uint8 dataset in the tensor group (a ``_`` name: older readers ignore it)
+TOKENIZER = "_tokenizer"
 
 # -- dataset attributes ------------------------------------------------------------------------------
 #: ``"<algorithm>:<hex digest>"`` of the dataset's full contents
@@ -150,12 +159,13 @@ def check_writable_version(version: str, path: str) -> None:
     >>> check_writable_version("1.7", "x.h5")
     Traceback (most recent call last):
     ...
-    lodtool.errors.LodVersionError: x.h5: cannot append to a format 1.7 file; this lodtool writes 1.0 (upgrade lodtool)
+    lodtool.errors.LodVersionError: x.h5: cannot append to a format 1.7 file; this lodtool writes 1.1 (upgrade lodtool)
     """
     major, minor = parse_version(version)
     if minor > WRITE_MINOR.get(major, -1):
+        newest = f"{major}.{WRITE_MINOR[major]}" if major in WRITE_MINOR else FORMAT_VERSION
         raise LodVersionError(f"{path}: cannot append to a format {version} file; this lodtool writes "
-                              f"{FORMAT_VERSION} (upgrade lodtool)")
+                              f"{newest} (upgrade lodtool)")
 
 
 def control_characters(text: str) -> list[str]:
@@ -252,7 +262,7 @@ def _short(value: Any) -> str:
 
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "SUPPORTED_MAJORS", "CHECKSUM_ALGORITHM", "MAX_LOD_LEVEL",
+    "FORMAT_NAME", "FORMAT_VERSION", "TOKENS_VERSION", "TOKEN_ATTRS", "TOKENIZER", "SUPPORTED_MAJORS", "CHECKSUM_ALGORITHM", "MAX_LOD_LEVEL",
     "parse_version", "check_version", "check_writable_version", "check_tensor_name", "is_tensor_name",
     "supported_versions", "text_attr", "control_characters", "check_name_text",
 ]

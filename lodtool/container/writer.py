@@ -43,7 +43,8 @@ from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, 
                   read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
-from .reader import describe_tensor, tensor_names
+from .reader import describe_tensor, read_token_info, tensor_names
+from ..tokens import TokenInfo
 
 #: target bytes per chunk of data: a branch read decodes whole chunks, so small chunks keep it
 #: near the branch's own bytes; measured, 64 KiB also read and wrote faster than 1 MiB
@@ -382,8 +383,12 @@ class TensorWriter:
 
     def __init__(self, owner: "LodWriter", name: str, *, dtype: Any, element_shape: Sequence[int] | None,
                  lod_level: int, level_names: Sequence[str] | None,
-                 lod_source: "TensorWriter | None" = None):
+                 lod_source: "TensorWriter | None" = None, tokens: TokenInfo | None = None):
         self._owner = owner
+        if tokens is not None and not isinstance(tokens, TokenInfo):
+            raise LodUsageError(f"tokens must be a lodtool.tokens.TokenInfo, got {type(tokens).__name__}")
+        #: the token metadata recorded with the tensor (None: none given; an append keeps the stored one)
+        self.tokens = None if tokens is None or tokens.empty else tokens
         self.name = name
         self._path = owner.path
         self._auto_int = isinstance(dtype, str) and dtype == AUTO_INT
@@ -409,6 +414,8 @@ class TensorWriter:
         self._group = h5.create_group(self.name)
         comp, level = self._owner._compression
         self._write_attrs(comp, level)
+        if self.tokens is not None:
+            self._write_tokens()
         if self._dtype is not None and self._element_shape is not None:
             self._make_data_column()
         if self.lod_level and self._lod_source is None:
@@ -428,6 +435,29 @@ class TensorWriter:
         attrs[spec.ATTR_COMPRESSION] = comp
         if level is not None:
             attrs[spec.ATTR_COMPRESSION_LEVEL] = np.int64(level)
+
+    def _write_tokens(self) -> None:
+        """Record :attr:`tokens` in the group; the file becomes format :data:`spec.TOKENS_VERSION`."""
+        attrs, info = self._group.attrs, self.tokens
+        for key in spec.TOKEN_ATTRS:
+            value = getattr(info, key)
+            if key in attrs:
+                del attrs[key]
+            if value is not None:
+                attrs[key] = value if isinstance(value, str) else np.int64(value)
+        if spec.TOKENIZER in self._group:
+            del self._group[spec.TOKENIZER]
+        if info.tokenizer_json is not None:
+            raw = np.frombuffer(info.tokenizer_json, np.uint8)
+            ds = self._group.create_dataset(spec.TOKENIZER, data=raw, chunks=(max(1, min(raw.size, 1 << 20)),),
+                                            maxshape=(None,), compression="gzip", compression_opts=4,
+                                            fletcher32=self._owner._fletcher32)
+            hasher = checksum.new_hasher()
+            checksum.update(hasher, raw)
+            ds.attrs[spec.ATTR_DIGEST] = checksum.format_digest(hasher)
+        root = self._group.file.attrs
+        if spec.parse_version(spec.text_attr(root[spec.ATTR_VERSION])) < spec.parse_version(spec.TOKENS_VERSION):
+            root[spec.ATTR_VERSION] = spec.TOKENS_VERSION
 
     def _make_data_column(self) -> None:
         comp, level = self._owner._compression
@@ -462,7 +492,14 @@ class TensorWriter:
                 raise LodFormatError(f"{path}: tensor {name!r}: {ds.name} is not resizable; cannot append")
             # the stored rows are re-read (and re-hashed): a filter this machine lacks is named, with the fix
             filters.ensure_readable(ds, path, f"tensor {name!r}: {ds.name}")
+        stored_tokens = read_token_info(layout.group, path)
+        if self.tokens is not None and stored_tokens is not None and self.tokens != stored_tokens:
+            raise LodUsageError(f"{path}: tensor {name!r} holds ids of {stored_tokens.describe()}; cannot append "
+                                f"ids of {self.tokens.describe()}")
         self._group = layout.group
+        if self.tokens is not None and stored_tokens is None:
+            self._write_tokens()
+        self.tokens = self.tokens or stored_tokens
         self._existing = True
         self._element_shape = stored_shape
         self._dtype = stored_dtype
@@ -781,19 +818,22 @@ class LodWriter:
 
     # -- tensors -------------------------------------------------------------------------------------------
     def add_tensor(self, name: str, *, dtype: Any = None, element_shape: Sequence[int] | None = None,
-                   lod_level: int, level_names: Sequence[str] | None = None) -> TensorWriter:
+                   lod_level: int, level_names: Sequence[str] | None = None,
+                   tokens: TokenInfo | None = None) -> TensorWriter:
         """A writer for tensor ``name`` (appending to it if the file already has it).
 
         ``dtype=None`` (or ``"auto"``) takes the chunks' dtype and promotes when
         a later chunk needs a wider one; an explicit dtype casts each chunk and
         refuses casts that change values.  ``element_shape=None`` takes the first
-        chunk's.
+        chunk's.  ``tokens`` (:class:`~lodtool.tokens.TokenInfo`) is recorded
+        with the tensor: a command that copies a tensor passes its source's
+        ``tokens`` on.  Appending keeps the stored metadata and refuses another.
         """
         return self._add(name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
-                         level_names=level_names)
+                         level_names=level_names, tokens=tokens)
 
     def _add(self, name: str, *, dtype, element_shape, lod_level, level_names,
-             lod_source: str | None = None) -> TensorWriter:
+             lod_source: str | None = None, tokens: TokenInfo | None = None) -> TensorWriter:
         self._check_open()
         spec.check_tensor_name(name)
         if name in self._writers:
@@ -801,7 +841,7 @@ class LodWriter:
         source = self._writers[lod_source] if lod_source is not None else None
         self.check_name(name)
         tw = TensorWriter(self, name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
-                          level_names=level_names, lod_source=source)
+                          level_names=level_names, lod_source=source, tokens=tokens)
         try:
             with translate(self.path, f"cannot write tensor {name!r}"):
                 if name in self._existing_names and self.append:
@@ -1019,8 +1059,11 @@ def _same_lod(a: LoDTensor, b: LoDTensor) -> bool:
 
 def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTensor], *, name: str = "tensor",
          overwrite: bool = False, force: bool = False, compression: str | None = None,
-         compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True) -> None:
+         compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True,
+         tokens: Mapping[str, TokenInfo] | None = None) -> None:
     """Write one tensor (as ``name``) or a mapping of named tensors to a container, atomically.
+
+    ``tokens`` maps tensor names to their token metadata (:class:`~lodtool.tokens.TokenInfo`).
 
     Into a container that exists, the tensors are added and the file's other
     tensors are kept.  A tensor of the same name is refused with
@@ -1077,7 +1120,7 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
                    compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod) as w:
         for n, t in items.items():
             tw = w._add(n, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
-                        level_names=t.level_names, lod_source=sources.get(n))
+                        level_names=t.level_names, lod_source=sources.get(n), tokens=(tokens or {}).get(n))
             w._guarded(tw.append, t)
 
 

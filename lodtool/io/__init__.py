@@ -25,7 +25,7 @@ is decided here, by :func:`detect` (extension, then first bytes) and
 
 >>> [f.name for f in REGISTRY]
 ['json', 'jsonl', 'npy', 'npz', 'parquet', 'arrow', 'pdtensor', 'megatron', 'fairseq', 'datatrove',
- 'dolma']
+ 'dolma', 'text']
 >>> format_of_path("docs.ndjson").name, format_of_path("x.h5")
 ('jsonl', None)
 >>> get("npz").module, readable()[:4], writable()[:3]
@@ -69,6 +69,16 @@ class Format:
     def read(self, sources: Sequence[Any], **options) -> Iterator:
         """Chunks of whole top-level sequences from ``sources`` (see the module docstring for ``options``)."""
         return self._impl().read(self.name, sources, **options)
+
+    def token_info(self, sources: Sequence[Any], **options):
+        """The token metadata the inputs record themselves (:class:`~lodtool.tokens.TokenInfo`), or None.
+
+        A format module that records some (datatrove's ``.ds.metadata``, the tokenizer that text is
+        packed with) has a ``token_info(fmt, sources, **options)``, given the reader's options; the others
+        record none.
+        """
+        impl = self._impl()
+        return impl.token_info(self.name, sources, **options) if hasattr(impl, "token_info") else None
 
     def write(self, tensor, out: BinaryIO) -> None:
         """Write a tensor held in memory to the binary stream ``out``."""
@@ -142,6 +152,8 @@ REGISTRY: tuple[Format, ...] = (
            writes_files=True, write_options=("level",)),
     Format("dolma", (), (), "dolma", streams=True, writes=True, options=("token_dtype", "eos_token_id"),
            writes_files=True, write_options=("level",)),
+    # text is told by the options that tokenize it (pack --tokenizer), never by a name or its bytes
+    Format("text", (), (), "text", streams=True, writes=False, options=("text", "tokens")),
 )
 
 _BY_NAME = {f.name: f for f in REGISTRY}

@@ -30,6 +30,7 @@ from ..atomic import AtomicPath
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..limits import resolve_max_memory
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView
+from ..tokens import dtype_problem, out_of_vocabulary
 from ._values import cast_values, resolve_dtype
 
 #: index entries checked at a time (bounded temporaries over memory-mapped arrays)
@@ -364,20 +365,14 @@ def token_problems(tokens: np.ndarray, vocab_size: int, label: str, what: str = 
     dtype = tokens.dtype
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
         raise LodUsageError(f"vocab_size must be a positive integer, got {vocab_size!r}")
-    if dtype.kind not in "iu":
-        return [TokenProblem(label, what, None, f"dtype {dtype} holds no token ids (an integer dtype is needed)")]
-    if vocab_size - 1 > np.iinfo(dtype).max:
-        problems.append(TokenProblem(label, what, None, f"dtype {dtype} holds ids up to {np.iinfo(dtype).max}, but "
-                                     f"the vocabulary has {vocab_size:,} (ids up to {vocab_size - 1:,})"))
-        return problems
+    wrong_dtype = dtype_problem(dtype, vocab_size)
+    if wrong_dtype:
+        return [TokenProblem(label, what, None, wrong_dtype)]
     for start in range(0, tokens.shape[0], BLOCK * 16):
         block = tokens[start:start + BLOCK * 16]
         if not block.size:
             break
-        if int(block.max()) < vocab_size and (dtype.kind == "u" or int(block.min()) >= 0):
-            continue
-        bad = np.flatnonzero((block >= vocab_size) | (block < 0))
-        for j in bad[:max_problems - len(problems)]:
+        for j in out_of_vocabulary(block, vocab_size)[:max_problems - len(problems)]:
             problems.append(TokenProblem(label, what, start + int(j), f"token id {int(block[j])} is not under the "
                                          f"vocabulary size {vocab_size:,}"))
         if len(problems) >= max_problems:

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
 from ..limits import STREAM_CHUNK_BYTES
+from ..tokens import TokenInfo
 from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
@@ -293,5 +294,23 @@ def write_files(fmt: str, chunks: Iterable[LoDTensor], out: Any, *, level: int |
     return write_chunks(chunks, out, level=level)
 
 
-__all__ = ["paths", "read_metadata", "open_datatrove", "validate_datatrove", "write_chunks", "write_datatrove", "read",
-           "output_files", "write_files"]
+# -- token metadata, for pack ------------------------------------------------------------------------
+def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
+    """The tokenizer name the ``.ds.metadata`` files record (one name for all inputs), as :class:`TokenInfo`.
+
+    Inputs whose metadata names different tokenizers are refused: their ids do not share a vocabulary.
+    """
+    names = {}
+    for s in sources:
+        if isinstance(s, (str, os.PathLike)):
+            meta = read_metadata(paths(s)["metadata"])
+            if meta is not None and meta[0]:
+                names.setdefault(meta[0], os.fspath(s))
+    if len(names) > 1:
+        (a, a_src), (b, b_src) = list(names.items())[:2]
+        raise LodUsageError(f"{a_src} was tokenized with {a} and {b_src} with {b}; pack one tokenizer at a time")
+    return TokenInfo(tokenizer_name=next(iter(names))) if names else None
+
+
+__all__ = ["token_info", "paths", "read_metadata", "open_datatrove", "validate_datatrove", "write_chunks",
+           "write_datatrove", "read", "output_files", "write_files"]

@@ -18,11 +18,15 @@ TARGETS = ("h5", *formats.writable())
 
 
 def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
-           compression: str | None = None, overwrite: bool = False, force: bool = False) -> None:
+           compression: str | None = None, overwrite: bool = False, force: bool = False, tokens=None,
+           decoder=None) -> None:
     """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
 
     A container (``to="h5"``) follows :func:`~lodtool.container.writer.save`'s
-    rule for an existing file (``overwrite``, ``force``).
+    rule for an existing file (``overwrite``, ``force``), and records ``tokens``
+    (:class:`~lodtool.tokens.TokenInfo`) with the tensor.  With a ``decoder``
+    (:func:`lodtool.text.decoder_for`) the ids are written as text, ``jsonl`` or ``json``
+    (:func:`lodtool.io.text.write_decoded`).
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -38,15 +42,23 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
         from ..container.writer import save
 
         kwargs = {"compression": compression} if compression else {}
-        save(output, {name: tensor}, overwrite=overwrite, force=force, **kwargs)
+        save(output, {name: tensor}, overwrite=overwrite, force=force, tokens={name: tokens} if tokens else None,
+             **kwargs)
         return
+    if decoder is not None:
+        from ..io.text import write_decoded
+
+        def write(t, stream):
+            write_decoded([t], decoder, stream, to=to)
+    else:
+        write = formats.get(to).write
     if isinstance(output, (str, os.PathLike)):
         from ..atomic import atomic_path
 
         with atomic_path(output) as tmp, open(tmp, "wb") as stream:
-            formats.get(to).write(tensor, stream)
+            write(tensor, stream)
     else:
-        formats.get(to).write(tensor, output)
+        write(tensor, output)
 
 
 __all__ = ["export", "TARGETS"]

@@ -45,7 +45,7 @@ _I64 = np.dtype(np.int64)
 def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Callable, *, name: str | None,
                out_name: str | None, compression: str | None, max_memory: int | None, device: str,
                overwrite: bool, force: bool, scheduler: str | None, workers: int | None, partition_size,
-               progress, suffixes: Sequence[str] = ()) -> OpResult:
+               progress, suffixes: Sequence[str] = (), keeps_ids: bool = False) -> OpResult:
     """An operator on each chunk of whole top-level sequences: ``make_fn(file, lazy tensor)`` in one process, or
     ``bag_of(collection)`` (the same function, mapped over the partitions) on a Dask ``scheduler``."""
     if scheduler:
@@ -56,7 +56,7 @@ def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Cal
     check_device(device)
     return _stream(path, output, name, out_name, make_fn, crossover, compression=compression,
                    max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes,
-                   progress=progress)
+                   progress=progress, keeps_ids=keeps_ids)
 
 
 def _rows_done(progress: Callable[[int, int], None] | None, total: int):
@@ -66,11 +66,13 @@ def _rows_done(progress: Callable[[int, int], None] | None, total: int):
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
             compression: str | None, max_memory: int | None, overwrite: bool, force: bool, device: str = "cpu",
-            suffixes: Sequence[str] = (), progress: Callable[[int, int], None] | None = None) -> OpResult:
+            suffixes: Sequence[str] = (), progress: Callable[[int, int], None] | None = None,
+            keeps_ids: bool = False) -> OpResult:
     """``make_fn(file, lazy tensor)`` (the operator on one chunk) over chunks of whole top-level sequences.
 
     Its results go to tensor ``out_name`` (the input's name by default); a result of more tensors puts the
-    others in ``{out_name}_{suffix}``.  ``crossover`` (the operator's work-size tiers) decides up front
+    others in ``{out_name}_{suffix}``.  An operator that ``keeps_ids`` (it moves or drops rows, never changes
+    a value) keeps the input's token metadata.  ``crossover`` (the operator's work-size tiers) decides up front
     whether the kernels pay for the whole file.
     """
     f, t = open_tensor(path, name, max_memory)
@@ -80,7 +82,7 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
             tier(device, work(t), crossover)
         name_out = out_name or t.name
         sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
-                          overwrite=overwrite, force=force)
+                          overwrite=overwrite, force=force, tokens=_tokens_of(t) if keeps_ids else None)
         chunks = stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory))
         return run(chunks, fn, sink, progress=_rows_done(progress, t.n_rows))
 
@@ -225,13 +227,18 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     return _chunkwise(path, output, lambda f, t: step(sequence_reverse, device=device), NUMBA_FROM,
                       lambda bag: bag.reverse(), name=name, out_name=out_name, compression=compression,
                       max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress)
+                      workers=workers, partition_size=partition_size, progress=progress, keeps_ids=True)
 
 
 def _stand_in(t) -> LoDTensor:
     """A one-sequence tensor of ``t``'s dtype and row shape (no data read): what an operator checks first."""
     levels = [np.array([0, 1], _I64) for _ in range(t.lod_level - 1)] + [np.zeros(2, _I64)] * bool(t.lod_level)
     return LoDTensor(np.zeros((0,) + tuple(t.element_shape), t.dtype), levels)
+
+
+def _tokens_of(t):
+    """A stored tensor's token metadata (None for a source that records none, a Megatron file say)."""
+    return getattr(t, "tokens", None)
 
 
 def _named(where: str, call):
@@ -276,7 +283,7 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
                            lambda where, t, _: _named(where, lambda: sequence_erase(_stand_in(t), tokens,
                                                                                     backend="numpy")),
                            step(sequence_erase, tokens, device=device), validate=False, compression=compression,
-                           max_memory=max_memory, overwrite=overwrite, force=force)
+                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True)
 
 
 def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name: str | None = None,
@@ -393,7 +400,7 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
 
     check_device(device)
     return _checked_stream(path, output, name, out_name, check, one, compression=compression,
-                           max_memory=max_memory, overwrite=overwrite, force=force)
+                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True)
 
 
 def _last_lengths(t, window: int):
@@ -466,7 +473,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
             parts = _expand_runs(tx, ty, level, chunk_rows(tx.element_shape, tx.dtype, fx.max_memory),
                                  offset_window(min(fx.max_memory, fy.max_memory)))
             sink = TensorSink(output, [out_name or tx.name], compression=compression, overwrite=overwrite,
-                              force=force, like=tx)
+                              force=force, like=tx, tokens=_tokens_of(tx))
             return run(parts, lambda part: expand_by(*part, device=device), sink)
 
 
@@ -563,8 +570,10 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
                                         offset_window(memory)),
                          lambda a, b: all(sum(bd(b)[k] - bd(a)[k] for bd in bounds) > 0
                                           for k in range(1, first.lod_level)))
+        tokens = _tokens_of(first) if all(_tokens_of(t) == _tokens_of(first) for t in ts) else None
         sink = TensorSink(output, [out_name or first.name], compression=compression, overwrite=overwrite,
-                          force=force, like=TensorSpec(first.dtype, first.element_shape, first.lod_level, kept))
+                          force=force, like=TensorSpec(first.dtype, first.element_shape, first.lod_level, kept),
+                          tokens=tokens)
         return run(([_read_range(t, a, b) for t in ts] for a, b in ranges),
                    step(sequence_concat, device=device), sink)
 
@@ -680,7 +689,7 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
             new = _named(f"{f.path}: tensor {t.name!r}",
                          lambda: reset(stand_in, target_lod=np.asarray(target_lod), append=append))
         sink = TensorSink(output, [out_name or t.name], compression=compression, overwrite=overwrite,
-                          force=force, like=new)
+                          force=force, like=new, tokens=_tokens_of(t))
         return run(_chunks_of(new.offsets, chunk_rows(t.element_shape, t.dtype, f.max_memory)),
                    lambda part: LoDTensor(t.read_rows(*part[1]), part[0], validate=False), sink)
 

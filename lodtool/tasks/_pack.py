@@ -17,6 +17,7 @@ pack leaves no output: the container is committed only when everything is in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Sequence
@@ -30,6 +31,8 @@ from ..container.writer import AUTO_INT, PACK_REMEDY, LodWriter
 from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
 from ..io._values import resolve_dtype
 from ._pipe import read_ahead
+from ..io.text import TextOptions
+from ..tokens import TOKEN_FIELDS, TokenInfo, dtype_problem
 
 #: the input formats ``pack`` reads
 INPUT_FORMATS = formats.readable()
@@ -61,7 +64,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
          compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          column: str | None = None, max_memory: int | None = None, token_dtype=None,
-         eos_token_id: int | None = None) -> PackResult:
+         eos_token_id: int | None = None, tokens: TokenInfo | None = None,
+         text: TextOptions | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
 
     ``inputs`` are paths, ``-`` (stdin) or binary streams, all of one
@@ -85,10 +89,14 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     read so far.  ``column`` picks the column of a table input (parquet,
     arrow; default: its only column).  ``token_dtype`` and ``eos_token_id`` are what a token dataset
     cannot say itself (a dolma array's dtype and, without its ``.csv.gz``, its EOS token; a fairseq dtype
-    code that differs between forks).  An input read whole (an NPZ archive) must fit in ``max_memory``
+    code that differs between forks); ``eos_token_id`` is recorded as the tensor's EOS id, whatever the input.  An input read whole (an NPZ archive) must fit in ``max_memory``
     (default ``min(available RAM / 2, 4 GiB)``), checked before it is inflated.  Errors are
     :class:`~lodtool.errors.LodError` subclasses and
-    leave ``output`` as it was.
+    leave ``output`` as it was.  ``tokens`` (:class:`~lodtool.tokens.TokenInfo`: vocabulary size, special
+    ids, tokenizer) is recorded with the tensor, over what the input records itself (the tokenizer name of
+    a datatrove ``.ds.metadata``).  ``text`` (:class:`lodtool.io.text.TextOptions`) packs text instead:
+    JSON Lines, Parquet or plain text, tokenized as it streams by a local ``tokenizer.json``, into the
+    narrowest unsigned dtype that holds the vocabulary, the tokenizer recorded (``docs/text.md``).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool.container import load
@@ -105,7 +113,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     refuse_output_over_input(output, sources)
     source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
                              column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
-                             token_dtype=token_dtype, eos_token_id=eos_token_id)
+                             token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
     kwargs = {} if compression is None else {"compression": compression}
     with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
         writer.check_name(name)  # before any input is read
@@ -135,27 +143,56 @@ class PackSource:
     level_names: list[str] | None
     chunks: Iterator[LoDTensor]
     stats: dict
+    #: the token metadata recorded with the tensor: the input's own, with what the caller gave over it
+    tokens: TokenInfo | None = None
 
     @classmethod
     def open(cls, inputs, *, format: str | None = None, lod_level: int | None = None, dtype=None,
              level_names: Sequence[str] | None = None, column: str | None = None, max_memory: int | None = None,
              chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
-             token_dtype=None, eos_token_id: int | None = None) -> "PackSource":
+             token_dtype=None, eos_token_id: int | None = None, tokens: TokenInfo | None = None,
+             text: TextOptions | None = None) -> "PackSource":
         """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
         sources = _as_list(inputs)
-        detection = formats.input_format(sources, format)
+        if text is not None:  # the text reader tells each input's kind (JSON Lines, Parquet, plain) itself
+            text = _text_kind(text, format)
+            detection = formats.Detection("text", False)
+        else:
+            detection = formats.input_format(sources, format)
+            if detection.name == "text":
+                raise LodUsageError("packing text needs a tokenizer: --tokenizer tokenizer.json")
         if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
             raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
         auto_int = isinstance(dtype, str) and dtype == AUTO_INT
         target = None if auto_int else resolve_dtype(dtype)
         stats: dict = {"bytes_read": 0}
-        chunks = formats.get(detection.name).read(
-            sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress, stats=stats,
-            **reader_options(detection.name, column, max_memory, token_dtype=token_dtype,
-                             eos_token_id=eos_token_id))
+        fmt = formats.get(detection.name)
+        reads_eos = "eos_token_id" in fmt.options
+        options = reader_options(detection.name, column, max_memory, token_dtype=token_dtype,
+                                 eos_token_id=eos_token_id if reads_eos else None)
+        if text is not None:
+            options["text"] = text
+        recorded = fmt.token_info(sources, **options) or TokenInfo()
+        if tokens is not None:
+            recorded = recorded.merged(**{k: getattr(tokens, k) for k in TOKEN_FIELDS},
+                                       tokenizer_json=tokens.tokenizer_json)
+        if eos_token_id is not None:  # the EOS id a dolma array's documents end at is the EOS id it records
+            if tokens is not None and tokens.eos_id not in (None, eos_token_id):
+                raise LodUsageError(f"eos_token_id={eos_token_id} and tokens.eos_id={tokens.eos_id} disagree")
+            recorded = recorded.merged(eos_id=eos_token_id)
+        if text is not None:
+            options["tokens"] = recorded
+            if target is None and not auto_int:  # ids take the narrowest dtype of the vocabulary
+                target = recorded.smallest_dtype()
+        if not recorded.empty and recorded.vocab_size is not None and target is not None:
+            wrong = dtype_problem(target, recorded.vocab_size)
+            if wrong:
+                raise LodUsageError(f"--dtype {target}: {wrong}")
+        chunks = fmt.read(sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress,
+                          stats=stats, **options)
         names = None if level_names is None else [str(n) for n in level_names]
         return cls(sources, detection.name, detection.from_content, lod_level, target, auto_int, names,
-                   read_ahead(chunks) if OVERLAP else chunks, stats)
+                   read_ahead(chunks) if OVERLAP else chunks, stats, None if recorded.empty else recorded)
 
     @property
     def bytes_read(self) -> int:
@@ -195,7 +232,7 @@ def _write_chunks(writer: LodWriter, name: str, source: PackSource) -> _Written:
             out.first = chunk
             out.tensor = writer.add_tensor(name, dtype=AUTO_INT if source.auto_int else source.target,
                                            element_shape=chunk.element_shape, lod_level=chunk.lod_level,
-                                           level_names=source.names_for(chunk))
+                                           level_names=source.names_for(chunk), tokens=source.tokens)
         out.tensor.append(chunk)
         out.rows += chunk.n_rows
         out.sequences += len(chunk)
@@ -206,14 +243,15 @@ def _write_chunks(writer: LodWriter, name: str, source: PackSource) -> _Written:
 def _add_without_chunks(writer: LodWriter, name: str, source: PackSource):
     """The tensor of an input with no sequence: the one appended to (checked all the same), or an empty one."""
     if writer.append and name in writer.existing_names:
-        return writer.add_tensor(name, dtype=source.target, lod_level=writer.stored_lod_level(name))
+        return writer.add_tensor(name, dtype=source.target, lod_level=writer.stored_lod_level(name),
+                                 tokens=source.tokens)
     if source.lod_level is None:
         raise source.empty_input_error()
     names = source.level_names
     if names is not None and len(names) != source.lod_level:
         raise LodUsageError(f"{len(names)} level name(s) given, but lod_level is {source.lod_level}")
     return writer.add_tensor(name, dtype=source.target if source.target is not None else np.float64,
-                             element_shape=(), lod_level=source.lod_level, level_names=names)
+                             element_shape=(), lod_level=source.lod_level, level_names=names, tokens=source.tokens)
 
 
 def _result(output: str, name: str, source: PackSource, written: _Written) -> PackResult:
@@ -268,6 +306,16 @@ def reader_options(fmt: str, column: str | None, max_memory: int | None, *, toke
     if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
         extra["max_memory"] = resolve_max_memory(max_memory)
     return extra
+
+
+def _text_kind(text: TextOptions, format: str | None) -> TextOptions:
+    """``text`` with its input kind from ``format`` (``jsonl``, ``parquet``, ``text`` for plain), if given."""
+    if format is None:
+        return text
+    kinds = {"jsonl": "jsonl", "parquet": "parquet", "text": "plain"}
+    if format not in kinds:
+        raise LodUsageError(f"text is read from jsonl, parquet or plain text (--format text), not {format}")
+    return dataclasses.replace(text, kind=kinds[format])
 
 
 def _as_list(inputs) -> list:

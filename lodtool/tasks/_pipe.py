@@ -181,11 +181,13 @@ class TensorSink:
     Each tensor is added with the first result's dtype, row shape and levels, or with ``like``'s (any object
     with ``dtype``, ``element_shape``, ``lod_level`` and ``level_names``) before anything is written.  The
     output follows :func:`lodtool.save`'s rule: a tensor of the same name needs ``overwrite``, ``force``
-    replaces the whole file.
+    replaces the whole file.  ``tokens`` (:class:`~lodtool.tokens.TokenInfo`) is recorded with the first
+    tensor: an operator that keeps the token ids passes its input's on.
     """
 
     def __init__(self, output, names: Sequence[str], *, compression: str | None = None, overwrite: bool = False,
-                 force: bool = False, like=None):
+                 force: bool = False, like=None, tokens=None):
+        self._token_info = tokens
         if is_folder_target(output):
             raise LodUsageError(f"{os.fspath(output)}: is a folder, and this writes one container: give a file "
                                 "name, or pass scheduler=... (pool, softmax, reverse and expand on Dask write a "
@@ -212,8 +214,9 @@ class TensorSink:
 
     def _add(self, results) -> None:
         self._tensors = [self._writer.add_tensor(n, dtype=r.dtype, element_shape=r.element_shape,
-                                                 lod_level=r.lod_level, level_names=r.level_names or None)
-                         for n, r in zip(self.names, results)]
+                                                 lod_level=r.lod_level, level_names=r.level_names or None,
+                                                 tokens=self._token_info if i == 0 else None)
+                         for i, (n, r) in enumerate(zip(self.names, results))]
 
     def write(self, result) -> None:
         results = result if isinstance(result, tuple) else (result,)

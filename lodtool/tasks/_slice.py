@@ -30,6 +30,8 @@ class Excerpt:
     taken: tuple[int, int] | None = None
     #: for a level range: how many sequences the level has
     level_count: int | None = None
+    #: the stored tensor's token metadata (:class:`lodtool.tokens.TokenInfo`), which a copy keeps
+    tokens: Any = None
 
 
 def _branch_path(branch: str | Sequence[int] | None) -> tuple[int, ...]:
@@ -67,10 +69,11 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
     with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
         if level is None:
-            return Excerpt(t.branch(*_branch_path(branch)), t.name, len(t))
+            return Excerpt(t.branch(*_branch_path(branch)), t.name, len(t), tokens=getattr(t, "tokens", None))
         count = t.num_sequences(level)
         start, stop = slice_bounds(builtins.slice(start, stop), count)
-        return Excerpt(t.slice_level(level, start, stop), t.name, len(t), (start, stop), count)
+        return Excerpt(t.slice_level(level, start, stop), t.name, len(t), (start, stop), count,
+                       getattr(t, "tokens", None))
 
 
 def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None, token_dtype: Any = None,
@@ -108,7 +111,7 @@ def _end(path, count: int, name: str | None, *, first: bool, token_dtype: Any,
 
     with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
-        return Excerpt(t.head(count) if first else t.tail(count), t.name, len(t))
+        return Excerpt(t.head(count) if first else t.tail(count), t.name, len(t), tokens=getattr(t, "tokens", None))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import io as formats
 from ..errors import LodUsageError
+from ..io.text import DECODED_FORMATS, write_decoded
 
 #: the output formats ``unpack`` writes
 OUTPUT_FORMATS = formats.writable()
@@ -74,7 +75,8 @@ class _Counter:
 
 def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
            to: str = "json", chunk_rows: int = 1 << 22, progress: Callable[[int, int], None] | None = None,
-           level: int | None = None, token_dtype: Any = None, eos_token_id: int | None = None) -> UnpackResult:
+           level: int | None = None, token_dtype: Any = None, eos_token_id: int | None = None,
+           detokenize: bool = False, skip_special_tokens: bool = False) -> UnpackResult:
     """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (a :func:`lodtool.io.writable`).
 
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
@@ -87,7 +89,9 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     ``progress(done, total)`` is called after each with the bytes of rows
     written so far and in all.  A sharded folder is checked whole (every
     shard against the manifest, every shard's LoD) before the first byte is
-    written, as a file's LoD is.
+    written, as a file's LoD is.  ``detokenize`` writes text instead of ids
+    (``jsonl`` or ``json``; :func:`lodtool.io.text.write_decoded`), decoded by the
+    tokenizer the tensor stores (``skip_special_tokens`` leaves EOS and the like out).
 
     ``megatron``, ``fairseq``, ``datatrove`` and ``dolma`` are written as
     several files named from ``output`` (a path: the prefix, or one of the
@@ -112,6 +116,8 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     """
     if to not in OUTPUT_FORMATS:
         raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
+    if detokenize and to not in DECODED_FORMATS:
+        raise LodUsageError(f"--detokenize writes text as {' or '.join(DECODED_FORMATS)}, not {to}")
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     from ..atomic import refuse_output_over_input
@@ -130,16 +136,18 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
             files = _write_files(t, fmt, output, chunk_rows, progress, level)
             return UnpackResult(os.fspath(output), t.name, to, t.n_rows, len(t),
                                 sum(os.path.getsize(p) for p in files), tuple(files))
+        write = _writer(t, f"{os.fspath(path)}: tensor {t.name!r}", to, chunk_rows, progress, detokenize,
+                        skip_special_tokens)
         if isinstance(output, (str, os.PathLike)) and os.fspath(output) != "-":
             from ..atomic import atomic_open
 
             with atomic_open(output) as stream:
-                written = _write(t, _Counter(stream), to, chunk_rows, progress)
+                written = write(_Counter(stream))
             label = os.fspath(output)
         else:
             stream = sys.stdout.buffer if isinstance(output, (str, os.PathLike)) else output
             counter = _Counter(stream)
-            written = _write(t, counter, to, chunk_rows, progress)
+            written = write(counter)
             counter.flush()
             label = "-"
         return UnpackResult(label, t.name, to, t.n_rows, len(t), written)
@@ -175,9 +183,24 @@ def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None)
         progress(done, total)
 
 
-def _write(t, out: _Counter, to: str, chunk_rows: int, progress: Callable[[int, int], None] | None) -> int:
-    formats.get(to).write_stored(t, _reporting(_first_then_rest(t, chunk_rows), t, progress), out)
-    return out.count
+def _writer(t, where: str, to: str, chunk_rows: int, progress: Callable[[int, int], None] | None,
+            detokenize: bool, skip_special_tokens: bool) -> Callable[[_Counter], int]:
+    """``write(out)``: the tensor's chunks to ``out`` as ``to`` (decoded to text with ``detokenize``); the bytes."""
+    decoder = None
+    if detokenize:  # a tensor without a tokenizer fails before the output is opened
+        from ..text import decoder_for
+
+        decoder = decoder_for(getattr(t, "tokens", None), where)
+
+    def write(out: _Counter) -> int:
+        chunks = _reporting(_first_then_rest(t, chunk_rows), t, progress)
+        if decoder is not None:
+            write_decoded(chunks, decoder, out, to=to, skip_special_tokens=skip_special_tokens)
+        else:
+            formats.get(to).write_stored(t, chunks, out)
+        return out.count
+
+    return write
 
 
 def _write_files(t, fmt, output, chunk_rows: int, progress: Callable[[int, int], None] | None,
