@@ -319,6 +319,18 @@ def test_bars_into_a_pipe_are_whole_rows(tmp_path, monkeypatch):
     assert result.stdout.splitlines() == full and result.stderr == ""
 
 
+def test_bars_of_many_empty_sequences_are_refused_before_any_offsets_are_read(tmp_path, monkeypatch):
+    from lodtool import LoDTensor, save
+    from lodtool.container.reader import LazyTensor
+
+    path = tmp_path / "empty.lod.h5"
+    save(str(path), LoDTensor(np.zeros(0, np.int64), [np.zeros(100_001, np.int64)]))  # no rows, 10^5 sequences
+    monkeypatch.setattr(LazyTensor, "read", lambda self, *a, **k: pytest.fail("bars read the whole tensor"))
+    result = run("tree", path, "--style", "bars")
+    assert result.exit_code != 0
+    assert "100,000 sequences and elements are too many to draw as bars" in one_line_error(result)
+
+
 def test_shard_reads_stdin(articles, tmp_path):
     result = run("shard", "-", "-o", tmp_path / "s", "--shard-size", "64B", input=articles.read_bytes())
     assert result.exit_code == 0, result.output
