@@ -349,3 +349,27 @@ def test_pack_plan_summarises_long_arrays_and_json_gives_them_all(tmp_path):
     assert len(shown.stdout) < 2000
     full = json.loads(run("pack-plan", path, "--json").stdout)
     assert len(full["lengths"]) == 1000
+
+
+def test_pack_plan_json_streams_the_same_document_as_the_whole_plan(tmp_path, monkeypatch):
+    from lodtool import LoDTensor, save
+    from lodtool.ops import pack_plan
+    from lodtool.tasks import _operators
+
+    monkeypatch.setattr(_operators, "PLAN_WINDOW", 7)  # many pieces, several passes for the sorted indices
+    monkeypatch.setattr(_operators, "PLAN_BLOCK", 20)
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 6, 101)
+    x = LoDTensor(np.zeros(int(lengths.sum())), recursive_sequence_lengths=[lengths.tolist()])
+    save(tmp_path / "x.lod.h5", x)
+    plan = pack_plan(x)
+    whole = {key: getattr(plan, key).tolist() for key in ("sorted_indices", "unsorted_indices", "lengths",
+                                                         "batch_sizes")}
+    result = run("pack-plan", tmp_path / "x.lod.h5", "--json")
+    assert result.exit_code == 0 and result.stdout == json.dumps(whole, separators=(",", ":")) + "\n"
+    shown = run("pack-plan", tmp_path / "x.lod.h5").stdout.splitlines()
+    assert shown[1] == f"sorted_indices: [{', '.join(map(str, whole['sorted_indices'][:10]))}, ... 86 more ..., " \
+                       f"{', '.join(map(str, whole['sorted_indices'][-5:]))}]"
+    save(tmp_path / "empty.lod.h5", LoDTensor(np.zeros(0), [[0]]))
+    assert json.loads(run("pack-plan", tmp_path / "empty.lod.h5", "--json").stdout) == \
+        {"sorted_indices": [], "unsorted_indices": [], "lengths": [], "batch_sizes": []}
