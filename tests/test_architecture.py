@@ -214,7 +214,7 @@ def test_no_operator_is_written_twice():
 COMMAND_TASKS = {
     "pack": "pack", "unpack": "unpack", "validate": "validate", "inspect": "inspect", "verify": "verify",
     "slice": "slice", "head": "head", "tail": "tail", "tree": "tree", "expand": "expand", "pool": "pool",
-    "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan",
+    "softmax": "softmax", "pad": "pad", "unpad": "unpad", "reverse": "reverse", "pack-plan": "pack_plan_stream",
     "batch": "batch",
     "shard": "shard", "merge": "merge",
 }

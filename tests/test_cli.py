@@ -319,6 +319,18 @@ def test_bars_into_a_pipe_are_whole_rows(tmp_path, monkeypatch):
     assert result.stdout.splitlines() == full and result.stderr == ""
 
 
+def test_bars_of_many_empty_sequences_are_refused_before_any_offsets_are_read(tmp_path, monkeypatch):
+    from lodtool import LoDTensor, save
+    from lodtool.container.reader import LazyTensor
+
+    path = tmp_path / "empty.lod.h5"
+    save(str(path), LoDTensor(np.zeros(0, np.int64), [np.zeros(100_001, np.int64)]))  # no rows, 10^5 sequences
+    monkeypatch.setattr(LazyTensor, "read", lambda self, *a, **k: pytest.fail("bars read the whole tensor"))
+    result = run("tree", path, "--style", "bars")
+    assert result.exit_code != 0
+    assert "100,000 sequences and elements are too many to draw as bars" in one_line_error(result)
+
+
 def test_shard_reads_stdin(articles, tmp_path):
     result = run("shard", "-", "-o", tmp_path / "s", "--shard-size", "64B", input=articles.read_bytes())
     assert result.exit_code == 0, result.output
@@ -337,3 +349,27 @@ def test_pack_plan_summarises_long_arrays_and_json_gives_them_all(tmp_path):
     assert len(shown.stdout) < 2000
     full = json.loads(run("pack-plan", path, "--json").stdout)
     assert len(full["lengths"]) == 1000
+
+
+def test_pack_plan_json_streams_the_same_document_as_the_whole_plan(tmp_path, monkeypatch):
+    from lodtool import LoDTensor, save
+    from lodtool.ops import pack_plan
+    from lodtool.tasks import _operators
+
+    monkeypatch.setattr(_operators, "PLAN_WINDOW", 7)  # many pieces, several passes for the sorted indices
+    monkeypatch.setattr(_operators, "PLAN_BLOCK", 20)
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 6, 101)
+    x = LoDTensor(np.zeros(int(lengths.sum())), recursive_sequence_lengths=[lengths.tolist()])
+    save(tmp_path / "x.lod.h5", x)
+    plan = pack_plan(x)
+    whole = {key: getattr(plan, key).tolist() for key in ("sorted_indices", "unsorted_indices", "lengths",
+                                                         "batch_sizes")}
+    result = run("pack-plan", tmp_path / "x.lod.h5", "--json")
+    assert result.exit_code == 0 and result.stdout == json.dumps(whole, separators=(",", ":")) + "\n"
+    shown = run("pack-plan", tmp_path / "x.lod.h5").stdout.splitlines()
+    assert shown[1] == f"sorted_indices: [{', '.join(map(str, whole['sorted_indices'][:10]))}, ... 86 more ..., " \
+                       f"{', '.join(map(str, whole['sorted_indices'][-5:]))}]"
+    save(tmp_path / "empty.lod.h5", LoDTensor(np.zeros(0), [[0]]))
+    assert json.loads(run("pack-plan", tmp_path / "empty.lod.h5", "--json").stdout) == \
+        {"sorted_indices": [], "unsorted_indices": [], "lengths": [], "batch_sizes": []}

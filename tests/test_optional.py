@@ -20,9 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lodtool"
 #: own one place each, lodtool._device and lodtool.ops._cuda)
 OPTIONAL = {"awkward", "pyarrow", "torch", "tensorflow", "datasets", "dask", "distributed", "dask_awkward"}
 #: files whose owners move their imports onto optional_import (remove a line when its file passes)
-NOT_YET = {
-    "tasks/_shards.py": "imports distributed itself",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def _direct_imports(path: Path) -> list[str]:

@@ -429,3 +429,65 @@ def test_a_streamed_operator_reports_the_rows_it_has_read(tmp_path):
         pipeline.pool(tmp_path / "x.h5", tmp_path / "out.h5", progress=lambda done, total: heard.append((done, total)))
     assert len(heard) > 3 and heard[-1] == (1000, 1000)
     assert all(a[0] <= b[0] for a, b in zip(heard, heard[1:])) and {t for _, t in heard} == {1000}
+
+
+# -- pack_plan_stream: the plan made piece by piece -------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=60), st.integers(1, 7), st.integers(1, 3))
+def test_a_streamed_plan_is_the_plan_of_the_whole_level(tmp_path_factory, lengths, window, block):
+    from lodtool.ops import pack_plan
+
+    path = str(tmp_path_factory.mktemp("plan") / "x.lod.h5")
+    x = LoDTensor(np.zeros(sum(lengths)), recursive_sequence_lengths=[lengths])
+    save(path, x)
+    whole = pack_plan(x)
+    with mock.patch.object(pipeline, "PLAN_WINDOW", window), mock.patch.object(pipeline, "PLAN_BLOCK", block * window), \
+            pipeline.pack_plan_stream(path) as plan:  # windows and blocks that cut the level anywhere
+        assert (plan.num_sequences, plan.num_steps, plan.total_steps) == (len(lengths), len(whole.batch_sizes),
+                                                                          sum(lengths))
+        for key, pieces in plan.arrays().items():
+            pieces = list(pieces)
+            assert all(len(p) <= max(window, block * window) for p in pieces) or key == "batch_sizes"
+            got = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+            assert got.tolist() == getattr(whole, key).tolist(), key
+
+
+def _peak_of_streamed_plan(path: str) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pipeline.pack_plan_stream(path) as plan:
+            for pieces in plan.arrays().values():
+                for _ in pieces:
+                    pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_streamed_plan_of_many_empty_sequences_holds_no_more_for_ten_times_as_many(tmp_path, monkeypatch):
+    from lodtool.container import reader
+
+    monkeypatch.setattr(pipeline, "PLAN_WINDOW", 1 << 14)
+    monkeypatch.setattr(pipeline, "PLAN_BLOCK", 1 << 17)
+    monkeypatch.setattr(reader, "RESIDENT_OFFSETS_BYTES", 1 << 20)  # the reader's own cache of a level, bounded
+    paths = []
+    for n in (100_000, 1_000_000):  # 8 MB of offsets at the larger, and as much for each of the plan's arrays
+        paths.append(str(tmp_path / f"{n}.lod.h5"))
+        save(paths[-1], LoDTensor(np.zeros(0), [np.zeros(n + 1, np.int64)]))
+    _peak_of_streamed_plan(paths[1])  # what is imported once (Numba, when the work pays for it) is not counted
+    peaks = [_peak_of_streamed_plan(path) for path in paths]
+    # validating reads blocks of reader.OFFSET_BLOCK entries (8 MiB): the one piece that
+    # grows with the level up to its bound; the plan's own pieces stay flat
+    assert peaks[1] < (8 << 20) + 2 * peaks[0], peaks  # the whole plan of the larger holds 40 MB
+
+
+def test_a_streamed_plan_refuses_what_a_whole_plan_refuses(tmp_path):
+    path = str(tmp_path / "x.lod.h5")
+    save(path, LoDTensor(np.arange(4), [[0, 1, 4]]))
+    with pytest.raises(LodIndexError, match="level 3 is out of range"), pipeline.pack_plan_stream(path, level=3):
+        pass
+    save(path, LoDTensor(np.arange(4)), overwrite=True)
+    with pytest.raises(LodError, match="0-level tensor has no sequences"), pipeline.pack_plan_stream(path):
+        pass

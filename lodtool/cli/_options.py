@@ -253,6 +253,24 @@ def emit_json(obj) -> None:
     click.echo(json.dumps(obj, indent=None, separators=(",", ":"), default=_json_default))
 
 
+#: entries of an array that :func:`emit_json_arrays` turns into text at a time
+JSON_ARRAY_PIECE = 1 << 16
+
+
+def emit_json_arrays(arrays) -> None:
+    """Write one JSON object of integer arrays to stdout, each given as an iterator of pieces (NumPy arrays),
+    so an array longer than memory streams out; the same bytes as :func:`emit_json` of the whole arrays."""
+    write = click.get_text_stream("stdout").write
+    for i, (key, pieces) in enumerate(arrays.items()):
+        write(("{" if i == 0 else "],") + json.dumps(key) + ":[")
+        first = True
+        for piece in pieces:
+            for start in range(0, len(piece), JSON_ARRAY_PIECE):  # as text, a piece takes ~60 B an entry
+                write(("" if first else ",") + ",".join(map(str, piece[start:start + JSON_ARRAY_PIECE].tolist())))
+                first = False
+    write("]}\n" if arrays else "{}\n")
+
+
 def _json_default(obj):
     import numpy as np
 

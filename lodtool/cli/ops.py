@@ -257,34 +257,44 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
     with _scheduled(ctx, "pack-plan", scheduler, workers, partition_size, None, True) as dask, \
             opt.input_path(file) as src:  # with a scheduler the partitions' offsets are read in parallel
         dask.pop("progress", None)
-        plan = tasks.pack_plan(src, name=name, level=level, device=device, **dask)
-    info = {"sorted_indices": plan.sorted_indices, "unsorted_indices": plan.unsorted_indices,
-            "lengths": plan.lengths, "batch_sizes": plan.batch_sizes}
-    if as_json:
-        opt.emit_json(info)
-    else:
-        from ._render import console
+        with tasks.pack_plan_stream(src, name=name, level=level, device=device, **dask) as plan:
+            _show_plan(plan, as_json)
 
-        con = console()
-        con.print(f"{opt.plural(len(plan.lengths), 'sequence')}, {opt.plural(len(plan.batch_sizes), 'time step')}"
-                  f" (the longest sequence's), {int(plan.lengths.sum()):,} steps in all")
-        elided = False
-        for key, value in info.items():
-            shown, cut = _elided(value)
-            elided |= cut
-            con.print(f"{key}: {shown}", markup=False)
-        if elided:
-            con.print("(long arrays are shown cut; --json gives every entry)", markup=False)
+
+def _show_plan(plan, as_json: bool) -> None:
+    """The plan's arrays (each an iterator of pieces, written as they come: any number of sequences in
+    bounded memory) as one JSON document, or a summary with their ends."""
+    if as_json:
+        opt.emit_json_arrays(plan.arrays())
+        return
+    from ._render import console
+
+    con = console()
+    con.print(f"{opt.plural(plan.num_sequences, 'sequence')}, {opt.plural(plan.num_steps, 'time step')} (the "
+              f"longest sequence's), {plan.total_steps:,} steps in all")
+    elided = False
+    for key, pieces in plan.arrays().items():
+        shown, cut = _elided(pieces)
+        elided |= cut
+        con.print(f"{key}: {shown}", markup=False)
+    if elided:
+        con.print("(long arrays are shown cut; --json gives every entry)", markup=False)
 
 
 #: entries of an array shown in full by pack-plan's summary (longer ones show their ends)
 SHOWN_ENTRIES = 20
 
 
-def _elided(values) -> tuple[str, bool]:
-    """``[a, b, ..., y, z]`` for a long array, and whether it was cut."""
-    if len(values) <= SHOWN_ENTRIES:
-        return str(list(map(int, values))), False
-    head = ", ".join(str(int(v)) for v in values[:10])
-    tail = ", ".join(str(int(v)) for v in values[-5:])
-    return f"[{head}, ... {len(values) - 15:,} more ..., {tail}]", True
+def _elided(pieces) -> tuple[str, bool]:
+    """``[a, b, ..., y, z]`` for a long array given as pieces (only its ends are kept), and whether it was cut."""
+    head: list[int] = []
+    tail: list[int] = []
+    count = 0
+    for piece in pieces:
+        head += piece[:SHOWN_ENTRIES - len(head)].tolist()
+        tail = (tail + piece[-SHOWN_ENTRIES:].tolist())[-SHOWN_ENTRIES:]
+        count += len(piece)
+    if count <= SHOWN_ENTRIES:
+        return str(head), False
+    ends = ", ".join(map(str, head[:10])), ", ".join(map(str, tail[-5:]))
+    return f"[{ends[0]}, ... {count - 15:,} more ..., {ends[1]}]", True

@@ -8,8 +8,8 @@ from . import _options as opt
 from ..errors import LodUsageError
 from ..lod import format_path
 
-#: --style bars draws every element mark; beyond this it would not fit a screen
-MAX_BARS_ROWS = 2000
+#: --style bars draws every length label and element mark; beyond this many it would not fit a screen
+MAX_BARS_ITEMS = 2000
 
 
 @click.command("tree")
@@ -57,10 +57,10 @@ def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dty
                            "lod_level": t.lod_level, **info})
             return
         if style == "bars":
-            rows = view.rows()
-            if rows > MAX_BARS_ROWS:
-                raise LodUsageError(f"{rows:,} elements are too many to draw as bars (limit {MAX_BARS_ROWS}); "
-                                    "pick a smaller part with --path")
+            items = sum(view.counts())
+            if items > MAX_BARS_ITEMS:  # checked from the offsets at the branch's edges, before anything is read
+                raise LodUsageError(f"{items:,} sequences and elements are too many to draw as bars "
+                                    f"(limit {MAX_BARS_ITEMS}); pick a smaller part with --path")
             part = view.read()
             lengths = part.recursive_sequence_lengths or [[part.shape[0]]]
             if print_rows(bars(lengths, len(part.element_shape))):

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from .._device import cupy_module, is_device_array
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import atomic_add, kernel, kernels_pay, prange, schedule
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import validate_lod
 from ..tensor import LoDTensor, check_dtype
@@ -203,11 +203,14 @@ def pack_plan(x: LoDTensor, level: int = -1, *, backend: str | None = None, devi
         sorted_idx, unsorted_idx, batch_sizes = _reference(lengths)
     else:
         n = len(lengths)
-        maxlen = int(lengths.max()) if n else 0
-        sorted_idx = np.empty(n, np.int64)
+        histogram = np.zeros((int(lengths.max()) if n else 0) + 1, np.int64)
+        _count_lengths(lengths, histogram)
+        starts = first_positions(histogram)
+        batch_sizes = starts[:-1].copy()
         unsorted_idx = np.empty(n, np.int64)
-        batch_sizes = np.empty(maxlen, np.int64)
-        _plan(lengths, np.zeros(maxlen + 1, np.int64), sorted_idx, unsorted_idx, batch_sizes)
+        _place(lengths, starts, unsorted_idx)
+        sorted_idx = np.empty(n, np.int64)
+        sorted_idx[unsorted_idx] = np.arange(n, dtype=np.int64)
     return PackPlan(lengths, sorted_idx, unsorted_idx, batch_sizes, roff, tuple(xt.offsets), lvl, units)
 
 
@@ -222,25 +225,72 @@ def _reference(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return sorted_idx, unsorted_idx, (n - at_most).astype(np.int64)
 
 
+def count_lengths(lengths: np.ndarray, histogram: np.ndarray) -> None:
+    """Add how many of ``lengths`` have each length into ``histogram`` (one entry per length ``0..maxlen``).
+
+    A plan built piece by piece (:func:`place_by_length`) counts every piece first.
+
+    >>> h = np.zeros(4, np.int64)
+    >>> count_lengths(np.array([3, 0, 3]), h); count_lengths(np.array([1]), h)
+    >>> h.tolist()
+    [1, 1, 0, 2]
+    """
+    if kernels_pay(len(lengths), NUMBA_FROM.cold, NUMBA_FROM.warm):
+        _count_lengths(lengths, histogram)
+    else:
+        values, counts = np.unique(lengths, return_counts=True)
+        histogram[values] += counts
+
+
+def first_positions(histogram: np.ndarray) -> np.ndarray:
+    """Where the first sequence of each length goes in the plan's order: ``[L]`` counts the longer ones.
+
+    Its first ``maxlen`` entries are the plan's batch sizes (step ``t`` holds the sequences longer than ``t``).
+
+    >>> first_positions(np.array([1, 1, 0, 2])).tolist()
+    [3, 2, 2, 0]
+    """
+    longer = np.zeros(len(histogram), np.int64)
+    np.cumsum(histogram[:0:-1], out=longer[-2::-1])
+    return longer
+
+
+def place_by_length(lengths: np.ndarray, next_position: np.ndarray) -> np.ndarray:
+    """The plan position of each of ``lengths`` (sequences in input order), taking ``next_position[L]`` for the
+    next sequence of length ``L`` and moving it on: the stable counting sort by decreasing length, one piece of
+    the sequences at a time, started from :func:`first_positions`.
+
+    >>> starts = first_positions(np.array([1, 1, 0, 2]))
+    >>> place_by_length(np.array([3, 0]), starts).tolist(), place_by_length(np.array([3, 1]), starts).tolist()
+    ([0, 3], [1, 2])
+    """
+    out = np.empty(len(lengths), np.int64)
+    if kernels_pay(len(lengths), NUMBA_FROM.cold, NUMBA_FROM.warm):
+        _place(lengths, next_position, out)
+        return out
+    order = np.argsort(lengths, kind="stable")
+    ordered = lengths[order]
+    firsts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    counts = np.diff(np.append(firsts, len(lengths)))
+    rank = np.arange(len(lengths), dtype=np.int64) - np.repeat(firsts, counts)
+    out[order] = next_position[ordered] + rank
+    next_position[ordered[firsts]] += counts
+    return out
+
+
 @kernel
-def _plan(lengths, start, sorted_idx, unsorted_idx, batch_sizes):  # pragma: no cover - compiled by Numba
-    """A stable counting sort by decreasing length; ``start`` is zeroed scratch of ``maxlen + 1``."""
-    n = lengths.shape[0]
-    maxlen = start.shape[0] - 1
-    for i in range(n):
-        start[lengths[i]] += 1
-    running = 0
-    for q in range(maxlen + 1):  # lengths from the longest down: start[L] = #(length > L)
-        count = start[maxlen - q]
-        start[maxlen - q] = running
-        running += count
-    for t in range(maxlen):
-        batch_sizes[t] = start[t]
-    for i in range(n):
-        p = start[lengths[i]]
-        sorted_idx[p] = i
-        unsorted_idx[i] = p
-        start[lengths[i]] = p + 1
+def _count_lengths(lengths, histogram):  # pragma: no cover - compiled by Numba
+    for i in range(lengths.shape[0]):
+        histogram[lengths[i]] += 1
+
+
+@kernel
+def _place(lengths, next_position, out):  # pragma: no cover - compiled by Numba
+    """A stable counting sort by decreasing length: ``out[i]`` is sequence ``i``'s place in the plan."""
+    for i in range(lengths.shape[0]):
+        p = next_position[lengths[i]]
+        out[i] = p
+        next_position[lengths[i]] = p + 1
 
 
 def _sequences(xt: LoDTensor, level: int) -> int:
@@ -719,6 +769,7 @@ def cuda_from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: An
     return out
 
 
-__all__ = ["PackPlan", "pack_plan", "to_time_major", "from_time_major", "cuda_pack_plan", "cuda_to_time_major",
+__all__ = ["PackPlan", "pack_plan", "count_lengths", "first_positions", "place_by_length", "to_time_major",
+           "from_time_major", "cuda_pack_plan", "cuda_to_time_major",
            "cuda_from_time_major", "lod_tensor_to_array", "array_to_lod_tensor", "reorder_lod_tensor_by_rank",
            "shrink_memory"]

@@ -16,6 +16,7 @@
 :func:`concat`, :func:`seq_slice`, :func:`erase`, :func:`enumerate`, :func:`reshape`,
 :func:`lod_reset`             Paddle's sequence_concat, _slice, _erase, _enumerate, _reshape and lod_reset
                               over containers, streamed
+:func:`pack_plan_stream`      pack_plan's arrays made piece by piece, for a level of any number of sequences
 :func:`batch`                 training batches planned from the offsets (:func:`batch_plan`, :func:`batches`)
 :func:`shard`, :func:`merge`  split a container into a sharded folder / join one into a container
 :func:`pack_sharded`          pack into a sharded folder (in parallel on Dask with a scheduler)
@@ -43,7 +44,7 @@ _LAZY = {
     "export": "_export",
     "shard": "_shards", "merge": "_shards", "pack_sharded": "_shards",
     **{name: "_operators" for name in ("pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan",
-                                       "concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset",
+                                       "pack_plan_stream", "StreamedPlan", "concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset",
                                        "OpResult")},
     **{name: "_batch" for name in ("batch", "batch_plan", "batches", "BatchPlan", "BatchReader", "BatchResult",
                                    "write_batches", "plan_report")},

@@ -850,5 +850,124 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
     return plan_of(lod_only, level, f.max_memory, f.path, device)
 
 
-__all__ = ["pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan", "concat", "seq_slice", "erase",
+#: plan positions gathered in memory per pass of :meth:`StreamedPlan.sorted_indices` (the passes over the offsets
+#: are ``sequences / this``: one for any level of up to 16 million sequences)
+PLAN_BLOCK = 1 << 24
+#: offsets entries read at a time by a streamed plan
+PLAN_WINDOW = 1 << 20
+
+
+class StreamedPlan:
+    """The packing plan of one level of a stored tensor (:func:`pack_plan_stream`), as pieces read and made
+    from the offsets window by window: its memory is bounded by the longest sequence and
+    :data:`PLAN_BLOCK`, not by how many sequences the level holds.
+
+    ``num_sequences``, ``num_steps`` (the longest sequence's length) and ``total_steps`` are known on open;
+    :meth:`arrays` gives each of :class:`lodtool.ops.PackPlan`'s arrays as an iterator of pieces, in order.
+    """
+
+    def __init__(self, t, level: int, max_memory: int, where: str):
+        from ..limits import check_memory
+        from ..ops.pack_plan import count_lengths, first_positions
+
+        self._t, self._level = t, level
+        self._window = max(1, min(PLAN_WINDOW, max_memory // 64))
+        self._block = max(self._window, min(PLAN_BLOCK, max_memory // 32))
+        self.num_sequences = t.level_sizes[level] - 1
+        histogram = np.zeros(1, np.int64)
+        for lengths in self.lengths():
+            longest = int(lengths.max(initial=0))
+            if longest >= len(histogram):  # the histogram, the next positions and the batch sizes: 24 B a step
+                check_memory(24 * (longest + 1), max_memory, where, f"the plan of a sequence of {longest:,} steps")
+                histogram = np.concatenate([histogram, np.zeros(longest + 1 - len(histogram), np.int64)])
+            count_lengths(lengths, histogram)
+        self._starts = first_positions(histogram)
+        self.num_steps = len(histogram) - 1
+        self.total_steps = int(np.dot(histogram, np.arange(len(histogram), dtype=np.int64)))
+
+    def lengths(self) -> Iterator[np.ndarray]:
+        """Each sequence's length (time steps), in input order."""
+        for start in range(0, self.num_sequences, self._window):
+            offsets = self._t.read_offsets(self._level, start, min(start + self._window, self.num_sequences) + 1)
+            yield offsets[1:] - offsets[:-1]
+
+    def _positions(self) -> Iterator[tuple[int, np.ndarray]]:
+        from ..ops.pack_plan import place_by_length
+
+        next_position = self._starts.copy()
+        start = 0
+        for lengths in self.lengths():
+            yield start, place_by_length(lengths, next_position)
+            start += len(lengths)
+
+    def unsorted_indices(self) -> Iterator[np.ndarray]:
+        """Each sequence's place in the plan's order, in input order."""
+        return (positions for _, positions in self._positions())
+
+    def sorted_indices(self) -> Iterator[np.ndarray]:
+        """The sequences by decreasing length (ties in input order): one pass over the offsets per
+        :data:`PLAN_BLOCK` places."""
+        for first in range(0, self.num_sequences, self._block):
+            block = np.empty(min(self._block, self.num_sequences - first), np.int64)
+            for start, positions in self._positions():
+                inside = np.flatnonzero((positions >= first) & (positions < first + len(block)))
+                block[positions[inside] - first] = inside + start
+            yield block
+
+    def batch_sizes(self) -> Iterator[np.ndarray]:
+        """How many sequences each time step holds (one piece: a step each)."""
+        yield self._starts[:-1]
+
+    def arrays(self) -> dict[str, Iterator[np.ndarray]]:
+        """:class:`lodtool.ops.PackPlan`'s arrays by name, each as its pieces."""
+        return {"sorted_indices": self.sorted_indices(), "unsorted_indices": self.unsorted_indices(),
+                "lengths": self.lengths(), "batch_sizes": self.batch_sizes()}
+
+
+class _WholePlan:
+    """A :class:`lodtool.ops.PackPlan` made whole (on Dask or a GPU), answering as a :class:`StreamedPlan`."""
+
+    def __init__(self, plan):
+        self._plan = plan
+        self.num_sequences, self.num_steps = len(plan.lengths), len(plan.batch_sizes)
+        self.total_steps = int(plan.lengths.sum())
+
+    def arrays(self) -> dict[str, Iterator[np.ndarray]]:
+        return {key: iter([getattr(self._plan, key)])
+                for key in ("sorted_indices", "unsorted_indices", "lengths", "batch_sizes")}
+
+
+@contextlib.contextmanager
+def pack_plan_stream(path: str, *, name: str | None = None, level: int = -1, max_memory: int | None = None,
+                     device: str = "cpu", scheduler: str | None = None, workers: int | None = None,
+                     partition_size: int | str | None = None) -> Iterator[StreamedPlan]:
+    """:func:`pack_plan` of a stored tensor made and given piece by piece (``lodtool pack-plan``): on the CPU
+    in memory bounded by the longest sequence, for a level of more sequences than the plan's arrays would hold
+    in memory; the whole LoD is validated on open.  With ``device="cuda"`` or a ``scheduler`` the plan is
+    made whole by :func:`pack_plan` and given as one piece per array.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor, save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.h5")
+    >>> save(p, LoDTensor(np.arange(6), recursive_sequence_lengths=[[1, 3, 2]]))
+    >>> with pack_plan_stream(p) as plan:
+    ...     plan.num_sequences, [piece.tolist() for piece in plan.sorted_indices()]
+    (3, [[1, 2, 0]])
+    """
+    from ..lod import level_position
+
+    if scheduler or device != "cpu":
+        yield _WholePlan(pack_plan(path, name=name, level=level, max_memory=max_memory, device=device,
+                                   scheduler=scheduler, workers=workers, partition_size=partition_size))
+        return
+    f, t = open_tensor(path, name, max_memory)
+    with f:
+        if not t.lod_level:
+            raise LodUsageError("a 0-level tensor has no sequences to plan")
+        require_valid(f.path, t)
+        yield StreamedPlan(t, level_position(level, t.lod_level), f.max_memory, f.path)
+
+
+__all__ = ["pool", "softmax", "reverse", "expand", "pad", "unpad", "pack_plan", "pack_plan_stream", "StreamedPlan",
+           "concat", "seq_slice", "erase",
            "enumerate", "reshape", "lod_reset", "OpResult"]

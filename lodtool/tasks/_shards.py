@@ -3,18 +3,17 @@
 A sharded folder (``DIR/lodtool.json`` + ``DIR/part-00000.lod.h5`` ...) is one
 logical tensor; the reading verbs take one wherever they take a container
 (they open paths with :func:`lodtool.container.shards.open_path`).  Here are
-the verbs that write one, and :func:`on_dask`, which runs an operator over a
-file or folder on a Dask scheduler (``lodtool <op> --scheduler ...``).
+the verbs that write one, and :class:`dask_scheduler`, the scheduler that the
+operators' ``--scheduler`` runs them on (see :mod:`lodtool.tasks._operators`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from typing import Callable, Iterator, Sequence
 
+from .._optional import optional_import
 from ..errors import LodUsageError
 
 
@@ -249,10 +248,7 @@ class dask_scheduler:
     def __init__(self, scheduler: str, workers: int | None = None, timeout: float | None = None):
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
             raise LodUsageError(f"--workers must be a positive integer, got {workers!r}")
-        try:
-            import dask  # noqa: F401
-        except ImportError:
-            raise LodUsageError("a Dask scheduler needs Dask: pip install 'lodtool[dask]'") from None
+        optional_import("dask", "dask", "a Dask scheduler")
         self.scheduler, self.workers, self.timeout = scheduler, workers, timeout
         self._client = self._cluster = self._pool = None
 
@@ -265,17 +261,14 @@ class dask_scheduler:
             return {"scheduler": "threads", "pool": self._pool}
         if self.scheduler == "sync":
             return {"scheduler": "sync"}
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError:
-            raise LodUsageError("--scheduler needs dask[distributed]: pip install 'lodtool[dask]'") from None
+        distributed = optional_import("distributed", "dask", "--scheduler")
         if self.scheduler == "processes":
             import logging
 
             n = int(self.workers or os.cpu_count() or 1)
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+            self._cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                          dashboard_address=":0", silence_logs=logging.ERROR)
-            self._client = Client(self._cluster)
+            self._client = distributed.Client(self._cluster)
         else:
             from ..interop.dask import connect
 

@@ -129,11 +129,27 @@ class TreeView:
 
     def rows(self) -> int:
         """Data rows under the branch (two offsets read per level)."""
+        return self.counts()[-1]
+
+    def counts(self) -> list[int]:
+        """How many children the branch has at each level below it, the data rows last (two offsets read per
+        level): what a picture of every item under it would draw.
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor, save
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3], [0, 1, 1, 3]]))
+        >>> with tree(p) as view:
+        ...     view.counts()
+        [2, 3, 3]
+        """
         t, begin, end = self.tensor, self.begin, self.end
+        counts = [end - begin]
         for k in range(self.level, t.lod_level):
             begin = int(t.read_offsets(k, begin, begin + 1)[0])
             end = int(t.read_offsets(k, end, end + 1)[0])
-        return end - begin
+            counts.append(end - begin)
+        return counts
 
     def read(self) -> LoDTensor:
         """The branch as a tensor (the whole tensor for the empty path)."""
