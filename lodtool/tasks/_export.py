@@ -1,4 +1,4 @@
-"""Write one in-memory tensor to any output lodtool knows: a container, JSON, JSON Lines, NPZ.
+"""Write one in-memory tensor to any output lodtool knows: a container, JSON, JSON Lines, NPZ, a token dataset.
 
 ``slice``, ``head`` and ``tail`` use this, so their output composes with ``jq``
 and with ``lodtool pack -`` exactly as ``unpack``'s does.
@@ -22,7 +22,8 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
     """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
 
     A container (``to="h5"``) follows :func:`~lodtool.container.writer.save`'s
-    rule for an existing file (``overwrite``, ``force``).
+    rule for an existing file (``overwrite``, ``force``); a format written as
+    several files (``megatron`` ...) names them from the path ``output``.
 
     >>> import io, numpy as np
     >>> buf = io.BytesIO()
@@ -39,6 +40,10 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
 
         kwargs = {"compression": compression} if compression else {}
         save(output, {name: tensor}, overwrite=overwrite, force=force, **kwargs)
+        return
+    fmt = formats.get(to)
+    if fmt.writes_files:  # several files named from the path (Megatron's PREFIX.bin + PREFIX.idx), together
+        fmt.write_files([tensor], output)
         return
     if isinstance(output, (str, os.PathLike)):
         from ..atomic import atomic_path
