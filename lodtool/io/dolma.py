@@ -227,7 +227,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, level: 
                     if dtype not in TOKEN_DTYPES:
                         raise LodUsageError(f"{npy}: dolma token arrays hold "
                                             f"{', '.join(d.name for d in TOKEN_DTYPES)}, not {dtype}; cast them with "
-                                            "--dtype")
+                                            "dtype=...")
                 elif chunk.dtype != dtype:
                     raise LodFormatError(f"{npy}: a chunk of {chunk.dtype} after chunks of {dtype}")
                 seq, _ = writer_levels(chunk, 1, level, "dolma", npy)
