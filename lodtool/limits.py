@@ -21,6 +21,9 @@ from .errors import LodMemoryError, LodUsageError
 
 #: the default limit never exceeds this
 DEFAULT_CAP = 4 << 30
+#: bytes of input, or of rows, that one streaming step handles at a time: a reader's chunk, an
+#: operator's chunk, a shard's copy (the unit of every bounded-memory pass)
+STREAM_CHUNK_BYTES = 64 << 20
 
 
 def _read_int(path: str) -> int | None:

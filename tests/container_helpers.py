@@ -58,5 +58,5 @@ def raises_same(fn_a, fn_b):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 64 bytes, so a handful of rows spans several chunks and buffer boundaries."""
-    monkeypatch.setattr(writer, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(writer, "STORAGE_CHUNK_BYTES", 64)
     monkeypatch.setattr(writer, "MIN_CHUNK_BYTES", 16)

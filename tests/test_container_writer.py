@@ -63,15 +63,15 @@ def test_link_lod(path):
                 min_size=1, max_size=5))
 def test_streamed_appends_equal_concatenation(parts):
     p = tmpfile()
-    old = writer.CHUNK_BYTES
-    writer.CHUNK_BYTES = 64
+    old = writer.STORAGE_CHUNK_BYTES
+    writer.STORAGE_CHUNK_BYTES = 64
     try:
         with LodWriter(p) as w:
             tw = w.add_tensor("x", dtype="int32", element_shape=(3,), lod_level=2)
             for part in parts:
                 tw.append(part)
     finally:
-        writer.CHUNK_BYTES = old
+        writer.STORAGE_CHUNK_BYTES = old
     back = load(p)
     assert np.array_equal(back.data, np.concatenate([q.data for q in parts]))
     assert back.recursive_sequence_lengths == [sum((q.recursive_sequence_lengths[k] for q in parts), [])

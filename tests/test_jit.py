@@ -122,11 +122,11 @@ def test_one_thread_allowed_means_no_helper_threads(monkeypatch, tmp_path):
     import threading
 
     import lodtool
-    from lodtool.tasks._pack import _overlapped
+    from lodtool.tasks._pipe import read_ahead
 
     monkeypatch.setenv("LODTOOL_NUM_THREADS", "1")
     items = iter([1, 2, 3])
-    assert _overlapped(items) is items
+    assert read_ahead(items) is items
     before = threading.active_count()
     data = np.arange(3_000_000)
     lodtool.save(str(tmp_path / "one.lod.h5"), lodtool.LoDTensor(data, [[0, 1_000_000, 3_000_000]]))
@@ -134,4 +134,4 @@ def test_one_thread_allowed_means_no_helper_threads(monkeypatch, tmp_path):
     assert np.array_equal(lodtool.load(str(tmp_path / "one.lod.h5")).data, data)
     monkeypatch.setenv("LODTOOL_NUM_THREADS", "2")
     if lodtool._jit.thread_limit() > 1:
-        assert list(_overlapped(iter([1, 2, 3]))) == [1, 2, 3]
+        assert list(read_ahead(iter([1, 2, 3]))) == [1, 2, 3]

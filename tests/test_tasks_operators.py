@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from lodtool import LoDTensor, load, save
 from lodtool.cli.main import cli
 from lodtool.errors import LodError, LodIndexError, LodShapeError, LodValidationError
+from lodtool.limits import STREAM_CHUNK_BYTES
 from lodtool.container.reader import LazyTensor
 from lodtool.ops import sequence_expand, sequence_mask, sequence_pad
 from lodtool.ops._util import row_offsets
@@ -301,7 +302,7 @@ def test_pad_reads_and_writes_bounded_chunks(tmp_path, monkeypatch):
 # -- chunk budget ---------------------------------------------------------------------------------------------
 def test_chunk_rows_follow_the_row_size_and_the_memory_limit():
     assert _pipe.chunk_rows((), np.dtype(np.float32), 1 << 30) == _pipe.CHUNK_ROWS
-    assert _pipe.chunk_rows((4096,), np.dtype(np.float32), 1 << 30) == _pipe.CHUNK_BYTES // (4096 * 4)
+    assert _pipe.chunk_rows((4096,), np.dtype(np.float32), 1 << 30) == STREAM_CHUNK_BYTES // (4096 * 4)
     assert _pipe.chunk_rows((), np.dtype(np.float64), 1 << 20) == (1 << 20) // 8 // 8
     assert _pipe.chunk_rows((0,), np.dtype(np.float64), 1 << 20) == (1 << 20) // 8  # empty rows count 1 byte
     assert _pipe.chunk_rows((1 << 20,), np.dtype(np.float64), 1 << 20) == 1
@@ -392,7 +393,7 @@ def test_an_error_while_reading_waits_for_the_writes_in_flight(tmp_path, monkeyp
     with budget(8, 4), pytest.raises(LodValidationError, match="boom"):
         pipeline.reverse(tmp_path / "x.h5", tmp_path / "out.h5")
     assert sorted(os.listdir(tmp_path)) == ["x.h5"]
-    assert not [t for t in threading.enumerate() if t.name == "lodtool-pack-reader"]  # the pipe's second thread
+    assert not [t for t in threading.enumerate() if t.name == "lodtool-read-ahead"]  # the pipe's second thread
 
 
 # -- outputs and schedulers the command cannot use ------------------------------------------------------------

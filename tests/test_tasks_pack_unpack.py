@@ -143,7 +143,7 @@ def test_errors_stop_the_reader_thread(tmp_path):
     with pytest.raises(LodUsageError):
         pack([src], tmp_path / "o.h5", level_names=["a", "b", "c"], chunk_bytes=64)
     assert threading.active_count() <= before + 8  # the scan pool may stay; the reader thread is gone
-    assert not [t for t in threading.enumerate() if t.name == "lodtool-pack-reader"]
+    assert not [t for t in threading.enumerate() if t.name == "lodtool-read-ahead"]
 
 
 # -- unpack -----------------------------------------------------------------------------------------

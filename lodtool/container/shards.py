@@ -62,7 +62,7 @@ from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundEr
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import spec as _spec
-from ..limits import check_memory, resolve_max_memory
+from ..limits import STREAM_CHUNK_BYTES, check_memory, resolve_max_memory
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -74,8 +74,6 @@ MANIFEST_VERSION = "1.0"
 SHARD_PREFIX, SHARD_SUFFIX = "part-", ".lod.h5"
 #: the default target size of one shard (logical bytes of data and offsets)
 DEFAULT_SHARD_SIZE = 1 << 30
-#: a sharding write reads and writes at most this many bytes of rows at a time
-CHUNK_BYTES = 64 << 20
 #: top-level sequences planned at a time when splitting a file (their offsets only)
 PLAN_WINDOW = 1 << 16
 #: shards kept open at once by one reader
@@ -807,7 +805,7 @@ class ShardWriter:
         """
         ends = np.concatenate(([0], np.cumsum(cost)))
         room = self.shard_size - self._used
-        b = int(np.searchsorted(ends, min(room, CHUNK_BYTES), side="right")) - 1
+        b = int(np.searchsorted(ends, min(room, STREAM_CHUNK_BYTES), side="right")) - 1
         if b < 1:
             if self._used and cost[0] > room:
                 return 0
@@ -933,7 +931,7 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
             t = f[name]
             tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
                                    level_names=t.level_names)
-            for chunk in t.iter_chunks(max_rows=_rows_for(t, CHUNK_BYTES)):
+            for chunk in t.iter_chunks(max_rows=_rows_for(t, STREAM_CHUNK_BYTES)):
                 tw.append(chunk)
 
 

@@ -47,7 +47,7 @@ from .reader import describe_tensor, tensor_names
 
 #: target bytes per chunk of data: a branch read decodes whole chunks, so small chunks keep it
 #: near the branch's own bytes; measured, 64 KiB also read and wrote faster than 1 MiB
-CHUNK_BYTES = 64 << 10
+STORAGE_CHUNK_BYTES = 64 << 10
 #: target bytes per chunk of offsets: a branch reads two windows per level, at most 2 chunks each
 OFFSETS_CHUNK_BYTES = 16 << 10
 #: smallest chunk for a dataset whose final size is known and small (keeps later appends efficient)
@@ -98,15 +98,15 @@ def storage_dtype(dtype: Any, where: str = "data") -> np.dtype:
 
 
 def chunk_rows(row_bytes: int, total: int | None = None, target: int | None = None) -> int:
-    """Rows per chunk: about ``target`` bytes (:data:`CHUNK_BYTES`); less for a small dataset of known size.
+    """Rows per chunk: about ``target`` bytes (:data:`STORAGE_CHUNK_BYTES`); less for a small dataset of known size.
 
     >>> chunk_rows(8), chunk_rows(8, total=100), chunk_rows(64 << 20)
     (8192, 2048, 1)
     """
     row_bytes = max(row_bytes, 1)
-    rows = max((target or CHUNK_BYTES) // row_bytes, 1)
+    rows = max((target or STORAGE_CHUNK_BYTES) // row_bytes, 1)
     if total is not None:
-        rows = min(rows, max(total, min(MIN_CHUNK_BYTES, target or CHUNK_BYTES) // row_bytes, 1))
+        rows = min(rows, max(total, min(MIN_CHUNK_BYTES, target or STORAGE_CHUNK_BYTES) // row_bytes, 1))
     return rows
 
 
@@ -115,7 +115,7 @@ def _chunk_tail(tail: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     at most :data:`MAX_CHUNKS_PER_READ` chunks (what a reader reads at a time), so huge rows get larger chunks."""
     dims = [max(d, 1) for d in tail]
     row_bytes = int(np.prod(dims, dtype=np.int64)) * itemsize
-    target = max(CHUNK_BYTES, -(-row_bytes // MAX_CHUNKS_PER_READ))
+    target = max(STORAGE_CHUNK_BYTES, -(-row_bytes // MAX_CHUNKS_PER_READ))
     if target > CHUNK_SLACK_BYTES:
         raise LodShapeError(f"rows of {row_bytes:,} bytes (element shape {tail}) are larger than a container "
                             f"stores: at most {MAX_CHUNKS_PER_READ * CHUNK_SLACK_BYTES:,} bytes a row")
@@ -1081,5 +1081,5 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
             w._guarded(tw.append, t)
 
 
-__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "AUTO_INT", "CHUNK_BYTES", "chunk_rows", "narrowest_int",
-           "storage_dtype"]
+__all__ = ["LodWriter", "TensorWriter", "save", "AUTO", "AUTO_INT", "STORAGE_CHUNK_BYTES", "chunk_rows",
+           "narrowest_int", "storage_dtype"]

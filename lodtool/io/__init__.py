@@ -200,8 +200,6 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 CONTAINER = "container"
 #: how much of an input :func:`detect` looks at
 DETECT_BYTES = 1 << 16
-#: input bytes a reader parses at a time: each chunk it yields comes from about this much input
-READ_CHUNK_BYTES = 64 << 20
 
 
 class Detection(NamedTuple):
@@ -367,5 +365,5 @@ def _either(names: Sequence[str]) -> str:
 
 __all__ = ["Format", "REGISTRY", "get", "readable", "writable", "extensions", "format_of_path", "format_of_bytes",
            "format_of_head", "detect", "input_format", "Detection", "peek_stdin", "is_stdin", "label",
-           "HDF5_SIGNATURE", "CONTAINER", "READ_CHUNK_BYTES"]
+           "HDF5_SIGNATURE", "CONTAINER"]
 

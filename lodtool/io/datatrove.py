@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
-from . import READ_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES
 from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
@@ -271,8 +271,8 @@ def write_datatrove(tensor: LoDTensor, out: str | os.PathLike, *, loss: LoDTenso
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None, stats: dict | None = None,
-         token_dtype: Any = None) -> Iterator[LoDTensor]:
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         stats: dict | None = None, token_dtype: Any = None) -> Iterator[LoDTensor]:
     """The registry's reader: each ``.ds`` in place, as chunks of whole documents (files concatenate)."""
     for s in sources:
         if not isinstance(s, (str, os.PathLike)):

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
-from . import READ_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES
 from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, little_endian, map_array, output_prefix, read_chunks, resolve_token_dtype,
                       token_problems, writer_levels)
@@ -253,8 +253,8 @@ def write_dolma(tensor: LoDTensor, out: str | os.PathLike, *, level: int | None 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None, stats: dict | None = None,
-         token_dtype: Any = None, eos_token_id: int | None = None) -> Iterator[LoDTensor]:
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         stats: dict | None = None, token_dtype: Any = None, eos_token_id: int | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: each token array in place, as chunks of whole documents (arrays concatenate)."""
     for s in sources:
         if not isinstance(s, (str, os.PathLike)):

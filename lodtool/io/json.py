@@ -80,7 +80,8 @@ from .._jit import kernels_pay, thread_limit
 from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
-from . import READ_CHUNK_BYTES, format_of_path, is_stdin
+from ..limits import STREAM_CHUNK_BYTES
+from . import format_of_path, is_stdin
 from ._values import cast_values, concat_chunks, resolve_dtype
 
 if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
@@ -931,7 +932,7 @@ def _sync(js, st: np.ndarray, asm: _Assembler) -> None:
 
 # -- the readers ------------------------------------------------------------------------------------
 def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
-              level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
+              level_names=None, chunk_bytes: int = STREAM_CHUNK_BYTES, fast: bool | None = None,
               progress: Callable[[int], None] | None = None, name: str | None = None) -> Iterator[LoDTensor]:
     """Read JSON or JSON Lines as chunks of whole top-level sequences (bounded memory).
 
@@ -952,9 +953,9 @@ def iter_json(source: Any, fmt: str | None = None, *, lod_level: int | None = No
 
 
 def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_level: int | None = None,
-                     dtype: Any = None, level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
-                     progress: Callable[[int], None] | None = None, names: Sequence[str | None] | None = None,
-                     stats: dict | None = None) -> Iterator[LoDTensor]:
+                     dtype: Any = None, level_names=None, chunk_bytes: int = STREAM_CHUNK_BYTES,
+                     fast: bool | None = None, progress: Callable[[int], None] | None = None,
+                     names: Sequence[str | None] | None = None, stats: dict | None = None) -> Iterator[LoDTensor]:
     """Read several JSON or JSON Lines inputs as one stream of chunks (their sequences concatenate).
 
     Every input must hold at least one sequence unless ``lod_level`` is given
@@ -1342,7 +1343,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
 
 
 def read_json(source: Any, fmt: str | None = None, *, lod_level: int | None = None, dtype: Any = None,
-              level_names=None, chunk_bytes: int = READ_CHUNK_BYTES, fast: bool | None = None,
+              level_names=None, chunk_bytes: int = STREAM_CHUNK_BYTES, fast: bool | None = None,
               name: str | None = None) -> LoDTensor:
     """Read a whole JSON or JSON Lines input into one :class:`~lodtool.LoDTensor`.
 
@@ -1467,7 +1468,7 @@ def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: ``sources`` of format ``fmt`` as chunks of whole top-level sequences.
 

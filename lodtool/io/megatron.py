@@ -45,7 +45,7 @@ import numpy as np
 
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
-from . import READ_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES
 from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
@@ -523,8 +523,8 @@ def write_megatron(tensor: Any, out: str | os.PathLike, *, kind: str = "megatron
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None, stats: dict | None = None,
-         token_dtype: Any = None) -> Iterator[LoDTensor]:
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         stats: dict | None = None, token_dtype: Any = None) -> Iterator[LoDTensor]:
     """The registry's reader: each source (a prefix, ``.idx`` or ``.bin``) in place, as chunks of whole documents
     (sequences for fairseq); datasets concatenate.  The reader of one format refuses the other's index.
 

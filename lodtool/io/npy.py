@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import READ_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
@@ -159,7 +159,8 @@ def _common_dtype(dtypes: Sequence[np.dtype], labels: Sequence[str]) -> np.dtype
 
 
 def iter_npy(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None = None,
-             chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
+             chunk_bytes: int = STREAM_CHUNK_BYTES,
+             progress: Callable[[int], None] | None = None) -> Iterator[LoDTensor]:
     """Read .npy files, each one top-level sequence, as chunks of a 1-level LoD tensor.
 
     Every header is checked (dtype, element shape) before any data is read;
@@ -601,7 +602,7 @@ _OFFSET_BLOCK = 1 << 20
 
 
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: ``.npy`` files (each one sequence) or LoD archives, as chunks.
 

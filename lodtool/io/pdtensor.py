@@ -52,7 +52,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import READ_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
 from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError,
                       LodValidationError)
@@ -447,7 +447,7 @@ def slice_top(offsets: Sequence[np.ndarray], a: int, b: int) -> tuple[list[np.nd
     return out, lo, hi
 
 
-def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[LoDTensor]:
+def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[LoDTensor]:
     """Chunks of whole top-level sequences of each source's one tensor, in order (bounded memory).
 
     Only the offsets and ``chunk_bytes`` of data are held at a time.  The
@@ -639,7 +639,7 @@ _OFFSET_BLOCK = 1 << 20
 
 
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
-         chunk_bytes: int = READ_CHUNK_BYTES, progress=None, stats: dict | None = None) -> Iterator[LoDTensor]:
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress=None, stats: dict | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: each source's one tensor, in chunks of whole top-level sequences.
 
     ``lod_level`` (if given) must be the file's; ``dtype`` casts, refusing

@@ -18,10 +18,8 @@ pack leaves no output: the container is committed only when everything is in.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
+from typing import BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,15 +27,14 @@ from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
 from ..container.writer import AUTO_INT, PACK_REMEDY, LodWriter
-from ..limits import resolve_max_memory
+from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
 from ..io._values import resolve_dtype
+from ._pipe import read_ahead
 
 #: the input formats ``pack`` reads
 INPUT_FORMATS = formats.readable()
 #: parse the next chunk in a thread while the previous one is written (measured: see benchmarks/bench_ingest.py)
 OVERLAP = True
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ class PackResult:
 def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLike, *, format: str | None = None,
          lod_level: int | None = None, dtype=None, name: str = "tensor", level_names: Sequence[str] | None = None,
          compression: str | None = None, append: bool = False, overwrite: bool = False, force: bool = False,
-         chunk_bytes: int = formats.READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+         chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          column: str | None = None, max_memory: int | None = None, token_dtype=None,
          eos_token_id: int | None = None) -> PackResult:
     """Pack ragged input into tensor ``name`` of the container ``output``.
@@ -142,7 +139,7 @@ class PackSource:
     @classmethod
     def open(cls, inputs, *, format: str | None = None, lod_level: int | None = None, dtype=None,
              level_names: Sequence[str] | None = None, column: str | None = None, max_memory: int | None = None,
-             chunk_bytes: int = formats.READ_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
+             chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
              token_dtype=None, eos_token_id: int | None = None) -> "PackSource":
         """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
         sources = _as_list(inputs)
@@ -158,7 +155,7 @@ class PackSource:
                              eos_token_id=eos_token_id))
         names = None if level_names is None else [str(n) for n in level_names]
         return cls(sources, detection.name, detection.from_content, lod_level, target, auto_int, names,
-                   _overlapped(chunks) if OVERLAP else chunks, stats)
+                   read_ahead(chunks) if OVERLAP else chunks, stats)
 
     @property
     def bytes_read(self) -> int:
@@ -282,68 +279,6 @@ def _as_list(inputs) -> list:
     if sum(1 for i in inputs if formats.is_stdin(i)) > 1:
         raise LodUsageError("stdin (-) can be read only once")
     return inputs
-
-
-def _overlapped(items: Iterator[T], depth: int = 1) -> Iterator[T]:
-    """``items``, produced in a worker thread up to ``depth`` ahead of the consumer.
-
-    Exceptions of the producer are raised in the consumer; when the consumer
-    stops early (or fails), the producer stops at its next item.  Where this
-    process may run one thread (:func:`lodtool._jit.thread_limit`: a Dask
-    worker's share, ``LODTOOL_NUM_THREADS=1``), the items come in this thread.
-    """
-    from .._jit import thread_limit
-
-    if thread_limit() <= 1:
-        return iter(items)
-    return _in_a_thread(items, depth)
-
-
-def _in_a_thread(items: Iterator[T], depth: int) -> Iterator[T]:
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    end = object()
-
-    def put(entry) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(entry, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    return
-            put((True, end))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            put((False, exc))
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name="lodtool-pack-reader", daemon=True)
-    worker.start()
-    try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                raise item
-            if item is end:
-                return
-            yield item
-    finally:
-        stop.set()
-        while worker.is_alive():
-            try:
-                q.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        worker.join()
 
 
 __all__ = ["pack", "PackResult", "PackSource", "INPUT_FORMATS", "AUTO_INT"]

@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
 from .._device import to_host
 from ..errors import LodUsageError, LodValidationError
+from ..limits import STREAM_CHUNK_BYTES
 from ..tensor import LoDTensor
-from ._pack import _overlapped
+
+T = TypeVar("T")
 
 #: rows per chunk for the streaming operators
 CHUNK_ROWS = 1 << 22
-#: bytes of rows a chunk reads, or writes, at most (wide rows make chunks of fewer rows)
-CHUNK_BYTES = 64 << 20
 #: offsets entries read at a time when a streaming operator plans its chunks
 OFFSET_WINDOW = 1 << 16
 
@@ -64,7 +66,7 @@ def chunk_rows(element_shape: Sequence[int], dtype: np.dtype, max_memory: int) -
     8192
     """
     row_bytes = np.dtype(dtype).itemsize * int(np.prod(element_shape, dtype=np.int64))
-    budget = min(CHUNK_BYTES, max_memory // 8)
+    budget = min(STREAM_CHUNK_BYTES, max_memory // 8)
     return max(1, min(CHUNK_ROWS, budget // max(row_bytes, 1)))
 
 
@@ -138,8 +140,8 @@ def _mapped(fn: Callable, chunks: Iterable) -> Iterator:
 
 def ahead(fn: Callable, chunks: Iterable) -> Iterator:
     """``fn`` of each chunk, read and computed on a second thread one result ahead of the consumer (see
-    :func:`lodtool.tasks._pack._overlapped`: in this thread where the process may run one)."""
-    return _overlapped(_mapped(fn, chunks))
+    :func:`read_ahead`: in this thread where the process may run one)."""
+    return read_ahead(_mapped(fn, chunks))
 
 
 def run(chunks: Iterable, fn: Callable, sink: "TensorSink", *,
@@ -357,6 +359,68 @@ def lod_stand_in(offsets: Sequence[np.ndarray], n_rows: int, element_shape, dtyp
     return LoDTensor._trusted(stand_in, tuple(offsets), level_names)
 
 
-__all__ = ["run", "ahead", "OpResult", "TensorSink", "stored_chunks", "Step", "step", "PoolIndex", "expand_by",
-           "pad_rows", "truncated", "plan_of", "lod_stand_in", "chunk_rows", "offset_window", "CHUNK_ROWS",
-           "CHUNK_BYTES", "OFFSET_WINDOW"]
+def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+    """``items``, produced in a worker thread up to ``depth`` ahead of the consumer.
+
+    Exceptions of the producer are raised in the consumer; when the consumer
+    stops early (or fails), the producer stops at its next item.  Where this
+    process may run one thread (:func:`lodtool._jit.thread_limit`: a Dask
+    worker's share, ``LODTOOL_NUM_THREADS=1``), the items come in this thread.
+    """
+    from .._jit import thread_limit
+
+    if thread_limit() <= 1:
+        return iter(items)
+    return _in_a_thread(items, depth)
+
+
+def _in_a_thread(items: Iterator[T], depth: int) -> Iterator[T]:
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, end))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            put((False, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="lodtool-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
+
+
+__all__ = ["run", "ahead", "read_ahead", "OpResult", "TensorSink", "stored_chunks", "Step", "step", "PoolIndex",
+           "expand_by", "pad_rows", "truncated", "plan_of", "lod_stand_in", "chunk_rows", "offset_window", "CHUNK_ROWS",
+           "OFFSET_WINDOW"]

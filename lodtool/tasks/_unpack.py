@@ -158,14 +158,14 @@ def _first_then_rest(t, chunk_rows: int) -> Iterator:
     that cannot be unpacked (an invalid LoD, a missing filter plugin) fails
     before a partial document reaches the output.
     """
-    from ._pack import _overlapped
+    from ._pipe import read_ahead
 
     chunks = t.iter_chunks(max_rows=chunk_rows)
     first = next(chunks, None)
     if first is None:
         return iter(())
     # the next chunk is read in a second thread while this one is formatted (the formatter releases the GIL)
-    return itertools.chain([first], _overlapped(chunks))
+    return itertools.chain([first], read_ahead(chunks))
 
 
 def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None) -> Iterator:
@@ -211,9 +211,9 @@ def _write_files(t, fmt, output, chunk_rows: int, progress: Callable[[int, int],
     A tensor of no sequence is passed as one empty chunk, so the files still
     say its dtype and levels.
     """
-    from ._pack import _overlapped
+    from ._pipe import read_ahead
 
-    chunks = _overlapped(t.iter_chunks(max_rows=chunk_rows)) if len(t) else iter([t.read()])
+    chunks = read_ahead(t.iter_chunks(max_rows=chunk_rows)) if len(t) else iter([t.read()])
     return fmt.write_files(_reporting(_as_dtype(chunks, *cast), t, progress), output,
                            **({} if level is None else {"level": level}))
 
