@@ -221,3 +221,14 @@ def test_validate_names_the_first_violation(tmp_path, damage):
     x, expected = _damaged(tmp_path, damage)
     result = run("validate", x)
     assert result.exit_code in (1, 2) and expected in result.stdout + result.stderr
+
+
+def test_head_tail_and_slice_write_token_datasets_too(data, tmp_path):
+    ok("head", data / "corpus", "-n", "1", "--to", "megatron", "-o", tmp_path / "h")
+    assert lodtool.load(str(tmp_path / "h")).to_nested() == DOCUMENTS.head(1).to_nested()
+    ok("tail", data / "web.ds", "-n", "2", "-o", tmp_path / "t.ds")  # the format from the extension
+    assert lodtool.load(str(tmp_path / "t.ds")).to_nested() == SEQUENCES.tail(2).to_nested()
+    ok("slice", data / "corpus.lod.h5", "1", "--to", "fairseq", "-o", tmp_path / "s")
+    assert lodtool.load(str(tmp_path / "s")).to_nested() == DOCUMENTS.branch(1).to_nested()
+    result = run("head", data / "corpus", "--to", "megatron")
+    assert result.exit_code == 2 and "give an output path prefix, not a stream" in result.stderr

@@ -155,3 +155,11 @@ def test_unwritable_tensors_write_nothing(tmp_path):
     with pytest.raises(LodUsageError, match="level=..."):
         dolma.write_dolma(LoDTensor(np.ones(2, np.uint16), [[0, 1], [0, 2]]), str(tmp_path / "x.npy"))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_name_with_dots_keeps_them(tmp_path):
+    p = str(tmp_path / "web.tokens.npy")
+    assert dolma.write_dolma(LoDTensor(np.array([1, 2, 3], np.uint16), [[0, 1, 3]]), p) == [
+        p, str(tmp_path / "web.tokens.csv.gz")]
+    with dolma.open_dolma(str(tmp_path / "web.tokens.csv.gz")) as f:
+        assert f.tensor().read().lod == [[0, 1, 3]]

@@ -174,3 +174,22 @@ def test_datatrove_side_files_of_other_tokens_are_refused(tmp_path):
     with pytest.raises(LodUsageError, match="x.ds.loss: exists beside the output"):
         unpack(tmp_path / "a.lod.h5", str(tmp_path / "x.ds"), to="datatrove")
     assert sorted(os.listdir(tmp_path)) == ["a.lod.h5", "x.ds.loss"]
+
+
+def test_dtype_casts_to_what_a_format_stores_and_refuses_what_does_not_fit(tmp_path):
+    from lodtool.errors import LodInputError
+
+    save(tmp_path / "a.lod.h5", LoDTensor(np.array([1, 2, 70_000]), [[0, 2, 3]]))  # int64, as JSON packs
+    with pytest.raises(LodUsageError, match="datatrove stores uint16 or uint32 tokens, not int64; cast them with "
+                                            "dtype=..."):
+        unpack(tmp_path / "a.lod.h5", str(tmp_path / "x.ds"), to="datatrove")
+    with pytest.raises(LodInputError, match="a.lod.h5:tensor: row 2: value 70000 does not fit in uint16"):
+        unpack(tmp_path / "a.lod.h5", str(tmp_path / "x.ds"), to="datatrove", dtype="uint16")
+    assert sorted(os.listdir(tmp_path)) == ["a.lod.h5"]
+    unpack(tmp_path / "a.lod.h5", str(tmp_path / "x.ds"), to="datatrove", dtype="uint32", chunk_rows=1)
+    with open_source(str(tmp_path / "x.ds")) as f:
+        back = f.tensor().read()
+    assert back.dtype == np.uint32 and back.to_nested() == [[1, 2], [70_000]]
+    out = io.BytesIO()
+    unpack(tmp_path / "a.lod.h5", out, to="jsonl", dtype="float32")
+    assert out.getvalue() == b"[1.0,2.0]\n[70000.0]\n"

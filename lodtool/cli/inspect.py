@@ -20,6 +20,9 @@ def inspect(ctx, files, name, as_json, isolate, timeout, token_dtype, eos_token_
     (with names), sequences per level and length statistics (min / median / mean /
     max / empty), compression and sizes.  Reads the offsets, never the data.
 
+    A token dataset of LLM training (a Megatron or fairseq PREFIX, a datatrove
+    .ds, a dolma .npy) is described in place: its format, files and levels.
+
     FILE:tensor (or --name) shows that tensor only.  With --json one file gives one JSON
     object; several files give one object per line (JSON Lines).
 

@@ -20,12 +20,14 @@ from . import _options as opt
 @click.option("--level", type=click.IntRange(min=0), default=None,
               help="megatron, fairseq, datatrove, dolma: store this level's sequences, the levels under it "
                    "flattened into their tokens (needed when the tensor has more levels than the format).")
+@click.option("--dtype", default=None, metavar="DTYPE",
+              help="Cast the values, refusing any the dtype cannot hold (e.g. uint16 or uint32 for datatrove).")
 @click.option("--detokenize", is_flag=True,
               help="Write text, not ids (jsonl or json), decoded by the tokenizer the tensor stores.")
 @click.option("--skip-special-tokens", is_flag=True, help="With --detokenize: leave special tokens (EOS ...) out.")
 @opt.token_options
 @click.pass_context
-def unpack(ctx, file, name, to, output, level, detokenize, skip_special_tokens, token_dtype, eos_token_id):
+def unpack(ctx, file, name, to, output, level, dtype, detokenize, skip_special_tokens, token_dtype, eos_token_id):
     """Write a tensor back out: the inverse of pack.
 
     json writes one nested list, jsonl one top-level sequence per line (both
@@ -66,8 +68,9 @@ def unpack(ctx, file, name, to, output, level, detokenize, skip_special_tokens, 
     # the bar and the summary go to stderr: stdout may be the data
     with opt.input_path(file) as path, progress(None, "unpacking", not opt.is_quiet(ctx)) as tick:
         result = tasks.unpack(path, sys.stdout.buffer if output == "-" else output, name=name, to=fmt,
-                              progress=tick, level=level, token_dtype=token_dtype, eos_token_id=eos_token_id,
-                              detokenize=detokenize, skip_special_tokens=skip_special_tokens)
+                              progress=tick, level=level, dtype=dtype, token_dtype=token_dtype,
+                              eos_token_id=eos_token_id, detokenize=detokenize,
+                              skip_special_tokens=skip_special_tokens)
     where = " + ".join(result.files) if result.files else "stdout" if output == "-" else output
     opt.message(ctx, f"unpacked {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} of "
                      f"{file}:{result.name} as {fmt} to {where} ({result.bytes_written:,} bytes)")

@@ -22,8 +22,11 @@ def validate(ctx, files, as_json, isolate, timeout, max_memory, token_dtype, eos
 
     Every problem is listed with file, tensor, level and index (FILE:tensor
     checks the whole FILE; - reads a container from stdin).  Reads the
-    offsets only, never the data.  Exit 0: all valid; 1: a file is invalid;
-    2: a file is unreadable (missing, not HDF5, not a lodtool container).
+    offsets only, never the data.  A token dataset of LLM training (a Megatron
+    or fairseq PREFIX, a datatrove .ds, a dolma .npy) is checked in place by
+    its format's rules, each violation named by file, array and index.  Exit 0:
+    all valid; 1: a file is invalid; 2: a file is unreadable (missing, not
+    HDF5, not a lodtool container).
 
     \b
     Example:

@@ -245,7 +245,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, loss: I
                     dtype = chunk.dtype
                     if dtype not in TOKEN_DTYPES:
                         raise LodUsageError(f"{files['tokens']}: datatrove stores uint16 or uint32 tokens, not "
-                                            f"{dtype}; cast them with --dtype")
+                                            f"{dtype}; cast them with dtype=...")
                 elif chunk.dtype != dtype:
                     raise LodFormatError(f"{files['tokens']}: a chunk of {chunk.dtype} after chunks of {dtype}")
                 seq, _ = writer_levels(chunk, 1, level, "datatrove", files["tokens"])

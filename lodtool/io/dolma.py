@@ -34,7 +34,6 @@ import csv
 import gzip
 import io
 import os
-import re
 import zlib
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -56,10 +55,14 @@ BOUNDARIES = ("auto", "csv", "eos")
 def paths(path: str | os.PathLike) -> tuple[str, str]:
     """``(tokens, metadata)``: the ``.npy`` and the ``.csv.gz`` beside it, as dolma names them.
 
-    >>> paths("d/part-3.npy"), paths("d/part-3.csv.gz")[0]
-    (('d/part-3.npy', 'd/part-3.csv.gz'), 'd/part-3.npy')
+    >>> paths("d/part-3.npy"), paths("d/part-3.csv.gz")[0], paths("d/web.v2.npy")[1]
+    (('d/part-3.npy', 'd/part-3.csv.gz'), 'd/part-3.npy', 'd/web.v2.csv.gz')
     """
-    base = re.sub(r"(\.npy?)?(\.[a-zA-Z]+)*$", "", os.fspath(path))
+    base = os.fspath(path)
+    for suffix in (".csv.gz", ".npy"):  # one of its own suffixes; other dots belong to the name
+        if base.endswith(suffix) and len(base) > len(suffix):
+            base = base[:-len(suffix)]
+            break
     return base + ".npy", base + ".csv.gz"
 
 
@@ -227,7 +230,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, level: 
                     if dtype not in TOKEN_DTYPES:
                         raise LodUsageError(f"{npy}: dolma token arrays hold "
                                             f"{', '.join(d.name for d in TOKEN_DTYPES)}, not {dtype}; cast them with "
-                                            "--dtype")
+                                            "dtype=...")
                 elif chunk.dtype != dtype:
                     raise LodFormatError(f"{npy}: a chunk of {chunk.dtype} after chunks of {dtype}")
                 seq, _ = writer_levels(chunk, 1, level, "dolma", npy)

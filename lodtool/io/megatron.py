@@ -438,7 +438,7 @@ class _IndexBuilder:
         if np.dtype(dtype) not in codes:
             ok = ", ".join(sorted({np.dtype(d).name for d in codes}))
             raise LodUsageError(f"{label}: {kind} cannot store {dtype} tokens (it stores {ok}); cast them with "
-                                "--dtype")
+                                "dtype=...")
         self.kind, self.code, self.label = kind, codes[np.dtype(dtype)], label
         self.dtype = little_endian(dtype)
         self.lengths: list[np.ndarray] = []

@@ -1,4 +1,4 @@
-"""Write one in-memory tensor to any output lodtool knows: a container, JSON, JSON Lines, NPZ.
+"""Write one in-memory tensor to any output lodtool knows: a container, JSON, JSON Lines, NPZ, a token dataset.
 
 ``slice``, ``head`` and ``tail`` use this, so their output composes with ``jq``
 and with ``lodtool pack -`` exactly as ``unpack``'s does.
@@ -24,7 +24,8 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
 
     A container (``to="h5"``) follows :func:`~lodtool.container.writer.save`'s
     rule for an existing file (``overwrite``, ``force``), and records ``tokens``
-    (:class:`~lodtool.tokens.TokenInfo`) with the tensor.  With a ``decoder``
+    (:class:`~lodtool.tokens.TokenInfo`) with the tensor; a format written as
+    several files (``megatron`` ...) names them from the path ``output``.  With a ``decoder``
     (:func:`lodtool.text.decoder_for`) the ids are written as text, ``jsonl`` or ``json``
     (:func:`lodtool.io.text.write_decoded`).
 
@@ -45,13 +46,17 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
         save(output, {name: tensor}, overwrite=overwrite, force=force, tokens={name: tokens} if tokens else None,
              **kwargs)
         return
+    fmt = formats.get(to)
+    if fmt.writes_files:  # several files named from the path (PREFIX.bin + PREFIX.idx), together
+        fmt.write_files([tensor], output)
+        return
     if decoder is not None:
         from ..io.text import write_decoded
 
         def write(t, stream):
             write_decoded([t], decoder, stream, to=to)
     else:
-        write = formats.get(to).write
+        write = fmt.write
     if isinstance(output, (str, os.PathLike)):
         from ..atomic import atomic_path
 

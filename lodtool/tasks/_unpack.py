@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 import numpy as np
 
 from .. import io as formats
+from ..io._values import resolve_dtype
 from ..errors import LodUsageError
 from ..io.text import DECODED_FORMATS, write_decoded
 
@@ -75,8 +76,9 @@ class _Counter:
 
 def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, name: str | None = None,
            to: str = "json", chunk_rows: int = 1 << 22, progress: Callable[[int, int], None] | None = None,
-           level: int | None = None, token_dtype: Any = None, eos_token_id: int | None = None,
-           detokenize: bool = False, skip_special_tokens: bool = False) -> UnpackResult:
+           level: int | None = None, dtype: Any = None, token_dtype: Any = None,
+           eos_token_id: int | None = None, detokenize: bool = False,
+           skip_special_tokens: bool = False) -> UnpackResult:
     """Write tensor ``name`` of the container at ``path`` to ``output`` as ``to`` (a :func:`lodtool.io.writable`).
 
     ``output`` is a path (written atomically), ``-`` (stdout) or a writable
@@ -100,7 +102,9 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     1-level tensor writes ``document_indices = arange(n + 1)``), the others
     1; ``level=k`` makes level ``k``'s sequences the stored sequences, the
     levels under it flattened into their tokens (a deeper tensor needs it).
-    ``result.files`` names the files written.  ``token_dtype`` and
+    ``result.files`` names the files written.  ``dtype`` casts the values
+    (refusing any it cannot hold, naming its row): a format's own dtypes
+    (datatrove's uint16 or uint32) from a container of int64.  ``token_dtype`` and
     ``eos_token_id`` are what a token dataset read in place cannot say itself
     (see :func:`lodtool.open`).
 
@@ -125,19 +129,21 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
 
     fmt = formats.get(to)
     fmt.check_write_options({"level": level})
+    cast_to = resolve_dtype(dtype)
     targets = fmt.output_files(output) if fmt.writes_files else [output]
     for target in targets:
         refuse_output_over_input(target, [path])
     with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
+        where = f"{os.fspath(path)}:{t.name}"
         if fmt.writes_files:
             for target in targets:  # a token dataset read in place is several files
                 refuse_output_over_input(target, getattr(f, "files", [path]))
-            files = _write_files(t, fmt, output, chunk_rows, progress, level)
+            files = _write_files(t, fmt, output, chunk_rows, progress, level, (cast_to, where))
             return UnpackResult(os.fspath(output), t.name, to, t.n_rows, len(t),
                                 sum(os.path.getsize(p) for p in files), tuple(files))
         write = _writer(t, f"{os.fspath(path)}: tensor {t.name!r}", to, chunk_rows, progress, detokenize,
-                        skip_special_tokens)
+                        skip_special_tokens, (cast_to, where))
         if isinstance(output, (str, os.PathLike)) and os.fspath(output) != "-":
             from ..atomic import atomic_open
 
@@ -184,8 +190,9 @@ def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None)
 
 
 def _writer(t, where: str, to: str, chunk_rows: int, progress: Callable[[int, int], None] | None,
-            detokenize: bool, skip_special_tokens: bool) -> Callable[[_Counter], int]:
-    """``write(out)``: the tensor's chunks to ``out`` as ``to`` (decoded to text with ``detokenize``); the bytes."""
+            detokenize: bool, skip_special_tokens: bool, cast: tuple) -> Callable[[_Counter], int]:
+    """``write(out)``: the tensor's chunks to ``out`` as ``to`` (cast by ``cast``, decoded to text with
+    ``detokenize``); the bytes."""
     decoder = None
     if detokenize:  # a tensor without a tokenizer fails before the output is opened
         from ..text import decoder_for
@@ -193,7 +200,7 @@ def _writer(t, where: str, to: str, chunk_rows: int, progress: Callable[[int, in
         decoder = decoder_for(getattr(t, "tokens", None), where)
 
     def write(out: _Counter) -> int:
-        chunks = _reporting(_first_then_rest(t, chunk_rows), t, progress)
+        chunks = _reporting(_as_dtype(_first_then_rest(t, chunk_rows), *cast), t, progress)
         if decoder is not None:
             write_decoded(chunks, decoder, out, to=to, skip_special_tokens=skip_special_tokens)
         else:
@@ -203,8 +210,24 @@ def _writer(t, where: str, to: str, chunk_rows: int, progress: Callable[[int, in
     return write
 
 
+def _as_dtype(chunks: Iterator, target: np.dtype | None, label: str) -> Iterator:
+    """The chunks with their values cast to ``target`` (None: as they are); a value it cannot hold is refused,
+    naming ``label`` (the tensor) and its row."""
+    if target is None:
+        yield from chunks
+        return
+    from ..io._values import cast_values
+    from ..tensor import LoDTensor
+
+    row = 0
+    for chunk in chunks:
+        data = cast_values(chunk.data, target, lambda r, start=row: f"{label}: row {start + r:,}: ")
+        row += int(chunk.shape[0])
+        yield LoDTensor(data, chunk.lod, level_names=chunk.level_names)
+
+
 def _write_files(t, fmt, output, chunk_rows: int, progress: Callable[[int, int], None] | None,
-                 level: int | None) -> list[str]:
+                 level: int | None, cast: tuple) -> list[str]:
     """The chunks of ``t`` as the files of a multi-file format (nothing is published before the last one is in).
 
     A tensor of no sequence is passed as one empty chunk, so the files still
@@ -213,7 +236,8 @@ def _write_files(t, fmt, output, chunk_rows: int, progress: Callable[[int, int],
     from ._pipe import read_ahead
 
     chunks = read_ahead(t.iter_chunks(max_rows=chunk_rows)) if len(t) else iter([t.read()])
-    return fmt.write_files(_reporting(chunks, t, progress), output, **({} if level is None else {"level": level}))
+    return fmt.write_files(_reporting(_as_dtype(chunks, *cast), t, progress), output,
+                           **({} if level is None else {"level": level}))
 
 
 __all__ = ["unpack", "UnpackResult", "OUTPUT_FORMATS"]
