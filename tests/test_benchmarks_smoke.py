@@ -31,6 +31,7 @@ SECTIONS = [
     "## Interop: conversions and Parquet (issue 18)",
     "## Toolkit operators in memory (issue 17)",
     "## lodtool on Dask (issue 19)",
+    "## Text: pack --tokenizer and unpack --detokenize (issue 30)",
 ]
 
 TARGET_ROWS = [
