@@ -289,6 +289,11 @@ class LazyTensor(TensorView):
         file open for reading): random reads then cost about what a raw ``np.memmap`` costs."""
         return mapping(self._data) is not None
 
+    def mapped_rows(self):
+        """The data's memory map (a :class:`~lodtool.container._mmap.MappedRows`: a compiled gather reads its
+        chunk table), or ``None`` where the data is read through libhdf5."""
+        return mapping(self._data)
+
     @property
     def nbytes(self) -> int:
         """Logical bytes of the data plus the offsets (shared offsets count for each tensor)."""

@@ -77,8 +77,8 @@ from ..limits import check_memory, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
-                            plan_rng, segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (compiled_gather_batch, counting_argsort, first_fit_decreasing, gather_runs, gather_shifts,
+                            greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -98,6 +98,13 @@ FOLDER_READ_BYTES = 1 << 20
 #: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
 #: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
 PLAN_BYTES_PER_SEQUENCE = 96
+#: forks this process has gone through (``_FORKS[0]``, counted in the child): a reader's open file belongs to the
+#: process that opened it
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+#: no mask, no positions (outputs without them), no clipped lengths (a plan that clips none)
+_NO_MASK = np.zeros((0, 0), np.bool_)
+_NO_POSITIONS = _NO_LENGTHS = np.zeros(0, np.int64)
 
 
 # -- the source: a container or sharded folder, a stored tensor, or lengths ----------------------------
@@ -797,13 +804,15 @@ def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: in
 
 # -- reading batches -----------------------------------------------------------------------------------
 class _ChunkCache:
-    """Decoded blocks of a stored tensor's rows, in slots reused first in, first out.
+    """Decoded blocks of a stored tensor's rows, in slots reused first in, first out, as a chunk table.
 
     A block is as many rows as the writer puts in a chunk (a folder's, several
     chunks: a read there costs more per call), so a read decodes whole chunks;
-    consecutive missing blocks are read in one call.  A block the
-    batch being gathered needs is never evicted; a batch that needs more blocks
-    than the cache holds grows it (within the file's memory limit).
+    consecutive missing blocks are read in one call.  ``table[b]`` is the byte
+    where block ``b`` starts in :attr:`rows` (-1: not cached), the table
+    :func:`~lodtool.ops.batching.gather_batch` reads.  A block the batch being
+    gathered needs is never evicted; a batch that needs more blocks than the
+    cache holds grows it (within the file's memory limit).
     """
 
     def __init__(self, tensor, budget_bytes: int, limit: int, where: str):
@@ -812,34 +821,25 @@ class _ChunkCache:
         self.block = chunk_rows(self.row_bytes)
         if getattr(tensor, "n_shards", 0):  # a sharded folder: whole chunks, about FOLDER_READ_BYTES per read
             self.block *= max(FOLDER_READ_BYTES // (self.block * self.row_bytes), 1)
+        self.chunk_rows = self.block
         self.n_blocks = -(-tensor.n_rows // self.block)
         self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)
-        self.slot_of = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)  # -1: not cached
+        self.table = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)
         self.block_of_slot = np.full(self.slots, -1, dtype=np.int64)
         self.next_slot = 0
         self.rows: np.ndarray | None = None  # allocated on the first read
+        self.words = _words(np.zeros(0, tensor.dtype))
 
-    def positions(self, starts: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Where the source ``rows`` (of the sequences at ``starts``, of ``lens``) are in :attr:`rows`.
+    def check_unchanged(self) -> None:
+        """Nothing to check: the cache holds copies."""
 
-        The blocks that hold them are read first, where missing.
-        """
-        block = self.block
-        first, last = starts // block, (starts + np.maximum(lens, 1) - 1) // block
-        spans = np.where(lens > 0, last - first + 1, 0)
-        self._ensure(np.unique(np.repeat(first, spans) + _ramp(spans, int(spans.sum()))))
-        return self.slot_of[rows // block] * block + rows % block
+    def pending(self) -> bool:
+        """Whether a block may be missing (always: the cache rarely holds them all)."""
+        return True
 
-    def _allocate(self, slots: int) -> None:
-        check_memory(slots * self.block * self.row_bytes, self.limit, self.where, f"{slots:,} chunks of the data")
-        rows = np.empty((slots * self.block,) + self.tensor.element_shape, dtype=self.tensor.dtype)
-        if self.rows is not None:
-            rows[:self.rows.shape[0]] = self.rows
-        self.block_of_slot = np.concatenate([self.block_of_slot, np.full(slots - self.slots, -1, dtype=np.int64)])
-        self.rows, self.slots = rows, slots
-
-    def _ensure(self, blocks: np.ndarray) -> None:
-        missing = blocks[self.slot_of[blocks] < 0]
+    def prepare(self, blocks: np.ndarray) -> None:
+        """Read the blocks of ``blocks`` (a batch's) that are not cached, never evicting one of ``blocks``."""
+        missing = blocks[self.table[blocks] < 0]
         if not missing.size:
             return
         if blocks.shape[0] > self.slots:  # one batch needs more blocks than the cache holds: grow it
@@ -858,7 +858,7 @@ class _ChunkCache:
                     break
             taken.add(s)
             if old >= 0:
-                self.slot_of[old] = -1
+                self.table[old] = -1
             slots[k] = s
         block = self.block
         breaks = np.flatnonzero(np.diff(missing) != 1) + 1
@@ -868,25 +868,78 @@ class _ChunkCache:
             for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
                 part = rows[k * block:(k + 1) * block]
                 self.rows[s * block:s * block + part.shape[0]] = part
-                self.slot_of[b] = s
+                self.table[b] = s * block * self.row_bytes
                 self.block_of_slot[s] = b
+
+    def _allocate(self, slots: int) -> None:
+        check_memory(slots * self.block * self.row_bytes, self.limit, self.where, f"{slots:,} chunks of the data")
+        rows = np.empty((slots * self.block,) + self.tensor.element_shape, dtype=self.tensor.dtype)
+        if self.rows is not None:
+            rows[:self.rows.shape[0]] = self.rows
+        self.block_of_slot = np.concatenate([self.block_of_slot, np.full(slots - self.slots, -1, dtype=np.int64)])
+        self.rows, self.slots = rows, slots
+        self.words = _words(rows)
+
+
+class _MappedChunks:
+    """A memory-mapped tensor's chunks as :func:`~lodtool.ops.batching.gather_batch` reads them, straight from the
+    map: a chunk's checksum is checked (through the tensor's own read) the first time a batch touches it."""
+
+    def __init__(self, tensor, mapped, table: tuple):
+        self.tensor = tensor
+        self.words, self.table, self.chunk_rows = table
+        self.check_unchanged = mapped.check_unchanged
+        self._mapped = mapped
+
+    def pending(self) -> bool:
+        """Whether a chunk's checksum is still unchecked."""
+        return self._mapped.unchecked > 0
+
+    def prepare(self, chunks: np.ndarray) -> None:
+        cr, n = self.chunk_rows, self.tensor.n_rows
+        for c in chunks[self.table[chunks] < 0].tolist():
+            self.tensor.read_rows(c * cr, min((c + 1) * cr, n))  # checks the chunk, or libhdf5 refuses it
+
+
+def _words(a: np.ndarray, word: int | None = None) -> np.ndarray:
+    """``a``'s bytes as a flat array of unsigned integers of ``word`` bytes (default ``min(itemsize, 8)``): what
+    the gather copies."""
+    return a.reshape(-1).view(f"u{word or min(a.dtype.itemsize, 8)}")
+
+
+def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
+    """Where a reader gathers ``tensor``'s rows from: its memory map where it has one, else a cache of decoded
+    chunks."""
+    mapped = tensor.mapped_rows() if hasattr(tensor, "mapped_rows") else None
+    if mapped is not None:
+        return _MappedChunks(tensor, mapped, mapped.chunk_table())
+    return _ChunkCache(tensor, budget_bytes, limit, where)
 
 
 @dataclass(eq=False)
 class _OpenSource:
-    """A reader's open container: the tensor, where each sequence starts and how long it is stored, the pad
-    value in the tensor's dtype, the chunk cache, and the output buffers (reused from batch to batch, each sized
-    once for the plan's largest batch)."""
+    """A reader's open container: the tensor, the row offsets of its sequences, the plan's lengths where it
+    clips them (else empty), whether the head is dropped, the pad value in the tensor's dtype, where rows are
+    gathered from, each batch's padded width, tokens and the scratch of the chunks it touches, the words a row
+    takes, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
 
     file: Any
     tensor: Any
-    starts: np.ndarray
-    full: np.ndarray
+    rows: np.ndarray
+    clipped: np.ndarray
+    head: bool
     pad: np.ndarray
-    cache: _ChunkCache
+    chunks: Any
     capacity: dict[str, int]
+    widths: np.ndarray
+    tokens: np.ndarray
+    touched: np.ndarray
+    items: int
+    row_words: int
+    gather: Any
+    shifts: tuple
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
-    pid: int = field(default_factory=os.getpid)
+    forks: int = field(default_factory=lambda: _FORKS[0])
 
 
 def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -> None:
@@ -906,13 +959,19 @@ def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -
                             f"sequences at level {level} are not the ones it was planned from")
 
 
-def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple) -> dict[str, int]:
-    """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps)."""
+def _padded_widths(plan: BatchPlan) -> np.ndarray:
+    """Rows of each padded batch: its padded length (a packed row's capacity: its longest sequence)."""
+    return segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
+
+
+def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple, widths: np.ndarray | None,
+                     tokens: np.ndarray) -> dict[str, int]:
+    """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps),
+    from each batch's padded ``widths`` (``padded`` only) and ``tokens``."""
     sizes = plan.batch_sizes
     if not sizes.size:
         return {}
-    widths = segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
-    max_b, max_tokens = int(sizes.max()), int(plan.batch_tokens.max())
+    max_b, max_tokens = int(sizes.max()), int(tokens.max())
     max_padded = int((sizes * widths).max()) if output == "padded" else 0  # within int64: the plan was checked
     return {"values": math.prod(element_shape) * (max_padded if output == "padded" else max_tokens),
             "mask": max_padded, "lengths": max_b, "offsets": max_b + 1, "cu_seqlens": max_b + 1,
@@ -923,13 +982,16 @@ class BatchReader:
     """Reads a plan's batches from a container into buffers it reuses; opens the file on first use.
 
     The offsets are read (and validated) once, and checked against the plan
-    (a plan made for another source is refused).  Data is read in whole HDF5
-    chunks, only those that hold a batch's sequences, consecutive ones in one
-    read, and kept in a cache of decoded chunks of ``cache_bytes`` (a corpus that
-    fits is read from disk once).  Each batch is gathered from there into output
+    (a plan made for another source is refused).  Each batch is gathered in
+    one compiled pass (:func:`~lodtool.ops.batching.gather_batch`) into output
     buffers sized once for the plan's largest batch (their size is checked
     against the memory limit first): **a batch is valid until the next one is
-    read**; copy what you keep.
+    read**; copy what you keep.  Data stored without compression is gathered
+    straight from the file's memory map (each fletcher32 chunk checked the first
+    time the process reads it); compressed data is read in whole HDF5 chunks,
+    only those that hold a batch's sequences, consecutive ones in one read, and
+    kept in a cache of decoded chunks of ``cache_bytes`` (a corpus that fits is
+    read from disk once).
 
     ``output``: ``"padded"`` (``values [B, T, ...]``, ``mask [B, T]``,
     ``lengths``), ``"jagged-numpy"`` (flat ``values`` and int64 ``offsets``) or
@@ -996,7 +1058,7 @@ class BatchReader:
         self._opened()
 
     def _opened(self) -> _OpenSource:
-        if self._source is not None and self._source.pid == os.getpid():
+        if self._source is not None and self._source.forks == _FORKS[0]:
             return self._source
         # a forked child (a DataLoader worker) never reads through its parent's HDF5 handle: it opens its own
         self._source = None
@@ -1018,73 +1080,85 @@ class BatchReader:
         except (LodDtypeError, LodShapeError):
             raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} "
                                 f"({t.dtype})") from None
-        capacity = _buffer_capacity(self.plan, self.output, t.element_shape)
+        plan = self.plan
+        widths = _padded_widths(plan) if self.output == "padded" else None
+        tokens = plan.batch_tokens
+        capacity = _buffer_capacity(plan, self.output, t.element_shape, widths, tokens)
         nbytes = t.dtype.itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get(
             "cu_seqlens", 0) + 8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
         check_memory(nbytes, f.max_memory, self.path, "the buffers of the plan's largest batch")
-        return _OpenSource(f, t, rows[:-1], full, pad, _ChunkCache(t, self.cache_bytes, f.max_memory, self.path),
-                           capacity)
+        chunks = _chunks_of(t, self.cache_bytes, f.max_memory, self.path)
+        # every chunk a batch touches, at most: each sequence spans its rows // chunk_rows + 2 chunks
+        touched = np.empty(2 * capacity.get("lengths", 0) + int(tokens.max(initial=0)) // chunks.chunk_rows + 2,
+                           np.int64)
+        items = math.prod(t.element_shape)
+        word = chunks.words.dtype.itemsize
+        clipped = plan.lengths if plan.options.get("max_length") is not None else _NO_LENGTHS
+        return _OpenSource(f, t, rows, clipped, self.truncate == "head", pad, chunks, capacity, widths, tokens,
+                           touched, items, t.dtype.itemsize // word * items, compiled_gather_batch(),
+                           gather_shifts(word, chunks.chunk_rows))
 
-    def _buffer(self, source: _OpenSource, name: str, shape: tuple, dtype) -> np.ndarray:
-        size = math.prod(shape)
-        if not self.reuse_buffers:
-            return np.empty(shape, dtype=dtype)
-        buf = source.buffers.get(name)
-        if buf is None or buf.shape[0] < size or buf.dtype != np.dtype(dtype):
-            buf = source.buffers[name] = np.empty(max(size, source.capacity.get(name, 0), 1), dtype=dtype)
-        return buf[:size].reshape(shape)
+    def _buffers(self, source: _OpenSource, n_seq: int, width: int, total: int) -> dict[str, np.ndarray]:
+        """Flat output arrays for a batch of ``n_seq`` sequences (``width`` rows each, padded) or ``total`` rows:
+        the reused ones (sized once, for the plan's largest batch), or new ones of the batch's size."""
+        if self.reuse_buffers:
+            if not source.buffers:  # made on the first batch
+                capacity = source.capacity
+                source.buffers = self._new_buffers(source, capacity.get("lengths", 0), capacity.get("mask", 0),
+                                                   capacity.get("position_ids", 0), capacity.get("values", 0))
+            return source.buffers
+        rows = n_seq * width if self.output == "padded" else total
+        return self._new_buffers(source, n_seq, n_seq * width, total, rows * source.items)
+
+    def _new_buffers(self, source: _OpenSource, n_seq: int, padded: int, total: int, items: int) -> dict:
+        output = self.output
+        values = np.empty(max(items, 1), source.tensor.dtype)
+        return {"values": values, "words": _words(values, source.chunks.words.dtype.itemsize),
+                "lengths": np.empty(n_seq, np.int64),
+                "cu": np.empty(n_seq + 1, np.int32 if output == "varlen" else np.int64),
+                "positions": np.empty(total, np.int64) if output == "varlen" else _NO_POSITIONS,
+                "mask": np.empty(padded, np.bool_) if output == "padded" else _NO_MASK.reshape(-1)}
 
     def read(self, i: int) -> dict:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
         source = self._opened()
         plan = self.plan
-        if not -len(plan) <= i < len(plan):
-            raise LodUsageError(f"batch {i} is outside the plan's {len(plan)} batches")
-        i = int(i) % len(plan)
-        seqs = plan.batch(i)
-        lens = plan.lengths[seqs]
-        starts = source.starts[seqs]
-        if self.truncate == "head":
-            starts = starts + (source.full[seqs] - lens)
-        n_seq = seqs.shape[0]
-        cu = np.zeros(n_seq + 1, dtype=np.int64)
-        np.cumsum(lens, out=cu[1:])
-        total = int(cu[-1])
-        seq_of = np.repeat(np.arange(n_seq, dtype=np.int64), lens)
-        pos = np.arange(total, dtype=np.int64) - cu[:-1][seq_of]
-        rows = starts[seq_of] + pos
-        src = source.cache.positions(starts, lens, rows) if total else rows
-        cached = source.cache.rows
-        out = {"indices": seqs, "batch": i, "repeat": bool(plan.repeat[i])}
-        elem, dtype = source.tensor.element_shape, source.tensor.dtype
-        lengths = self._buffer(source, "lengths", (n_seq,), np.int64)
-        lengths[:] = lens
-        if self.output == "padded":
-            width = int(lens.max()) if n_seq else 0
-            if plan.mode != "pack":
-                width = max(width, int(plan.padded_lengths[i]))
-            values = self._buffer(source, "values", (n_seq, width) + elem, dtype)
+        n_batches = plan.offsets.shape[0] - 1
+        if not -n_batches <= i < n_batches:
+            raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
+        i = int(i) % n_batches
+        first, last = plan.offsets[i:i + 2].tolist()
+        seqs = plan.indices[first:last]
+        n_seq = last - first
+        total = int(source.tokens[i])
+        output = self.output
+        padded = output == "padded"
+        width = int(source.widths[i]) if padded else 0
+        buf = self._buffers(source, n_seq, width, total)
+        elem = source.tensor.element_shape
+        rows = n_seq * width if padded else total
+        values = buf["values"][:rows * source.items]
+        values = values.reshape(((n_seq, width) if padded else (total,)) + elem) if padded or elem else values
+        if padded:
             values.fill(source.pad)
-            if total:
-                values.reshape((n_seq * width,) + elem)[seq_of * width + pos] = cached[src]
-            mask = self._buffer(source, "mask", (n_seq, width), np.bool_)
-            np.less(np.arange(width)[None, :], lens[:, None], out=mask)
-            out.update(values=values, mask=mask, lengths=lengths)
-            return out
-        values = self._buffer(source, "values", (total,) + elem, dtype)
-        if total:
-            np.take(cached, src, axis=0, out=values)
-        out.update(values=values, lengths=lengths)
-        if self.output == "jagged-numpy":
-            offsets = self._buffer(source, "offsets", (n_seq + 1,), np.int64)
-            offsets[:] = cu
-            out["offsets"] = offsets
-            return out
-        cu32 = self._buffer(source, "cu_seqlens", (n_seq + 1,), np.int32)
-        cu32[:] = cu
-        position_ids = self._buffer(source, "position_ids", (total,), np.int64)
-        position_ids[:] = pos
-        out.update(cu_seqlens=cu32, position_ids=position_ids, max_seqlen=int(lens.max()) if n_seq else 0)
+        lengths, cu, positions, mask = buf["lengths"][:n_seq], buf["cu"][:n_seq + 1], buf["positions"], buf["mask"]
+        chunks = source.chunks
+        chunks.check_unchanged()
+        word_shift, chunk_rows, chunk_shift = source.shifts
+        while True:
+            longest = source.gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, source.row_words,
+                                    seqs, source.rows, source.clipped, source.head, width, buf["words"], lengths, cu,
+                                    positions, mask, source.touched, chunks.pending())
+            if longest >= 0:
+                break
+            chunks.prepare(np.unique(source.touched[:-longest]))
+        out = {"indices": seqs, "batch": i, "repeat": bool(plan.repeat[i]), "values": values, "lengths": lengths}
+        if padded:
+            out["mask"] = mask[:rows].reshape(n_seq, width)
+        elif output == "jagged-numpy":
+            out["offsets"] = cu
+        else:
+            out.update(cu_seqlens=cu, position_ids=positions[:total], max_seqlen=longest)
         return out
 
     def __iter__(self) -> Iterator[dict]:
