@@ -238,6 +238,7 @@ class LazyTensor(TensorView):
         self._row_cost = max(self._row_bytes, 1)
         self._limit = file.max_memory
         self._readable = False
+        self._mapped = False  # the data's MappedRows (or None), looked up on the first read
         self._resident: list[np.ndarray | bool | None] = [None] * len(self._lod)
         self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
         self._window_reads = 0
@@ -354,6 +355,13 @@ class LazyTensor(TensorView):
         if (end - begin) * self._row_cost > self._limit:
             check_memory((end - begin) * self._row_cost, self._limit, self._path,
                          f"{end - begin:,} rows of {self._what}")
+        mapped = self._mapped
+        if mapped is False:
+            mapped = self._mapped = mapping(self._data)
+        if mapped is not None and end > begin:  # plain bytes, every chunk stored: straight from the map
+            rows = mapped.rows(begin, end)
+            if rows is not None:
+                return rows
         if not self._readable:
             filters.ensure_readable(self._data, self._path, self._what)
             with translate(self._path, f"cannot read the data of {self._what}"):
