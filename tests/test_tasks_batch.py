@@ -100,6 +100,8 @@ def _options(mode, lengths, budget):
         return {"boundaries": [4, 12, 30], "max_tokens": max(max_tokens, 64)}
     if mode == "pack":
         return {"max_tokens": max_tokens}
+    if mode == "chunks":
+        return {"max_tokens": max_tokens, "max_sequences": 8, "chunk_rows": 16, "window": 2}
     return {"max_tokens": max_tokens, "max_sequences": 8}
 
 
@@ -302,6 +304,50 @@ def test_plan_refuses_bad_offsets(tmp_path):
         ds[...] = v
     with pytest.raises((LodValidationError, LodFormatError)):
         B.batch_plan(path, level=1, max_tokens=64)
+
+
+# -- the chunk-aware shuffle ---------------------------------------------------------------------------
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=60), st.integers(1, 5), st.integers(1, 6))
+def test_chunk_reads_kernel_matches_reference(spans, batch, slots):
+    first = np.array(spans, np.int64)
+    last = first + np.array([(7 * k) % 3 - 1 for k in range(len(spans))])  # -1: an empty sequence touches nothing
+    offsets = np.append(np.arange(0, len(spans), batch), len(spans)).astype(np.int64)
+    want = K._chunk_reads_reference(first.tolist(), last.tolist(), offsets.tolist(), 12, slots)
+    assert K.chunk_reads(first, last, offsets, 12, slots) == want
+
+
+def test_chunks_mode_shuffles_chunks_and_the_sequences_of_a_window():
+    lengths = np.random.default_rng(3).integers(1, 40, 20_000)
+    kw = {"max_tokens": 512, "mode": "chunks", "chunk_rows": 1000, "window": 8}
+    plan = B.batch_plan(lengths, **kw)
+    assert sorted(plan.sequences().tolist()) == list(range(lengths.size))
+    assert plan.stats()["padding_waste"] < 0.25 * plan.random_baseline().stats()["padding_waste"]
+    starts = np.cumsum(lengths) - lengths
+    run = starts // 1000 // B.CHUNK_RUN
+    windows = [np.unique(run[b]) for b in plan]
+    assert max(len(w) for w in windows) <= 8 // B.CHUNK_RUN  # a batch draws from one window's chunks
+    assert B.batch_plan(lengths, epoch=1, **kw).indices.tolist() != plan.indices.tolist()  # reshuffled per epoch
+    c = B.chunk_locality(plan, cache_chunks=32)
+    assert c["decodes_per_chunk"] <= 2 and c["shuffled"]["decodes_per_chunk"] > 2 and 0 < c["mixing"] < 1
+    with pytest.raises(LodUsageError, match="chunk_rows"):
+        B.batch_plan(lengths, max_tokens=512, mode="chunks")
+    with pytest.raises(LodUsageError, match="window"):
+        B.batch_plan(lengths, max_tokens=512, mode="sorted", window=4)
+
+
+def test_chunks_mode_decodes_each_chunk_at_most_twice_an_epoch(tmp_path):
+    lengths = np.random.default_rng(8).integers(1, 300, 4000)  # ~37 chunks of 64 KiB, compressed
+    path, t = _container(tmp_path, lengths)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    plan = B.batch_plan(path, level=1, max_tokens=2000, mode="chunks", window=8, seed=4)
+    assert plan.options["chunk_rows"] == 16384
+    with B.BatchReader(path, plan, output="varlen", cache_bytes=10 * (64 << 10)) as reader:
+        for b in reader:
+            want = np.concatenate([t.data[rows[s]:rows[s + 1]] for s in b["indices"]])
+            assert np.array_equal(b["values"], want)
+        cache = reader._source.chunks
+        assert cache.decodes <= 2 * cache.n_blocks
+        assert cache.decodes == B.chunk_locality(plan, cache.slots)["decodes"]  # the report counts what it reads
 
 
 # -- reading batches -----------------------------------------------------------------------------------

@@ -285,6 +285,12 @@ class LazyTensor(TensorView):
         return self._layout.compression_level
 
     @property
+    def chunk_rows(self) -> int:
+        """Rows of the data per stored chunk (a contiguous dataset is one chunk of every row)."""
+        chunks = self._data.chunks
+        return int(chunks[0]) if chunks else max(self._n_rows, 1)
+
+    @property
     def mappable(self) -> bool:
         """Whether the data is read from a memory map of the file (stored without a compression filter, in a
         file open for reading): random reads then cost about what a raw ``np.memmap`` costs."""

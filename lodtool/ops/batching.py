@@ -417,6 +417,92 @@ def compiled_gather_batch():
     return _gather_batch_impl.dispatcher
 
 
+def _chunk_reads_reference(first, last, batch_offsets, n_chunks, slots):
+    """:func:`chunk_reads` in plain Python."""
+    cached: dict[int, int] = {}  # chunk -> its slot
+    owner = [-1] * slots
+    next_slot = decodes = distinct = 0
+    for b in range(len(batch_offsets) - 1):
+        need = []
+        for k in range(batch_offsets[b], batch_offsets[b + 1]):
+            for c in range(first[k], last[k] + 1):
+                if c not in need:
+                    need.append(c)
+        distinct += len(need)
+        pinned = set(need)
+        for c in need:
+            if c in cached:
+                continue
+            decodes += 1
+            for _ in range(slots):  # first in, first out, never a chunk this batch needs
+                s = next_slot
+                next_slot = (next_slot + 1) % slots
+                if owner[s] < 0 or owner[s] not in pinned:
+                    if owner[s] >= 0:
+                        del cached[owner[s]]
+                    owner[s] = c
+                    cached[c] = s
+                    break
+    return decodes, distinct
+
+
+@kernel
+def _chunk_reads_impl(first, last, batch_offsets, n_chunks, slots):
+    slot_of = np.full(n_chunks, -1, np.int64)
+    stamp = np.full(n_chunks, -1, np.int64)
+    owner = np.full(slots, -1, np.int64)
+    need = np.empty(0, np.int64)
+    next_slot = 0
+    decodes = 0
+    distinct = 0
+    for b in range(batch_offsets.shape[0] - 1):
+        n_need = 0
+        for k in range(batch_offsets[b], batch_offsets[b + 1]):
+            for c in range(first[k], last[k] + 1):
+                if stamp[c] != b:
+                    stamp[c] = b
+                    if n_need == need.shape[0]:
+                        grown = np.empty(2 * n_need + 16, np.int64)
+                        grown[:n_need] = need[:n_need]
+                        need = grown
+                    need[n_need] = c
+                    n_need += 1
+        distinct += n_need
+        for j in range(n_need):
+            c = need[j]
+            if slot_of[c] >= 0:
+                continue
+            decodes += 1
+            for _ in range(slots):
+                s = next_slot
+                next_slot = (next_slot + 1) % slots
+                old = owner[s]
+                if old < 0 or stamp[old] != b:
+                    if old >= 0:
+                        slot_of[old] = -1
+                    owner[s] = c
+                    slot_of[c] = s
+                    break
+    return decodes, distinct
+
+
+def chunk_reads(first, last, batch_offsets, n_chunks: int, slots: int) -> tuple[int, int]:
+    """(chunks decoded, chunks each batch touches, summed) when batches read sequences of chunks
+    ``first[k]..last[k]`` through a first-in-first-out cache of ``slots`` chunks that never evicts a chunk the
+    batch being read needs (the batch reader's cache); sequence ``k`` of batch ``b`` is at
+    ``batch_offsets[b] <= k < batch_offsets[b + 1]``.
+
+    >>> chunk_reads(np.array([0, 1, 0, 2]), np.array([0, 1, 0, 2]), np.array([0, 2, 4]), 3, 2)
+    (3, 4)
+    """
+    if not batch_offsets.shape[0] > 1 or n_chunks == 0:
+        return 0, 0
+    decodes, distinct = _chunk_reads_impl(np.ascontiguousarray(first, np.int64), np.ascontiguousarray(last, np.int64),
+                                          np.ascontiguousarray(batch_offsets, np.int64), int(n_chunks),
+                                          max(int(slots), 1))
+    return int(decodes), int(distinct)
+
+
 def sort_by_length(lengths: np.ndarray, keep: np.ndarray, seed: int, descending: bool = False):
     """(items of ``keep`` sorted by length, their lengths): random order among equal lengths, from ``seed``.
 
@@ -530,5 +616,5 @@ def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tup
 
 
 __all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
-           "counting_argsort", "gather_runs", "gather_batch", "gather_shifts", "compiled_gather_batch",
+           "counting_argsort", "gather_runs", "gather_batch", "gather_shifts", "compiled_gather_batch", "chunk_reads",
            "greedy_batch_ends", "first_fit_decreasing", "megabatch_order"]

@@ -31,6 +31,13 @@ Modes (:data:`MODES`):
   :meth:`BatchPlan.position_ids` for variable-length attention.
 * ``random``: the baseline; a random permutation per ``(seed, epoch)`` cut into
   batches of ``max_sequences`` (or greedily within ``max_tokens``).
+* ``chunks``: a shuffle that reads each stored chunk about once an epoch, as
+  MosaicML streaming's ``py1b`` and litdata's chunk shuffling do.  The chunks
+  (``chunk_rows`` rows each: the file's own for a container) are shuffled per
+  ``(seed, epoch)`` and taken ``window`` at a time; the sequences that start in
+  a window's chunks are shuffled, sorted by length (ties in random order) and
+  cut greedily as ``sorted`` does, and the window's batches come in random
+  order.  A reader's cache then needs only a window of chunks at a time.
 
 Across ``num_replicas`` the batches are dealt round-robin: rank ``r`` gets
 batches ``r, r + R, ...``.  Every rank gets the same number of batches: with
@@ -77,12 +84,13 @@ from ..limits import check_memory, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (compiled_gather_batch, counting_argsort, first_fit_decreasing, gather_runs, gather_shifts,
-                            greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing, gather_runs,
+                            gather_shifts, greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums,
+                            sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
-MODES = ("sorted", "megabatch", "buckets", "pack", "random")
+MODES = ("sorted", "megabatch", "buckets", "pack", "random", "chunks")
 OUTPUTS = ("padded", "jagged-numpy", "varlen")
 TRUNCATE = ("head", "tail")
 #: version of the saved plan's layout (``.npz``)
@@ -93,6 +101,11 @@ PLAN_ARRAYS = ("lengths", "indices", "offsets", "padded_lengths", "repeat")
 DEFAULT_CACHE_BYTES = 256 << 20
 #: the largest value a count option may take (the kernels count in int64)
 INT64_MAX = int(np.iinfo(np.int64).max)
+#: chunks a ``chunks`` plan shuffles sequences among, unless ``window`` says otherwise
+DEFAULT_WINDOW = 16
+#: a ``chunks`` plan shuffles runs of this many consecutive chunks: a sequence that runs past its chunk's end then
+#: mostly finds the next chunk in its window (with single chunks, nearly every chunk is decoded twice an epoch)
+CHUNK_RUN = 4
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
 #: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
@@ -167,6 +180,20 @@ def sequence_rows(tensor, level: int = 0, where: str = "source") -> np.ndarray:
     return np.ascontiguousarray(rows, dtype=np.int64)
 
 
+def stored_chunk_rows(tensor) -> int:
+    """Rows per stored chunk of ``tensor``'s data: the file's own chunking, else what lodtool's writer would use.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> stored_chunk_rows(LoDTensor(np.zeros(5, np.int32), [[0, 5]]))
+    16384
+    """
+    rows = getattr(tensor, "chunk_rows", None)
+    if rows:
+        return int(rows)
+    return chunk_rows(max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1))
+
+
 def lengths_digest(lengths: np.ndarray) -> str:
     """The fingerprint a plan keeps of its source: ``xxh3_64`` of the sequences' lengths (int64, unclipped).
 
@@ -190,9 +217,10 @@ def _source_lengths(source, level: int, tensor: str | None, max_memory: int | No
             t = f.tensor(tensor)
             _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
             rows = sequence_rows(t, level, where)
-            return np.diff(rows), {"source": where, "tensor": t.name}
+            return np.diff(rows), {"source": where, "tensor": t.name, "chunk_rows": stored_chunk_rows(t)}
     if isinstance(source, TensorView):  # a stored tensor, a folder's, or one in memory
-        return np.diff(sequence_rows(source, level)), {"tensor": getattr(source, "name", None)}
+        return np.diff(sequence_rows(source, level)), {"tensor": getattr(source, "name", None),
+                                                       "chunk_rows": stored_chunk_rows(source)}
     lengths = np.asarray(source)
     if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
         raise LodUsageError(f"lengths must be a 1-d integer array, not {lengths.dtype} of shape {lengths.shape}")
@@ -478,7 +506,7 @@ def _is_int(value, low: int) -> bool:
 _OPTION_CHECKS = {
     "level": lambda v: _is_int(v, -INT64_MAX), "seed": lambda v: _is_int(v, 0), "epoch": lambda v: _is_int(v, 0),
     "num_replicas": lambda v: _is_int(v, 1), "rank": lambda v: _is_int(v, 0), "multiple_of": lambda v: _is_int(v, 1),
-    "skipped": lambda v: _is_int(v, 0),
+    "skipped": lambda v: _is_int(v, 0), "window": lambda v: _is_int(v, 1), "chunk_rows": lambda v: _is_int(v, 1),
     **{k: (lambda v: v is None or _is_int(v, 1)) for k in ("max_tokens", "max_sequences", "max_length",
                                                            "megabatch_mult")},
     **{k: (lambda v: isinstance(v, bool)) for k in ("drop_last", "shuffle", "pad_to_bucket_boundary")},
@@ -565,7 +593,8 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                multiple_of: int = 1, drop_last: bool = False, *, tensor: str | None = None,
                max_length: int | None = None, oversize: str = "error", megabatch_mult: int | None = None,
                boundaries=None, bucket_batch_sizes=None, pad_to_bucket_boundary: bool = False,
-               shuffle: bool = True, max_memory: int | None = None) -> BatchPlan:
+               shuffle: bool = True, window: int | None = None, chunk_rows: int | None = None,
+               max_memory: int | None = None) -> BatchPlan:
     """Plan training batches over the sequences of ``level`` (lengths in data rows), from offsets alone.
 
     ``source`` is a container path or a sharded folder (only its offsets are
@@ -585,7 +614,10 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     a sequence longer than ``max_tokens`` is an error, or dropped with
     ``oversize="skip"`` (counted in ``stats()["skipped"]``).
     ``shuffle=False`` (``buckets`` only) keeps the file's order as the stream,
-    as tf.data does when no shuffle comes before it.  ``drop_last`` drops an
+    as tf.data does when no shuffle comes before it.  ``window`` (``chunks``
+    only; default :data:`DEFAULT_WINDOW`) is the number of chunks whose
+    sequences are shuffled together, ``chunk_rows`` the rows of a stored chunk
+    (read from a container; needed with an array of lengths).  ``drop_last`` drops an
     incomplete last batch (with ``max_sequences`` alone: one smaller than it;
     with ``max_tokens``: one that is not a multiple of ``multiple_of``, as
     fairseq's ``batch_by_size`` does; ``buckets``: every bucket's partial batch,
@@ -612,8 +644,19 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                  rank, max_length, oversize, seed, epoch, megabatch_mult, level)
     if not shuffle and mode != "buckets":
         raise LodUsageError("shuffle=False applies to mode 'buckets' only (the other modes define their own order)")
+    _check_int("window", window, 1, optional=True)
+    _check_int("chunk_rows", chunk_rows, 1, optional=True)
+    if window is not None and mode != "chunks":
+        raise LodUsageError("window=... applies to mode 'chunks' only")
     lengths, about = _source_lengths(source, level, tensor, max_memory)
     about["source_digest"] = lengths_digest(lengths)
+    if chunk_rows is not None:
+        about["chunk_rows"] = int(chunk_rows)
+    if mode == "chunks" and "chunk_rows" not in about:
+        raise LodUsageError("mode 'chunks' needs chunk_rows=... with an array of lengths (a container gives its own)")
+    chunk_of = None
+    if mode == "chunks":  # the stored chunk each sequence starts in (before any clipping: where its rows are)
+        chunk_of = (np.cumsum(lengths) - lengths) // about["chunk_rows"]
     if max_length is not None:
         lengths = np.minimum(lengths, max_length)
     options = {"level": int(level), "max_tokens": max_tokens, "max_sequences": max_sequences, "seed": int(seed),
@@ -633,8 +676,11 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
         options["skipped"] = int(too_long.sum())
 
     planner = {"sorted": _plan_sorted, "megabatch": _plan_megabatch, "random": _plan_random,
-               "pack": _plan_pack, "buckets": _plan_buckets}[mode]
+               "pack": _plan_pack, "buckets": _plan_buckets, "chunks": _plan_chunks}[mode]
     kwargs: dict[str, Any] = {"multiple_of": multiple_of, "drop_last": drop_last}
+    if mode == "chunks":
+        kwargs.update(chunk_of=chunk_of, window=window or DEFAULT_WINDOW)
+        options["window"] = window or DEFAULT_WINDOW
     if mode == "megabatch":
         kwargs["megabatch_mult"] = megabatch_mult
         options["megabatch_mult"] = megabatch_mult
@@ -718,6 +764,26 @@ def _plan_megabatch(lengths, keep, max_tokens, max_sequences, seed, epoch, *, mu
     order, seg_ends = megabatch_order(lengths, shuffled, size)
     ends, padded = _cut(lengths[order], max_tokens, max_sequences, multiple_of, drop_last, seg_ends)
     return order, ends, padded, np.arange(ends.shape[0])
+
+
+def _plan_chunks(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, chunk_of, window):
+    # py1b: the chunks in random order, a window of them at a time; inside a window the sequences in random order,
+    # then sorted by length (the padding of sorted), cut, and the window's batches in random order
+    rng = plan_rng(seed, epoch)
+    run_of = chunk_of[keep] // CHUNK_RUN
+    n_runs = int(run_of.max()) + 1 if run_of.size else 0
+    place = np.empty(n_runs, np.int64)
+    place[rng.permutation(n_runs)] = np.arange(n_runs, dtype=np.int64)
+    window_of = place[run_of] // max(window // CHUNK_RUN, 1)
+    shuffled = rng.permutation(keep.shape[0])
+    by_window = shuffled[np.lexsort((lengths[keep][shuffled], window_of[shuffled]))]  # stable: ties stay shuffled
+    order, windows = keep[by_window], window_of[by_window]
+    segment_ends = np.flatnonzero(np.diff(windows)) + 1
+    segment_ends = np.concatenate([segment_ends, [order.shape[0]]]).astype(np.int64) if order.size else segment_ends
+    ends, padded = _cut(lengths[order], max_tokens, max_sequences, multiple_of, drop_last, segment_ends)
+    batch_window = windows[ends - 1] if ends.size else ends
+    batch_order = np.lexsort((rng.random(ends.shape[0]), batch_window))
+    return order, ends, padded, batch_order
 
 
 def _plan_pack(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last):
@@ -829,6 +895,7 @@ class _ChunkCache:
         self.next_slot = 0
         self.rows: np.ndarray | None = None  # allocated on the first read
         self.words = _words(np.zeros(0, tensor.dtype))
+        self.decodes = 0  # blocks read so far
 
     def check_unchanged(self) -> None:
         """Nothing to check: the cache holds copies."""
@@ -865,6 +932,7 @@ class _ChunkCache:
         for run_blocks, run_slots in zip(np.split(missing, breaks), np.split(slots, breaks)):
             begin = int(run_blocks[0]) * block
             rows = self.tensor.read_rows(begin, min((int(run_blocks[-1]) + 1) * block, self.tensor.n_rows))
+            self.decodes += run_blocks.shape[0]
             for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
                 part = rows[k * block:(k + 1) * block]
                 self.rows[s * block:s * block + part.shape[0]] = part
@@ -1202,16 +1270,63 @@ def batches(path, plan=None, *, output: str = "padded", truncate: str | None = N
         yield from reader
 
 
-def plan_report(plan: BatchPlan, bins: int = 12) -> dict:
-    """The plan's figures beside ``random``'s at the same mean batch size, and the length histogram.
+def plan_report(plan: BatchPlan, bins: int = 12, *, cache_chunks: int | None = None,
+                rows: np.ndarray | None = None, chunk_rows: int | None = None) -> dict:
+    """The plan's figures beside ``random``'s at the same mean batch size, and the length histogram; with
+    ``cache_chunks``, also :func:`chunk_locality` (``"chunks"``) where the plan knows its source's chunks.
 
     >>> r = plan_report(batch_plan(np.arange(1, 200), max_tokens=512))
     >>> sorted(r), r["plan"]["padding_waste"] < r["random"]["padding_waste"]
     (['histogram', 'plan', 'random'], True)
     """
     counts, edges = plan.histogram(bins)
-    return {"plan": plan.stats(), "random": plan.random_baseline().stats(),
-            "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+    report = {"plan": plan.stats(), "random": plan.random_baseline().stats(),
+              "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+    locality = chunk_locality(plan, cache_chunks, rows, chunk_rows) if cache_chunks else None
+    if locality is not None:
+        report["chunks"] = locality
+    return report
+
+
+def chunk_locality(plan: BatchPlan, cache_chunks: int, rows: np.ndarray | None = None,
+                   chunk_rows: int | None = None) -> dict | None:
+    """How a reader with a cache of ``cache_chunks`` decoded chunks reads the plan, beside a true shuffle.
+
+    A true shuffle is the plan's sequences in a random order, cut into the
+    same batch sizes.  ``decodes`` counts the chunks decoded in an epoch
+    (``decodes_per_chunk``: per stored chunk), ``chunks_per_batch`` the chunks
+    a batch draws from on average, and ``mixing`` is that figure over the true
+    shuffle's: 1 is as mixed as a true shuffle, lower means batches drawn from
+    fewer places in the file.  ``rows`` are the row offsets of the source's
+    sequences (needed when the plan clips lengths; else they follow from them).
+    ``chunk_rows`` defaults to the plan's own (``options["chunk_rows"]``);
+    ``None`` when neither says how the source is chunked.
+
+    >>> plan = batch_plan(np.full(4000, 10), max_tokens=100, mode="chunks", chunk_rows=1000, window=8)
+    >>> c = chunk_locality(plan, cache_chunks=16)
+    >>> c["decodes_per_chunk"] <= 2 < c["shuffled"]["decodes_per_chunk"], c["mixing"] < 1
+    (True, True)
+    """
+    chunk_rows = chunk_rows or plan.options.get("chunk_rows")
+    if chunk_rows is None or (rows is None and plan.options.get("max_length") is not None):
+        return None
+    if rows is None:
+        rows = np.concatenate([[0], np.cumsum(plan.lengths)])
+    first = rows[:-1] // chunk_rows
+    last = np.maximum(rows[1:] - 1, rows[:-1]) // chunk_rows - (rows[1:] == rows[:-1])  # an empty one: no chunk
+    n_chunks = -(-int(rows[-1]) // chunk_rows)
+    seqs = plan.indices
+    shuffled = seqs[plan_rng(plan.options.get("seed", 0), plan.options.get("epoch", 0), 1).permutation(seqs.shape[0])]
+    out = {}
+    for key, order in (("plan", seqs), ("shuffled", shuffled)):
+        decodes, touched = chunk_reads(first[order], last[order], plan.offsets, n_chunks, cache_chunks)
+        out[key] = {"decodes": decodes, "decodes_per_chunk": decodes / max(n_chunks, 1),
+                    "chunks_per_batch": touched / max(len(plan), 1)}
+    plan_figures = out.pop("plan")
+    mixing = plan_figures["chunks_per_batch"] / out["shuffled"]["chunks_per_batch"] \
+        if out["shuffled"]["chunks_per_batch"] else 1.0
+    return {"chunk_rows": int(chunk_rows), "chunks": n_chunks, "cache_chunks": int(cache_chunks), **plan_figures,
+            "mixing": mixing, "shuffled": out["shuffled"]}
 
 
 #: the name of each batch file :func:`write_batches` writes
@@ -1317,9 +1432,22 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
         result.written = write_batches(path, plan, write_to, output=layout, truncate=truncate, pad_value=pad_value,
                                        tensor=tensor, progress=progress, overwrite=overwrite, max_memory=max_memory)
     if report:
-        result.report = plan_report(plan)
+        result.report = plan_report(plan, **_report_chunks(path, plan, tensor, max_memory))
     return result
 
 
-__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "write_batches", "BatchPlan", "BatchReader",
-           "batch_plan", "batches", "as_plan", "sequence_rows", "lengths_digest", "length_bins"]
+def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None) -> dict:
+    """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path``: a reader's
+    default cache, in the file's chunks."""
+    with _open_container(path, max_memory) as f:
+        t = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
+        row_bytes = max(t.dtype.itemsize * math.prod(t.element_shape), 1)
+        chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
+        rows = sequence_rows(t, plan.options.get("level", 0), os.fspath(path)) \
+            if plan.options.get("max_length") is not None else None
+    return {"cache_chunks": max(DEFAULT_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
+
+
+__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "chunk_locality", "stored_chunk_rows",
+           "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
+           "lengths_digest", "length_bins"]
