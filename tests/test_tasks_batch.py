@@ -540,7 +540,7 @@ def test_reader_across_many_chunks_with_evictions(tmp_path, mode, output):
                 got = [b["values"][bounds[k]:bounds[k + 1]] for k in range(len(b["indices"]))]
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
             seen += len(b["indices"])
-        cache = reader._source.chunks  # a compressed file: a cache of decoded chunks
+        cache = reader._source.chunks  # a compressed file: its cache of decoded chunks
         assert cache.slots >= 2
         if mode != "pack":  # packed rows gather short sequences from everywhere: the cache may grow to all
             assert cache.slots < cache.n_blocks  # so it evicted

@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from ..container import checksum
+from ..container.reader import DECODED_CACHE_BYTES, DecodedChunks, LazyTensor, words_of
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodInputError, LodShapeError, LodUsageError, LodValidationError)
@@ -97,8 +98,6 @@ TRUNCATE = ("head", "tail")
 PLAN_VERSION = 1
 #: the arrays of a saved plan, beside its ``meta``
 PLAN_ARRAYS = ("lengths", "indices", "offsets", "padded_lengths", "repeat")
-#: rows of data cached per reader (decoded chunks), unless ``cache_bytes`` says otherwise
-DEFAULT_CACHE_BYTES = 256 << 20
 #: the largest value a count option may take (the kernels count in int64)
 INT64_MAX = int(np.iinfo(np.int64).max)
 #: chunks a ``chunks`` plan shuffles sequences among, unless ``window`` says otherwise
@@ -869,86 +868,6 @@ def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: in
 
 
 # -- reading batches -----------------------------------------------------------------------------------
-class _ChunkCache:
-    """Decoded blocks of a stored tensor's rows, in slots reused first in, first out, as a chunk table.
-
-    A block is as many rows as the writer puts in a chunk (a folder's, several
-    chunks: a read there costs more per call), so a read decodes whole chunks;
-    consecutive missing blocks are read in one call.  ``table[b]`` is the byte
-    where block ``b`` starts in :attr:`rows` (-1: not cached), the table
-    :func:`~lodtool.ops.batching.gather_batch` reads.  A block the batch being
-    gathered needs is never evicted; a batch that needs more blocks than the
-    cache holds grows it (within the file's memory limit).
-    """
-
-    def __init__(self, tensor, budget_bytes: int, limit: int, where: str):
-        self.tensor, self.limit, self.where = tensor, limit, where
-        self.row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
-        self.block = chunk_rows(self.row_bytes)
-        if getattr(tensor, "n_shards", 0):  # a sharded folder: whole chunks, about FOLDER_READ_BYTES per read
-            self.block *= max(FOLDER_READ_BYTES // (self.block * self.row_bytes), 1)
-        self.chunk_rows = self.block
-        self.n_blocks = -(-tensor.n_rows // self.block)
-        self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)
-        self.table = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)
-        self.block_of_slot = np.full(self.slots, -1, dtype=np.int64)
-        self.next_slot = 0
-        self.rows: np.ndarray | None = None  # allocated on the first read
-        self.words = _words(np.zeros(0, tensor.dtype))
-        self.decodes = 0  # blocks read so far
-
-    def check_unchanged(self) -> None:
-        """Nothing to check: the cache holds copies."""
-
-    def pending(self) -> bool:
-        """Whether a block may be missing (always: the cache rarely holds them all)."""
-        return True
-
-    def prepare(self, blocks: np.ndarray) -> None:
-        """Read the blocks of ``blocks`` (a batch's) that are not cached, never evicting one of ``blocks``."""
-        missing = blocks[self.table[blocks] < 0]
-        if not missing.size:
-            return
-        if blocks.shape[0] > self.slots:  # one batch needs more blocks than the cache holds: grow it
-            self._allocate(min(max(blocks.shape[0], 2 * self.slots), self.n_blocks))
-        elif self.rows is None:
-            self._allocate(self.slots)
-        pinned = set(blocks.tolist())
-        slots = np.empty(missing.shape[0], dtype=np.int64)
-        taken: set[int] = set()
-        for k in range(missing.shape[0]):  # first in, first out, never a block this batch needs
-            while True:
-                s = self.next_slot
-                self.next_slot = (s + 1) % self.slots
-                old = int(self.block_of_slot[s])
-                if s not in taken and (old < 0 or old not in pinned):
-                    break
-            taken.add(s)
-            if old >= 0:
-                self.table[old] = -1
-            slots[k] = s
-        block = self.block
-        breaks = np.flatnonzero(np.diff(missing) != 1) + 1
-        for run_blocks, run_slots in zip(np.split(missing, breaks), np.split(slots, breaks)):
-            begin = int(run_blocks[0]) * block
-            rows = self.tensor.read_rows(begin, min((int(run_blocks[-1]) + 1) * block, self.tensor.n_rows))
-            self.decodes += run_blocks.shape[0]
-            for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
-                part = rows[k * block:(k + 1) * block]
-                self.rows[s * block:s * block + part.shape[0]] = part
-                self.table[b] = s * block * self.row_bytes
-                self.block_of_slot[s] = b
-
-    def _allocate(self, slots: int) -> None:
-        check_memory(slots * self.block * self.row_bytes, self.limit, self.where, f"{slots:,} chunks of the data")
-        rows = np.empty((slots * self.block,) + self.tensor.element_shape, dtype=self.tensor.dtype)
-        if self.rows is not None:
-            rows[:self.rows.shape[0]] = self.rows
-        self.block_of_slot = np.concatenate([self.block_of_slot, np.full(slots - self.slots, -1, dtype=np.int64)])
-        self.rows, self.slots = rows, slots
-        self.words = _words(rows)
-
-
 class _MappedChunks:
     """A memory-mapped tensor's chunks as :func:`~lodtool.ops.batching.gather_batch` reads them, straight from the
     map: a chunk's checksum is checked (through the tensor's own read) the first time a batch touches it."""
@@ -969,19 +888,19 @@ class _MappedChunks:
             self.tensor.read_rows(c * cr, min((c + 1) * cr, n))  # checks the chunk, or libhdf5 refuses it
 
 
-def _words(a: np.ndarray, word: int | None = None) -> np.ndarray:
-    """``a``'s bytes as a flat array of unsigned integers of ``word`` bytes (default ``min(itemsize, 8)``): what
-    the gather copies."""
-    return a.reshape(-1).view(f"u{word or min(a.dtype.itemsize, 8)}")
-
-
 def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
-    """Where a reader gathers ``tensor``'s rows from: its memory map where it has one, else a cache of decoded
-    chunks."""
-    mapped = tensor.mapped_rows() if hasattr(tensor, "mapped_rows") else None
-    if mapped is not None:
-        return _MappedChunks(tensor, mapped, mapped.chunk_table())
-    return _ChunkCache(tensor, budget_bytes, limit, where)
+    """Where a reader gathers ``tensor``'s rows from: its memory map where it has one, else its file's cache of
+    decoded chunks (a folder's: a cache of the reader's own, of whole chunks, about FOLDER_READ_BYTES a read)."""
+    if isinstance(tensor, LazyTensor):
+        mapped = tensor.mapped_rows()
+        if mapped is not None:
+            return _MappedChunks(tensor, mapped, mapped.chunk_table())
+        return tensor.decoded_chunks(budget_bytes)
+    row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
+    block = chunk_rows(row_bytes)
+    block *= max(FOLDER_READ_BYTES // (block * row_bytes), 1)
+    return DecodedChunks(tensor.read_rows, tensor.n_rows, tensor.dtype, tensor.element_shape, block, budget_bytes,
+                         limit, where)
 
 
 @dataclass(eq=False)
@@ -1080,7 +999,7 @@ class BatchReader:
     """
 
     def __init__(self, path, plan: BatchPlan, *, output: str = "padded", truncate: str | None = None,
-                 pad_value=0, tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 pad_value=0, tensor: str | None = None, cache_bytes: int = DECODED_CACHE_BYTES,
                  reuse_buffers: bool = True, max_memory: int | None = None):
         if output not in OUTPUTS:
             raise LodUsageError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
@@ -1181,7 +1100,7 @@ class BatchReader:
     def _new_buffers(self, source: _OpenSource, n_seq: int, padded: int, total: int, items: int) -> dict:
         output = self.output
         values = np.empty(max(items, 1), source.tensor.dtype)
-        return {"values": values, "words": _words(values, source.chunks.words.dtype.itemsize),
+        return {"values": values, "words": words_of(values, source.chunks.words.dtype.itemsize),
                 "lengths": np.empty(n_seq, np.int64),
                 "cu": np.empty(n_seq + 1, np.int32 if output == "varlen" else np.int64),
                 "positions": np.empty(total, np.int64) if output == "varlen" else _NO_POSITIONS,
@@ -1240,7 +1159,7 @@ class BatchReader:
 
 
 def batches(path, plan=None, *, output: str = "padded", truncate: str | None = None, pad_value=0,
-            tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES, max_memory: int | None = None,
+            tensor: str | None = None, cache_bytes: int = DECODED_CACHE_BYTES, max_memory: int | None = None,
             **plan_options) -> Iterator[dict]:
     """NumPy batches of a container for any framework: padded + mask, jagged, or varlen (flat + cu_seqlens).
 
@@ -1445,7 +1364,7 @@ def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | 
         chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
         rows = sequence_rows(t, plan.options.get("level", 0), os.fspath(path)) \
             if plan.options.get("max_length") is not None else None
-    return {"cache_chunks": max(DEFAULT_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
+    return {"cache_chunks": max(DECODED_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
 
 
 __all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "chunk_locality", "stored_chunk_rows",
