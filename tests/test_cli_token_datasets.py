@@ -144,6 +144,66 @@ def test_every_operator_takes_them_as_input(data, tmp_path, command, fmt):
         assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
 
 
+#: a dolma array without its .csv.gz: uint32 tokens (24 bytes, which uint16 would fit too), documents ending at 9
+BARE = LoDTensor(np.array([1, 9, 9, 2, 3, 9], np.uint32), [[0, 2, 3, 6]])
+BARE_FLAGS = ["--token-dtype", "uint32", "--eos-id", "9"]
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    """``(the array, the container pack makes of it)``: the array has no .csv.gz, so reading it takes the flags."""
+    d = tmp_path_factory.mktemp("bare")
+    write_dolma(BARE, str(d / "bare.npy"))
+    (d / "bare.csv.gz").unlink()
+    ok("pack", d / "bare.npy", *BARE_FLAGS, "--name", "tokens", "-o", d / "bare.lod.h5")
+    assert lodtool.load(str(d / "bare.lod.h5")).to_nested() == BARE.to_nested()
+    return d / "bare.npy", d / "bare.lod.h5"
+
+
+@pytest.mark.parametrize("command", OPERATORS)
+def test_every_operator_takes_the_token_flags(bare, tmp_path, command):
+    array, packed = bare
+    suffix = ".npz" if command == "pad" else ".lod.h5"
+    without = run(command, *_operator_args(command, str(array), str(array), str(tmp_path / f"c{suffix}")))
+    assert without.exit_code == 2 and "give --eos-id" in without.stderr  # the library's eos_token_id=..., as a flag
+    assert not (tmp_path / f"c{suffix}").exists()
+    direct = ok(command, *_operator_args(command, str(array), str(array), str(tmp_path / f"a{suffix}")), *BARE_FLAGS)
+    packed_run = ok(command, *_operator_args(command, str(packed), str(packed), str(tmp_path / f"b{suffix}")))
+    if command == "pack-plan":
+        assert direct.stdout == packed_run.stdout
+    else:
+        assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
+
+
+@pytest.mark.parametrize("command", ["pool", "pad", "expand", "pack-plan"])
+def test_the_operators_on_dask_read_them_with_the_flags(bare, tmp_path, command):
+    pytest.importorskip("dask")
+    array, packed = bare
+    suffix = ".npz" if command == "pad" else ".lod.h5"
+    direct = ok(command, *_operator_args(command, str(array), str(array), str(tmp_path / f"a{suffix}")), *BARE_FLAGS,
+                "--scheduler", "threads")
+    packed_run = ok(command, *_operator_args(command, str(packed), str(packed), str(tmp_path / f"b{suffix}")))
+    if command == "pack-plan":
+        assert direct.stdout == packed_run.stdout
+    else:
+        assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
+
+
+def test_batch_takes_the_token_flags(bare, tmp_path):
+    array, packed = bare
+    assert "give --eos-id" in run("batch", array, "--max-tokens", "4", "-o", tmp_path / "x.npz").stderr
+    ok("batch", array, *BARE_FLAGS, "--max-tokens", "4", "-o", tmp_path / "a.npz")
+    ok("batch", packed, "--max-tokens", "4", "-o", tmp_path / "b.npz")
+    with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
+        assert all(np.array_equal(a[k], b[k]) for k in a.files if k != "meta")
+    ok("batch", array, *BARE_FLAGS, "--plan", tmp_path / "a.npz", "--to", "npz", "-o", tmp_path / "from_array")
+    ok("batch", packed, "--plan", tmp_path / "b.npz", "--to", "npz", "-o", tmp_path / "from_container")
+    written = sorted(p.name for p in (tmp_path / "from_array").iterdir())
+    assert written == sorted(p.name for p in (tmp_path / "from_container").iterdir()) and written
+    for name in written:
+        assert _result(tmp_path / "from_array" / name) == _result(tmp_path / "from_container" / name)
+
+
 def test_unpack_reads_them_and_writes_another(data, tmp_path):
     ok("unpack", data / "corpus", "--to", "datatrove", "--level", "1", "-o", tmp_path / "x.ds")
     with lodtool.open(str(tmp_path / "x.ds")) as f:
