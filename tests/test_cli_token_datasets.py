@@ -204,6 +204,51 @@ def test_batch_takes_the_token_flags(bare, tmp_path):
         assert _result(tmp_path / "from_array" / name) == _result(tmp_path / "from_container" / name)
 
 
+def _tokens(path):
+    with lodtool.open(str(path)) as f:
+        return f.tensor().tokens
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_shard_reads_them_and_keeps_what_pack_records(data, tmp_path, fmt):
+    source, packed = SOURCES[fmt]
+    ok("shard", data / source, "-o", f"{tmp_path / 's'}/", "--shard-size", "4B")
+    from lodtool.container.shards import read_manifest
+
+    manifest = read_manifest(tmp_path / "s")
+    assert len(manifest.shards) > 1 and list(manifest.tensors) == ["tokens"]
+    assert lodtool.load(str(tmp_path / "s")).equals(lodtool.load(str(data / packed)))
+    assert _tokens(tmp_path / "s") == _tokens(data / packed)
+
+
+def test_shard_and_pack_into_a_folder_take_the_token_flags_and_record_them(bare, tmp_path):
+    from lodtool.container import open_file
+    from lodtool.container.shards import read_manifest
+
+    array, packed = bare
+    assert "give --eos-id" in run("shard", array, "-o", f"{tmp_path / 'x'}/").stderr
+    ok("shard", array, *BARE_FLAGS, "-o", f"{tmp_path / 's'}/", "--shard-size", "8B")
+    ok("pack", array, *BARE_FLAGS, "--vocab-size", "10", "--bos-id", "8", "--tokenizer-name", "tiny", "-o",
+       f"{tmp_path / 'p'}/", "--shard-size", "8B")
+    for folder, vocab in (("s", None), ("p", 10)):
+        manifest = read_manifest(tmp_path / folder)
+        want = _tokens(packed).merged(vocab_size=vocab, **({"bos_id": 8, "tokenizer_name": "tiny"} if vocab else {}))
+        assert len(manifest.shards) == 3 and manifest.tensors[manifest.names[0]].tokens == want
+        for shard in manifest.shards:  # each shard, a container readable alone, records it too
+            with open_file(tmp_path / folder / shard.file) as f:
+                assert f.tensor().tokens == want
+        assert lodtool.load(str(tmp_path / folder)).to_nested() == BARE.to_nested()
+        assert _tokens(tmp_path / folder).eos_id == 9
+
+
+def test_pack_into_a_folder_on_dask_records_the_token_metadata(bare, tmp_path):
+    pytest.importorskip("dask")
+    array, packed = bare
+    ok("pack", array, array, *BARE_FLAGS, "--vocab-size", "10", "-o", f"{tmp_path / 'p'}/", "--scheduler", "threads")
+    assert _tokens(tmp_path / "p") == _tokens(packed).merged(vocab_size=10)
+    assert lodtool.load(str(tmp_path / "p")).to_nested() == BARE.to_nested() * 2
+
+
 def test_unpack_reads_them_and_writes_another(data, tmp_path):
     ok("unpack", data / "corpus", "--to", "datatrove", "--level", "1", "-o", tmp_path / "x.ds")
     with lodtool.open(str(tmp_path / "x.ds")) as f:

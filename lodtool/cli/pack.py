@@ -149,12 +149,9 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     tokens = _token_info(vocab_size, bos_id, pad_id, tokenizer_name)
     text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if token_dtype is not None or eos_token_id is not None or tokens is not None or text is not None:
-            raise click.UsageError("--token-dtype, --tokenizer, --vocab-size, --eos-id, --bos-id, --pad-id and "
-                                   "--tokenizer-name are taken by pack into one file, not into a folder; pack into "
-                                   "one, then split it with lodtool shard (which keeps the token metadata)")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
-                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
+                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json,
+                      token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
         return
 
     if append and output == "-":
@@ -189,7 +186,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
-                  scheduler, workers, column, max_memory, overwrite, force, as_json):
+                  scheduler, workers, column, max_memory, overwrite, force, as_json, **token_metadata):
     """``pack -o DIR/``: a sharded folder, streamed in order, or one shard per input on Dask (--scheduler)."""
     from .. import tasks
     from ._render import partition_progress
@@ -202,7 +199,7 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
                                   lod_level=lod_level, dtype=dtype, name=name,
                                   level_names=opt.split_names(level_names), compression=compression,
                                   column=column, max_memory=opt.parse_size(max_memory), overwrite=overwrite,
-                                  force=force)
+                                  force=force, **token_metadata)
     if as_json:
         opt.emit_json(info)
     else:
