@@ -337,3 +337,42 @@ def test_head_tail_and_slice_write_token_datasets_too(data, tmp_path):
     assert lodtool.load(str(tmp_path / "s")).to_nested() == DOCUMENTS.branch(1).to_nested()
     result = run("head", data / "corpus", "--to", "megatron")
     assert result.exit_code == 2 and "give an output path prefix, not a stream" in result.stderr
+
+
+DEEP = LoDTensor(np.arange(10, dtype=np.uint16), [[0, 1, 2], [0, 2, 3], [0, 3, 6, 10]])
+
+
+EXCERPTS = {"slice-range": (["slice", "--level", "0", "--range", "0:2"], {"level": 0, "start": 0, "stop": 2}),
+            "slice-branch": (["slice", "0"], {"branch": "0"}), "head": (["head"], {}), "tail": (["tail"], {})}
+
+
+@pytest.mark.parametrize("excerpt", sorted(EXCERPTS))
+def test_an_excerpt_deeper_than_the_format_names_store_level_and_store_level_flattens(tmp_path, excerpt):
+    from lodtool import tasks
+
+    deep = str(tmp_path / "deep.lod.h5")
+    lodtool.save(deep, DEEP)
+    (name, *rest), library = EXCERPTS[excerpt]
+    result = run(name, deep, *rest, "--to", "fairseq", "-o", tmp_path / "x")
+    assert result.exit_code == 2 and "choose the level whose sequences it keeps with --store-level (0.." in result.stderr
+    assert "--level" not in result.stderr and not list(tmp_path.glob("x.*"))
+    ok(name, deep, *rest, "--to", "fairseq", "--store-level", "1", "-o", tmp_path / "x")
+    part = getattr(tasks, name)(deep, **library).tensor
+    want = [part.branch(*path).data.tolist() for path in _level_items(part, 1)]
+    assert lodtool.load(str(tmp_path / "x")).to_nested() == want and want
+
+
+def _level_items(t, level):
+    """The index paths of the sequences of ``level``, in order."""
+    paths = [(i,) for i in range(len(t))]
+    for _ in range(level):
+        paths = [p + (j,) for p in paths for j in range(len(t.branch(*p)))]
+    return paths
+
+
+def test_store_level_is_refused_where_the_format_keeps_every_level(tmp_path):
+    lodtool.save(str(tmp_path / "deep.lod.h5"), DEEP)
+    for args in (["--to", "jsonl"], ["-o", tmp_path / "y.lod.h5"], ["--to", "tree"]):
+        result = run("head", tmp_path / "deep.lod.h5", "--store-level", "1", *args)
+        assert result.exit_code == 2 and "--store-level" in result.stderr, args
+    assert not (tmp_path / "y.lod.h5").exists()
