@@ -376,3 +376,33 @@ def test_store_level_is_refused_where_the_format_keeps_every_level(tmp_path):
         result = run("head", tmp_path / "deep.lod.h5", "--store-level", "1", *args)
         assert result.exit_code == 2 and "--store-level" in result.stderr, args
     assert not (tmp_path / "y.lod.h5").exists()
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_validate_vocab_size_names_the_first_id_past_it_in_place_packed_and_sharded(data, tmp_path, fmt):
+    source, packed = SOURCES[fmt]
+    assert ok("validate", data / source, "--vocab-size", "7").stdout.startswith("ok ")
+    first = int(np.flatnonzero(lodtool.load(str(data / packed)).data >= 5)[0])  # id 5, the first one past 5
+    result = run("validate", data / source, "--vocab-size", "5", "--json")
+    (report,) = json.loads(result.stdout)
+    assert result.exit_code == 1 and f"[{first}]: token id 5 is not under the vocabulary size 5" in \
+        report["problems"][0]["message"]
+    result = run("validate", data / packed, "--vocab-size", "5")
+    assert result.exit_code == 1 and f"data row {first}: token id 5 is not under the vocabulary size 5" in result.stdout
+    ok("shard", data / source, "-o", f"{tmp_path / 's'}/")
+    result = run("validate", tmp_path / "s", "--vocab-size", "5")
+    assert result.exit_code == 1 and f"data row {first}: token id 5 is not under" in result.stdout
+
+
+def test_validate_uses_the_recorded_vocabulary_unless_given_and_the_library_takes_it(bare, tmp_path):
+    from lodtool import tasks
+
+    array, _ = bare
+    ok("pack", array, *BARE_FLAGS, "--vocab-size", "12", "-o", tmp_path / "v.lod.h5")
+    assert ok("validate", tmp_path / "v.lod.h5").stdout.startswith("ok ")
+    result = run("validate", tmp_path / "v.lod.h5", "--vocab-size", "9")
+    assert result.exit_code == 1 and "data row 1: token id 9 is not under the vocabulary size 9" in result.stdout
+    (report,) = tasks.validate([str(array)], vocab_size=9, token_dtype="uint32", eos_token_id=9)
+    assert not report.ok and "tokens[1]: token id 9" in str(report.problems[0])
+    with pytest.raises(lodtool.errors.LodUsageError, match="vocab_size must be a positive integer"):
+        tasks.validate([str(array)], vocab_size=0)

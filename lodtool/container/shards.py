@@ -1341,10 +1341,12 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
-def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None):
+def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None,
+                     vocab_size: int | None = None):
     """Validate every shard, plus the manifest against the shards: a ``FileReport`` for the folder.
 
-    Problems name the shard (or the manifest) they come from.
+    Problems name the shard (or the manifest) they come from; ``vocab_size`` is
+    :func:`~lodtool.container.checks.validate_file`'s, for every shard.
 
     >>> import os, tempfile, numpy as np
     >>> d = os.path.join(tempfile.mkdtemp(), "s")
@@ -1372,7 +1374,7 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
             problems.append(Problem(mpath, None, None, None, what if what.startswith("shard ") else
                                     f"shard {info.file} {what}"))
             continue
-        report = validate_file(spath, max_problems=max_problems, max_memory=max_memory)
+        report = validate_file(spath, max_problems=max_problems, max_memory=max_memory, vocab_size=vocab_size)
         problems.extend(report.problems)
         if report.error:
             errors.append(f"{info.file}: {report.error}")
