@@ -406,3 +406,30 @@ def test_validate_uses_the_recorded_vocabulary_unless_given_and_the_library_take
     assert not report.ok and "tokens[1]: token id 9" in str(report.problems[0])
     with pytest.raises(lodtool.errors.LodUsageError, match="vocab_size must be a positive integer"):
         tasks.validate([str(array)], vocab_size=0)
+
+
+@pytest.mark.parametrize("fmt, tokens_file", [("megatron", "corpus.bin"), ("datatrove", "web.ds"),
+                                              ("dolma", "part.npy")])
+def test_pack_counts_its_progress_up_to_the_size_of_the_tokens(data, tmp_path, monkeypatch, fmt, tokens_file):
+    import contextlib
+
+    from lodtool.cli import _render
+
+    seen = []
+
+    @contextlib.contextmanager
+    def progress(total, description, enabled):
+        seen.append(total)
+        yield lambda done, total=None: seen.append(done)
+
+    monkeypatch.setattr(_render, "progress", progress)
+    source, _ = SOURCES[fmt]
+    ok("pack", data / source, "-o", tmp_path / "x.lod.h5")
+    size = (data / tokens_file).stat().st_size
+    assert seen[0] == size and seen[-1] == size  # the total, and the bytes read at the end
+
+
+def test_a_tiny_shard_size_is_refused_for_a_prefix_by_the_size_of_its_tokens(tmp_path):
+    write_megatron(LoDTensor(np.arange(3000, dtype=np.uint16), [list(range(0, 3001, 3))]), str(tmp_path / "big"))
+    result = run("shard", tmp_path / "big", "-o", f"{tmp_path / 's'}/", "--shard-size", "1B")
+    assert result.exit_code == 2 and "would cut 5.9 KiB of input" in result.stderr and not (tmp_path / "s").exists()

@@ -1,4 +1,4 @@
-"""``lodtool batch``: plan training batches from a container's offsets; show their waste; write them out."""
+"""``lodtool batch``: plan training batches from a stored tensor's offsets; show their waste; write them out."""
 
 from __future__ import annotations
 
@@ -81,7 +81,9 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
           as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
     plan, show its padding waste, or write each batch as an NPZ.  FILE is a
-    container or a sharded folder (its shards in order, as one tensor).
+    container, a sharded folder (its shards in order, as one tensor) or a
+    token dataset read in place (a Megatron or fairseq PREFIX, a datatrove
+    .ds, a dolma .npy; --token-dtype and --eos-id say what it does not).
 
     \b
     sorted     fairseq's batch_by_size: sort by length, cut within --max-tokens
@@ -98,6 +100,7 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
       lodtool batch corpus.lod.h5 --level 1 --max-tokens 4096 --stats
       lodtool batch corpus.lod.h5 --plan plan.npz --to npz -o batches/
       lodtool batch shards/ --level 1 --max-tokens 4096 -o plan.npz
+      lodtool batch corpus --level 1 --max-tokens 4096 -o plan.npz    # corpus.bin + corpus.idx
     """
     from .. import tasks
 

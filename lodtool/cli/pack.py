@@ -156,7 +156,9 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
-    total = sum(os.path.getsize(p) for p in inputs if p != "-" and os.path.isfile(p)) or None
+    from ..io.token_datasets import input_bytes
+
+    total = sum(input_bytes(p) or 0 for p in inputs if p != "-") or None
     from ._render import progress
 
     with progress(total, "packing", not opt.is_quiet(ctx) and not as_json) as tick, \

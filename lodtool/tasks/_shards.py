@@ -197,12 +197,12 @@ def _refuse_tiny_shards(folder: str, sources: Sequence, shard_size: int | str) -
     lodtool.errors.LodUsageError: out/: a shard size of 4 B would cut ... shards, a file each; ...
     """
     from .. import io as formats
+    from ..io.token_datasets import input_bytes
     from ..limits import human_bytes
     from ..container.shards import parse_size
 
     size = parse_size(shard_size)
-    total = sum(os.path.getsize(s) for s in sources
-                if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s) and os.path.isfile(s))
+    total = sum(input_bytes(s) or 0 for s in sources if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s))
     floor = min(MIN_SHARD_SIZE, -(-total // MANY_SHARDS))
     if size < floor:
         raise LodUsageError(f"{folder}: a shard size of {human_bytes(size)} would cut {human_bytes(total)} of input "
