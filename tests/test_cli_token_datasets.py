@@ -433,3 +433,7 @@ def test_a_tiny_shard_size_is_refused_for_a_prefix_by_the_size_of_its_tokens(tmp
     write_megatron(LoDTensor(np.arange(3000, dtype=np.uint16), [list(range(0, 3001, 3))]), str(tmp_path / "big"))
     result = run("shard", tmp_path / "big", "-o", f"{tmp_path / 's'}/", "--shard-size", "1B")
     assert result.exit_code == 2 and "would cut 5.9 KiB of input" in result.stderr and not (tmp_path / "s").exists()
+
+
+def test_batch_help_says_it_reads_token_datasets():
+    assert "token dataset read in place" in " ".join(ok("batch", "--help").stdout.split())
