@@ -219,6 +219,8 @@ def test_shard_reads_them_and_keeps_what_pack_records(data, tmp_path, fmt):
     assert len(manifest.shards) > 1 and list(manifest.tensors) == ["tokens"]
     assert lodtool.load(str(tmp_path / "s")).equals(lodtool.load(str(data / packed)))
     assert _tokens(tmp_path / "s") == _tokens(data / packed)
+    result = run("shard", data / source, "--name", "loss", "-o", f"{tmp_path / 'other'}/")
+    assert result.exit_code == 2 and "is sharded by its tokens (tensor 'tokens'), not tensor 'loss'" in result.stderr
 
 
 def test_shard_and_pack_into_a_folder_take_the_token_flags_and_record_them(bare, tmp_path):

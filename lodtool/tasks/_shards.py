@@ -76,11 +76,12 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
     from ..container.shards import shard_file
     from ..io.token_datasets import format_of
 
-    if format_of(path) is not None:
+    token_format = format_of(path)
+    if token_format is not None:
         if name not in (None, "tokens"):
             raise LodUsageError(f"{os.fspath(path)}: a token dataset is sharded by its tokens (tensor 'tokens'), "
                                 f"not tensor {name!r}")
-        return pack_sharded([path], folder, shard_size=shard_size, append=append, format=format_of(path),
+        return pack_sharded([path], folder, shard_size=shard_size, append=append, format=token_format,
                             name="tokens", compression=compression, max_memory=max_memory,
                             overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
