@@ -133,5 +133,6 @@ def test_token_options_are_refused_for_other_inputs(tmp_path):
     result = run("pack", tmp_path / "a.json", "--token-dtype", "uint16", "-o", tmp_path / "a.lod.h5")
     assert result.exit_code == 2 and "--token-dtype applies to megatron, fairseq, datatrove, dolma inputs, not " \
                                       "json" in result.stderr
-    result = run("pack", tmp_path / "a.json", "--eos-id", "2", "-o", str(tmp_path / "d") + "/")
-    assert result.exit_code == 2 and "not into a folder" in result.stderr
+    result = run("pack", tmp_path / "a.json", "--token-dtype", "uint16", "-o", str(tmp_path / "d") + "/")
+    assert result.exit_code == 2 and "--token-dtype applies to megatron" in result.stderr
+    assert not (tmp_path / "d").exists()

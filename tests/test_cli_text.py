@@ -151,3 +151,20 @@ def test_text_options_without_a_tokenizer_are_refused(tmp_path):
     assert result.exit_code == 2 and "--split applies to text, packed with --tokenizer" in result.stderr
     result = run("pack", CORPUS, "--format", "text", "-o", tmp_path / "out.lod.h5")
     assert result.exit_code == 2 and "packing text needs a tokenizer" in result.stderr
+
+
+def test_pack_into_a_folder_records_the_tokenizer_in_every_shard(tmp_path):
+    from lodtool.container.shards import read_manifest
+
+    folder = tmp_path / "corpus"
+    result = run("pack", CORPUS, "--tokenizer", TOKENIZER, "-o", f"{folder}/", "--shard-size", "16KB")
+    assert result.exit_code == 0, result.output
+    _, whole = pack(CORPUS, tmp_path / "c.lod.h5")
+    manifest = read_manifest(folder)
+    assert len(manifest.shards) > 1 and manifest.tensors["tensor"].tokens == whole
+    for shard in manifest.shards:  # each shard is a container readable alone, the tokenizer's JSON in it
+        with open_file(folder / shard.file) as f:
+            assert f.tensor().tokens == whole and f.tensor().tokens.tokenizer_json == whole.tokenizer_json
+    for source, out in ((folder, "a.jsonl"), (tmp_path / "c.lod.h5", "b.jsonl")):
+        assert run("unpack", source, "--to", "jsonl", "--detokenize", "-o", tmp_path / out).exit_code == 0
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()

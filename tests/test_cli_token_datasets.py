@@ -144,6 +144,113 @@ def test_every_operator_takes_them_as_input(data, tmp_path, command, fmt):
         assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
 
 
+#: a dolma array without its .csv.gz: uint32 tokens (24 bytes, which uint16 would fit too), documents ending at 9
+BARE = LoDTensor(np.array([1, 9, 9, 2, 3, 9], np.uint32), [[0, 2, 3, 6]])
+BARE_FLAGS = ["--token-dtype", "uint32", "--eos-id", "9"]
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    """``(the array, the container pack makes of it)``: the array has no .csv.gz, so reading it takes the flags."""
+    d = tmp_path_factory.mktemp("bare")
+    write_dolma(BARE, str(d / "bare.npy"))
+    (d / "bare.csv.gz").unlink()
+    ok("pack", d / "bare.npy", *BARE_FLAGS, "--name", "tokens", "-o", d / "bare.lod.h5")
+    assert lodtool.load(str(d / "bare.lod.h5")).to_nested() == BARE.to_nested()
+    return d / "bare.npy", d / "bare.lod.h5"
+
+
+@pytest.mark.parametrize("command", OPERATORS)
+def test_every_operator_takes_the_token_flags(bare, tmp_path, command):
+    array, packed = bare
+    suffix = ".npz" if command == "pad" else ".lod.h5"
+    without = run(command, *_operator_args(command, str(array), str(array), str(tmp_path / f"c{suffix}")))
+    assert without.exit_code == 2 and "give --eos-id" in without.stderr  # the library's eos_token_id=..., as a flag
+    assert not (tmp_path / f"c{suffix}").exists()
+    direct = ok(command, *_operator_args(command, str(array), str(array), str(tmp_path / f"a{suffix}")), *BARE_FLAGS)
+    packed_run = ok(command, *_operator_args(command, str(packed), str(packed), str(tmp_path / f"b{suffix}")))
+    if command == "pack-plan":
+        assert direct.stdout == packed_run.stdout
+    else:
+        assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
+
+
+@pytest.mark.parametrize("command", ["pool", "pad", "expand", "pack-plan"])
+def test_the_operators_on_dask_read_them_with_the_flags(bare, tmp_path, command):
+    pytest.importorskip("dask")
+    array, packed = bare
+    suffix = ".npz" if command == "pad" else ".lod.h5"
+    direct = ok(command, *_operator_args(command, str(array), str(array), str(tmp_path / f"a{suffix}")), *BARE_FLAGS,
+                "--scheduler", "threads")
+    packed_run = ok(command, *_operator_args(command, str(packed), str(packed), str(tmp_path / f"b{suffix}")))
+    if command == "pack-plan":
+        assert direct.stdout == packed_run.stdout
+    else:
+        assert _result(tmp_path / f"a{suffix}") == _result(tmp_path / f"b{suffix}")
+
+
+def test_batch_takes_the_token_flags(bare, tmp_path):
+    array, packed = bare
+    assert "give --eos-id" in run("batch", array, "--max-tokens", "4", "-o", tmp_path / "x.npz").stderr
+    ok("batch", array, *BARE_FLAGS, "--max-tokens", "4", "-o", tmp_path / "a.npz")
+    ok("batch", packed, "--max-tokens", "4", "-o", tmp_path / "b.npz")
+    with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
+        assert all(np.array_equal(a[k], b[k]) for k in a.files if k != "meta")
+    ok("batch", array, *BARE_FLAGS, "--plan", tmp_path / "a.npz", "--to", "npz", "-o", tmp_path / "from_array")
+    ok("batch", packed, "--plan", tmp_path / "b.npz", "--to", "npz", "-o", tmp_path / "from_container")
+    written = sorted(p.name for p in (tmp_path / "from_array").iterdir())
+    assert written == sorted(p.name for p in (tmp_path / "from_container").iterdir()) and written
+    for name in written:
+        assert _result(tmp_path / "from_array" / name) == _result(tmp_path / "from_container" / name)
+
+
+def _tokens(path):
+    with lodtool.open(str(path)) as f:
+        return f.tensor().tokens
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_shard_reads_them_and_keeps_what_pack_records(data, tmp_path, fmt):
+    source, packed = SOURCES[fmt]
+    ok("shard", data / source, "-o", f"{tmp_path / 's'}/", "--shard-size", "4B")
+    from lodtool.container.shards import read_manifest
+
+    manifest = read_manifest(tmp_path / "s")
+    assert len(manifest.shards) > 1 and list(manifest.tensors) == ["tokens"]
+    assert lodtool.load(str(tmp_path / "s")).equals(lodtool.load(str(data / packed)))
+    assert _tokens(tmp_path / "s") == _tokens(data / packed)
+    result = run("shard", data / source, "--name", "loss", "-o", f"{tmp_path / 'other'}/")
+    assert result.exit_code == 2 and "is sharded by its tokens (tensor 'tokens'), not tensor 'loss'" in result.stderr
+
+
+def test_shard_and_pack_into_a_folder_take_the_token_flags_and_record_them(bare, tmp_path):
+    from lodtool.container import open_file
+    from lodtool.container.shards import read_manifest
+
+    array, packed = bare
+    assert "give --eos-id" in run("shard", array, "-o", f"{tmp_path / 'x'}/").stderr
+    ok("shard", array, *BARE_FLAGS, "-o", f"{tmp_path / 's'}/", "--shard-size", "8B")
+    ok("pack", array, *BARE_FLAGS, "--vocab-size", "10", "--bos-id", "8", "--tokenizer-name", "tiny", "-o",
+       f"{tmp_path / 'p'}/", "--shard-size", "8B")
+    for folder, vocab in (("s", None), ("p", 10)):
+        manifest = read_manifest(tmp_path / folder)
+        want = _tokens(packed).merged(vocab_size=vocab, **({"bos_id": 8, "tokenizer_name": "tiny"} if vocab else {}))
+        assert len(manifest.shards) == 3 and manifest.tensors[manifest.names[0]].tokens == want
+        for shard in manifest.shards:  # each shard, a container readable alone, records it too
+            with open_file(tmp_path / folder / shard.file) as f:
+                assert f.tensor().tokens == want
+        assert lodtool.load(str(tmp_path / folder)).to_nested() == BARE.to_nested()
+        assert _tokens(tmp_path / folder).eos_id == 9
+
+
+def test_pack_into_a_folder_on_dask_records_the_token_metadata(bare, tmp_path):
+    pytest.importorskip("dask")
+    array, packed = bare
+    ok("pack", array, array, *BARE_FLAGS, "--vocab-size", "10", "-o", f"{tmp_path / 'p'}/", "--scheduler", "threads")
+    assert _tokens(tmp_path / "p") == _tokens(packed).merged(vocab_size=10)
+    assert lodtool.load(str(tmp_path / "p")).to_nested() == BARE.to_nested() * 2
+
+
 def test_unpack_reads_them_and_writes_another(data, tmp_path):
     ok("unpack", data / "corpus", "--to", "datatrove", "--level", "1", "-o", tmp_path / "x.ds")
     with lodtool.open(str(tmp_path / "x.ds")) as f:
@@ -232,3 +339,103 @@ def test_head_tail_and_slice_write_token_datasets_too(data, tmp_path):
     assert lodtool.load(str(tmp_path / "s")).to_nested() == DOCUMENTS.branch(1).to_nested()
     result = run("head", data / "corpus", "--to", "megatron")
     assert result.exit_code == 2 and "give an output path prefix, not a stream" in result.stderr
+
+
+DEEP = LoDTensor(np.arange(10, dtype=np.uint16), [[0, 1, 2], [0, 2, 3], [0, 3, 6, 10]])
+
+
+EXCERPTS = {"slice-range": (["slice", "--level", "0", "--range", "0:2"], {"level": 0, "start": 0, "stop": 2}),
+            "slice-branch": (["slice", "0"], {"branch": "0"}), "head": (["head"], {}), "tail": (["tail"], {})}
+
+
+@pytest.mark.parametrize("excerpt", sorted(EXCERPTS))
+def test_an_excerpt_deeper_than_the_format_names_store_level_and_store_level_flattens(tmp_path, excerpt):
+    from lodtool import tasks
+
+    deep = str(tmp_path / "deep.lod.h5")
+    lodtool.save(deep, DEEP)
+    (name, *rest), library = EXCERPTS[excerpt]
+    result = run(name, deep, *rest, "--to", "fairseq", "-o", tmp_path / "x")
+    assert result.exit_code == 2 and "choose the level whose sequences it keeps with --store-level (0.." in result.stderr
+    assert "--level" not in result.stderr and not list(tmp_path.glob("x.*"))
+    ok(name, deep, *rest, "--to", "fairseq", "--store-level", "1", "-o", tmp_path / "x")
+    part = getattr(tasks, name)(deep, **library).tensor
+    want = [part.branch(*path).data.tolist() for path in _level_items(part, 1)]
+    assert lodtool.load(str(tmp_path / "x")).to_nested() == want and want
+
+
+def _level_items(t, level):
+    """The index paths of the sequences of ``level``, in order."""
+    paths = [(i,) for i in range(len(t))]
+    for _ in range(level):
+        paths = [p + (j,) for p in paths for j in range(len(t.branch(*p)))]
+    return paths
+
+
+def test_store_level_is_refused_where_the_format_keeps_every_level(tmp_path):
+    lodtool.save(str(tmp_path / "deep.lod.h5"), DEEP)
+    for args in (["--to", "jsonl"], ["-o", tmp_path / "y.lod.h5"], ["--to", "tree"]):
+        result = run("head", tmp_path / "deep.lod.h5", "--store-level", "1", *args)
+        assert result.exit_code == 2 and "--store-level" in result.stderr, args
+    assert not (tmp_path / "y.lod.h5").exists()
+
+
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_validate_vocab_size_names_the_first_id_past_it_in_place_packed_and_sharded(data, tmp_path, fmt):
+    source, packed = SOURCES[fmt]
+    assert ok("validate", data / source, "--vocab-size", "7").stdout.startswith("ok ")
+    first = int(np.flatnonzero(lodtool.load(str(data / packed)).data >= 5)[0])  # id 5, the first one past 5
+    result = run("validate", data / source, "--vocab-size", "5", "--json")
+    (report,) = json.loads(result.stdout)
+    assert result.exit_code == 1 and f"[{first}]: token id 5 is not under the vocabulary size 5" in \
+        report["problems"][0]["message"]
+    result = run("validate", data / packed, "--vocab-size", "5")
+    assert result.exit_code == 1 and f"data row {first}: token id 5 is not under the vocabulary size 5" in result.stdout
+    ok("shard", data / source, "-o", f"{tmp_path / 's'}/")
+    result = run("validate", tmp_path / "s", "--vocab-size", "5")
+    assert result.exit_code == 1 and f"data row {first}: token id 5 is not under" in result.stdout
+
+
+def test_validate_uses_the_recorded_vocabulary_unless_given_and_the_library_takes_it(bare, tmp_path):
+    from lodtool import tasks
+
+    array, _ = bare
+    ok("pack", array, *BARE_FLAGS, "--vocab-size", "12", "-o", tmp_path / "v.lod.h5")
+    assert ok("validate", tmp_path / "v.lod.h5").stdout.startswith("ok ")
+    result = run("validate", tmp_path / "v.lod.h5", "--vocab-size", "9")
+    assert result.exit_code == 1 and "data row 1: token id 9 is not under the vocabulary size 9" in result.stdout
+    (report,) = tasks.validate([str(array)], vocab_size=9, token_dtype="uint32", eos_token_id=9)
+    assert not report.ok and "tokens[1]: token id 9" in str(report.problems[0])
+    with pytest.raises(lodtool.errors.LodUsageError, match="vocab_size must be a positive integer"):
+        tasks.validate([str(array)], vocab_size=0)
+
+
+@pytest.mark.parametrize("fmt, tokens_file", [("megatron", "corpus.bin"), ("datatrove", "web.ds"),
+                                              ("dolma", "part.npy")])
+def test_pack_counts_its_progress_up_to_the_size_of_the_tokens(data, tmp_path, monkeypatch, fmt, tokens_file):
+    import contextlib
+
+    from lodtool.cli import _render
+
+    seen = []
+
+    @contextlib.contextmanager
+    def progress(total, description, enabled):
+        seen.append(total)
+        yield lambda done, total=None: seen.append(done)
+
+    monkeypatch.setattr(_render, "progress", progress)
+    source, _ = SOURCES[fmt]
+    ok("pack", data / source, "-o", tmp_path / "x.lod.h5")
+    size = (data / tokens_file).stat().st_size
+    assert seen[0] == size and seen[-1] == size  # the total, and the bytes read at the end
+
+
+def test_a_tiny_shard_size_is_refused_for_a_prefix_by_the_size_of_its_tokens(tmp_path):
+    write_megatron(LoDTensor(np.arange(3000, dtype=np.uint16), [list(range(0, 3001, 3))]), str(tmp_path / "big"))
+    result = run("shard", tmp_path / "big", "-o", f"{tmp_path / 's'}/", "--shard-size", "1B")
+    assert result.exit_code == 2 and "would cut 5.9 KiB of input" in result.stderr and not (tmp_path / "s").exists()
+
+
+def test_batch_help_says_it_reads_token_datasets():
+    assert "token dataset read in place" in " ".join(ok("batch", "--help").stdout.split())

@@ -142,3 +142,26 @@ def test_validate_empty_container_is_fine(path):
         load(path)
 
 
+
+
+# -- token ids against a vocabulary --------------------------------------------------------------------------
+def test_a_given_vocab_size_checks_the_ids_over_the_recorded_one_block_by_block(path):
+    from lodtool.container.checks import token_id_problems
+    from lodtool.container.reader import open_file
+    from lodtool.tokens import TokenInfo
+
+    ids = LoDTensor(np.array([1, 2, 3, 9, 4, 8], np.uint16), [[0, 3, 6]])
+    with LodWriter(path) as w:
+        w.add_tensor("ids", lod_level=1, tokens=TokenInfo(vocab_size=10)).append(ids)
+        w.add_tensor("plain", lod_level=1).append(ids)
+        w.add_tensor("scores", lod_level=1).append(LoDTensor(np.full(6, 99.0), [[0, 3, 6]]))
+    assert validate_file(path).ok  # the recorded 10 holds every id; "plain" records none
+    report = validate_file(path, vocab_size=5)
+    found = [(p.tensor, p.index) for p in report.problems]
+    assert found == [("ids", 3), ("ids", 5), ("plain", 3), ("plain", 5)]  # the floats hold no ids: not checked
+    assert "data row 3: token id 9 is not under the vocabulary size 5" in report.problems[0].message
+    with open_file(path) as f:  # in blocks of 2 rows, the rows counted across the blocks
+        assert [p.index for p in token_id_problems(path, "ids", f["ids"], vocab_size=5, block_rows=2)] == [3, 5]
+        assert [p.index for p in token_id_problems(path, "ids", f["ids"], vocab_size=5, block_rows=2,
+                                                   max_problems=1)] == [3]
+    assert validate_file(path, vocab_size=100).ok

@@ -1,4 +1,4 @@
-"""``lodtool batch``: plan training batches from a container's offsets; show their waste; write them out."""
+"""``lodtool batch``: plan training batches from a stored tensor's offsets; show their waste; write them out."""
 
 from __future__ import annotations
 
@@ -74,14 +74,18 @@ def _number(ctx, param, value):
               help="Replace the -o plan file, or every batch file in the -o folder of --to npz.")
 @click.option("--stats", is_flag=True, help="Show the plan's padding waste beside random batching, and the lengths.")
 @opt.max_memory_option
+@opt.token_options
 @opt.json_option
 @click.pass_context
 def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, seed, epoch, num_replicas, rank,
           drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, megabatch_mult,
-          window, plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, as_json):
+          window, plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, token_dtype,
+          eos_token_id, as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
     plan, show its padding waste, or write each batch as an NPZ.  FILE is a
-    container or a sharded folder (its shards in order, as one tensor).
+    container, a sharded folder (its shards in order, as one tensor) or a
+    token dataset read in place (a Megatron or fairseq PREFIX, a datatrove
+    .ds, a dolma .npy; --token-dtype and --eos-id say what it does not).
 
     \b
     sorted     fairseq's batch_by_size: sort by length, cut within --max-tokens
@@ -100,6 +104,7 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
       lodtool batch corpus.lod.h5 --level 1 --max-tokens 4096 --stats
       lodtool batch corpus.lod.h5 --plan plan.npz --to npz -o batches/
       lodtool batch shards/ --level 1 --max-tokens 4096 -o plan.npz
+      lodtool batch corpus --level 1 --max-tokens 4096 -o plan.npz    # corpus.bin + corpus.idx
     """
     from .. import tasks
 
@@ -130,7 +135,8 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
                              write_to=output if writing else None, layout=layout, truncate=truncate,
                              pad_value=0 if pad_value is None else pad_value, report=show,
                              progress=tick if writing else None, overwrite=overwrite,
-                             max_memory=opt.parse_size(max_memory), **given)
+                             max_memory=opt.parse_size(max_memory), token_dtype=token_dtype,
+                             eos_token_id=eos_token_id, **given)
     if writing:
         if as_json:
             opt.emit_json(result.written)

@@ -195,7 +195,8 @@ def _disk_full(ctx: click.Context, exc: BaseException) -> str | None:
     return single_line(f"{where}: no space left on device")
 
 
-#: library keywords whose command-line option has another Python name (``--format`` is ``fmt``)
+#: library keywords whose command-line option has another Python name (``--format`` is ``fmt``); a command
+#: whose own option of a keyword's name means something else says so in its attribute ``option_of_keyword``
 OPTION_OF_KEYWORD = {"format": "fmt"}
 
 #: a library parameter as a message names it: ``overwrite=True``, ``max_tokens=...``, ``dtype='float64'``,
@@ -221,9 +222,10 @@ def in_flags(text: str, command: click.Command) -> str:
     'needs --max-tokens or max_sequences=...'
     """
     options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+    renamed = {**OPTION_OF_KEYWORD, **getattr(command, "option_of_keyword", {})}
 
     def flag(match: re.Match) -> str:
-        option = options.get(OPTION_OF_KEYWORD.get(match["name"], match["name"]))
+        option = options.get(renamed.get(match["name"], match["name"]))
         if option is None:
             return match[0]
         long = next((o for o in option.opts if o.startswith("--")), option.opts[0])

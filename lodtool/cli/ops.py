@@ -54,6 +54,7 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @opt.device_option
     @opt.scheduler_options
     @opt.partition_size_option
+    @opt.token_options
     @opt.json_option
     @click.pass_context
     def command(ctx, file, name, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
@@ -128,10 +129,11 @@ reverse = _file_op(
 @opt.device_option
 @opt.scheduler_options
 @opt.partition_size_option
+@opt.token_options
 @opt.json_option
 @click.pass_context
 def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-           workers, partition_size, as_json):
+           workers, partition_size, token_dtype, eos_token_id, as_json):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -153,7 +155,8 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
             opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
         result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
                               compression=compression, max_memory=opt.parse_size(max_memory), device=device,
-                              overwrite=overwrite, force=force, **dask)
+                              overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id,
+                              **dask)
     result.output = output
     _report(ctx, result, as_json, "expanded")
 
@@ -172,10 +175,11 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
 @opt.device_option
 @opt.scheduler_options
 @opt.partition_size_option
+@opt.token_options
 @opt.json_option
 @click.pass_context
 def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory, device, scheduler, workers,
-        partition_size, as_json):
+        partition_size, token_dtype, eos_token_id, as_json):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -197,7 +201,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
             opt.input_path(file) as src:
         info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
                          maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
-                         truncate=truncate, **dask)
+                         truncate=truncate, token_dtype=token_dtype, eos_token_id=eos_token_id, **dask)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -237,9 +241,11 @@ def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, dev
 @opt.device_option
 @opt.scheduler_options
 @opt.partition_size_option
+@opt.token_options
 @opt.json_option
 @click.pass_context
-def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size, as_json):
+def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size, token_dtype, eos_token_id,
+              as_json):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
     the order (as torch's PackedSequence).  Reads the offsets only.  A length
@@ -257,7 +263,8 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
     with _scheduled(ctx, "pack-plan", scheduler, workers, partition_size, None, True) as dask, \
             opt.input_path(file) as src:  # with a scheduler the partitions' offsets are read in parallel
         dask.pop("progress", None)
-        with tasks.pack_plan_stream(src, name=name, level=level, device=device, **dask) as plan:
+        with tasks.pack_plan_stream(src, name=name, level=level, device=device, token_dtype=token_dtype,
+                                    eos_token_id=eos_token_id, **dask) as plan:
             _show_plan(plan, as_json)
 
 

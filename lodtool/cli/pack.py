@@ -171,17 +171,16 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json,
                          words, vocab, min_count)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if token_dtype is not None or eos_token_id is not None or tokens is not None or text is not None:
-            raise click.UsageError("--token-dtype, --tokenizer, --vocab-size, --eos-id, --bos-id, --pad-id and "
-                                   "--tokenizer-name are taken by pack into one file, not into a folder; pack into "
-                                   "one, then split it with lodtool shard (which keeps the token metadata)")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
-                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
+                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json,
+                      token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
         return
 
     if append and output == "-":
         raise click.UsageError("--append needs a file, not stdout")
-    total = sum(os.path.getsize(p) for p in inputs if p != "-" and os.path.isfile(p)) or None
+    from ..io.token_datasets import input_bytes
+
+    total = sum(input_bytes(p) or 0 for p in inputs if p != "-") or None
     from ._render import progress
 
     with progress(total, "packing", not opt.is_quiet(ctx) and not as_json) as tick, \
@@ -211,7 +210,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
-                  scheduler, workers, column, max_memory, overwrite, force, as_json):
+                  scheduler, workers, column, max_memory, overwrite, force, as_json, **token_metadata):
     """``pack -o DIR/``: a sharded folder, streamed in order, or one shard per input on Dask (--scheduler)."""
     from .. import tasks
     from ._render import partition_progress
@@ -224,7 +223,7 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
                                   lod_level=lod_level, dtype=dtype, name=name,
                                   level_names=opt.split_names(level_names), compression=compression,
                                   column=column, max_memory=opt.parse_size(max_memory), overwrite=overwrite,
-                                  force=force)
+                                  force=force, **token_metadata)
     if as_json:
         opt.emit_json(info)
     else:

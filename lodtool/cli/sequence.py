@@ -46,13 +46,15 @@ def _common(f):
     for decorator in reversed([opt.output_option(required=True, help_="The container to write, or - for stdout."),
                                click.option("--out-name", default=None,
                                             help="Tensor name in the output (default: the input's)."),
-                               opt.replace_options, opt.compression_option, opt.max_memory_option]):
+                               opt.replace_options, opt.compression_option, opt.max_memory_option,
+                               opt.token_options]):
         f = decorator(f)
     return f
 
 
 def _run(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memory, **options) -> None:
-    """``operator(inputs, output, **options)`` of :mod:`lodtool.tasks` (``-`` read and written through temp files)."""
+    """``operator(inputs, output, **options)`` of :mod:`lodtool.tasks` (``-`` read and written through temp files);
+    ``options`` include :func:`_common`'s ``--token-dtype`` and ``--eos-id``, as each command takes them."""
     with contextlib.ExitStack() as stack:
         paths = [stack.enter_context(opt.input_path(p)) for p in ([inputs] if isinstance(inputs, str) else inputs)]
         dst = stack.enter_context(opt.container_output(output))
@@ -68,7 +70,7 @@ def _run(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memor
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def concat(ctx, files, output, out_name, overwrite, force, compression, max_memory, device, as_json):
+def concat(ctx, files, output, out_name, overwrite, force, compression, max_memory, device, as_json, **reading):
     """Join tensors sequence by sequence (Paddle's sequence_concat): sequence i of the output is sequence i of
     each input, in order.
 
@@ -86,7 +88,7 @@ def concat(ctx, files, output, out_name, overwrite, force, compression, max_memo
         raise click.UsageError("concat joins at least two files")
     refs = [opt.parse_file_ref(f) for f in files]
     _run(ctx, "joined", concat_files, [p for p, _ in refs], output, as_json, max_memory, names=[n for _, n in refs],
-         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
+         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device, **reading)
 
 
 @click.command("seq-slice")
@@ -103,7 +105,7 @@ def concat(ctx, files, output, out_name, overwrite, force, compression, max_memo
 @opt.json_option
 @click.pass_context
 def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite, force, compression, max_memory,
-              device, as_json):
+              device, as_json, **reading):
     """Cut rows OFFSET..OFFSET+LENGTH out of every last-level sequence (Paddle's sequence_slice).
 
     Not `lodtool slice`, which selects whole sequences: seq-slice cuts inside
@@ -118,7 +120,7 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
 
     _run(ctx, "sliced", seq_slice_file, file, output, as_json, max_memory, offset=_ints(offset, "--offset"),
          length=_ints(length, "--length"), clip=clip, name=name, out_name=out_name, compression=compression,
-         overwrite=overwrite, force=force, device=device)
+         overwrite=overwrite, force=force, device=device, **reading)
 
 
 @click.command("erase")
@@ -129,7 +131,8 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compression, max_memory, device, as_json):
+def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compression, max_memory, device, as_json,
+          **reading):
     """Drop the rows whose token id is one of --tokens (Paddle's sequence_erase); the LoD shrinks to match.
 
     For integer ids, one per row.  Upper levels are kept.  Streams chunks of
@@ -142,7 +145,7 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
     from ..tasks import erase as erase_file
 
     _run(ctx, "erased", erase_file, file, output, as_json, max_memory, tokens=_ints(tokens, "--tokens"), name=name,
-         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
+         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device, **reading)
 
 
 @click.command("enumerate")
@@ -156,7 +159,7 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
 @opt.json_option
 @click.pass_context
 def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite, force, compression, max_memory,
-               device, as_json):
+               device, as_json, **reading):
     """The n-gram window starting at every row, padded past its sequence's end (Paddle's sequence_enumerate).
 
     For one value per row; the output has --win-size values per row and the
@@ -170,7 +173,8 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
 
     pad = int(pad_value) if float(pad_value).is_integer() else pad_value
     _run(ctx, "enumerated", enumerate_file, file, output, as_json, max_memory, win_size=win_size, pad_value=pad,
-         name=name, out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
+         name=name, out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device,
+         **reading)
 
 
 @click.command("reshape")
@@ -181,7 +185,8 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compression, max_memory, device, as_json):
+def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compression, max_memory, device, as_json,
+            **reading):
     """Give the rows a new width; each last-level sequence keeps its values (Paddle's sequence_reshape).
 
     A sequence of L rows of width M becomes L*M/NEW_DIM rows, which must be
@@ -194,7 +199,7 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
     from ..tasks import reshape as reshape_file
 
     _run(ctx, "reshaped", reshape_file, file, output, as_json, max_memory, new_dim=new_dim, name=name,
-         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device)
+         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device, **reading)
 
 
 @click.command("lod-reset")
@@ -208,7 +213,7 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
 @opt.json_option
 @click.pass_context
 def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overwrite, force, compression, max_memory,
-              as_json):
+              as_json, **reading):
     """Give the rows a new LoD (Paddle's lod_reset), or one more level below the old (--append: lod_append).
 
     The data is copied unchanged.  The new level must start at 0, never
@@ -230,4 +235,4 @@ def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overw
     like_path, like_name = opt.parse_file_ref(like) if like else (None, None)
     _run(ctx, "reset", lod_reset_file, file, output, as_json, max_memory, target_lod=target, like=like_path,
          like_name=like_name, append=append, name=name, out_name=out_name, compression=compression,
-         overwrite=overwrite, force=force)
+         overwrite=overwrite, force=force, **reading)

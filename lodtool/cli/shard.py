@@ -26,27 +26,34 @@ def _report(ctx, info: dict, as_json: bool, verb: str) -> None:
 @click.option("--append", is_flag=True, help="Add the shards after those already in the folder.")
 @opt.replace_options
 @opt.max_memory_option
+@opt.token_options
 @opt.json_option
 @click.pass_context
-def shard(ctx, file, output, shard_size, name, compression, append, overwrite, force, max_memory, as_json):
-    """Split a container into a sharded folder that every reading command takes as one tensor.
+def shard(ctx, file, output, shard_size, name, compression, append, overwrite, force, max_memory, token_dtype,
+          eos_token_id, as_json):
+    """Split a container (or a token dataset) into a sharded folder that every reading command takes as one tensor.
 
     Each shard is a whole container, readable alone; the manifest
     (lodtool.json) is written last and atomically.  Every tensor of the file is
     sharded (they need the same number of top-level sequences), or only --name.
     A folder that holds a sharded container already needs --append (add
     shards) or --overwrite (replace it).  FILE - reads the container from stdin.
+    A token dataset (Megatron, fairseq, datatrove, dolma) is read as pack
+    reads it: its tokens become tensor `tokens`, with the token metadata pack
+    records (--eos-id is recorded as the EOS id).
 
     \b
     Example:
       lodtool shard corpus.lod.h5 -o corpus/ --shard-size 1GB
       lodtool slice corpus/ 123456 --to json
+      lodtool shard part-0.npy --token-dtype uint32 --eos-id 50279 -o part-0/
     """
     from .. import tasks
 
     with opt.input_path(file) as path:
         info = tasks.shard(path, output, shard_size=opt.parse_size(shard_size), name=name, compression=compression,
-                           append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory))
+                           append=append, overwrite=overwrite, force=force, max_memory=opt.parse_size(max_memory),
+                           token_dtype=token_dtype, eos_token_id=eos_token_id)
     _report(ctx, info, as_json, "sharded")
 
 

@@ -9,16 +9,27 @@ import click
 from . import _options as opt
 
 
-def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, tokens=None):
+#: the level a token format stores (the library's ``level=`` of its writer, unpack's --level), which slice's own
+#: --level is not: the library's ``level=...`` reads ``--store-level`` on these commands
+store_level_option = click.option(
+    "--store-level", "store_level", type=click.IntRange(min=0), default=None, metavar="K",
+    help="megatron, fairseq, datatrove, dolma: store level K's sequences, the levels under it flattened into their "
+         "tokens (needed when the excerpt has more levels than the format; unpack's --level).")
+OPTION_OF_KEYWORD = {"level": "store_level"}
+
+
+def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, tokens=None, store_level=None):
     from .. import tasks
 
     if fmt == "h5":
         if output is None:
             raise click.UsageError("a container needs -o PATH (or -o - for stdout)")
         with opt.container_output(output) as path:
-            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force, tokens=tokens)
+            tasks.export(tensor, path, to="h5", name=name, overwrite=overwrite, force=force, tokens=tokens,
+                         level=store_level)
     else:
-        tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name)
+        tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name,
+                     level=store_level)
 
 
 def _refuse_output_over(file, output, fmt):
@@ -39,9 +50,11 @@ def _refuse_output_over(file, output, fmt):
 @opt.to_option(opt.FORMATS_OUT)
 @opt.output_option()
 @opt.replace_options
+@store_level_option
 @opt.token_options
 @click.pass_context
-def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, token_dtype, eos_token_id):
+def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, store_level, token_dtype,
+           eos_token_id):
     """Extract the <i,j,...>-slice (a branch and everything under it) as a tensor of its own.
 
     PATH is written 2, 2,0 or '<2,0>'; negative indices count from the end.
@@ -53,6 +66,7 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, t
       lodtool slice articles.lod.h5 '<2>' --to json        # article 2: [[11,12],[13,14,15]]
       lodtool slice articles.lod.h5 2,0 -o sentence.lod.h5
       lodtool slice articles.lod.h5 --level 1 --range 2:4 --to jsonl
+      lodtool slice books.lod.h5 --level 0 --range :100 --to datatrove --store-level 1 -o first100.ds
     """
     from .. import tasks
 
@@ -73,7 +87,10 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, t
         if part.taken is not None and part.taken != (begin, end):
             opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
                              f"({opt.plural(part.level_count, 'sequence')})")
-        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force, part.tokens)
+        _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force, part.tokens, store_level)
+
+
+slice_.option_of_keyword = OPTION_OF_KEYWORD
 
 
 def _literal_range(text: str) -> tuple[int | None, int | None]:
@@ -95,12 +112,14 @@ def _head_tail(which: str):
     @opt.output_option()
     @opt.replace_options
     @click.option("--json", "as_json", is_flag=True, help="The sequences as one JSON document (as --to json).")
+    @store_level_option
     @opt.token_options
     @click.option("--text", "as_text", is_flag=True,
                   help="Text beside the ids (a tree), or text instead of ids (jsonl, json), decoded by the "
                        "tokenizer the tensor stores.")
     @click.pass_context
-    def command(ctx, file, count, name, to, output, overwrite, force, as_json, token_dtype, eos_token_id, as_text):
+    def command(ctx, file, count, name, to, output, overwrite, force, as_json, store_level, token_dtype, eos_token_id,
+                as_text):
         from .. import tasks
 
         if as_json:
@@ -114,6 +133,8 @@ def _head_tail(which: str):
         _refuse_output_over(file, output, fmt)
         if as_text and fmt not in ("tree", "jsonl", "json"):
             raise click.UsageError(f"--text shows text in a tree, jsonl or json, not {fmt}")
+        if store_level is not None and fmt == "tree":
+            raise click.UsageError("--store-level chooses the level a token format stores; a tree shows every level")
         with opt.input_path(file) as src:
             excerpt = (tasks.head if which == "head" else tasks.tail)(src, count, name=name, token_dtype=token_dtype,
                                                                       eos_token_id=eos_token_id)
@@ -125,7 +146,7 @@ def _head_tail(which: str):
                 decoder = decoder_for(excerpt.tokens, f"{file}: tensor {excerpt.name!r}")
             if decoder is not None and fmt != "tree":
                 tasks.export(part, sys.stdout.buffer if output in (None, "-") else output, to=fmt,
-                             decoder=decoder)
+                             decoder=decoder, level=store_level)
             elif fmt == "tree":
                 from ._render import TreeSource, build_tree, markup_safe, print_
 
@@ -136,8 +157,9 @@ def _head_tail(which: str):
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first, decoder=decoder))
             else:
-                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens)
+                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens, store_level)
 
+    command.option_of_keyword = OPTION_OF_KEYWORD
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "
                     "jsonl when piped.\n\n\b\nExample:\n"
                     f"  lodtool {which} docs.lod.h5 -n 3\n  lodtool {which} docs.lod.h5 -n 3 --to jsonl | jq length")

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import h5py
+import numpy as np
 
 from ..errors import LodFormatError
 from . import spec
 from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member,
                   oversized_chunk, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
-from ..limits import default_max_memory, human_bytes
+from ..limits import STREAM_CHUNK_BYTES, default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
 
 # -- validate ------------------------------------------------------------------------------------------
@@ -75,8 +76,10 @@ class FileReport:
                              for p in self.problems]}
 
 
-def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None) -> FileReport:
-    """Check a container against the format and the LoD rules, reading offsets only (never the data).
+def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None,
+                  vocab_size: int | None = None) -> FileReport:
+    """Check a container against the format and the LoD rules, reading offsets only (the data only for the
+    token ids, see :func:`token_id_problems`: ``vocab_size``, else the vocabulary a tensor records).
 
     The split: a file that opens as a lodtool container is always *reported*
     on, never raised about.  Layout problems (missing members, float offsets,
@@ -137,7 +140,8 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                     problems.append(Problem(path, name, p.level, p.index, p.message))
                 paddle = paddle and all(size >= 2 for size in f[name].level_sizes)
                 if not lod_problems:
-                    problems.extend(token_id_problems(path, name, f[name], max_problems=max_problems))
+                    problems.extend(token_id_problems(path, name, f[name], max_problems=max_problems,
+                                                      vocab_size=vocab_size))
             except LodFormatError as exc:  # an I/O failure part-way: this tensor is unreadable
                 errors.append(str(exc).removeprefix(f"{path}: "))
     error = "; ".join(errors) if errors else None
@@ -145,12 +149,15 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
     return FileReport(path, ok, problems, error, paddle_valid=ok and paddle)
 
 
-def token_id_problems(path: str, name: str, t, *, max_problems: int = 20,
-                      block_rows: int = 1 << 22) -> list[Problem]:
+def token_id_problems(path: str, name: str, t, *, max_problems: int = 20, block_rows: int | None = None,
+                      vocab_size: int | None = None) -> list[Problem]:
     """Problems of a tensor's token metadata: metadata that does not parse, a dtype too narrow for the vocabulary,
-    and every id (read ``block_rows`` at a time) that is not under the vocabulary size, first row first.
+    and every id (read ``block_rows`` at a time, by default :data:`~lodtool.limits.STREAM_CHUNK_BYTES` of rows)
+    that is not under the vocabulary size, first row first.
 
-    A tensor without a vocabulary size has nothing to check (no data is read).
+    The vocabulary size is ``vocab_size`` where given (for every tensor of integer ids, and every tensor that
+    records a vocabulary), else the one the tensor records; a tensor without one has nothing to check (no
+    data is read).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -169,20 +176,25 @@ def token_id_problems(path: str, name: str, t, *, max_problems: int = 20,
         info = t.tokens
     except LodFormatError as exc:
         return [Problem(path, name, None, None, str(exc).removeprefix(f"{path}: tensor {name!r}: "))]
-    if info is None or info.vocab_size is None:
+    recorded = None if info is None else info.vocab_size
+    size = vocab_size if vocab_size is not None else recorded
+    if size is None or (recorded is None and t.dtype.kind not in "iu"):  # a given size checks ids, not floats
         return []
-    wrong_dtype = dtype_problem(t.dtype, info.vocab_size)
+    wrong_dtype = dtype_problem(t.dtype, size)
     if wrong_dtype:
         return [Problem(path, name, None, None, wrong_dtype)]
+    if block_rows is None:
+        row_bytes = t.dtype.itemsize * max(1, int(np.prod(t.element_shape, dtype=np.int64)))
+        block_rows = max(1, STREAM_CHUNK_BYTES // row_bytes)
     found: list[Problem] = []
     for start in range(0, t.n_rows, block_rows):
         block = t.read_rows(start, min(start + block_rows, t.n_rows))
         flat = block.reshape(block.shape[0], -1)
-        for j in out_of_vocabulary(flat, info.vocab_size)[:max_problems - len(found)]:
+        for j in out_of_vocabulary(flat, size)[:max_problems - len(found)]:
             row = start + int(j) // max(flat.shape[1], 1)
             value = int(flat.reshape(-1)[j])
             found.append(Problem(path, name, None, row, f"data row {row}: token id {value} is not under the "
-                                                         f"vocabulary size {info.vocab_size:,}"))
+                                                         f"vocabulary size {size:,}"))
         if len(found) >= max_problems:
             break
     return found

@@ -711,7 +711,9 @@ class ShardWriter:
     own).  Each shard is committed atomically when full, and the manifest last,
     by :meth:`commit` (a clean exit of the ``with`` block).  On failure the new
     shards are removed and the folder's manifest is untouched.  ``append=True``
-    adds shards after those of an existing manifest.
+    adds shards after those of an existing manifest.  ``tokens`` is the token
+    metadata of tensor ``name`` where the tensors written carry none (chunks
+    read from an input): every shard and the manifest record it.
 
     >>> import os, tempfile, numpy as np
     >>> d = os.path.join(tempfile.mkdtemp(), "out")
@@ -722,8 +724,10 @@ class ShardWriter:
     """
 
     def __init__(self, folder: str | os.PathLike, *, shard_size: int | str = DEFAULT_SHARD_SIZE,
-                 append: bool = False, compression: str | None = None, name: str = "tensor"):
+                 append: bool = False, compression: str | None = None, name: str = "tensor",
+                 tokens: TokenInfo | None = None):
         self.folder = os.fspath(folder)
+        self.tokens = tokens
         self.shard_size = parse_size(shard_size)
         self.append = append
         self.compression = compression
@@ -785,6 +789,8 @@ class ShardWriter:
 
     def _specs_from(self, tensors: Mapping) -> None:
         got = {name: TensorSpec.of(t) for name, t in tensors.items()}
+        if self.tokens is not None and self.name in got and got[self.name].tokens is None:
+            got[self.name] = dataclasses.replace(got[self.name], tokens=self.tokens)
         if not self.specs:
             self.specs = got
             return
@@ -1335,10 +1341,12 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
-def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None):
+def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_memory: int | None = None,
+                     vocab_size: int | None = None):
     """Validate every shard, plus the manifest against the shards: a ``FileReport`` for the folder.
 
-    Problems name the shard (or the manifest) they come from.
+    Problems name the shard (or the manifest) they come from; ``vocab_size`` is
+    :func:`~lodtool.container.checks.validate_file`'s, for every shard.
 
     >>> import os, tempfile, numpy as np
     >>> d = os.path.join(tempfile.mkdtemp(), "s")
@@ -1366,7 +1374,7 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
             problems.append(Problem(mpath, None, None, None, what if what.startswith("shard ") else
                                     f"shard {info.file} {what}"))
             continue
-        report = validate_file(spath, max_problems=max_problems, max_memory=max_memory)
+        report = validate_file(spath, max_problems=max_problems, max_memory=max_memory, vocab_size=vocab_size)
         problems.extend(report.problems)
         if report.error:
             errors.append(f"{info.file}: {report.error}")

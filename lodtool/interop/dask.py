@@ -72,15 +72,22 @@ def _dask(module: str = "dask"):
 
 @dataclass(frozen=True)
 class Partition:
-    """What a task needs to read its range: the stored tensor's file or sharded folder, the tensor's name, its
-    top-level sequences ``start..stop`` (one shard's at most) and ``row``, the range's first data row (which
-    Paddle's MaxIndex counts from)."""
+    """What a task needs to read its range: the stored tensor's file, sharded folder or token dataset, the
+    tensor's name, its top-level sequences ``start..stop`` (one shard's at most), ``row``, the range's first
+    data row (which Paddle's MaxIndex counts from), and what a token dataset cannot say itself (``token_dtype``,
+    ``eos_token_id``: see :func:`lodtool.open`)."""
 
     path: str
     name: str
     start: int
     stop: int
     row: int = 0
+    token_dtype: Any = None
+    eos_token_id: int | None = None
+
+    def reading(self) -> dict:
+        """The keyword arguments of :func:`lodtool.open` that read the partition's source."""
+        return {"token_dtype": self.token_dtype, "eos_token_id": self.eos_token_id}
 
 
 # -- the work one task does ---------------------------------------------------------------------------------
@@ -96,7 +103,7 @@ def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
     """
     from ..tasks._open import open as open_path
 
-    with open_path(part.path, max_memory=max_memory) as f:
+    with open_path(part.path, max_memory=max_memory, **part.reading()) as f:
         t = f.tensor(part.name)
         if t.lod_level:
             chunk = t.slice_level(0, part.start, part.stop)
@@ -193,7 +200,7 @@ def _expand_partition(part: Partition, max_memory: int | None, y_path: str, y_na
 
     t = read_partition(part, max_memory)
     count = len(t) if t.lod_level else t.n_rows
-    with open_path(y_path, max_memory=max_memory) as f:
+    with open_path(y_path, max_memory=max_memory, **part.reading()) as f:
         ref = f.tensor(y_name).read_offsets(level, part.start, part.start + count + 1)
     ref = ref - ref[0]
     _lod.validate_lod([ref], int(ref[-1]))
@@ -210,8 +217,10 @@ def _partition_rows(spec, partition_size: int | str) -> int:
 
 
 def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: int | str = DEFAULT_PARTITION_SIZE,
-         max_memory: int | None = None) -> tuple[list[Partition], Any]:
-    """The partitions of a stored tensor (file or sharded folder) and its spec, from the offsets alone.
+         max_memory: int | None = None, token_dtype: Any = None,
+         eos_token_id: int | None = None) -> tuple[list[Partition], Any]:
+    """The partitions of a stored tensor (file, sharded folder or token dataset) and its spec, from the offsets
+    alone.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import save
@@ -220,19 +229,20 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
     >>> [(q.start, q.stop, q.row) for q in plan(p, partition_size=24)[0]]
     [(0, 2, 0), (2, 3, 3)]
     """
-    parts, spec, _ = _plan(path, name, partition_size, max_memory)
+    parts, spec, _ = _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id)
     return parts, spec
 
 
-def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any, int]:
+def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> tuple[list[Partition], Any, int]:
     """:func:`plan`, and the tensor's row count.  Every shard is opened, so checked against the manifest (a
     shard the manifest says is empty too)."""
     from ..planner import sequence_ranges
-    from ..container.shards import TensorSpec, open_path
+    from ..container.shards import TensorSpec
+    from ..tasks._open import open as open_path
 
     path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
     parts: list[Partition] = []
-    with open_path(path, max_memory=max_memory) as f:
+    with open_path(path, max_memory=max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
         spec = TensorSpec.of(t)
         max_rows = _partition_rows(spec, partition_size)
@@ -244,14 +254,17 @@ def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any,
                 row = a
                 for k in range(s.lod_level):  # down the levels to the range's first row
                     row = int(s.read_offsets(k, row, row + 1)[0])
-                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row))
+                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row, token_dtype,
+                                       eos_token_id))
             rows_before += s.n_rows
         return parts, spec, t.n_rows
 
 
 def read(path: str | os.PathLike, name: str | None = None, *,
-         partition_size: int | str = DEFAULT_PARTITION_SIZE, max_memory: int | None = None) -> "LodBag":
-    """A stored tensor (a container file or a sharded folder) as a Dask collection of whole-sequence partitions.
+         partition_size: int | str = DEFAULT_PARTITION_SIZE, max_memory: int | None = None, token_dtype: Any = None,
+         eos_token_id: int | None = None) -> "LodBag":
+    """A stored tensor (a container file, a sharded folder or a token dataset, read with ``token_dtype`` and
+    ``eos_token_id`` as :func:`lodtool.open` reads it) as a Dask collection of whole-sequence partitions.
 
     ``partition_size`` is the bytes of rows per partition (an int or text such
     as ``"64MB"``); one top-level sequence bigger than that is a partition of
@@ -264,7 +277,7 @@ def read(path: str | os.PathLike, name: str | None = None, *,
     >>> read(p, partition_size=16).reverse().compute(scheduler="sync").to_nested()
     [[1, 0], [2], [5, 4, 3]]
     """
-    parts, spec, n_rows = _plan(path, name, partition_size, max_memory)
+    parts, spec, n_rows = _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id)
     return LodBag(parts, spec=spec, max_memory=max_memory, label="read", n_rows=n_rows)
 
 
@@ -419,7 +432,8 @@ class LodBag:
         if self._fns:
             raise LodUsageError("expand needs x as stored: call it on read(...) before other operators")
         y = os.path.abspath(os.fspath(y))
-        with open_path(y, max_memory=self._max_memory) as f:
+        reading = self.partitions[0].reading() if self.partitions else {}  # y is read as x is
+        with open_path(y, max_memory=self._max_memory, **reading) as f:
             ty = f.tensor(y_name)
             y_name = ty.name
             if ty.lod_level == 0:

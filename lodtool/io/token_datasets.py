@@ -60,6 +60,29 @@ def format_of(path: str | os.PathLike) -> str | None:
     return None
 
 
+def input_bytes(path: str | os.PathLike) -> int | None:
+    """The bytes reading ``path`` reads (what a progress bar counts up to): a token dataset's tokens (its
+    ``.bin``, ``.ds`` or ``.npy``, whichever of its paths names it), else the file itself; None where the path
+    is no file (a folder, a missing path).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.io.megatron import write_megatron
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
+    >>> _ = write_megatron(LoDTensor(np.arange(3, dtype=np.int32), [[0, 1, 3]]), prefix)
+    >>> input_bytes(prefix), input_bytes(prefix + ".idx"), input_bytes(prefix + ".json")
+    (12, 12, None)
+    """
+    fmt = format_of(path)
+    if fmt in ("megatron", "fairseq"):
+        path = _megatron.paths(path)[1]
+    elif fmt == "datatrove":
+        path = _datatrove.paths(path)["tokens"]
+    elif fmt == "dolma":
+        path = _dolma.paths(path)[0]
+    return os.path.getsize(path) if os.path.isfile(path) else None
+
+
 def open_dataset(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_id: int | None = None,
                  max_memory: int | None = None) -> TokenFile:
     """Open a token dataset of any of the formats in place (see each module's ``open_...``); ``max_memory`` bounds
@@ -94,4 +117,4 @@ def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, 
     return []  # pragma: no cover
 
 
-__all__ = ["format_of", "open_dataset", "validate_dataset"]
+__all__ = ["format_of", "input_bytes", "open_dataset", "validate_dataset"]

@@ -120,11 +120,12 @@ _NO_POSITIONS = _NO_LENGTHS = np.zeros(0, np.int64)
 
 
 # -- the source: a container or sharded folder, a stored tensor, or lengths ----------------------------
-def _open_container(path, max_memory: int | None = None):
-    """A container file, a sharded folder (one logical tensor, read through its manifest) or a token dataset."""
+def _open_container(path, max_memory: int | None = None, token_dtype=None, eos_token_id: int | None = None):
+    """A container file, a sharded folder (one logical tensor, read through its manifest) or a token dataset
+    (``token_dtype``, ``eos_token_id``: what it cannot say itself, see :func:`lodtool.open`)."""
     from ._open import open as open_path
 
-    return open_path(path, max_memory=max_memory)
+    return open_path(path, max_memory=max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 class _OffsetsInMemory:
@@ -208,11 +209,13 @@ def _check_plan_memory(count: int, limit: int, where: str) -> None:
     check_memory(count * PLAN_BYTES_PER_SEQUENCE, limit, where, f"the batch plan of {count:,} sequences")
 
 
-def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None) -> tuple[np.ndarray, dict]:
-    """(lengths in rows, a description) of ``source``: a container or sharded folder, a lazy tensor or an array."""
+def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None,
+                    reading: dict) -> tuple[np.ndarray, dict]:
+    """(lengths in rows, a description) of ``source``: a container, sharded folder or token dataset (opened with
+    ``reading``), a lazy tensor or an array."""
     if isinstance(source, (str, os.PathLike)):
         where = os.fspath(source)
-        with _open_container(source, max_memory) as f:
+        with _open_container(source, max_memory, **reading) as f:
             t = f.tensor(tensor)
             _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
             rows = sequence_rows(t, level, where)
@@ -593,11 +596,13 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                max_length: int | None = None, oversize: str = "error", megabatch_mult: int | None = None,
                boundaries=None, bucket_batch_sizes=None, pad_to_bucket_boundary: bool = False,
                shuffle: bool = True, window: int | None = None, chunk_rows: int | None = None,
-               max_memory: int | None = None) -> BatchPlan:
+               max_memory: int | None = None, token_dtype=None, eos_token_id: int | None = None) -> BatchPlan:
     """Plan training batches over the sequences of ``level`` (lengths in data rows), from offsets alone.
 
-    ``source`` is a container path or a sharded folder (only its offsets are
-    read, and validated; a folder's shards are one logical tensor), a tensor
+    ``source`` is a container path, a sharded folder or a token dataset (only
+    its offsets are read, and validated; a folder's shards are one logical
+    tensor; ``token_dtype`` and ``eos_token_id`` are what a token dataset
+    cannot say itself, see :func:`lodtool.open`), a tensor
     (``lodtool.open(p).tensor()``, or a :class:`~lodtool.LoDTensor`), or an
     array of lengths.
     ``tensor`` names the tensor of a container that holds several; a plan of
@@ -647,7 +652,8 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     _check_int("chunk_rows", chunk_rows, 1, optional=True)
     if window is not None and mode != "chunks":
         raise LodUsageError("window=... applies to mode 'chunks' only")
-    lengths, about = _source_lengths(source, level, tensor, max_memory)
+    lengths, about = _source_lengths(source, level, tensor, max_memory,
+                                     {"token_dtype": token_dtype, "eos_token_id": eos_token_id})
     about["source_digest"] = lengths_digest(lengths)
     if chunk_rows is not None:
         about["chunk_rows"] = int(chunk_rows)
@@ -847,13 +853,14 @@ def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, mult
     return order, ends, padded, np.arange(ends.shape[0])
 
 
-def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: int | None = None,
-            **plan_options) -> BatchPlan:
+def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: int | None = None, token_dtype=None,
+            eos_token_id: int | None = None, **plan_options) -> BatchPlan:
     """A :class:`BatchPlan`: ``plan`` itself, the saved plan at path ``plan``, or one made from the options.
 
     Without a plan, :func:`batch_plan` plans ``source`` (its ``tensor``) with
     ``plan_options``; a plan given with options is refused.  ``max_memory``
-    bounds what a saved plan's arrays, or the planning, may take.
+    bounds what a saved plan's arrays, or the planning, may take; ``token_dtype``
+    and ``eos_token_id`` read a token dataset ``source`` (they are no plan options).
 
     >>> as_plan(None, np.array([2, 3]), max_sequences=1).batch_sizes.tolist()
     [1, 1]
@@ -864,7 +871,8 @@ def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: in
         return plan
     if plan is not None:
         return BatchPlan.load(plan, max_memory=max_memory)
-    return batch_plan(source, tensor=tensor, max_memory=max_memory, **plan_options)
+    return batch_plan(source, tensor=tensor, max_memory=max_memory, token_dtype=token_dtype,
+                      eos_token_id=eos_token_id, **plan_options)
 
 
 # -- reading batches -----------------------------------------------------------------------------------
@@ -991,7 +999,8 @@ class BatchReader:
 
     ``reuse_buffers=False`` allocates fresh arrays for every batch instead (for
     batches kept past the next read, or to measure what the reuse saves).
-    ``max_memory`` is the file's memory limit (the default one when ``None``).
+    ``max_memory`` is the file's memory limit (the default one when ``None``);
+    ``token_dtype`` and ``eos_token_id`` read a token dataset (see :func:`lodtool.open`).
 
     The reader holds an open h5py file; it is never pickled (a copy sent to
     another process opens the file again there, on first use), and a forked
@@ -1000,7 +1009,8 @@ class BatchReader:
 
     def __init__(self, path, plan: BatchPlan, *, output: str = "padded", truncate: str | None = None,
                  pad_value=0, tensor: str | None = None, cache_bytes: int = DECODED_CACHE_BYTES,
-                 reuse_buffers: bool = True, max_memory: int | None = None):
+                 reuse_buffers: bool = True, max_memory: int | None = None, token_dtype=None,
+                 eos_token_id: int | None = None):
         if output not in OUTPUTS:
             raise LodUsageError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
         if truncate is not None and truncate not in TRUNCATE:
@@ -1019,6 +1029,7 @@ class BatchReader:
         self.cache_bytes = int(cache_bytes)
         self.reuse_buffers = bool(reuse_buffers)
         self.max_memory = max_memory
+        self.reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
         self._source: _OpenSource | None = None
 
     # pickling (DataLoader workers, multiprocessing) carries the settings, never the open file
@@ -1049,7 +1060,7 @@ class BatchReader:
             return self._source
         # a forked child (a DataLoader worker) never reads through its parent's HDF5 handle: it opens its own
         self._source = None
-        f = _open_container(self.path, self.max_memory)
+        f = _open_container(self.path, self.max_memory, **self.reading)
         try:
             self._source = self._open_source(f)
         except BaseException:
@@ -1160,14 +1171,15 @@ class BatchReader:
 
 def batches(path, plan=None, *, output: str = "padded", truncate: str | None = None, pad_value=0,
             tensor: str | None = None, cache_bytes: int = DECODED_CACHE_BYTES, max_memory: int | None = None,
-            **plan_options) -> Iterator[dict]:
+            token_dtype=None, eos_token_id: int | None = None, **plan_options) -> Iterator[dict]:
     """NumPy batches of a container for any framework: padded + mask, jagged, or varlen (flat + cu_seqlens).
 
     ``plan`` is a :class:`BatchPlan`, the path of a saved one, or ``None`` with
     the options of :func:`batch_plan` (``max_tokens=...``, ``mode=...``).  Each
     batch is a dict of arrays read with partial reads into buffers reused from
     batch to batch: **a yielded batch is valid until the next one**; copy what
-    you keep.  See :class:`BatchReader` for the outputs, and for ``max_memory``.
+    you keep.  See :class:`BatchReader` for the outputs, and for ``max_memory``, ``token_dtype`` and
+    ``eos_token_id``.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -1182,9 +1194,10 @@ def batches(path, plan=None, *, output: str = "padded", truncate: str | None = N
     >>> b["values"].tolist(), b["cu_seqlens"].tolist(), b["position_ids"].tolist()
     ([5, 6, 7, 8, 1, 2, 3, 9], [0, 4, 7, 8], [0, 1, 2, 3, 0, 1, 2, 0])
     """
-    plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **plan_options)
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
+    plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **reading, **plan_options)
     reader = BatchReader(path, plan, output=output, truncate=truncate, pad_value=pad_value, tensor=tensor,
-                         cache_bytes=cache_bytes, max_memory=max_memory)
+                         cache_bytes=cache_bytes, max_memory=max_memory, **reading)
     with reader:
         yield from reader
 
@@ -1254,7 +1267,7 @@ BATCH_FILE = re.compile(r"batch_[0-9]+\.npz")
 
 def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str | None = None, pad_value=0,
                   tensor: str | None = None, progress=None, overwrite: bool = False,
-                  max_memory: int | None = None) -> dict:
+                  max_memory: int | None = None, token_dtype=None, eos_token_id: int | None = None) -> dict:
     """Write every batch of ``plan`` as ``out_dir/batch_NNNNNN.npz``, for file-fed trainers.
 
     Each NPZ holds the arrays :func:`batches` yields (``values``, ``mask``,
@@ -1286,7 +1299,7 @@ def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str 
     width = max(6, len(str(max(len(plan) - 1, 0))))
     written = nbytes = 0
     with BatchReader(path, plan, output=output, truncate=truncate, pad_value=pad_value, tensor=tensor,
-                     max_memory=max_memory) as reader:
+                     max_memory=max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id) as reader:
         reader.open()  # a plan made for another file fails here, before the folder is made
         os.makedirs(out_dir, exist_ok=True)
         staging = temp_path_for(os.path.join(out_dir, "batches"))
@@ -1323,7 +1336,8 @@ class BatchResult:
 
 def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=None, layout: str = "padded",
           truncate: str | None = None, pad_value=0, report: bool = False, progress=None, overwrite: bool = False,
-          max_memory: int | None = None, **plan_options) -> BatchResult:
+          max_memory: int | None = None, token_dtype=None, eos_token_id: int | None = None,
+          **plan_options) -> BatchResult:
     """``lodtool batch``: plan a container's training batches (or load a plan), then save, report or write them.
 
     ``plan`` is a :class:`BatchPlan`, a saved plan's path, or ``None`` with the
@@ -1332,7 +1346,8 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
     (:func:`write_batches`, ``layout`` as ``output`` there, padded with
     ``pad_value``); either replaces what is there only with ``overwrite=True``.
     ``report=True`` adds :func:`plan_report`'s figures; ``max_memory`` bounds
-    the planning and the reading (the default limit when ``None``).
+    the planning and the reading (the default limit when ``None``); ``token_dtype``
+    and ``eos_token_id`` read a token dataset ``path`` (see :func:`lodtool.open`).
 
     >>> import os, tempfile, numpy as np, lodtool
     >>> d = tempfile.mkdtemp()
@@ -1342,14 +1357,16 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
     >>> len(r.plan), r.report["plan"]["tokens"], os.path.exists(r.saved)
     (3, 10, True)
     """
-    plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **plan_options)
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
+    plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **reading, **plan_options)
     result = BatchResult(plan)
     if save_to is not None:
         plan.save(save_to, overwrite=overwrite)
         result.saved = os.fspath(save_to)
     if write_to is not None:
         result.written = write_batches(path, plan, write_to, output=layout, truncate=truncate, pad_value=pad_value,
-                                       tensor=tensor, progress=progress, overwrite=overwrite, max_memory=max_memory)
+                                       tensor=tensor, progress=progress, overwrite=overwrite, max_memory=max_memory,
+                                       **reading)
     if report:
         result.report = plan_report(plan, **_report_chunks(path, plan, tensor, max_memory))
     return result

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..container.checks import FileReport, Problem
-from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIsolationRequired, LodReaderCrashError
+from ..errors import (LodError, LodFileNotFoundError, LodFormatError, LodIsolationRequired, LodReaderCrashError,
+                      LodUsageError)
 
 
 @dataclass
@@ -48,13 +49,17 @@ def _crash_problem(path: str, exc: LodError) -> Problem:
 
 
 def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bool = False,
-             timeout: float = 60.0, token_dtype: Any = None, eos_token_id: int | None = None) -> list[FileReport]:
+             timeout: float = 60.0, token_dtype: Any = None, eos_token_id: int | None = None,
+             vocab_size: int | None = None) -> list[FileReport]:
     """Validate each file (what ``lodtool validate`` runs); unreadable files become reports with ``error`` set.
 
     With ``isolate`` a reader crash or hang counts as an invalid file (exit 1),
     as the reliability guarantees promise.  A token dataset of LLM training is
     checked in place by its format's rules (``token_dtype`` and
     ``eos_token_id``: what it cannot say itself, see :func:`lodtool.open`).
+    ``vocab_size`` checks every token id against it (the data is read, in
+    blocks), over the vocabulary a container records; without it, a container's
+    recorded vocabulary is checked.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -64,7 +69,9 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
     (True, None)
     """
     out = []
-    tokens = (token_dtype, eos_token_id)
+    if vocab_size is not None and (isinstance(vocab_size, bool) or int(vocab_size) < 1):
+        raise LodUsageError(f"vocab_size must be a positive integer, got {vocab_size!r}")
+    tokens = (token_dtype, eos_token_id, vocab_size)
     for path in paths:
         try:
             try:
@@ -80,19 +87,20 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
     return out
 
 
-def _validate_one(path: str, max_memory: int | None, token_dtype: Any = None,
-                  eos_token_id: int | None = None) -> FileReport:
+def _validate_one(path: str, max_memory: int | None, token_dtype: Any = None, eos_token_id: int | None = None,
+                  vocab_size: int | None = None) -> FileReport:
     from ..container.checks import validate_file
     from ..container.shards import is_sharded, validate_sharded
     from ..io import token_datasets
 
     if token_datasets.format_of(path) is not None:  # a token dataset of LLM training, checked in place
-        found = token_datasets.validate_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
+        found = token_datasets.validate_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id,
+                                                vocab_size=vocab_size)
         problems = [Problem(p.file, None, None, None, str(p).removeprefix(f"{p.file}: ")) for p in found]
         return FileReport(path, not problems, problems)
     if is_sharded(path):  # every shard, plus the manifest against the shards
-        return validate_sharded(path, max_memory=max_memory)
-    return validate_file(path, max_memory=max_memory)
+        return validate_sharded(path, max_memory=max_memory, vocab_size=vocab_size)
+    return validate_file(path, max_memory=max_memory, vocab_size=vocab_size)
 
 
 def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0, token_dtype: Any = None,

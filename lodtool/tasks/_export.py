@@ -19,13 +19,15 @@ TARGETS = ("h5", *formats.writable())
 
 def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, name: str = "tensor",
            compression: str | None = None, overwrite: bool = False, force: bool = False, tokens=None,
-           decoder=None) -> None:
+           decoder=None, level: int | None = None) -> None:
     """Write ``tensor`` to a path (atomically) or a binary stream, as ``to``.
 
     A container (``to="h5"``) follows :func:`~lodtool.container.writer.save`'s
     rule for an existing file (``overwrite``, ``force``), and records ``tokens``
     (:class:`~lodtool.tokens.TokenInfo`) with the tensor; a format written as
-    several files (``megatron`` ...) names them from the path ``output``.  With a ``decoder``
+    several files (``megatron`` ...) names them from the path ``output``, and stores the sequences of
+    ``level`` (the levels under it flattened into their tokens; a format that keeps every level refuses
+    ``level``).  With a ``decoder``
     (:func:`lodtool.text.decoder_for`) the ids are written as text, ``jsonl`` or ``json``
     (:func:`lodtool.io.text.write_decoded`).
 
@@ -38,6 +40,8 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
     if to not in TARGETS:
         raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(TARGETS)}")
     if to == "h5":
+        if level is not None:
+            raise LodUsageError("level=... chooses the level a token format stores; a container keeps every level")
         if not isinstance(output, (str, os.PathLike)):
             raise LodUsageError("a container is written to a path")
         from ..container.writer import save
@@ -48,8 +52,9 @@ def export(tensor: LoDTensor, output: str | os.PathLike | BinaryIO, *, to: str, 
         return
     fmt = formats.get(to)
     if fmt.writes_files:  # several files named from the path (PREFIX.bin + PREFIX.idx), together
-        fmt.write_files([tensor], output)
+        fmt.write_files([tensor], output, level=level)
         return
+    fmt.check_write_options({"level": level})
     if decoder is not None:
         from ..io.text import write_decoded
 

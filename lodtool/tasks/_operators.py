@@ -45,18 +45,20 @@ _I64 = np.dtype(np.int64)
 def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Callable, *, name: str | None,
                out_name: str | None, compression: str | None, max_memory: int | None, device: str,
                overwrite: bool, force: bool, scheduler: str | None, workers: int | None, partition_size,
-               progress, suffixes: Sequence[str] = (), keeps_ids: bool = False) -> OpResult:
+               progress, suffixes: Sequence[str] = (), keeps_ids: bool = False, token_dtype: Any = None,
+               eos_token_id: int | None = None) -> OpResult:
     """An operator on each chunk of whole top-level sequences: ``make_fn(file, lazy tensor)`` in one process, or
     ``bag_of(collection)`` (the same function, mapped over the partitions) on a Dask ``scheduler``."""
     if scheduler:
         with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
-                      max_memory=max_memory, device=device, output=output) as (bag, kwargs):
+                      max_memory=max_memory, device=device, output=output, token_dtype=token_dtype,
+                      eos_token_id=eos_token_id) as (bag, kwargs):
             return _written_on_dask(bag_of(bag), output, kwargs, out_name=out_name, compression=compression,
                                     max_memory=max_memory, overwrite=overwrite, force=force, progress=progress)
     check_device(device)
     return _stream(path, output, name, out_name, make_fn, crossover, compression=compression,
                    max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes,
-                   progress=progress, keeps_ids=keeps_ids)
+                   progress=progress, keeps_ids=keeps_ids, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def _rows_done(progress: Callable[[int, int], None] | None, total: int):
@@ -67,7 +69,7 @@ def _rows_done(progress: Callable[[int, int], None] | None, total: int):
 def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
             compression: str | None, max_memory: int | None, overwrite: bool, force: bool, device: str = "cpu",
             suffixes: Sequence[str] = (), progress: Callable[[int, int], None] | None = None,
-            keeps_ids: bool = False) -> OpResult:
+            keeps_ids: bool = False, token_dtype: Any = None, eos_token_id: int | None = None) -> OpResult:
     """``make_fn(file, lazy tensor)`` (the operator on one chunk) over chunks of whole top-level sequences.
 
     Its results go to tensor ``out_name`` (the input's name by default); a result of more tensors puts the
@@ -75,7 +77,7 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
     a value) keeps the input's token metadata.  ``crossover`` (the operator's work-size tiers) decides up front
     whether the kernels pay for the whole file.
     """
-    f, t = open_tensor(path, name, max_memory)
+    f, t = open_tensor(path, name, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
     with f:
         fn = make_fn(f, t)
         if crossover is not None:
@@ -89,7 +91,7 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
 
 @contextlib.contextmanager
 def _on_dask(path, name, *, scheduler: str, workers: int | None, partition_size, max_memory: int | None,
-             device: str, output=None):
+             device: str, output=None, token_dtype: Any = None, eos_token_id: int | None = None):
     """``(collection, compute keyword arguments)`` of a stored tensor on a Dask scheduler, held for the block.
 
     Bad workers, a missing Dask and a device other than the CPU are refused before anything is read; a
@@ -103,7 +105,7 @@ def _on_dask(path, name, *, scheduler: str, workers: int | None, partition_size,
     from ..interop.dask import DEFAULT_PARTITION_SIZE, read
 
     bag = read(path, name, partition_size=DEFAULT_PARTITION_SIZE if partition_size is None else partition_size,
-               max_memory=max_memory)
+               max_memory=max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
     folder = output is not None and is_folder_target(output)
     with _no_stray_shards(output if folder else None), cluster as kwargs:
         yield bag, kwargs
@@ -142,8 +144,9 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
          out_name: str | None = None, pad_value: float = 0.0, compression: str | None = None,
          max_memory: int | None = None, device: str = "cpu", index: bool = False, overwrite: bool = False,
          force: bool = False, scheduler: str | None = None, workers: int | None = None,
-         partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None) -> OpResult:
-    """``sequence_pool`` over a container or a sharded folder, streamed by top-level sequences.
+         partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None,
+         token_dtype: Any = None, eos_token_id: int | None = None) -> OpResult:
+    """``sequence_pool`` over a container, a sharded folder or a token dataset, streamed by top-level sequences.
 
     ``index=True`` (``max``/``min``) also writes Paddle's ``MaxIndex``, the data
     row each value came from (-1 for an empty sequence), as tensor
@@ -151,7 +154,9 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
 
     The output follows :func:`lodtool.save`'s rule: into an existing container
     the tensor is added, a tensor of the same name needs ``overwrite=True``,
-    ``force=True`` replaces the whole file.  So do the other operators.
+    ``force=True`` replaces the whole file.  ``token_dtype`` and ``eos_token_id`` are what a token dataset
+    cannot say itself (see :func:`lodtool.open`; every input of an operator is read with them).  So do the
+    other operators.
 
     With ``scheduler`` (``"processes"``, ``"threads"`` or an address; ``workers``
     for the local ones) the partitions of about ``partition_size`` bytes run on
@@ -181,13 +186,15 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     return _chunkwise(path, output, make_fn, NUMBA_FROM, lambda bag: bag.pool(pool_type, pad_value, index),
                       name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
                       overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
-                      partition_size=partition_size, progress=progress, suffixes=("index",) if index else ())
+                      partition_size=partition_size, progress=progress, suffixes=("index",) if index else (),
+                      token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
             compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
             overwrite: bool = False, force: bool = False, scheduler: str | None = None, workers: int | None = None,
-            partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None) -> OpResult:
+            partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None,
+            token_dtype: Any = None, eos_token_id: int | None = None) -> OpResult:
     """``sequence_softmax`` over a container, streamed by top-level sequences (on Dask as :func:`pool`).
 
     >>> import os, tempfile, numpy as np
@@ -204,13 +211,15 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     return _chunkwise(path, output, lambda f, t: step(sequence_softmax, device=device), NUMBA_FROM,
                       lambda bag: bag.softmax(), name=name, out_name=out_name, compression=compression,
                       max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress)
+                      workers=workers, partition_size=partition_size, progress=progress, token_dtype=token_dtype,
+                      eos_token_id=eos_token_id)
 
 
 def reverse(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
             compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
             overwrite: bool = False, force: bool = False, scheduler: str | None = None, workers: int | None = None,
-            partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None) -> OpResult:
+            partition_size: int | str | None = None, progress: Callable[[int, int], None] | None = None,
+            token_dtype: Any = None, eos_token_id: int | None = None) -> OpResult:
     """``sequence_reverse`` over a container, streamed by top-level sequences (on Dask as :func:`pool`).
 
     >>> import os, tempfile, numpy as np
@@ -227,7 +236,8 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     return _chunkwise(path, output, lambda f, t: step(sequence_reverse, device=device), NUMBA_FROM,
                       lambda bag: bag.reverse(), name=name, out_name=out_name, compression=compression,
                       max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress, keeps_ids=True)
+                      workers=workers, partition_size=partition_size, progress=progress, keeps_ids=True,
+                      token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def _stand_in(t) -> LoDTensor:
@@ -264,7 +274,8 @@ def _checked_stream(path, output, name, out_name, check, fn, *, validate: bool =
 
 def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_name: str | None = None,
           compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
-          overwrite: bool = False, force: bool = False) -> OpResult:
+          overwrite: bool = False, force: bool = False, token_dtype: Any = None,
+          eos_token_id: int | None = None) -> OpResult:
     """``sequence_erase`` over a container: drop the rows whose token id is in ``tokens``, streamed.
 
     >>> import os, tempfile, numpy as np
@@ -283,12 +294,14 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
                            lambda where, t, _: _named(where, lambda: sequence_erase(_stand_in(t), tokens,
                                                                                     backend="numpy")),
                            step(sequence_erase, tokens, device=device), validate=False, compression=compression,
-                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True)
+                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
+                           token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name: str | None = None,
               out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-              device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
+              device: str = "cpu", overwrite: bool = False, force: bool = False, token_dtype: Any = None,
+              eos_token_id: int | None = None) -> OpResult:
     """``sequence_enumerate`` over a container: the ``win_size``-row window at every row, streamed.
 
     >>> import os, tempfile, numpy as np
@@ -306,12 +319,14 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
                            lambda where, t, _: _named(where, lambda: sequence_enumerate(
                                _stand_in(t), win_size, pad_value, backend="numpy")),
                            step(sequence_enumerate, win_size, pad_value, device=device), validate=False,
-                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
+                           token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, out_name: str | None = None,
             compression: str | None = None, max_memory: int | None = None, device: str = "cpu",
-            overwrite: bool = False, force: bool = False) -> OpResult:
+            overwrite: bool = False, force: bool = False, token_dtype: Any = None,
+            eos_token_id: int | None = None) -> OpResult:
     """``sequence_reshape`` over a container: rows of width ``new_dim``, streamed.
 
     >>> import os, tempfile, numpy as np
@@ -340,12 +355,14 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
 
     check_device(device)
     return _checked_stream(path, output, name, out_name, check, step(sequence_reshape, new_dim, device=device),
-                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
+                           token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = False, name: str | None = None,
               out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-              device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
+              device: str = "cpu", overwrite: bool = False, force: bool = False, token_dtype: Any = None,
+              eos_token_id: int | None = None) -> OpResult:
     """``sequence_slice`` over a container: rows ``offset .. offset+length`` of every last-level sequence, streamed.
 
     ``offset`` and ``length`` are each an integer (the same for every
@@ -400,7 +417,8 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
 
     check_device(device)
     return _checked_stream(path, output, name, out_name, check, one, compression=compression,
-                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True)
+                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
+                           token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def _last_lengths(t, window: int):
@@ -434,7 +452,8 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
            ref_level: int = -1, out_name: str | None = None, compression: str | None = None,
            max_memory: int | None = None, device: str = "cpu", overwrite: bool = False, force: bool = False,
            scheduler: str | None = None, workers: int | None = None, partition_size: int | str | None = None,
-           progress: Callable[[int, int], None] | None = None) -> OpResult:
+           progress: Callable[[int, int], None] | None = None, token_dtype: Any = None,
+           eos_token_id: int | None = None) -> OpResult:
     """``sequence_expand`` of tensor ``x`` by the LoD of tensor ``y``, streamed (y's data is never read).
 
     x's sequences (its rows, without a LoD) go through the operator in runs
@@ -455,17 +474,18 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
     """
     from ..ops.expand import NUMBA_FROM, expand_level
 
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
     if scheduler:
         with _on_dask(x, x_name, scheduler=scheduler, workers=workers, partition_size=partition_size,
-                      max_memory=max_memory, device=device, output=output) as (bag, kwargs):
+                      max_memory=max_memory, device=device, output=output, **reading) as (bag, kwargs):
             return _written_on_dask(bag.expand(y, y_name, ref_level), output, kwargs, out_name=out_name,
                                     compression=compression, max_memory=max_memory, overwrite=overwrite,
                                     force=force, progress=progress)
     check_device(device)
-    fy, ty = open_tensor(y, y_name, max_memory)
+    fy, ty = open_tensor(y, y_name, max_memory, **reading)
     with fy:
         require_valid(fy.path, ty)
-        fx, tx = open_tensor(x, x_name, max_memory)
+        fx, tx = open_tensor(x, x_name, max_memory, **reading)
         with fx:
             require_valid(fx.path, tx)
             level = expand_level(tx, ty, ref_level)
@@ -527,7 +547,8 @@ def _copy_parts(ref: np.ndarray, length: int, max_rows: int) -> Iterator[np.ndar
 
 def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | None = None,
            out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-           device: str = "cpu", overwrite: bool = False, force: bool = False) -> OpResult:
+           device: str = "cpu", overwrite: bool = False, force: bool = False, token_dtype: Any = None,
+           eos_token_id: int | None = None) -> OpResult:
     """``sequence_concat`` of the tensors of two or more containers, streamed by ranges of top-level sequences.
 
     ``names`` picks each file's tensor (``None``: its only one).  The output
@@ -551,7 +572,8 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
     if len(names) != len(paths):
         raise LodUsageError(f"concat: {len(names)} tensor names for {len(paths)} files")
     with contextlib.ExitStack() as stack:
-        opened = [open_tensor(p, n, max_memory) for p, n in zip(paths, names)]
+        opened = [open_tensor(p, n, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
+                  for p, n in zip(paths, names)]
         for f, t in opened:
             stack.enter_context(f)
         for f, t in opened:
@@ -652,7 +674,8 @@ def read_lod_only(lazy) -> LoDTensor:
 def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | None = None,
               like_name: str | None = None, append: bool = False, name: str | None = None,
               out_name: str | None = None, compression: str | None = None, max_memory: int | None = None,
-              overwrite: bool = False, force: bool = False) -> OpResult:
+              overwrite: bool = False, force: bool = False, token_dtype: Any = None,
+              eos_token_id: int | None = None) -> OpResult:
     """``lod_reset`` / ``lod_append`` of a container's tensor: the same rows under a new LoD, streamed.
 
     The new level is ``target_lod`` (offsets), or the LoD of the tensor
@@ -674,11 +697,12 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
 
     if (target_lod is None) == (like is None):
         raise LodUsageError("lod_reset: give the new level as target_lod or as like (a container), not both")
-    f, t = open_tensor(path, name, max_memory)
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
+    f, t = open_tensor(path, name, max_memory, **reading)
     with f:
         stand_in = read_lod_only(t)
         if like is not None:
-            fy, ty = open_tensor(like, like_name, max_memory)
+            fy, ty = open_tensor(like, like_name, max_memory, **reading)
             with fy:
                 y = read_lod_only(ty)
             if not y.lod_level:
@@ -712,7 +736,8 @@ def _chunks_of(levels, max_rows: int):
 def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, maxlen: int | None = None,
         level: int = -1, max_memory: int | None = None, device: str = "cpu", truncate: str | None = None,
         scheduler: str | None = None, workers: int | None = None, partition_size: int | str | None = None,
-        progress: Callable[[int, int], None] | None = None) -> dict:
+        progress: Callable[[int, int], None] | None = None, token_dtype: Any = None,
+        eos_token_id: int | None = None) -> dict:
     """``sequence_pad`` of a container's tensor into an NPZ of ``padded``, ``lengths`` and ``mask``, streamed.
 
     The lengths come from the offsets alone (and with them ``maxlen``, when
@@ -744,13 +769,14 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
     from ..ops.pad import PAD_NUMBA_FROM, pad_level, padded_length
 
     check_truncate(truncate, maxlen)
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
     if scheduler:
         with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
-                      max_memory=max_memory, device=device) as (bag, kwargs):
+                      max_memory=max_memory, device=device, **reading) as (bag, kwargs):
             return bag.pad(pad_value, maxlen, level, truncate).to_npz(output, progress=progress, **kwargs)
     check_device(device)
     refuse_output_over_input(output, [path])
-    f, t = open_tensor(path, name, max_memory)
+    f, t = open_tensor(path, name, max_memory, **reading)
     with f:
         require_valid(f.path, t)
         tier(device, work(t), PAD_NUMBA_FROM)
@@ -827,7 +853,7 @@ def unpad(npz: str, output: str, *, name: str = "tensor", compression: str | Non
 
 def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory: int | None = None,
               device: str = "cpu", scheduler: str | None = None, workers: int | None = None,
-              partition_size: int | str | None = None):
+              partition_size: int | str | None = None, token_dtype: Any = None, eos_token_id: int | None = None):
     """The RNN packing plan of a level, from the offsets alone (its arrays on the host).
 
     ``scheduler`` reads the partitions' offsets in parallel on Dask, then makes the plan once.
@@ -839,12 +865,13 @@ def pack_plan(path: str, *, name: str | None = None, level: int = -1, max_memory
     >>> pack_plan(p).batch_sizes.tolist()
     [3, 2, 1]
     """
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
     if scheduler:
         with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
-                      max_memory=max_memory, device=device) as (bag, kwargs):
+                      max_memory=max_memory, device=device, **reading) as (bag, kwargs):
             return bag.pack_plan(level).compute(**kwargs)
     check_device(device)
-    f, t = open_tensor(path, name, max_memory)
+    f, t = open_tensor(path, name, max_memory, **reading)
     with f:
         lod_only = read_lod_only(t)
     return plan_of(lod_only, level, f.max_memory, f.path, device)
@@ -940,7 +967,8 @@ class _WholePlan:
 @contextlib.contextmanager
 def pack_plan_stream(path: str, *, name: str | None = None, level: int = -1, max_memory: int | None = None,
                      device: str = "cpu", scheduler: str | None = None, workers: int | None = None,
-                     partition_size: int | str | None = None) -> Iterator[StreamedPlan]:
+                     partition_size: int | str | None = None, token_dtype: Any = None,
+                     eos_token_id: int | None = None) -> Iterator[StreamedPlan]:
     """:func:`pack_plan` of a stored tensor made and given piece by piece (``lodtool pack-plan``): on the CPU
     in memory bounded by the longest sequence, for a level of more sequences than the plan's arrays would hold
     in memory; the whole LoD is validated on open.  With ``device="cuda"`` or a ``scheduler`` the plan is
@@ -956,11 +984,12 @@ def pack_plan_stream(path: str, *, name: str | None = None, level: int = -1, max
     """
     from ..lod import level_position
 
+    reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
     if scheduler or device != "cpu":
         yield _WholePlan(pack_plan(path, name=name, level=level, max_memory=max_memory, device=device,
-                                   scheduler=scheduler, workers=workers, partition_size=partition_size))
+                                   scheduler=scheduler, workers=workers, partition_size=partition_size, **reading))
         return
-    f, t = open_tensor(path, name, max_memory)
+    f, t = open_tensor(path, name, max_memory, **reading)
     with f:
         if not t.lod_level:
             raise LodUsageError("a 0-level tensor has no sequences to plan")

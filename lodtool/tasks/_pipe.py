@@ -103,11 +103,13 @@ def work(t) -> int:
     return t.n_rows * int(np.prod(t.element_shape, dtype=np.int64))
 
 
-def open_tensor(path: str, name: str | None, max_memory: int | None):
-    """``(file, lazy tensor)`` of a container file or a sharded folder."""
+def open_tensor(path: str, name: str | None, max_memory: int | None, *, token_dtype=None,
+                eos_token_id: int | None = None):
+    """``(file, lazy tensor)`` of a container file, a sharded folder or a token dataset (``token_dtype`` and
+    ``eos_token_id``: what a token dataset cannot say itself, see :func:`lodtool.open`)."""
     from ._open import open as open_path
 
-    f = open_path(path, max_memory=max_memory)
+    f = open_path(path, max_memory=max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
     return f, f.tensor(name)
 
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from .._optional import optional_import
 from ..errors import LodUsageError
+
+if TYPE_CHECKING:
+    from ..io.text import TextOptions
+    from ..tokens import TokenInfo
 
 
 def _refuse_replacing(folder: str | os.PathLike, *, append: bool = False, overwrite: bool = False,
@@ -52,11 +56,15 @@ def _summary(folder: str, manifest) -> dict:
 
 def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int | str = "1GB",
           name: str | None = None, compression: str | None = None, append: bool = False,
-          overwrite: bool = False, force: bool = False, max_memory: int | None = None) -> dict:
+          overwrite: bool = False, force: bool = False, max_memory: int | None = None, token_dtype=None,
+          eos_token_id: int | None = None) -> dict:
     """Split a container into a sharded folder of about ``shard_size`` bytes per shard (``lodtool shard``).
 
     A folder holding a sharded container already needs ``append`` (add shards)
-    or ``overwrite``/``force`` (replace it).
+    or ``overwrite``/``force`` (replace it).  A token dataset (Megatron, fairseq,
+    datatrove, dolma; ``token_dtype`` and ``eos_token_id`` as :func:`lodtool.open`
+    takes them) is read as :func:`pack_sharded` reads it: its tokens become
+    tensor ``tokens``, with the token metadata pack records.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
@@ -66,7 +74,16 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
     3
     """
     from ..container.shards import shard_file
+    from ..io.token_datasets import format_of
 
+    token_format = format_of(path)
+    if token_format is not None:
+        if name not in (None, "tokens"):
+            raise LodUsageError(f"{os.fspath(path)}: a token dataset is sharded by its tokens (tensor 'tokens'), "
+                                f"not tensor {name!r}")
+        return pack_sharded([path], folder, shard_size=shard_size, append=append, format=token_format,
+                            name="tokens", compression=compression, max_memory=max_memory,
+                            overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
     _refuse_replacing(folder, append=append, overwrite=overwrite, force=force)
     _refuse_tiny_shards(os.fspath(folder), [path], shard_size)
     manifest = shard_file(path, folder, shard_size=shard_size, name=name, compression=compression,
@@ -108,7 +125,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                  format: str | None = None, lod_level: int | None = None, dtype=None, name: str = "tensor",
                  level_names: Sequence[str] | None = None, compression: str | None = None,
                  column: str | None = None, max_memory: int | None = None, overwrite: bool = False,
-                 force: bool = False) -> dict:
+                 force: bool = False, token_dtype=None, eos_token_id: int | None = None,
+                 tokens: "TokenInfo | None" = None, text: "TextOptions | None" = None) -> dict:
     """Pack inputs into a sharded folder (``lodtool pack ... -o DIR/``).
 
     Without ``scheduler`` the inputs stream, in order, into shards of about
@@ -116,8 +134,10 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     scheduler address) each input file is packed by a Dask worker into a shard
     of its own, then the manifest is written; ``progress(done, total)`` counts
     the shards.  ``append`` adds shards after the folder's existing ones.
-    ``column`` and ``max_memory`` are :func:`lodtool.tasks.pack`'s.  A folder
-    holding a sharded container already needs ``append`` or ``overwrite``/``force``.
+    ``column``, ``max_memory``, ``token_dtype``, ``eos_token_id``, ``tokens`` and ``text``
+    are :func:`lodtool.tasks.pack`'s: every shard and the manifest record the token
+    metadata pack records in one file.  A folder holding a sharded container already
+    needs ``append`` or ``overwrite``/``force``.
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -143,10 +163,9 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
 
         options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
                    "level_names": None if level_names is None else list(level_names), "compression": compression}
-        if column is not None:
-            options["column"] = column
-        if max_memory is not None:
-            options["max_memory"] = max_memory
+        given = {"column": column, "max_memory": max_memory, "token_dtype": token_dtype,
+                 "eos_token_id": eos_token_id, "tokens": tokens, "text": text}
+        options.update({k: v for k, v in given.items() if v is not None})
         with _no_stray_shards(folder), dask_scheduler(scheduler, workers) as compute_kwargs:
             manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
                                  compute_kwargs=compute_kwargs, **options)
@@ -154,9 +173,11 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     from ._pack import PackSource
 
     source = PackSource.open(inputs, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                             column=column, max_memory=max_memory)
+                             column=column, max_memory=max_memory, token_dtype=token_dtype,
+                             eos_token_id=eos_token_id, tokens=tokens, text=text)
     _refuse_tiny_shards(folder, source.sources, shard_size)
-    with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
+    with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name,
+                     tokens=source.tokens) as w:
         for chunk in source.chunks:
             w.write(chunk if source.level_names is None else chunk.with_level_names(source.names_for(chunk)))
     return _summary(folder, read_manifest(folder))
@@ -177,12 +198,12 @@ def _refuse_tiny_shards(folder: str, sources: Sequence, shard_size: int | str) -
     lodtool.errors.LodUsageError: out/: a shard size of 4 B would cut ... shards, a file each; ...
     """
     from .. import io as formats
+    from ..io.token_datasets import input_bytes
     from ..limits import human_bytes
     from ..container.shards import parse_size
 
     size = parse_size(shard_size)
-    total = sum(os.path.getsize(s) for s in sources
-                if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s) and os.path.isfile(s))
+    total = sum(input_bytes(s) or 0 for s in sources if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s))
     floor = min(MIN_SHARD_SIZE, -(-total // MANY_SHARDS))
     if size < floor:
         raise LodUsageError(f"{folder}: a shard size of {human_bytes(size)} would cut {human_bytes(total)} of input "
