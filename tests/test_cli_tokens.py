@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from lodtool.cli.main import cli
@@ -97,13 +98,16 @@ def test_pack_of_a_datatrove_file_records_its_tokenizer_name(tmp_path):
     assert tokens_of(out).tokenizer_name == name
 
 
-def test_unpack_to_npz_then_pack_keeps_the_metadata_and_the_tokenizer(tmp_path):
+@pytest.mark.parametrize("to", ["npz", "parquet", "arrow"])
+def test_unpack_then_pack_keeps_the_metadata_and_the_tokenizer(tmp_path, to):
+    if to != "npz":
+        pytest.importorskip("pyarrow")
     src = tmp_path / "w.jsonl"
     src.write_text('[["the", "cat"], ["sat"]]\n[["the"]]\n')
     assert run("pack", src, "--words", "-o", tmp_path / "w.lod.h5").exit_code == 0
     want = tokens_of(tmp_path / "w.lod.h5")
-    assert run("unpack", tmp_path / "w.lod.h5", "--to", "npz", "-o", tmp_path / "w.npz").exit_code == 0
-    assert run("pack", tmp_path / "w.npz", "-o", tmp_path / "again.lod.h5").exit_code == 0
+    assert run("unpack", tmp_path / "w.lod.h5", "--to", to, "-o", tmp_path / f"w.{to}").exit_code == 0
+    assert run("pack", tmp_path / f"w.{to}", "-o", tmp_path / "again.lod.h5").exit_code == 0
     got = tokens_of(tmp_path / "again.lod.h5")
     assert got == want and got.tokenizer_json == want.tokenizer_json
     lines = run("unpack", tmp_path / "again.lod.h5", "--detokenize").stdout.splitlines()
