@@ -163,12 +163,9 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json,
                          words, vocab, min_count)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
-        if tokens is not None or text is not None:
-            raise click.UsageError("--tokenizer, --vocab-size, --eos-id, --bos-id, --pad-id and --tokenizer-name are "
-                                   "recorded in a container; pack into one file, then split it with lodtool shard "
-                                   "(which keeps them)")
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
-                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json)
+                      shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json, tokens=tokens,
+                      text=text)
         return
 
     if append and output == "-":
@@ -202,7 +199,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
 
 
 def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, shard_size,
-                  scheduler, workers, column, max_memory, overwrite, force, as_json):
+                  scheduler, workers, column, max_memory, overwrite, force, as_json, tokens=None, text=None):
     """``pack -o DIR/``: a sharded folder, streamed in order, or one shard per input on Dask (--scheduler)."""
     from .. import tasks
     from ._render import partition_progress
@@ -215,7 +212,7 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
                                   lod_level=lod_level, dtype=dtype, name=name,
                                   level_names=opt.split_names(level_names), compression=compression,
                                   column=column, max_memory=opt.parse_size(max_memory), overwrite=overwrite,
-                                  force=force)
+                                  force=force, tokens=tokens, text=text)
     if as_json:
         opt.emit_json(info)
     else:

@@ -724,12 +724,14 @@ class ShardWriter:
     """
 
     def __init__(self, folder: str | os.PathLike, *, shard_size: int | str = DEFAULT_SHARD_SIZE,
-                 append: bool = False, compression: str | None = None, name: str = "tensor"):
+                 append: bool = False, compression: str | None = None, name: str = "tensor",
+                 tokens: TokenInfo | None = None):
         self.folder = os.fspath(folder)
         self.shard_size = parse_size(shard_size)
         self.append = append
         self.compression = compression
         self.name = name
+        self._tokens = tokens  # the token metadata of tensor ``name`` when the chunks written carry none
         self._created = not os.path.exists(self.folder)  # removed again by abort() when it stays empty
         prepare_folder(self.folder, append=append)
         existing = read_manifest(self.folder) if append and has_manifest(self.folder) else None
@@ -787,6 +789,8 @@ class ShardWriter:
 
     def _specs_from(self, tensors: Mapping) -> None:
         got = {name: TensorSpec.of(t) for name, t in tensors.items()}
+        if self._tokens is not None and self.name in got and got[self.name].tokens is None:
+            got[self.name] = dataclasses.replace(got[self.name], tokens=self._tokens)
         if not self.specs:
             self.specs = got
             return

@@ -325,7 +325,8 @@ WORDS_PER_CHUNK = 1 << 20
 
 
 class SpooledInput:
-    """A one-way input (stdin) copied to a temp file, so that it can be read twice (count, then encode)."""
+    """A one-way input (stdin) copied to an unnamed temp file, so that it can be read twice (count, then encode);
+    the file goes when this object does (or at :meth:`close`)."""
 
     def __init__(self, source):
         import tempfile

@@ -109,7 +109,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
                  format: str | None = None, lod_level: int | None = None, dtype=None, name: str = "tensor",
                  level_names: Sequence[str] | None = None, compression: str | None = None,
                  column: str | None = None, max_memory: int | None = None, overwrite: bool = False,
-                 force: bool = False) -> dict:
+                 force: bool = False, tokens=None, text=None) -> dict:
     """Pack inputs into a sharded folder (``lodtool pack ... -o DIR/``).
 
     Without ``scheduler`` the inputs stream, in order, into shards of about
@@ -117,7 +117,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     scheduler address) each input file is packed by a Dask worker into a shard
     of its own, then the manifest is written; ``progress(done, total)`` counts
     the shards.  ``append`` adds shards after the folder's existing ones.
-    ``column`` and ``max_memory`` are :func:`lodtool.tasks.pack`'s.  A folder
+    ``column``, ``max_memory``, ``tokens`` and ``text`` are :func:`lodtool.tasks.pack`'s.  A folder
     holding a sharded container already needs ``append`` or ``overwrite``/``force``.
 
     >>> import os, tempfile
@@ -139,6 +139,8 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     if stored is not None:  # appending takes the folder's level names and dtype, as appending to a file does
         level_names = level_names if level_names is not None or not stored.level_names else list(stored.level_names)
         dtype = dtype if dtype is not None else stored.dtype
+    if scheduler and (tokens is not None or text is not None):
+        raise LodUsageError("token metadata and text are packed in order, not on Dask: leave out --scheduler")
     if scheduler:
         from ..interop.dask import pack as dask_pack
 
@@ -155,9 +157,10 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     from ._pack import PackSource
 
     source = PackSource.open(inputs, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                             column=column, max_memory=max_memory)
+                             column=column, max_memory=max_memory, tokens=tokens, text=text)
     _refuse_tiny_shards(folder, source.sources, shard_size)
-    with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name) as w:
+    with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name,
+                     tokens=source.tokens) as w:
         for chunk in source.chunks:
             w.write(chunk if source.level_names is None else chunk.with_level_names(source.names_for(chunk)))
     return _summary(folder, read_manifest(folder))
