@@ -20,7 +20,7 @@ lodtool's speed over the floor's. datatrove's ``DocumentTokenizer`` is measured 
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
 import sys
 import tempfile
@@ -130,12 +130,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         fns = {"lodtool": lodtool_default, "lodtool none": lodtool_none, "floor": floor}
         if hasattr(tokenizer, "encode_batch_fast"):
             fns["floor fast"] = floor_fast
-        datatrove = None
-        try:
-            from datatrove.pipeline.tokens.tokenizer import DocumentTokenizer  # noqa: F401
-            datatrove = "installed, not wired in this run"
-        except ImportError:
-            datatrove = None
+        datatrove = importlib.util.find_spec("datatrove") is not None
         times = {k: C.median(v) for k, v in C.interleaved(fns, runs).items()}
         mbs = {k: nbytes / t / 1e6 for k, t in times.items()}
         C.progress(TAG, ", ".join(f"{k} {v:.1f} MB/s" for k, v in mbs.items()))

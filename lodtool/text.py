@@ -285,6 +285,14 @@ def decoder_for(info: TokenInfo | None, where: str):
     (:class:`TextTokenizer`), or :class:`WordVocabulary` for a ``WordLevel`` one (its ids are words).
 
     A tensor that stores none is a :class:`~lodtool.errors.LodUsageError` naming ``where``.
+
+    >>> words = WordVocabulary(["<unk>", "the", "cat"])
+    >>> decoder_for(words.token_info(), "x.lod.h5").decode([np.array([1, 2])])
+    [['the', 'cat']]
+    >>> decoder_for(TokenInfo(vocab_size=3), "x.lod.h5: tensor 'ids'")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodUsageError: x.lod.h5: tensor 'ids' stores no tokenizer (pack --tokenizer FILE stores one), so its ids cannot be read as text
     """
     if info is None or info.tokenizer_json is None:
         raise LodUsageError(f"{where} stores no tokenizer (pack --tokenizer FILE stores one), so its ids cannot be "

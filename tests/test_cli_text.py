@@ -82,6 +82,13 @@ def test_a_parquet_text_column(tmp_path):
     pq.write_table(pa.table({"body": ["Hello there.", "", "Bye."], "n": [1, 2, 3]}), tmp_path / "t.parquet")
     t, _ = pack(tmp_path / "t.parquet", tmp_path / "p.lod.h5", "--text-field", "body")
     assert len(t) == 3 and t.lengths(0)[1] == 0
+    from lodtool import tasks
+    from lodtool.io.text import TextOptions
+
+    seen: list = []  # the progress bar's total is the file's size: the counts end there
+    tasks.pack([tmp_path / "t.parquet"], tmp_path / "q.lod.h5", text=TextOptions(TOKENIZER, field="body"),
+               progress=seen.append)
+    assert seen[-1] == os.path.getsize(tmp_path / "t.parquet")
     result = run("pack", tmp_path / "t.parquet", "--tokenizer", TOKENIZER, "--text-field", "n", "-o", tmp_path / "x.h5")
     assert result.exit_code == 1 and "t.parquet: column 'n' holds int64, not strings" in result.stderr
     pq.write_table(pa.table({"text": ["a", None]}), tmp_path / "n.parquet")

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from lodtool.cli.main import cli
@@ -97,13 +98,16 @@ def test_pack_of_a_datatrove_file_records_its_tokenizer_name(tmp_path):
     assert tokens_of(out).tokenizer_name == name
 
 
-def test_unpack_to_npz_then_pack_keeps_the_metadata_and_the_tokenizer(tmp_path):
+@pytest.mark.parametrize("to", ["npz", "parquet", "arrow"])
+def test_unpack_then_pack_keeps_the_metadata_and_the_tokenizer(tmp_path, to):
+    if to != "npz":
+        pytest.importorskip("pyarrow")
     src = tmp_path / "w.jsonl"
     src.write_text('[["the", "cat"], ["sat"]]\n[["the"]]\n')
     assert run("pack", src, "--words", "-o", tmp_path / "w.lod.h5").exit_code == 0
     want = tokens_of(tmp_path / "w.lod.h5")
-    assert run("unpack", tmp_path / "w.lod.h5", "--to", "npz", "-o", tmp_path / "w.npz").exit_code == 0
-    assert run("pack", tmp_path / "w.npz", "-o", tmp_path / "again.lod.h5").exit_code == 0
+    assert run("unpack", tmp_path / "w.lod.h5", "--to", to, "-o", tmp_path / f"w.{to}").exit_code == 0
+    assert run("pack", tmp_path / f"w.{to}", "-o", tmp_path / "again.lod.h5").exit_code == 0
     got = tokens_of(tmp_path / "again.lod.h5")
     assert got == want and got.tokenizer_json == want.tokenizer_json
     lines = run("unpack", tmp_path / "again.lod.h5", "--detokenize").stdout.splitlines()
@@ -118,3 +122,26 @@ def test_npz_token_metadata_that_does_not_parse_is_one_line(tmp_path):
     result = run("pack", tmp_path / "x.npz", "-o", tmp_path / "x.lod.h5")
     assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1
     assert "x.npz: its token metadata does not parse" in result.stderr and not (tmp_path / "x.lod.h5").exists()
+
+
+def test_pack_into_a_sharded_folder_records_the_metadata_in_every_shard_and_the_manifest(tmp_path):
+    src = tmp_path / "w.jsonl"
+    src.write_text("".join('[["the", "cat"], ["sat"]]\n' for _ in range(300)))
+    folder = f"{tmp_path / 'shards'}/"
+    result = run("pack", src, "--words", "-o", folder, "--shard-size", "1KB")
+    assert result.exit_code == 0, result.output
+    with open_sharded(folder) as f:
+        info = f.tensor().tokens
+        assert f.tensor().n_shards > 1 and info.vocab_size == 4 and info.tokenizer_json is not None
+        for i in range(f.tensor().n_shards):
+            assert f.tensor().shard(i)[1].tokens.tokenizer_json == info.tokenizer_json
+    lines = run("unpack", folder, "--detokenize").stdout.splitlines()
+    assert len(lines) == 300 and json.loads(lines[0]) == [["the", "cat"], ["sat"]]
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text("[1, 2]\n[3]\n")
+    result = run("pack", ids, "-o", f"{tmp_path / 'ids'}/", "--vocab-size", 5)
+    assert result.exit_code == 0 and open_sharded(tmp_path / "ids").tensor().tokens.vocab_size == 5
+    result = run("pack", ids, "-o", f"{tmp_path / 'dask'}/", "--vocab-size", 5, "--scheduler", "threads")
+    assert result.exit_code == 0 and open_sharded(tmp_path / "dask").tensor().tokens.vocab_size == 5
+    result = run("pack", src, "--words", "-o", f"{tmp_path / 'words'}/", "--scheduler", "threads")
+    assert result.exit_code != 0 and "its own ids" in result.stderr and not (tmp_path / "words").exists()

@@ -63,7 +63,7 @@ def test_vocab_fixes_the_ids_so_files_share_them(tmp_path):
     b.write_text('[["cat", "dog", "the"]]\n')
     assert run("pack", a, "--words", "-o", tmp_path / "a.lod.h5").exit_code == 0
     assert run("pack", b, "--vocab", tmp_path / "a.lod.h5", "-o", tmp_path / "b.lod.h5").exit_code == 0
-    (ta, ia), (tb, ib) = read(tmp_path / "a.lod.h5"), read(tmp_path / "b.lod.h5")
+    (_, ia), (tb, ib) = read(tmp_path / "a.lod.h5"), read(tmp_path / "b.lod.h5")
     assert ia == ib and tb.data.tolist() == [2, 0, 1]
     words = tmp_path / "words.txt"
     words.write_text("the\ncat\ndog\n")  # a word list without <unk>: every word must be in it

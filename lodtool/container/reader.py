@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from .. import lod as _lod
-from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
+from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageError, LodValidationError
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
@@ -200,6 +200,15 @@ def read_token_info(group: h5py.Group, path: str) -> TokenInfo | None:
     Attributes of the wrong type, a special id past the vocabulary, or a stored
     tokenizer that is not a 1-D uint8 dataset matching ``tokenizer_hash`` are
     :class:`~lodtool.errors.LodFormatError` naming the file and the tensor.
+
+    >>> import os, tempfile
+    >>> from lodtool.container.writer import LodWriter
+    >>> p = os.path.join(tempfile.mkdtemp(), "ids.lod.h5")
+    >>> with LodWriter(p) as w:
+    ...     _ = w.add_tensor("ids", dtype="uint8", lod_level=1, tokens=TokenInfo(vocab_size=9, eos_id=8))
+    >>> with open_file(p) as f:
+    ...     read_token_info(f.h5["ids"], p).eos_id, f["ids"].tokens.vocab_size
+    (8, 9)
     """
     name = group.name.lstrip("/")
     with translate(path, f"cannot read the token metadata of tensor {name!r}"):

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
-                      LodMemoryError, LodShapeError)
+                      LodMemoryError, LodShapeError, LodUsageError)
 from .._optional import optional_import
 from ..tensor import LoDTensor
+from ..tokens import TokenInfo
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -719,12 +720,14 @@ def read_ipc(source: Any, *, column: str | None = None) -> LoDTensor:
     return parts[0] if len(parts) == 1 else _concat(parts)
 
 
-def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor", stream: bool = False) -> int:
+def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor", stream: bool = False,
+              metadata: dict | None = None) -> int:
     """Write chunks as an Arrow IPC file (``stream=True``: the streaming format), one record batch per chunk.
 
     The first chunk fixes the schema; returns the number of rows (top-level
     sequences) written.  ``out`` is a writable binary stream (use an atomic
-    temp file for a path, as ``unpack`` does).
+    temp file for a path, as ``unpack`` does).  ``metadata`` goes into the
+    schema's metadata (:func:`token_metadata`).
 
     >>> import io, numpy as np, pyarrow as pa
     >>> buf = io.BytesIO()
@@ -741,7 +744,8 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
         for chunk in chunks:
             batch = to_record_batch(chunk, name, required=True)
             if writer is None:
-                writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, batch.schema)
+                schema = batch.schema.with_metadata(metadata) if metadata else batch.schema
+                writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, schema)
             writer.write_batch(batch)
             rows += batch.num_rows
         if writer is None:
@@ -750,6 +754,69 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
         if writer is not None:
             writer.close()
     return rows
+
+
+# -- token metadata in the schema ------------------------------------------------------------------------
+#: schema metadata key holding a tensor's token metadata (:meth:`lodtool.tokens.TokenInfo.to_bytes`)
+TOKENS_KEY = b"lodtool.tokens"
+
+
+def token_metadata(stored: Any) -> dict | None:
+    """The schema metadata that carries a stored tensor's token metadata (None where it has none).
+
+    >>> token_metadata(LoDTensor(np.arange(2), [[0, 2]])) is None
+    True
+    """
+    info = getattr(stored, "tokens", None)
+    return None if info is None else {TOKENS_KEY: info.to_bytes()}
+
+
+def tokens_of_schema(schema, label: str) -> TokenInfo | None:
+    """The token metadata a schema carries (:func:`token_metadata`), or None."""
+    raw = (schema.metadata or {}).get(TOKENS_KEY)
+    return None if raw is None else TokenInfo.from_bytes(raw, label)
+
+
+def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
+    """The token metadata Arrow IPC files carry in their schema (the same in every file), for ``pack``; only
+    files named by path are looked at.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "ids.arrow")
+    >>> with open(p, "wb") as f:
+    ...     _ = write_ipc([LoDTensor(np.arange(2), [[0, 2]])], f, metadata={TOKENS_KEY: TokenInfo(vocab_size=5).to_bytes()})
+    >>> token_info("arrow", [p]).vocab_size
+    5
+    """
+    pa = _pa()
+
+    def schema_of(path: str):
+        with pa.memory_map(path, "r") as source:
+            head = source.read(6)
+            source.seek(0)
+            return (pa.ipc.open_file(source) if head == IPC_MAGIC else pa.ipc.open_stream(source)).schema
+
+    return same_tokens(sources, schema_of, pa.ArrowException)
+
+
+def same_tokens(sources: Sequence[Any], schema_of, errors) -> TokenInfo | None:
+    """The one token metadata the schemas of the path ``sources`` carry (inputs that disagree are refused)."""
+    found: dict = {}
+    for s in sources:
+        if not isinstance(s, (str, os.PathLike)) or os.fspath(s) == "-" or not os.path.isfile(s):
+            continue
+        try:
+            schema = schema_of(os.fspath(s))
+        except (errors, OSError):
+            continue  # the reader names what is wrong with the file
+        info = tokens_of_schema(schema, os.fspath(s))
+        if info is not None:
+            found.setdefault(info, os.fspath(s))
+    if len(found) > 1:
+        (a, a_src), (b, b_src) = list(found.items())[:2]
+        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
+                            "vocabulary at a time")
+    return next(iter(found), None)
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
@@ -783,9 +850,10 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one record batch per chunk, the column named after the tensor."""
-    write_ipc(_named(chunks, stored.level_names), out, name=stored.name)
+    write_ipc(_named(chunks, stored.level_names), out, name=stored.name, metadata=token_metadata(stored))
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
            "pick_column", "valid_chunks", "check_claim", "sink_for", "read", "write", "write_stored",
-           "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC"]
+           "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC", "TOKENS_KEY", "token_metadata", "tokens_of_schema",
+           "token_info", "same_tokens"]

@@ -299,6 +299,12 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
     """The tokenizer name the ``.ds.metadata`` files record (one name for all inputs), as :class:`TokenInfo`.
 
     Inputs whose metadata names different tokenizers are refused: their ids do not share a vocabulary.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.ds")
+    >>> _ = open(p + ".metadata", "w").write("gpt2|2\\n3\\n3.0\\n")
+    >>> token_info("datatrove", [p]).tokenizer_name
+    'gpt2'
     """
     names = {}
     for s in sources:

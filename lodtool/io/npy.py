@@ -659,6 +659,13 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
     """The token metadata LoD archives carry (member ``tokens``; the same in every archive), for ``pack``.
 
     Only archives named by path are looked at (a stream is read once, by the reader).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "ids.npz")
+    >>> write_npz_parts(p, shape=(2,), dtype=np.dtype("uint8"), data_blocks=[np.array([1, 2], np.uint8)],
+    ...                 offsets=[[np.array([0, 2])]], level_sizes=[2], tokens=TokenInfo(vocab_size=3))
+    >>> token_info("npz", [p]).vocab_size
+    3
     """
     if fmt != "npz":
         return None

@@ -32,8 +32,9 @@ from ..errors import LodFileNotFoundError, LodInputError, LodMemoryError, LodSha
 from ..lod import counted
 from .._optional import optional_import
 from ..tensor import LoDTensor
-from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, check_claim, pick_column,
-                    sink_for, to_record_batch, valid_chunks)
+from ..tokens import TokenInfo
+from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, check_claim, pick_column, same_tokens,
+                    sink_for, to_record_batch, token_metadata, valid_chunks)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -396,7 +397,7 @@ def read_parquet(source: Any, *, column: str | None = None) -> LoDTensor:
 
 
 def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike, *, name: str = "tensor",
-                  compression: str | None = "zstd") -> int:
+                  compression: str | None = "zstd", metadata: dict | None = None) -> int:
     """Write chunks as a Parquet file with one column ``name``, one row group per chunk; returns the rows.
 
     ``out`` is a writable binary stream or a path (use an atomic temp file, as
@@ -428,7 +429,8 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
                                     "or npz instead")
             batch = to_record_batch(chunk, name, required=True)
             if writer is None:
-                writer = pq.ParquetWriter(sink_for(out), batch.schema, compression=codec, store_schema=True)
+                schema = batch.schema.with_metadata(metadata) if metadata else batch.schema  # token metadata
+                writer = pq.ParquetWriter(sink_for(out), schema, compression=codec, store_schema=True)
             table = pa.Table.from_batches([batch])
             writer.write_table(table, row_group_size=max(table.num_rows, 1))
             rows += table.num_rows
@@ -467,8 +469,23 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one row group per chunk, the column named after the tensor."""
-    write_parquet(_named(chunks, stored.level_names), out, name=stored.name)
+    write_parquet(_named(chunks, stored.level_names), out, name=stored.name, metadata=token_metadata(stored))
+
+
+def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
+    """The token metadata Parquet files carry in their schema (:func:`lodtool.io.arrow.token_metadata`; the same
+    in every file), read from the footer alone, for ``pack``.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool.io.arrow import TOKENS_KEY
+    >>> p = os.path.join(tempfile.mkdtemp(), "ids.parquet")
+    >>> _ = write_parquet([LoDTensor(np.arange(2), [[0, 2]])], p, metadata={TOKENS_KEY: TokenInfo(vocab_size=5).to_bytes()})
+    >>> token_info("parquet", [p]).vocab_size
+    5
+    """
+    pq = optional_import("pyarrow.parquet", "parquet", "Parquet")
+    return same_tokens(sources, pq.read_schema, _pa().ArrowException)
 
 
 __all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "row_group_claims", "EXTENSIONS", "MAGIC",
-           "COMPRESSIONS", "read", "write", "write_stored"]
+           "COMPRESSIONS", "read", "write", "write_stored", "token_info"]

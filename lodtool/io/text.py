@@ -120,7 +120,13 @@ def _cached(given: str, _path: str, _mtime: int, _size: int) -> TextTokenizer:
 
 def token_info(fmt: str, sources: Sequence[Any], *, text: TextOptions | None = None, **_options) -> TokenInfo | None:
     """The token metadata of text packed with ``text``'s tokenizer or word vocabulary (its JSON included unless
-    asked otherwise)."""
+    asked otherwise).
+
+    >>> from lodtool.text import WordVocabulary
+    >>> words = WordVocabulary(["<unk>", "the", "cat"])
+    >>> token_info("text", [], text=TextOptions(None, words=True, vocabulary=words)).vocab_size
+    3
+    """
     if text is None:
         return None
     return text.load().token_info(store_json=text.store_json)
@@ -297,14 +303,16 @@ def _parquet_documents(source, field: str, batch: int, counted) -> Iterator[list
     kind = pf.schema_arrow.field(field).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise LodInputError(f"{where}: column {field!r} holds {kind}, not strings")
-    row = 0
+    row, rows = 0, max(pf.metadata.num_rows, 1)
+    # progress counts the file's bytes (what the bar's total is), shared out over the rows read
+    size = os.path.getsize(source) if isinstance(source, (str, os.PathLike)) else 0
     try:
         for rb in pf.iter_batches(batch_size=max(1, batch // 1024), columns=[field]):
             col = rb.column(0)
             if col.null_count:
                 first = int(np.flatnonzero(np.asarray(col.is_null()))[0])
                 raise LodInputError(f"{where}: row {row + first}: column {field!r} is null, not a string")
-            counted(int(col.nbytes))
+            counted(size * (row + len(col)) // rows - size * row // rows if size else int(col.nbytes))
             row += len(col)
             yield col.to_pylist()
     except pa.ArrowException as exc:
@@ -317,7 +325,8 @@ WORDS_PER_CHUNK = 1 << 20
 
 
 class SpooledInput:
-    """A one-way input (stdin) copied to a temp file, so that it can be read twice (count, then encode)."""
+    """A one-way input (stdin) copied to an unnamed temp file, so that it can be read twice (count, then encode);
+    the file goes when this object does (or at :meth:`close`)."""
 
     def __init__(self, source):
         import tempfile
@@ -336,7 +345,12 @@ class SpooledInput:
 
 
 def rereadable(sources: Sequence[Any]) -> list:
-    """``sources`` with stdin and one-way streams spooled (:class:`SpooledInput`), so each can be read twice."""
+    """``sources`` with stdin and one-way streams spooled (:class:`SpooledInput`), so each can be read twice.
+
+    >>> import io
+    >>> [type(s).__name__ for s in rereadable(["words.jsonl", io.BytesIO(b"[]")])]
+    ['str', 'BytesIO']
+    """
     def seekable(s) -> bool:
         try:
             return bool(s.seekable())

@@ -17,7 +17,6 @@ pack leaves no output: the container is committed only when everything is in.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
@@ -112,19 +111,15 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
 
     sources = _as_list(inputs)
     refuse_output_over_input(output, sources)
-    with contextlib.ExitStack() as spooled:
-        if text is not None and text.words:
-            sources, text = _with_vocabulary(sources, text, spooled)
-        source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                                 column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
-                                 token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
-        kwargs = {} if compression is None else {"compression": compression}
-        with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY,
-                       **kwargs) as writer:
-            writer.check_name(name)  # before any input is read
-            written = _write_chunks(writer, name, source)
-            if written.tensor is None:
-                written.tensor = _add_without_chunks(writer, name, source)
+    source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
+                             token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
+    kwargs = {} if compression is None else {"compression": compression}
+    with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
+        writer.check_name(name)  # before any input is read
+        written = _write_chunks(writer, name, source)
+        if written.tensor is None:
+            written.tensor = _add_without_chunks(writer, name, source)
     if progress is not None:
         progress(source.bytes_read)
     return _result(os.fspath(output), name, source, written)
@@ -159,6 +154,8 @@ class PackSource:
              text: TextOptions | None = None) -> "PackSource":
         """Check the options, decide the format, and start reading (lazily: nothing is parsed yet)."""
         sources = _as_list(inputs)
+        if text is not None and text.words:
+            sources, text = _with_vocabulary(sources, text)
         if text is not None:  # the text reader tells each input's kind (JSON Lines, Parquet, plain) itself
             text = _text_kind(text, format)
             detection = formats.Detection("text", False)
@@ -313,10 +310,11 @@ def reader_options(fmt: str, column: str | None, max_memory: int | None, *, toke
     return extra
 
 
-def _with_vocabulary(sources: list, text: TextOptions, spooled: contextlib.ExitStack) -> tuple[list, TextOptions]:
+def _with_vocabulary(sources: list, text: TextOptions) -> tuple[list, TextOptions]:
     """Words with their vocabulary: the one given (a container's stored one, a tokenizer.json, a word list), or
-    the inputs' own, counted in a first pass (stdin is spooled to a temp file for it, closed by ``spooled``)."""
-    from ..io.text import SpooledInput, count_words, rereadable
+    the inputs' own, counted in a first pass (stdin is spooled to an unnamed temp file for it, which goes with
+    the sources)."""
+    from ..io.text import count_words, rereadable
     from ..text import WordVocabulary
 
     given = text.vocabulary
@@ -325,9 +323,6 @@ def _with_vocabulary(sources: list, text: TextOptions, spooled: contextlib.ExitS
     if given is not None:
         return sources, dataclasses.replace(text, vocabulary=_vocabulary_of(os.fspath(given)))
     sources = rereadable(sources)
-    for s in sources:
-        if isinstance(s, SpooledInput):
-            spooled.callback(s.close)
     return sources, dataclasses.replace(text, vocabulary=count_words(sources, min_count=text.min_count))
 
 

@@ -10,6 +10,7 @@ operators' ``--scheduler`` runs them on (see :mod:`lodtool.tasks._operators`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -158,7 +159,13 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     if stored is not None:  # appending takes the folder's level names and dtype, as appending to a file does
         level_names = level_names if level_names is not None or not stored.level_names else list(stored.level_names)
         dtype = dtype if dtype is not None else stored.dtype
+    if scheduler and text is not None and text.words and text.vocabulary is None:
+        raise LodUsageError("a word vocabulary counted on each Dask worker would give each shard its own ids: give "
+                            "vocab=FILE, or leave out scheduler=")
     if scheduler:
+        if text is not None:  # the workers may run in another folder
+            text = dataclasses.replace(text, **{k: os.path.abspath(v) for k in ("tokenizer", "vocabulary")
+                                               if isinstance(v := getattr(text, k), (str, os.PathLike))})
         from ..interop.dask import pack as dask_pack
 
         options = {"format": format, "lod_level": lod_level, "dtype": dtype, "name": name,
