@@ -19,7 +19,14 @@ the pass):
   ``datasets`` ``ds[i]`` join where they are installed (skipped with a note);
 * **batches**: ``lodtool.batches(p, plan, output="varlen")`` on a ``sorted``
   plan of sentences (``max_tokens=4096``) in tokens/s, beside a Numba gather
-  of the same plan from ``np.memmap`` into one reused buffer.
+  of the same plan from ``np.memmap`` into one reused buffer;
+* **chunk-aware shuffle**: the default-compression container read with a
+  ``chunks`` plan (a fresh reader, so a fresh cache of decoded chunks, per
+  pass), in tokens/s beside the memory-mappable figure, with the chunks it
+  decoded per stored chunk;
+* **map-style dataset**: ``SequenceDataset`` (sentences) under
+  ``DataLoader(batch_size=64, shuffle=True, num_workers=2)`` in tokens/s,
+  where torch is installed.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ TAG = "random"
 #: (tokens, documents, random reads per warm pass, per uncached pass)
 SIZES = {"tiny": (200_000, 1_000, 500, 200), "small": (26_800_000, 100_000, 20_000, 2_000),
          "full": (268_435_456, 1_000_000, 20_000, 2_000)}
+#: batches of 64 sentences the map-style dataset's loader is timed on
+LOADER_BATCHES = {"tiny": 20, "small": 500, "full": 2000}
 NAME = "tokens"
 MAX_TOKENS = 4096
 
@@ -167,6 +176,7 @@ def _gather_kernel():
 
 def batches(shape: dict, dtype: str) -> tuple[list, dict]:
     import lodtool
+    from lodtool.tasks._batch import BatchReader
 
     path = shape["files"][(dtype, "none")]
     plan = lodtool.batch_plan(path, level=1, max_tokens=MAX_TOKENS, mode="sorted", seed=0)
@@ -196,10 +206,54 @@ def batches(shape: dict, dtype: str) -> tuple[list, dict]:
         t0 = time.perf_counter()
         fn()
         result[key] = tokens / (time.perf_counter() - t0)
+    chunked = shape["files"][(dtype, "deflate")]
+    chunk_plan = lodtool.batch_plan(chunked, level=1, max_tokens=MAX_TOKENS, mode="chunks", seed=0)
+    decodes = []
+
+    def chunks_pass():  # a fresh reader: its cache of decoded chunks starts empty, as an epoch's would
+        n = 0
+        with BatchReader(chunked, chunk_plan, output="varlen") as reader:
+            for b in reader:
+                n += int(b["cu_seqlens"][-1])
+            cache = reader._source.chunks
+            decodes.append(cache.decodes / cache.n_blocks)
+        return n
+
+    chunks_pass()
+    t0 = time.perf_counter()
+    chunks_pass()
+    result["chunks"] = tokens / (time.perf_counter() - t0)
+    result["decodes_per_chunk"] = decodes[-1]
     rows = [[dtype, "Numba gather of the plan from np.memmap (the floor)", f"{result['numba'] / 1e6:.1f}M", "1.00×"],
             [dtype, "`lodtool.batches(..., output=\"varlen\")`, `--compression none`",
-             f"{result['lodtool'] / 1e6:.1f}M", C.fmt_x(result["lodtool"] / result["numba"])]]
+             f"{result['lodtool'] / 1e6:.1f}M", C.fmt_x(result["lodtool"] / result["numba"])],
+            [dtype, f"`chunks` plan, default compression ({decodes[-1]:.2f} decodes per chunk)",
+             f"{result['chunks'] / 1e6:.1f}M", C.fmt_x(result["chunks"] / result["numba"])]]
     return rows, result
+
+
+def dataloader(shape: dict, dtype: str, batches: int) -> tuple[list, dict]:
+    """``SequenceDataset`` of sentences under ``DataLoader(shuffle=True, num_workers=2)``: tokens/s, or ``None``."""
+    try:
+        import torch
+    except ImportError:
+        return [], {}
+    from lodtool.interop.torch import SequenceDataset
+
+    ds = SequenceDataset(shape["files"][(dtype, "none")], level=1)
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=2,
+                                         collate_fn=SequenceDataset.collate, persistent_workers=True)
+    it = iter(loader)
+    for _ in range(20):  # the workers started and warm
+        next(it)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(batches):
+        n += int(next(it)[1].sum())
+    figure = n / (time.perf_counter() - t0)
+    del it, loader
+    return [[dtype, "`SequenceDataset` + `DataLoader(batch_size=64, shuffle=True, num_workers=2)`",
+             f"{figure / 1e6:.2f}M", "–"]], {"dataloader": figure}
 
 
 def run(size: str, runs: int, tmpdir: str | None) -> dict:
@@ -221,6 +275,10 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             rows, res = batches(shape, dtype)
             batch_rows += rows
             figures[dtype + " batches"] = res
+            C.progress(TAG, f"map-style dataset, {dtype}")
+            rows, res = dataloader(shape, dtype, LOADER_BATCHES[size])
+            batch_rows += rows
+            figures[dtype + " batches"].update(res)
     targets = []
     for dtype in ("int32", "uint16"):
         r = figures[dtype]
@@ -239,9 +297,19 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         targets.append(C.target(f"`lodtool.batches` sorted plan, tokens/s, {dtype}", f"{b['lodtool'] / 1e6:.1f}M/s",
                                 f"{b['numba'] / 1e6:.1f}M/s", C.fmt_x(ratio), ratio >= 0.8,
                                 "≥ 0.8× a Numba gather from np.memmap"))
+        ratio = b["chunks"] / b["lodtool"]
+        targets.append(C.target(f"default compression, `chunks` plan, tokens/s, {dtype}",
+                                f"{b['chunks'] / 1e6:.1f}M/s, {b['decodes_per_chunk']:.2f} decodes per chunk",
+                                f"memory-mappable {b['lodtool'] / 1e6:.1f}M/s", C.fmt_x(ratio),
+                                ratio >= 0.5 and b["decodes_per_chunk"] <= 2,
+                                "≥ 0.5× the memory-mappable figure, ≤ 2 decodes per chunk"))
     notes = [f"{shape['docs']:,} documents, {shape['sentences']:,} sentences, {shape['tokens']:,} tokens; "
              f"{reads:,} random documents per warm pass, {uncached_reads:,} per uncached pass (after "
              "`posix_fadvise(POSIX_FADV_DONTNEED)` of every file of the dtype)."]
+    if not any("dataloader" in figures[d + " batches"] for d in ("int32", "uint16")):
+        notes.append("torch is not installed here: the map-style dataset's row is skipped.")
+    notes.append("The map-style dataset's row has no Megatron-Core loader beside it where megatron-core is not "
+                 "installed.")
     if not any(("megatron", "warm") in figures[d] for d in ("int32", "uint16")):
         notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its row "
                      "is skipped.")

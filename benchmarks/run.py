@@ -22,6 +22,7 @@ batch      padding waste per batching mode vs random, pack fill, planning 10M se
 interop    zero-copy conversions (awkward, Arrow, torch); pack/unpack Parquet vs pyarrow
 toolkit    issue 17's operators (scatter, conv, top-k average pooling, im2sequence) vs reference, Paddle
 dask       ``lodtool.dask`` pool and parallel pack on 2 process workers vs 1; scheduler overhead
+text       ``pack --tokenizer`` MB/s of text vs ``encode_batch`` + ``np.concatenate`` + h5py; ``--detokenize``
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -66,6 +67,7 @@ SECTIONS = {
     "interop": ("bench_interop.py", "Interop"),
     "toolkit": ("bench_ops_toolkit.py", "Toolkit operators (issue 17)"),
     "dask": ("bench_dask.py", "lodtool on Dask"),
+    "text": ("bench_text.py", "Text"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "

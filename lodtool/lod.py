@@ -445,7 +445,7 @@ def walk_branch(path: Sequence[int], levels: Sequence[np.ndarray]) -> tuple[int,
         if not 0 <= i < count:
             return None
         o = levels[depth]
-        begin, end = int(o[begin + i]), int(o[begin + i + 1])
+        begin, end = o.item(begin + i), o.item(begin + i + 1)
     return begin, end
 
 

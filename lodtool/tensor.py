@@ -116,13 +116,13 @@ class TensorView:
         >>> t.branch(2).lod, t.branch(2, 0).data.tolist()
         ([[0, 2, 5]], [7, 8])
         """
-        if not self.lod_level:
-            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
         levels = self._checked_levels()
-        if levels is not None and len(path) <= len(levels):
+        if levels and len(path) <= len(levels):  # the hot path of a training loop: no check more than needed
             found = _lod.walk_branch(path, levels)
             if found is not None:
                 return self._extract_checked(len(path), found[0], found[1], levels)
+        if not self.lod_level:
+            raise LodIndexError("a 0-level tensor has no branches; slice its rows with numpy")
         level, begin, end = _lod.resolve_branch(path, self._window, self.level_sizes, self.n_rows)
         return self._extract(level, begin, end)
 
@@ -154,6 +154,12 @@ class TensorView:
         [[0, 2, 3]]
         """
         level = self._level(level)
+        levels = self._checked_levels()
+        if levels:  # validated whole offsets: sound sizes, and the windows need no check
+            count = len(levels[level]) - 1
+            if not 0 <= begin <= end <= count:
+                raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
+            return self._extract_checked(level, int(begin), int(end), levels)
         _lod.check_level_sizes(self.level_sizes, self.n_rows)  # a level of no offsets is a broken file
         count = self.num_sequences(level)
         if not 0 <= begin <= end <= count:
@@ -181,10 +187,11 @@ class TensorView:
         offsets = []
         for o in levels[level:]:
             window = o[begin:end + 1]
-            offsets.append(window - window[0])
-            begin, end = int(window[0]), int(window[-1])
-        names = self.level_names[level:] if self.level_names else None
-        return self._tensor(self._rows(begin, end), offsets, names)
+            first = window[0]
+            offsets.append(window - first)
+            begin, end = int(first), window.item(-1)
+        names = self.level_names
+        return self._tensor(self._rows(begin, end), offsets, names[level:] if names else None)
 
     def _extract(self, level: int, begin: int, end: int):
         offsets, row_begin, row_end = _lod.extract_range(level, begin, end, self._window, self.level_sizes,
@@ -315,7 +322,7 @@ class LoDTensor(TensorView):
         arrays nobody else holds, frozen in place instead of viewed read-only."""
         t = cls.__new__(cls)
         t._data = data
-        t._offsets = tuple(_frozen(o) for o in offsets) if owned else tuple(_read_only(o) for o in offsets)
+        t._offsets = tuple(map(_frozen if owned else _read_only, offsets))
         t._level_names = tuple(level_names) if level_names else None
         t._checked = True
         t._shared = False
@@ -503,14 +510,17 @@ def _writable_elsewhere(offsets: np.ndarray, given: Any) -> bool:
 
 def _frozen(offsets: Any) -> Any:
     """The tensor's own offsets made read-only in place (device arrays cannot be)."""
-    if isinstance(offsets, np.ndarray) and offsets.flags.writeable and not _is_device_array(offsets):
+    if type(offsets) is np.ndarray:  # the common case first: a plain host array (a branch reads one per level)
+        offsets.flags.writeable = False
+    elif isinstance(offsets, np.ndarray) and offsets.flags.writeable and not _is_device_array(offsets):
         offsets.flags.writeable = False
     return offsets
 
 
 def _read_only(offsets: Any) -> Any:
     """A read-only view of host offsets, so a tensor's index cannot change after it was checked."""
-    if isinstance(offsets, np.ndarray) and offsets.flags.writeable and not _is_device_array(offsets):
+    if isinstance(offsets, np.ndarray) and offsets.flags.writeable and (type(offsets) is np.ndarray
+                                                                       or not _is_device_array(offsets)):
         offsets = offsets.view()
         offsets.flags.writeable = False
     return offsets

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -164,14 +164,136 @@ class TextTokenizer:
         return self.decode([ids])[0] + ("…" if more else "")
 
 
+class WordVocabulary:
+    """Words and their ids: what ``pack --words`` builds from nested lists of strings, most frequent first.
+
+    Id 0 is :data:`UNKNOWN` (a word under ``min_count``, or one a fixed vocabulary lacks); the container
+    stores the vocabulary as a HuggingFace ``WordLevel`` tokenizer.json, so ``tokenizers`` loads it too.
+    Any ``WordLevel`` model's ids are words, so :func:`decoder_for` reads them back as lists of words.
+
+    >>> v = WordVocabulary.from_counts({"cat": 1, "the": 3, "sat": 1, "a": 1}, min_count=1)
+    >>> v.words, v.encode(["the", "cat", "dog"]).tolist()
+    (['<unk>', 'the', 'cat', 'sat', 'a'], [1, 2, 0])
+    >>> v.decode([np.array([1, 3])]), WordVocabulary.from_json(v.to_json(), "v").words == v.words
+    ([['the', 'sat']], True)
+    """
+
+    UNKNOWN = "<unk>"
+
+    def __init__(self, words: Sequence[str], label: str = "the word vocabulary", name: str | None = "words"):
+        self.words = list(words)
+        self.label = label
+        self.name = name
+        self.index = {w: i for i, w in enumerate(self.words)}
+        if len(self.index) != len(self.words):
+            raise LodInputError(f"{label}: a word is listed twice")
+        self.unk_id = self.index.get(self.UNKNOWN)
+        self.vocab_size = len(self.words)
+        self.raw = self.to_json()
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int], *, min_count: int = 1) -> "WordVocabulary":
+        """The vocabulary of words counted in order of first sight: :data:`UNKNOWN`, then the words seen at least
+        ``min_count`` times, most frequent first (ties: first seen first)."""
+        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+            raise LodUsageError(f"min_count must be a positive integer, got {min_count!r}")
+        order = {w: i for i, w in enumerate(counts)}
+        kept = sorted((w for w, n in counts.items() if n >= min_count and w != cls.UNKNOWN),
+                      key=lambda w: (-counts[w], order[w]))
+        return cls([cls.UNKNOWN, *kept])
+
+    @classmethod
+    def from_json(cls, raw: bytes, label: str) -> "WordVocabulary":
+        """The vocabulary of a ``WordLevel`` tokenizer.json (ids must be ``0..n-1``)."""
+        import json
+
+        try:
+            model = json.loads(raw.decode("utf-8"))["model"]
+            vocab = model["vocab"]
+            if model.get("type") != "WordLevel" or not isinstance(vocab, dict):
+                raise ValueError("not a WordLevel model")
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise LodInputError(f"{label}: not a word vocabulary (a WordLevel tokenizer.json): {exc}") from None
+        words = sorted(vocab, key=vocab.__getitem__)
+        if [vocab[w] for w in words] != list(range(len(words))):
+            raise LodInputError(f"{label}: the word ids are not 0..{len(words) - 1}")
+        return cls(words, label)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "WordVocabulary":
+        """A fixed vocabulary from a file: a ``WordLevel`` tokenizer.json, or plain text of one word per line
+        (the id is the line number, from 0)."""
+        path = os.fspath(path)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_TOKENIZER_BYTES + 1)
+        except OSError as exc:
+            raise LodInputError(f"{path}: cannot read the vocabulary ({exc.strerror or exc})") from None
+        if raw.lstrip().startswith(b"{"):
+            return cls.from_json(raw, path)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise LodInputError(f"{path}:{line}: invalid UTF-8 in the vocabulary") from None
+        return cls(text.splitlines(), path)
+
+    def to_json(self) -> bytes:
+        """The vocabulary as a HuggingFace ``WordLevel`` tokenizer.json."""
+        import json
+
+        unknown = self.UNKNOWN if self.unk_id is not None else None
+        doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+               "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+               "model": {"type": "WordLevel", "vocab": self.index, "unk_token": unknown}}
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def token_info(self, *, store_json: bool = True, **special: int | None) -> TokenInfo:
+        """What a container records: the vocabulary size, the name ``words`` and the vocabulary itself."""
+        info = TokenInfo(vocab_size=max(self.vocab_size, 1), tokenizer_name=self.name, tokenizer_json=self.raw,
+                         **{k: v for k, v in special.items() if v is not None})
+        return info if store_json else info.without_json()
+
+    def encode(self, words: Sequence[str], where=None) -> np.ndarray:
+        """The ids of ``words``; a word the vocabulary lacks is :data:`UNKNOWN`'s id, or (without one) an error
+        naming ``where(k)`` for the ``k``-th word."""
+        index, unk = self.index, self.unk_id
+        if unk is not None:
+            return np.fromiter((index.get(w, unk) for w in words), np.int64, len(words))
+        try:
+            return np.fromiter((index[w] for w in words), np.int64, len(words))
+        except KeyError as exc:
+            k = list(words).index(exc.args[0])
+            raise LodInputError(f"{where(k) if where else ''}word {exc.args[0]!r} is not in {self.label}, which has "
+                                f"no {self.UNKNOWN!r} to stand for it") from None
+
+    def decode(self, sequences: Sequence[Any], *, skip_special_tokens: bool = False) -> list[list[str]]:
+        """Each id sequence as its list of words."""
+        words = self.words
+        try:
+            return [[words[i] for i in np.asarray(s).tolist()] for s in sequences]
+        except IndexError:
+            raise LodInputError(f"{self.label}: an id is past its {len(words)} words") from None
+
+    def preview(self, ids: np.ndarray, more: bool) -> str:
+        """The first words of a sequence, space-separated (``tree --text``)."""
+        return " ".join(self.decode([ids])[0]) + (" …" if more else "")
+
+
 def decoder_for(info: TokenInfo | None, where: str):
-    """What turns the ids of a tensor with token metadata ``info`` back into text: its stored tokenizer.
+    """What turns the ids of a tensor with token metadata ``info`` back into text: its stored tokenizer
+    (:class:`TextTokenizer`), or :class:`WordVocabulary` for a ``WordLevel`` one (its ids are words).
 
     A tensor that stores none is a :class:`~lodtool.errors.LodUsageError` naming ``where``.
     """
     if info is None or info.tokenizer_json is None:
         raise LodUsageError(f"{where} stores no tokenizer (pack --tokenizer FILE stores one), so its ids cannot be "
                             "read as text")
+    if b'"WordLevel"' in info.tokenizer_json:
+        try:
+            return WordVocabulary.from_json(info.tokenizer_json, f"{where}: its stored vocabulary")
+        except LodInputError:
+            pass  # a "WordLevel" string elsewhere in another model's JSON: the tokenizer decides
     return TextTokenizer(info.tokenizer_json, f"{where}: its stored tokenizer", info.tokenizer_name)
 
 
@@ -198,4 +320,4 @@ def decode_nested(chunk, decoder, *, skip_special_tokens: bool = False) -> list:
     return texts
 
 
-__all__ = ["TextTokenizer", "split_text", "decoder_for", "decode_nested", "SPLITS", "SPECIAL_NAMES"]
+__all__ = ["TextTokenizer", "WordVocabulary", "split_text", "decoder_for", "decode_nested", "SPLITS", "SPECIAL_NAMES"]

@@ -151,6 +151,42 @@ class TokenInfo:
             raise LodUsageError(f"unknown token metadata: {', '.join(unknown)}")
         return cls(**{k: raw.get(k) for k in TOKEN_FIELDS})
 
+    def to_bytes(self) -> bytes:
+        """The whole info, the tokenizer's JSON included, as UTF-8 JSON: how an interchange file carries it.
+
+        >>> info = TokenInfo(vocab_size=3, eos_id=2, tokenizer_json=b'{"a": 1}')
+        >>> back = TokenInfo.from_bytes(info.to_bytes(), "x.npz")
+        >>> back == info and back.tokenizer_json == info.tokenizer_json
+        True
+        """
+        import json
+
+        fields = {k: getattr(self, k) for k in TOKEN_FIELDS}
+        fields["tokenizer_json"] = None if self.tokenizer_json is None else self.tokenizer_json.decode("utf-8")
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, label: str) -> "TokenInfo":
+        """The info of :meth:`to_bytes`; anything else is a :class:`~lodtool.errors.LodInputError` naming ``label``."""
+        import json
+
+        from .errors import LodInputError
+
+        try:
+            fields = json.loads(bytes(raw).decode("utf-8"))
+            if not isinstance(fields, dict):
+                raise ValueError("not a JSON object")
+            unknown = sorted(set(fields) - set(TOKEN_FIELDS) - {"tokenizer_json"})
+            if unknown:
+                raise ValueError(f"unknown fields {', '.join(unknown)}")
+            stored = fields.get("tokenizer_json")
+            if stored is not None and not isinstance(stored, str):
+                raise ValueError("tokenizer_json is not a string")
+            return cls(**{k: fields.get(k) for k in TOKEN_FIELDS},
+                       tokenizer_json=None if stored is None else stored.encode("utf-8"))
+        except (UnicodeDecodeError, ValueError, LodUsageError) as exc:
+            raise LodInputError(f"{label}: its token metadata does not parse ({exc})") from None
+
     def describe(self) -> str:
         """One line for people (:func:`describe_tokens`)."""
         return describe_tokens(self.as_dict())

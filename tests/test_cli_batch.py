@@ -52,6 +52,19 @@ def test_stats_table_histogram_and_json(corpus):
     assert sum(report["histogram"]["counts"]) == len(lengths)
 
 
+def test_stats_count_chunk_reads_beside_a_true_shuffle(corpus):
+    path, lengths, _ = corpus
+    r = run("batch", path, "--level", 1, "--max-tokens", 512, "--mode", "chunks", "--window", 4, "--stats")
+    assert r.exit_code == 0, r.output
+    assert "chunk reads per epoch" in r.output and "true shuffle" in r.output and "mixing" in r.output
+    r = run("batch", path, "--level", 1, "--max-tokens", 512, "--mode", "chunks", "--stats", "--json")
+    chunks = json.loads(r.output)["chunks"]
+    assert chunks["decodes_per_chunk"] <= 2 and set(chunks["shuffled"]) == {"decodes", "decodes_per_chunk",
+                                                                             "chunks_per_batch"}
+    r = run("batch", path, "--level", 1, "--max-tokens", 512, "--window", 4, "--stats")
+    assert r.exit_code == 2 and "window" in r.output
+
+
 def test_buckets_and_replica_options(corpus):
     path, _, _ = corpus
     r = run("batch", path, "--level", 1, "--mode", "buckets", "--boundaries", "8,16,32", "--max-tokens", 256,

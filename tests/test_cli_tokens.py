@@ -95,3 +95,26 @@ def test_pack_of_a_datatrove_file_records_its_tokenizer_name(tmp_path):
     out = tmp_path / "d.lod.h5"
     assert run("pack", tmp_path / "d.ds", "-o", out).exit_code == 0
     assert tokens_of(out).tokenizer_name == name
+
+
+def test_unpack_to_npz_then_pack_keeps_the_metadata_and_the_tokenizer(tmp_path):
+    src = tmp_path / "w.jsonl"
+    src.write_text('[["the", "cat"], ["sat"]]\n[["the"]]\n')
+    assert run("pack", src, "--words", "-o", tmp_path / "w.lod.h5").exit_code == 0
+    want = tokens_of(tmp_path / "w.lod.h5")
+    assert run("unpack", tmp_path / "w.lod.h5", "--to", "npz", "-o", tmp_path / "w.npz").exit_code == 0
+    assert run("pack", tmp_path / "w.npz", "-o", tmp_path / "again.lod.h5").exit_code == 0
+    got = tokens_of(tmp_path / "again.lod.h5")
+    assert got == want and got.tokenizer_json == want.tokenizer_json
+    lines = run("unpack", tmp_path / "again.lod.h5", "--detokenize").stdout.splitlines()
+    assert [json.loads(x) for x in lines] == [[["the", "cat"], ["sat"]], [["the"]]]
+
+
+def test_npz_token_metadata_that_does_not_parse_is_one_line(tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "x.npz", data=np.arange(3), offsets_0=np.array([0, 3]),
+             tokens=np.frombuffer(b'{"vocab_size": "many"}', np.uint8))
+    result = run("pack", tmp_path / "x.npz", "-o", tmp_path / "x.lod.h5")
+    assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1
+    assert "x.npz: its token metadata does not parse" in result.stderr and not (tmp_path / "x.lod.h5").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -225,3 +226,41 @@ def test_a_loop_of_reads_loads_the_compiled_check_and_a_one_shot_read_does_not(t
             "assert 'numba' in sys.modules and not rows.flags.owndata  # checked here, read from the map\n"
             "assert (rows == range(4 * c, 4 * c + 4)).all()\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_file_opened_again_unchanged_is_not_checked_again(tmp_path, numba_loaded):
+    path = _file(tmp_path, np.arange(400, dtype=np.int64), fletcher32=True)
+    with h5py.File(path, "r") as f:
+        first = _mmap.mapping(f["d"])
+        assert first.unchecked == 100
+        _h5.read_rows(f["d"], 0, 400)
+        assert first.unchecked == 0
+    with h5py.File(path, "r") as f:  # another handle of the same file shares what this process checked
+        assert _mmap.mapping(f["d"]).unchecked == 0
+    del first  # its descriptor holds the file's lock
+    gc.collect()
+    with h5py.File(path, "r+") as f:  # rewritten: a new modification time, so checked again
+        f["d"][0] = 5
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1_000_000))
+    with h5py.File(path, "r") as f:
+        assert _mmap.mapping(f["d"]).unchecked == 100
+        assert _h5.read_rows(f["d"], 0, 2).tolist() == [5, 1]
+
+
+def test_the_chunk_table_gathers_what_libhdf5_reads(tmp_path, numba_loaded):
+    from lodtool.ops.batching import gather_batch
+
+    data = (np.arange(300, dtype=np.int64) * 3 - 7).astype(np.complex128)
+    path = _file(tmp_path, data, chunks=(16,), fletcher32=True)  # chunks 4 bytes apart from 8-byte alignment
+    with h5py.File(path, "r") as f:
+        m = _mmap.mapping(f["d"])
+        words, table, chunk_rows = m.chunk_table()
+        assert not words.flags.writeable and (table < 0).all()
+        _h5.read_rows(f["d"], 0, 300)  # checks every chunk: the table fills in place
+        assert (table >= 0).all()
+        out = np.zeros(300, np.complex128)
+        seqs, rows = np.array([0]), np.array([0, 300])
+        gather_batch(words, table, words.dtype.itemsize, chunk_rows, 16 // words.dtype.itemsize, seqs, rows,
+                     np.zeros(0, np.int64), False, 0, out.view(words.dtype), np.zeros(1, np.int64),
+                     np.zeros(2, np.int64), np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(64, np.int64))
+        np.testing.assert_array_equal(out, f["d"][:])

@@ -392,3 +392,31 @@ def test_branches_of_a_large_file_match_memory(path):
         lazy = f.tensor()
         for i in rng.integers(0, len(t), 20):
             assert lazy.branch(int(i)).equals(t.branch(int(i)))
+
+
+def test_short_reads_of_a_compressed_tensor_share_one_bounded_cache_of_decoded_chunks(tmp_path):
+    from lodtool.container.reader import CACHED_READ_CHUNKS
+
+    lengths = np.full(2000, 100)  # 200,000 int64 rows: 25 chunks of 8,192
+    t = LoDTensor(np.arange(200_000, dtype=np.int64), recursive_sequence_lengths=[[4] * 500, list(lengths)])
+    path = str(tmp_path / "c.lod.h5")
+    save(path, t)
+    with open_file(path) as f:
+        x = f.tensor()
+        cache = x.decoded_chunks()
+        assert cache is x.decoded_chunks() and cache.decodes == 0
+        a = x.branch(3)
+        assert a.data.tolist() == list(range(1200, 1600)) and cache.decodes == 1
+        a.data  # a copy: later reads never change it
+        x.branch(4), x.read_rows(1000, 1100), x.slice_level(1, 10, 15)
+        assert cache.decodes == 1  # the same chunk, decoded once
+        x.branch(499)
+        assert cache.decodes == 2
+        assert np.array_equal(x.read_rows(0, 200_000), t.data)  # a long read decodes directly
+        assert cache.decodes == 2 and CACHED_READ_CHUNKS < 25
+    with open_file(path) as f:
+        x = f.tensor()
+        small = x.decoded_chunks(budget_bytes=2 * 8192 * 8)  # two chunks: the first reads evict
+        for i in range(0, 500, 37):
+            assert x.branch(i).data.tolist() == list(range(400 * i, 400 * i + 400))
+        assert small.slots == 2 and small.cached.nbytes == 2 * 8192 * 8

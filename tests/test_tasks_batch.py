@@ -100,6 +100,8 @@ def _options(mode, lengths, budget):
         return {"boundaries": [4, 12, 30], "max_tokens": max(max_tokens, 64)}
     if mode == "pack":
         return {"max_tokens": max_tokens}
+    if mode == "chunks":
+        return {"max_tokens": max_tokens, "max_sequences": 8, "chunk_rows": 16, "window": 2}
     return {"max_tokens": max_tokens, "max_sequences": 8}
 
 
@@ -268,14 +270,14 @@ def test_save_load_round_trip_and_damage(tmp_path):
         B.BatchPlan.load(tmp_path / "bad.npz")
 
 
-def _container(tmp_path, lengths, *, width=None, name="c.lod.h5"):
+def _container(tmp_path, lengths, *, width=None, name="c.lod.h5", compression="default", dtype=np.int32):
     rng = np.random.default_rng(len(lengths))
     n = int(np.sum(lengths))
-    data = rng.integers(1, 1000, size=(n,) if width is None else (n, width)).astype(np.int32)
+    data = rng.integers(1, 1000, size=(n,) if width is None else (n, width)).astype(dtype)
     outer = [2] * (len(lengths) // 2) + [1] * (len(lengths) % 2)
     t = LoDTensor(data, recursive_sequence_lengths=[outer, list(lengths)])
     path = tmp_path / name
-    lodtool.save(str(path), t)
+    lodtool.save(str(path), t, **({} if compression == "default" else {"compression": compression}))
     return str(path), t
 
 
@@ -302,6 +304,50 @@ def test_plan_refuses_bad_offsets(tmp_path):
         ds[...] = v
     with pytest.raises((LodValidationError, LodFormatError)):
         B.batch_plan(path, level=1, max_tokens=64)
+
+
+# -- the chunk-aware shuffle ---------------------------------------------------------------------------
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=60), st.integers(1, 5), st.integers(1, 6))
+def test_chunk_reads_kernel_matches_reference(spans, batch, slots):
+    first = np.array(spans, np.int64)
+    last = first + np.array([(7 * k) % 3 - 1 for k in range(len(spans))])  # -1: an empty sequence touches nothing
+    offsets = np.append(np.arange(0, len(spans), batch), len(spans)).astype(np.int64)
+    want = K._chunk_reads_reference(first.tolist(), last.tolist(), offsets.tolist(), 12, slots)
+    assert K.chunk_reads(first, last, offsets, 12, slots) == want
+
+
+def test_chunks_mode_shuffles_chunks_and_the_sequences_of_a_window():
+    lengths = np.random.default_rng(3).integers(1, 40, 20_000)
+    kw = {"max_tokens": 512, "mode": "chunks", "chunk_rows": 1000, "window": 8}
+    plan = B.batch_plan(lengths, **kw)
+    assert sorted(plan.sequences().tolist()) == list(range(lengths.size))
+    assert plan.stats()["padding_waste"] < 0.25 * plan.random_baseline().stats()["padding_waste"]
+    starts = np.cumsum(lengths) - lengths
+    run = starts // 1000 // B.CHUNK_RUN
+    windows = [np.unique(run[b]) for b in plan]
+    assert max(len(w) for w in windows) <= 8 // B.CHUNK_RUN  # a batch draws from one window's chunks
+    assert B.batch_plan(lengths, epoch=1, **kw).indices.tolist() != plan.indices.tolist()  # reshuffled per epoch
+    c = B.chunk_locality(plan, cache_chunks=32)
+    assert c["decodes_per_chunk"] <= 2 and c["shuffled"]["decodes_per_chunk"] > 2 and 0 < c["mixing"] < 1
+    with pytest.raises(LodUsageError, match="chunk_rows"):
+        B.batch_plan(lengths, max_tokens=512, mode="chunks")
+    with pytest.raises(LodUsageError, match="window"):
+        B.batch_plan(lengths, max_tokens=512, mode="sorted", window=4)
+
+
+def test_chunks_mode_decodes_each_chunk_at_most_twice_an_epoch(tmp_path):
+    lengths = np.random.default_rng(8).integers(1, 300, 4000)  # ~37 chunks of 64 KiB, compressed
+    path, t = _container(tmp_path, lengths)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    plan = B.batch_plan(path, level=1, max_tokens=2000, mode="chunks", window=8, seed=4)
+    assert plan.options["chunk_rows"] == 16384
+    with B.BatchReader(path, plan, output="varlen", cache_bytes=10 * (64 << 10)) as reader:
+        for b in reader:
+            want = np.concatenate([t.data[rows[s]:rows[s + 1]] for s in b["indices"]])
+            assert np.array_equal(b["values"], want)
+        cache = reader._source.chunks
+        assert cache.decodes <= 2 * cache.n_blocks
+        assert cache.decodes == B.chunk_locality(plan, cache.slots)["decodes"]  # the report counts what it reads
 
 
 # -- reading batches -----------------------------------------------------------------------------------
@@ -331,6 +377,105 @@ def test_batches_padded_and_varlen_hold_the_data(tmp_path, width, mode):
         assert b["position_ids"].tolist() == [p for s in b["indices"] for p in range(lengths[s])]
     for b in lodtool.batches(path, plan, output="jagged-numpy"):
         assert np.diff(b["offsets"]).tolist() == lengths[b["indices"]].tolist()
+
+
+# the compiled gather against its NumPy reference: chunks stored out of order, clipped sequences, padded rows
+@given(st.data())
+def test_gather_kernel_matches_reference(data):
+    draw = data.draw
+    lengths = np.array(draw(st.lists(st.integers(0, 12), min_size=1, max_size=30)), np.int64)
+    rows = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    chunk_rows = draw(st.integers(1, 9))
+    row_items = draw(st.integers(1, 3))
+    word = draw(st.sampled_from([1, 2, 4, 8]))
+    n_chunks = max(-(-int(rows[-1]) // chunk_rows), 1)
+    order = np.random.default_rng(draw(st.integers(0, 99))).permutation(n_chunks)
+    stride = chunk_rows * row_items + draw(st.integers(0, 3))  # chunks apart, in another order, with gaps
+    table = (order * stride * word).astype(np.int64)
+    src = np.random.default_rng(1).integers(0, 250, n_chunks * stride + 8).astype(f"u{word}")
+    seqs = np.array(draw(st.lists(st.integers(0, len(lengths) - 1), max_size=12)), np.int64)
+    clipped = np.minimum(lengths, draw(st.integers(0, 12))) if draw(st.booleans()) else np.zeros(0, np.int64)
+    head, varlen = draw(st.booleans()), draw(st.booleans())
+    used = clipped if clipped.size else lengths
+    width = 0 if varlen else int(used[seqs].max(initial=0)) + draw(st.integers(0, 2))
+    if draw(st.booleans()):
+        table[draw(st.integers(0, n_chunks - 1))] = -1  # a chunk not ready
+    outs = []
+    for fn in (K._gather_batch_reference, K.gather_batch):
+        values = np.full(max(len(seqs) * width, int(used[seqs].sum())) * row_items + 1, 7, f"u{word}")
+        sizes, cu = np.zeros(len(seqs), np.int64), np.zeros(len(seqs) + 1, np.int32)
+        positions = np.zeros(int(used[seqs].sum()) if varlen else 0, np.int64)
+        mask, chunks = np.zeros(len(seqs) * width, bool), np.zeros(2 * len(seqs) + 20, np.int64)
+        got = fn(src, table, word, chunk_rows, row_items, seqs, rows, clipped, head, width, values, sizes, cu,
+                 positions, mask, chunks)
+        outs.append((got, values, sizes, cu, positions, mask, chunks[:max(-got, 0)]))
+    want, got = outs
+    assert want[0] == got[0]
+    if got[0] < 0:
+        assert np.array_equal(want[6], got[6])
+        assert (got[1] == 7).all()  # nothing written
+    else:
+        for w, g in zip(want[1:6], got[1:6]):
+            assert np.array_equal(w, g)
+
+
+@pytest.mark.parametrize("output", ["padded", "varlen", "jagged-numpy"])
+@pytest.mark.parametrize("dtype, width", [(np.int32, None), (np.float16, 3), (np.complex128, None), (np.bool_, 2)])
+def test_batches_of_an_uncompressed_container_are_gathered_from_its_map(tmp_path, output, dtype, width):
+    lengths = np.random.default_rng(7).integers(0, 300, 700)  # many 64 KiB chunks; sequences cross them
+    path, t = _container(tmp_path, lengths, width=width, compression="none", dtype=dtype)
+    rows = np.concatenate([[0], np.cumsum(lengths)])
+    for truncate, max_length in (("tail", None), ("head", 100)):
+        plan = B.batch_plan(path, level=1, max_tokens=2000, mode="sorted", max_length=max_length)
+        seen = 0
+        with B.BatchReader(path, plan, output=output, truncate=truncate) as reader:
+            for b in reader:
+                assert isinstance(reader._source.chunks, B._MappedChunks)  # no cache: the map itself
+                want = [t.data[rows[s]:rows[s + 1]] for s in b["indices"]]
+                want = [w if max_length is None else w[-max_length:] for w in want]
+                if output == "padded":
+                    got = [b["values"][k, :n] for k, n in enumerate(b["lengths"])]
+                    assert (b["mask"].sum(axis=1) == b["lengths"]).all()
+                else:
+                    bounds = b["offsets"] if output == "jagged-numpy" else b["cu_seqlens"]
+                    got = [b["values"][bounds[k]:bounds[k + 1]] for k in range(len(b["indices"]))]
+                assert all(np.array_equal(g, w) for g, w in zip(got, want))
+                seen += len(b["indices"])
+        assert seen == len(lengths)
+
+
+def test_the_batch_reader_checks_each_chunk_of_the_map_and_refuses_a_damaged_one(tmp_path):
+    lengths = np.full(400, 100)
+    path, t = _container(tmp_path, lengths, compression="none")
+    with lodtool.open(path) as f:
+        name = f.names[0]
+    with h5py.File(path, "r") as f:
+        ds = f[f"{name}/data"]
+        assert ds.fletcher32
+        info = ds.id.get_chunk_info(1)
+    with open(path, "r+b") as fh:  # one bit of the second chunk flipped
+        fh.seek(info.byte_offset + 9)
+        byte = fh.read(1)
+        fh.seek(info.byte_offset + 9)
+        fh.write(bytes([byte[0] ^ 1]))
+    plan = B.batch_plan(path, level=1, max_tokens=1000, mode="random", seed=3)
+    with pytest.raises(LodFormatError):
+        for _ in lodtool.batches(path, plan, output="varlen"):
+            pass
+
+
+def test_a_file_changed_under_the_batch_reader_is_an_error(tmp_path, monkeypatch):
+    from lodtool.container import _mmap
+
+    monkeypatch.setattr(_mmap, "STAT_EVERY", 0.0)
+    path, _ = _container(tmp_path, np.full(50, 10), compression="none")
+    reader = B.BatchReader(path, B.batch_plan(path, level=1, max_tokens=100), output="varlen")
+    reader.read(0)
+    with open(path, "ab") as fh:  # another program appends to the file in place
+        fh.write(b"\0" * 4096)
+    with pytest.raises(LodFormatError, match="changed on disk"):
+        reader.read(1)
+    reader.close()
 
 
 def test_batches_reuse_buffers_and_small_cache(tmp_path):
@@ -395,7 +540,7 @@ def test_reader_across_many_chunks_with_evictions(tmp_path, mode, output):
                 got = [b["values"][bounds[k]:bounds[k + 1]] for k in range(len(b["indices"]))]
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
             seen += len(b["indices"])
-        cache = reader._source.cache
+        cache = reader._source.chunks  # a compressed file: its cache of decoded chunks
         assert cache.slots >= 2
         if mode != "pack":  # packed rows gather short sequences from everywhere: the cache may grow to all
             assert cache.slots < cache.n_blocks  # so it evicted

@@ -6,7 +6,7 @@ import click
 
 from . import _options as opt
 
-MODES = ["sorted", "megabatch", "buckets", "pack", "random"]
+MODES = ["sorted", "megabatch", "buckets", "pack", "random", "chunks"]
 def _int_list(ctx, param, value):
     if value is None:
         return None
@@ -58,6 +58,8 @@ def _number(ctx, param, value):
               help="Pad each batch to its bucket's boundary - 1 (fixed shapes).")
 @click.option("--megabatch-mult", type=click.IntRange(min=1), default=None,
               help="Batches per megabatch (megabatch mode; default min(n / 4 batches, 50)).")
+@click.option("--window", type=click.IntRange(min=1), default=None,
+              help="Chunks whose sequences are shuffled together (chunks mode; default 16).")
 @click.option("--plan", "plan_path", default=None, metavar="PLAN.npz", help="Use a saved plan instead of planning.")
 @opt.output_option(help_="Where the plan goes (.npz), or the folder for --to npz.")
 @click.option("--to", "to", type=click.Choice(["npz"]), default=None,
@@ -77,8 +79,8 @@ def _number(ctx, param, value):
 @click.pass_context
 def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, seed, epoch, num_replicas, rank,
           drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, megabatch_mult,
-          plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, token_dtype, eos_token_id,
-          as_json):
+          window, plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, token_dtype,
+          eos_token_id, as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
     plan, show its padding waste, or write each batch as an NPZ.  FILE is a
     container, a sharded folder (its shards in order, as one tensor) or a
@@ -91,6 +93,8 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
     buckets    tf.data's bucket_by_sequence_length: --boundaries, sizes per bucket
     pack       first-fit-decreasing rows of --max-tokens (cu_seqlens, position_ids)
     random     the baseline
+    chunks     shuffle the stored chunks, then the sequences of --window chunks:
+               each chunk is decoded about once an epoch (MosaicML's py1b)
     Lengths count data rows of the sequences of --level.  An -o plan file, or
     batch files in the -o folder, are replaced only with --overwrite.
 
@@ -108,7 +112,7 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
                   multiple_of=multiple_of, seed=seed, epoch=epoch, num_replicas=num_replicas, rank=rank,
                   drop_last=drop_last, max_length=max_length, oversize=oversize, boundaries=boundaries,
                   bucket_batch_sizes=bucket_batch_sizes, pad_to_bucket_boundary=pad_to_bucket_boundary,
-                  megabatch_mult=megabatch_mult)
+                  megabatch_mult=megabatch_mult, window=window)
     given = {k: v for k, v in values.items() if v is not None}
     if plan_path is not None and given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
@@ -176,7 +180,24 @@ def _render_report(report: dict) -> None:
                      "bounds how many share a batch")
     if extra:
         print_(Text("; ".join(extra)))
+    if "chunks" in report:
+        _render_chunks(report["chunks"], plan["mode"])
     print_(Text(histogram_text(report["histogram"]["edges"], report["histogram"]["counts"])))
+
+
+def _render_chunks(chunks: dict, mode: str) -> None:
+    from rich.table import Table
+
+    from ._render import print_
+
+    table = Table(title=f"chunk reads per epoch ({chunks['chunks']:,} chunks of {chunks['chunk_rows']:,} rows, a "
+                        f"reader's cache of {chunks['cache_chunks']:,})", title_justify="left")
+    for head in ("", "decodes", "decodes/chunk", "chunks/batch", "mixing"):
+        table.add_column(head, justify="left" if not head else "right")
+    for label, c, mixing in ((mode, chunks, chunks["mixing"]), ("true shuffle", chunks["shuffled"], 1.0)):
+        table.add_row(label, f"{c['decodes']:,}", f"{c['decodes_per_chunk']:,.2f}", f"{c['chunks_per_batch']:,.1f}",
+                      f"{mixing:.2f}")
+    print_(table)
 
 
 def histogram_text(edges, counts, width: int = 40) -> str:

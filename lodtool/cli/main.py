@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "enumerate": ("sequence", "enumerate_", "The n-gram window at every row (Paddle's sequence_enumerate)."),
     "reshape": ("sequence", "reshape", "Give the rows a new width, sequence by sequence (sequence_reshape)."),
     "lod-reset": ("sequence", "lod_reset", "Give the rows a new LoD, or append a level (lod_reset / lod_append)."),
-    "batch": ("batch", "batch", "Plan training batches (sorted, megabatch, buckets, pack); show the waste; write them."),
+    "batch": ("batch", "batch", "Plan training batches (sorted, megabatch, buckets, pack, chunks); show the waste; write them."),
     "shard": ("shard", "shard", "Split a container into a sharded folder (one logical tensor)."),
     "merge": ("shard", "merge", "Join a sharded folder into one container."),
 }

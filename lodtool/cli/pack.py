@@ -43,23 +43,43 @@ def text_options(fn):
                      help="Let the tokenizer add its own special tokens (its post-processor, e.g. [CLS] .. [SEP])."),
         click.option("--no-tokenizer-json", is_flag=True,
                      help="Record the tokenizer by name and hash only, not its JSON."),
+        click.option("--words", is_flag=True,
+                     help="The input is nested lists of words (strings): pack the ids of a word vocabulary, most "
+                          "frequent first, stored in the container."),
+        click.option("--vocab", default=None, type=opt.PATH, metavar="FILE",
+                     help="With --words: use this vocabulary (a container packed with --words, a WordLevel "
+                          "tokenizer.json, or one word per line), so that several files share ids."),
+        click.option("--min-count", type=click.IntRange(min=1), default=None,
+                     help="With --words: words seen fewer times become <unk> (id 0).  [default: 1]"),
     )
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json):
-    given = [name for name, value in (("--text-field", text_field), ("--documents", documents), ("--split", split),
-                                      ("--add-bos", add_bos), ("--add-eos", add_eos),
-                                      ("--special-tokens", special_tokens),
-                                      ("--no-tokenizer-json", no_tokenizer_json)) if value]
-    if tokenizer is None:
-        if given:
-            raise click.UsageError(f"{given[0]} applies to text, packed with --tokenizer tokenizer.json")
-        return None
+def _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json,
+                  words, vocab, min_count):
     from ..io.text import TextOptions
 
+    given = [name for name, value in (("--text-field", text_field), ("--documents", documents), ("--split", split),
+                                      ("--add-bos", add_bos), ("--add-eos", add_eos),
+                                      ("--special-tokens", special_tokens)) if value]
+    words = words or vocab is not None
+    if words:
+        if tokenizer is not None or given:
+            raise click.UsageError(f"--words packs nested lists of words; {given[0] if given else '--tokenizer'} "
+                                   "applies to text")
+        if vocab is not None and min_count is not None:
+            raise click.UsageError("--min-count shapes a vocabulary built from the input; --vocab gives one")
+        return TextOptions(None, words=True, vocabulary=vocab, min_count=min_count or 1,
+                           store_json=not no_tokenizer_json)
+    if min_count is not None:
+        raise click.UsageError("--min-count applies to --words")
+    if tokenizer is None:
+        if given or no_tokenizer_json:
+            raise click.UsageError(f"{(given or ['--no-tokenizer-json'])[0]} applies to text, packed with "
+                                   "--tokenizer tokenizer.json")
+        return None
     return TextOptions(tokenizer, field=text_field or "text", documents=documents or "file", split=split,
                        add_bos=add_bos, add_eos=add_eos, special_tokens=special_tokens,
                        store_json=not no_tokenizer_json)
@@ -102,7 +122,7 @@ def _token_info(vocab_size, bos_id, pad_id, tokenizer_name):
 def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append, column, shard_size,
          scheduler, workers, max_memory, overwrite, force, as_json, token_dtype, eos_token_id, vocab_size, bos_id,
          pad_id, tokenizer_name, tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens,
-         no_tokenizer_json):
+         no_tokenizer_json, words, vocab, min_count):
     """Pack ragged data into a lodtool container.
 
     \b
@@ -139,6 +159,7 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
       lodtool pack corpus -o corpus.lod.h5            # corpus.bin + corpus.idx (Megatron)
       lodtool pack part-0.npy --token-dtype uint32 --eos-id 50279 -o part-0.lod.h5
       lodtool pack corpus.jsonl --tokenizer tokenizer.json -o corpus.lod.h5 --split sentences --add-eos
+      lodtool pack words.jsonl --words -o words.lod.h5 --min-count 2     # [["the","cat"],["sat"]] per line
     """
     from .. import tasks
 
@@ -147,7 +168,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
     if append and force:
         raise click.UsageError("--append adds to a file and --force replaces it: give one of them")
     tokens = _token_info(vocab_size, bos_id, pad_id, tokenizer_name)
-    text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json)
+    text = _text_options(tokenizer, text_field, documents, split, add_bos, add_eos, special_tokens, no_tokenizer_json,
+                         words, vocab, min_count)
     if shard_size or scheduler or output.endswith(("/", os.sep)) or os.path.isdir(output):
         _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compression, append,
                       shard_size, scheduler, workers, column, max_memory, overwrite, force, as_json,

@@ -10,8 +10,11 @@ copy; a range across chunks is gathered into a new array.
 * Contiguous datasets are located with ``DatasetID.get_offset()``; chunked
   ones with one ``chunk_iter`` pass when the handle is first read, which
   builds the table from chunk to file offset.
-* A ``fletcher32`` chunk is checked the first time this handle reads it, and
-  never again: by the compiled checksum where Numba is loaded (a handle loads
+* A ``fletcher32`` chunk is checked the first time this process reads it,
+  and never again while the file is unchanged: every handle of the same file
+  (device, inode, size and modification time; the :data:`CHECKS_KEPT` datasets
+  mapped last) shares what was checked.  It is checked by the compiled
+  checksum where Numba is loaded (a handle loads
   it once it has sent :data:`CHECKS_BEFORE_NUMBA` reads to libhdf5), else by
   libhdf5 itself (the read falls back to it once, and the chunk counts as
   checked after libhdf5 accepted it).  A checksum that does not match also
@@ -46,6 +49,8 @@ _FLETCHER32 = 3
 STAT_EVERY = 0.01
 #: reads of unchecked chunks a handle sends to libhdf5 (which checks them) before it loads Numba to check them
 CHECKS_BEFORE_NUMBA = 64
+#: datasets whose checked chunks the process remembers after their handles close (about a byte per chunk each)
+CHECKS_KEPT = 256
 
 
 class MappedRows:
@@ -69,28 +74,41 @@ class MappedRows:
         self._addresses = addresses
         self._starts = addresses.tolist() if addresses is not None else None  # Python ints: a cheaper lookup
         itemsize = ds.dtype.itemsize
-        aligned = (base if addresses is None else int(np.bitwise_or.reduce(addresses))) % itemsize == 0
+        starts = base if addresses is None else int(np.bitwise_or.reduce(addresses))
+        aligned = starts % itemsize == 0
+        # the gather's word: the largest power of two up to 8 bytes that divides the item size and every start (a
+        # fletcher32 chunk's 4-byte sum puts the next chunk 4 bytes off an 8-byte boundary)
+        self._word = min(itemsize & -itemsize, 8, starts & -starts if starts else 8)
         # the whole map as the dtype's items, where every run starts on an item boundary: no view per read
         self._items = self._bytes[:self._bytes.size // itemsize * itemsize].view(ds.dtype) if aligned else None
         self._chunk_rows = chunk_rows
-        self._checked = np.zeros(len(addresses), bool) if checked and addresses is not None else None
-        self._unchecked = len(addresses) if self._checked is not None else 0
         self._sent_to_libhdf5 = 0
+        # each chunk's first byte in the file, -1 while its checksum is unchecked (the table chunk_table gives)
+        self._checks = None
+        if addresses is None:
+            self._table = np.array([base], np.int64)
+        elif not checked:
+            self._table = addresses
+        else:
+            key = (stat.st_dev, stat.st_ino, *self._stamp, int(addresses[0]), len(addresses), chunk_rows)
+            self._checks = _CHECKS.pop(key, None) or _Checks(len(addresses))
+            _CHECKS[key] = self._checks  # the most recent last
+            while len(_CHECKS) > CHECKS_KEPT:
+                del _CHECKS[next(iter(_CHECKS))]
+            self._table = self._checks.table
+        self._words = None
 
     def rows(self, start: int, stop: int) -> np.ndarray | None:
         """Rows ``start..stop`` from the map, or ``None`` where libhdf5 must read them (an unchecked chunk)."""
-        now = time.monotonic()
-        if now - self._stamped_at > STAT_EVERY:
-            stat = os.fstat(self._fd)
-            if (stat.st_size, stat.st_mtime_ns) != self._stamp:
-                raise LodFormatError(f"{self._path}: the file changed on disk while it was open; open it again")
-            self._stamped_at = now
+        self.check_unchanged()
         rb = self._row_bytes
         if self._addresses is None:
             return self._run(self._base + start * rb, (stop - start) * rb)
         rows = self._chunk_rows
         first, last = start // rows, (stop - 1) // rows
-        if self._unchecked and not self._checked[first:last + 1].all() and not self._check(first, last):
+        checks = self._checks
+        if checks is not None and checks.unchecked and (self._table[first:last + 1] < 0).any() and \
+                not self._check(first, last):
             return None
         if first == last:
             return self._run(self._starts[first] + (start - first * rows) * rb, (stop - start) * rb)
@@ -105,12 +123,43 @@ class MappedRows:
             pos += n
         return out
 
+    def check_unchanged(self) -> None:
+        """Raise :class:`~lodtool.errors.LodFormatError` if the file's size or modification time changed (checked
+        at most every :data:`STAT_EVERY` seconds)."""
+        now = time.monotonic()
+        if now - self._stamped_at > STAT_EVERY:
+            stat = os.fstat(self._fd)
+            if (stat.st_size, stat.st_mtime_ns) != self._stamp:
+                raise LodFormatError(f"{self._path}: the file changed on disk while it was open; open it again")
+            self._stamped_at = now
+
+    @property
+    def unchecked(self) -> int:
+        """Chunks whose checksum this process has not checked yet."""
+        return self._checks.unchecked if self._checks is not None else 0
+
+    def chunk_table(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(words, table, chunk_rows)`` for a compiled gather (:func:`lodtool.ops.batching.gather_batch`).
+
+        ``words`` is the whole map as unsigned integers of the largest size (up
+        to 8 bytes) that divides the item size and every chunk's offset
+        (read-only); ``table[c]`` is the file offset of chunk ``c``'s
+        first row, or -1 while its checksum is unchecked (read its rows through
+        :meth:`rows` first, which checks it); a contiguous dataset is one chunk.
+        The table is updated in place as chunks are checked.  Call
+        :meth:`check_unchanged` before each gather.
+        """
+        if self._words is None:
+            word = self._word
+            self._words = self._bytes[:self._bytes.size // word * word].view(f"u{word}")
+        return self._words, self._table, self._chunk_rows if self._addresses is not None else max(self._n_rows, 1)
+
     def checked_by_libhdf5(self, start: int, stop: int) -> None:
         """libhdf5 read rows ``start..stop`` (and so checked their chunks): they need no check here again."""
-        if self._unchecked and stop > start:
-            seen = self._checked[start // self._chunk_rows:(stop - 1) // self._chunk_rows + 1]
-            self._unchecked -= int(seen.size - np.count_nonzero(seen))
-            seen[:] = True
+        if self._checks is not None and self._checks.unchecked and stop > start:
+            first, last = start // self._chunk_rows, (stop - 1) // self._chunk_rows + 1
+            self._checks.unchecked -= int(np.count_nonzero(self._table[first:last] < 0))
+            self._table[first:last] = self._addresses[first:last]
 
     def _check(self, first: int, last: int) -> bool:
         """Check chunks ``first..last`` not checked yet, with the compiled Fletcher-32 where Numba is loaded; a
@@ -124,13 +173,13 @@ class MappedRows:
         from ._fletcher import fletcher32_chunks
 
         size = self._chunk_rows * self._row_bytes
-        for c in np.flatnonzero(~self._checked[first:last + 1]) + first:
+        for c in np.flatnonzero(self._table[first:last + 1] < 0) + first:
             a = int(self._addresses[c])
             stored = self._bytes[a + size:a + size + 4].view("<u4")[0]
             if fletcher32_chunks(self._bytes[a:a + size], size)[0] != stored:
                 return False
-            self._checked[c] = True
-            self._unchecked -= 1
+            self._table[c] = a
+            self._checks.unchecked -= 1
         return True
 
     def _run(self, at: int, nbytes: int) -> np.ndarray:
@@ -141,6 +190,22 @@ class MappedRows:
         else:
             items = self._bytes[at:at + nbytes].view(self.dtype)
         return items.reshape((-1,) + self._row_shape) if self._row_shape else items
+
+
+class _Checks:
+    """The fletcher32 chunks of one dataset of one unchanged file that this process has checked, shared by every
+    handle that maps it: ``table[c]`` is chunk ``c``'s file offset once checked, -1 before."""
+
+    __slots__ = ("table", "unchecked")
+
+    def __init__(self, n_chunks: int):
+        self.table = np.full(n_chunks, -1, np.int64)
+        self.unchecked = n_chunks
+
+
+#: the checks of the datasets mapped most recently, by (device, inode, size, modification time, first chunk's
+#: offset, chunks, rows per chunk): a file opened again, unchanged, is not checked again
+_CHECKS: dict[tuple, _Checks] = {}
 
 
 def mapping(ds: h5py.Dataset) -> MappedRows | None:

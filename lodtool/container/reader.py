@@ -40,6 +40,11 @@ from ._mmap import mapping
 #: sequence, which libhdf5 would decode again each time (offsets stored plain are read from the file's map instead)
 RESIDENT_OFFSETS_BYTES = 256 << 20
 
+#: bytes of decoded chunks a tensor of an open file keeps for its short reads (:meth:`LazyTensor.decoded_chunks`)
+DECODED_CACHE_BYTES = 256 << 20
+#: reads that span fewer chunks than this go through the cache of decoded chunks; longer ones decode directly
+CACHED_READ_CHUNKS = 16
+
 #: offsets are read for validation and statistics in blocks of this many entries
 OFFSET_BLOCK = 1 << 20
 
@@ -240,6 +245,115 @@ def tensor_names(h5: h5py.File) -> list[str]:
     return out
 
 
+# -- decoded chunks ---------------------------------------------------------------------------------
+def words_of(a: np.ndarray, word: int | None = None) -> np.ndarray:
+    """``a``'s bytes as a flat array of unsigned integers of ``word`` bytes (default ``min(itemsize, 8)``): what
+    a compiled gather (:func:`lodtool.ops.batching.gather_batch`) copies.
+
+    >>> words_of(np.zeros(3, np.complex128)).dtype, words_of(np.zeros(3, np.int16)).shape
+    (dtype('uint64'), (3,))
+    """
+    return a.reshape(-1).view(f"u{word or min(a.dtype.itemsize, 8)}")
+
+
+class DecodedChunks:
+    """Decoded blocks of a tensor's rows, in slots reused first in, first out, within ``budget_bytes``.
+
+    ``fill(begin, end)`` decodes rows (a block is ``block`` rows: a stored
+    chunk, so a read decodes whole chunks; consecutive missing blocks are read
+    in one call).  A tensor of an open file keeps one for every read path
+    (:meth:`LazyTensor.decoded_chunks`: branches, slices, heads, tails,
+    ``read_rows`` and the batch reader), so a chunk read again is not decoded
+    again.  ``table[b]`` is the byte where block ``b`` starts in :attr:`rows`
+    (-1: not cached), the chunk table a compiled gather reads.  The blocks
+    being read are never evicted; a read that needs more blocks than the cache
+    holds grows it (within the memory ``limit``).  :attr:`decodes` counts the
+    blocks decoded.
+
+    >>> cache = DecodedChunks(lambda a, b: np.arange(a, b), 10, np.dtype(np.int64), (), 4, 64, 1 << 20, "x")
+    >>> cache.rows(3, 6).tolist(), cache.rows(4, 5).tolist(), cache.decodes
+    ([3, 4, 5], [4], 2)
+    """
+
+    def __init__(self, fill, n_rows: int, dtype: np.dtype, element_shape: tuple, block: int, budget_bytes: int,
+                 limit: int, where: str):
+        self.fill, self.n_rows, self.dtype, self.element_shape = fill, n_rows, dtype, tuple(element_shape)
+        self.limit, self.where = limit, where
+        self.row_bytes = max(dtype.itemsize * int(np.prod(self.element_shape, dtype=np.int64)), 1)
+        self.block = self.chunk_rows = max(int(block), 1)
+        self.n_blocks = -(-n_rows // self.block)
+        self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)
+        self.table = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)
+        self.block_of_slot = np.full(self.slots, -1, dtype=np.int64)
+        self.next_slot = 0
+        self.cached: np.ndarray | None = None  # the slots' rows, allocated on the first read
+        self.words = words_of(np.zeros(0, dtype))
+        self.decodes = 0
+
+    def check_unchanged(self) -> None:
+        """Nothing to check: the cache holds copies."""
+
+    def pending(self) -> bool:
+        """Whether a block may be missing (always: a cache rarely holds them all)."""
+        return True
+
+    def rows(self, begin: int, end: int) -> np.ndarray:
+        """Rows ``begin..end``, a new array (a slot's rows change when it is reused)."""
+        block = self.block
+        first, last = begin // block, max(end - 1, begin) // block
+        self.prepare(np.arange(first, last + 1, dtype=np.int64))
+        out = np.empty((end - begin,) + self.element_shape, self.dtype)
+        for b in range(first, last + 1):
+            lo, hi = max(begin, b * block), min(end, (b + 1) * block)
+            at = int(self.table[b]) // self.row_bytes + lo - b * block
+            out[lo - begin:hi - begin] = self.cached[at:at + hi - lo]
+        return out
+
+    def prepare(self, blocks: np.ndarray) -> None:
+        """Decode the blocks of ``blocks`` (one read's, sorted) that are not cached, never evicting one of them."""
+        missing = blocks[self.table[blocks] < 0]
+        if not missing.size:
+            return
+        if blocks.shape[0] > self.slots:  # one read needs more blocks than the cache holds: grow it
+            self._allocate(min(max(blocks.shape[0], 2 * self.slots), self.n_blocks))
+        elif self.cached is None:
+            self._allocate(self.slots)
+        pinned = set(blocks.tolist())
+        slots = np.empty(missing.shape[0], dtype=np.int64)
+        taken: set[int] = set()
+        for k in range(missing.shape[0]):  # first in, first out, never a block this read needs
+            while True:
+                s = self.next_slot
+                self.next_slot = (s + 1) % self.slots
+                old = int(self.block_of_slot[s])
+                if s not in taken and (old < 0 or old not in pinned):
+                    break
+            taken.add(s)
+            if old >= 0:
+                self.table[old] = -1
+            slots[k] = s
+        block = self.block
+        breaks = np.flatnonzero(np.diff(missing) != 1) + 1
+        for run_blocks, run_slots in zip(np.split(missing, breaks), np.split(slots, breaks)):
+            begin = int(run_blocks[0]) * block
+            rows = self.fill(begin, min((int(run_blocks[-1]) + 1) * block, self.n_rows))
+            self.decodes += run_blocks.shape[0]
+            for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
+                part = rows[k * block:(k + 1) * block]
+                self.cached[s * block:s * block + part.shape[0]] = part
+                self.table[b] = s * block * self.row_bytes
+                self.block_of_slot[s] = b
+
+    def _allocate(self, slots: int) -> None:
+        check_memory(slots * self.block * self.row_bytes, self.limit, self.where, f"{slots:,} chunks of the data")
+        cached = np.empty((slots * self.block,) + self.element_shape, dtype=self.dtype)
+        if self.cached is not None:
+            cached[:self.cached.shape[0]] = self.cached
+        self.block_of_slot = np.concatenate([self.block_of_slot, np.full(slots - self.slots, -1, dtype=np.int64)])
+        self.cached, self.slots = cached, slots
+        self.words = words_of(cached)
+
+
 # -- the lazy tensor --------------------------------------------------------------------------------
 class LazyTensor(TensorView):
     """One tensor of an open container; reads only what each call needs.
@@ -277,6 +391,8 @@ class LazyTensor(TensorView):
         self._row_cost = max(self._row_bytes, 1)
         self._limit = file.max_memory
         self._readable = False
+        self._mapped = False  # the data's MappedRows (or None), looked up on the first read
+        self._decoded: DecodedChunks | None = None
         self._resident: list[np.ndarray | bool | None] = [None] * len(self._lod)
         self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
         self._window_reads = 0
@@ -331,10 +447,21 @@ class LazyTensor(TensorView):
         return self._layout.compression_level
 
     @property
+    def chunk_rows(self) -> int:
+        """Rows of the data per stored chunk (a contiguous dataset is one chunk of every row)."""
+        chunks = self._data.chunks
+        return int(chunks[0]) if chunks else max(self._n_rows, 1)
+
+    @property
     def mappable(self) -> bool:
         """Whether the data is read from a memory map of the file (stored without a compression filter, in a
         file open for reading): random reads then cost about what a raw ``np.memmap`` costs."""
         return mapping(self._data) is not None
+
+    def mapped_rows(self):
+        """The data's memory map (a :class:`~lodtool.container._mmap.MappedRows`: a compiled gather reads its
+        chunk table), or ``None`` where the data is read through libhdf5."""
+        return mapping(self._data)
 
     @property
     def nbytes(self) -> int:
@@ -396,6 +523,28 @@ class LazyTensor(TensorView):
         if (end - begin) * self._row_cost > self._limit:
             check_memory((end - begin) * self._row_cost, self._limit, self._path,
                          f"{end - begin:,} rows of {self._what}")
+        mapped = self._mapped
+        if mapped is False:
+            mapped = self._mapped = mapping(self._data)
+        if mapped is not None and end > begin:  # plain bytes, every chunk stored: straight from the map
+            rows = mapped.rows(begin, end)
+            if rows is not None:
+                return rows
+        elif end > begin and self._data.chunks and (end - 1) // self._data.chunks[0] - begin // self._data.chunks[
+                0] < CACHED_READ_CHUNKS:  # a short read of decoded chunks: through the cache they stay in
+            return self.decoded_chunks().rows(begin, end)
+        return self._decode(begin, end)
+
+    def decoded_chunks(self, budget_bytes: int = DECODED_CACHE_BYTES) -> DecodedChunks:
+        """The cache of this tensor's decoded chunks that every short read shares (made on first use, of
+        ``budget_bytes``: the first caller's)."""
+        if self._decoded is None:
+            self._decoded = DecodedChunks(self._decode, self._n_rows, self._dtype, self._element_shape,
+                                          self.chunk_rows, budget_bytes, self._limit, self._path)
+        return self._decoded
+
+    def _decode(self, begin: int, end: int) -> np.ndarray:
+        """Rows ``begin..end`` read through libhdf5 (or the map), checked, decoded and never cached."""
         if not self._readable:
             filters.ensure_readable(self._data, self._path, self._what)
             with translate(self._path, f"cannot read the data of {self._what}"):
@@ -708,5 +857,4 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
 
 
 __all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
-           "read_token_info",
-           "Layout"]
+           "read_token_info", "Layout", "DecodedChunks", "words_of", "DECODED_CACHE_BYTES"]

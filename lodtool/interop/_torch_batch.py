@@ -13,7 +13,8 @@ import numpy as np
 
 from .._optional import optional_import
 from ..errors import LodInputError, LodUsageError
-from ..tasks._batch import DEFAULT_CACHE_BYTES, BatchPlan, BatchReader, as_plan
+from ..container.reader import DECODED_CACHE_BYTES
+from ..tasks._batch import BatchPlan, BatchReader, as_plan
 
 TORCH_OUTPUTS = ("padded", "jagged", "packed", "varlen")
 #: what BatchReader reads for each torch output
@@ -67,7 +68,7 @@ class _BatchDatasetMixin:
 
     def __init__(self, path, plan: BatchPlan | str | os.PathLike | None = None, *, output: str = "padded",
                  truncate: str | None = None, pad_value=0, tensor: str | None = None,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, reuse_buffers: bool = True, **plan_options: Any):
+                 cache_bytes: int = DECODED_CACHE_BYTES, reuse_buffers: bool = True, **plan_options: Any):
         if output not in TORCH_OUTPUTS:
             raise LodUsageError(f"output {output!r} is not one of {', '.join(TORCH_OUTPUTS)}")
         self.path = os.fspath(path)

@@ -44,6 +44,7 @@ from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
+from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from ._values import cast_values, resolve_dtype
 
 _LEVEL_ARRAY = re.compile(r"^(offsets|lengths|lod)_(\d+)$")
@@ -397,7 +398,8 @@ def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, le
 
     arrays = load_npz_arrays(source, required=("data",), label=label, max_memory=max_memory, last="data",
                              before_last=check_levels,
-                             allowed=lambda n: n in ("data", "level_names") or bool(_LEVEL_ARRAY.match(n)))
+                             allowed=lambda n: n in ("data", "level_names", TOKENS_MEMBER)
+                             or bool(_LEVEL_ARRAY.match(n)))
     data = arrays["data"]
     _check_array_dtype(data.dtype, f"{label}: array 'data'")
     offsets, n_levels = checked["offsets"], len(checked["levels"])
@@ -551,14 +553,21 @@ def write_npz(tensor: LoDTensor, out: str | os.PathLike | BinaryIO, *, compress:
 def write_npz_parts(out: str | os.PathLike | BinaryIO, *, shape: tuple[int, ...], dtype: np.dtype,
                     data_blocks: Iterable[np.ndarray], offsets: Sequence[Iterable[np.ndarray]],
                     level_sizes: Sequence[int], level_names: Sequence[str] | None = None,
-                    compress: bool = False) -> None:
-    """Write an LoD archive whose data and offsets arrive in blocks (``unpack`` streams this way)."""
+                    compress: bool = False, tokens: TokenInfo | None = None) -> None:
+    """Write an LoD archive whose data and offsets arrive in blocks (``unpack`` streams this way).
+
+    ``tokens`` (:class:`~lodtool.tokens.TokenInfo`) rides along as the uint8 member ``tokens``
+    (:meth:`~lodtool.tokens.TokenInfo.to_bytes`), which ``pack`` records again (:func:`token_info`).
+    """
     members = [("data", tuple(shape), dtype, data_blocks)]
     members += [(f"offsets_{k}", (int(size),), np.dtype(np.int64), blocks)
                 for k, (blocks, size) in enumerate(zip(offsets, level_sizes))]
     if level_names:
         names = np.array([str(n) for n in level_names])
         members.append(("level_names", names.shape, names.dtype, [names]))
+    if tokens is not None:
+        raw = np.frombuffer(tokens.to_bytes(), np.uint8)
+        members.append((TOKENS_MEMBER, raw.shape, raw.dtype, [raw]))
     write_npz_members(out, members, compress=compress)
 
 
@@ -639,9 +648,46 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
     write_npz_parts(out, shape=stored.shape, dtype=stored.dtype, data_blocks=(c.data for c in chunks),
                     offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
-                    level_names=stored.level_names)
+                    level_names=stored.level_names, tokens=getattr(stored, "tokens", None))
 
 
-__all__ = ["iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",
+#: the archive member holding the token metadata (:meth:`lodtool.tokens.TokenInfo.to_bytes`)
+TOKENS_MEMBER = "tokens"
+
+
+def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
+    """The token metadata LoD archives carry (member ``tokens``; the same in every archive), for ``pack``.
+
+    Only archives named by path are looked at (a stream is read once, by the reader).
+    """
+    if fmt != "npz":
+        return None
+    found: dict = {}
+    for s in sources:
+        if not isinstance(s, (str, os.PathLike)) or os.fspath(s) == "-":
+            continue
+        label = os.fspath(s)
+        try:
+            with zipfile.ZipFile(label) as z:
+                member = next((i for i in z.infolist() if i.filename == TOKENS_MEMBER + ".npy"), None)
+                if member is None:
+                    continue
+                if member.file_size > MAX_TOKENIZER_BYTES + 4096:
+                    raise LodInputError(f"{label}: member {TOKENS_MEMBER!r} claims {member.file_size:,} bytes")
+                with z.open(member) as f:
+                    raw = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, zipfile.BadZipFile):
+            continue  # the reader names what is wrong with the archive
+        if raw.dtype != np.uint8 or raw.ndim != 1:
+            raise LodInputError(f"{label}: member {TOKENS_MEMBER!r} must be a 1-D uint8 array")
+        found.setdefault(TokenInfo.from_bytes(raw.tobytes(), label), label)
+    if len(found) > 1:
+        (a, a_src), (b, b_src) = list(found.items())[:2]
+        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
+                            "vocabulary at a time")
+    return next(iter(found), None)
+
+
+__all__ = ["token_info", "TOKENS_MEMBER", "iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",
            "write_npz_parts", "write_npz_members", "NpzWriter", "read", "write", "write_stored"]
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
-from ..text import SPLITS, TextTokenizer, split_text
+from ..text import SPLITS, TextTokenizer, WordVocabulary, split_text
 from ..tokens import TokenInfo
 from . import is_stdin, label as _label, peek_stdin
 
@@ -78,6 +78,12 @@ class TextOptions:
     add_eos: bool = False
     special_tokens: bool = False
     store_json: bool = True
+    #: nested lists of words (strings), not text: ids of a :class:`~lodtool.text.WordVocabulary`
+    words: bool = False
+    #: the word vocabulary (``words``): fixed by the user, or counted by :func:`count_words` before reading
+    vocabulary: Any = None
+    #: ``words`` without a fixed vocabulary: words seen fewer times than this are ``<unk>``
+    min_count: int = 1
 
     def __post_init__(self):
         if self.split is not None and self.split not in SPLITS:
@@ -89,8 +95,12 @@ class TextOptions:
         if not isinstance(self.field, str) or not self.field:
             raise LodUsageError(f"the text field must be a non-empty name, got {self.field!r}")
 
-    def load(self) -> TextTokenizer:
-        """The tokenizer (a file is loaded once per process and file version)."""
+    def load(self):
+        """The tokenizer (a file is loaded once per process and file version), or the word vocabulary."""
+        if self.words:
+            if self.vocabulary is None:
+                raise LodUsageError("words need their vocabulary: count them first (count_words) or give --vocab")
+            return self.vocabulary
         if isinstance(self.tokenizer, TextTokenizer):
             return self.tokenizer
         if self.tokenizer is None:
@@ -109,7 +119,8 @@ def _cached(given: str, _path: str, _mtime: int, _size: int) -> TextTokenizer:
 
 
 def token_info(fmt: str, sources: Sequence[Any], *, text: TextOptions | None = None, **_options) -> TokenInfo | None:
-    """The token metadata of text packed with ``text``'s tokenizer (its JSON included unless asked otherwise)."""
+    """The token metadata of text packed with ``text``'s tokenizer or word vocabulary (its JSON included unless
+    asked otherwise)."""
     if text is None:
         return None
     return text.load().token_info(store_json=text.store_json)
@@ -131,6 +142,9 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     if text is None:
         raise LodUsageError("packing text needs a tokenizer: --tokenizer tokenizer.json")
+    if text.words:
+        yield from _read_words(sources, text, lod_level, dtype, progress, stats)
+        return
     tokenizer = text.load()
     tokens = tokens if tokens is not None else tokenizer.token_info(store_json=False)
     bos, eos = _special(text.add_bos, tokens.bos_id, "bos"), _special(text.add_eos, tokens.eos_id, "eos")
@@ -297,6 +311,210 @@ def _parquet_documents(source, field: str, batch: int, counted) -> Iterator[list
         raise LodInputError(f"{where}: cannot read it ({str(exc).splitlines()[0]})") from None
 
 
+# -- nested lists of words ---------------------------------------------------------------------------
+#: words encoded per chunk
+WORDS_PER_CHUNK = 1 << 20
+
+
+class SpooledInput:
+    """A one-way input (stdin) copied to a temp file, so that it can be read twice (count, then encode)."""
+
+    def __init__(self, source):
+        import tempfile
+
+        self.label = _label(source)
+        self.file = tempfile.TemporaryFile(prefix="lodtool-")
+        with _opened(source) as stream:
+            while True:
+                block = stream.read(1 << 22)
+                if not block:
+                    break
+                self.file.write(block)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def rereadable(sources: Sequence[Any]) -> list:
+    """``sources`` with stdin and one-way streams spooled (:class:`SpooledInput`), so each can be read twice."""
+    def seekable(s) -> bool:
+        try:
+            return bool(s.seekable())
+        except (AttributeError, OSError, ValueError):
+            return False
+
+    return [SpooledInput(s) if is_stdin(s) or not isinstance(s, (str, os.PathLike)) and not seekable(s) else s
+            for s in sources]
+
+
+def count_words(sources: Sequence[Any], *, min_count: int = 1) -> WordVocabulary:
+    """The vocabulary of every word of ``sources`` (JSON or JSON Lines of nested lists of strings), most frequent
+    first; one pass, memory bounded by the distinct words.
+
+    >>> import io
+    >>> count_words([io.BytesIO(b'[["the", "cat"], ["sat"]]\\n[["the"]]\\n')]).words
+    ['<unk>', 'the', 'cat', 'sat']
+    """
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for _, item in _word_items(sources, None):
+        counts.update(_strings(item))
+    return WordVocabulary.from_counts(counts, min_count=min_count)
+
+
+def _strings(item) -> list:
+    """Every string in a nested list, in order (what the first pass counts; the second checks the nesting)."""
+    found, stack = [], [item]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            found.append(x)
+        elif isinstance(x, list):
+            stack.extend(reversed(x))
+    return found
+
+
+def _read_words(sources, text: TextOptions, lod_level: int | None, dtype, progress, stats) -> Iterator[LoDTensor]:
+    vocabulary = text.load()
+    stats = {} if stats is None else stats
+    stats.setdefault("bytes_read", 0)
+    target = np.dtype(dtype) if dtype is not None else vocabulary.token_info().smallest_dtype()
+
+    def counted(n: int) -> None:
+        stats["bytes_read"] += n
+        if progress is not None:
+            progress(stats["bytes_read"])
+
+    levels, first_where = lod_level, None
+    waiting: list = []  # items without a word, before the first one that shows the depth
+    ids: list[np.ndarray] = []
+    lengths: list[list[int]] = []
+    size = 0
+    for where, item in _word_items(sources, counted):
+        if levels is None:
+            depth = _depth(item, where)
+            if depth is None:
+                waiting.append((where, item))
+                continue
+            levels, first_where = depth, where
+        for w, it in [*waiting, (where, item)]:
+            words, item_lengths = _flattened(it, w, levels, first_where)
+            lengths = lengths or [[] for _ in range(levels)]
+            for k in range(levels):
+                lengths[k].extend(item_lengths[k])
+            ids.append(vocabulary.encode(words, lambda k, w=w: f"{w}: "))
+            size += len(words)
+        waiting = []
+        if size >= WORDS_PER_CHUNK:
+            yield _word_chunk(ids, lengths, target)
+            ids, lengths, size = [], [], 0
+    if waiting:  # no item held a word: the shallowest depth they all fit
+        levels = max(_depth(it, w, least=True) for w, it in waiting)
+        for w, it in waiting:
+            _, item_lengths = _flattened(it, w, levels, None)
+            lengths = lengths or [[] for _ in range(levels)]
+            for k in range(levels):
+                lengths[k].extend(item_lengths[k])
+            ids.append(np.zeros(0, np.int64))
+    if lengths:
+        yield _word_chunk(ids, lengths, target)
+
+
+def _word_chunk(ids: list[np.ndarray], lengths: list[list[int]], target: np.dtype) -> LoDTensor:
+    offsets = [np.concatenate(([0], np.cumsum(np.asarray(n, np.int64)))) for n in lengths]
+    return LoDTensor._trusted(np.concatenate(ids).astype(target), offsets, None)
+
+
+def _word_items(sources, counted) -> Iterator[tuple[str, Any]]:
+    """``(where, item)`` of each top-level item of JSON / JSON Lines inputs of words."""
+    import orjson
+
+    for source in sources:
+        where = source.label if isinstance(source, SpooledInput) else _label(source)
+        stream_source = source.file if isinstance(source, SpooledInput) else source
+        lines = _words_as_lines(stream_source)
+        if not isinstance(stream_source, (str, os.PathLike)):
+            stream_source.seek(0)
+        with _opened(stream_source) as stream:
+            if lines:
+                for line_no, raw in enumerate(stream, 1):
+                    if counted is not None:
+                        counted(len(raw))
+                    line = raw.strip()
+                    if not line:
+                        continue
+                    item = _json_value(_decoded(raw.rstrip(b"\r\n"), where, line_no), where, line_no, orjson)
+                    yield f"{where}:{line_no}", item
+            else:
+                raw = stream.read()
+                if counted is not None:
+                    counted(len(raw))
+                document = _json_value(_decoded(raw, where, None), where, None, orjson)
+                if not isinstance(document, list):
+                    raise LodInputError(f"{where}: a JSON input of words is a list of items, not a "
+                                        f"{_json_type(document)}")
+                for k, item in enumerate(document):
+                    yield f"{where}: item {k}", item
+
+
+def _words_as_lines(source) -> bool:
+    """Whether a words input (a path or a seekable stream) is JSON Lines (an item a line), not one JSON document."""
+    from . import detect, format_of_head
+
+    if isinstance(source, (str, os.PathLike)):
+        found = detect(source)
+        return found is None or found.name != "json"
+    source.seek(0)
+    return format_of_head(source.read(1 << 16)) != "json"
+
+
+def _json_value(text_: str, where: str, line_no: int | None, orjson):
+    try:
+        return orjson.loads(text_)
+    except orjson.JSONDecodeError as exc:
+        at = f":{line_no}" if line_no is not None else ""
+        raise LodInputError(f"{where}{at}: not JSON ({str(exc).split(':')[0]})") from None
+
+
+def _flattened(item, where: str, depth: int, first: str | None) -> tuple[list, list]:
+    """An item of nested lists of words, ``depth`` lists deep: its words and the lengths of each level."""
+    if not isinstance(item, list):
+        raise LodInputError(f"{where}: an item of words is a list, not a {_json_type(item)}")
+    lengths: list[list[int]] = []
+    frontier = [item]
+    for k in range(depth):
+        lengths.append([])
+        nxt: list = []
+        for seq in frontier:
+            if not isinstance(seq, list):
+                what = "a word" if isinstance(seq, str) else f"a {_json_type(seq)}"
+                since = f" (as in {first})" if first and first != where else ""
+                raise LodInputError(f"{where}: {what} {k} list(s) deep, where words nest {depth} deep{since}")
+            lengths[k].append(len(seq))
+            nxt.extend(seq)
+        frontier = nxt
+    for w in frontier:
+        if not isinstance(w, str):
+            raise LodInputError(f"{where}: a {_json_type(w)} where a word (a string) belongs")
+    return frontier, lengths
+
+
+def _depth(item, where: str, least: bool = False) -> int | None:
+    """How many lists deep the first word of ``item`` sits; None for an item with no word (``least``: the depth
+    of its deepest list instead)."""
+    if not isinstance(item, list):
+        raise LodInputError(f"{where}: an item of words is a list, not a {_json_type(item)}")
+    depth, frontier = 1, item
+    while True:
+        if any(isinstance(x, str) for x in frontier):
+            return depth
+        if not any(isinstance(x, list) for x in frontier):
+            return depth if least else None
+        frontier = [y for x in frontier if isinstance(x, list) for y in x]
+        depth += 1
+
+
 # -- tokenizing a batch ----------------------------------------------------------------------------------
 def _encode(tokenizer: TextTokenizer, docs: list[str], text: TextOptions, bos: int | None, eos: int | None,
             target: np.dtype) -> LoDTensor:
@@ -414,4 +632,4 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
                         "(unpack --detokenize), or decode with lodtool.text.decode_nested")
 
 
-__all__ = ["TextOptions", "read", "write", "write_stored", "token_info", "write_decoded", "DECODED_FORMATS", "KINDS", "DOCUMENTS", "BATCH_BYTES", "LEVEL_NAMES"]
+__all__ = ["TextOptions", "count_words", "rereadable", "SpooledInput", "read", "write", "write_stored", "token_info", "write_decoded", "DECODED_FORMATS", "KINDS", "DOCUMENTS", "BATCH_BYTES", "LEVEL_NAMES"]

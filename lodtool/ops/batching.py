@@ -271,6 +271,238 @@ def _sort_segments_desc_impl(values, items, segment_ends, out):
         lo = hi
 
 
+def _gather_batch_reference(src, table, word, chunk_rows, row_items, seqs, rows, lengths, head, width, values, sizes,
+                            cu, positions, mask, chunks, check=True):
+    """:func:`gather_batch` in NumPy: the same arguments, outputs and return value."""
+    spans = []
+    for s in seqs.tolist():
+        stored = int(rows[s + 1] - rows[s])
+        n = int(lengths[s]) if lengths.shape[0] else stored
+        spans.append((int(rows[s]) + (stored - n if head else 0), n))
+    touched = []
+    for r, n in spans:
+        if n:
+            for c in range(r // chunk_rows, (r + n - 1) // chunk_rows + 1):
+                if not touched or touched[-1] != c:
+                    touched.append(c)
+    if check and any(table[c] < 0 for c in touched):
+        touched = touched[:chunks.shape[0]]
+        chunks[:len(touched)] = touched
+        return -len(touched)
+    pos = longest = 0
+    cu[0] = 0
+    for k, (r, n) in enumerate(spans):
+        at = np.arange(r, r + n, dtype=np.int64)
+        at = table[at // chunk_rows] // word + (at % chunk_rows) * row_items
+        items = (at[:, None] + np.arange(row_items)).reshape(-1)
+        base = (k * width if width else pos) * row_items
+        values[base:base + items.size] = src[items]
+        if width:
+            mask[k * width:(k + 1) * width] = np.arange(width) < n
+        if positions.shape[0]:
+            positions[pos:pos + n] = np.arange(n)
+        sizes[k] = n
+        pos += n
+        cu[k + 1] = pos
+        longest = max(longest, n)
+    return longest
+
+
+@kernel
+def _gather_batch_impl(src, table, word_shift, chunk_rows, chunk_shift, row_items, seqs, rows, lengths, head, width,
+                       values, sizes, cu, positions, mask, chunks, check):
+    # shifts instead of divisions where the sizes are powers of two (chunk_shift < 0: they are not)
+    clipped = lengths.shape[0] > 0
+    n_chunks = 0
+    missing = False
+    for k in range(seqs.shape[0] if check else 0):
+        s = seqs[k]
+        r = rows[s]
+        n = lengths[s] if clipped else rows[s + 1] - r
+        if n == 0:
+            continue
+        if head:
+            r = rows[s + 1] - n
+        for c in range(r // chunk_rows, (r + n - 1) // chunk_rows + 1):
+            if n_chunks == 0 or chunks[n_chunks - 1] != c:
+                if n_chunks < chunks.shape[0]:
+                    chunks[n_chunks] = c
+                    n_chunks += 1
+                if table[c] < 0:
+                    missing = True
+    if missing:
+        return -n_chunks
+    pos = 0
+    longest = 0
+    cu[0] = 0
+    for k in range(seqs.shape[0]):
+        s = seqs[k]
+        r = rows[s]
+        n = lengths[s] if clipped else rows[s + 1] - r
+        if head:
+            r = rows[s + 1] - n
+        end = r + n
+        o = (k * width if width else pos) * row_items
+        while r < end:
+            c = r >> chunk_shift if chunk_shift >= 0 else r // chunk_rows
+            stop = min(end, (c + 1) * chunk_rows)
+            a = (table[c] >> word_shift) + (r - c * chunk_rows) * row_items
+            m = (stop - r) * row_items
+            values[o:o + m] = src[a:a + m]
+            o += m
+            r = stop
+        sizes[k] = n
+        pos += n
+        cu[k + 1] = pos
+        if n > longest:
+            longest = n
+    # positions and mask in passes of their own: inside the copy loop they keep it from being vectorized
+    if positions.shape[0]:
+        for k in range(seqs.shape[0]):
+            a = cu[k]
+            for t in range(sizes[k]):
+                positions[a + t] = t
+    if width:
+        for k in range(seqs.shape[0]):
+            n = sizes[k]
+            for t in range(width):
+                mask[k * width + t] = t < n
+    return longest
+
+
+def gather_batch(src, table, word: int, chunk_rows: int, row_items: int, seqs, rows, lengths, head: bool, width: int,
+                 values, sizes, cu, positions, mask, chunks, check: bool = True) -> int:
+    """Gather a batch's sequences from rows stored in chunks, in one compiled pass; the batch reader's kernel.
+
+    ``src`` is flat storage (a file's memory map or a cache of decoded chunks)
+    as words of ``word`` bytes, ``row_items`` words a row; chunk ``c`` starts
+    at byte ``table[c]`` (negative: the chunk is not ready), so row ``r`` is at
+    word ``table[r // chunk_rows] // word + (r % chunk_rows) * row_items``.
+    Sequence ``s`` of ``seqs`` is rows ``rows[s]..rows[s + 1]``, clipped to
+    ``lengths[s]`` rows where ``lengths`` is not empty (``head``: its last
+    rows).  With ``width=0`` the sequences are written one after another into
+    ``values``, else each into a row of ``width`` rows (what is not written is
+    left as it is) and ``mask`` marks the real rows; ``sizes`` gets each
+    length, ``cu`` their cumulative sum from 0, ``positions`` (when not empty)
+    each row's place in its sequence.  Returns the longest length, or ``-n``
+    when a chunk is not ready: then ``chunks[:n]`` lists the chunks the batch
+    touches (repeats possible) and nothing is written.  ``check=False`` skips
+    that look at the table, for a caller that knows every chunk is ready.
+
+    >>> src, table = np.arange(10, 16), np.array([32, 0, 16])  # chunks of 2 rows, stored out of order
+    >>> out, sizes, cu, none = np.zeros(4, np.int64), np.zeros(2, np.int64), np.zeros(3, np.int64), np.zeros(0, int)
+    >>> gather_batch(src, table, 8, 2, 1, np.array([1, 0]), np.array([0, 1, 4]), none, False, 0, out, sizes, cu,
+    ...              none, np.zeros(0, bool), np.zeros(8, np.int64))
+    3
+    >>> out.tolist(), cu.tolist()
+    ([15, 10, 11, 14], [0, 3, 4])
+    """
+    return _gather_batch_impl(src, table, *gather_shifts(word, chunk_rows), row_items, seqs, rows, lengths, head,
+                              width, values, sizes, cu, positions, mask, chunks, check)
+
+
+def gather_shifts(word: int, chunk_rows: int) -> tuple[int, int, int]:
+    """``(word_shift, chunk_rows, chunk_shift)``: the arguments of :func:`compiled_gather_batch` that stand for
+    ``word, chunk_rows`` (a shift is -1 where the size is not a power of two).
+
+    >>> gather_shifts(4, 16384), gather_shifts(8, 3)
+    ((2, 16384, 14), (3, 3, -1))
+    """
+    return word.bit_length() - 1, chunk_rows, chunk_rows.bit_length() - 1 if chunk_rows & (chunk_rows - 1) == 0 else -1
+
+
+def compiled_gather_batch():
+    """:func:`gather_batch`'s compiled kernel itself (Numba's dispatcher, compiled on first call), for a loop that
+    calls it once per batch: the same arguments, with ``word, chunk_rows`` given as :func:`gather_shifts`'s three."""
+    return _gather_batch_impl.dispatcher
+
+
+def _chunk_reads_reference(first, last, batch_offsets, n_chunks, slots):
+    """:func:`chunk_reads` in plain Python."""
+    cached: dict[int, int] = {}  # chunk -> its slot
+    owner = [-1] * slots
+    next_slot = decodes = distinct = 0
+    for b in range(len(batch_offsets) - 1):
+        need = []
+        for k in range(batch_offsets[b], batch_offsets[b + 1]):
+            for c in range(first[k], last[k] + 1):
+                if c not in need:
+                    need.append(c)
+        distinct += len(need)
+        pinned = set(need)
+        for c in need:
+            if c in cached:
+                continue
+            decodes += 1
+            for _ in range(slots):  # first in, first out, never a chunk this batch needs
+                s = next_slot
+                next_slot = (next_slot + 1) % slots
+                if owner[s] < 0 or owner[s] not in pinned:
+                    if owner[s] >= 0:
+                        del cached[owner[s]]
+                    owner[s] = c
+                    cached[c] = s
+                    break
+    return decodes, distinct
+
+
+@kernel
+def _chunk_reads_impl(first, last, batch_offsets, n_chunks, slots):
+    slot_of = np.full(n_chunks, -1, np.int64)
+    stamp = np.full(n_chunks, -1, np.int64)
+    owner = np.full(slots, -1, np.int64)
+    need = np.empty(0, np.int64)
+    next_slot = 0
+    decodes = 0
+    distinct = 0
+    for b in range(batch_offsets.shape[0] - 1):
+        n_need = 0
+        for k in range(batch_offsets[b], batch_offsets[b + 1]):
+            for c in range(first[k], last[k] + 1):
+                if stamp[c] != b:
+                    stamp[c] = b
+                    if n_need == need.shape[0]:
+                        grown = np.empty(2 * n_need + 16, np.int64)
+                        grown[:n_need] = need[:n_need]
+                        need = grown
+                    need[n_need] = c
+                    n_need += 1
+        distinct += n_need
+        for j in range(n_need):
+            c = need[j]
+            if slot_of[c] >= 0:
+                continue
+            decodes += 1
+            for _ in range(slots):
+                s = next_slot
+                next_slot = (next_slot + 1) % slots
+                old = owner[s]
+                if old < 0 or stamp[old] != b:
+                    if old >= 0:
+                        slot_of[old] = -1
+                    owner[s] = c
+                    slot_of[c] = s
+                    break
+    return decodes, distinct
+
+
+def chunk_reads(first, last, batch_offsets, n_chunks: int, slots: int) -> tuple[int, int]:
+    """(chunks decoded, chunks each batch touches, summed) when batches read sequences of chunks
+    ``first[k]..last[k]`` through a first-in-first-out cache of ``slots`` chunks that never evicts a chunk the
+    batch being read needs (the batch reader's cache); sequence ``k`` of batch ``b`` is at
+    ``batch_offsets[b] <= k < batch_offsets[b + 1]``.
+
+    >>> chunk_reads(np.array([0, 1, 0, 2]), np.array([0, 1, 0, 2]), np.array([0, 2, 4]), 3, 2)
+    (3, 4)
+    """
+    if not batch_offsets.shape[0] > 1 or n_chunks == 0:
+        return 0, 0
+    decodes, distinct = _chunk_reads_impl(np.ascontiguousarray(first, np.int64), np.ascontiguousarray(last, np.int64),
+                                          np.ascontiguousarray(batch_offsets, np.int64), int(n_chunks),
+                                          max(int(slots), 1))
+    return int(decodes), int(distinct)
+
+
 def sort_by_length(lengths: np.ndarray, keep: np.ndarray, seed: int, descending: bool = False):
     """(items of ``keep`` sorted by length, their lengths): random order among equal lengths, from ``seed``.
 
@@ -384,4 +616,5 @@ def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tup
 
 
 __all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
-           "counting_argsort", "gather_runs", "greedy_batch_ends", "first_fit_decreasing", "megabatch_order"]
+           "counting_argsort", "gather_runs", "gather_batch", "gather_shifts", "compiled_gather_batch", "chunk_reads",
+           "greedy_batch_ends", "first_fit_decreasing", "megabatch_order"]

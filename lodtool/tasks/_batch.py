@@ -31,6 +31,13 @@ Modes (:data:`MODES`):
   :meth:`BatchPlan.position_ids` for variable-length attention.
 * ``random``: the baseline; a random permutation per ``(seed, epoch)`` cut into
   batches of ``max_sequences`` (or greedily within ``max_tokens``).
+* ``chunks``: a shuffle that reads each stored chunk about once an epoch, as
+  MosaicML streaming's ``py1b`` and litdata's chunk shuffling do.  The chunks
+  (``chunk_rows`` rows each: the file's own for a container) are shuffled per
+  ``(seed, epoch)`` and taken ``window`` at a time; the sequences that start in
+  a window's chunks are shuffled, sorted by length (ties in random order) and
+  cut greedily as ``sorted`` does, and the window's batches come in random
+  order.  A reader's cache then needs only a window of chunks at a time.
 
 Across ``num_replicas`` the batches are dealt round-robin: rank ``r`` gets
 batches ``r, r + R, ...``.  Every rank gets the same number of batches: with
@@ -70,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from ..container import checksum
+from ..container.reader import DECODED_CACHE_BYTES, DecodedChunks, LazyTensor, words_of
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodInputError, LodShapeError, LodUsageError, LodValidationError)
@@ -77,27 +85,38 @@ from ..limits import check_memory, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (counting_argsort, first_fit_decreasing, gather_runs, greedy_batch_ends, megabatch_order,
-                            plan_rng, segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing, gather_runs,
+                            gather_shifts, greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums,
+                            sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
-MODES = ("sorted", "megabatch", "buckets", "pack", "random")
+MODES = ("sorted", "megabatch", "buckets", "pack", "random", "chunks")
 OUTPUTS = ("padded", "jagged-numpy", "varlen")
 TRUNCATE = ("head", "tail")
 #: version of the saved plan's layout (``.npz``)
 PLAN_VERSION = 1
 #: the arrays of a saved plan, beside its ``meta``
 PLAN_ARRAYS = ("lengths", "indices", "offsets", "padded_lengths", "repeat")
-#: rows of data cached per reader (decoded chunks), unless ``cache_bytes`` says otherwise
-DEFAULT_CACHE_BYTES = 256 << 20
 #: the largest value a count option may take (the kernels count in int64)
 INT64_MAX = int(np.iinfo(np.int64).max)
+#: chunks a ``chunks`` plan shuffles sequences among, unless ``window`` says otherwise
+DEFAULT_WINDOW = 16
+#: a ``chunks`` plan shuffles runs of this many consecutive chunks: a sequence that runs past its chunk's end then
+#: mostly finds the next chunk in its window (with single chunks, nearly every chunk is decoded twice an epoch)
+CHUNK_RUN = 4
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
 #: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
 #: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
 PLAN_BYTES_PER_SEQUENCE = 96
+#: forks this process has gone through (``_FORKS[0]``, counted in the child): a reader's open file belongs to the
+#: process that opened it
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+#: no mask, no positions (outputs without them), no clipped lengths (a plan that clips none)
+_NO_MASK = np.zeros((0, 0), np.bool_)
+_NO_POSITIONS = _NO_LENGTHS = np.zeros(0, np.int64)
 
 
 # -- the source: a container or sharded folder, a stored tensor, or lengths ----------------------------
@@ -161,6 +180,20 @@ def sequence_rows(tensor, level: int = 0, where: str = "source") -> np.ndarray:
     return np.ascontiguousarray(rows, dtype=np.int64)
 
 
+def stored_chunk_rows(tensor) -> int:
+    """Rows per stored chunk of ``tensor``'s data: the file's own chunking, else what lodtool's writer would use.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> stored_chunk_rows(LoDTensor(np.zeros(5, np.int32), [[0, 5]]))
+    16384
+    """
+    rows = getattr(tensor, "chunk_rows", None)
+    if rows:
+        return int(rows)
+    return chunk_rows(max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1))
+
+
 def lengths_digest(lengths: np.ndarray) -> str:
     """The fingerprint a plan keeps of its source: ``xxh3_64`` of the sequences' lengths (int64, unclipped).
 
@@ -186,9 +219,10 @@ def _source_lengths(source, level: int, tensor: str | None, max_memory: int | No
             t = f.tensor(tensor)
             _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
             rows = sequence_rows(t, level, where)
-            return np.diff(rows), {"source": where, "tensor": t.name}
+            return np.diff(rows), {"source": where, "tensor": t.name, "chunk_rows": stored_chunk_rows(t)}
     if isinstance(source, TensorView):  # a stored tensor, a folder's, or one in memory
-        return np.diff(sequence_rows(source, level)), {"tensor": getattr(source, "name", None)}
+        return np.diff(sequence_rows(source, level)), {"tensor": getattr(source, "name", None),
+                                                       "chunk_rows": stored_chunk_rows(source)}
     lengths = np.asarray(source)
     if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
         raise LodUsageError(f"lengths must be a 1-d integer array, not {lengths.dtype} of shape {lengths.shape}")
@@ -474,7 +508,7 @@ def _is_int(value, low: int) -> bool:
 _OPTION_CHECKS = {
     "level": lambda v: _is_int(v, -INT64_MAX), "seed": lambda v: _is_int(v, 0), "epoch": lambda v: _is_int(v, 0),
     "num_replicas": lambda v: _is_int(v, 1), "rank": lambda v: _is_int(v, 0), "multiple_of": lambda v: _is_int(v, 1),
-    "skipped": lambda v: _is_int(v, 0),
+    "skipped": lambda v: _is_int(v, 0), "window": lambda v: _is_int(v, 1), "chunk_rows": lambda v: _is_int(v, 1),
     **{k: (lambda v: v is None or _is_int(v, 1)) for k in ("max_tokens", "max_sequences", "max_length",
                                                            "megabatch_mult")},
     **{k: (lambda v: isinstance(v, bool)) for k in ("drop_last", "shuffle", "pad_to_bucket_boundary")},
@@ -561,8 +595,8 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                multiple_of: int = 1, drop_last: bool = False, *, tensor: str | None = None,
                max_length: int | None = None, oversize: str = "error", megabatch_mult: int | None = None,
                boundaries=None, bucket_batch_sizes=None, pad_to_bucket_boundary: bool = False,
-               shuffle: bool = True, max_memory: int | None = None, token_dtype=None,
-               eos_token_id: int | None = None) -> BatchPlan:
+               shuffle: bool = True, window: int | None = None, chunk_rows: int | None = None,
+               max_memory: int | None = None, token_dtype=None, eos_token_id: int | None = None) -> BatchPlan:
     """Plan training batches over the sequences of ``level`` (lengths in data rows), from offsets alone.
 
     ``source`` is a container path, a sharded folder or a token dataset (only
@@ -584,7 +618,10 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     a sequence longer than ``max_tokens`` is an error, or dropped with
     ``oversize="skip"`` (counted in ``stats()["skipped"]``).
     ``shuffle=False`` (``buckets`` only) keeps the file's order as the stream,
-    as tf.data does when no shuffle comes before it.  ``drop_last`` drops an
+    as tf.data does when no shuffle comes before it.  ``window`` (``chunks``
+    only; default :data:`DEFAULT_WINDOW`) is the number of chunks whose
+    sequences are shuffled together, ``chunk_rows`` the rows of a stored chunk
+    (read from a container; needed with an array of lengths).  ``drop_last`` drops an
     incomplete last batch (with ``max_sequences`` alone: one smaller than it;
     with ``max_tokens``: one that is not a multiple of ``multiple_of``, as
     fairseq's ``batch_by_size`` does; ``buckets``: every bucket's partial batch,
@@ -611,9 +648,20 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                  rank, max_length, oversize, seed, epoch, megabatch_mult, level)
     if not shuffle and mode != "buckets":
         raise LodUsageError("shuffle=False applies to mode 'buckets' only (the other modes define their own order)")
+    _check_int("window", window, 1, optional=True)
+    _check_int("chunk_rows", chunk_rows, 1, optional=True)
+    if window is not None and mode != "chunks":
+        raise LodUsageError("window=... applies to mode 'chunks' only")
     lengths, about = _source_lengths(source, level, tensor, max_memory,
                                      {"token_dtype": token_dtype, "eos_token_id": eos_token_id})
     about["source_digest"] = lengths_digest(lengths)
+    if chunk_rows is not None:
+        about["chunk_rows"] = int(chunk_rows)
+    if mode == "chunks" and "chunk_rows" not in about:
+        raise LodUsageError("mode 'chunks' needs chunk_rows=... with an array of lengths (a container gives its own)")
+    chunk_of = None
+    if mode == "chunks":  # the stored chunk each sequence starts in (before any clipping: where its rows are)
+        chunk_of = (np.cumsum(lengths) - lengths) // about["chunk_rows"]
     if max_length is not None:
         lengths = np.minimum(lengths, max_length)
     options = {"level": int(level), "max_tokens": max_tokens, "max_sequences": max_sequences, "seed": int(seed),
@@ -633,8 +681,11 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
         options["skipped"] = int(too_long.sum())
 
     planner = {"sorted": _plan_sorted, "megabatch": _plan_megabatch, "random": _plan_random,
-               "pack": _plan_pack, "buckets": _plan_buckets}[mode]
+               "pack": _plan_pack, "buckets": _plan_buckets, "chunks": _plan_chunks}[mode]
     kwargs: dict[str, Any] = {"multiple_of": multiple_of, "drop_last": drop_last}
+    if mode == "chunks":
+        kwargs.update(chunk_of=chunk_of, window=window or DEFAULT_WINDOW)
+        options["window"] = window or DEFAULT_WINDOW
     if mode == "megabatch":
         kwargs["megabatch_mult"] = megabatch_mult
         options["megabatch_mult"] = megabatch_mult
@@ -718,6 +769,26 @@ def _plan_megabatch(lengths, keep, max_tokens, max_sequences, seed, epoch, *, mu
     order, seg_ends = megabatch_order(lengths, shuffled, size)
     ends, padded = _cut(lengths[order], max_tokens, max_sequences, multiple_of, drop_last, seg_ends)
     return order, ends, padded, np.arange(ends.shape[0])
+
+
+def _plan_chunks(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, chunk_of, window):
+    # py1b: the chunks in random order, a window of them at a time; inside a window the sequences in random order,
+    # then sorted by length (the padding of sorted), cut, and the window's batches in random order
+    rng = plan_rng(seed, epoch)
+    run_of = chunk_of[keep] // CHUNK_RUN
+    n_runs = int(run_of.max()) + 1 if run_of.size else 0
+    place = np.empty(n_runs, np.int64)
+    place[rng.permutation(n_runs)] = np.arange(n_runs, dtype=np.int64)
+    window_of = place[run_of] // max(window // CHUNK_RUN, 1)
+    shuffled = rng.permutation(keep.shape[0])
+    by_window = shuffled[np.lexsort((lengths[keep][shuffled], window_of[shuffled]))]  # stable: ties stay shuffled
+    order, windows = keep[by_window], window_of[by_window]
+    segment_ends = np.flatnonzero(np.diff(windows)) + 1
+    segment_ends = np.concatenate([segment_ends, [order.shape[0]]]).astype(np.int64) if order.size else segment_ends
+    ends, padded = _cut(lengths[order], max_tokens, max_sequences, multiple_of, drop_last, segment_ends)
+    batch_window = windows[ends - 1] if ends.size else ends
+    batch_order = np.lexsort((rng.random(ends.shape[0]), batch_window))
+    return order, ends, padded, batch_order
 
 
 def _plan_pack(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last):
@@ -805,97 +876,65 @@ def as_plan(plan=None, source=None, *, tensor: str | None = None, max_memory: in
 
 
 # -- reading batches -----------------------------------------------------------------------------------
-class _ChunkCache:
-    """Decoded blocks of a stored tensor's rows, in slots reused first in, first out.
+class _MappedChunks:
+    """A memory-mapped tensor's chunks as :func:`~lodtool.ops.batching.gather_batch` reads them, straight from the
+    map: a chunk's checksum is checked (through the tensor's own read) the first time a batch touches it."""
 
-    A block is as many rows as the writer puts in a chunk (a folder's, several
-    chunks: a read there costs more per call), so a read decodes whole chunks;
-    consecutive missing blocks are read in one call.  A block the
-    batch being gathered needs is never evicted; a batch that needs more blocks
-    than the cache holds grows it (within the file's memory limit).
-    """
+    def __init__(self, tensor, mapped, table: tuple):
+        self.tensor = tensor
+        self.words, self.table, self.chunk_rows = table
+        self.check_unchanged = mapped.check_unchanged
+        self._mapped = mapped
 
-    def __init__(self, tensor, budget_bytes: int, limit: int, where: str):
-        self.tensor, self.limit, self.where = tensor, limit, where
-        self.row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
-        self.block = chunk_rows(self.row_bytes)
-        if getattr(tensor, "n_shards", 0):  # a sharded folder: whole chunks, about FOLDER_READ_BYTES per read
-            self.block *= max(FOLDER_READ_BYTES // (self.block * self.row_bytes), 1)
-        self.n_blocks = -(-tensor.n_rows // self.block)
-        self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)
-        self.slot_of = np.full(max(self.n_blocks, 1), -1, dtype=np.int64)  # -1: not cached
-        self.block_of_slot = np.full(self.slots, -1, dtype=np.int64)
-        self.next_slot = 0
-        self.rows: np.ndarray | None = None  # allocated on the first read
+    def pending(self) -> bool:
+        """Whether a chunk's checksum is still unchecked."""
+        return self._mapped.unchecked > 0
 
-    def positions(self, starts: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Where the source ``rows`` (of the sequences at ``starts``, of ``lens``) are in :attr:`rows`.
+    def prepare(self, chunks: np.ndarray) -> None:
+        cr, n = self.chunk_rows, self.tensor.n_rows
+        for c in chunks[self.table[chunks] < 0].tolist():
+            self.tensor.read_rows(c * cr, min((c + 1) * cr, n))  # checks the chunk, or libhdf5 refuses it
 
-        The blocks that hold them are read first, where missing.
-        """
-        block = self.block
-        first, last = starts // block, (starts + np.maximum(lens, 1) - 1) // block
-        spans = np.where(lens > 0, last - first + 1, 0)
-        self._ensure(np.unique(np.repeat(first, spans) + _ramp(spans, int(spans.sum()))))
-        return self.slot_of[rows // block] * block + rows % block
 
-    def _allocate(self, slots: int) -> None:
-        check_memory(slots * self.block * self.row_bytes, self.limit, self.where, f"{slots:,} chunks of the data")
-        rows = np.empty((slots * self.block,) + self.tensor.element_shape, dtype=self.tensor.dtype)
-        if self.rows is not None:
-            rows[:self.rows.shape[0]] = self.rows
-        self.block_of_slot = np.concatenate([self.block_of_slot, np.full(slots - self.slots, -1, dtype=np.int64)])
-        self.rows, self.slots = rows, slots
-
-    def _ensure(self, blocks: np.ndarray) -> None:
-        missing = blocks[self.slot_of[blocks] < 0]
-        if not missing.size:
-            return
-        if blocks.shape[0] > self.slots:  # one batch needs more blocks than the cache holds: grow it
-            self._allocate(min(max(blocks.shape[0], 2 * self.slots), self.n_blocks))
-        elif self.rows is None:
-            self._allocate(self.slots)
-        pinned = set(blocks.tolist())
-        slots = np.empty(missing.shape[0], dtype=np.int64)
-        taken: set[int] = set()
-        for k in range(missing.shape[0]):  # first in, first out, never a block this batch needs
-            while True:
-                s = self.next_slot
-                self.next_slot = (s + 1) % self.slots
-                old = int(self.block_of_slot[s])
-                if s not in taken and (old < 0 or old not in pinned):
-                    break
-            taken.add(s)
-            if old >= 0:
-                self.slot_of[old] = -1
-            slots[k] = s
-        block = self.block
-        breaks = np.flatnonzero(np.diff(missing) != 1) + 1
-        for run_blocks, run_slots in zip(np.split(missing, breaks), np.split(slots, breaks)):
-            begin = int(run_blocks[0]) * block
-            rows = self.tensor.read_rows(begin, min((int(run_blocks[-1]) + 1) * block, self.tensor.n_rows))
-            for k, (b, s) in enumerate(zip(run_blocks.tolist(), run_slots.tolist())):
-                part = rows[k * block:(k + 1) * block]
-                self.rows[s * block:s * block + part.shape[0]] = part
-                self.slot_of[b] = s
-                self.block_of_slot[s] = b
+def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
+    """Where a reader gathers ``tensor``'s rows from: its memory map where it has one, else its file's cache of
+    decoded chunks (a folder's: a cache of the reader's own, of whole chunks, about FOLDER_READ_BYTES a read)."""
+    if isinstance(tensor, LazyTensor):
+        mapped = tensor.mapped_rows()
+        if mapped is not None:
+            return _MappedChunks(tensor, mapped, mapped.chunk_table())
+        return tensor.decoded_chunks(budget_bytes)
+    row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
+    block = chunk_rows(row_bytes)
+    block *= max(FOLDER_READ_BYTES // (block * row_bytes), 1)
+    return DecodedChunks(tensor.read_rows, tensor.n_rows, tensor.dtype, tensor.element_shape, block, budget_bytes,
+                         limit, where)
 
 
 @dataclass(eq=False)
 class _OpenSource:
-    """A reader's open container: the tensor, where each sequence starts and how long it is stored, the pad
-    value in the tensor's dtype, the chunk cache, and the output buffers (reused from batch to batch, each sized
-    once for the plan's largest batch)."""
+    """A reader's open container: the tensor, the row offsets of its sequences, the plan's lengths where it
+    clips them (else empty), whether the head is dropped, the pad value in the tensor's dtype, where rows are
+    gathered from, each batch's padded width, tokens and the scratch of the chunks it touches, the words a row
+    takes, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
 
     file: Any
     tensor: Any
-    starts: np.ndarray
-    full: np.ndarray
+    rows: np.ndarray
+    clipped: np.ndarray
+    head: bool
     pad: np.ndarray
-    cache: _ChunkCache
+    chunks: Any
     capacity: dict[str, int]
+    widths: np.ndarray
+    tokens: np.ndarray
+    touched: np.ndarray
+    items: int
+    row_words: int
+    gather: Any
+    shifts: tuple
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
-    pid: int = field(default_factory=os.getpid)
+    forks: int = field(default_factory=lambda: _FORKS[0])
 
 
 def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -> None:
@@ -915,13 +954,19 @@ def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -
                             f"sequences at level {level} are not the ones it was planned from")
 
 
-def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple) -> dict[str, int]:
-    """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps)."""
+def _padded_widths(plan: BatchPlan) -> np.ndarray:
+    """Rows of each padded batch: its padded length (a packed row's capacity: its longest sequence)."""
+    return segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
+
+
+def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple, widths: np.ndarray | None,
+                     tokens: np.ndarray) -> dict[str, int]:
+    """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps),
+    from each batch's padded ``widths`` (``padded`` only) and ``tokens``."""
     sizes = plan.batch_sizes
     if not sizes.size:
         return {}
-    widths = segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
-    max_b, max_tokens = int(sizes.max()), int(plan.batch_tokens.max())
+    max_b, max_tokens = int(sizes.max()), int(tokens.max())
     max_padded = int((sizes * widths).max()) if output == "padded" else 0  # within int64: the plan was checked
     return {"values": math.prod(element_shape) * (max_padded if output == "padded" else max_tokens),
             "mask": max_padded, "lengths": max_b, "offsets": max_b + 1, "cu_seqlens": max_b + 1,
@@ -932,13 +977,16 @@ class BatchReader:
     """Reads a plan's batches from a container into buffers it reuses; opens the file on first use.
 
     The offsets are read (and validated) once, and checked against the plan
-    (a plan made for another source is refused).  Data is read in whole HDF5
-    chunks, only those that hold a batch's sequences, consecutive ones in one
-    read, and kept in a cache of decoded chunks of ``cache_bytes`` (a corpus that
-    fits is read from disk once).  Each batch is gathered from there into output
+    (a plan made for another source is refused).  Each batch is gathered in
+    one compiled pass (:func:`~lodtool.ops.batching.gather_batch`) into output
     buffers sized once for the plan's largest batch (their size is checked
     against the memory limit first): **a batch is valid until the next one is
-    read**; copy what you keep.
+    read**; copy what you keep.  Data stored without compression is gathered
+    straight from the file's memory map (each fletcher32 chunk checked the first
+    time the process reads it); compressed data is read in whole HDF5 chunks,
+    only those that hold a batch's sequences, consecutive ones in one read, and
+    kept in a cache of decoded chunks of ``cache_bytes`` (a corpus that fits is
+    read from disk once).
 
     ``output``: ``"padded"`` (``values [B, T, ...]``, ``mask [B, T]``,
     ``lengths``), ``"jagged-numpy"`` (flat ``values`` and int64 ``offsets``) or
@@ -960,7 +1008,7 @@ class BatchReader:
     """
 
     def __init__(self, path, plan: BatchPlan, *, output: str = "padded", truncate: str | None = None,
-                 pad_value=0, tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 pad_value=0, tensor: str | None = None, cache_bytes: int = DECODED_CACHE_BYTES,
                  reuse_buffers: bool = True, max_memory: int | None = None, token_dtype=None,
                  eos_token_id: int | None = None):
         if output not in OUTPUTS:
@@ -1008,7 +1056,7 @@ class BatchReader:
         self._opened()
 
     def _opened(self) -> _OpenSource:
-        if self._source is not None and self._source.pid == os.getpid():
+        if self._source is not None and self._source.forks == _FORKS[0]:
             return self._source
         # a forked child (a DataLoader worker) never reads through its parent's HDF5 handle: it opens its own
         self._source = None
@@ -1030,73 +1078,85 @@ class BatchReader:
         except (LodDtypeError, LodShapeError):
             raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} "
                                 f"({t.dtype})") from None
-        capacity = _buffer_capacity(self.plan, self.output, t.element_shape)
+        plan = self.plan
+        widths = _padded_widths(plan) if self.output == "padded" else None
+        tokens = plan.batch_tokens
+        capacity = _buffer_capacity(plan, self.output, t.element_shape, widths, tokens)
         nbytes = t.dtype.itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get(
             "cu_seqlens", 0) + 8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
         check_memory(nbytes, f.max_memory, self.path, "the buffers of the plan's largest batch")
-        return _OpenSource(f, t, rows[:-1], full, pad, _ChunkCache(t, self.cache_bytes, f.max_memory, self.path),
-                           capacity)
+        chunks = _chunks_of(t, self.cache_bytes, f.max_memory, self.path)
+        # every chunk a batch touches, at most: each sequence spans its rows // chunk_rows + 2 chunks
+        touched = np.empty(2 * capacity.get("lengths", 0) + int(tokens.max(initial=0)) // chunks.chunk_rows + 2,
+                           np.int64)
+        items = math.prod(t.element_shape)
+        word = chunks.words.dtype.itemsize
+        clipped = plan.lengths if plan.options.get("max_length") is not None else _NO_LENGTHS
+        return _OpenSource(f, t, rows, clipped, self.truncate == "head", pad, chunks, capacity, widths, tokens,
+                           touched, items, t.dtype.itemsize // word * items, compiled_gather_batch(),
+                           gather_shifts(word, chunks.chunk_rows))
 
-    def _buffer(self, source: _OpenSource, name: str, shape: tuple, dtype) -> np.ndarray:
-        size = math.prod(shape)
-        if not self.reuse_buffers:
-            return np.empty(shape, dtype=dtype)
-        buf = source.buffers.get(name)
-        if buf is None or buf.shape[0] < size or buf.dtype != np.dtype(dtype):
-            buf = source.buffers[name] = np.empty(max(size, source.capacity.get(name, 0), 1), dtype=dtype)
-        return buf[:size].reshape(shape)
+    def _buffers(self, source: _OpenSource, n_seq: int, width: int, total: int) -> dict[str, np.ndarray]:
+        """Flat output arrays for a batch of ``n_seq`` sequences (``width`` rows each, padded) or ``total`` rows:
+        the reused ones (sized once, for the plan's largest batch), or new ones of the batch's size."""
+        if self.reuse_buffers:
+            if not source.buffers:  # made on the first batch
+                capacity = source.capacity
+                source.buffers = self._new_buffers(source, capacity.get("lengths", 0), capacity.get("mask", 0),
+                                                   capacity.get("position_ids", 0), capacity.get("values", 0))
+            return source.buffers
+        rows = n_seq * width if self.output == "padded" else total
+        return self._new_buffers(source, n_seq, n_seq * width, total, rows * source.items)
+
+    def _new_buffers(self, source: _OpenSource, n_seq: int, padded: int, total: int, items: int) -> dict:
+        output = self.output
+        values = np.empty(max(items, 1), source.tensor.dtype)
+        return {"values": values, "words": words_of(values, source.chunks.words.dtype.itemsize),
+                "lengths": np.empty(n_seq, np.int64),
+                "cu": np.empty(n_seq + 1, np.int32 if output == "varlen" else np.int64),
+                "positions": np.empty(total, np.int64) if output == "varlen" else _NO_POSITIONS,
+                "mask": np.empty(padded, np.bool_) if output == "padded" else _NO_MASK.reshape(-1)}
 
     def read(self, i: int) -> dict:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
         source = self._opened()
         plan = self.plan
-        if not -len(plan) <= i < len(plan):
-            raise LodUsageError(f"batch {i} is outside the plan's {len(plan)} batches")
-        i = int(i) % len(plan)
-        seqs = plan.batch(i)
-        lens = plan.lengths[seqs]
-        starts = source.starts[seqs]
-        if self.truncate == "head":
-            starts = starts + (source.full[seqs] - lens)
-        n_seq = seqs.shape[0]
-        cu = np.zeros(n_seq + 1, dtype=np.int64)
-        np.cumsum(lens, out=cu[1:])
-        total = int(cu[-1])
-        seq_of = np.repeat(np.arange(n_seq, dtype=np.int64), lens)
-        pos = np.arange(total, dtype=np.int64) - cu[:-1][seq_of]
-        rows = starts[seq_of] + pos
-        src = source.cache.positions(starts, lens, rows) if total else rows
-        cached = source.cache.rows
-        out = {"indices": seqs, "batch": i, "repeat": bool(plan.repeat[i])}
-        elem, dtype = source.tensor.element_shape, source.tensor.dtype
-        lengths = self._buffer(source, "lengths", (n_seq,), np.int64)
-        lengths[:] = lens
-        if self.output == "padded":
-            width = int(lens.max()) if n_seq else 0
-            if plan.mode != "pack":
-                width = max(width, int(plan.padded_lengths[i]))
-            values = self._buffer(source, "values", (n_seq, width) + elem, dtype)
+        n_batches = plan.offsets.shape[0] - 1
+        if not -n_batches <= i < n_batches:
+            raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
+        i = int(i) % n_batches
+        first, last = plan.offsets[i:i + 2].tolist()
+        seqs = plan.indices[first:last]
+        n_seq = last - first
+        total = int(source.tokens[i])
+        output = self.output
+        padded = output == "padded"
+        width = int(source.widths[i]) if padded else 0
+        buf = self._buffers(source, n_seq, width, total)
+        elem = source.tensor.element_shape
+        rows = n_seq * width if padded else total
+        values = buf["values"][:rows * source.items]
+        values = values.reshape(((n_seq, width) if padded else (total,)) + elem) if padded or elem else values
+        if padded:
             values.fill(source.pad)
-            if total:
-                values.reshape((n_seq * width,) + elem)[seq_of * width + pos] = cached[src]
-            mask = self._buffer(source, "mask", (n_seq, width), np.bool_)
-            np.less(np.arange(width)[None, :], lens[:, None], out=mask)
-            out.update(values=values, mask=mask, lengths=lengths)
-            return out
-        values = self._buffer(source, "values", (total,) + elem, dtype)
-        if total:
-            np.take(cached, src, axis=0, out=values)
-        out.update(values=values, lengths=lengths)
-        if self.output == "jagged-numpy":
-            offsets = self._buffer(source, "offsets", (n_seq + 1,), np.int64)
-            offsets[:] = cu
-            out["offsets"] = offsets
-            return out
-        cu32 = self._buffer(source, "cu_seqlens", (n_seq + 1,), np.int32)
-        cu32[:] = cu
-        position_ids = self._buffer(source, "position_ids", (total,), np.int64)
-        position_ids[:] = pos
-        out.update(cu_seqlens=cu32, position_ids=position_ids, max_seqlen=int(lens.max()) if n_seq else 0)
+        lengths, cu, positions, mask = buf["lengths"][:n_seq], buf["cu"][:n_seq + 1], buf["positions"], buf["mask"]
+        chunks = source.chunks
+        chunks.check_unchanged()
+        word_shift, chunk_rows, chunk_shift = source.shifts
+        while True:
+            longest = source.gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, source.row_words,
+                                    seqs, source.rows, source.clipped, source.head, width, buf["words"], lengths, cu,
+                                    positions, mask, source.touched, chunks.pending())
+            if longest >= 0:
+                break
+            chunks.prepare(np.unique(source.touched[:-longest]))
+        out = {"indices": seqs, "batch": i, "repeat": bool(plan.repeat[i]), "values": values, "lengths": lengths}
+        if padded:
+            out["mask"] = mask[:rows].reshape(n_seq, width)
+        elif output == "jagged-numpy":
+            out["offsets"] = cu
+        else:
+            out.update(cu_seqlens=cu, position_ids=positions[:total], max_seqlen=longest)
         return out
 
     def __iter__(self) -> Iterator[dict]:
@@ -1110,7 +1170,7 @@ class BatchReader:
 
 
 def batches(path, plan=None, *, output: str = "padded", truncate: str | None = None, pad_value=0,
-            tensor: str | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES, max_memory: int | None = None,
+            tensor: str | None = None, cache_bytes: int = DECODED_CACHE_BYTES, max_memory: int | None = None,
             token_dtype=None, eos_token_id: int | None = None, **plan_options) -> Iterator[dict]:
     """NumPy batches of a container for any framework: padded + mask, jagged, or varlen (flat + cu_seqlens).
 
@@ -1142,16 +1202,63 @@ def batches(path, plan=None, *, output: str = "padded", truncate: str | None = N
         yield from reader
 
 
-def plan_report(plan: BatchPlan, bins: int = 12) -> dict:
-    """The plan's figures beside ``random``'s at the same mean batch size, and the length histogram.
+def plan_report(plan: BatchPlan, bins: int = 12, *, cache_chunks: int | None = None,
+                rows: np.ndarray | None = None, chunk_rows: int | None = None) -> dict:
+    """The plan's figures beside ``random``'s at the same mean batch size, and the length histogram; with
+    ``cache_chunks``, also :func:`chunk_locality` (``"chunks"``) where the plan knows its source's chunks.
 
     >>> r = plan_report(batch_plan(np.arange(1, 200), max_tokens=512))
     >>> sorted(r), r["plan"]["padding_waste"] < r["random"]["padding_waste"]
     (['histogram', 'plan', 'random'], True)
     """
     counts, edges = plan.histogram(bins)
-    return {"plan": plan.stats(), "random": plan.random_baseline().stats(),
-            "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+    report = {"plan": plan.stats(), "random": plan.random_baseline().stats(),
+              "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+    locality = chunk_locality(plan, cache_chunks, rows, chunk_rows) if cache_chunks else None
+    if locality is not None:
+        report["chunks"] = locality
+    return report
+
+
+def chunk_locality(plan: BatchPlan, cache_chunks: int, rows: np.ndarray | None = None,
+                   chunk_rows: int | None = None) -> dict | None:
+    """How a reader with a cache of ``cache_chunks`` decoded chunks reads the plan, beside a true shuffle.
+
+    A true shuffle is the plan's sequences in a random order, cut into the
+    same batch sizes.  ``decodes`` counts the chunks decoded in an epoch
+    (``decodes_per_chunk``: per stored chunk), ``chunks_per_batch`` the chunks
+    a batch draws from on average, and ``mixing`` is that figure over the true
+    shuffle's: 1 is as mixed as a true shuffle, lower means batches drawn from
+    fewer places in the file.  ``rows`` are the row offsets of the source's
+    sequences (needed when the plan clips lengths; else they follow from them).
+    ``chunk_rows`` defaults to the plan's own (``options["chunk_rows"]``);
+    ``None`` when neither says how the source is chunked.
+
+    >>> plan = batch_plan(np.full(4000, 10), max_tokens=100, mode="chunks", chunk_rows=1000, window=8)
+    >>> c = chunk_locality(plan, cache_chunks=16)
+    >>> c["decodes_per_chunk"] <= 2 < c["shuffled"]["decodes_per_chunk"], c["mixing"] < 1
+    (True, True)
+    """
+    chunk_rows = chunk_rows or plan.options.get("chunk_rows")
+    if chunk_rows is None or (rows is None and plan.options.get("max_length") is not None):
+        return None
+    if rows is None:
+        rows = np.concatenate([[0], np.cumsum(plan.lengths)])
+    first = rows[:-1] // chunk_rows
+    last = np.maximum(rows[1:] - 1, rows[:-1]) // chunk_rows - (rows[1:] == rows[:-1])  # an empty one: no chunk
+    n_chunks = -(-int(rows[-1]) // chunk_rows)
+    seqs = plan.indices
+    shuffled = seqs[plan_rng(plan.options.get("seed", 0), plan.options.get("epoch", 0), 1).permutation(seqs.shape[0])]
+    out = {}
+    for key, order in (("plan", seqs), ("shuffled", shuffled)):
+        decodes, touched = chunk_reads(first[order], last[order], plan.offsets, n_chunks, cache_chunks)
+        out[key] = {"decodes": decodes, "decodes_per_chunk": decodes / max(n_chunks, 1),
+                    "chunks_per_batch": touched / max(len(plan), 1)}
+    plan_figures = out.pop("plan")
+    mixing = plan_figures["chunks_per_batch"] / out["shuffled"]["chunks_per_batch"] \
+        if out["shuffled"]["chunks_per_batch"] else 1.0
+    return {"chunk_rows": int(chunk_rows), "chunks": n_chunks, "cache_chunks": int(cache_chunks), **plan_figures,
+            "mixing": mixing, "shuffled": out["shuffled"]}
 
 
 #: the name of each batch file :func:`write_batches` writes
@@ -1261,9 +1368,22 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
                                        tensor=tensor, progress=progress, overwrite=overwrite, max_memory=max_memory,
                                        **reading)
     if report:
-        result.report = plan_report(plan)
+        result.report = plan_report(plan, **_report_chunks(path, plan, tensor, max_memory, reading))
     return result
 
 
-__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "write_batches", "BatchPlan", "BatchReader",
-           "batch_plan", "batches", "as_plan", "sequence_rows", "lengths_digest", "length_bins"]
+def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None, reading: dict) -> dict:
+    """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path`` (a token
+    dataset opened with ``reading``): a reader's default cache, in the file's chunks."""
+    with _open_container(path, max_memory, **reading) as f:
+        t = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
+        row_bytes = max(t.dtype.itemsize * math.prod(t.element_shape), 1)
+        chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
+        rows = sequence_rows(t, plan.options.get("level", 0), os.fspath(path)) \
+            if plan.options.get("max_length") is not None else None
+    return {"cache_chunks": max(DECODED_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
+
+
+__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "chunk_locality", "stored_chunk_rows",
+           "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
+           "lengths_digest", "length_bins"]

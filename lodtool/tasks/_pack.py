@@ -17,6 +17,7 @@ pack leaves no output: the container is committed only when everything is in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
@@ -111,15 +112,19 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
 
     sources = _as_list(inputs)
     refuse_output_over_input(output, sources)
-    source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
-                             column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
-                             token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
-    kwargs = {} if compression is None else {"compression": compression}
-    with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
-        writer.check_name(name)  # before any input is read
-        written = _write_chunks(writer, name, source)
-        if written.tensor is None:
-            written.tensor = _add_without_chunks(writer, name, source)
+    with contextlib.ExitStack() as spooled:
+        if text is not None and text.words:
+            sources, text = _with_vocabulary(sources, text, spooled)
+        source = PackSource.open(sources, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
+                                 column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
+                                 token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
+        kwargs = {} if compression is None else {"compression": compression}
+        with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY,
+                       **kwargs) as writer:
+            writer.check_name(name)  # before any input is read
+            written = _write_chunks(writer, name, source)
+            if written.tensor is None:
+                written.tensor = _add_without_chunks(writer, name, source)
     if progress is not None:
         progress(source.bytes_read)
     return _result(os.fspath(output), name, source, written)
@@ -306,6 +311,41 @@ def reader_options(fmt: str, column: str | None, max_memory: int | None, *, toke
     if "max_memory" in formats.get(fmt).options:  # an input read whole is checked before it is inflated
         extra["max_memory"] = resolve_max_memory(max_memory)
     return extra
+
+
+def _with_vocabulary(sources: list, text: TextOptions, spooled: contextlib.ExitStack) -> tuple[list, TextOptions]:
+    """Words with their vocabulary: the one given (a container's stored one, a tokenizer.json, a word list), or
+    the inputs' own, counted in a first pass (stdin is spooled to a temp file for it, closed by ``spooled``)."""
+    from ..io.text import SpooledInput, count_words, rereadable
+    from ..text import WordVocabulary
+
+    given = text.vocabulary
+    if isinstance(given, WordVocabulary):
+        return sources, text
+    if given is not None:
+        return sources, dataclasses.replace(text, vocabulary=_vocabulary_of(os.fspath(given)))
+    sources = rereadable(sources)
+    for s in sources:
+        if isinstance(s, SpooledInput):
+            spooled.callback(s.close)
+    return sources, dataclasses.replace(text, vocabulary=count_words(sources, min_count=text.min_count))
+
+
+def _vocabulary_of(path: str):
+    """The word vocabulary of ``path``: a container's (its tensor's stored vocabulary), or a vocabulary file."""
+    from .. import io as formats
+    from ..text import WordVocabulary, decoder_for
+
+    if formats.detect(path) == formats.Detection(formats.CONTAINER, True):
+        from ..container.reader import open_file
+
+        with open_file(path) as f:
+            t = f.tensor()
+            found = decoder_for(t.tokens, f"{path}: tensor {t.name!r}")
+        if not isinstance(found, WordVocabulary):
+            raise LodUsageError(f"{path}: tensor {t.name!r} stores a tokenizer, not a word vocabulary")
+        return found
+    return WordVocabulary.load(path)
 
 
 def _text_kind(text: TextOptions, format: str | None) -> TextOptions:
