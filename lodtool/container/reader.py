@@ -538,9 +538,10 @@ class LazyTensor(TensorView):
     def decoded_chunks(self, budget_bytes: int = DECODED_CACHE_BYTES) -> DecodedChunks:
         """The cache of this tensor's decoded chunks that every short read shares (made on first use, of
         ``budget_bytes``: the first caller's)."""
-        if self._decoded is None:
-            self._decoded = DecodedChunks(self._decode, self._n_rows, self._dtype, self._element_shape,
-                                          self.chunk_rows, budget_bytes, self._limit, self._path)
+        if self._decoded is None:  # a block is a stored chunk (of a contiguous dataset: about READ_CACHE bytes)
+            block = self.chunk_rows if self._data.chunks else max(READ_CACHE // self._row_cost, 1)
+            self._decoded = DecodedChunks(self._decode, self._n_rows, self._dtype, self._element_shape, block,
+                                          budget_bytes, self._limit, self._path)
         return self._decoded
 
     def _decode(self, begin: int, end: int) -> np.ndarray:

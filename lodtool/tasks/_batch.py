@@ -61,6 +61,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import json
 import lzma
 import math
@@ -295,10 +296,12 @@ class BatchPlan:
         """Sequences per batch."""
         return np.diff(self.offsets)
 
-    @property
+    @functools.cached_property
     def batch_tokens(self) -> np.ndarray:
-        """Real (unpadded) rows per batch."""
-        return segment_sums(self.lengths[self.indices], self.offsets)
+        """Real (unpadded) rows per batch (computed once: every reader of the plan sizes its buffers by it)."""
+        tokens = segment_sums(self.lengths[self.indices], self.offsets)
+        tokens.flags.writeable = False
+        return tokens
 
     @property
     def padded_shapes(self) -> np.ndarray:
