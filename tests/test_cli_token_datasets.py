@@ -193,6 +193,10 @@ def test_batch_takes_the_token_flags(bare, tmp_path):
     array, packed = bare
     assert "give --eos-id" in run("batch", array, "--max-tokens", "4", "-o", tmp_path / "x.npz").stderr
     ok("batch", array, *BARE_FLAGS, "--max-tokens", "4", "-o", tmp_path / "a.npz")
+    for mode in ("sorted", "chunks"):  # the report reads the source's chunks, with the flags too
+        report = json.loads(ok("batch", array, *BARE_FLAGS, "--max-tokens", "4", "--mode", mode, "--stats",
+                               "--json").stdout)
+        assert report["plan"]["sequences"] == len(BARE)
     ok("batch", packed, "--max-tokens", "4", "-o", tmp_path / "b.npz")
     with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
         assert all(np.array_equal(a[k], b[k]) for k in a.files if k != "meta")

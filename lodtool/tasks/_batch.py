@@ -1371,14 +1371,14 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
                                        tensor=tensor, progress=progress, overwrite=overwrite, max_memory=max_memory,
                                        **reading)
     if report:
-        result.report = plan_report(plan, **_report_chunks(path, plan, tensor, max_memory))
+        result.report = plan_report(plan, **_report_chunks(path, plan, tensor, max_memory, reading))
     return result
 
 
-def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None) -> dict:
-    """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path``: a reader's
-    default cache, in the file's chunks."""
-    with _open_container(path, max_memory) as f:
+def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None, reading: dict) -> dict:
+    """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path`` (a token
+    dataset opened with ``reading``): a reader's default cache, in the file's chunks."""
+    with _open_container(path, max_memory, **reading) as f:
         t = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
         row_bytes = max(t.dtype.itemsize * math.prod(t.element_shape), 1)
         chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
