@@ -58,6 +58,7 @@ import numpy as np
 
 from .. import atomic as _atomic
 from .. import lod as _lod
+from .. import storage
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
@@ -130,7 +131,11 @@ def is_sharded(path: str | os.PathLike) -> bool:
     >>> import tempfile
     >>> is_sharded(tempfile.mkdtemp()), is_sharded("x.lod.h5")
     (True, False)
+
+    A URL is a folder when it ends in ``/`` or the store says so (one request).
     """
+    if storage.is_url(path):
+        return storage.is_folder(path)
     return os.path.isdir(os.fspath(path))
 
 
@@ -334,6 +339,8 @@ def parse_manifest(raw, where: str) -> Manifest:
 
 
 def manifest_path(folder: str | os.PathLike) -> str:
+    if storage.is_url(folder):
+        return storage.join(folder, MANIFEST_NAME)
     return os.path.join(os.fspath(folder), MANIFEST_NAME)
 
 
@@ -356,7 +363,12 @@ def folder_file(folder: str | os.PathLike, name: str, *, what: str | None = None
     Traceback (most recent call last):
     ...
     lodtool.errors.LodFormatError: .../lodtool.json: is a symbolic link; a sharded folder's manifest and shards ...
+
+    In object storage (a URL) there are no links: the name is joined to the
+    folder's URL, and a missing object fails where it is opened.
     """
+    if storage.is_url(folder):
+        return storage.join(folder, name)
     path = os.path.join(os.fspath(folder), name)
     try:
         mode = os.lstat(path).st_mode
@@ -385,6 +397,18 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
     A folder without a manifest is :class:`~lodtool.errors.LodFileNotFoundError`.
     """
     folder = os.fspath(folder)
+    if storage.is_url(folder):
+        path = manifest_path(folder)
+        try:
+            text = storage.read_bytes(path, 64 << 20)
+        except LodFileNotFoundError:
+            raise LodFileNotFoundError(f"{storage.redact(folder)}: not a sharded container (no {MANIFEST_NAME}; a "
+                                       "write that never finished leaves none)") from None
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise LodFormatError(f"{storage.redact(path)}: unreadable manifest ({exc})") from None
+        return parse_manifest(raw, storage.redact(path))
     if not os.path.isdir(folder):
         raise LodFileNotFoundError(f"{folder}: no such folder")
     if not has_manifest(folder):
@@ -1180,6 +1204,8 @@ class ShardedFile(TensorSource):
 
     def __init__(self, path: str, *, max_memory: int | None = None):
         self.path = path
+        #: the storage options in force when the folder was opened: its shards open later, with the same
+        self._storage_options = dict(storage.current_options())
         self.manifest = read_manifest(path)
         self.max_memory = resolve_max_memory(max_memory)
         self.names = self.manifest.names
@@ -1210,7 +1236,8 @@ class ShardedFile(TensorSource):
         if len(self._open) >= OPEN_SHARDS:
             oldest = next(iter(self._open))
             self._open.pop(oldest).close()
-        f = open_file(path, max_memory=self.max_memory)
+        with storage.options(self._storage_options):
+            f = open_file(path, max_memory=self.max_memory)
         try:
             refuse_foreign_storage(path, f)
             info = self.manifest.shards[i]
@@ -1293,9 +1320,11 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
     """
     from .reader import open_file
 
-    if is_sharded(path):
-        return open_sharded(path, max_memory=max_memory)
-    return open_file(path, max_memory=max_memory)
+    path = storage.local_path(os.fspath(path))
+    with storage.remembered_info():  # a URL's kind and size are asked for once
+        if is_sharded(path):
+            return open_sharded(path, max_memory=max_memory)
+        return open_file(path, max_memory=max_memory)
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
@@ -1394,6 +1423,10 @@ def verify_sharded(path: str | os.PathLike) -> list:
     return out
 
 
+def _size(path: str) -> int:
+    return int(storage.info(path).get("size") or 0) if storage.is_url(path) else os.path.getsize(path)
+
+
 def inspect_sharded(path: str | os.PathLike) -> dict:
     """A JSON-able description of a sharded folder (metadata and offsets only), shaped like ``inspect_file``'s.
 
@@ -1410,10 +1443,10 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
     with open_sharded(path) as f:
         tensors = [tensor_summary(name, f[name], []) for name in f.names]
-        size = sum(os.path.getsize(f.shard_path(i)) for i in range(len(f.manifest.shards)))
-        return {"path": path, "format": MANIFEST_FORMAT, "format_version": f.format_version,
+        size = sum(_size(f.shard_path(i)) for i in range(len(f.manifest.shards)))
+        return {"path": storage.redact(path), "format": MANIFEST_FORMAT, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": _spec.CHECKSUM_ALGORITHM,
-                "file_size": size + os.path.getsize(manifest_path(path)), "shards": len(f.manifest.shards),
+                "file_size": size + _size(manifest_path(path)), "shards": len(f.manifest.shards),
                 "tensors": tensors}
 
 

@@ -39,8 +39,8 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, link_count, open_h5,
-                  read_rows, same_object, storage_gap, translate)
+from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, layout_for, link_count,
+                  open_h5, read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from ..atomic import AtomicPath, copy_to_stream, is_stream
 from .reader import describe_tensor, tensor_names
@@ -708,7 +708,11 @@ class LodWriter:
     (an empty file needs nothing).  ``path`` may also be a writable binary
     stream: the container is then copied to it on commit.  ``remedy`` ends the
     error that refuses a tensor already there: the options the caller offers
-    (:data:`DEFAULT_REMEDY`, or ``pack``'s :data:`PACK_REMEDY`).
+    (:data:`DEFAULT_REMEDY`, or ``pack``'s :data:`PACK_REMEDY`).  ``layout``
+    (``"compact"`` or ``"paged"``, ``None``: see
+    :func:`~lodtool.container._h5.layout_for`) is how a new file places its
+    metadata; ``"paged"`` is what object storage reads in few requests
+    (``docs/remote.md``).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -724,7 +728,8 @@ class LodWriter:
 
     def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, overwrite: bool = False,
                  force: bool = False, compression: str | None = None, compression_level: int | None = None,
-                 fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY):
+                 fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY,
+                 layout: str | None = None):
         if force and append:
             raise LodUsageError("append=True adds to a file and force=True replaces it: give one of them")
         self._overwrite = bool(overwrite)
@@ -768,7 +773,7 @@ class LodWriter:
                 with translate(self.path, "cannot list the tensors"):
                     self._existing_names = tensor_names(self._h5)
             else:
-                self._h5 = create_h5(tmp, "w")
+                self._h5 = create_h5(tmp, "w", layout_for(layout, self.path))
                 attrs = self._h5.attrs
                 attrs[spec.ATTR_FORMAT] = spec.FORMAT_NAME
                 attrs[spec.ATTR_VERSION] = spec.FORMAT_VERSION
@@ -1019,7 +1024,8 @@ def _same_lod(a: LoDTensor, b: LoDTensor) -> bool:
 
 def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTensor], *, name: str = "tensor",
          overwrite: bool = False, force: bool = False, compression: str | None = None,
-         compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True) -> None:
+         compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True,
+         layout: str | None = None) -> None:
     """Write one tensor (as ``name``) or a mapping of named tensors to a container, atomically.
 
     Into a container that exists, the tensors are added and the file's other
@@ -1033,7 +1039,8 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
     encoded on every core), ``"gzip"`` (the same filters, ``compression_level``
     0-9, default 4), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
     to write and to read).  With ``share_lod`` tensors whose offsets are equal
-    share one set of offsets datasets (HDF5 hard links).
+    share one set of offsets datasets (HDF5 hard links).  ``layout``: as for
+    :class:`LodWriter` (``"paged"`` for reading from object storage).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -1074,7 +1081,8 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
                     break
             seen.append(n)
     with LodWriter(path, overwrite=overwrite, force=force, compression=compression,
-                   compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod) as w:
+                   compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod,
+                   layout=layout) as w:
         for n, t in items.items():
             tw = w._add(n, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
                         level_names=t.level_names, lod_source=sources.get(n))
