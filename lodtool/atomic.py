@@ -743,30 +743,6 @@ def publish(local: str | os.PathLike, url: str, storage_options=None) -> None:
         fs.invalidate_cache(path)
 
 
-@contextlib.contextmanager
-def remote_output(url: str, storage_options=None) -> Iterator[str]:
-    """A local temp path to write ``url``'s content to, :func:`publish` ed on a clean exit; on an exception
-    (or a kill) nothing is uploaded and the temp folder goes.
-
-    >>> with remote_output("memory://lodtool-doc/y.bin") as tmp:
-    ...     _ = open(tmp, "wb").write(b"done")
-    >>> from lodtool import storage
-    >>> storage.read_bytes("memory://lodtool-doc/y.bin", 100)
-    b'done'
-    """
-    from . import storage
-
-    given = dict(storage.current_options() if storage_options is None else storage_options)
-    storage.filesystem(url, given)  # an unknown scheme or a missing back end fails before anything is written
-    folder = tempfile.mkdtemp(prefix="lodtool-upload-")
-    local = os.path.join(folder, "out" + os.path.splitext(url.rstrip("/"))[1])
-    try:
-        yield local
-        publish(local, url, given)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> None:
     """Copy an open binary file to a stream and flush it."""
     shutil.copyfileobj(src, stream, bufsize)
@@ -777,4 +753,4 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
 __all__ = ["AtomicPath", "atomic_path", "commit_section", "intermediate_commit", "hold_sigterm", "release_sigterm",
            "InterruptedAfterCommit", "COMMIT_SIGNALS", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
            "refuse_output_over_input",
-           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK", "publish", "remote_output"]
+           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK", "publish"]

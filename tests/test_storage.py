@@ -514,3 +514,35 @@ def test_a_truncated_object(s3, tmp_path):
 def test_errors_are_typed_builtins():
     assert issubclass(LodAccessError, PermissionError) and issubclass(LodAccessError, LodError)
     assert issubclass(LodTimeoutError, TimeoutError) and issubclass(LodTimeoutError, OSError)
+
+
+def test_save_to_a_url_and_an_existing_object_needs_force(memory_root):
+    t = corpus(30)
+    url = memory_root + "/lib/t.lod.h5"
+    lodtool.save(url, t)
+    assert lodtool.load(url).equals(t)
+    with pytest.raises(lodtool.errors.LodExistsError):
+        lodtool.save(url, corpus(10, seed=3))
+    assert lodtool.load(url).equals(t)  # untouched
+    lodtool.save(url, corpus(10, seed=3), force=True)
+    assert lodtool.load(url).equals(corpus(10, seed=3))
+    with pytest.raises(LodUsageError):
+        lodtool.LodWriter(url, append=True)
+    result = run("pack", SAMPLES / "articles.json", "-o", url)
+    assert result.exit_code == 2 and "--force" in one_line_error(result)
+
+
+def test_merge_repacks_a_container_into_the_paged_layout(tmp_path, memory_root):
+    src = tmp_path / "c.lod.h5"
+    assert run("pack", SAMPLES / "articles.json", "-o", src).exit_code == 0
+    assert json.loads(run("inspect", "--json", src).stdout)["remote_ready"] is False
+    out = tmp_path / "p.lod.h5"
+    result = run("merge", src, "-o", out, "--layout", "paged", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rows"] == lodtool.load(src).data.shape[0]
+    assert json.loads(run("inspect", "--json", out).stdout)["remote_ready"] is True
+    assert lodtool.load(out).equals(lodtool.load(src))
+    url = memory_root + "/p.lod.h5"
+    assert run("merge", src, "-o", url).exit_code == 0  # to object storage: paged by default
+    assert json.loads(run("inspect", "--json", url).stdout)["remote_ready"] is True
+    assert lodtool.load(url).equals(lodtool.load(src))

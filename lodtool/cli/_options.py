@@ -281,16 +281,8 @@ def stdin_among(files: Sequence[str]) -> Iterator[tuple[list[str], str | None]]:
 
 @contextlib.contextmanager
 def container_output(output: str) -> Iterator[str]:
-    """A path to write a container to; ``-`` writes a temp file, then copies it to stdout; a URL writes a temp
-    file, then uploads it whole (:func:`lodtool.atomic.remote_output`; paged unless ``--layout`` says otherwise)."""
-    output = storage.local_path(output)
-    if storage.is_url(output):
-        from ..atomic import remote_output
-        from ..container._h5 import layout_for, write_layout
-
-        with write_layout(layout_for(None, output)), remote_output(output) as tmp:
-            yield tmp
-        return
+    """A path to write a container to; ``-`` writes a temp file, then copies it to stdout (a URL is the writer's:
+    it uploads the finished file whole)."""
     if output != "-":
         yield output
         return

@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "lod-reset": ("sequence", "lod_reset", "Give the rows a new LoD, or append a level (lod_reset / lod_append)."),
     "batch": ("batch", "batch", "Plan training batches (sorted, megabatch, buckets, pack); show the waste; write them."),
     "shard": ("shard", "shard", "Split a container into a sharded folder (one logical tensor)."),
-    "merge": ("shard", "merge", "Join a sharded folder into one container."),
+    "merge": ("shard", "merge", "Join a sharded folder into one container (or repack a container)."),
 }
 
 

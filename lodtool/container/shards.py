@@ -916,7 +916,8 @@ def shard_file(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size
 
 def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
           max_memory: int | None = None, overwrite: bool = False, force: bool = False) -> None:
-    """Join a sharded folder into one container (level names kept), streamed chunk by chunk, atomically.
+    """Join a sharded folder into one container (level names kept), streamed chunk by chunk, atomically; a container
+    file is copied the same way (a repack: into the layout and compression the writer is given).
 
     Into an existing container the tensors are added by :func:`lodtool.save`'s
     rule: one of the same name needs ``overwrite``; ``force`` replaces the file.
@@ -939,7 +940,8 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
 
 
 def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = None) -> None:
-    """Stream every tensor of a sharded folder into an open :class:`~lodtool.container.writer.LodWriter`.
+    """Stream every tensor of a sharded folder, or of a container file (a repack, into the writer's layout), into an
+    open :class:`~lodtool.container.writer.LodWriter`.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import load
@@ -952,7 +954,7 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
     >>> load(os.path.join(d, "m.lod.h5")).lod
     [[0, 2, 6]]
     """
-    with open_sharded(folder, max_memory=max_memory) as f:
+    with open_path(folder, max_memory=max_memory) as f:
         for name in f.names:
             t = f[name]
             tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,

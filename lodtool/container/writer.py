@@ -42,7 +42,8 @@ from . import checksum, filters, spec
 from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, layout_for, link_count,
                   open_h5, read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
-from ..atomic import AtomicPath, copy_to_stream, is_stream
+from .. import storage
+from ..atomic import AtomicPath, copy_to_stream, is_stream, publish
 from .reader import describe_tensor, tensor_names
 
 #: target bytes per chunk of data: a branch read decodes whole chunks, so small chunks keep it
@@ -706,7 +707,10 @@ class LodWriter:
     that appends to it); ``force=True`` replaces the whole file.  An existing
     file that is not a lodtool container is replaced only with ``force=True``
     (an empty file needs nothing).  ``path`` may also be a writable binary
-    stream: the container is then copied to it on commit.  ``remedy`` ends the
+    stream: the container is then copied to it on commit; or a URL
+    (``s3://bucket/x.lod.h5``): it is then uploaded whole on commit, and
+    nothing appears there if the write fails (an object already there is
+    replaced only with ``force=True``).  ``remedy`` ends the
     error that refuses a tensor already there: the options the caller offers
     (:data:`DEFAULT_REMEDY`, or ``pack``'s :data:`PACK_REMEDY`).  ``layout``
     (``"compact"`` or ``"paged"``, ``None``: see
@@ -739,15 +743,22 @@ class LodWriter:
         filters.dataset_options(*self._compression)  # a missing plugin fails here, before any file is touched
         self._fletcher32 = bool(fletcher32)
         self._stream = path if is_stream(path) else None
+        if self._stream is None:
+            path = storage.local_path(os.fspath(path))
+        #: a target in object storage: written to a temp file, then published whole (:func:`lodtool.atomic.publish`)
+        self._url = path if self._stream is None and storage.is_url(path) else None
         self._atomic: AtomicPath | None = None
         self._tmpdir: str | None = None
         self._writers: dict[str, TensorWriter] = {}
         self._links: list[tuple[str, str]] = []
         self._done = False
-        if self._stream is not None:
+        if self._stream is not None or self._url is not None:
             if append:
-                raise LodUsageError("append needs a file path, not a stream")
-            self.path = "<stream>"
+                raise LodUsageError("append needs a local file path, not a stream or a URL")
+            if self._url is not None and not force and storage.exists(self._url):
+                raise LodExistsError(f"{storage.redact(self._url)}: exists; pass force=True to replace it (a "
+                                     "container in object storage is replaced whole, never added to)")
+            self.path = "<stream>" if self._url is None else storage.redact(self._url)
             self._tmpdir = tempfile.mkdtemp(prefix="lodtool-")
             tmp = os.path.join(self._tmpdir, "out.lod.h5")
             existing = False
@@ -773,7 +784,7 @@ class LodWriter:
                 with translate(self.path, "cannot list the tensors"):
                     self._existing_names = tensor_names(self._h5)
             else:
-                self._h5 = create_h5(tmp, "w", layout_for(layout, self.path))
+                self._h5 = create_h5(tmp, "w", layout_for(layout, self._url or self.path))
                 attrs = self._h5.attrs
                 attrs[spec.ATTR_FORMAT] = spec.FORMAT_NAME
                 attrs[spec.ATTR_VERSION] = spec.FORMAT_VERSION
@@ -931,6 +942,9 @@ class LodWriter:
             if self._stream is not None:
                 with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
                     copy_to_stream(src, self._stream)
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+            elif self._url is not None:
+                publish(os.path.join(self._tmpdir, "out.lod.h5"), self._url)
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
             else:
                 self._atomic.commit()
