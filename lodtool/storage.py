@@ -93,6 +93,19 @@ def local_path(path: Any) -> Any:
     return path
 
 
+def absolute(path: Any) -> str:
+    """``path`` as another process in another folder reads it (a Dask worker): a URL as it is, a local path
+    absolute.
+
+    >>> absolute("s3://b/x.lod.h5"), absolute("/data/x.lod.h5"), absolute("file:///data/x.lod.h5")
+    ('s3://b/x.lod.h5', '/data/x.lod.h5', '/data/x.lod.h5')
+    """
+    import os
+
+    path = local_path(os.fspath(path))
+    return path if is_url(path) else os.path.abspath(path)
+
+
 def protocol(url: str) -> str:
     """The URL's scheme, lower case (``s3``)."""
     found = _URL.match(url)
@@ -590,6 +603,6 @@ def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     return True
 
 
-__all__ = ["is_url", "local_path", "protocol", "redact", "scrub", "options", "current_options", "parse_option",
+__all__ = ["is_url", "local_path", "absolute", "protocol", "redact", "scrub", "options", "current_options", "parse_option",
            "filesystem", "storage_error", "translate", "remembered_info", "RequestCount", "requests_made", "info", "is_folder", "join",
            "read_bytes", "RemoteFile", "open_input", "take_failure", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES"]

@@ -546,3 +546,32 @@ def test_merge_repacks_a_container_into_the_paged_layout(tmp_path, memory_root):
     assert run("merge", src, "-o", url).exit_code == 0  # to object storage: paged by default
     assert json.loads(run("inspect", "--json", url).stdout)["remote_ready"] is True
     assert lodtool.load(url).equals(lodtool.load(src))
+
+
+def test_dask_workers_read_partitions_straight_from_s3(s3, tmp_path):
+    pytest.importorskip("dask")
+    from lodtool.interop import dask as lod_dask
+
+    server, root = s3
+    t = corpus(400)
+    with ShardWriter(tmp_path / "corpus", shard_size=300_000) as w:
+        w.write(t)
+    put(tmp_path / "corpus", root + "/corpus")
+    local = lod_dask.read(tmp_path / "corpus", partition_size="64KB").reverse().compute(scheduler="sync")
+    bag = lod_dask.read(root + "/corpus", partition_size="64KB")
+    assert bag.npartitions > 2 and all(p.path == root + "/corpus" for p in bag.partitions)
+    remote = bag.reverse().compute(scheduler="threads", num_workers=2)
+    assert remote.equals(local)
+    assert np.asarray(remote.data).tobytes() == np.asarray(local.data).tobytes()
+
+
+def test_dask_partitions_carry_storage_options_but_never_show_them(memory_root):
+    pytest.importorskip("dask")
+    from lodtool.interop import dask as lod_dask
+
+    lodtool.save(memory_root + "/t.lod.h5", corpus(50))
+    with storage.options(secret="NeverShowThis1"):
+        bag = lod_dask.read(memory_root + "/t.lod.h5", partition_size="16KB")
+    part = bag.partitions[0]
+    assert part.storage_options == {"secret": "NeverShowThis1"}
+    assert "NeverShowThis1" not in repr(part)

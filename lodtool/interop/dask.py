@@ -43,13 +43,14 @@ trip over each other's locks; each shard has exactly one writer.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .. import lod as _lod
+from .. import storage
 from .._optional import optional_import
 from ..atomic import intermediate_commit
 from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
@@ -72,15 +73,17 @@ def _dask(module: str = "dask"):
 
 @dataclass(frozen=True)
 class Partition:
-    """What a task needs to read its range: the stored tensor's file or sharded folder, the tensor's name, its
-    top-level sequences ``start..stop`` (one shard's at most) and ``row``, the range's first data row (which
-    Paddle's MaxIndex counts from)."""
+    """What a task needs to read its range: the stored tensor's file or sharded folder (a URL is read straight
+    from object storage, with ``storage_options``, the options in force where the plan was made), the tensor's
+    name, its top-level sequences ``start..stop`` (one shard's at most) and ``row``, the range's first data row
+    (which Paddle's MaxIndex counts from)."""
 
     path: str
     name: str
     start: int
     stop: int
     row: int = 0
+    storage_options: dict = field(default_factory=dict, compare=False, repr=False)  # credentials: never shown
 
 
 # -- the work one task does ---------------------------------------------------------------------------------
@@ -96,7 +99,7 @@ def read_partition(part: Partition, max_memory: int | None = None) -> LoDTensor:
     """
     from ..tasks._open import open as open_path
 
-    with open_path(part.path, max_memory=max_memory) as f:
+    with open_path(part.path, max_memory=max_memory, storage_options=part.storage_options) as f:
         t = f.tensor(part.name)
         if t.lod_level:
             chunk = t.slice_level(0, part.start, part.stop)
@@ -193,7 +196,7 @@ def _expand_partition(part: Partition, max_memory: int | None, y_path: str, y_na
 
     t = read_partition(part, max_memory)
     count = len(t) if t.lod_level else t.n_rows
-    with open_path(y_path, max_memory=max_memory) as f:
+    with open_path(y_path, max_memory=max_memory, storage_options=part.storage_options) as f:
         ref = f.tensor(y_name).read_offsets(level, part.start, part.start + count + 1)
     ref = ref - ref[0]
     _lod.validate_lod([ref], int(ref[-1]))
@@ -230,7 +233,7 @@ def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any,
     from ..planner import sequence_ranges
     from ..container.shards import TensorSpec, open_path
 
-    path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
+    path = storage.absolute(path)  # workers may run elsewhere, in another folder
     parts: list[Partition] = []
     with open_path(path, max_memory=max_memory) as f:
         t = f.tensor(name)
@@ -244,7 +247,8 @@ def _plan(path, name, partition_size, max_memory) -> tuple[list[Partition], Any,
                 row = a
                 for k in range(s.lod_level):  # down the levels to the range's first row
                     row = int(s.read_offsets(k, row, row + 1)[0])
-                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row))
+                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row,
+                                       dict(storage.current_options())))
             rows_before += s.n_rows
         return parts, spec, t.n_rows
 
@@ -418,7 +422,7 @@ class LodBag:
 
         if self._fns:
             raise LodUsageError("expand needs x as stored: call it on read(...) before other operators")
-        y = os.path.abspath(os.fspath(y))
+        y = storage.absolute(y)
         with open_path(y, max_memory=self._max_memory) as f:
             ty = f.tensor(y_name)
             y_name = ty.name
