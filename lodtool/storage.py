@@ -587,6 +587,18 @@ def open_input(url: str, storage_options: Mapping[str, Any] | None = None, *, si
 
 
 # -- writing (publishing a finished file is lodtool.atomic.publish's) -----------------------------------
+def list_names(url: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The names of the objects directly under the folder ``url`` (``[]`` where there are none)."""
+    fs, path = filesystem(url, storage_options)
+    try:
+        with translate(url, "cannot list it", storage_options):
+            found = fs.ls(path.rstrip("/"), detail=False, refresh=True)
+    except LodFileNotFoundError:
+        return []
+    _count(0)
+    return [name.rstrip("/").rsplit("/", 1)[-1] for name in found]
+
+
 def remove(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
     """Delete the object at ``url`` if it is there (undoing an upload that a later failure makes incomplete)."""
     fs, path = filesystem(url, current_options() if storage_options is None else storage_options)
@@ -605,4 +617,4 @@ def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
 
 __all__ = ["is_url", "local_path", "absolute", "protocol", "redact", "scrub", "options", "current_options", "parse_option",
            "filesystem", "storage_error", "translate", "remembered_info", "RequestCount", "requests_made", "info", "is_folder", "join",
-           "read_bytes", "RemoteFile", "open_input", "take_failure", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES"]
+           "read_bytes", "RemoteFile", "open_input", "take_failure", "list_names", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES"]

@@ -575,3 +575,64 @@ def test_dask_partitions_carry_storage_options_but_never_show_them(memory_root):
     part = bag.partitions[0]
     assert part.storage_options == {"secret": "NeverShowThis1"}
     assert "NeverShowThis1" not in repr(part)
+
+
+def test_sharded_output_to_s3_commits_the_manifest_last(s3, tmp_path):
+    server, root = s3
+    t = corpus(300)
+    url = root + "/out/corpus"
+    server.mark()
+    with ShardWriter(url, shard_size=200_000) as w:
+        w.write(t)
+    puts = [e.path.rsplit("/", 1)[-1] for e in server.since_mark() if e.method == "PUT"]
+    assert puts[-1] == "lodtool.json" and len(puts) > 2  # every shard whole, then the manifest
+    assert lodtool.load(url).equals(t)
+    assert run("validate", url).exit_code == 0
+    local = tmp_path / "corpus"
+    with ShardWriter(local, shard_size=200_000) as w:
+        w.write(t)
+    assert sorted(storage.list_names(url)) == sorted(p.name for p in local.iterdir())
+
+
+def test_a_failed_sharded_write_to_s3_leaves_no_shards(s3):
+    server, root = s3
+    url = root + "/out/failed"
+    with pytest.raises(RuntimeError):
+        with ShardWriter(url, shard_size=100_000) as w:
+            w.write(corpus(200))
+            w.end_shard()
+            raise RuntimeError("the producer failed")
+    assert storage.list_names(url) == []
+
+
+def test_cli_shard_to_s3(s3, tmp_path):
+    server, root = s3
+    src = tmp_path / "c.lod.h5"
+    lodtool.save(src, corpus(300))
+    result = run("shard", src, "-o", root + "/sharded", "--shard-size", "200KB")
+    assert result.exit_code == 0, result.output
+    assert lodtool.load(root + "/sharded").equals(lodtool.load(src))
+
+
+@pytest.mark.slow
+def test_cli_pack_sharded_to_s3(s3, tmp_path):
+    server, root = s3
+    result = run("pack", SAMPLES / "corpus.jsonl", "-o", root + "/packed/", "--shard-size", "64KB")
+    assert result.exit_code == 0, result.output
+    local = tmp_path / "packed"
+    assert run("pack", SAMPLES / "corpus.jsonl", "-o", local, "--shard-size", "64KB").exit_code == 0
+    assert lodtool.load(root + "/packed/").equals(lodtool.load(local))
+
+
+def test_dask_writes_its_shards_to_s3(s3, tmp_path):
+    pytest.importorskip("dask")
+    from lodtool.interop import dask as lod_dask
+
+    server, root = s3
+    src = tmp_path / "c.lod.h5"
+    lodtool.save(src, corpus(120))
+    bag = lod_dask.read(src, partition_size="64KB").reverse()
+    bag.to_container(root + "/reversed", scheduler="threads", num_workers=2)
+    bag.to_container(tmp_path / "reversed", scheduler="sync")
+    remote, local = lodtool.load(root + "/reversed"), lodtool.load(tmp_path / "reversed")
+    assert np.asarray(remote.data).tobytes() == np.asarray(local.data).tobytes() and remote.lod == local.lod

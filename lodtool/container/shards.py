@@ -388,6 +388,8 @@ def folder_file(folder: str | os.PathLike, name: str, *, what: str | None = None
 
 def has_manifest(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` has a manifest entry (a symbolic link counts: it is refused where it is used)."""
+    if storage.is_url(folder):
+        return storage.exists(manifest_path(folder))
     return os.path.lexists(manifest_path(folder))
 
 
@@ -425,11 +427,20 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
 
 
 def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
-    """Write ``folder/lodtool.json`` atomically (temp file, fsync, rename, fsync the folder)."""
+    """Write ``folder/lodtool.json`` atomically (temp file, fsync, rename, fsync the folder; in object storage,
+    one upload of the whole manifest)."""
     from .writer import _created_by
 
     manifest.created_by = manifest.created_by or _created_by()
     text = json.dumps(manifest.to_json(), indent=1).encode() + b"\n"
+    if storage.is_url(folder):
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="lodtool-") as tmp:
+            with open(os.path.join(tmp, MANIFEST_NAME), "wb") as f:
+                f.write(text)
+            _atomic.publish(os.path.join(tmp, MANIFEST_NAME), manifest_path(folder))
+        return
     with _atomic.atomic_open(folder_file(folder, MANIFEST_NAME, missing_ok=True), follow_symlinks=False) as f:
         f.write(text)
 
@@ -554,19 +565,28 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
         except LodFileNotFoundError as exc:
             raise LodFileNotFoundError(f"{exc}; the manifest was not written") from None
     manifest = Manifest(specs, listed)
-    with _atomic.commit_section(folder):
+    remote = storage.is_url(folder)
+    with _atomic.commit_section(storage.redact(folder)):
         write_manifest(folder, manifest)
-        for s in listed:
+        for s in listed if not remote else ():  # object storage keeps no temp files: uploads are whole
             _atomic.sweep_stale_temps(os.path.join(folder, s.file), min_age=0)
         if old is not None and not append:
             kept = {s.file for s in listed}
             for s in old.shards:
                 if s.file not in kept:
-                    try:
-                        os.unlink(os.path.join(folder, s.file))
-                    except OSError:
-                        pass
+                    _remove(folder_file(folder, s.file, missing_ok=True))
     return manifest
+
+
+def _remove(path: str) -> None:
+    """Delete a shard file or object, if it is there."""
+    if storage.is_url(path):
+        storage.remove(path)
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def remove_uncommitted_shards(folder: str | os.PathLike, paths: Sequence[str | os.PathLike], *,
@@ -593,11 +613,8 @@ def remove_uncommitted_shards(folder: str | os.PathLike, paths: Sequence[str | o
         named = set()
     for p in paths:
         if os.path.basename(os.fspath(p)) not in named:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-    if created:
+            _remove(os.fspath(p))
+    if created and not storage.is_url(folder):
         try:
             os.rmdir(folder)
         except OSError:  # something else is in it now: leave it
@@ -608,7 +625,7 @@ def next_shard_index(folder: str | os.PathLike) -> int:
     """The first shard index above every shard file in ``folder`` (``0`` for an empty or new folder)."""
     folder = os.fspath(folder)
     try:
-        names = os.listdir(folder)
+        names = storage.list_names(folder) if storage.is_url(folder) else os.listdir(folder)
     except FileNotFoundError:
         return 0
     found = [i for i in (_shard_index(n) for n in names) if i is not None]
@@ -621,15 +638,19 @@ def prepare_folder(folder: str | os.PathLike, *, append: bool) -> None:
     Appending needs a manifest already there (or an empty folder).
     """
     folder = os.fspath(folder)
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise LodUsageError(f"{folder}: is a file; a sharded output is a folder")
-    os.makedirs(folder, exist_ok=True)
-    names = os.listdir(folder)
+    remote = storage.is_url(folder)
+    if remote:  # object storage has no folders: the names under the prefix
+        names = storage.list_names(folder)
+    else:
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise LodUsageError(f"{folder}: is a file; a sharded output is a folder")
+        os.makedirs(folder, exist_ok=True)
+        names = os.listdir(folder)
     foreign = [n for n in names if n != MANIFEST_NAME and _shard_index(n) is None and not _atomic.is_temp_path(n)]
     if foreign:
         raise LodUsageError(f"{folder}: holds files that are not shards ({', '.join(sorted(foreign)[:3])}); "
                             "write a sharded container into a new or empty folder")
-    for n in names:  # a link named as the manifest or a shard would take a write (or a removal) out of the folder
+    for n in names if not remote else ():  # a link named as the manifest or a shard would take a write out of it
         if not _atomic.is_temp_path(n):
             folder_file(folder, n)
     if append and next_shard_index(folder) and not has_manifest(folder):
@@ -728,7 +749,8 @@ class ShardWriter:
         self.append = append
         self.compression = compression
         self.name = name
-        self._created = not os.path.exists(self.folder)  # removed again by abort() when it stays empty
+        # removed again by abort() when it stays empty (object storage has no folders to remove)
+        self._created = not storage.is_url(self.folder) and not os.path.exists(self.folder)
         prepare_folder(self.folder, append=append)
         existing = read_manifest(self.folder) if append and has_manifest(self.folder) else None
         self.specs: dict = dict(existing.tensors) if existing else {}
@@ -1205,7 +1227,9 @@ class ShardedFile(TensorSource):
     """
 
     def __init__(self, path: str, *, max_memory: int | None = None):
-        self.path = path
+        #: the folder as messages name it (a URL without its credentials)
+        self.path = storage.redact(path) if storage.is_url(path) else path
+        self._folder = path
         #: the storage options in force when the folder was opened: its shards open later, with the same
         self._storage_options = dict(storage.current_options())
         self.manifest = read_manifest(path)
@@ -1219,7 +1243,7 @@ class ShardedFile(TensorSource):
 
     def shard_path(self, i: int) -> str:
         """The path of shard ``i``, checked by :func:`folder_file` (a regular file inside the folder)."""
-        return folder_file(self.path, self.manifest.shards[i].file, what=f"shard {i} named by {MANIFEST_NAME}")
+        return folder_file(self._folder, self.manifest.shards[i].file, what=f"shard {i} named by {MANIFEST_NAME}")
 
     def check_shards(self) -> None:
         """Open every shard and check it against the manifest (names, dtype, shape, levels, counts, storage).

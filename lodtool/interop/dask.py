@@ -524,18 +524,20 @@ class LodBag:
         from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
                                         shard_name)
 
-        folder = os.path.abspath(os.fspath(folder))
-        created = not os.path.exists(folder)
+        folder = storage.absolute(folder)  # a URL: every worker uploads its shard there, the manifest last
+        created = not storage.is_url(folder) and not os.path.exists(folder)
         prepare_folder(folder, append=append)
         base = next_shard_index(folder)
         name = name or self.name or "tensor"
         token = self._token()
         items, paths = [], []
+        writing = dict(storage.current_options())  # the options in force here reach the workers that upload
         for i, part in enumerate(self.partitions):
             path = os.path.join(folder, shard_name(base + i))
             key = (f"lodtool-shard-{token}", i)
             items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path,
                                                                  self._output_names(name), compression,
+                                                                 {**part.storage_options, **writing},
                                                                  dask_key_name=key))
             paths.append(path)
         try:
@@ -582,17 +584,21 @@ class _Thunk:
         return tokenize(self.fn, self.args)
 
 
-def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None):
+def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None,
+                  storage_options: dict | None = None):
     """Run a partition's task, then write its result as one shard; return the manifest entry and the specs.
 
-    The task gives one LoDTensor, or a tuple of them (one per name in ``names``)."""
+    The task gives one LoDTensor, or a tuple of them (one per name in ``names``); a shard in object storage is
+    uploaded whole with ``storage_options``."""
     from ..container.shards import TensorSpec, write_shard
 
     t = task()
     if t is None:
         return None
     tensors = dict(zip(names, t if isinstance(t, tuple) else (t,), strict=True))
-    return write_shard(path, tensors, compression=compression), {n: TensorSpec.of(x) for n, x in tensors.items()}
+    with storage.options(storage_options):
+        info = write_shard(path, tensors, compression=compression)
+    return info, {n: TensorSpec.of(x) for n, x in tensors.items()}
 
 
 class _TaskBag(LodBag):
