@@ -218,8 +218,9 @@ def _client_options(scheme: str, storage_options: Mapping[str, Any]) -> dict:
     elif scheme in ("http", "https"):
         client = dict(opts.get("client_kwargs") or {})
         if "timeout" not in client:
-            import aiohttp  # fsspec's HTTP file system is built on it
+            from ._optional import optional_import
 
+            aiohttp = optional_import("aiohttp", "remote", "reading https:// URLs")  # fsspec's HTTP is built on it
             client["timeout"] = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
         opts["client_kwargs"] = client
     return opts
@@ -281,8 +282,8 @@ def storage_error(exc: BaseException, url: str, what: str,
     if isinstance(exc, FileNotFoundError):
         return LodFileNotFoundError(f"{where}: no such object or bucket")
     if isinstance(exc, _access_types()):
-        return LodAccessError(f"{where}: access denied, or no credentials ({reason}); give them in the environment, "
-                              "a config file, or --storage-option / storage_options=")
+        return LodAccessError(f"{where}: access denied, or no credentials ({reason}); give them in the environment "
+                              "or a config file, or pass storage_options=...")
     return LodStorageError(f"{where} ({reason})")
 
 

@@ -41,7 +41,7 @@ class S3Server:
             return list(self.log[self._mark:])
 
 
-class _Counting:
+class CountingApp:
     """WSGI middleware: records each request and the bytes of the body it sends back."""
 
     def __init__(self, app, server: S3Server):
@@ -56,17 +56,24 @@ class _Counting:
         return [body]
 
 
+def start_server(threaded_moto_server) -> tuple:
+    """Start moto's ``ThreadedMotoServer`` on 127.0.0.1 (a free port the system picks), every request counted;
+    returns ``(server, S3Server)`` (``server.stop()`` ends it).  Used by the tests and benchmarks/bench_remote.py."""
+    server = threaded_moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    running = S3Server(f"http://{host}:{port}")
+    server._server.app = CountingApp(server._server.app, running)  # the WSGI app every request goes through
+    return server, running
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """Start moto's S3 server on 127.0.0.1 (a free port) for the session; yield the :class:`S3Server`."""
     pytest.importorskip("s3fs", reason="the remote extra (s3fs) is not installed")
     threaded = pytest.importorskip("moto.moto_server.threaded_moto_server",
                                    reason="moto[server] is not installed")
-    server = threaded.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    running = S3Server(f"http://{host}:{port}")
-    server._server.app = _Counting(server._server.app, running)  # the WSGI app every request goes through
+    server, running = start_server(threaded)
     try:
         yield running
     finally:
