@@ -136,14 +136,33 @@ def _secret_values(storage_options: Mapping[str, Any]) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def scrub(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
-    """:func:`redact`, and every secret value of ``storage_options`` (keys, tokens, passwords) replaced by ``***``.
+def _url_secrets(url: str | None) -> list[str]:
+    """What a URL carries that is secret: its ``user:password`` and its query (a back end may quote them bare)."""
+    if not url:
+        return []
+    found = []
+    userinfo = _USERINFO.match(url)
+    if userinfo:
+        info = url[len(userinfo.group("scheme")):userinfo.end() - 1]
+        found += [info, *(part for part in info.split(":") if len(part) >= 3)]
+    query = url.partition("?")[2].partition("#")[0]
+    if query:
+        found += [query, *(v for pair in query.split("&") for v in [pair.partition("=")[2]] if len(v) >= 3)]
+    return found
+
+
+def scrub(text: str, storage_options: Mapping[str, Any] | None = None, url: str | None = None) -> str:
+    """:func:`redact`, and every secret value of ``storage_options`` (keys, tokens, passwords) and of ``url`` (its
+    ``user:password``, its query) replaced by ``***``, wherever the text has it.
 
     >>> scrub("bad key AKIA123 for s3://u:p@b/x", {"key": "AKIA123", "endpoint_url": "http://h"})
     'bad key *** for s3://b/x'
+    >>> scrub('bad bucket "AKIA9:pass9@b"', {}, url="s3://AKIA9:pass9@b/x")
+    'bad bucket "***@b"'
     """
     text = redact(" ".join(str(text).split()))
-    for value in _secret_values(storage_options or current_options()):
+    secrets = _secret_values(storage_options or current_options()) + _url_secrets(url)
+    for value in sorted(secrets, key=len, reverse=True):
         text = text.replace(value, "***")
     return text
 
@@ -235,12 +254,12 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tu
     except LodError:
         raise
     except ImportError as exc:  # fsspec knows the scheme, but its back end is not installed
-        raise LodStorageError(f"{redact(url)}: cannot open {scheme}:// URLs ({scrub(str(exc), given)})") from None
+        raise LodStorageError(f"{redact(url)}: cannot open {scheme}:// URLs ({scrub(str(exc), given, url)})") from None
     except ValueError as exc:  # an unknown scheme
-        raise LodUsageError(f"{redact(url)}: {scrub(str(exc), given)}") from None
+        raise LodUsageError(f"{redact(url)}: {scrub(str(exc), given, url)}") from None
     except TypeError as exc:  # a storage option the file system does not take
         raise LodUsageError(f"{redact(url)}: a storage option that {scheme}:// does not take "
-                            f"({scrub(str(exc), given)})") from None
+                            f"({scrub(str(exc), given, url)})") from None
     if scheme in ("s3", "s3a"):
         fs.retries = 1  # s3fs's own loop around botocore's retries (which already follow `attempts`)
     return fs, path
@@ -275,7 +294,7 @@ def storage_error(exc: BaseException, url: str, what: str,
     """The typed lodtool error for a failure of fsspec or its back end: ``"URL: WHAT (reason)"``, credentials out."""
     if isinstance(exc, LodError):
         return exc
-    reason = scrub(str(exc), storage_options) or type(exc).__name__
+    reason = scrub(str(exc), storage_options, url) or type(exc).__name__
     where = f"{redact(url)}: {what}"
     if isinstance(exc, _timeout_types()):
         return LodTimeoutError(f"{where}: the server did not answer in time ({reason})")

@@ -636,3 +636,15 @@ def test_dask_writes_its_shards_to_s3(s3, tmp_path):
     bag.to_container(tmp_path / "reversed", scheduler="sync")
     remote, local = lodtool.load(root + "/reversed"), lodtool.load(tmp_path / "reversed")
     assert np.asarray(remote.data).tobytes() == np.asarray(local.data).tobytes() and remote.lod == local.lod
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["validate"], ["slice", "@URL", "<0>"], ["head"]])
+def test_credentials_in_a_url_never_show(s3, tmp_path, command):
+    server, root = s3
+    url = "s3://AKIAINURL42:SecretInUrl42@" + root.removeprefix("s3://") + "/missing.lod.h5?X-Amz-Signature=SigInQuery42"
+    args = [url if a == "@URL" else a for a in command] + ([] if "@URL" in command else [url])
+    result = run(*args)
+    assert result.exit_code != 0
+    for secret in ("AKIAINURL42", "SecretInUrl42", "SigInQuery42"):
+        assert secret not in result.output
+    assert storage.redact(url).rsplit("?", 1)[0] in result.output or "missing.lod.h5" in result.output

@@ -23,6 +23,7 @@ from typing import Callable
 
 import h5py
 
+from .. import storage
 from ..errors import LodFormatError
 from . import spec
 from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, file_layout, foreign_storage, hard_member,
@@ -69,6 +70,9 @@ class FileReport:
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None
     paddle_valid: bool = False
+
+    def __post_init__(self) -> None:
+        self.path = storage.redact(self.path)  # a URL is shown without its credentials
 
     def to_dict(self) -> dict:
         return {"path": self.path, "ok": self.ok, "paddle_valid": self.paddle_valid, "error": self.error,
