@@ -23,6 +23,7 @@ interop    zero-copy conversions (awkward, Arrow, torch); pack/unpack Parquet vs
 toolkit    issue 17's operators (scatter, conv, top-k average pooling, im2sequence) vs reference, Paddle
 dask       ``lodtool.dask`` pool and parallel pack on 2 process workers vs 1; scheduler overhead
 text       ``pack --tokenizer`` MB/s of text vs ``encode_batch`` + ``np.concatenate`` + h5py; ``--detokenize``
+remote     requests and bytes per open / branch / batch from a local S3 server vs h5py+s3fs defaults, Parquet
 =========  =================================================================================
 
 The report puts every target of issues 3, 4 and 5 in one table (lodtool, its
@@ -68,6 +69,7 @@ SECTIONS = {
     "toolkit": ("bench_ops_toolkit.py", "Toolkit operators (issue 17)"),
     "dask": ("bench_dask.py", "lodtool on Dask"),
     "text": ("bench_text.py", "Text"),
+    "remote": ("bench_remote.py", "Object storage"),
 }
 DEFAULT_OUTPUT = C.ROOT / "docs" / "benchmarks.md"
 INTRO = ("Every figure below comes from one run of the suite on one machine; each lodtool figure sits next to its "

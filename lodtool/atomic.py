@@ -703,6 +703,46 @@ def _naming_the_output(name: str) -> Iterator[None]:
         raise named from None
 
 
+def publish(local: str | os.PathLike, url: str, storage_options=None) -> None:
+    """Put the finished local file ``local`` in object storage as ``url``, whole or not at all.
+
+    An object store (:data:`lodtool.storage.WHOLE_OBJECT_PROTOCOLS`) shows an
+    object only once its single PUT, or its multipart upload, completes, and
+    an upload that fails is aborted: a failure, a kill or a lost connection
+    leaves nothing under ``url`` (an object already there stays as it was).
+    Any other file system gets a temp name beside ``url`` (named as
+    :func:`temp_path_for` names them) moved over it at the end.  The upload
+    runs in a :func:`commit_section`: ``SIGINT``/``SIGTERM`` wait until it is
+    done or has failed.
+
+    >>> import tempfile
+    >>> src = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> _ = open(src, "wb").write(b"whole")
+    >>> publish(src, "memory://lodtool-doc/x.bin")
+    >>> from lodtool import storage
+    >>> storage.read_bytes("memory://lodtool-doc/x.bin", 100)
+    b'whole'
+    """
+    from . import storage
+
+    given = storage.current_options() if storage_options is None else storage_options
+    fs, path = storage.filesystem(url, given)
+    with commit_section(storage.redact(url)), storage.translate(url, "cannot write it", given):
+        if storage.protocol(url) in storage.WHOLE_OBJECT_PROTOCOLS:
+            fs.put_file(os.fspath(local), path)
+        else:
+            tmp = temp_path_for(path)
+            try:
+                fs.put_file(os.fspath(local), tmp)
+                fs.mv(tmp, path)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    fs.rm_file(tmp)
+                raise
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(path)
+
+
 def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> None:
     """Copy an open binary file to a stream and flush it."""
     shutil.copyfileobj(src, stream, bufsize)
@@ -713,4 +753,4 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
 __all__ = ["AtomicPath", "atomic_path", "commit_section", "intermediate_commit", "hold_sigterm", "release_sigterm",
            "InterruptedAfterCommit", "COMMIT_SIGNALS", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
            "refuse_output_over_input",
-           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK"]
+           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK", "publish"]

@@ -71,6 +71,18 @@ class LodBackendError(LodError, RuntimeError):
     """A requested compute backend (numba, cupy/CUDA) is unavailable."""
 
 
+class LodStorageError(LodError, OSError):
+    """Object storage (``s3://``, ``https://`` ...) failed a request; the message names the URL, never credentials."""
+
+
+class LodAccessError(LodStorageError, PermissionError):
+    """Object storage refused a request: no credentials, or access denied."""
+
+
+class LodTimeoutError(LodStorageError, TimeoutError):
+    """Object storage did not answer within the timeout (``timeout=`` among the storage options)."""
+
+
 class LodUsageError(LodError, ValueError):
     """Options that contradict each other; the CLI exits with code 2."""
 
@@ -98,6 +110,9 @@ __all__ = [
     "LodFileNotFoundError",
     "LodMemoryError",
     "LodBackendError",
+    "LodStorageError",
+    "LodAccessError",
+    "LodTimeoutError",
     "LodUsageError",
     "LodExistsError",
 ]

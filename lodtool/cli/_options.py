@@ -14,6 +14,7 @@ from typing import Iterator, Sequence
 import click
 
 from .. import io as formats
+from .. import storage
 from ..errors import LodFileNotFoundError, LodUsageError
 
 #: what slice, head and tail write: every writable io format, then the container
@@ -88,9 +89,53 @@ def replace_options(f):
 
 
 def compression_option(f):
+    """``--compression`` and ``--layout``: how every command that writes a container stores it."""
+    f = click.option("--layout", type=click.Choice(["compact", "paged"]), default=None, expose_value=False,
+                     callback=_enter_layout,
+                     help="Where the container keeps its metadata: paged puts it in whole 1 MiB pages, the first one "
+                          "first, so object storage opens the file in few requests (default: paged for an s3://... "
+                          "output, compact, the smallest file, for a local one; see docs/remote.md).")(f)
     return click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
                         help="Data compression (default: deflate, i.e. shuffle + deflate, which every HDF5 reader has; "
                              "zstd/blosc/lz4 need hdf5plugin).")(f)
+
+
+def _enter_layout(ctx: click.Context, _param, value):
+    if value is not None and not ctx.resilient_parsing:
+        from ..container._h5 import write_layout
+
+        ctx.with_resource(write_layout(value))  # for every file the command creates, until it ends
+    return value
+
+
+def _enter_storage_options(ctx: click.Context, _param, values):
+    """``--storage-option k=v`` (repeatable): in force for every URL the command opens; ``-v`` counts requests."""
+    if ctx.resilient_parsing:
+        return values
+    given = dict(storage.parse_option(v) for v in values or ())
+    if given:
+        ctx.with_resource(storage.options(given))
+    before = storage.requests_made()
+
+    def report() -> None:
+        made = storage.requests_made()
+        if made.requests > before.requests and (ctx.find_root().obj or {}).get("verbose"):
+            from ..limits import human_bytes
+
+            click.echo(f"lodtool: {plural(made.requests - before.requests, 'request')} to object storage, "
+                       f"{human_bytes(made.bytes - before.bytes)} read", err=True)
+
+    ctx.call_on_close(report)
+    return values
+
+
+def storage_option() -> click.Option:
+    """``--storage-option KEY=VALUE``, which every command takes (added with -q and -v)."""
+    return click.Option(["--storage-option", "storage_options"], multiple=True, metavar="KEY=VALUE",
+                        expose_value=False, callback=_enter_storage_options,
+                        help="For s3://, gs://, https:// ... inputs and outputs: an fsspec storage option "
+                             "(endpoint_url=..., anon=true, timeout=SECONDS; repeatable). Credentials also come from "
+                             "the environment and config files; none is ever printed.")
 
 
 def max_memory_option(f):
@@ -203,6 +248,10 @@ def input_path(path: str) -> Iterator[str]:
     if path != "-":
         from ..io.token_datasets import format_of
 
+        path = storage.local_path(path)
+        if storage.is_url(path):  # opened through fsspec, which names what is missing
+            yield path
+            return
         if not os.path.exists(path) and format_of(path) is None:
             raise LodFileNotFoundError(f"{path}: no such file")
         yield path
@@ -232,7 +281,8 @@ def stdin_among(files: Sequence[str]) -> Iterator[tuple[list[str], str | None]]:
 
 @contextlib.contextmanager
 def container_output(output: str) -> Iterator[str]:
-    """A path to write a container to; ``-`` writes a temp file, then copies it to stdout."""
+    """A path to write a container to; ``-`` writes a temp file, then copies it to stdout (a URL is the writer's:
+    it uploads the finished file whole)."""
     if output != "-":
         yield output
         return

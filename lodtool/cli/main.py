@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "lod-reset": ("sequence", "lod_reset", "Give the rows a new LoD, or append a level (lod_reset / lod_append)."),
     "batch": ("batch", "batch", "Plan training batches (sorted, megabatch, buckets, pack, chunks); show the waste; write them."),
     "shard": ("shard", "shard", "Split a container into a sharded folder (one logical tensor)."),
-    "merge": ("shard", "merge", "Join a sharded folder into one container."),
+    "merge": ("shard", "merge", "Join a sharded folder into one container (or repack a container)."),
 }
 
 
@@ -255,12 +255,15 @@ def _set_global(ctx: click.Context, param: click.Parameter, value: bool) -> None
 
 
 def _with_global_options(command: click.Command) -> click.Command:
-    """Let a command also take the group's -q/--quiet and -v/--verbose (added once per command)."""
+    """Let a command also take the group's -q/--quiet and -v/--verbose, and --storage-option (added once per command)."""
     if not any(p.name == "quiet" for p in command.params):
         command.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_global,
                                            help="Print nothing but data and errors (as before the command)."))
         command.params.append(click.Option(["-v", "--verbose"], is_flag=True, expose_value=False,
                                            callback=_set_global, help="More detail; tracebacks for internal errors."))
+        from ._options import storage_option
+
+        command.params.append(storage_option())
     return command
 
 

@@ -68,9 +68,14 @@ def shard(ctx, file, output, shard_size, name, compression, append, overwrite, f
 def merge(ctx, folder, output, overwrite, force, compression, max_memory, as_json):
     """Join a sharded folder into one container (level names kept), streamed shard by shard.
 
+    FOLDER may also be a container file: it is copied tensor by tensor (a repack), e.g. into the paged layout
+    that object storage reads in few requests (--layout paged), or into another --compression.
+
     \b
     Example:
       lodtool merge corpus/ -o corpus.lod.h5
+      lodtool merge corpus.lod.h5 -o s3://bucket/corpus.lod.h5      # paged, uploaded whole
+      lodtool merge old.lod.h5 -o new.lod.h5 --layout paged
     """
     from .. import tasks
 

@@ -8,6 +8,7 @@ at all is :class:`LodFormatError` with the file name and a short reason.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import os
 import weakref
@@ -16,6 +17,7 @@ from typing import Iterator
 import h5py
 import numpy as np
 
+from .. import storage
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodMemoryError
 from ..atomic import is_temp_path
 from . import _mmap
@@ -45,8 +47,12 @@ def _reason(exc: BaseException) -> str:
 H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError, IndexError, OverflowError)
 
 
-def domain_error(exc: BaseException, path: str, what: str) -> LodFormatError:
-    """The :class:`LodFormatError` that replaces an h5py exception (for hot paths without a ``with``)."""
+def domain_error(exc: BaseException, path: str, what: str) -> LodError:
+    """The :class:`LodFormatError` that replaces an h5py exception (for hot paths without a ``with``); where the
+    read failed in object storage, that failure's own typed error (libhdf5 reports it as a read error of its own)."""
+    failed = storage.take_failure()
+    if failed is not None:
+        return failed
     return LodFormatError(f"{path}: {what} ({_reason(exc)})")
 
 
@@ -85,8 +91,46 @@ def check_input_path(path: str) -> None:
         raise LodFormatError(f"{path}: empty file, not a lodtool container")
 
 
+#: where an HDF5 file's signature may start (after a user block of 512, 1024, 2048 ... bytes)
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_SIGNATURE_AT = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288)
+
+
+def _open_remote(url: str) -> h5py.File:
+    """A container in object storage, through libhdf5's file-object driver over :func:`lodtool.storage.open_input`.
+
+    Read-only; never memory-mapped (:mod:`._mmap` maps only local files), so every read goes through libhdf5.
+    """
+    where = storage.redact(url)
+    source = storage.open_input(url)
+    if source.size == 0:
+        raise LodFormatError(f"{where}: empty object, not a lodtool container")
+    storage.take_failure()  # a failure of an earlier read is not this file's
+    try:
+        h5 = h5py.File(source, "r", rdcc_nbytes=READ_CACHE, rdcc_nslots=_CACHE_SLOTS)
+    except H5_ERRORS as exc:
+        failed = storage.take_failure()
+        if failed is not None:
+            raise failed from None
+        head = source.head(_SIGNATURE_AT[-1] + len(_SIGNATURE))
+        if not any(head[at:at + len(_SIGNATURE)] == _SIGNATURE for at in _SIGNATURE_AT):
+            raise LodFormatError(f"{where}: not an HDF5 file, so not a lodtool container") from None
+        raise LodFormatError(f"{where}: damaged or truncated HDF5 file ({_reason(exc)})") from None
+    h5.__dict__["_lodtool_source"] = source  # the object the driver reads, alive as long as the file
+    return h5
+
+
+def remote_source(h5: h5py.File) -> "storage.RemoteFile | None":
+    """The object-storage reader of a file opened from a URL (its request count), or ``None`` for a local file."""
+    return h5.__dict__.get("_lodtool_source")
+
+
 def open_h5(path: str, mode: str = "r") -> h5py.File:
-    """Open an HDF5 file for lodtool, with domain errors for every failure."""
+    """Open an HDF5 file for lodtool, with domain errors for every failure; a URL opens read-only through fsspec."""
+    if storage.is_url(path):
+        if mode != "r":
+            raise LodFormatError(f"{storage.redact(path)}: a container in object storage is opened read-only")
+        return _open_remote(path)
     check_input_path(path)
     cache = READ_CACHE if mode == "r" else WRITE_CACHE
     try:
@@ -105,9 +149,64 @@ def open_h5(path: str, mode: str = "r") -> h5py.File:
         raise LodFormatError(f"{path}: damaged or truncated HDF5 file ({_reason(exc)})") from None
 
 
-def create_h5(path: str, mode: str = "w") -> h5py.File:
-    """Create (``"w"``) or reopen for appending (``"r+"``) a file lodtool writes (its own temp file)."""
+#: the file layouts a writer can make: ``compact`` (libhdf5's default: metadata where it was written, the smallest
+#: file) and ``paged`` (metadata in whole pages of :data:`lodtool.storage.PAGE_SIZE`, the first page first: what a
+#: reader in object storage opens in one request, see docs/remote.md)
+LAYOUTS = ("compact", "paged")
+_LAYOUT: contextvars.ContextVar[str | None] = contextvars.ContextVar("lodtool_layout", default=None)
+
+
+@contextlib.contextmanager
+def write_layout(layout: str | None) -> Iterator[None]:
+    """Files created inside the block get ``layout`` (``None``: as outside it); every writer asks :func:`layout_for`.
+
+    >>> with write_layout("paged"):
+    ...     layout_for(None, "x.lod.h5")
+    'paged'
+    >>> layout_for(None, "x.lod.h5"), layout_for(None, "s3://bucket/x.lod.h5")
+    ('compact', 'paged')
+    """
+    if layout is not None and layout not in LAYOUTS:
+        from ..errors import LodUsageError
+
+        raise LodUsageError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
+    token = _LAYOUT.set(layout if layout is not None else _LAYOUT.get())
+    try:
+        yield
+    finally:
+        _LAYOUT.reset(token)
+
+
+def layout_for(layout: str | None, target: str | None = None) -> str:
+    """The layout a new file gets: ``layout`` if given, else :func:`write_layout`'s, else ``paged`` for a target in
+    object storage (read there, where it saves requests) and ``compact`` for a local one (a paged file rounds its
+    metadata and its raw data up to whole pages: a small file grows by up to two pages)."""
+    chosen = layout if layout is not None else _LAYOUT.get()
+    if chosen is None:
+        return "paged" if target is not None and storage.is_url(target) else "compact"
+    if chosen not in LAYOUTS:
+        from ..errors import LodUsageError
+
+        raise LodUsageError(f"unknown layout {chosen!r}: give one of {', '.join(LAYOUTS)}")
+    return chosen
+
+
+def file_layout(h5: h5py.File) -> dict:
+    """How an open file is laid out: ``{"layout": "paged" | "compact", "page_size": bytes or None}``."""
+    plist = h5.id.get_create_plist()
+    if plist.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
+        return {"layout": "paged", "page_size": int(plist.get_file_space_page_size())}
+    return {"layout": "compact", "page_size": None}
+
+
+def create_h5(path: str, mode: str = "w", layout: str = "compact") -> h5py.File:
+    """Create (``"w"``) or reopen for appending (``"r+"``) a file lodtool writes (its own temp file).
+
+    A new file gets ``layout`` (:data:`LAYOUTS`); a reopened one keeps its own.
+    """
     kwargs = {"track_order": True} if mode == "w" else {}
+    if mode == "w" and layout == "paged":
+        kwargs.update(fs_strategy="page", fs_page_size=storage.PAGE_SIZE, fs_persist=False)
     if mode != "w":
         # appending re-reads (and re-hashes) the stored data, whatever filter wrote it
         _register_plugin_filters()

@@ -24,9 +24,11 @@ from typing import Callable
 import h5py
 import numpy as np
 
+from .. import storage
 from ..errors import LodFormatError
 from . import spec
-from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, foreign_storage, hard_member,
+from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, file_layout, foreign_storage, hard_member,
+                  remote_source,
                   oversized_chunk, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
 from ..limits import STREAM_CHUNK_BYTES, default_max_memory, human_bytes
@@ -69,6 +71,9 @@ class FileReport:
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None
     paddle_valid: bool = False
+
+    def __post_init__(self) -> None:
+        self.path = storage.redact(self.path)  # a URL is shown without its credentials
 
     def to_dict(self) -> dict:
         return {"path": self.path, "ok": self.ok, "paddle_valid": self.paddle_valid, "error": self.error,
@@ -216,9 +221,29 @@ def inspect_file(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
     with open_file(path) as f:
         tensors = [tensor_summary(name, f[name], f.shared_lod_with(name)) for name in f.names]
-        return {"path": path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
+        source = remote_source(f.h5)
+        return {"path": f.path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": f.checksum_algorithm,
-                "file_size": os.path.getsize(path), "tensors": tensors}
+                "file_size": source.size if source is not None else os.path.getsize(path),
+                **layout_summary(f.h5), "tensors": tensors}
+
+
+def layout_summary(h5) -> dict:
+    """``inspect``'s word on the file layout: ``layout`` (``paged`` or ``compact``), ``page_size``, and
+    ``remote_ready``: whether object storage opens it in few requests (paged metadata; docs/remote.md).
+
+    >>> import os, tempfile, numpy as np, h5py
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.container.writer import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, LoDTensor(np.arange(6), [[0, 6]]), layout="paged")
+    >>> with h5py.File(p) as h5:
+    ...     layout_summary(h5)
+    {'layout': 'paged', 'page_size': 1048576, 'remote_ready': True}
+    """
+    with translate(getattr(h5, "filename", "?"), "cannot read the file's layout"):
+        found = file_layout(h5)
+    return {**found, "remote_ready": found["layout"] == "paged"}
 
 
 def tensor_summary(name: str, t, shared_lod_with: list[str]) -> dict:

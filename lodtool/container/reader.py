@@ -28,6 +28,7 @@ import h5py
 import numpy as np
 
 from .. import lod as _lod
+from .. import storage
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageError, LodValidationError
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
@@ -833,10 +834,11 @@ def open_file(path: str | os.PathLike, *, max_memory: int | None = None) -> LodF
     ...     f.names
     ['x']
     """
-    path, name = spec.split_tensor_ref(os.fspath(path))
-    h5 = open_h5(path, "r")
+    path, name = spec.split_tensor_ref(storage.local_path(os.fspath(path)))
+    h5 = open_h5(path, "r")  # a URL: through fsspec, named in messages without its credentials
     try:
-        f = LodFile(path, h5, max_memory=max_memory, default_name=name)
+        f = LodFile(storage.redact(path) if storage.is_url(path) else path, h5, max_memory=max_memory,
+                    default_name=name)
         if name is not None:
             f[name]  # a missing tensor fails here, naming the file
         return f

@@ -59,6 +59,7 @@ import numpy as np
 
 from .. import atomic as _atomic
 from .. import lod as _lod
+from .. import storage
 from ..tokens import TokenInfo
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
@@ -130,7 +131,11 @@ def is_sharded(path: str | os.PathLike) -> bool:
     >>> import tempfile
     >>> is_sharded(tempfile.mkdtemp()), is_sharded("x.lod.h5")
     (True, False)
+
+    A URL is a folder when it ends in ``/`` or the store says so (one request).
     """
+    if storage.is_url(path):
+        return storage.is_folder(path)
     return os.path.isdir(os.fspath(path))
 
 
@@ -351,6 +356,8 @@ def parse_manifest(raw, where: str) -> Manifest:
 
 
 def manifest_path(folder: str | os.PathLike) -> str:
+    if storage.is_url(folder):
+        return storage.join(folder, MANIFEST_NAME)
     return os.path.join(os.fspath(folder), MANIFEST_NAME)
 
 
@@ -373,7 +380,12 @@ def folder_file(folder: str | os.PathLike, name: str, *, what: str | None = None
     Traceback (most recent call last):
     ...
     lodtool.errors.LodFormatError: .../lodtool.json: is a symbolic link; a sharded folder's manifest and shards ...
+
+    In object storage (a URL) there are no links: the name is joined to the
+    folder's URL, and a missing object fails where it is opened.
     """
+    if storage.is_url(folder):
+        return storage.join(folder, name)
     path = os.path.join(os.fspath(folder), name)
     try:
         mode = os.lstat(path).st_mode
@@ -393,6 +405,8 @@ def folder_file(folder: str | os.PathLike, name: str, *, what: str | None = None
 
 def has_manifest(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` has a manifest entry (a symbolic link counts: it is refused where it is used)."""
+    if storage.is_url(folder):
+        return storage.exists(manifest_path(folder))
     return os.path.lexists(manifest_path(folder))
 
 
@@ -402,6 +416,18 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
     A folder without a manifest is :class:`~lodtool.errors.LodFileNotFoundError`.
     """
     folder = os.fspath(folder)
+    if storage.is_url(folder):
+        path = manifest_path(folder)
+        try:
+            text = storage.read_bytes(path, 64 << 20)
+        except LodFileNotFoundError:
+            raise LodFileNotFoundError(f"{storage.redact(folder)}: not a sharded container (no {MANIFEST_NAME}; a "
+                                       "write that never finished leaves none)") from None
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise LodFormatError(f"{storage.redact(path)}: unreadable manifest ({exc})") from None
+        return parse_manifest(raw, storage.redact(path))
     if not os.path.isdir(folder):
         raise LodFileNotFoundError(f"{folder}: no such folder")
     if not has_manifest(folder):
@@ -418,11 +444,20 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
 
 
 def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
-    """Write ``folder/lodtool.json`` atomically (temp file, fsync, rename, fsync the folder)."""
+    """Write ``folder/lodtool.json`` atomically (temp file, fsync, rename, fsync the folder; in object storage,
+    one upload of the whole manifest)."""
     from .writer import _created_by
 
     manifest.created_by = manifest.created_by or _created_by()
     text = json.dumps(manifest.to_json(), indent=1).encode() + b"\n"
+    if storage.is_url(folder):
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="lodtool-") as tmp:
+            with open(os.path.join(tmp, MANIFEST_NAME), "wb") as f:
+                f.write(text)
+            _atomic.publish(os.path.join(tmp, MANIFEST_NAME), manifest_path(folder))
+        return
     with _atomic.atomic_open(folder_file(folder, MANIFEST_NAME, missing_ok=True), follow_symlinks=False) as f:
         f.write(text)
 
@@ -554,19 +589,28 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
         except LodFileNotFoundError as exc:
             raise LodFileNotFoundError(f"{exc}; the manifest was not written") from None
     manifest = Manifest(specs, listed)
-    with _atomic.commit_section(folder):
+    remote = storage.is_url(folder)
+    with _atomic.commit_section(storage.redact(folder)):
         write_manifest(folder, manifest)
-        for s in listed:
+        for s in listed if not remote else ():  # object storage keeps no temp files: uploads are whole
             _atomic.sweep_stale_temps(os.path.join(folder, s.file), min_age=0)
         if old is not None and not append:
             kept = {s.file for s in listed}
             for s in old.shards:
                 if s.file not in kept:
-                    try:
-                        os.unlink(os.path.join(folder, s.file))
-                    except OSError:
-                        pass
+                    _remove(folder_file(folder, s.file, missing_ok=True))
     return manifest
+
+
+def _remove(path: str) -> None:
+    """Delete a shard file or object, if it is there."""
+    if storage.is_url(path):
+        storage.remove(path)
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def remove_uncommitted_shards(folder: str | os.PathLike, paths: Sequence[str | os.PathLike], *,
@@ -593,11 +637,8 @@ def remove_uncommitted_shards(folder: str | os.PathLike, paths: Sequence[str | o
         named = set()
     for p in paths:
         if os.path.basename(os.fspath(p)) not in named:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-    if created:
+            _remove(os.fspath(p))
+    if created and not storage.is_url(folder):
         try:
             os.rmdir(folder)
         except OSError:  # something else is in it now: leave it
@@ -608,7 +649,7 @@ def next_shard_index(folder: str | os.PathLike) -> int:
     """The first shard index above every shard file in ``folder`` (``0`` for an empty or new folder)."""
     folder = os.fspath(folder)
     try:
-        names = os.listdir(folder)
+        names = storage.list_names(folder) if storage.is_url(folder) else os.listdir(folder)
     except FileNotFoundError:
         return 0
     found = [i for i in (_shard_index(n) for n in names) if i is not None]
@@ -621,15 +662,19 @@ def prepare_folder(folder: str | os.PathLike, *, append: bool) -> None:
     Appending needs a manifest already there (or an empty folder).
     """
     folder = os.fspath(folder)
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise LodUsageError(f"{folder}: is a file; a sharded output is a folder")
-    os.makedirs(folder, exist_ok=True)
-    names = os.listdir(folder)
+    remote = storage.is_url(folder)
+    if remote:  # object storage has no folders: the names under the prefix
+        names = storage.list_names(folder)
+    else:
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise LodUsageError(f"{folder}: is a file; a sharded output is a folder")
+        os.makedirs(folder, exist_ok=True)
+        names = os.listdir(folder)
     foreign = [n for n in names if n != MANIFEST_NAME and _shard_index(n) is None and not _atomic.is_temp_path(n)]
     if foreign:
         raise LodUsageError(f"{folder}: holds files that are not shards ({', '.join(sorted(foreign)[:3])}); "
                             "write a sharded container into a new or empty folder")
-    for n in names:  # a link named as the manifest or a shard would take a write (or a removal) out of the folder
+    for n in names if not remote else ():  # a link named as the manifest or a shard would take a write out of it
         if not _atomic.is_temp_path(n):
             folder_file(folder, n)
     if append and next_shard_index(folder) and not has_manifest(folder):
@@ -732,7 +777,8 @@ class ShardWriter:
         self.append = append
         self.compression = compression
         self.name = name
-        self._created = not os.path.exists(self.folder)  # removed again by abort() when it stays empty
+        # removed again by abort() when it stays empty (object storage has no folders to remove)
+        self._created = not storage.is_url(self.folder) and not os.path.exists(self.folder)
         prepare_folder(self.folder, append=append)
         existing = read_manifest(self.folder) if append and has_manifest(self.folder) else None
         self.specs: dict = dict(existing.tensors) if existing else {}
@@ -925,7 +971,8 @@ def shard_file(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size
 
 def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
           max_memory: int | None = None, overwrite: bool = False, force: bool = False) -> None:
-    """Join a sharded folder into one container (level names kept), streamed chunk by chunk, atomically.
+    """Join a sharded folder into one container (level names kept), streamed chunk by chunk, atomically; a container
+    file is copied the same way (a repack: into the layout and compression the writer is given).
 
     Into an existing container the tensors are added by :func:`lodtool.save`'s
     rule: one of the same name needs ``overwrite``; ``force`` replaces the file.
@@ -948,7 +995,8 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
 
 
 def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = None) -> None:
-    """Stream every tensor of a sharded folder into an open :class:`~lodtool.container.writer.LodWriter`.
+    """Stream every tensor of a sharded folder, or of a container file (a repack, into the writer's layout), into an
+    open :class:`~lodtool.container.writer.LodWriter`.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import load
@@ -961,7 +1009,7 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
     >>> load(os.path.join(d, "m.lod.h5")).lod
     [[0, 2, 6]]
     """
-    with open_sharded(folder, max_memory=max_memory) as f:
+    with open_path(folder, max_memory=max_memory) as f:
         for name in f.names:
             t = f[name]
             tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
@@ -1221,7 +1269,11 @@ class ShardedFile(TensorSource):
     """
 
     def __init__(self, path: str, *, max_memory: int | None = None):
-        self.path = path
+        #: the folder as messages name it (a URL without its credentials)
+        self.path = storage.redact(path) if storage.is_url(path) else path
+        self._folder = path
+        #: the storage options in force when the folder was opened: its shards open later, with the same
+        self._storage_options = dict(storage.current_options())
         self.manifest = read_manifest(path)
         self.max_memory = resolve_max_memory(max_memory)
         self.names = self.manifest.names
@@ -1233,7 +1285,7 @@ class ShardedFile(TensorSource):
 
     def shard_path(self, i: int) -> str:
         """The path of shard ``i``, checked by :func:`folder_file` (a regular file inside the folder)."""
-        return folder_file(self.path, self.manifest.shards[i].file, what=f"shard {i} named by {MANIFEST_NAME}")
+        return folder_file(self._folder, self.manifest.shards[i].file, what=f"shard {i} named by {MANIFEST_NAME}")
 
     def check_shards(self) -> None:
         """Open every shard and check it against the manifest (names, dtype, shape, levels, counts, storage).
@@ -1252,7 +1304,8 @@ class ShardedFile(TensorSource):
         if len(self._open) >= OPEN_SHARDS:
             oldest = next(iter(self._open))
             self._open.pop(oldest).close()
-        f = open_file(path, max_memory=self.max_memory)
+        with storage.options(self._storage_options):
+            f = open_file(path, max_memory=self.max_memory)
         try:
             refuse_foreign_storage(path, f)
             info = self.manifest.shards[i]
@@ -1335,9 +1388,11 @@ def open_path(path: str | os.PathLike, *, max_memory: int | None = None):
     """
     from .reader import open_file
 
-    if is_sharded(path):
-        return open_sharded(path, max_memory=max_memory)
-    return open_file(path, max_memory=max_memory)
+    path = storage.local_path(os.fspath(path))
+    with storage.remembered_info():  # a URL's kind and size are asked for once
+        if is_sharded(path):
+            return open_sharded(path, max_memory=max_memory)
+        return open_file(path, max_memory=max_memory)
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
@@ -1438,6 +1493,10 @@ def verify_sharded(path: str | os.PathLike) -> list:
     return out
 
 
+def _size(path: str) -> int:
+    return int(storage.info(path).get("size") or 0) if storage.is_url(path) else os.path.getsize(path)
+
+
 def inspect_sharded(path: str | os.PathLike) -> dict:
     """A JSON-able description of a sharded folder (metadata and offsets only), shaped like ``inspect_file``'s.
 
@@ -1454,10 +1513,10 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
     with open_sharded(path) as f:
         tensors = [tensor_summary(name, f[name], []) for name in f.names]
-        size = sum(os.path.getsize(f.shard_path(i)) for i in range(len(f.manifest.shards)))
-        return {"path": path, "format": MANIFEST_FORMAT, "format_version": f.format_version,
+        size = sum(_size(f.shard_path(i)) for i in range(len(f.manifest.shards)))
+        return {"path": storage.redact(path), "format": MANIFEST_FORMAT, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": _spec.CHECKSUM_ALGORITHM,
-                "file_size": size + os.path.getsize(manifest_path(path)), "shards": len(f.manifest.shards),
+                "file_size": size + _size(manifest_path(path)), "shards": len(f.manifest.shards),
                 "tensors": tensors}
 
 

@@ -39,10 +39,11 @@ from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormat
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
 from . import checksum, filters, spec
-from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, link_count, open_h5,
-                  read_rows, same_object, storage_gap, translate)
+from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, layout_for, link_count,
+                  open_h5, read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
-from ..atomic import AtomicPath, copy_to_stream, is_stream
+from .. import storage
+from ..atomic import AtomicPath, copy_to_stream, is_stream, publish
 from .reader import describe_tensor, read_token_info, tensor_names
 from ..tokens import TokenInfo
 
@@ -743,9 +744,16 @@ class LodWriter:
     that appends to it); ``force=True`` replaces the whole file.  An existing
     file that is not a lodtool container is replaced only with ``force=True``
     (an empty file needs nothing).  ``path`` may also be a writable binary
-    stream: the container is then copied to it on commit.  ``remedy`` ends the
+    stream: the container is then copied to it on commit; or a URL
+    (``s3://bucket/x.lod.h5``): it is then uploaded whole on commit, and
+    nothing appears there if the write fails (an object already there is
+    replaced only with ``force=True``).  ``remedy`` ends the
     error that refuses a tensor already there: the options the caller offers
-    (:data:`DEFAULT_REMEDY`, or ``pack``'s :data:`PACK_REMEDY`).
+    (:data:`DEFAULT_REMEDY`, or ``pack``'s :data:`PACK_REMEDY`).  ``layout``
+    (``"compact"`` or ``"paged"``, ``None``: see
+    :func:`~lodtool.container._h5.layout_for`) is how a new file places its
+    metadata; ``"paged"`` is what object storage reads in few requests
+    (``docs/remote.md``).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -761,7 +769,8 @@ class LodWriter:
 
     def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, overwrite: bool = False,
                  force: bool = False, compression: str | None = None, compression_level: int | None = None,
-                 fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY):
+                 fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY,
+                 layout: str | None = None):
         if force and append:
             raise LodUsageError("append=True adds to a file and force=True replaces it: give one of them")
         self._overwrite = bool(overwrite)
@@ -771,15 +780,22 @@ class LodWriter:
         filters.dataset_options(*self._compression)  # a missing plugin fails here, before any file is touched
         self._fletcher32 = bool(fletcher32)
         self._stream = path if is_stream(path) else None
+        if self._stream is None:
+            path = storage.local_path(os.fspath(path))
+        #: a target in object storage: written to a temp file, then published whole (:func:`lodtool.atomic.publish`)
+        self._url = path if self._stream is None and storage.is_url(path) else None
         self._atomic: AtomicPath | None = None
         self._tmpdir: str | None = None
         self._writers: dict[str, TensorWriter] = {}
         self._links: list[tuple[str, str]] = []
         self._done = False
-        if self._stream is not None:
+        if self._stream is not None or self._url is not None:
             if append:
-                raise LodUsageError("append needs a file path, not a stream")
-            self.path = "<stream>"
+                raise LodUsageError("append needs a local file path, not a stream or a URL")
+            if self._url is not None and not force and storage.exists(self._url):
+                raise LodExistsError(f"{storage.redact(self._url)}: exists; pass force=True to replace it (a "
+                                     "container in object storage is replaced whole, never added to)")
+            self.path = "<stream>" if self._url is None else storage.redact(self._url)
             self._tmpdir = tempfile.mkdtemp(prefix="lodtool-")
             tmp = os.path.join(self._tmpdir, "out.lod.h5")
             existing = False
@@ -805,7 +821,7 @@ class LodWriter:
                 with translate(self.path, "cannot list the tensors"):
                     self._existing_names = tensor_names(self._h5)
             else:
-                self._h5 = create_h5(tmp, "w")
+                self._h5 = create_h5(tmp, "w", layout_for(layout, self._url or self.path))
                 attrs = self._h5.attrs
                 attrs[spec.ATTR_FORMAT] = spec.FORMAT_NAME
                 attrs[spec.ATTR_VERSION] = spec.FORMAT_VERSION
@@ -967,6 +983,9 @@ class LodWriter:
                 with open(os.path.join(self._tmpdir, "out.lod.h5"), "rb") as src:
                     copy_to_stream(src, self._stream)
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
+            elif self._url is not None:
+                publish(os.path.join(self._tmpdir, "out.lod.h5"), self._url)
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
             else:
                 self._atomic.commit()
         except BaseException:
@@ -1060,7 +1079,7 @@ def _same_lod(a: LoDTensor, b: LoDTensor) -> bool:
 def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTensor], *, name: str = "tensor",
          overwrite: bool = False, force: bool = False, compression: str | None = None,
          compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True,
-         tokens: Mapping[str, TokenInfo] | None = None) -> None:
+         tokens: Mapping[str, TokenInfo] | None = None, layout: str | None = None) -> None:
     """Write one tensor (as ``name``) or a mapping of named tensors to a container, atomically.
 
     ``tokens`` maps tensor names to their token metadata (:class:`~lodtool.tokens.TokenInfo`).
@@ -1076,7 +1095,8 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
     encoded on every core), ``"gzip"`` (the same filters, ``compression_level``
     0-9, default 4), ``"lzf"``, ``"none"``, or ``"zstd"``/``"blosc"``/``"lz4"`` (need hdf5plugin,
     to write and to read).  With ``share_lod`` tensors whose offsets are equal
-    share one set of offsets datasets (HDF5 hard links).
+    share one set of offsets datasets (HDF5 hard links).  ``layout``: as for
+    :class:`LodWriter` (``"paged"`` for reading from object storage).
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -1117,7 +1137,8 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
                     break
             seen.append(n)
     with LodWriter(path, overwrite=overwrite, force=force, compression=compression,
-                   compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod) as w:
+                   compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod,
+                   layout=layout) as w:
         for n, t in items.items():
             tw = w._add(n, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
                         level_names=t.level_names, lod_source=sources.get(n), tokens=(tokens or {}).get(n))

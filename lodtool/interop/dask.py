@@ -43,13 +43,14 @@ trip over each other's locks; each shard has exactly one writer.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .. import lod as _lod
+from .. import storage
 from .._optional import optional_import
 from ..atomic import intermediate_commit
 from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
@@ -72,8 +73,9 @@ def _dask(module: str = "dask"):
 
 @dataclass(frozen=True)
 class Partition:
-    """What a task needs to read its range: the stored tensor's file, sharded folder or token dataset, the
-    tensor's name, its top-level sequences ``start..stop`` (one shard's at most), ``row``, the range's first
+    """What a task needs to read its range: the stored tensor's file, sharded folder or token dataset (a URL is
+    read straight from object storage, with ``storage_options``, the options in force where the plan was made),
+    the tensor's name, its top-level sequences ``start..stop`` (one shard's at most), ``row``, the range's first
     data row (which Paddle's MaxIndex counts from), and what a token dataset cannot say itself (``token_dtype``,
     ``eos_token_id``: see :func:`lodtool.open`)."""
 
@@ -84,10 +86,12 @@ class Partition:
     row: int = 0
     token_dtype: Any = None
     eos_token_id: int | None = None
+    storage_options: dict = field(default_factory=dict, compare=False, repr=False)  # credentials: never shown
 
     def reading(self) -> dict:
         """The keyword arguments of :func:`lodtool.open` that read the partition's source."""
-        return {"token_dtype": self.token_dtype, "eos_token_id": self.eos_token_id}
+        return {"token_dtype": self.token_dtype, "eos_token_id": self.eos_token_id,
+                "storage_options": self.storage_options}
 
 
 # -- the work one task does ---------------------------------------------------------------------------------
@@ -240,7 +244,7 @@ def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> 
     from ..container.shards import TensorSpec
     from ..tasks._open import open as open_path
 
-    path = os.path.abspath(os.fspath(path))  # workers may run elsewhere, in another folder
+    path = storage.absolute(path)  # workers may run elsewhere, in another folder
     parts: list[Partition] = []
     with open_path(path, max_memory=max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(name)
@@ -255,7 +259,7 @@ def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> 
                 for k in range(s.lod_level):  # down the levels to the range's first row
                     row = int(s.read_offsets(k, row, row + 1)[0])
                 parts.append(Partition(path, t.name, first + a, first + b, rows_before + row, token_dtype,
-                                       eos_token_id))
+                                       eos_token_id, dict(storage.current_options())))
             rows_before += s.n_rows
         return parts, spec, t.n_rows
 
@@ -431,7 +435,7 @@ class LodBag:
 
         if self._fns:
             raise LodUsageError("expand needs x as stored: call it on read(...) before other operators")
-        y = os.path.abspath(os.fspath(y))
+        y = storage.absolute(y)
         reading = self.partitions[0].reading() if self.partitions else {}  # y is read as x is
         with open_path(y, max_memory=self._max_memory, **reading) as f:
             ty = f.tensor(y_name)
@@ -534,18 +538,20 @@ class LodBag:
         from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
                                         shard_name)
 
-        folder = os.path.abspath(os.fspath(folder))
-        created = not os.path.exists(folder)
+        folder = storage.absolute(folder)  # a URL: every worker uploads its shard there, the manifest last
+        created = not storage.is_url(folder) and not os.path.exists(folder)
         prepare_folder(folder, append=append)
         base = next_shard_index(folder)
         name = name or self.name or "tensor"
         token = self._token()
         items, paths = [], []
+        writing = dict(storage.current_options())  # the options in force here reach the workers that upload
         for i, part in enumerate(self.partitions):
             path = os.path.join(folder, shard_name(base + i))
             key = (f"lodtool-shard-{token}", i)
             items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path,
                                                                  self._output_names(name), compression,
+                                                                 {**part.storage_options, **writing},
                                                                  dask_key_name=key))
             paths.append(path)
         try:
@@ -592,17 +598,21 @@ class _Thunk:
         return tokenize(self.fn, self.args)
 
 
-def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None):
+def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None,
+                  storage_options: dict | None = None):
     """Run a partition's task, then write its result as one shard; return the manifest entry and the specs.
 
-    The task gives one LoDTensor, or a tuple of them (one per name in ``names``)."""
+    The task gives one LoDTensor, or a tuple of them (one per name in ``names``); a shard in object storage is
+    uploaded whole with ``storage_options``."""
     from ..container.shards import TensorSpec, write_shard
 
     t = task()
     if t is None:
         return None
     tensors = dict(zip(names, t if isinstance(t, tuple) else (t,), strict=True))
-    return write_shard(path, tensors, compression=compression), {n: TensorSpec.of(x) for n, x in tensors.items()}
+    with storage.options(storage_options):
+        info = write_shard(path, tensors, compression=compression)
+    return info, {n: TensorSpec.of(x) for n, x in tensors.items()}
 
 
 class _TaskBag(LodBag):

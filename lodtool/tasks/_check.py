@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .. import storage
 from ..container.checks import FileReport, Problem
 from ..errors import (LodError, LodFileNotFoundError, LodFormatError, LodIsolationRequired, LodReaderCrashError,
                       LodUsageError)
@@ -83,7 +84,7 @@ def validate(paths: Sequence[str], *, max_memory: int | None = None, isolate: bo
             if isinstance(exc, LodReaderCrashError):
                 out.append(FileReport(path, False, [_crash_problem(path, exc)]))
             else:
-                out.append(FileReport(path, False, error=_strip_path(str(exc), path)))
+                out.append(FileReport(path, False, error=_strip_path(str(exc), storage.redact(path))))
     return out
 
 

@@ -22,34 +22,46 @@ from __future__ import annotations
 
 import os
 
-from typing import Any
+from typing import Any, Mapping
 
+from .. import storage
 from ..container import shards, spec
 from ..io import token_datasets
 from ..tensor import LoDTensor
 
 
 def open(path: str | os.PathLike, *, max_memory: int | None = None,  # noqa: A001 - lodtool.open, as documented
-         token_dtype: Any = None, eos_token_id: int | None = None):
+         token_dtype: Any = None, eos_token_id: int | None = None, storage_options: Mapping[str, Any] | None = None):
     """Open a container file, a sharded folder or a token dataset for reading: a
     :class:`~lodtool.container.LodFile`, a :class:`~lodtool.container.shards.ShardedFile` or a
     :class:`~lodtool.io._tokens.TokenFile` (``max_memory`` bounds any single read of a container;
     ``token_dtype`` and ``eos_token_id`` are what a token format cannot say itself: dolma's dtype and
-    document ends, fairseq's ambiguous dtype codes)."""
-    if token_datasets.format_of(path) is not None:
-        return token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id,
-                                           max_memory=max_memory)
-    return shards.open_path(path, max_memory=max_memory)
+    document ends, fairseq's ambiguous dtype codes).
+
+    A URL (``s3://bucket/corpus.lod.h5``, ``https://...``, a sharded folder's
+    ``s3://bucket/corpus/``) opens a container in object storage through fsspec
+    (``pip install 'lodtool[remote]'``); ``storage_options`` (credentials,
+    ``endpoint_url``, ``timeout`` ...) go to fsspec, on top of what
+    :func:`lodtool.storage.options` set and what the environment says
+    (see ``docs/remote.md``).  Token datasets are read from local files.
+    """
+    with storage.options(storage_options):
+        if not storage.is_url(path) and token_datasets.format_of(path) is not None:
+            return token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id,
+                                               max_memory=max_memory)
+        return shards.open_path(path, max_memory=max_memory)
 
 
-def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None) -> LoDTensor:
-    """Read a whole tensor, validated, from a container file or a sharded folder.
+def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | None = None,
+         storage_options: Mapping[str, Any] | None = None) -> LoDTensor:
+    """Read a whole tensor, validated, from a container file or a sharded folder (local, or a URL as for
+    :func:`open`, with its ``storage_options``).
 
     ``path`` may be ``PATH:tensor``; the claimed size is checked against
     ``max_memory`` before anything is allocated.
     """
     ref, tensor = spec.resolve_tensor_ref(path, name)
-    with open(ref, max_memory=max_memory) as f:
+    with open(ref, max_memory=max_memory, storage_options=storage_options) as f:
         return f.tensor(tensor).read()
 
 

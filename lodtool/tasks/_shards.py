@@ -94,7 +94,8 @@ def shard(path: str | os.PathLike, folder: str | os.PathLike, *, shard_size: int
 
 def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: str | None = None,
           max_memory: int | None = None, overwrite: bool = False, force: bool = False) -> dict:
-    """Join a sharded folder into one container, level names kept (``lodtool merge``).
+    """Join a sharded folder into one container, level names kept (``lodtool merge``); a container file is copied
+    (a repack: ``lodtool merge a.lod.h5 -o b.lod.h5 --layout paged`` lays it out for object storage).
 
     Into an existing container the tensors are added; one of the same name
     needs ``overwrite``, and ``force`` replaces the whole file.
@@ -110,9 +111,15 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
     >>> load(os.path.join(d, "m.lod.h5")).equals(t)
     True
     """
+    from ..container.shards import is_sharded, open_path, read_manifest
     from ..container.shards import merge as merge_folder
-    from ..container.shards import read_manifest
 
+    if not is_sharded(folder):  # a container file, copied into the output's layout (a repack)
+        merge_folder(folder, output, compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
+        with open_path(output) as f:
+            t = f[f.names[0]]
+            return {"output": os.fspath(output), "name": f.names[0], "sequences": t.num_sequences(0) if t.lod_level
+                    else t.n_rows, "rows": t.n_rows, "lod_level": t.lod_level, "dtype": str(t.dtype)}
     manifest = read_manifest(folder)
     merge_folder(folder, output, compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
     out = _summary(os.fspath(output), manifest)
