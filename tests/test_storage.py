@@ -588,6 +588,8 @@ def test_sharded_output_to_s3_commits_the_manifest_last(s3, tmp_path):
     assert puts[-1] == "lodtool.json" and len(puts) > 2  # every shard whole, then the manifest
     assert lodtool.load(url).equals(t)
     assert run("validate", url).exit_code == 0
+    info = json.loads(run("inspect", "--json", url).stdout)
+    assert (info["layout"], info["remote_ready"]) == ("paged", True)  # shards written for object storage
     local = tmp_path / "corpus"
     with ShardWriter(local, shard_size=200_000) as w:
         w.write(t)
