@@ -439,14 +439,17 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def take_failure() -> LodError | None:
-    """The typed error of the last object-storage read that failed in this thread, once (then forgotten).
+def take_failure(name: str | None = None) -> LodError | None:
+    """The typed error of the last object-storage read that failed in this thread, once (then forgotten);
+    with ``name``, only if it was a read of that object (its URL as messages show it, :func:`redact`).
 
     libhdf5 turns a failed read of its file-object driver into a read error of
     its own; whoever translates that error asks here first.
     """
     failed = getattr(_FAILED, "error", None)
     _FAILED.error = None
+    if failed is None or (name is not None and getattr(_FAILED, "name", None) != name):
+        return None
     return failed
 
 
@@ -551,13 +554,15 @@ class RemoteFile(io.RawIOBase):
         except Exception as exc:
             self.failure = _FAILED.error = storage_error(exc, self.url, f"cannot read bytes {start:,}..{stop:,}",
                                                          self._options)
+            _FAILED.name = redact(self.url)
             raise self.failure from None
         self.requests.add(len(data))
         _count(len(data))
         if len(data) != stop - start:
-            self.failure = _FAILED.error = LodStorageError(f"{redact(self.url)}: asked for bytes {start:,}..{stop:,} of its "
-                                           f"{self.size:,} and got {len(data):,} (the object changed while it "
-                                           "was open?)")
+            _FAILED.name = redact(self.url)
+            self.failure = _FAILED.error = LodStorageError(
+                f"{redact(self.url)}: asked for bytes {start:,}..{stop:,} of its {self.size:,} and got "
+                f"{len(data):,} (the object changed while it was open?)")
             raise self.failure
         return data
 
@@ -635,6 +640,7 @@ def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     return True
 
 
-__all__ = ["is_url", "local_path", "absolute", "protocol", "redact", "scrub", "options", "current_options", "parse_option",
-           "filesystem", "storage_error", "translate", "remembered_info", "RequestCount", "requests_made", "info", "is_folder", "join",
-           "read_bytes", "RemoteFile", "open_input", "take_failure", "list_names", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES"]
+__all__ = ["is_url", "local_path", "absolute", "protocol", "redact", "scrub", "options", "current_options",
+           "parse_option", "filesystem", "storage_error", "translate", "remembered_info", "RequestCount",
+           "requests_made", "info", "is_folder", "join", "read_bytes", "RemoteFile", "open_input", "take_failure",
+           "list_names", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES"]

@@ -588,6 +588,8 @@ def test_sharded_output_to_s3_commits_the_manifest_last(s3, tmp_path):
     assert puts[-1] == "lodtool.json" and len(puts) > 2  # every shard whole, then the manifest
     assert lodtool.load(url).equals(t)
     assert run("validate", url).exit_code == 0
+    info = json.loads(run("inspect", "--json", url).stdout)
+    assert (info["layout"], info["remote_ready"]) == ("paged", True)  # shards written for object storage
     local = tmp_path / "corpus"
     with ShardWriter(local, shard_size=200_000) as w:
         w.write(t)
@@ -641,10 +643,43 @@ def test_dask_writes_its_shards_to_s3(s3, tmp_path):
 @pytest.mark.parametrize("command", [["inspect"], ["validate"], ["slice", "@URL", "<0>"], ["head"]])
 def test_credentials_in_a_url_never_show(s3, tmp_path, command):
     server, root = s3
-    url = "s3://AKIAINURL42:SecretInUrl42@" + root.removeprefix("s3://") + "/missing.lod.h5?X-Amz-Signature=SigInQuery42"
+    bucket = root.removeprefix("s3://")
+    url = f"s3://AKIAINURL42:SecretInUrl42@{bucket}/missing.lod.h5?X-Amz-Signature=SigInQuery42"
     args = [url if a == "@URL" else a for a in command] + ([] if "@URL" in command else [url])
     result = run(*args)
     assert result.exit_code != 0
     for secret in ("AKIAINURL42", "SecretInUrl42", "SigInQuery42"):
         assert secret not in result.output
     assert storage.redact(url).rsplit("?", 1)[0] in result.output or "missing.lod.h5" in result.output
+
+
+def test_a_read_that_fails_after_the_open_is_its_own_typed_error(tmp_path, memory_root, monkeypatch):
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    t = corpus(400)
+    local = tmp_path / "c.lod.h5"
+    lodtool.save(local, t, layout="paged")
+    put(local, memory_root + "/c.lod.h5")
+    with lodtool.open(memory_root + "/c.lod.h5") as f:
+        tensor = f.tensor()
+
+        def hangs(self, path, start=None, end=None, **kw):
+            raise TimeoutError("read timed out")
+
+        monkeypatch.setattr(MemoryFileSystem, "cat_file", hangs)
+        with pytest.raises(LodTimeoutError, match="did not answer in time"):
+            tensor.branch(len(t) - 1)  # its chunks lie past the first page: a request, which fails
+        # a later error of another file is its own, never this object's stale failure
+        bad = tmp_path / "bad.lod.h5"
+        bad.write_bytes(b"not hdf5 at all")
+        with pytest.raises(LodFormatError, match="not an HDF5 file"):
+            lodtool.open(bad)
+
+
+def test_unpack_reads_a_url(tmp_path, memory_root):
+    local = tmp_path / "a.lod.h5"
+    assert run("pack", SAMPLES / "articles.json", "-o", local).exit_code == 0
+    put(local, memory_root + "/a.lod.h5")
+    got = run("unpack", memory_root + "/a.lod.h5", "--to", "jsonl")
+    assert got.exit_code == 0, got.output
+    assert got.stdout == run("unpack", local, "--to", "jsonl").stdout

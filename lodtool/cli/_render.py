@@ -129,7 +129,7 @@ def inspect_report(info: dict) -> None:
     files = f", {len(info['files'])} files" if len(info.get("files", ())) > 1 else ""
     con.print(f"[bold]{markup_safe(info['path'])}[/]  {markup_safe(info.get('format', 'lodtool'))} format{version}"
               f"  ({human_bytes(info.get('file_size', 0))} on disk{files})")
-    if "layout" in info:
+    if info.get("layout"):
         page = f" (pages of {human_bytes(info['page_size'])})" if info.get("page_size") else ""
         ready = ("laid out for remote reading" if info.get("remote_ready") else
                  "not laid out for remote reading: lodtool merge FILE -o NEW --layout paged")

@@ -50,7 +50,7 @@ H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeEr
 def domain_error(exc: BaseException, path: str, what: str) -> LodError:
     """The :class:`LodFormatError` that replaces an h5py exception (for hot paths without a ``with``); where the
     read failed in object storage, that failure's own typed error (libhdf5 reports it as a read error of its own)."""
-    failed = storage.take_failure()
+    failed = storage.take_failure(path)
     if failed is not None:
         return failed
     return LodFormatError(f"{path}: {what} ({_reason(exc)})")
@@ -109,7 +109,7 @@ def _open_remote(url: str) -> h5py.File:
     try:
         h5 = h5py.File(source, "r", rdcc_nbytes=READ_CACHE, rdcc_nslots=_CACHE_SLOTS)
     except H5_ERRORS as exc:
-        failed = storage.take_failure()
+        failed = storage.take_failure(where)
         if failed is not None:
             raise failed from None
         head = source.head(_SIGNATURE_AT[-1] + len(_SIGNATURE))

@@ -1508,16 +1508,20 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
     >>> info["shards"], info["tensors"][0]["rows"], info["tensors"][0]["levels"][0]["sequences"]
     (3, 6, 3)
     """
-    from .checks import tensor_summary
+    from .checks import layout_summary, tensor_summary
 
     path = os.fspath(path)
     with open_sharded(path) as f:
         tensors = [tensor_summary(name, f[name], []) for name in f.names]
         size = sum(_size(f.shard_path(i)) for i in range(len(f.manifest.shards)))
+        layouts = [layout_summary(f._shard_file(i).h5) for i in range(len(f.manifest.shards))]
+        layout = layouts[0] if layouts and all(x == layouts[0] for x in layouts) else \
+            {"layout": "mixed" if layouts else None, "page_size": None,
+             "remote_ready": bool(layouts) and all(x["remote_ready"] for x in layouts)}
         return {"path": storage.redact(path), "format": MANIFEST_FORMAT, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": _spec.CHECKSUM_ALGORITHM,
                 "file_size": size + _size(manifest_path(path)), "shards": len(f.manifest.shards),
-                "tensors": tensors}
+                **layout, "tensors": tensors}
 
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "MANIFEST_VERSION", "DEFAULT_SHARD_SIZE", "shard_name", "parse_size",
