@@ -392,3 +392,19 @@ def test_branches_of_a_large_file_match_memory(path):
         lazy = f.tensor()
         for i in rng.integers(0, len(t), 20):
             assert lazy.branch(int(i)).equals(t.branch(int(i)))
+
+
+def test_shared_offsets_of_every_tensor_are_found_in_one_pass(tmp_path, monkeypatch):
+    from lodtool.container import reader
+
+    path = str(tmp_path / "many.lod.h5")
+    x = LoDTensor(np.arange(3), [[0, 1, 3]])
+    save(path, {"a": x, "b": LoDTensor(np.arange(3.0), [[0, 1, 3]]), **{f"t{i}": LoDTensor(np.arange(i + 1), [[0, i + 1]])
+                                                             for i in range(40)}})
+    described = []
+    real = reader.describe_tensor
+    monkeypatch.setattr(reader, "describe_tensor", lambda *a, **k: described.append(a[2]) or real(*a, **k))
+    with reader.open_file(path) as f:
+        shared = {name: f.shared_lod_with(name) for name in f.names}
+    assert shared["a"] == ["b"] and shared["b"] == ["a"] and shared["t3"] == []
+    assert len(described) <= 2 * len(shared)  # each tensor's layout read once or twice, not once per pair

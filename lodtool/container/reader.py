@@ -31,7 +31,7 @@ from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -541,6 +541,7 @@ class LodFile(TensorSource):
             algorithm = h5.attrs.get(spec.ATTR_CHECKSUM)
             self.checksum_algorithm = spec.text_attr(algorithm) if algorithm is not None else None
         self._tensors: dict[str, LazyTensor] = {}
+        self._lod_holders: dict | None = None  # first offsets dataset -> the tensors that hold it
 
     @property
     def h5(self) -> h5py.File:
@@ -585,15 +586,15 @@ class LodFile(TensorSource):
         mine = self[name]
         if not mine.lod_level:
             return []
-        out = []
         with translate(self.path, "cannot compare offsets datasets"):
-            for other in self.names:
-                if other == name:
-                    continue
-                layout, _ = self.describe(other)
-                if layout is not None and layout.lod and same_object(layout.lod[0], mine._lod[0]):
-                    out.append(other)
-        return out
+            if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
+                holders: dict = {}
+                for other in self.names:
+                    layout = self._tensors[other]._layout if other in self._tensors else self.describe(other)[0]
+                    if layout is not None and layout.lod:  # (a broken one holds no offsets to share)
+                        holders.setdefault(layout.lod[0].id, []).append(other)  # ids hash as they compare
+                self._lod_holders = holders
+            return [other for other in self._lod_holders.get(mine._lod[0].id, []) if other != name]
 
     def close(self) -> None:
         """Close the file (tensors opened through it stop working)."""
