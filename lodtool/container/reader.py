@@ -590,9 +590,12 @@ class LodFile(TensorSource):
             if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
                 holders: dict = {}
                 for other in self.names:
-                    layout = self._tensors[other]._layout if other in self._tensors else self.describe(other)[0]
-                    if layout is not None and layout.lod:  # (a broken one holds no offsets to share)
-                        holders.setdefault(layout.lod[0].id, []).append(other)  # ids hash as they compare
+                    try:  # opened once: what asks next (inspect, verify) opens each tensor anyway
+                        lod = self[other]._lod
+                    except LodFormatError:  # a broken layout holds no offsets to share
+                        continue
+                    if lod:
+                        holders.setdefault(lod[0].id, []).append(other)  # ids hash as they compare
                 self._lod_holders = holders
             return [other for other in self._lod_holders.get(mine._lod[0].id, []) if other != name]
 
