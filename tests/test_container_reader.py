@@ -408,3 +408,25 @@ def test_shared_offsets_of_every_tensor_are_found_in_one_pass(tmp_path, monkeypa
         shared = {name: f.shared_lod_with(name) for name in f.names}
     assert shared["a"] == ["b"] and shared["b"] == ["a"] and shared["t3"] == []
     assert len(described) <= 2 * len(shared)  # each tensor's layout read once or twice, not once per pair
+
+
+def test_inspect_holds_one_tensor_open_at_a_time(tmp_path, monkeypatch):
+    import gc
+    import weakref
+
+    from lodtool.container import checks, reader
+
+    path = str(tmp_path / "many.lod.h5")
+    save(path, {f"t{i}": LoDTensor(np.arange(i + 1), [[0, i + 1]]) for i in range(30)})
+    live, most = weakref.WeakSet(), []
+    real = reader.LazyTensor.__init__
+
+    def counted(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        gc.collect()
+        live.add(self)
+        most.append(len(live))
+
+    monkeypatch.setattr(reader.LazyTensor, "__init__", counted)
+    info = checks.inspect_file(path)
+    assert len(info["tensors"]) == 30 and max(most) == 1  # each tensor's HDF5 objects closed before the next

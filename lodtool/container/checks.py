@@ -157,7 +157,10 @@ def inspect_file(path: str | os.PathLike) -> dict:
     """
     path = os.fspath(path)
     with open_file(path) as f:
-        tensors = [tensor_summary(name, f[name], f.shared_lod_with(name)) for name in f.names]
+        tensors = []
+        for name in f.names:  # one tensor open at a time: a file may hold tens of thousands
+            tensors.append(tensor_summary(name, f[name], f.shared_lod_with(name)))
+            f.release(name)
         return {"path": path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": f.checksum_algorithm,
                 "file_size": os.path.getsize(path), "tensors": tensors}

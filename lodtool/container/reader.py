@@ -31,7 +31,7 @@ from .. import lod as _lod
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, object_key, open_h5, read_rows, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -589,15 +589,17 @@ class LodFile(TensorSource):
         with translate(self.path, "cannot compare offsets datasets"):
             if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
                 holders: dict = {}
-                for other in self.names:
-                    try:  # opened once: what asks next (inspect, verify) opens each tensor anyway
-                        lod = self[other]._lod
-                    except LodFormatError:  # a broken layout holds no offsets to share
-                        continue
-                    if lod:
-                        holders.setdefault(lod[0].id, []).append(other)  # ids hash as they compare
+                for other in self.names:  # keyed by what names each dataset, so none is held open
+                    layout = self._tensors[other]._layout if other in self._tensors else self.describe(other)[0]
+                    if layout is not None and layout.lod:  # (a broken one holds no offsets to share)
+                        holders.setdefault(object_key(layout.lod[0]), []).append(other)
                 self._lod_holders = holders
-            return [other for other in self._lod_holders.get(mine._lod[0].id, []) if other != name]
+            return [other for other in self._lod_holders.get(object_key(mine._lod[0]), []) if other != name]
+
+    def release(self, name: str) -> None:
+        """Forget the handle of tensor ``name`` (its HDF5 objects close once nothing else holds them), so a pass
+        over many tensors holds one at a time; the next ``f[name]`` opens it again."""
+        self._tensors.pop(name, None)
 
     def close(self) -> None:
         """Close the file (tensors opened through it stop working)."""
