@@ -159,8 +159,10 @@ def inspect_file(path: str | os.PathLike) -> dict:
     with open_file(path) as f:
         tensors = []
         for name in f.names:  # one tensor open at a time: a file may hold tens of thousands
-            tensors.append(tensor_summary(name, f[name], f.shared_lod_with(name)))
+            tensors.append(tensor_summary(name, f[name], []))
             f.release(name)
+        for summary in tensors:  # from what opening each noted: nothing is opened again
+            summary["shared_lod_with"] = f.shared_lod_with(summary["name"])
         return {"path": path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": f.checksum_algorithm,
                 "file_size": os.path.getsize(path), "tensors": tensors}

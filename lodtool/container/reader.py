@@ -541,7 +541,8 @@ class LodFile(TensorSource):
             algorithm = h5.attrs.get(spec.ATTR_CHECKSUM)
             self.checksum_algorithm = spec.text_attr(algorithm) if algorithm is not None else None
         self._tensors: dict[str, LazyTensor] = {}
-        self._lod_holders: dict | None = None  # first offsets dataset -> the tensors that hold it
+        self._lod_keys: dict = {}  # tensor name -> what names its first offsets dataset (None: it has none)
+        self._lod_holders: dict | None = None  # that -> the tensors that hold it
 
     @property
     def h5(self) -> h5py.File:
@@ -567,7 +568,12 @@ class LodFile(TensorSource):
                 where = f"level {level}: " if level is not None else ""
                 raise LodFormatError(f"{self.path}: tensor {name!r}: {where}{message}")
             self._tensors[name] = LazyTensor(self, layout)
+            self._note_lod(name, layout)
         return self._tensors[name]
+
+    def _note_lod(self, name: str, layout: Layout | None) -> None:
+        with translate(self.path, "cannot compare offsets datasets"):
+            self._lod_keys[name] = object_key(layout.lod[0]) if layout is not None and layout.lod else None
 
     def tensor(self, name: str | None = None) -> LazyTensor:
         """Tensor ``name``; with ``None``, the one named by ``FILE:tensor``, else the only tensor of the file."""
@@ -583,18 +589,19 @@ class LodFile(TensorSource):
 
     def shared_lod_with(self, name: str) -> list[str]:
         """Other tensors whose offsets are the same HDF5 datasets as ``name``'s (hard links)."""
-        mine = self[name]
-        if not mine.lod_level:
+        if name not in self._lod_keys:
+            self[name]
+        if self._lod_keys[name] is None:
             return []
-        with translate(self.path, "cannot compare offsets datasets"):
-            if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
-                holders: dict = {}
-                for other in self.names:  # keyed by what names each dataset, so none is held open
-                    layout = self._tensors[other]._layout if other in self._tensors else self.describe(other)[0]
-                    if layout is not None and layout.lod:  # (a broken one holds no offsets to share)
-                        holders.setdefault(object_key(layout.lod[0]), []).append(other)
-                self._lod_holders = holders
-            return [other for other in self._lod_holders.get(object_key(mine._lod[0]), []) if other != name]
+        if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
+            holders: dict = {}
+            for other in self.names:  # keyed by what names each dataset, so none is held open
+                if other not in self._lod_keys:  # (a broken layout holds no offsets to share)
+                    self._note_lod(other, self.describe(other)[0])
+                if self._lod_keys[other] is not None:
+                    holders.setdefault(self._lod_keys[other], []).append(other)
+            self._lod_holders = holders
+        return [other for other in self._lod_holders[self._lod_keys[name]] if other != name]
 
     def release(self, name: str) -> None:
         """Forget the handle of tensor ``name`` (its HDF5 objects close once nothing else holds them), so a pass
