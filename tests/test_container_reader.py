@@ -420,3 +420,55 @@ def test_short_reads_of_a_compressed_tensor_share_one_bounded_cache_of_decoded_c
         for i in range(0, 500, 37):
             assert x.branch(i).data.tolist() == list(range(400 * i, 400 * i + 400))
         assert small.slots == 2 and small.cached.nbytes == 2 * 8192 * 8
+
+
+def test_shared_offsets_of_every_tensor_are_found_in_one_pass(tmp_path, monkeypatch):
+    from lodtool.container import reader
+
+    path = str(tmp_path / "many.lod.h5")
+    x = LoDTensor(np.arange(3), [[0, 1, 3]])
+    save(path, {"a": x, "b": LoDTensor(np.arange(3.0), [[0, 1, 3]]), **{f"t{i}": LoDTensor(np.arange(i + 1), [[0, i + 1]])
+                                                             for i in range(40)}})
+    described = []
+    real = reader.describe_tensor
+    monkeypatch.setattr(reader, "describe_tensor", lambda *a, **k: described.append(a[2]) or real(*a, **k))
+    with reader.open_file(path) as f:
+        shared = {name: f.shared_lod_with(name) for name in f.names}
+    assert shared["a"] == ["b"] and shared["b"] == ["a"] and shared["t3"] == []
+    assert len(described) == len(shared)  # each tensor's layout read once, not once per pair
+
+
+def test_inspect_holds_one_tensor_open_at_a_time(tmp_path, monkeypatch):
+    import gc
+    import weakref
+
+    from lodtool.container import checks, reader
+
+    path = str(tmp_path / "many.lod.h5")
+    save(path, {f"t{i}": LoDTensor(np.arange(i + 1), [[0, i + 1]]) for i in range(30)})
+    live, most = weakref.WeakSet(), []
+    real = reader.LazyTensor.__init__
+
+    def counted(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        gc.collect()
+        live.add(self)
+        most.append(len(live))
+
+    monkeypatch.setattr(reader.LazyTensor, "__init__", counted)
+    info = checks.inspect_file(path)
+    assert len(info["tensors"]) == 30 and max(most) == 1  # each tensor's HDF5 objects closed before the next
+
+
+def test_inspect_reads_each_layout_once_and_names_the_tensors_that_share_offsets(tmp_path, monkeypatch):
+    from lodtool.container import checks, reader
+
+    path = str(tmp_path / "many.lod.h5")
+    x = LoDTensor(np.arange(3), [[0, 1, 3]])
+    save(path, {"a": x, "b": LoDTensor(np.arange(3.0), [[0, 1, 3]]), "c": LoDTensor(np.arange(2), [[0, 2]])})
+    described = []
+    real = reader.describe_tensor
+    monkeypatch.setattr(reader, "describe_tensor", lambda *a, **k: described.append(a[2]) or real(*a, **k))
+    info = checks.inspect_file(path)
+    assert {t["name"]: t["shared_lod_with"] for t in info["tensors"]} == {"a": ["b"], "b": ["a"], "c": []}
+    assert sorted(described) == ["a", "b", "c"]

@@ -770,6 +770,12 @@ def same_object(a: h5py.HLObject, b: h5py.HLObject) -> bool:
     return a.id == b.id
 
 
+def object_key(obj: h5py.HLObject) -> tuple[int, int]:
+    """What names the HDF5 object behind a handle (hard links to one dataset share it), without holding it open."""
+    info = h5py.h5o.get_info(obj.id)
+    return int(info.fileno), int(info.addr)
+
+
 def storage_gap(ds: h5py.Dataset) -> str | None:
     """Why ``ds`` cannot hold the values its shape claims, or ``None`` if every chunk is stored.
 

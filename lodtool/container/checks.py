@@ -220,7 +220,12 @@ def inspect_file(path: str | os.PathLike) -> dict:
     """
     path = os.fspath(path)
     with open_file(path) as f:
-        tensors = [tensor_summary(name, f[name], f.shared_lod_with(name)) for name in f.names]
+        tensors = []
+        for name in f.names:  # one tensor open at a time: a file may hold tens of thousands
+            tensors.append(tensor_summary(name, f[name], []))
+            f.release(name)
+        for summary in tensors:  # from what opening each noted: nothing is opened again
+            summary["shared_lod_with"] = f.shared_lod_with(summary["name"])
         source = remote_source(f.h5)
         return {"path": f.path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
                 "created_by": f.created_by, "checksum": f.checksum_algorithm,

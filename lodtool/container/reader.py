@@ -33,7 +33,7 @@ from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageErr
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, open_h5, read_rows, same_object, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, object_key, open_h5, read_rows, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -748,6 +748,8 @@ class LodFile(TensorSource):
             algorithm = h5.attrs.get(spec.ATTR_CHECKSUM)
             self.checksum_algorithm = spec.text_attr(algorithm) if algorithm is not None else None
         self._tensors: dict[str, LazyTensor] = {}
+        self._lod_keys: dict = {}  # tensor name -> what names its first offsets dataset (None: it has none)
+        self._lod_holders: dict | None = None  # that -> the tensors that hold it
 
     @property
     def h5(self) -> h5py.File:
@@ -773,7 +775,12 @@ class LodFile(TensorSource):
                 where = f"level {level}: " if level is not None else ""
                 raise LodFormatError(f"{self.path}: tensor {name!r}: {where}{message}")
             self._tensors[name] = LazyTensor(self, layout)
+            self._note_lod(name, layout)
         return self._tensors[name]
+
+    def _note_lod(self, name: str, layout: Layout | None) -> None:
+        with translate(self.path, "cannot compare offsets datasets"):
+            self._lod_keys[name] = object_key(layout.lod[0]) if layout is not None and layout.lod else None
 
     def tensor(self, name: str | None = None) -> LazyTensor:
         """Tensor ``name``; with ``None``, the one named by ``FILE:tensor``, else the only tensor of the file."""
@@ -789,18 +796,24 @@ class LodFile(TensorSource):
 
     def shared_lod_with(self, name: str) -> list[str]:
         """Other tensors whose offsets are the same HDF5 datasets as ``name``'s (hard links)."""
-        mine = self[name]
-        if not mine.lod_level:
+        if name not in self._lod_keys:
+            self[name]
+        if self._lod_keys[name] is None:
             return []
-        out = []
-        with translate(self.path, "cannot compare offsets datasets"):
-            for other in self.names:
-                if other == name:
-                    continue
-                layout, _ = self.describe(other)
-                if layout is not None and layout.lod and same_object(layout.lod[0], mine._lod[0]):
-                    out.append(other)
-        return out
+        if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
+            holders: dict = {}
+            for other in self.names:  # keyed by what names each dataset, so none is held open
+                if other not in self._lod_keys:  # (a broken layout holds no offsets to share)
+                    self._note_lod(other, self.describe(other)[0])
+                if self._lod_keys[other] is not None:
+                    holders.setdefault(self._lod_keys[other], []).append(other)
+            self._lod_holders = holders
+        return [other for other in self._lod_holders[self._lod_keys[name]] if other != name]
+
+    def release(self, name: str) -> None:
+        """Forget the handle of tensor ``name`` (its HDF5 objects close once nothing else holds them), so a pass
+        over many tensors holds one at a time; the next ``f[name]`` opens it again."""
+        self._tensors.pop(name, None)
 
     def close(self) -> None:
         """Close the file (tensors opened through it stop working)."""
