@@ -804,3 +804,11 @@ def test_fuzzed_saved_plans_load_and_read_or_fail_in_one_line(tmp_path, variant)
                 pass
     except lodtool.LodError as exc:
         assert "\n" not in str(exc) and str(exc), f"seed {FUZZ_SEED}, variant {variant}"
+
+
+def test_drop_last_pads_the_last_kept_batch_to_its_own_longest():
+    # the dropped batch's sequences stay in the sorted order; the kept batch before them must not pad to them
+    plan = B.batch_plan(np.array([0, 1]), max_tokens=1, multiple_of=2, drop_last=True)
+    assert plan.sequences().tolist() == [0] and plan.padded_lengths.tolist() == [0]
+    plan = B.batch_plan(np.array([2, 2, 9]), max_sequences=2, drop_last=True)
+    assert plan.padded_lengths.tolist() == [2] and plan.stats()["padded_tokens"] == 4

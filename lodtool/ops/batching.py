@@ -57,15 +57,17 @@ def segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Largest value of each segment (0 for an empty one).
+    """Largest value of each segment (0 for an empty one); values past the last offset belong to none.
 
     >>> segment_max(np.array([1, 5, 3]), np.array([0, 2, 2, 3])).tolist()
     [5, 0, 3]
+    >>> segment_max(np.array([1, 5, 3]), np.array([0, 1])).tolist()
+    [1]
     """
     out = np.zeros(offsets.shape[0] - 1, np.int64)
     nonempty = offsets[1:] > offsets[:-1]
-    if values.size:
-        out[nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty])
+    if values.size and offsets.shape[0] > 1:  # reduceat runs its last segment to the array's end: cut it there
+        out[nonempty] = np.maximum.reduceat(values[:offsets[-1]], offsets[:-1][nonempty])
     return out
 
 
