@@ -857,6 +857,8 @@ def test_streamed_report_refuses_as_the_plan_does(tmp_path):
     for options in ({"mode": "random"}, {"num_replicas": 2}):
         with pytest.raises(LodUsageError, match="only mode 'sorted' on one replica streams"):
             B.streamed_report(path, level=1, max_tokens=16, **options)
+    with pytest.raises(LodUsageError, match="reads a path"):
+        B.streamed_report(np.array([3, 9]), max_tokens=16)
 
 
 def test_stats_past_the_plan_limit_stream_in_flat_memory(tmp_path):
@@ -890,3 +892,20 @@ def test_drop_last_pads_the_last_kept_batch_to_its_own_longest():
     assert plan.sequences().tolist() == [0] and plan.padded_lengths.tolist() == [0]
     plan = B.batch_plan(np.array([2, 2, 9]), max_sequences=2, drop_last=True)
     assert plan.padded_lengths.tolist() == [2] and plan.stats()["padded_tokens"] == 4
+
+
+def test_streamed_report_of_a_sharded_folder_and_of_a_level_above_the_last(tmp_path):
+    from lodtool.container.shards import ShardWriter
+
+    lengths = np.random.default_rng(9).integers(0, 25, 203)
+    path, t = _container(tmp_path, lengths)
+    folder = str(tmp_path / "shards")
+    with ShardWriter(folder, shard_size="300B") as w:
+        w.write(_top(t, 0, 40))
+        w.end_shard()
+        w.write(_top(t, 40, t.num_sequences(0)))
+    for source in (path, folder):
+        for level in (0, 1):  # level 0's lengths are its sub-sequences' rows, mapped down through level 1
+            want = B.plan_report(B.batch_plan(source, level=level, max_sequences=8))
+            got = B.streamed_report(source, level=level, max_sequences=8, max_memory=4 << 20)
+            assert got["plan"] == want["plan"] and got["histogram"] == want["histogram"]

@@ -1262,6 +1262,9 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
     from ..ops.batching import LENGTH_COUNTS_BYTES, LengthCounts, greedy_run_figures
     from ._pipe import offset_window, require_valid
 
+    if not isinstance(source, (str, os.PathLike)):
+        raise LodUsageError("streamed_report reads a path (a container, sharded folder or token dataset); lengths "
+                            "already in memory are reported by plan_report(batch_plan(...))")
     o = _plan_arguments(source, plan_options)
     where = os.fspath(source)
     if o["mode"] != "sorted" or o["num_replicas"] > 1:
