@@ -11,7 +11,7 @@ import re
 import h5py
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lodtool
@@ -830,6 +830,7 @@ def test_greedy_run_figures_match_the_expanded_reference(runs, budget, max_seque
     assert K.greedy_run_figures(values, n, max_tokens, max_sequences, multiple) == want
 
 
+@settings(max_examples=50)  # a container written per example
 @given(lengths_st, st.integers(0, 120), st.integers(0, 9), st.integers(1, 4), st.booleans(),
        st.sampled_from([None, 3, 17]), st.integers(0, 3))
 def test_streamed_report_equals_the_plan_report(tmp_path_factory, lengths, budget, max_sequences, multiple,

@@ -207,8 +207,13 @@ def lengths_digest(lengths: np.ndarray) -> str:
     return checksum.format_digest(hasher)
 
 
+def _plan_bytes(count: int) -> int:
+    """Bytes the plan of ``count`` sequences (and its report) takes at its peak."""
+    return count * PLAN_BYTES_PER_SEQUENCE
+
+
 def _check_plan_memory(count: int, limit: int, where: str) -> None:
-    check_memory(count * PLAN_BYTES_PER_SEQUENCE, limit, where, f"the batch plan of {count:,} sequences")
+    check_memory(_plan_bytes(count), limit, where, f"the batch plan of {count:,} sequences")
 
 
 def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None,
@@ -1233,7 +1238,7 @@ def plan_report(plan: BatchPlan, bins: int = 12, *, cache_chunks: int | None = N
 
 #: why a streamed report has no random baseline and no chunk reads
 STREAMED_NOTE = ("streamed from length counts: the random baseline and the chunk reads need every sequence's place "
-                 "in a random order, which does not fit the memory limit; they are not computed")
+                 "in a random order (the whole plan), so they are not computed")
 
 
 def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_memory: int | None = None,
@@ -1247,9 +1252,9 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
     the lengths sorted is then run over those counts
     (:func:`~lodtool.ops.batching.greedy_run_figures`): the figures equal
     ``batch_plan(source, ...).stats()`` exactly.  Only mode ``sorted`` on one
-    replica streams (other modes, and the dealing to replicas, order every
-    sequence or batch at random; they raise
-    :class:`~lodtool.errors.LodUsageError`).  ``"random"`` is ``None`` and
+    replica streams (the other modes order every sequence at random or pack
+    them all at once, and the dealing to replicas permutes the batches; they
+    raise :class:`~lodtool.errors.LodUsageError`).  ``"random"`` is ``None`` and
     ``"streamed"`` says why (:data:`STREAMED_NOTE`).
 
     >>> import os, tempfile, numpy as np, lodtool
@@ -1268,9 +1273,9 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
     o = _plan_arguments(source, plan_options)
     where = os.fspath(source)
     if o["mode"] != "sorted" or o["num_replicas"] > 1:
-        what = f"mode {o['mode']!r}" if o["mode"] != "sorted" else "dealing batches to replicas"
-        raise LodUsageError(f"{where}: {what} orders every sequence at random, so its figures need the whole plan; "
-                            "only mode 'sorted' on one replica streams from length counts")
+        what = f"mode {o['mode']!r}" if o["mode"] != "sorted" else "a plan dealt to replicas"
+        raise LodUsageError(f"{where}: the figures of {what} need the whole plan; only mode 'sorted' on one replica "
+                            "streams from length counts")
     max_tokens, max_length = o["max_tokens"], o["max_length"]
     counts, skipped = LengthCounts(), 0
     first_long = long_length = None
@@ -1533,12 +1538,12 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
         t = f.tensor(tensor)
         where = os.fspath(path)
         count = t.num_sequences(_level_of(t, o["level"], where))
-        if count * PLAN_BYTES_PER_SEQUENCE <= f.max_memory:
+        if _plan_bytes(count) <= f.max_memory:
             return True
         if mode != "sorted" or o["num_replicas"] > 1:
             what = f"mode {mode!r}" if mode != "sorted" else "a plan dealt to replicas"
             raise LodMemoryError(f"{where}: the report of {what} needs its whole plan of {count:,} sequences "
-                                 f"({human_bytes(count * PLAN_BYTES_PER_SEQUENCE)}), above the memory limit of "
+                                 f"({human_bytes(_plan_bytes(count))}), above the memory limit of "
                                  f"{human_bytes(f.max_memory)}; raise it with max_memory=..., or report mode 'sorted' "
                                  "on one replica, which streams from length counts")
     return False
