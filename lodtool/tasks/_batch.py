@@ -1477,9 +1477,10 @@ def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str 
 
 @dataclass
 class BatchResult:
-    """What :func:`batch` did: the plan, where it was saved, the batches written, the report."""
+    """What :func:`batch` did: the plan (``None`` when only a streamed report was asked for, see
+    :func:`streamed_report`), where it was saved, the batches written, the report."""
 
-    plan: BatchPlan
+    plan: BatchPlan | None
     saved: str | None = None
     written: dict | None = None
     report: dict | None = None
