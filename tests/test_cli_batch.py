@@ -224,3 +224,24 @@ def test_hostile_plans_are_one_line_errors(corpus, tmp_path):
         np.savez(hostile, meta=np.array(json.dumps({"version": 1, "mode": plan.mode, "options": options})), **arrays)
         r = run("batch", path, "--plan", hostile, "--stats")
         assert r.exit_code == 1 and "damaged batch plan" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_stats_past_the_plan_limit_stream_for_sorted_and_name_the_mode_otherwise(tmp_path):
+    n = 50_000  # over a 2 MB limit as a whole plan (PLAN_BYTES_PER_SEQUENCE each)
+    lengths = np.random.default_rng(5).integers(0, 30, n)
+    path = tmp_path / "many.lod.h5"
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lodtool.save(str(path), LoDTensor(np.zeros(int(lengths.sum()), np.int32), [offsets]))
+    r = run("batch", path, "--max-tokens", 64, "--stats", "--json", "--max-memory", "2M")
+    assert r.exit_code == 0, r.output
+    streamed = json.loads(r.output)
+    r = run("batch", path, "--max-tokens", 64, "--stats", "--json")
+    whole = json.loads(r.output)
+    assert streamed["plan"] == whole["plan"] and streamed["histogram"] == whole["histogram"]
+    assert streamed["random"] is None and whole["random"] is not None
+    r = run("batch", path, "--max-tokens", 64, "--stats", "--max-memory", "2M")
+    assert r.exit_code == 0 and "streamed from length counts" in r.output and "beside random" not in r.output
+    for mode in ("random", "pack"):
+        r = run("batch", path, "--max-tokens", 64, "--mode", mode, "--stats", "--max-memory", "2M")
+        assert r.exit_code == 1 and f"mode '{mode}' needs its whole plan of 50,000 sequences" in r.output
+        assert "--max-memory" in r.output and len(r.output.strip().splitlines()) == 1

@@ -11,7 +11,7 @@ import re
 import h5py
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lodtool
@@ -718,8 +718,15 @@ def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
     tracemalloc.stop()
     assert result.report["plan"]["empty"] == n
     assert peak <= B.PLAN_BYTES_PER_SEQUENCE * n + (1 << 20)
+    small = B.PLAN_BYTES_PER_SEQUENCE * n // 2
     with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
-        B.batch(path, max_tokens=64, report=True, max_memory=B.PLAN_BYTES_PER_SEQUENCE * n // 2)
+        B.batch_plan(path, max_tokens=64, max_memory=small)
+    with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
+        B.batch(path, max_tokens=64, report=True, save_to=str(tmp_path / "plan.npz"), max_memory=small)
+    # a report alone streams (sorted), or names the mode that cannot
+    assert B.batch(path, max_tokens=64, report=True, max_memory=small).report["plan"] == result.report["plan"]
+    with pytest.raises(lodtool.LodMemoryError, match="report of mode 'random' needs its whole plan of 200,000"):
+        B.batch(path, max_tokens=64, mode="random", report=True, max_memory=small)
 
 
 def test_damaged_in_memory_plan_is_refused_by_the_reader(tmp_path):
@@ -804,3 +811,102 @@ def test_fuzzed_saved_plans_load_and_read_or_fail_in_one_line(tmp_path, variant)
                 pass
     except lodtool.LodError as exc:
         assert "\n" not in str(exc) and str(exc), f"seed {FUZZ_SEED}, variant {variant}"
+
+
+# -- the streamed report: a sorted plan's figures from length counts -----------------------------------
+@given(st.lists(st.tuples(st.integers(0, 70_000), st.integers(1, 9)), max_size=12),
+       st.integers(0, 40), st.integers(0, 9), st.integers(1, 5))
+def test_greedy_run_figures_match_the_expanded_reference(runs, budget, max_sequences, multiple):
+    counts = {}
+    for value, count in runs:  # lengths past DENSE_LENGTHS too: the sparse side of LengthCounts
+        counts[value % 50 if value < K.DENSE_LENGTHS else value] = counts.get(value, 0) + count
+    length_counts = K.LengthCounts()
+    length_counts.add(np.repeat(np.array(list(counts), np.int64), list(counts.values())))
+    values, n = length_counts.runs()
+    assert values.tolist() == sorted(counts) and n.tolist() == [counts[v] for v in sorted(counts)]
+    max_tokens = max(budget, int(values.max())) if values.size and budget else budget
+    want = dict(zip(K.RUN_FIGURES, K._greedy_run_figures_reference(values, n, max_tokens, max_sequences,
+                                                                   multiple).tolist()))
+    assert K.greedy_run_figures(values, n, max_tokens, max_sequences, multiple) == want
+
+
+@settings(max_examples=50)  # a container written per example
+@given(lengths_st, st.integers(0, 120), st.integers(0, 9), st.integers(1, 4), st.booleans(),
+       st.sampled_from([None, 3, 17]), st.integers(0, 3))
+def test_streamed_report_equals_the_plan_report(tmp_path_factory, lengths, budget, max_sequences, multiple,
+                                                drop_last, max_length, seed):
+    path = str(tmp_path_factory.mktemp("streamed") / "c.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(int(lengths.sum()), np.int32), [np.concatenate([[0], np.cumsum(lengths)])]))
+    options = {"max_tokens": budget or None, "max_sequences": max_sequences * multiple or None,
+               "multiple_of": multiple, "drop_last": drop_last, "max_length": max_length, "seed": seed,
+               "oversize": "skip"}
+    if options["max_tokens"] is None and options["max_sequences"] is None:
+        options["max_sequences"] = 4 * multiple
+    want = B.plan_report(B.batch_plan(path, **options))
+    got = B.streamed_report(path, **options)
+    assert got["plan"] == want["plan"] and got["histogram"] == want["histogram"]
+    assert got["random"] is None and got["streamed"] == B.STREAMED_NOTE
+
+
+def test_streamed_report_refuses_as_the_plan_does(tmp_path):
+    path, _ = _container(tmp_path, [3, 9, 2, 12])
+    with pytest.raises(LodInputError) as planned:
+        B.batch_plan(path, level=1, max_tokens=8)
+    with pytest.raises(LodInputError) as streamed:
+        B.streamed_report(path, level=1, max_tokens=8)
+    assert str(streamed.value) == str(planned.value)
+    for options in ({"mode": "random"}, {"num_replicas": 2}):
+        with pytest.raises(LodUsageError, match="only mode 'sorted' on one replica streams"):
+            B.streamed_report(path, level=1, max_tokens=16, **options)
+    with pytest.raises(LodUsageError, match="reads a path"):
+        B.streamed_report(np.array([3, 9]), max_tokens=16)
+
+
+def test_stats_past_the_plan_limit_stream_in_flat_memory(tmp_path):
+    import time
+    import tracemalloc
+
+    n = 10 ** 7  # every sequence empty; the whole plan would take PLAN_BYTES_PER_SEQUENCE * n (960 MB)
+    path = str(tmp_path / "empty.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(0, np.int32), [np.zeros(n + 1, np.int64)]))
+    limit = 64 << 20
+    K.greedy_run_figures(np.zeros(1, np.int64), np.ones(1, np.int64), 0, 1)  # compiled outside the measure
+    start = time.perf_counter()
+    tracemalloc.start()
+    result = B.batch(path, max_sequences=1000, report=True, max_memory=limit)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.perf_counter() - start < 5
+    assert result.plan is None and result.report["random"] is None
+    plan = result.report["plan"]
+    assert (plan["batches"], plan["sequences"], plan["empty"], plan["padded_tokens"]) == (n // 1000, n, n, 0)
+    assert plan["sequences_per_batch"] == {"mean": 1000.0, "min": 1000, "max": 1000}
+    assert result.report["histogram"]["counts"][0] == n
+    assert peak < 32 << 20  # the offsets validated a block at a time; the plan would be 30 times this
+    with pytest.raises(lodtool.LodMemoryError, match="report of mode 'megabatch' needs its whole plan"):
+        B.batch(path, max_sequences=1000, mode="megabatch", report=True, max_memory=limit)
+
+
+def test_drop_last_pads_the_last_kept_batch_to_its_own_longest():
+    # the dropped batch's sequences stay in the sorted order; the kept batch before them must not pad to them
+    plan = B.batch_plan(np.array([0, 1]), max_tokens=1, multiple_of=2, drop_last=True)
+    assert plan.sequences().tolist() == [0] and plan.padded_lengths.tolist() == [0]
+    plan = B.batch_plan(np.array([2, 2, 9]), max_sequences=2, drop_last=True)
+    assert plan.padded_lengths.tolist() == [2] and plan.stats()["padded_tokens"] == 4
+
+
+def test_streamed_report_of_a_sharded_folder_and_of_a_level_above_the_last(tmp_path):
+    from lodtool.container.shards import ShardWriter
+
+    lengths = np.random.default_rng(9).integers(0, 25, 203)
+    path, t = _container(tmp_path, lengths)
+    folder = str(tmp_path / "shards")
+    with ShardWriter(folder, shard_size="300B") as w:
+        w.write(_top(t, 0, 40))
+        w.end_shard()
+        w.write(_top(t, 40, t.num_sequences(0)))
+    for source in (path, folder):
+        for level in (0, 1):  # level 0's lengths are its sub-sequences' rows, mapped down through level 1
+            want = B.plan_report(B.batch_plan(source, level=level, max_sequences=8))
+            got = B.streamed_report(source, level=level, max_sequences=8, max_memory=4 << 20)
+            assert got["plan"] == want["plan"] and got["histogram"] == want["histogram"]

@@ -72,7 +72,9 @@ def _number(ctx, param, value):
               help="What fills the padding of --layout padded (default 0; must fit the data's dtype).")
 @click.option("--overwrite", is_flag=True,
               help="Replace the -o plan file, or every batch file in the -o folder of --to npz.")
-@click.option("--stats", is_flag=True, help="Show the plan's padding waste beside random batching, and the lengths.")
+@click.option("--stats", is_flag=True,
+              help="Show the plan's padding waste beside random batching, and the lengths (a sorted plan over "
+                   "--max-memory: streamed from length counts, without the random baseline).")
 @opt.max_memory_option
 @opt.token_options
 @opt.json_option
@@ -162,10 +164,11 @@ def _render_report(report: dict) -> None:
     from ._render import print_
 
     plan, base = report["plan"], report["random"]
-    table = Table(title=f"{plan['mode']} batches beside random at the same mean batch size", title_justify="left")
+    title = f"{plan['mode']} batches" + (" beside random at the same mean batch size" if base is not None else "")
+    table = Table(title=title, title_justify="left")
     for head in ("", "batches", "sequences/batch", "tokens/batch", "padded tokens", "padding waste", "fill rate"):
         table.add_column(head, justify="left" if not head else "right")
-    for label, s in ((plan["mode"], plan), ("random", base)):
+    for label, s in ((plan["mode"], plan), ("random", base)) if base is not None else ((plan["mode"], plan),):
         table.add_row(label, f"{s['batches']:,}", f"{s['sequences_per_batch']['mean']:,.1f}",
                       f"{s['tokens_per_batch']['mean']:,.0f}", f"{s['padded_tokens']:,}", f"{s['padding_waste']:.1%}",
                       f"{s['fill_rate']:.1%}")
@@ -180,6 +183,8 @@ def _render_report(report: dict) -> None:
                      "bounds how many share a batch")
     if extra:
         print_(Text("; ".join(extra)))
+    if "streamed" in report:
+        print_(Text(report["streamed"]))
     if "chunks" in report:
         _render_chunks(report["chunks"], plan["mode"])
     print_(Text(histogram_text(report["histogram"]["edges"], report["histogram"]["counts"])))

@@ -57,15 +57,17 @@ def segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Largest value of each segment (0 for an empty one).
+    """Largest value of each segment (0 for an empty one); values past the last offset belong to none.
 
     >>> segment_max(np.array([1, 5, 3]), np.array([0, 2, 2, 3])).tolist()
     [5, 0, 3]
+    >>> segment_max(np.array([1, 5, 3]), np.array([0, 1])).tolist()
+    [1]
     """
     out = np.zeros(offsets.shape[0] - 1, np.int64)
     nonempty = offsets[1:] > offsets[:-1]
-    if values.size:
-        out[nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty])
+    if values.size and offsets.shape[0] > 1:  # reduceat runs its last segment to the array's end: cut it there
+        out[nonempty] = np.maximum.reduceat(values[:offsets[-1]], offsets[:-1][nonempty])
     return out
 
 
@@ -150,6 +152,189 @@ def _greedy_ends_impl(lengths, segment_ends, max_tokens, max_sequences, multiple
                 n_out += 1
         seg_start = seg_end
     return n_out
+
+
+#: lengths below this are counted in a dense array (512 KiB); longer ones in a sorted sparse table
+DENSE_LENGTHS = 1 << 16
+#: bytes :class:`LengthCounts` takes with no long lengths: its dense table and one block's counts beside it
+LENGTH_COUNTS_BYTES = 2 * DENSE_LENGTHS * 8
+
+
+class LengthCounts:
+    """How many sequences have each length, fed a block of lengths at a time (memory: the distinct lengths).
+
+    >>> c = LengthCounts()
+    >>> c.add(np.array([3, 0, 3])); c.add(np.array([1 << 20, 0]))
+    >>> [a.tolist() for a in c.runs()]
+    [[0, 3, 1048576], [2, 2, 1]]
+    """
+
+    def __init__(self):
+        self._dense = np.zeros(DENSE_LENGTHS, np.int64)
+        self._values = np.zeros(0, np.int64)
+        self._counts = np.zeros(0, np.int64)
+
+    def add(self, lengths: np.ndarray) -> None:
+        lengths = np.asarray(lengths, np.int64)
+        long = lengths >= DENSE_LENGTHS
+        self._dense += np.bincount(lengths[~long], minlength=DENSE_LENGTHS)
+        if long.any():
+            values, inverse = np.unique(np.concatenate([self._values, lengths[long]]), return_inverse=True)
+            weights = np.concatenate([self._counts, np.ones(int(long.sum()), np.int64)])
+            self._values = values
+            self._counts = np.bincount(inverse, weights=weights).astype(np.int64)  # exact below 2**53
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths ascending, their counts), counts all positive."""
+        short = np.flatnonzero(self._dense)
+        return np.concatenate([short, self._values]), np.concatenate([self._dense[short], self._counts])
+
+
+#: the figures :func:`greedy_run_figures` gives, in the order of its result
+RUN_FIGURES = ("batches", "tokens", "padded", "sequences", "min_tokens", "max_tokens", "min_padded", "max_padded",
+               "min_sequences", "max_sequences", "last_sequences", "last_tokens", "last_padded")
+
+
+def _greedy_run_figures_reference(values, counts, max_tokens, max_sequences, multiple):
+    """:func:`greedy_run_figures` by expanding the runs and cutting them with :func:`greedy_batch_ends`."""
+    lengths = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
+    ends = greedy_batch_ends(lengths, max_tokens, max_sequences, multiple)
+    offsets = np.concatenate([[0], ends]).astype(np.int64)
+    sizes = np.diff(offsets)
+    tokens, padded = segment_sums(lengths, offsets), segment_max(lengths, offsets) * sizes
+    head = slice(0, max(ends.shape[0] - 1, 0))
+    out = [ends.shape[0] - 1 if ends.size else 0]
+    out += [int(a[head].sum()) for a in (tokens, padded, sizes)]
+    for a in (tokens, padded, sizes):
+        out += [int(a[head].min()), int(a[head].max())] if ends.shape[0] > 1 else [0, 0]
+    out += [int(sizes[-1]), int(tokens[-1]), int(padded[-1])] if ends.size else [0, 0, 0]
+    return np.array(out, np.int64)
+
+
+@kernel
+def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple, out):
+    # the state machine of _greedy_ends_impl over one segment, fed from runs (length, count) in ascending order;
+    # a batch's longest sequence is its last (its padded tokens: sequences times that); each closed batch is
+    # folded into the figures, except the last one, kept apart (drop_last decides on it)
+    big = np.iinfo(np.int64).max
+    n_closed = 0
+    sum_tok = sum_pad = sum_seq = 0
+    min_tok = min_pad = min_seq = big
+    max_tok = max_pad = max_seq = 0
+    last_seq = last_tok = last_pad = 0
+    have_last = False
+    emit_pos = emit_prefix = 0
+    batch_start = batch_end = 0
+    end_prefix = end_value = 0
+    batch_max = tail_max = 0
+    pos = prefix = prev_v = 0
+    for r in range(values.shape[0]):
+        v = values[r]
+        for _ in range(counts[r]):
+            if v > tail_max:
+                tail_max = v
+            count = pos + 1 - batch_start
+            new_max = batch_max if batch_max > tail_max else tail_max
+            overflow = (max_sequences > 0 and count > max_sequences) or \
+                (max_tokens > 0 and count * new_max > max_tokens)
+            if overflow:
+                n_emit = 1
+                if max_tokens > 0 and tail_max * (pos + 1 - batch_end) > max_tokens:
+                    n_emit = 2
+                for e in range(n_emit):
+                    if have_last:
+                        n_closed += 1
+                        sum_tok += last_tok
+                        sum_pad += last_pad
+                        sum_seq += last_seq
+                        min_tok = min(min_tok, last_tok)
+                        max_tok = max(max_tok, last_tok)
+                        min_pad = min(min_pad, last_pad)
+                        max_pad = max(max_pad, last_pad)
+                        min_seq = min(min_seq, last_seq)
+                        max_seq = max(max_seq, last_seq)
+                    last_seq = batch_end - emit_pos
+                    last_tok = end_prefix - emit_prefix
+                    last_pad = end_value * last_seq
+                    have_last = True
+                    emit_pos = batch_end
+                    emit_prefix = end_prefix
+                    if e == 0 and n_emit == 2:
+                        batch_end = pos
+                        end_prefix = prefix
+                        end_value = prev_v
+                        tail_max = v
+                batch_start = batch_end
+                new_max = tail_max
+            count = pos + 1 - batch_start
+            prefix += v
+            if overflow or count < multiple or count % multiple == 0:
+                batch_end = pos + 1
+                end_prefix = prefix
+                end_value = v
+                batch_max = new_max
+                tail_max = 0
+            prev_v = v
+            pos += 1
+    # the segment's end: the running batch, then the tail after it
+    for e in range(2):
+        end = batch_end if e == 0 else pos
+        if pos == 0 or (e == 1 and batch_end == pos):
+            continue
+        if have_last:
+            n_closed += 1
+            sum_tok += last_tok
+            sum_pad += last_pad
+            sum_seq += last_seq
+            min_tok = min(min_tok, last_tok)
+            max_tok = max(max_tok, last_tok)
+            min_pad = min(min_pad, last_pad)
+            max_pad = max(max_pad, last_pad)
+            min_seq = min(min_seq, last_seq)
+            max_seq = max(max_seq, last_seq)
+        last_seq = end - emit_pos
+        last_tok = (end_prefix if e == 0 else prefix) - emit_prefix
+        last_pad = (end_value if e == 0 else prev_v) * last_seq
+        have_last = True
+        emit_pos = end
+        emit_prefix = end_prefix if e == 0 else prefix
+    if n_closed == 0:
+        min_tok = min_pad = min_seq = 0
+    out[0] = n_closed
+    out[1] = sum_tok
+    out[2] = sum_pad
+    out[3] = sum_seq
+    out[4] = min_tok
+    out[5] = max_tok
+    out[6] = min_pad
+    out[7] = max_pad
+    out[8] = min_seq
+    out[9] = max_seq
+    out[10] = last_seq
+    out[11] = last_tok
+    out[12] = last_pad
+
+
+def greedy_run_figures(values, counts, max_tokens=0, max_sequences=0, multiple=1) -> dict:
+    """The figures of :func:`greedy_batch_ends` over lengths given as runs, without the lengths in memory.
+
+    ``values`` ascending, ``counts[k]`` sequences of length ``values[k]`` (a
+    histogram: the lengths of a ``sorted`` plan).  The figures
+    (:data:`RUN_FIGURES`) are the count, sums, minima and maxima of each
+    batch's tokens, padded tokens (sequences times its longest) and sequences over every batch
+    but the last, and the last batch apart, so that a caller can drop it.
+    Memory is constant in the number of sequences.
+
+    >>> f = greedy_run_figures(np.array([1, 2, 3, 5]), np.array([2, 2, 3, 1]), max_tokens=6)
+    >>> f["batches"], f["sequences"], f["last_sequences"], f["last_padded"]
+    (3, 7, 1, 5)
+    """
+    values = np.ascontiguousarray(values, np.int64)
+    counts = np.ascontiguousarray(counts, np.int64)
+    out = np.zeros(len(RUN_FIGURES), np.int64)
+    if values.size:
+        _greedy_run_figures_impl(values, counts, int(max_tokens or 0), int(max_sequences or 0), int(multiple), out)
+    return dict(zip(RUN_FIGURES, out.tolist()))
 
 
 def _ffd_reference(lengths_desc, capacity):

@@ -47,7 +47,7 @@ _LAZY = {
                                        "pack_plan_stream", "StreamedPlan", "concat", "seq_slice", "erase", "enumerate", "reshape", "lod_reset",
                                        "OpResult")},
     **{name: "_batch" for name in ("batch", "batch_plan", "batches", "BatchPlan", "BatchReader", "BatchResult",
-                                   "write_batches", "plan_report", "chunk_locality")},
+                                   "write_batches", "plan_report", "streamed_report", "chunk_locality")},
 }
 
 

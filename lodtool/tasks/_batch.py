@@ -81,8 +81,9 @@ from ..container import checksum
 from ..container.reader import DECODED_CACHE_BYTES, DecodedChunks, LazyTensor, words_of
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
-                      LodInputError, LodShapeError, LodUsageError, LodValidationError)
-from ..limits import check_memory, resolve_max_memory
+                      LodInputError, LodMemoryError, LodShapeError, LodUsageError,
+                      LodValidationError)
+from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
@@ -206,8 +207,13 @@ def lengths_digest(lengths: np.ndarray) -> str:
     return checksum.format_digest(hasher)
 
 
+def _plan_bytes(count: int) -> int:
+    """Bytes the plan of ``count`` sequences (and its report) takes at its peak."""
+    return count * PLAN_BYTES_PER_SEQUENCE
+
+
 def _check_plan_memory(count: int, limit: int, where: str) -> None:
-    check_memory(count * PLAN_BYTES_PER_SEQUENCE, limit, where, f"the batch plan of {count:,} sequences")
+    check_memory(_plan_bytes(count), limit, where, f"the batch plan of {count:,} sequences")
 
 
 def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None,
@@ -676,10 +682,7 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
         too_long = lengths > max_tokens
         if oversize == "error":
             first = int(np.argmax(too_long))
-            where = f"{about['source']}: " if "source" in about else ""
-            raise LodInputError(f"{where}sequence {first} has {int(lengths[first])} rows, more than "
-                                f"max_tokens={max_tokens} ({int(too_long.sum())} such); raise max_tokens=..., set "
-                                "max_length=..., or skip them (oversize='skip')")
+            raise _oversize_error(about.get("source"), first, int(lengths[first]), int(too_long.sum()), max_tokens)
         keep = keep[~too_long]
         options["skipped"] = int(too_long.sum())
 
@@ -722,20 +725,30 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
                      repeat, options)
 
 
+def _oversize_error(source: str | None, first: int, length: int, count: int, max_tokens: int) -> LodInputError:
+    where = f"{source}: " if source is not None else ""
+    return LodInputError(f"{where}sequence {first} has {length} rows, more than max_tokens={max_tokens} ({count} "
+                         "such); raise max_tokens=..., set max_length=..., or skip them (oversize='skip')")
+
+
 def _permuted(keep: np.ndarray, n_all: int, rng: np.random.Generator) -> np.ndarray:
     if keep.shape[0] == n_all:  # nothing skipped: keep is 0..n-1
         return rng.permutation(n_all)
     return keep[rng.permutation(keep.shape[0])]
 
 
+def _incomplete(last: int, max_tokens, max_sequences, multiple_of) -> bool:
+    """Whether a last batch of ``last`` sequences is one ``drop_last`` drops."""
+    if max_tokens is None:
+        return last < max_sequences
+    return multiple_of > 1 and last % multiple_of != 0
+
+
 def _drop_incomplete(ends: np.ndarray, max_tokens, max_sequences, multiple_of, drop_last) -> np.ndarray:
     if not drop_last or not ends.size:
         return ends
     last = int(ends[-1] - (ends[-2] if ends.size > 1 else 0))
-    fixed = max_tokens is None
-    if (fixed and last < max_sequences) or (not fixed and multiple_of > 1 and last % multiple_of):
-        return ends[:-1]
-    return ends
+    return ends[:-1] if _incomplete(last, max_tokens, max_sequences, multiple_of) else ends
 
 
 def _cut(ordered_lengths, max_tokens, max_sequences, multiple_of, drop_last, segment_ends=None):
@@ -1223,6 +1236,141 @@ def plan_report(plan: BatchPlan, bins: int = 12, *, cache_chunks: int | None = N
     return report
 
 
+#: why a streamed report has no random baseline and no chunk reads
+STREAMED_NOTE = ("streamed from length counts: the random baseline and the chunk reads need every sequence's place "
+                 "in a random order (the whole plan), so they are not computed")
+
+
+def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_memory: int | None = None,
+                    token_dtype=None, eos_token_id: int | None = None, **plan_options) -> dict:
+    """:func:`plan_report`'s ``plan`` figures and histogram for a ``sorted`` plan, from length counts, in memory
+    bounded by the distinct lengths (never by the sequences).
+
+    ``source`` is a container, sharded folder or token dataset; its offsets
+    are validated and read in windows, and the lengths counted
+    (:class:`~lodtool.ops.batching.LengthCounts`).  fairseq's greedy cut over
+    the lengths sorted is then run over those counts
+    (:func:`~lodtool.ops.batching.greedy_run_figures`): the figures equal
+    ``batch_plan(source, ...).stats()`` exactly.  Only mode ``sorted`` on one
+    replica streams (the other modes order every sequence at random or pack
+    them all at once, and the dealing to replicas permutes the batches; they
+    raise :class:`~lodtool.errors.LodUsageError`).  ``"random"`` is ``None`` and
+    ``"streamed"`` says why (:data:`STREAMED_NOTE`).
+
+    >>> import os, tempfile, numpy as np, lodtool
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
+    >>> lodtool.save(p, lodtool.LoDTensor(np.arange(10), recursive_sequence_lengths=[[3, 1, 4, 2]]))
+    >>> r = streamed_report(p, max_tokens=6)
+    >>> r["plan"] == batch_plan(p, max_tokens=6).stats(), r["random"]
+    (True, None)
+    """
+    from ..ops.batching import LENGTH_COUNTS_BYTES, LengthCounts, greedy_run_figures
+    from ._pipe import offset_window, require_valid
+
+    if not isinstance(source, (str, os.PathLike)):
+        raise LodUsageError("streamed_report reads a path (a container, sharded folder or token dataset); lengths "
+                            "already in memory are reported by plan_report(batch_plan(...))")
+    o = _plan_arguments(source, plan_options)
+    where = os.fspath(source)
+    if o["mode"] != "sorted" or o["num_replicas"] > 1:
+        what = f"mode {o['mode']!r}" if o["mode"] != "sorted" else "a plan dealt to replicas"
+        raise LodUsageError(f"{where}: the figures of {what} need the whole plan; only mode 'sorted' on one replica "
+                            "streams from length counts")
+    max_tokens, max_length = o["max_tokens"], o["max_length"]
+    counts, skipped = LengthCounts(), 0
+    first_long = long_length = None
+    with _open_container(source, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
+        t = f.tensor(tensor)
+        level = _level_of(t, o["level"], where)
+        window = offset_window(f.max_memory)
+        check_memory(LENGTH_COUNTS_BYTES + 4 * 8 * window, f.max_memory, where, "the length counts of the report")
+        require_valid(where, t)
+        done = 0
+        for rows in row_offset_windows(t, level, window):
+            lengths = np.diff(rows)
+            if max_length is not None:
+                lengths = np.minimum(lengths, max_length)
+            if max_tokens is not None:
+                too_long = lengths > max_tokens
+                if too_long.any():
+                    if first_long is None:
+                        first_long = done + int(np.argmax(too_long))
+                        long_length = int(lengths[first_long - done])
+                    skipped += int(too_long.sum())
+                    lengths = lengths[~too_long]
+            counts.add(lengths)
+            done += rows.shape[0] - 1
+    if first_long is not None and o["oversize"] == "error":
+        raise _oversize_error(where, first_long, long_length, skipped, max_tokens)
+    values, n = counts.runs()
+    fig = greedy_run_figures(values, n, max_tokens, o["max_sequences"], o["multiple_of"])
+    keep_last = bool(n.sum()) and not (o["drop_last"] and _incomplete(fig["last_sequences"], max_tokens,
+                                                                       o["max_sequences"], o["multiple_of"]))
+    stats = _run_stats(fig, keep_last, values, n, skipped)
+    planned = _without_longest(values, n, 0 if keep_last else fig["last_sequences"])
+    edges = length_bins(planned[0], bins)
+    return {"plan": stats, "random": None, "histogram": {"edges": edges.tolist(),
+                                                          "counts": _run_histogram(*planned, edges).tolist()},
+            "streamed": STREAMED_NOTE}
+
+
+def _plan_arguments(source, plan_options: dict) -> dict:
+    """Every argument of :func:`batch_plan` (``plan_options`` over its defaults), checked as it checks them."""
+    import inspect
+
+    bound = inspect.signature(batch_plan).bind(source, **plan_options)
+    bound.apply_defaults()
+    o = bound.arguments
+    _check_usage(o["mode"], o["max_tokens"], o["max_sequences"], o["multiple_of"], o["boundaries"],
+                 o["bucket_batch_sizes"], o["num_replicas"], o["rank"], o["max_length"], o["oversize"], o["seed"],
+                 o["epoch"], o["megabatch_mult"], o["level"])
+    return o
+
+
+def _run_stats(fig: dict, keep_last: bool, values: np.ndarray, n: np.ndarray, skipped: int) -> dict:
+    """:meth:`BatchPlan.stats` of a ``sorted`` plan from :func:`greedy_run_figures`' figures."""
+    batches = fig["batches"] + keep_last
+    totals = {k: fig[k] + (fig["last_" + k] if keep_last else 0) for k in ("tokens", "padded", "sequences")}
+
+    def summary(key):
+        lo, hi = fig["min_" + key], fig["max_" + key]
+        if keep_last:
+            last = fig["last_" + key]
+            lo, hi = (min(lo, last), max(hi, last)) if fig["batches"] else (last, last)
+        return {"mean": totals[key] / batches if batches else 0.0, "min": lo, "max": hi}
+
+    fill = totals["tokens"] / totals["padded"] if totals["padded"] else 1.0
+    zeros = int(n[0]) if values.size and values[0] == 0 else 0
+    return {
+        "mode": "sorted", "batches": batches, "sequences": totals["sequences"], "tokens": totals["tokens"],
+        "padded_tokens": totals["padded"], "padding_waste": 1.0 - fill, "fill_rate": fill,
+        "tokens_per_batch": summary("tokens"), "padded_tokens_per_batch": summary("padded"),
+        "sequences_per_batch": summary("sequences"), "repeats": 0, "skipped": skipped,
+        "empty": min(zeros, totals["sequences"]),  # the empty ones sort first
+    }
+
+
+def _without_longest(values: np.ndarray, n: np.ndarray, drop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The runs ``(values, n)`` less their ``drop`` longest lengths."""
+    n = n.copy()
+    k = n.shape[0] - 1
+    while drop and k >= 0:
+        take = min(drop, int(n[k]))
+        n[k] -= take
+        drop -= take
+        k -= 1
+    keep = n > 0
+    return values[keep], n[keep]
+
+
+def _run_histogram(values: np.ndarray, n: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``np.histogram(np.repeat(values, n), edges)[0]`` without the repeat."""
+    bin_of = np.searchsorted(edges, values, side="right") - 1
+    bin_of[values == edges[-1]] = edges.shape[0] - 2  # NumPy's last bin is closed
+    inside = (bin_of >= 0) & (bin_of < edges.shape[0] - 1)
+    return np.bincount(bin_of[inside], weights=n[inside], minlength=edges.shape[0] - 1).astype(np.int64)
+
+
 def chunk_locality(plan: BatchPlan, cache_chunks: int, rows: np.ndarray | None = None,
                    chunk_rows: int | None = None) -> dict | None:
     """How a reader with a cache of ``cache_chunks`` decoded chunks reads the plan, beside a true shuffle.
@@ -1329,9 +1477,10 @@ def write_batches(path, plan, out_dir, *, output: str = "padded", truncate: str 
 
 @dataclass
 class BatchResult:
-    """What :func:`batch` did: the plan, where it was saved, the batches written, the report."""
+    """What :func:`batch` did: the plan (``None`` when only a streamed report was asked for, see
+    :func:`streamed_report`), where it was saved, the batches written, the report."""
 
-    plan: BatchPlan
+    plan: BatchPlan | None
     saved: str | None = None
     written: dict | None = None
     report: dict | None = None
@@ -1348,7 +1497,9 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
     ``write_to`` writes each batch as an NPZ into that folder
     (:func:`write_batches`, ``layout`` as ``output`` there, padded with
     ``pad_value``); either replaces what is there only with ``overwrite=True``.
-    ``report=True`` adds :func:`plan_report`'s figures; ``max_memory`` bounds
+    ``report=True`` adds :func:`plan_report`'s figures (a report alone of a
+    ``sorted`` plan too large for the memory limit is streamed instead, see
+    :func:`streamed_report`; the result's ``plan`` is then ``None``); ``max_memory`` bounds
     the planning and the reading (the default limit when ``None``); ``token_dtype``
     and ``eos_token_id`` read a token dataset ``path`` (see :func:`lodtool.open`).
 
@@ -1361,6 +1512,10 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
     (3, 10, True)
     """
     reading = {"token_dtype": token_dtype, "eos_token_id": eos_token_id}
+    if report and plan is None and save_to is None and write_to is None and \
+            not _plan_fits(path, tensor, max_memory, reading, plan_options):
+        return BatchResult(None, report=streamed_report(path, tensor=tensor, max_memory=max_memory, **reading,
+                                                        **plan_options))
     plan = as_plan(plan, path, tensor=tensor, max_memory=max_memory, **reading, **plan_options)
     result = BatchResult(plan)
     if save_to is not None:
@@ -1375,6 +1530,26 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
     return result
 
 
+def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, plan_options: dict) -> bool:
+    """Whether the plan of ``path`` fits the memory limit (:func:`_check_plan_memory`); when it does not, a plan
+    whose report cannot stream (:func:`streamed_report`) is refused, naming its mode and the alternatives."""
+    o = _plan_arguments(path, plan_options)
+    mode = o["mode"]
+    with _open_container(path, max_memory, **reading) as f:
+        t = f.tensor(tensor)
+        where = os.fspath(path)
+        count = t.num_sequences(_level_of(t, o["level"], where))
+        if _plan_bytes(count) <= f.max_memory:
+            return True
+        if mode != "sorted" or o["num_replicas"] > 1:
+            what = f"mode {mode!r}" if mode != "sorted" else "a plan dealt to replicas"
+            raise LodMemoryError(f"{where}: the report of {what} needs its whole plan of {count:,} sequences "
+                                 f"({human_bytes(_plan_bytes(count))}), above the memory limit of "
+                                 f"{human_bytes(f.max_memory)}; raise it with max_memory=..., or report mode 'sorted' "
+                                 "on one replica, which streams from length counts")
+    return False
+
+
 def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None, reading: dict) -> dict:
     """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path`` (a token
     dataset opened with ``reading``): a reader's default cache, in the file's chunks."""
@@ -1387,6 +1562,7 @@ def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | 
     return {"cache_chunks": max(DECODED_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
 
 
-__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "chunk_locality", "stored_chunk_rows",
+__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "streamed_report", "chunk_locality",
+           "stored_chunk_rows",
            "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
            "lengths_digest", "length_bins"]
