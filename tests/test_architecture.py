@@ -152,7 +152,8 @@ def test_only_the_jit_module_imports_numba_for_the_cpu(path):
 #: the rooms that may define compiled kernels: the operators (and the batch planner's, in ops/batching), and the
 #: few format kernels below them (the JSON scanner and formatter, HDF5's Fletcher-32, the offsets check); tasks/,
 #: interop/ and cli/ only orchestrate
-KERNEL_ROOMS = ("ops/", "_jit.py", "_monotonic.py", "io/_jsonscan.py", "io/_jsonfmt.py", "container/_fletcher.py")
+KERNEL_ROOMS = ("ops/", "_jit.py", "_monotonic.py", "io/_jsonscan.py", "io/_jsonfmt.py", "io/_megatronscan.py",
+                "container/_fletcher.py")
 
 
 def _decorators(path: Path) -> set[str]:

@@ -98,3 +98,28 @@ def test_start_writeback_is_a_no_op_without_a_file_descriptor():
 
     with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
         assert start_writeback(f) is False
+
+
+def test_a_writer_expecting_few_bytes_leaves_fletcher32_to_libhdf5(tmp_path, monkeypatch):
+    from lodtool import _jit
+
+    monkeypatch.setattr(_jit, "_slow_spent", 0.0)
+    monkeypatch.setattr(_jit, "numba_loaded", lambda: False)  # as in a fresh process (loaded, direct pays)
+    monkeypatch.setattr(writer, "_write_chunks_direct", None)  # any direct write fails
+    data = np.arange(3_000_001, dtype=np.int64)  # 24 MB: above DIRECT_MIN_BYTES
+    tensor = LoDTensor(data, [[0, 1, data.shape[0]]])
+    small, unknown = str(tmp_path / "small.h5"), str(tmp_path / "unknown.h5")
+    with writer.LodWriter(small, compression="none", expected_bytes=data.nbytes) as w:
+        assert not w.direct_pays
+        w.write("tensor", tensor)
+    monkeypatch.undo()
+    with writer.LodWriter(unknown, compression="none") as w:  # a size not given: large writes go direct
+        assert w.direct_pays
+        w.write("tensor", tensor)
+    assert _raw_chunks(small) == _raw_chunks(unknown)
+    assert verify_file(small) == []
+
+
+def test_a_writer_expecting_many_bytes_writes_directly(tmp_path):
+    with writer.LodWriter(str(tmp_path / "x.h5"), expected_bytes=writer.DIRECT_FROM_BYTES) as w:
+        assert w.direct_pays

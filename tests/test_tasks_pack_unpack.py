@@ -256,3 +256,23 @@ def test_the_shared_preparation_checks_before_reading(tmp_path):
     assert (source.format, source.detected, source.bytes_read) == ("jsonl", False, 0)  # nothing read yet
     chunk = next(source.chunks)
     assert source.names_for(chunk) == ["doc", "sentence"]
+
+
+def test_packing_a_small_token_dataset_uncompressed_leaves_numba_unimported(tmp_path):
+    """Below DIRECT_FROM_BYTES of input, libhdf5's fletcher32 costs less than importing Numba."""
+    import subprocess
+
+    from lodtool.io.megatron import write_megatron
+
+    prefix = str(tmp_path / "corpus")
+    tokens = np.arange(3_000_000, dtype=np.int32)  # 12 MB, written in blocks above DIRECT_MIN_BYTES
+    write_megatron(LoDTensor(tokens, [[0, 1_000_000, 3_000_000]]), prefix)
+    out = str(tmp_path / "c.lod.h5")
+    code = ("import sys; from lodtool.tasks import pack\n"
+            f"pack([{prefix!r}], {out!r}, compression='none')\n"
+            "assert 'numba' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    back = str(tmp_path / "back")
+    unpack(out, to="megatron", output=back)
+    for ext in (".bin", ".idx"):
+        assert Path(back + ext).read_bytes() == Path(prefix + ext).read_bytes()

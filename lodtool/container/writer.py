@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import lod as _lod
 from .._device import to_host
+from .._jit import kernels_pay
 from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormatError, LodShapeError,
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, check_dtype
@@ -58,6 +59,11 @@ MIN_CHUNK_BYTES = 16 << 10
 #: smallest write that computes fletcher32 itself and writes chunks directly (below it, importing
 #: numba would cost more than libhdf5's slower filter)
 DIRECT_MIN_BYTES = 4 << 20
+#: bytes a writer expects to write from which the direct path's compiled checksum pays while Numba is not
+#: imported (:func:`lodtool._jit.kernels_pay`; ``expected_bytes`` of :class:`LodWriter`). Measured on 2-core AMD
+#: EPYC, a warm uncompressed pack: libhdf5's filter costs ~0.5 ms a MB more than the direct path, and Numba's
+#: import plus the cached kernels' load ~0.4 s, so below ~800 MB libhdf5 is faster in a fresh process
+DIRECT_FROM_BYTES = 768 << 20
 #: bytes of stored chunks the direct path lays out at a time (in one reused buffer)
 STAGE_BYTES = 2 << 20
 
@@ -135,7 +141,8 @@ class _Column:
     """One resizable dataset written in whole chunks, with its streamed checksum."""
 
     def __init__(self, group: h5py.Group, name: str, dtype: np.dtype, tail: tuple[int, ...], options: dict,
-                 fletcher32: bool, *, dataset: h5py.Dataset | None = None, target: int | None = None):
+                 fletcher32: bool, *, dataset: h5py.Dataset | None = None, target: int | None = None,
+                 direct: bool = True):
         self.group, self.name, self.dtype, self.tail = group, name, np.dtype(dtype), tuple(tail)
         self.options, self.fletcher32 = options, fletcher32
         self.ds = dataset
@@ -144,7 +151,7 @@ class _Column:
         self.n_pending = 0
         self.written = int(dataset.shape[0]) if dataset is not None else 0
         self.target = target
-        self.direct: bool | None = None
+        self.direct: bool | None = None if direct else False  # None: decided at the first large write
         self.deflate: tuple[int, bool] | bool | None = None  # (level, fletcher32) once known to encode in parallel
         self.unqueued = 0  # bytes written since this column last started the file's write-back
         self.staging: np.ndarray | None = None  # the direct path's buffer of stored chunks, reused
@@ -424,7 +431,7 @@ class TensorWriter:
             options = filters.offsets_options(comp, level)
             for k in range(self.lod_level):
                 col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), options, self._owner._fletcher32,
-                              target=OFFSETS_CHUNK_BYTES)
+                              target=OFFSETS_CHUNK_BYTES, direct=self._owner.direct_pays)
                 col.extend(np.zeros(1, dtype=_lod.OFFSET_DTYPE))
                 self._lod.append(col)
 
@@ -463,7 +470,8 @@ class TensorWriter:
     def _make_data_column(self) -> None:
         comp, level = self._owner._compression
         self._data = _Column(self._group, spec.DATA, self._dtype, self._element_shape,
-                             filters.dataset_options(comp, level), self._owner._fletcher32)
+                             filters.dataset_options(comp, level), self._owner._fletcher32,
+                             direct=self._owner.direct_pays)
 
     def _open_existing(self, h5: h5py.File) -> None:
         """Prepare to append to a tensor already in the file (checked, verified, unshared)."""
@@ -539,11 +547,12 @@ class TensorWriter:
                 self._group.move("_data_own", spec.DATA)
             data_ds = self._group[spec.DATA]
         self._data = _Column(self._group, spec.DATA, self._dtype, self._element_shape, {}, data_ds.fletcher32,
-                             dataset=data_ds)
+                             dataset=data_ds, direct=self._owner.direct_pays)
         self._data.prime(path, f"tensor {name!r} data")
         for k in range(self.lod_level):
             ds = lod_group[str(k)]
-            col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), {}, ds.fletcher32, dataset=ds)
+            col = _Column(lod_group, str(k), _lod.OFFSET_DTYPE, (), {}, ds.fletcher32, dataset=ds,
+                          direct=self._owner.direct_pays)
             col.prime(path, f"tensor {name!r} level {k} offsets")
             self._lod.append(col)
             self._ends[k] = int(read_rows(ds, ds.shape[0] - 1, ds.shape[0])[0])
@@ -650,7 +659,8 @@ class TensorWriter:
         options = filters.dataset_options(comp, None if level is None else int(level)) \
             if comp in filters.COMPRESSIONS else {}
         tmp_name = "_data_promoted"
-        new = _Column(self._group, tmp_name, dtype, self._element_shape, options, old.fletcher32)
+        new = _Column(self._group, tmp_name, dtype, self._element_shape, options, old.fletcher32,
+                      direct=self._owner.direct_pays)
         with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
             step = checksum.block_rows(old)
             for start in range(0, old.shape[0], step):
@@ -753,7 +763,10 @@ class LodWriter:
     (``"compact"`` or ``"paged"``, ``None``: see
     :func:`~lodtool.container._h5.layout_for`) is how a new file places its
     metadata; ``"paged"`` is what object storage reads in few requests
-    (``docs/remote.md``).
+    (``docs/remote.md``).  ``expected_bytes`` (None: unknown) is about how
+    many bytes the caller will write: below :data:`DIRECT_FROM_BYTES` the
+    fletcher32 of uncompressed datasets is left to libhdf5 (a fresh process
+    then never imports Numba); it changes no stored byte.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -770,7 +783,7 @@ class LodWriter:
     def __init__(self, path: str | os.PathLike | Any, *, append: bool = False, overwrite: bool = False,
                  force: bool = False, compression: str | None = None, compression_level: int | None = None,
                  fletcher32: bool = True, share_lod: bool = True, remedy: str = DEFAULT_REMEDY,
-                 layout: str | None = None):
+                 layout: str | None = None, expected_bytes: int | None = None):
         if force and append:
             raise LodUsageError("append=True adds to a file and force=True replaces it: give one of them")
         self._overwrite = bool(overwrite)
@@ -779,6 +792,8 @@ class LodWriter:
         self._compression = filters.normalize_compression(compression, compression_level)
         filters.dataset_options(*self._compression)  # a missing plugin fails here, before any file is touched
         self._fletcher32 = bool(fletcher32)
+        self._expected_bytes = expected_bytes
+        self._direct_pays: bool | None = None
         self._stream = path if is_stream(path) else None
         if self._stream is None:
             path = storage.local_path(os.fspath(path))
@@ -833,6 +848,14 @@ class LodWriter:
             raise
 
     # -- tensors -------------------------------------------------------------------------------------------
+    @property
+    def direct_pays(self) -> bool:
+        """Whether large writes of uncompressed datasets compute fletcher32 themselves (compiled) and write whole
+        chunks directly: decided once, by ``expected_bytes`` (:func:`lodtool._jit.kernels_pay`)."""
+        if self._direct_pays is None:
+            self._direct_pays = kernels_pay(self._expected_bytes, DIRECT_FROM_BYTES, DIRECT_MIN_BYTES)
+        return self._direct_pays
+
     def add_tensor(self, name: str, *, dtype: Any = None, element_shape: Sequence[int] | None = None,
                    lod_level: int, level_names: Sequence[str] | None = None,
                    tokens: TokenInfo | None = None) -> TensorWriter:

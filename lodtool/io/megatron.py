@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
 from ..limits import STREAM_CHUNK_BYTES
+from ._megatronscan import arrays_consistent
 from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
@@ -283,7 +284,10 @@ def index_problems(index: Index, max_problems: int = 20) -> list[TokenProblem]:
     and the token size on its own.
     """
     n, isz, path = index.sequence_count, index.itemsize, index.path
-    lengths, pointers = index.sequence_lengths, index.sequence_pointers
+    lengths, pointers, docs = index.sequence_lengths, index.sequence_pointers, index.document_indices
+    if arrays_consistent(lengths, pointers, docs, isz) and (docs is None or (len(docs) and int(docs[-1]) == n)):
+        problems = _bin_problems(index)
+        return problems + _uncovered_problems(index, outside=bool(problems))
     negative: list[TokenProblem] = []
     chained: list[TokenProblem] = []
     if n and int(pointers[0]) != 0:
@@ -328,12 +332,16 @@ def index_problems(index: Index, max_problems: int = 20) -> list[TokenProblem]:
                 break
     if index.document_indices is not None:
         problems += _document_problems(index, max_problems)
-    end = index.n_tokens * isz
-    if not outside and index.bin_size > end:
-        problems.append(TokenProblem(index.bin_path, "", None,
-                                     f"{index.bin_size - end:,} bytes after the end of the last sequence (byte "
-                                     f"{end:,}); the index does not cover them"))
-    return problems
+    return problems + _uncovered_problems(index, outside)
+
+
+def _uncovered_problems(index: Index, outside: bool) -> list[TokenProblem]:
+    """The bytes of the ``.bin`` after the last sequence (none are looked for where a sequence is ``outside`` it)."""
+    end = index.n_tokens * index.itemsize
+    if outside or index.bin_size <= end:
+        return []
+    return [TokenProblem(index.bin_path, "", None, f"{index.bin_size - end:,} bytes after the end of the last "
+                         f"sequence (byte {end:,}); the index does not cover them")]
 
 
 def _document_problems(index: Index, max_problems: int) -> list[TokenProblem]:

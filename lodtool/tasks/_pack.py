@@ -115,7 +115,8 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
                              column=column, max_memory=max_memory, chunk_bytes=chunk_bytes, progress=progress,
                              token_dtype=token_dtype, eos_token_id=eos_token_id, tokens=tokens, text=text)
     kwargs = {} if compression is None else {"compression": compression}
-    with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY, **kwargs) as writer:
+    with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY,
+                   expected_bytes=_input_bytes(sources), **kwargs) as writer:
         writer.check_name(name)  # before any input is read
         written = _write_chunks(writer, name, source)
         if written.tensor is None:
@@ -213,6 +214,19 @@ class PackSource:
         where = ", ".join(formats.label(s) for s in self.sources)
         return LodInputError(f"{where}: empty input, so the number of LoD levels cannot be inferred; give "
                              "--lod-level N (and --dtype) to store zero sequences")
+
+
+def _input_bytes(sources: list) -> int | None:
+    """The bytes the inputs hold (a token dataset's tokens), or None where one's size is not known."""
+    from ..io.token_datasets import input_bytes
+
+    total = 0
+    for src in sources:
+        size = input_bytes(src) if isinstance(src, (str, os.PathLike)) and not formats.is_stdin(src) else None
+        if size is None:
+            return None
+        total += size
+    return total
 
 
 @dataclass
