@@ -13,32 +13,21 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import lodtool
 from lodtool import storage
-from lodtool.cli.main import cli
 from lodtool.container.shards import ShardWriter
 from lodtool.errors import (LodAccessError, LodError, LodFileNotFoundError, LodFormatError, LodTimeoutError,
                             LodUsageError)
 
 from .s3_server import s3, s3_endpoint  # noqa: F401 - fixtures
+from .test_cli import one_line_error, run
 
 fsspec = pytest.importorskip("fsspec", reason="the remote extra (fsspec) is not installed")
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 
 
-def run(*args, input=None):
-    return CliRunner().invoke(cli, [str(a) for a in args], input=input)
-
-
-def one_line_error(result) -> str:
-    text = result.stderr if hasattr(result, "stderr") else result.output
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, text
-    assert "Traceback" not in text
-    return lines[0]
 
 
 def corpus(n_docs: int = 3000, seed: int = 0) -> lodtool.LoDTensor:

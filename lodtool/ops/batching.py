@@ -211,16 +211,27 @@ def _greedy_run_figures_reference(values, counts, max_tokens, max_sequences, mul
     return np.array(out, np.int64)
 
 
+@kernel(inline="always")
+def _fold_batch(out, tokens, padded, sequences):
+    # one closed batch into the figures out[0..9] (RUN_FIGURES' order): count, sums, then (min, max) pairs
+    out[0] += 1
+    out[1] += tokens
+    out[2] += padded
+    out[3] += sequences
+    k = 4
+    for value in (tokens, padded, sequences):
+        out[k] = min(out[k], value)
+        out[k + 1] = max(out[k + 1], value)
+        k += 2
+
+
 @kernel
 def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple, out):
     # the state machine of _greedy_ends_impl over one segment, fed from runs (length, count) in ascending order;
     # a batch's longest sequence is its last (its padded tokens: sequences times that); each closed batch is
     # folded into the figures, except the last one, kept apart (drop_last decides on it)
-    big = np.iinfo(np.int64).max
-    n_closed = 0
-    sum_tok = sum_pad = sum_seq = 0
-    min_tok = min_pad = min_seq = big
-    max_tok = max_pad = max_seq = 0
+    out[:] = 0
+    out[4] = out[6] = out[8] = np.iinfo(np.int64).max  # the minima, until a batch closes
     last_seq = last_tok = last_pad = 0
     have_last = False
     emit_pos = emit_prefix = 0
@@ -243,16 +254,7 @@ def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple
                     n_emit = 2
                 for e in range(n_emit):
                     if have_last:
-                        n_closed += 1
-                        sum_tok += last_tok
-                        sum_pad += last_pad
-                        sum_seq += last_seq
-                        min_tok = min(min_tok, last_tok)
-                        max_tok = max(max_tok, last_tok)
-                        min_pad = min(min_pad, last_pad)
-                        max_pad = max(max_pad, last_pad)
-                        min_seq = min(min_seq, last_seq)
-                        max_seq = max(max_seq, last_seq)
+                        _fold_batch(out, last_tok, last_pad, last_seq)
                     last_seq = batch_end - emit_pos
                     last_tok = end_prefix - emit_prefix
                     last_pad = end_value * last_seq
@@ -282,34 +284,15 @@ def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple
         if pos == 0 or (e == 1 and batch_end == pos):
             continue
         if have_last:
-            n_closed += 1
-            sum_tok += last_tok
-            sum_pad += last_pad
-            sum_seq += last_seq
-            min_tok = min(min_tok, last_tok)
-            max_tok = max(max_tok, last_tok)
-            min_pad = min(min_pad, last_pad)
-            max_pad = max(max_pad, last_pad)
-            min_seq = min(min_seq, last_seq)
-            max_seq = max(max_seq, last_seq)
+            _fold_batch(out, last_tok, last_pad, last_seq)
         last_seq = end - emit_pos
         last_tok = (end_prefix if e == 0 else prefix) - emit_prefix
         last_pad = (end_value if e == 0 else prev_v) * last_seq
         have_last = True
         emit_pos = end
         emit_prefix = end_prefix if e == 0 else prefix
-    if n_closed == 0:
-        min_tok = min_pad = min_seq = 0
-    out[0] = n_closed
-    out[1] = sum_tok
-    out[2] = sum_pad
-    out[3] = sum_seq
-    out[4] = min_tok
-    out[5] = max_tok
-    out[6] = min_pad
-    out[7] = max_pad
-    out[8] = min_seq
-    out[9] = max_seq
+    if out[0] == 0:
+        out[4] = out[6] = out[8] = 0
     out[10] = last_seq
     out[11] = last_tok
     out[12] = last_pad
