@@ -8,11 +8,17 @@ whole suite within a few minutes on a 2-core machine.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 LONG = os.environ.get("LODTOOL_TEST_PROFILE", "").lower() == "long"
+
+# A suite started in the background of a non-interactive shell (`pytest &` in a script) inherits SIGINT
+# ignored, and so do the processes it starts; the signal tests need Ctrl-C delivered as a terminal would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("default", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
