@@ -345,6 +345,48 @@ def test_pack_to_s3_and_read_back(s3, tmp_path):
     assert lodtool.load(url).equals(lodtool.load(local))
 
 
+def test_a_killed_pack_to_s3_leaves_the_object_whole_or_absent(s3, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    import s3fs
+
+    server, root = s3
+    rng = np.random.default_rng(7)
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(json.dumps(rng.integers(0, 50_000, int(rng.integers(1, 300))).tolist()) + "\n"
+                           for _ in range(20_000)))
+    local = tmp_path / "local.lod.h5"
+    assert run("pack", src, "-o", local).exit_code == 0
+    want = lodtool.load(local)
+    fs = s3fs.S3FileSystem(endpoint_url=server.endpoint)
+    outcomes = []
+    # SIGKILL (no cleanup can run) while the container is still written locally, and once its upload is answered
+    for i, moment in enumerate([0.5, 0.8, "uploaded"]):
+        url = f"{root}/k{i}.lod.h5"
+        server.mark()
+        proc = subprocess.Popen([sys.executable, "-m", "lodtool", "pack", str(src), "-o", url],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        start = time.monotonic()
+        while proc.poll() is None and time.monotonic() - start < 60:
+            uploaded = any(e.method in ("PUT", "POST") for e in server.since_mark())
+            if uploaded if moment == "uploaded" else (not uploaded and time.monotonic() - start > moment):
+                break
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        fs.invalidate_cache()
+        if fs.exists(url):
+            assert lodtool.load(url).equals(want)  # whole, never a part
+            outcomes.append("whole")
+        else:
+            outcomes.append("absent")
+    assert outcomes[0] == "absent" and outcomes[-1] == "whole", outcomes
+    assert sorted(n.rsplit("/", 1)[-1] for n in fs.ls(root)) == [f"k{i}.lod.h5" for i, o in enumerate(outcomes)
+                                                                  if o == "whole"]  # nothing else left there
+
+
 def test_sharded_folder_on_s3(s3, tmp_path):
     server, root = s3
     t = corpus(300)
