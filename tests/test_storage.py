@@ -302,6 +302,39 @@ def test_open_branch_and_batch_take_few_requests(s3, tmp_path):
     f.close()
 
 
+def test_every_random_branch_takes_few_requests_once_offsets_are_read_whole(s3, tmp_path):
+    # more branches than the reader reads window by window before it holds each level whole: the offsets of
+    # every level (several chunks each) come in the open's requests, never chunk by chunk inside a branch read
+    from lodtool.tensor import RESIDENT_AFTER
+
+    server, root = s3
+    rng = np.random.default_rng(3)  # short sentences: offsets of many chunks beside a few MiB of tokens
+    sentences = rng.integers(1, 8, 20_000)
+    tokens = rng.integers(1, 40, int(sentences.sum()))
+    t = lodtool.LoDTensor(rng.integers(0, 50_000, int(tokens.sum())).astype(np.int32),
+                          recursive_sequence_lengths=[sentences.tolist(), tokens.tolist()])
+    local = tmp_path / "c.lod.h5"
+    lodtool.save(local, t, layout="paged")
+    put(local, root + "/c.lod.h5")
+    with h5py.File(local) as h5:
+        assert [h5[f"tensor/lod/{k}"].id.get_num_chunks() >= 10 for k in range(2)] == [True, True]
+        server.mark()
+        with lodtool.open(root + "/c.lod.h5") as f:
+            tensor = f.tensor()
+            assert len(server.since_mark()) <= 3
+            for _ in range(2 * RESIDENT_AFTER + 8):
+                i = int(rng.integers(len(t)))
+                j = int(rng.integers(len(t.branch(i).lod[0]) - 1))
+                mark = len(server.since_mark())
+                got = tensor.branch(i, j)
+                read = server.since_mark()[mark:]
+                assert got.equals(t.branch(i, j))
+                assert len(read) <= 3, (i, j, read)
+                assert sum(e.nbytes for e in read) <= 2 * _chunk_floor(h5, "tensor", t, i, j), (i, j, read)
+    spans = _ranges(server.since_mark())
+    assert len(spans) == len(set(spans)), "a range was fetched twice"
+
+
 def test_no_metadata_is_asked_for_twice(s3, tmp_path):
     server, root = s3
     t = corpus(1500)
