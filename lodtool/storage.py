@@ -72,6 +72,8 @@ KEPT_READ_BYTES = 1 << 20
 #: offsets, stays out: a branch read fetches the chunks it needs, and nothing around them)
 READ_AHEAD_BYTES = 4 << 20
 READ_AHEAD_SHARE = 16
+#: datasets a plan looks at, at most (in the order the file lists them: opening stays quick in a file of many)
+PLANNED_DATASETS = 1024
 #: spans of the file at most this far apart are fetched in one request (the bytes between them come along)
 MERGE_GAP = 4 << 10
 #: objects whose head and kept reads the process keeps, shared by every handle on the same version of an object
@@ -475,6 +477,7 @@ class _Kept:
         self.lock = threading.Lock()
         #: runs ``(start, stop)`` to read ahead, not fetched yet (``None``: not planned yet), in file order
         self.planned: list[tuple[int, int]] | None = None
+        self.planned_stops: list[int] = []
         #: runs read ahead: their starts, and ``(stop, bytes)`` of each, in file order
         self.run_starts: list[int] = []
         self.runs: list[tuple[int, bytes]] = []
@@ -502,11 +505,20 @@ class _Kept:
         first = self.run_starts[at]
         return data[start - first:stop - first] if stop <= end else None
 
+    def plan(self, runs: list[tuple[int, int]]) -> None:
+        self.planned = runs
+        self.planned_stops = [b for _, b in runs]
+
     def take_planned(self, start: int, stop: int) -> list[tuple[int, int]]:
         """The planned runs within :data:`MERGE_GAP` of ``start..stop`` (fetched with it), no longer planned."""
-        near = [(a, b) for a, b in self.planned or () if a - MERGE_GAP <= stop and start - MERGE_GAP <= b]
-        if near:
-            self.planned = [run for run in self.planned if run not in near]
+        if not self.planned:
+            return []
+        first = bisect.bisect_left(self.planned_stops, start - MERGE_GAP)
+        last = first
+        while last < len(self.planned) and self.planned[last][0] - MERGE_GAP <= stop:
+            last += 1
+        near = self.planned[first:last]
+        del self.planned[first:last], self.planned_stops[first:last]
         return near
 
     def keep_run(self, start: int, data: bytes) -> None:
@@ -692,7 +704,7 @@ def _plan_read_ahead(source: RemoteFile) -> None:
     with kept.lock:
         if kept.planned is not None or source.size == 0:
             return
-        kept.planned = []  # nothing is read ahead while planning
+        kept.plan([])  # nothing is read ahead while planning
     import h5py
 
     probe = source._twin()
@@ -701,7 +713,13 @@ def _plan_read_ahead(source: RemoteFile) -> None:
         with h5py.File(probe, "r") as h5:
             if h5.id.get_create_plist().get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
                 datasets: list = []
-                h5.visititems(lambda _, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset) else None)
+
+                def visit(_, obj) -> bool | None:
+                    if isinstance(obj, h5py.Dataset):
+                        datasets.append(obj)
+                    return len(datasets) >= PLANNED_DATASETS or None  # a file of many tensors: the first ones
+
+                h5.visititems(visit)
                 budget = min(READ_AHEAD_BYTES, source.size // READ_AHEAD_SHARE)
                 for stored, ds in sorted(((ds.id.get_storage_size(), ds) for ds in datasets), key=lambda p: p[0]):
                     if stored > budget:
@@ -713,7 +731,7 @@ def _plan_read_ahead(source: RemoteFile) -> None:
             raise probe.failure from None
         return
     with kept.lock:
-        kept.planned = _coalesced(spans)
+        kept.plan(_coalesced(spans))
 
 
 def open_input(url: str, storage_options: Mapping[str, Any] | None = None, *, size: int | None = None) -> RemoteFile:

@@ -335,6 +335,18 @@ def test_every_random_branch_takes_few_requests_once_offsets_are_read_whole(s3, 
     assert len(spans) == len(set(spans)), "a range was fetched twice"
 
 
+def test_a_read_brings_the_planned_runs_near_it_once():
+    kept = storage._Kept()
+    gap = storage.MERGE_GAP
+    kept.plan([(100, 200), (200 + gap, 300 + gap), (10 * gap, 11 * gap), (20 * gap, 21 * gap)])
+    assert kept.take_planned(50, 60) == [(100, 200)]  # within the gap before it
+    assert kept.take_planned(50, 60) == []  # taken: fetched once
+    assert kept.take_planned(300 + 2 * gap, 400 + 2 * gap) == [(200 + gap, 300 + gap)]  # within the gap after it
+    assert kept.take_planned(5 * gap, 6 * gap) == []
+    assert kept.take_planned(10 * gap, 20 * gap) == [(10 * gap, 11 * gap), (20 * gap, 21 * gap)]  # a read over two
+    assert kept.planned == []
+
+
 def test_no_metadata_is_asked_for_twice(s3, tmp_path):
     server, root = s3
     t = corpus(1500)
