@@ -791,7 +791,17 @@ def staging_for(folder: str) -> str:
 
 def copy_object(src: str, dst: str) -> None:
     """Copy the object ``src`` to ``dst`` in the same store, inside it (S3's server-side copy: no byte comes
-    through this process), whole or not at all."""
+    through this process), whole or not at all.
+
+    >>> import tempfile
+    >>> src = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> _ = open(src, "wb").write(b"shard")
+    >>> publish(src, "memory://lodtool-doc/staged/x.bin")
+    >>> copy_object("memory://lodtool-doc/staged/x.bin", "memory://lodtool-doc/folder/x.bin")
+    >>> from lodtool import storage
+    >>> storage.read_bytes("memory://lodtool-doc/folder/x.bin", 100)
+    b'shard'
+    """
     from . import storage
 
     given = storage.current_options()
@@ -804,7 +814,16 @@ def copy_object(src: str, dst: str) -> None:
 
 
 def remove_staging(staging: str) -> None:
-    """Delete a staging prefix and everything in it (best effort: a leftover is swept by a later write)."""
+    """Delete a staging prefix and everything in it (best effort: a leftover is swept by a later write).
+
+    >>> from lodtool import storage
+    >>> staged = staging_for("memory://lodtool-doc/out")
+    >>> storage.exists(storage.join(staged, STAGING_OWNER))
+    True
+    >>> remove_staging(staged)
+    >>> storage.exists(storage.join(staged, STAGING_OWNER))
+    False
+    """
     from . import storage
 
     fs, path = storage.filesystem(staging)
@@ -855,7 +874,16 @@ def _staging_is_stale(staging: str, min_age: float) -> bool:
 def sweep_stale_staging(folder: str, min_age: float = STAGING_MIN_AGE) -> list[str]:
     """Remove the staging prefixes (:func:`staging_for`) of the folder ``folder`` in object storage that killed
     writers left; return the names of the objects that were staged in them (a writer killed while its commit
-    copied them may have left some under the folder: the caller removes those that no commit names)."""
+    copied them may have left some under the folder: the caller removes those that no commit names).
+
+    A writer of this host is gone when its process no longer runs; one of
+    another host, once nothing was put in its prefix for ``min_age`` seconds.
+
+    >>> staged = staging_for("memory://lodtool-doc/sweep")
+    >>> sweep_stale_staging("memory://lodtool-doc/sweep", min_age=0)  # this process's own: it is running
+    []
+    >>> remove_staging(staged)
+    """
     from . import storage
 
     where = _staging_parent(folder)
