@@ -10,7 +10,10 @@ its body; the numbers are the server's), the same tokens stored as:
 * the same containers opened by h5py over ``s3fs.open(url)`` with fsspec's default settings (the anchor
   the paged layout and lodtool's reader are judged against);
 * Parquet (one row per document, a ``list<list<int32>>`` column, row groups of 64 documents) read by
-  pyarrow over s3fs: one row group per branch.
+  pyarrow over s3fs: one row group per branch;
+* zarr v3 (where zarr is installed: the ``bench`` extra): the tokens and each level's offsets as arrays with
+  the container's chunk rows, zarr's default codecs, consolidated metadata, read through zarr's
+  ``FsspecStore``: a branch reads its offsets, then its tokens, as a reader of the container would.
 
 Random ``<i,0>`` branches, then the first batch of ``lodtool.batches(url, max_tokens=16384)``; and random
 branch reads per second from the local server beside the same container on local disk.  The server runs
@@ -24,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +56,46 @@ def make_tensor(n_docs: int, seed: int = 0):
 def _cost(server) -> tuple[int, int]:
     log = server.since_mark()
     return len(log), sum(e.nbytes for e in log)
+
+
+def _zarr_row(t, picks, container: str, folder: str, fs, server) -> list | None:
+    """The zarr v3 row (``None`` where zarr is not installed): the same tokens, chunked as in ``container``."""
+    try:
+        import zarr
+        import zarr.storage
+    except ImportError:
+        return None
+    import h5py
+
+    with h5py.File(container) as h5:
+        chunk_rows = {"data": h5["tensor/data"].chunks[0],
+                      **{f"lod{k}": h5[f"tensor/lod/{k}"].chunks[0] for k in range(len(t.lod))}}
+    local = os.path.join(folder, "tokens.zarr")
+    group = zarr.open_group(zarr.storage.LocalStore(local), mode="w", zarr_format=3)
+    group.create_array("data", data=np.asarray(t.data), chunks=(chunk_rows["data"],))
+    for k, level in enumerate(t.lod):
+        group.create_array(f"lod{k}", data=np.asarray(level, dtype=np.int64), chunks=(chunk_rows[f"lod{k}"],))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(local, zarr_format=3)
+    fs.put(local, "bench/tokens.zarr", recursive=True)
+    server.mark()
+    store = zarr.storage.FsspecStore.from_url("s3://bench/tokens.zarr", read_only=True)
+    with warnings.catch_warnings():  # consolidated metadata is an extension of zarr's, not yet in the v3 spec
+        warnings.simplefilter("ignore")
+        group = zarr.open_group(store, mode="r", use_consolidated=True, zarr_format=3)
+    data, l0, l1 = group["data"], group["lod0"], group["lod1"]
+    opened = _cost(server)
+    branch = []
+    for i in picks:
+        server.mark()
+        s = int(l0[i])
+        a, b = (int(v) for v in l1[s:s + 2])
+        data[a:b]
+        branch.append(_cost(server))
+    return [f"zarr {zarr.__version__} (v3, FsspecStore), consolidated metadata", f"{opened[0]}, {C.fmt_bytes(opened[1])}",
+            f"{np.mean([b[0] for b in branch]):.2f} / {max(b[0] for b in branch)}",
+            C.fmt_bytes(np.mean([b[1] for b in branch])), "–"]
 
 
 def run(size: str, runs: int, tmpdir: str | None) -> dict:
@@ -149,6 +193,10 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                          f"{np.mean([g[0] for g in groups]):.2f} / {max(g[0] for g in groups)}",
                          C.fmt_bytes(np.mean([g[1] for g in groups])), "–"])
 
+            zarr_row = _zarr_row(t, picks, os.path.join(d, "paged.lod.h5"), d, fs, server)
+            if zarr_row is not None:
+                rows.append(zarr_row)
+
             local = os.path.join(d, "paged.lod.h5")
             speed = {}
             fresh = [int(i) for i in np.random.default_rng(11).integers(len(t), size=len(picks))]
@@ -175,7 +223,10 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                 "h5py over s3fs with fsspec's defaults reads in blocks of 50 MiB with read-ahead: the open "
                 "brings the whole file (or 50 MiB of it), after which its branches cost nothing more.",
                 "The S3 server is moto, in this process: requests and bytes are what matters here, not the "
-                "times (a real store adds a round trip to every request)."]}
+                "times (a real store adds a round trip to every request).",
+                "zarr's FsspecStore over s3fs sent a HEAD, then a GET, for each chunk it read "
+                "(each chunk a whole object), and kept none between reads." if zarr_row is not None else
+                "zarr v3 not measured: zarr is not installed (pip install '.[bench]' brings it)."]}
 
 
 def main(argv=None) -> int:

@@ -743,6 +743,163 @@ def publish(local: str | os.PathLike, url: str, storage_options=None) -> None:
         fs.invalidate_cache(path)
 
 
+#: a staging prefix whose writer cannot be checked (another machine) is swept once nothing was put in it for this long
+STAGING_MIN_AGE = 3600.0
+#: the object in a staging prefix naming its writer (host and process), put there first
+STAGING_OWNER = "lodtool-writer.json"
+
+
+def _staging_parent(folder: str) -> tuple[str, str] | None:
+    """``(parent URL, folder name)`` of a folder URL, or ``None`` for the root of a bucket (it has no parent)."""
+    from . import storage
+
+    base = folder.rstrip("/")
+    parent, _, name = base.rpartition("/")
+    _, path = storage.filesystem(base)
+    return (parent, name) if "/" in path.strip("/") else None
+
+
+def staging_for(folder: str) -> str:
+    """A fresh staging prefix for a folder in object storage: what a writer puts there stays out of the folder
+    until its commit copies it in (:func:`copy_object`) and :func:`remove_staging` removes the rest.
+
+    The prefix sits beside the folder, named as :func:`temp_path_for` names
+    temp files (``.NAME.lodtmp-<random>``; inside the folder where the folder
+    is a bucket's root), and first gets :data:`STAGING_OWNER`, naming this host
+    and process, so a later write can tell one left by a killed process
+    (:func:`sweep_stale_staging`).
+
+    >>> staged = staging_for("memory://lodtool-doc/corpus")
+    >>> staged.startswith("memory://lodtool-doc/.corpus.lodtmp-")
+    True
+    >>> remove_staging(staged)
+    """
+    import json
+    import socket
+
+    from . import storage
+
+    where = _staging_parent(folder)
+    staging = temp_path_for(folder.rstrip("/")) if where else storage.join(folder, TEMP_MARK + os.urandom(6).hex())
+    owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode()
+    with tempfile.TemporaryDirectory(prefix="lodtool-") as tmp:
+        with open(os.path.join(tmp, STAGING_OWNER), "wb") as f:
+            f.write(owner)
+        publish(os.path.join(tmp, STAGING_OWNER), storage.join(staging, STAGING_OWNER))
+    return staging
+
+
+def copy_object(src: str, dst: str) -> None:
+    """Copy the object ``src`` to ``dst`` in the same store, inside it (S3's server-side copy: no byte comes
+    through this process), whole or not at all.
+
+    >>> import tempfile
+    >>> src = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> _ = open(src, "wb").write(b"shard")
+    >>> publish(src, "memory://lodtool-doc/staged/x.bin")
+    >>> copy_object("memory://lodtool-doc/staged/x.bin", "memory://lodtool-doc/folder/x.bin")
+    >>> from lodtool import storage
+    >>> storage.read_bytes("memory://lodtool-doc/folder/x.bin", 100)
+    b'shard'
+    """
+    from . import storage
+
+    given = storage.current_options()
+    fs, src_path = storage.filesystem(src, given)
+    _, dst_path = storage.filesystem(dst, given)
+    with commit_section(storage.redact(dst)), storage.translate(dst, "cannot write it", given):
+        fs.copy(src_path, dst_path)
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(dst_path)
+
+
+def remove_staging(staging: str) -> None:
+    """Delete a staging prefix and everything in it (best effort: a leftover is swept by a later write).
+
+    >>> from lodtool import storage
+    >>> staged = staging_for("memory://lodtool-doc/out")
+    >>> storage.exists(storage.join(staged, STAGING_OWNER))
+    True
+    >>> remove_staging(staged)
+    >>> storage.exists(storage.join(staged, STAGING_OWNER))
+    False
+    """
+    from . import storage
+
+    fs, path = storage.filesystem(staging)
+    with contextlib.suppress(Exception):
+        fs.rm(path.rstrip("/"), recursive=True)
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(path)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # another user's process, or not a pid at all
+        return True
+    return True
+
+
+def _staging_is_stale(staging: str, min_age: float) -> bool:
+    """Whether a staging prefix was left by a writer that is gone: its owner is a process of this host that no
+    longer runs, or (a writer elsewhere) nothing was put in it for ``min_age`` seconds."""
+    import json
+    import socket
+
+    from . import storage
+
+    fs, path = storage.filesystem(staging)
+    try:
+        owner = json.loads(storage.read_bytes(storage.join(staging, STAGING_OWNER), 4096))
+        if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+            return not _process_alive(owner["pid"])
+    except (LodError, ValueError, AttributeError):  # no owner (its upload never finished), or not ours
+        pass
+    with contextlib.suppress(Exception):
+        entries = fs.ls(path.rstrip("/"), detail=True, refresh=True)
+        times = []
+        for entry in entries:
+            when = entry.get("LastModified") or entry.get("mtime") or entry.get("created")
+            if hasattr(when, "timestamp"):
+                times.append(when.timestamp())
+            elif isinstance(when, (int, float)):
+                times.append(float(when))
+        return bool(times) and time.time() - max(times) >= min_age
+    return False
+
+
+def sweep_stale_staging(folder: str, min_age: float = STAGING_MIN_AGE) -> list[str]:
+    """Remove the staging prefixes (:func:`staging_for`) of the folder ``folder`` in object storage that killed
+    writers left; return the names of the objects that were staged in them (a writer killed while its commit
+    copied them may have left some under the folder: the caller removes those that no commit names).
+
+    A writer of this host is gone when its process no longer runs; one of
+    another host, once nothing was put in its prefix for ``min_age`` seconds.
+
+    >>> staged = staging_for("memory://lodtool-doc/sweep")
+    >>> sweep_stale_staging("memory://lodtool-doc/sweep", min_age=0)  # this process's own: it is running
+    []
+    >>> remove_staging(staged)
+    """
+    from . import storage
+
+    where = _staging_parent(folder)
+    parent, name = where if where else (folder.rstrip("/"), "")
+    mark = f".{name[:_MAX_BASE]}{TEMP_MARK}" if where else TEMP_MARK
+    staged: list[str] = []
+    for entry in storage.list_names(parent):
+        if not (entry.startswith(mark) and _is_token(entry[len(mark):])):
+            continue
+        staging = storage.join(parent, entry)
+        if _staging_is_stale(staging, min_age):
+            staged += [n for n in storage.list_names(staging) if n != STAGING_OWNER]
+            remove_staging(staging)
+    return staged
+
+
 def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> None:
     """Copy an open binary file to a stream and flush it."""
     shutil.copyfileobj(src, stream, bufsize)
@@ -753,4 +910,5 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
 __all__ = ["AtomicPath", "atomic_path", "commit_section", "intermediate_commit", "hold_sigterm", "release_sigterm",
            "InterruptedAfterCommit", "COMMIT_SIGNALS", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
            "refuse_output_over_input",
-           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK", "publish"]
+           "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK", "publish", "staging_for", "copy_object",
+           "remove_staging", "sweep_stale_staging", "STAGING_MIN_AGE"]

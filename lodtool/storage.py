@@ -10,7 +10,9 @@ can be).  Everything the readers and writers need from a URL is here:
   one request (a container laid out for remote reading keeps all its metadata
   in its first page, see ``docs/remote.md``), then each read libhdf5 asks for
   as one range request of exactly its bytes, and keeps what it read
-  (:data:`KEPT_READS`), so no metadata is asked for twice.
+  (:data:`KEPT_BYTES`), so no metadata is asked for twice.  A paged file's
+  small datasets (its offsets) are read ahead together (:data:`READ_AHEAD_BYTES`):
+  a branch read then costs the request for its data chunk.
 * :func:`read_bytes`, :func:`info`, :func:`join`: a sharded folder's manifest
   and its shards.
 * :func:`lodtool.atomic.publish` puts a finished local file under a URL whole
@@ -35,6 +37,7 @@ can be).  Everything the readers and writers need from a URL is here:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import io
@@ -63,6 +66,16 @@ HEAD_BYTES = PAGE_SIZE
 KEPT_BYTES = 32 << 20
 #: a read above this is passed through and not kept (a stream over a whole tensor must not fill memory)
 KEPT_READ_BYTES = 1 << 20
+#: bytes of a paged file's smallest datasets (a container's offsets, which every branch read looks up) read in
+#: as few requests as their places in the file allow, the first time a read comes near them, and kept: at most
+#: this, and at most a :data:`READ_AHEAD_SHARE`-th of the object (a container's data, many times the size of its
+#: offsets, stays out: a branch read fetches the chunks it needs, and nothing around them)
+READ_AHEAD_BYTES = 4 << 20
+READ_AHEAD_SHARE = 16
+#: datasets a plan looks at, at most (in the order the file lists them: opening stays quick in a file of many)
+PLANNED_DATASETS = 1024
+#: spans of the file at most this far apart are fetched in one request (the bytes between them come along)
+MERGE_GAP = 4 << 10
 #: objects whose head and kept reads the process keeps, shared by every handle on the same version of an object
 #: (a batch plan and its reader, the shards a Dask task reopens): least recently opened first out
 KEPT_OBJECTS = 16
@@ -454,13 +467,20 @@ def take_failure(name: str | None = None) -> LodError | None:
 
 
 class _Kept:
-    """What was read of one version of an object: its head, and recent reads (:data:`KEPT_BYTES` at most)."""
+    """What was read of one version of an object: its head, the runs read ahead (:data:`READ_AHEAD_BYTES`), and
+    recent reads (:data:`KEPT_BYTES` at most)."""
 
     def __init__(self):
         self.head: bytes | None = None
         self.reads: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self.nbytes = 0
         self.lock = threading.Lock()
+        #: runs ``(start, stop)`` to read ahead, not fetched yet (``None``: not planned yet), in file order
+        self.planned: list[tuple[int, int]] | None = None
+        self.planned_stops: list[int] = []
+        #: runs read ahead: their starts, and ``(stop, bytes)`` of each, in file order
+        self.run_starts: list[int] = []
+        self.runs: list[tuple[int, bytes]] = []
 
     def get(self, key: tuple[int, int]) -> bytes | None:
         data = self.reads.get(key)
@@ -475,6 +495,36 @@ class _Kept:
         self.nbytes += len(data)
         while self.nbytes > KEPT_BYTES:
             self.nbytes -= len(self.reads.popitem(last=False)[1])
+
+    def from_runs(self, start: int, stop: int) -> bytes | None:
+        """Bytes ``start..stop`` if one run read ahead holds them all."""
+        at = bisect.bisect_right(self.run_starts, start) - 1
+        if at < 0:
+            return None
+        end, data = self.runs[at]
+        first = self.run_starts[at]
+        return data[start - first:stop - first] if stop <= end else None
+
+    def plan(self, runs: list[tuple[int, int]]) -> None:
+        self.planned = runs
+        self.planned_stops = [b for _, b in runs]
+
+    def take_planned(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The planned runs within :data:`MERGE_GAP` of ``start..stop`` (fetched with it), no longer planned."""
+        if not self.planned:
+            return []
+        first = bisect.bisect_left(self.planned_stops, start - MERGE_GAP)
+        last = first
+        while last < len(self.planned) and self.planned[last][0] - MERGE_GAP <= stop:
+            last += 1
+        near = self.planned[first:last]
+        del self.planned[first:last], self.planned_stops[first:last]
+        return near
+
+    def keep_run(self, start: int, data: bytes) -> None:
+        at = bisect.bisect_left(self.run_starts, start)
+        self.run_starts.insert(at, start)
+        self.runs.insert(at, (start + len(data), data))
 
 
 _KEPT: OrderedDict[tuple, _Kept] = OrderedDict()
@@ -567,7 +617,8 @@ class RemoteFile(io.RawIOBase):
         return data
 
     def read_range(self, start: int, stop: int) -> bytes:
-        """Bytes ``start..stop`` (clipped to the object), from the head, a kept read, or one request."""
+        """Bytes ``start..stop`` (clipped to the object), from the head, a run read ahead, a kept read, or one
+        request (which also brings the planned runs near it)."""
         stop = min(stop, self.size)
         if stop <= start:
             return b""
@@ -577,10 +628,24 @@ class RemoteFile(io.RawIOBase):
                 kept.head = self._fetch(0, min(self.size, HEAD_BYTES))
             if stop <= len(kept.head):
                 return kept.head[start:stop]
+            data = kept.from_runs(start, stop)
+            if data is not None:
+                return data
             key = (start, stop)
             data = kept.get(key)
-            if data is None:
+            if data is not None:
+                return data
+            runs = kept.take_planned(start, stop)
+            if not runs:
                 data = self._fetch(start, stop)
+                kept.put(key, data)
+                return data
+            first, last = min(start, runs[0][0]), max(stop, runs[-1][1])
+            whole = self._fetch(first, last)
+            for a, b in runs:
+                kept.keep_run(a, whole[a - first:b - first])
+            data = whole[start - first:stop - first]
+            if kept.from_runs(start, stop) is None:
                 kept.put(key, data)
             return data
 
@@ -595,6 +660,79 @@ class RemoteFile(io.RawIOBase):
         """The first ``n`` bytes (``n`` at most :data:`HEAD_BYTES`)."""
         return self.read_range(0, n)
 
+    def _twin(self) -> "RemoteFile":
+        """Another handle on the same object and the same kept reads (a position of its own), counted with this one."""
+        twin = RemoteFile(self._fs, self._path, self.url, self.size, self._options)
+        twin._kept, twin.requests = self._kept, self.requests
+        return twin
+
+
+def _spans_of(ds) -> list[tuple[int, int]]:
+    """Where a dataset's stored bytes lie in its file: each chunk, or its one contiguous block (none if compact)."""
+    if ds.chunks:
+        spans: list[tuple[int, int]] = []
+        ds.id.chunk_iter(lambda chunk: spans.append((chunk.byte_offset, chunk.byte_offset + chunk.size)))
+        return spans
+    offset = ds.id.get_offset()
+    return [] if offset is None else [(offset, offset + ds.id.get_storage_size())]
+
+
+def _coalesced(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, those at most :data:`MERGE_GAP` apart joined into one.
+
+    >>> _coalesced([(20000, 20500), (0, 100), (100, 200), (5000, 6000), (9000, 9500)])
+    [(0, 200), (5000, 9500), (20000, 20500)]
+    """
+    runs: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if runs and a - runs[-1][1] <= MERGE_GAP:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], b))
+        else:
+            runs.append((a, b))
+    return runs
+
+
+def _plan_read_ahead(source: RemoteFile) -> None:
+    """Plan what ``source`` reads ahead (once per version of an object): in a file laid out in pages, the chunks of
+    its smallest datasets, up to :data:`READ_AHEAD_BYTES` and a :data:`READ_AHEAD_SHARE`-th of the object (a
+    container's offsets, which every branch read looks up), joined into runs.  A read that comes within :data:`MERGE_GAP` of a run fetches the run with it, in one
+    request.  Planning reads metadata only, which a paged file keeps in the head: it costs no request; a file in
+    libhdf5's default layout (its metadata scattered) plans nothing, and neither does one that libhdf5 cannot
+    open (its reader says why).  A failed request is raised as its typed error.
+    """
+    kept = source._kept
+    with kept.lock:
+        if kept.planned is not None or source.size == 0:
+            return
+        kept.plan([])  # nothing is read ahead while planning
+    import h5py
+
+    probe = source._twin()
+    spans: list[tuple[int, int]] = []
+    try:
+        with h5py.File(probe, "r") as h5:
+            if h5.id.get_create_plist().get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
+                datasets: list = []
+
+                def visit(_, obj) -> bool | None:
+                    if isinstance(obj, h5py.Dataset):
+                        datasets.append(obj)
+                    return len(datasets) >= PLANNED_DATASETS or None  # a file of many tensors: the first ones
+
+                h5.visititems(visit)
+                budget = min(READ_AHEAD_BYTES, source.size // READ_AHEAD_SHARE)
+                for stored, ds in sorted(((ds.id.get_storage_size(), ds) for ds in datasets), key=lambda p: p[0]):
+                    if stored > budget:
+                        break
+                    budget -= stored
+                    spans += [(a, b) for a, b in _spans_of(ds) if b > HEAD_BYTES]
+    except Exception:
+        if probe.failure is not None:
+            raise probe.failure from None
+        return
+    with kept.lock:
+        kept.plan(_coalesced(spans))
+
 
 def open_input(url: str, storage_options: Mapping[str, Any] | None = None, *, size: int | None = None) -> RemoteFile:
     """A :class:`RemoteFile` over the object at ``url`` (one ``info`` request unless ``size`` is known)."""
@@ -608,7 +746,9 @@ def open_input(url: str, storage_options: Mapping[str, Any] | None = None, *, si
                                   "its lodtool.json)")
         size = int(found.get("size") or 0)
         version = _version(found)
-    return RemoteFile(fs, path, url, size, given, version)
+    source = RemoteFile(fs, path, url, size, given, version)
+    _plan_read_ahead(source)
+    return source
 
 
 # -- writing (publishing a finished file is lodtool.atomic.publish's) -----------------------------------
@@ -643,4 +783,4 @@ def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
 __all__ = ["is_url", "local_path", "absolute", "protocol", "redact", "scrub", "options", "current_options",
            "parse_option", "filesystem", "storage_error", "translate", "remembered_info", "RequestCount",
            "requests_made", "info", "is_folder", "join", "read_bytes", "RemoteFile", "open_input", "take_failure",
-           "list_names", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES"]
+           "list_names", "remove", "exists", "PAGE_SIZE", "HEAD_BYTES", "READ_AHEAD_BYTES"]

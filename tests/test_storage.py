@@ -302,6 +302,51 @@ def test_open_branch_and_batch_take_few_requests(s3, tmp_path):
     f.close()
 
 
+def test_every_random_branch_takes_few_requests_once_offsets_are_read_whole(s3, tmp_path):
+    # more branches than the reader reads window by window before it holds each level whole: the offsets of
+    # every level (several chunks each) come in the open's requests, never chunk by chunk inside a branch read
+    from lodtool.tensor import RESIDENT_AFTER
+
+    server, root = s3
+    rng = np.random.default_rng(3)  # short sentences: offsets of many chunks beside a few MiB of tokens
+    sentences = rng.integers(1, 8, 20_000)
+    tokens = rng.integers(1, 40, int(sentences.sum()))
+    t = lodtool.LoDTensor(rng.integers(0, 50_000, int(tokens.sum())).astype(np.int32),
+                          recursive_sequence_lengths=[sentences.tolist(), tokens.tolist()])
+    local = tmp_path / "c.lod.h5"
+    lodtool.save(local, t, layout="paged")
+    put(local, root + "/c.lod.h5")
+    with h5py.File(local) as h5:
+        assert [h5[f"tensor/lod/{k}"].id.get_num_chunks() >= 10 for k in range(2)] == [True, True]
+        server.mark()
+        with lodtool.open(root + "/c.lod.h5") as f:
+            tensor = f.tensor()
+            assert len(server.since_mark()) <= 3
+            for _ in range(2 * RESIDENT_AFTER + 8):
+                i = int(rng.integers(len(t)))
+                j = int(rng.integers(len(t.branch(i).lod[0]) - 1))
+                mark = len(server.since_mark())
+                got = tensor.branch(i, j)
+                read = server.since_mark()[mark:]
+                assert got.equals(t.branch(i, j))
+                assert len(read) <= 3, (i, j, read)
+                assert sum(e.nbytes for e in read) <= 2 * _chunk_floor(h5, "tensor", t, i, j), (i, j, read)
+    spans = _ranges(server.since_mark())
+    assert len(spans) == len(set(spans)), "a range was fetched twice"
+
+
+def test_a_read_brings_the_planned_runs_near_it_once():
+    kept = storage._Kept()
+    gap = storage.MERGE_GAP
+    kept.plan([(100, 200), (200 + gap, 300 + gap), (10 * gap, 11 * gap), (20 * gap, 21 * gap)])
+    assert kept.take_planned(50, 60) == [(100, 200)]  # within the gap before it
+    assert kept.take_planned(50, 60) == []  # taken: fetched once
+    assert kept.take_planned(300 + 2 * gap, 400 + 2 * gap) == [(200 + gap, 300 + gap)]  # within the gap after it
+    assert kept.take_planned(5 * gap, 6 * gap) == []
+    assert kept.take_planned(10 * gap, 20 * gap) == [(10 * gap, 11 * gap), (20 * gap, 21 * gap)]  # a read over two
+    assert kept.planned == []
+
+
 def test_no_metadata_is_asked_for_twice(s3, tmp_path):
     server, root = s3
     t = corpus(1500)
@@ -636,6 +681,101 @@ def test_a_failed_sharded_write_to_s3_leaves_no_shards(s3):
             w.end_shard()
             raise RuntimeError("the producer failed")
     assert storage.list_names(url) == []
+
+
+def _bucket_names(root: str) -> list[str]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    fs.invalidate_cache()
+    return sorted(p.split("/", 1)[1] for p in fs.find(root.removeprefix("s3://"), withdirs=False))
+
+
+def test_a_failed_sharded_write_to_s3_leaves_nothing_in_the_bucket(s3):
+    server, root = s3
+    with pytest.raises(RuntimeError):
+        with ShardWriter(root + "/out/failed", shard_size=100_000) as w:
+            w.write(corpus(200))
+            w.end_shard()
+            assert not storage.list_names(root + "/out/failed")  # the finished shards wait in a staging prefix
+            raise RuntimeError("the producer failed")
+    assert _bucket_names(root) == []
+
+
+def test_a_sharded_pack_to_s3_killed_leaves_nothing_under_the_folder_and_the_next_write_sweeps(s3, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    server, root = s3
+    rng = np.random.default_rng(8)
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps(rng.integers(0, 50_000, int(rng.integers(1, 300))).tolist()) + "\n"
+                           for _ in range(3_000)))
+    url = root + "/out/corpus/"
+    server.mark()
+    proc = subprocess.Popen([sys.executable, "-m", "lodtool", "pack", str(src), "-o", url, "--shard-size", "256KB"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    start = time.monotonic()
+    staged = []
+    while proc.poll() is None and time.monotonic() - start < 60 and len(staged) < 2:
+        staged = [e for e in server.since_mark() if e.method == "PUT" and "/part-" in e.path]
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert len(staged) >= 2 and all(".lodtmp-" in e.path for e in staged)  # killed while shards were uploaded
+    left = _bucket_names(root)
+    assert left and not [n for n in left if n.startswith("out/corpus/")], left  # nothing under the folder
+    assert all(n.startswith("out/.corpus.lodtmp-") for n in left), left
+
+    with ShardWriter(url, shard_size=100_000) as w:
+        w.write(corpus(100))
+    left = _bucket_names(root)
+    assert all(n.startswith("out/corpus/") for n in left), left  # the killed write's staging is gone
+    assert sorted(n.rsplit("/", 1)[-1] for n in left) == sorted(
+        ["lodtool.json", *(s.file for s in lodtool.container.shards.read_manifest(url).shards)])
+
+
+def test_the_next_write_removes_shards_a_commit_killed_while_copying_left(s3, tmp_path):
+    import subprocess
+    import sys
+
+    from lodtool import atomic
+
+    server, root = s3
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    folder = root + "/out/c"
+    staging = atomic.staging_for(folder)
+    owner = tmp_path / atomic.STAGING_OWNER
+    owner.write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": gone.pid}))
+    atomic.publish(owner, storage.join(staging, atomic.STAGING_OWNER))  # as if that process had made it
+    shard = tmp_path / "part-00005.lod.h5"
+    lodtool.save(shard, corpus(20))
+    for where in (staging, folder):  # staged, and copied into the folder, then killed before the manifest
+        atomic.publish(shard, storage.join(where, "part-00005.lod.h5"))
+    with ShardWriter(folder, shard_size=100_000) as w:
+        w.write(corpus(30, seed=4))
+    assert lodtool.load(folder).equals(corpus(30, seed=4))
+    assert _bucket_names(root) == ["out/c/lodtool.json", "out/c/part-00000.lod.h5"]
+
+
+def test_a_staging_prefix_of_a_writer_elsewhere_is_swept_only_once_it_is_old(memory_root, tmp_path):
+    from lodtool import atomic
+
+    folder = memory_root + "/corpus"
+    staging = atomic.staging_for(folder)
+    owner = tmp_path / atomic.STAGING_OWNER
+    owner.write_text(json.dumps({"host": "another-machine", "pid": 1}))
+    atomic.publish(owner, storage.join(staging, atomic.STAGING_OWNER))
+    atomic.publish(owner, storage.join(staging, "part-00003.lod.h5"))
+    assert atomic.sweep_stale_staging(folder) == []  # its writer may be running there
+    assert storage.exists(storage.join(staging, "part-00003.lod.h5"))
+    assert atomic.sweep_stale_staging(folder, min_age=0) == ["part-00003.lod.h5"]
+    assert not storage.exists(storage.join(staging, "part-00003.lod.h5"))
+    live = atomic.staging_for(folder)  # this process's own: never swept while it runs
+    assert atomic.sweep_stale_staging(folder, min_age=0) == [] and storage.exists(
+        storage.join(live, atomic.STAGING_OWNER))
 
 
 def test_cli_shard_to_s3(s3, tmp_path):

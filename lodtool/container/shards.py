@@ -559,10 +559,13 @@ def _vocab(info: TokenInfo | None) -> str:
 
 
 def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], shards: Sequence[ShardInfo], *,
-                    append: bool = False) -> Manifest:
+                    append: bool = False, staging: str | None = None) -> Manifest:
     """Write the manifest naming ``shards`` (after the existing ones when ``append``); sweep dead temp files.
 
-    Every shard must already be committed.  Without ``append``, shards of an
+    Every shard must already be committed: in the folder, or, for a folder in
+    object storage, in ``staging`` (:func:`lodtool.atomic.staging_for`), from
+    where each is copied into the folder (inside the store) just before the
+    manifest is written; the staging prefix is removed after it.  Without ``append``, shards of an
     earlier manifest that the new one no longer names are removed after it is
     in place.  Temp files of the shards and the manifest whose writers died
     (a killed worker) are removed.  The manifest's rename is the commit point:
@@ -583,6 +586,8 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
         listed = list(old.shards) + list(shards)
     else:
         listed = list(shards)
+    for s in shards if staging is not None else ():
+        _atomic.copy_object(storage.join(staging, s.file), folder_file(folder, s.file, missing_ok=True))
     for s in listed:
         try:
             folder_file(folder, s.file, what=f"shard {s.file}")
@@ -599,6 +604,8 @@ def commit_manifest(folder: str | os.PathLike, specs: Mapping[str, TensorSpec], 
             for s in old.shards:
                 if s.file not in kept:
                     _remove(folder_file(folder, s.file, missing_ok=True))
+        if staging is not None:
+            _atomic.remove_staging(staging)
     return manifest
 
 
@@ -659,11 +666,17 @@ def next_shard_index(folder: str | os.PathLike) -> int:
 def prepare_folder(folder: str | os.PathLike, *, append: bool) -> None:
     """Create ``folder`` if needed; refuse a folder holding files that are not lodtool's.
 
-    Appending needs a manifest already there (or an empty folder).
+    Appending needs a manifest already there (or an empty folder).  In object
+    storage, the staging prefixes that killed writers left for the folder are
+    removed first (:func:`lodtool.atomic.sweep_stale_staging`), with any shard
+    their commit had copied into the folder that no manifest names.
     """
     folder = os.fspath(folder)
     remote = storage.is_url(folder)
     if remote:  # object storage has no folders: the names under the prefix
+        staged = [n for n in _atomic.sweep_stale_staging(folder) if _shard_index(n) is not None]
+        if staged:  # a killed writer's commit may have copied some in: those no manifest names go
+            remove_uncommitted_shards(folder, [storage.join(folder, n) for n in staged])
         names = storage.list_names(folder)
     else:
         if os.path.exists(folder) and not os.path.isdir(folder):
@@ -755,7 +768,10 @@ class ShardWriter:
     bytes (logical bytes of rows; a sequence bigger than that is a shard of its
     own).  Each shard is committed atomically when full, and the manifest last,
     by :meth:`commit` (a clean exit of the ``with`` block).  On failure the new
-    shards are removed and the folder's manifest is untouched.  ``append=True``
+    shards are removed and the folder's manifest is untouched.  For a folder in
+    object storage the shards are uploaded to a staging prefix beside it
+    (:func:`lodtool.atomic.staging_for`) and copied into it by the commit, just
+    before the manifest: a failed or killed write leaves nothing in the folder.  ``append=True``
     adds shards after those of an existing manifest.  ``tokens`` is the token
     metadata of tensor ``name`` where the tensors written carry none (chunks
     read from an input): every shard and the manifest record it.
@@ -785,6 +801,7 @@ class ShardWriter:
         self._index = next_shard_index(self.folder)
         self.shards: list[ShardInfo] = []
         self._paths: list[str] = []  # every shard this writer started: abort() removes those no manifest names
+        self._staging: str | None = None  # where shards for object storage wait for the commit (made on first use)
         self._sigterm = _atomic.hold_sigterm()  # SIGTERM runs abort(), as Ctrl-C does
         self._writer = None
         self._tws: dict = {}
@@ -797,10 +814,13 @@ class ShardWriter:
         from .writer import LodWriter
 
         kwargs = {} if self.compression is None else {"compression": self.compression}
-        self._path = folder_file(self.folder, shard_name(self._index), missing_ok=True)
+        if storage.is_url(self.folder) and self._staging is None:
+            self._staging = _atomic.staging_for(self.folder)
+        self._path = folder_file(self._staging or self.folder, shard_name(self._index), missing_ok=True)
         self._index += 1
         self._writer = LodWriter(self._path, **kwargs)
-        self._paths.append(self._path)  # from here on, a file at this name is this writer's (its rename makes it)
+        # from here on, a file at this name in the folder is this writer's (its rename, or the commit's copy, makes it)
+        self._paths.append(folder_file(self.folder, shard_name(self._index - 1), missing_ok=True))
         self._tws = {name: self._writer.add_tensor(name, dtype=s.dtype, element_shape=s.element_shape,
                                                    lod_level=s.lod_level, level_names=s.level_names,
                                                    tokens=s.tokens)
@@ -818,7 +838,7 @@ class ShardWriter:
             with _atomic.intermediate_commit():
                 writer.commit()
         except LodExistsError:  # another writer made a shard of this name meanwhile: it is not this one's to remove
-            self._paths.remove(self._path)
+            self._paths.pop()
             raise
         counts = {name: TensorCounts(rows, tuple(levels)) for name, (rows, levels) in self._counts.items()}
         self.shards.append(ShardInfo(os.path.basename(self._path), shard_checksum(self._path), counts))
@@ -908,7 +928,8 @@ class ShardWriter:
             self.end_shard()
             if not self.specs:
                 raise LodUsageError(f"{self.folder}: nothing was written")
-            manifest = commit_manifest(self.folder, self.specs, self.shards, append=self.append)
+            manifest = commit_manifest(self.folder, self.specs, self.shards, append=self.append,
+                                       staging=self._staging)
         except BaseException:
             self.abort()
             raise
@@ -923,6 +944,9 @@ class ShardWriter:
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
+        if self._staging is not None:
+            _atomic.remove_staging(self._staging)
+            self._staging = None
         remove_uncommitted_shards(self.folder, self._paths, created=self._created)
         self._paths = []
         self.shards = []
