@@ -69,8 +69,6 @@ MAX_BLOCKS = 65535 * 4
 MODE_ROW, MODE_BASE, MODE_REV, MODE_STRIDE, MODE_TO_STEPS, MODE_FROM_STEPS = range(6)
 MODE_PAD, MODE_FIRST, MODE_LAST = 6, 7, 8
 
-POOL_CODES = {"sum": 0, "average": 1, "sqrt": 2, "max": 3, "min": 4, "first": 5, "last": 6}
-
 I64 = np.dtype(np.int64)
 #: bound to ``numba.cuda`` in the kernels' globals when they compile (see compiled)
 cuda: Any = None
@@ -266,7 +264,7 @@ def _seg_ids(off, nseg, n, out):  # pragma: no cover - kernel
 
 
 def _pool(x2, off, n, w, code, pad, scale, out):  # pragma: no cover - kernel
-    """``out[i, c]``: rows ``off[i]..off[i+1]`` of column ``c`` reduced in row order (codes as POOL_CODES)."""
+    """``out[i, c]``: rows ``off[i]..off[i+1]`` of column ``c`` reduced in row order (codes as ops.pool.POOL_TYPES)."""
     e = np.int64(cuda.grid(1))
     stride = np.int64(cuda.gridsize(1))
     while e < n * w:
@@ -323,7 +321,6 @@ def _softmax(x, off, n, out):  # pragma: no cover - kernel
 
 _DEVICE_FUNCS = ("_upper_bound", "_src_of", "_fill_seg", "_advance")
 _KERNELS = ("_gather", "_tile_segs", "_first_decrease", "_first_outside", "_seg_ids", "_pool", "_softmax")
-_compiled_ns: types.SimpleNamespace | None = None
 _compile_lock = threading.Lock()
 
 
@@ -348,28 +345,9 @@ def simulated() -> bool:
 
 
 def compiled() -> types.SimpleNamespace:
-    """The kernels, each ``cuda.jit(cache=True)``-ed once, with the device functions bound."""
-    global _compiled_ns
-    if _compiled_ns is None:
-        with _compile_lock:
-            if _compiled_ns is None:
-                cuda = numba_cuda()
-                glb = dict(globals())
-                glb["cuda"] = cuda
-
-                def rebind(fn):
-                    f = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__)
-                    f.__qualname__ = fn.__qualname__
-                    f.__module__ = fn.__module__
-                    return f
-
-                for name in _DEVICE_FUNCS:  # later ones call earlier ones through glb
-                    glb[name] = cuda.jit(device=True)(rebind(globals()[name]))
-                ns = types.SimpleNamespace(cuda=cuda)
-                for name in _KERNELS:
-                    setattr(ns, name.lstrip("_"), cuda.jit(cache=not simulated())(rebind(globals()[name])))
-                _compiled_ns = ns
-    return _compiled_ns
+    """The kernels of this module, each ``cuda.jit``-ed once, with the device functions bound."""
+    names = globals()
+    return jit_kernels([names[k] for k in _KERNELS], [names[f] for f in _DEVICE_FUNCS])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,6 +427,11 @@ def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offset
     if values.dtype.kind not in "iu":
         raise LodValidationError(f"{where}{what} must be integers, got dtype {values.dtype}")
     return xp.ascontiguousarray(values.astype(I64, copy=False))
+
+
+def level_offsets(xp, offsets: Any, n_rows: int | None, validated: bool):
+    """One level of offsets as an int64 device array, checked on the device unless the caller ``validated`` it."""
+    return as_offsets(xp, offsets) if validated else validate_offsets(xp, [offsets], n_rows)[0]
 
 
 def lengths_to_offsets(xp, lengths: Any):
@@ -641,5 +624,5 @@ def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) ->
     return ns
 
 
-__all__ = ["validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
+__all__ = ["validate_offsets", "level_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
            "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]

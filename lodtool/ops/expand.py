@@ -325,10 +325,7 @@ def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, valid
     """
     data = xp.asarray(data) if not is_device_array(data) else data
     n_rows = int(data.shape[0])
-    if validated:
-        ref = _cuda.as_offsets(xp, ref_offsets)
-    else:
-        (ref,) = _cuda.validate_offsets(xp, [ref_offsets], None)
+    ref = _cuda.level_offsets(xp, ref_offsets, None, validated)
     count = int(ref.shape[0]) - 1
     xw, k = _cuda.device_words(xp, data)
     if x_offsets is None:
@@ -340,10 +337,7 @@ def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, valid
         outw, _ = _cuda.device_words(xp, out, xw.dtype)
         _cuda.gather_rows(xp, xw, k, ref, count, total, outw, mode=_cuda.MODE_ROW)
         return out, None
-    if validated:
-        xoff = _cuda.as_offsets(xp, x_offsets)
-    else:
-        (xoff,) = _cuda.validate_offsets(xp, [x_offsets], n_rows)
+    xoff = _cuda.level_offsets(xp, x_offsets, n_rows, validated)
     if int(xoff.shape[0]) != count + 1:
         raise LodShapeError(f"sequence_expand: x has {int(xoff.shape[0]) - 1} sequences but the reference level "
                             f"has {count}; they must have the same number of sequences")

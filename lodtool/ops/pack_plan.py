@@ -408,8 +408,8 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
     xw, k = as_words(data)
     out, outw = empty_words(len(data), data, xw.dtype)
     if k:
-        _to_steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
-                  plan.step_offsets().view(np.uint64), outw, *schedule(plan.num_sequences))
+        _steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
+               plan.step_offsets().view(np.uint64), True, outw, *schedule(plan.num_sequences))
     return out, plan.batch_sizes
 
 
@@ -448,8 +448,8 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
         xw, k = as_words(data)
         out, outw = empty_words(len(data), data, xw.dtype)
         if k:
-            _from_steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
-                        plan.step_offsets().view(np.uint64), outw, *schedule(plan.num_sequences))
+            _steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
+                   plan.step_offsets().view(np.uint64), False, outw, *schedule(plan.num_sequences))
     return LoDTensor._trusted(out, plan.lod)
 
 
@@ -648,9 +648,9 @@ def _time_major_index(plan: PackPlan) -> tuple[np.ndarray, np.ndarray]:
 
 
 @kernel(parallel=True)
-def _to_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
-              nworkers):  # pragma: no cover - compiled by Numba
-    """Row ``t`` of the ``r``-th longest sequence to time-major row ``step_start[t] + r``."""
+def _steps(xw, k, roff, sorted_idx, step_start, to_steps, outw, nblocks, counter,
+           nworkers):  # pragma: no cover - compiled by Numba
+    """Row ``t`` of the ``r``-th longest sequence to time-major row ``step_start[t] + r`` (``to_steps``), or back."""
     one = U(1)
     n = U(sorted_idx.shape[0])
     for _ in prange(nworkers):
@@ -659,35 +659,14 @@ def _to_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
             for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
                 s = sorted_idx[r]
                 a = roff[s]
-                src = a * k
+                row = a * k
                 for t in range(roff[s + one] - a):
-                    dst = (step_start[t] + r) * k
+                    step = (step_start[t] + r) * k
+                    src, dst = (row, step) if to_steps else (step, row)
                     for j in range(k):
                         outw[dst + j] = xw[src + j]
-                    src += k
+                    row += k
             blk = atomic_add(counter, one)
-
-
-@kernel(parallel=True)
-def _from_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
-                nworkers):  # pragma: no cover - compiled by Numba
-    """The inverse of ``_to_steps``."""
-    one = U(1)
-    n = U(sorted_idx.shape[0])
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                s = sorted_idx[r]
-                a = roff[s]
-                dst = a * k
-                for t in range(roff[s + one] - a):
-                    src = (step_start[t] + r) * k
-                    for j in range(k):
-                        outw[dst + j] = xw[src + j]
-                    dst += k
-            blk = atomic_add(counter, one)
-
 
 
 # -- the CUDA launchers (lodtool.ops._cuda holds the shared device primitives) -------------------------------
@@ -703,10 +682,7 @@ def cuda_pack_plan(xp, row_offsets: Any, *, validated: bool = False):
     >>> [a.tolist() for a in cuda_pack_plan(cp, [0, 1, 1, 4])[1:]]  # doctest: +SKIP
     [[2, 0, 1], [1, 2, 0], [2, 1, 1]]
     """
-    if validated:
-        roff = _cuda.as_offsets(xp, row_offsets)
-    else:
-        (roff,) = _cuda.validate_offsets(xp, [row_offsets], None)
+    roff = _cuda.level_offsets(xp, row_offsets, None, validated)
     lengths = roff[1:] - roff[:-1]
     n = int(lengths.shape[0])
     maxlen = int(_cuda.to_host(lengths.max())) if n else 0

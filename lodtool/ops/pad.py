@@ -368,10 +368,7 @@ def cuda_pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_val
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
     """
     data = xp.asarray(data) if not is_device_array(data) else data
-    if validated:
-        roff = _cuda.as_offsets(xp, row_offsets)
-    else:
-        (roff,) = _cuda.validate_offsets(xp, [row_offsets], int(data.shape[0]))
+    roff = _cuda.level_offsets(xp, row_offsets, int(data.shape[0]), validated)
     n = int(roff.shape[0]) - 1
     lengths = roff[1:] - roff[:-1]
     longest = int(_cuda.to_host(lengths.max())) if n else 0

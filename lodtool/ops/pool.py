@@ -398,37 +398,27 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
     [[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
     """
     data = xp.asarray(data) if not is_device_array(data) else data
-    name = str(pool_type).lower()
-    if name not in _cuda.POOL_CODES:
-        raise LodUsageError(f"sequence_pool: unknown pool_type {pool_type!r}; choose one of "
-                            f"{', '.join(_cuda.POOL_CODES)}")
-    code = _cuda.POOL_CODES[name]
-    out_dtype, acc_dtype = pool_dtypes(data.dtype, name)
+    code = _code(pool_type)
+    out_dtype, acc_dtype = pool_dtypes(data.dtype, pool_type)
     elem = tuple(data.shape[1:])
     padv = cast_value(pad_value, out_dtype, "sequence_pool: pad_value", elem)
-    if validated:
-        off = _cuda.as_offsets(xp, offsets)
-    else:
-        (off,) = _cuda.validate_offsets(xp, [offsets], int(data.shape[0]))
+    off = _cuda.level_offsets(xp, offsets, int(data.shape[0]), validated)
     n = int(off.shape[0]) - 1
-    if code >= 5:
+    if code in (FIRST, LAST):
         xw, k = _cuda.device_words(xp, data)
         out = xp.empty((n,) + elem, data.dtype)
         outw, _ = _cuda.device_words(xp, out, xw.dtype)
-        _cuda.gather_rows(xp, xw, k, off, n, n, outw, mode=_cuda.MODE_FIRST if code == 5 else _cuda.MODE_LAST,
+        _cuda.gather_rows(xp, xw, k, off, n, n, outw, mode=_cuda.MODE_FIRST if code == FIRST else _cuda.MODE_LAST,
                           padw=_cuda.pad_words(xp, padv, xw.dtype, k))
         return out
     width = row_size(elem)
-    if acc_dtype.kind == "f":
-        work = acc_dtype
-    else:
-        work = np.dtype(np.uint64) if data.dtype.kind == "u" else np.dtype(np.int64)
+    work = _kernel_dtype(data.dtype, acc_dtype)
     x2 = xp.ascontiguousarray(data.reshape(int(data.shape[0]), width).astype(work, copy=False))
     out = xp.empty((n, width), work)
     pad2 = xp.asarray(padv.astype(work).reshape(width))
-    if code in (1, 2):
+    if code in (AVERAGE, SQRT):
         scale = (off[1:] - off[:-1]).astype(work)
-        if code == 2:
+        if code == SQRT:
             scale = xp.sqrt(scale)
     else:
         scale = xp.zeros(1, work)
@@ -502,8 +492,7 @@ def cuda_max_index(xp, data, off, out, acc_dtype: np.dtype):
     n = int(off.shape[0]) - 1
     elem = tuple(data.shape[1:])
     width = row_size(elem)
-    work = acc_dtype if acc_dtype.kind == "f" else (np.dtype(np.uint64) if data.dtype.kind == "u" else
-                                                      np.dtype(np.int64))
+    work = _kernel_dtype(data.dtype, acc_dtype)
     x2 = xp.ascontiguousarray(data.reshape(n_rows, width).astype(work, copy=False))
     o2 = xp.ascontiguousarray(out.reshape(n, width).astype(work, copy=False))
     index = xp.empty((n, width), index_dtype(n_rows))

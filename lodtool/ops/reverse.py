@@ -111,10 +111,7 @@ def cuda_reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
     """
     data = xp.asarray(data) if not is_device_array(data) else data
     n_rows = int(data.shape[0])
-    if validated:
-        off = _cuda.as_offsets(xp, offsets)
-    else:
-        (off,) = _cuda.validate_offsets(xp, [offsets], n_rows)
+    off = _cuda.level_offsets(xp, offsets, n_rows, validated)
     xw, k = _cuda.device_words(xp, data)
     out = xp.empty(data.shape, data.dtype)
     outw, _ = _cuda.device_words(xp, out, xw.dtype)

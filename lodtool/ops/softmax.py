@@ -161,10 +161,7 @@ def cuda_softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
                             f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
     out_dtype = softmax_dtype(data.dtype)
     work = np.dtype(np.float32) if out_dtype == np.float16 else out_dtype
-    if validated:
-        off = _cuda.as_offsets(xp, offsets)
-    else:
-        (off,) = _cuda.validate_offsets(xp, [offsets], int(data.shape[0]))
+    off = _cuda.level_offsets(xp, offsets, int(data.shape[0]), validated)
     flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
     out = xp.empty_like(flat)
     n = int(off.shape[0]) - 1
