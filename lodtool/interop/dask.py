@@ -401,13 +401,21 @@ class LodBag:
         from ..tasks._pipe import PoolIndex, step
 
         if not return_index:
-            return self._then(step(sequence_pool, pool_type, pad_value=pad_value), "pool")
-        pool_index = PoolIndex(pool_type, pad_value, index_dtype(self._n_rows or 0))
+            return self._map(step(sequence_pool, pool_type, pad_value=pad_value), "pool")
+        return self._map(PoolIndex(pool_type, pad_value, index_dtype(self._n_rows or 0)), "pool")
+
+    def _map(self, fn: Callable, label: str) -> "LodBag":
+        """The one-process operators' configured chunk function ``fn`` (:mod:`lodtool.tasks._pipe`) on each
+        partition; a ``PoolIndex`` counts its index from each partition's stored row."""
+        from ..tasks._pipe import PoolIndex
+
+        if not isinstance(fn, PoolIndex):
+            return self._then(fn, label)
         if self._fns or self._n_rows is None:
             raise LodUsageError("the pooling index counts stored rows: call pool(..., return_index=True) on "
                                 "read(...), before other operators")
-        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
-                        n_rows=self._n_rows, task=(_pool_index, pool_index), names=("", "_index"),
+        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label=label,
+                        n_rows=self._n_rows, task=(_pool_index, fn), names=("", "_index"),
                         what="pooled tensor and its index (pool(return_index=True))")
 
     def softmax(self) -> "LodBag":
@@ -415,14 +423,14 @@ class LodBag:
         from ..ops import sequence_softmax
         from ..tasks._pipe import step
 
-        return self._then(step(sequence_softmax), "softmax")
+        return self._map(step(sequence_softmax), "softmax")
 
     def reverse(self) -> "LodBag":
         """``sequence_reverse`` of each partition (as ``lodtool reverse``)."""
         from ..ops import sequence_reverse
         from ..tasks._pipe import step
 
-        return self._then(step(sequence_reverse), "reverse")
+        return self._map(step(sequence_reverse), "reverse")
 
     def expand(self, y: str | os.PathLike, y_name: str | None = None, ref_level: int = -1) -> "LodBag":
         """``sequence_expand`` of this tensor (x) by the LoD of the stored tensor ``y`` (its data is never read).

@@ -42,21 +42,22 @@ _I64 = np.dtype(np.int64)
 
 
 # -- the two routes ---------------------------------------------------------------------------------------------
-def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Callable, *, name: str | None,
+def _chunkwise(path: str, output: str, make_fn: Callable, crossover, label: str, *, name: str | None,
                out_name: str | None, compression: str | None, max_memory: int | None, device: str,
                overwrite: bool, force: bool, scheduler: str | None, workers: int | None, partition_size,
                progress, suffixes: Sequence[str] = (), keeps_ids: bool = False, token_dtype: Any = None,
                eos_token_id: int | None = None) -> OpResult:
-    """An operator on each chunk of whole top-level sequences: ``make_fn(file, lazy tensor)`` in one process, or
-    ``bag_of(collection)`` (the same function, mapped over the partitions) on a Dask ``scheduler``."""
+    """An operator on each chunk of whole top-level sequences: ``make_fn(the tensor's rows)``, configured once, in
+    one process or (``label``) mapped over the partitions on a Dask ``scheduler``."""
     if scheduler:
         with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
                       max_memory=max_memory, device=device, output=output, token_dtype=token_dtype,
                       eos_token_id=eos_token_id) as (bag, kwargs):
-            return _written_on_dask(bag_of(bag), output, kwargs, out_name=out_name, compression=compression,
-                                    max_memory=max_memory, overwrite=overwrite, force=force, progress=progress)
+            return _written_on_dask(bag._map(make_fn(bag._n_rows), label), output, kwargs, out_name=out_name,
+                                    compression=compression, max_memory=max_memory, overwrite=overwrite,
+                                    force=force, progress=progress)
     check_device(device)
-    return _stream(path, output, name, out_name, make_fn, crossover, compression=compression,
+    return _stream(path, output, name, out_name, lambda f, t: make_fn(t.n_rows), crossover, compression=compression,
                    max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes,
                    progress=progress, keeps_ids=keeps_ids, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
@@ -178,16 +179,15 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     from ..ops import sequence_pool
     from ..ops.pool import NUMBA_FROM, index_dtype
 
-    def make_fn(f, t):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
+    def make_fn(n_rows):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
         if index:
-            return PoolIndex(pool_type, pad_value, index_dtype(t.n_rows), device)
+            return PoolIndex(pool_type, pad_value, index_dtype(n_rows), device)
         return step(sequence_pool, pool_type, pad_value=pad_value, device=device)
 
-    return _chunkwise(path, output, make_fn, NUMBA_FROM, lambda bag: bag.pool(pool_type, pad_value, index),
-                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
-                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
-                      partition_size=partition_size, progress=progress, suffixes=("index",) if index else (),
-                      token_dtype=token_dtype, eos_token_id=eos_token_id)
+    return _chunkwise(path, output, make_fn, NUMBA_FROM, "pool", name=name, out_name=out_name,
+                      compression=compression, max_memory=max_memory, device=device, overwrite=overwrite, force=force,
+                      scheduler=scheduler, workers=workers, partition_size=partition_size, progress=progress,
+                      suffixes=("index",) if index else (), token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -208,10 +208,10 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_softmax
     from ..ops.softmax import NUMBA_FROM
 
-    return _chunkwise(path, output, lambda f, t: step(sequence_softmax, device=device), NUMBA_FROM,
-                      lambda bag: bag.softmax(), name=name, out_name=out_name, compression=compression,
-                      max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress, token_dtype=token_dtype,
+    return _chunkwise(path, output, lambda n_rows: step(sequence_softmax, device=device), NUMBA_FROM, "softmax",
+                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
+                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
+                      partition_size=partition_size, progress=progress, token_dtype=token_dtype,
                       eos_token_id=eos_token_id)
 
 
@@ -233,11 +233,11 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_reverse
     from ..ops.reverse import NUMBA_FROM
 
-    return _chunkwise(path, output, lambda f, t: step(sequence_reverse, device=device), NUMBA_FROM,
-                      lambda bag: bag.reverse(), name=name, out_name=out_name, compression=compression,
-                      max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress, keeps_ids=True,
-                      token_dtype=token_dtype, eos_token_id=eos_token_id)
+    return _chunkwise(path, output, lambda n_rows: step(sequence_reverse, device=device), NUMBA_FROM, "reverse",
+                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
+                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
+                      partition_size=partition_size, progress=progress, keeps_ids=True, token_dtype=token_dtype,
+                      eos_token_id=eos_token_id)
 
 
 def _stand_in(t) -> LoDTensor:
