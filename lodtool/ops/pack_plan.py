@@ -156,13 +156,7 @@ class PackPlan:
         return [data[bounds[t]:bounds[t + 1]] for t in range(len(self.batch_sizes))]
 
 
-#: sequences of pack_plan from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.1 s, saving 232
-# ns/sequence (95 vs 1.8 ms at 400k sequences); the warm serial kernel wins at any size (0.31 vs 0.05 ms at 5k).
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-unit saving of the kernel over the reference at the largest size), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        overtakes the reference in process.
+#: sequences of pack_plan from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 21, warm=1)
 
 

@@ -46,26 +46,11 @@ OP_UNPAD = "sequence_unpad"
 OP_MASK = "sequence_mask"
 
 
-#: input elements of sequence_pad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (reference vs kernel per size, then a fresh process's first call): first call +0.34 s, saving 3.8
-# ns/element (kernel 4.3x at 16M, 1.38x at 16k, 0.83x at 4k): cold 0.34 s / 3.8 ns = 90M, halved; warm 16k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: input elements of sequence_pad from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 PAD_NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 
-#: padded elements of sequence_unpad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (reference vs kernel per size, then a fresh process's first call): first call +0.35 s, saving 1.7
-# ns/padded element (kernel 4.0x at 32M padded, 1.58x at 32k, 0.86x at 8k): cold 0.35 s / 1.7 ns = 208M, halved;
-# warm 32k padded elements.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: padded elements of sequence_unpad from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 UNPAD_NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 15)
 
 

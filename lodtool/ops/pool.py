@@ -66,14 +66,7 @@ POOL_TYPES = ("sum", "average", "sqrt", "max", "min", "first", "last")
 SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
 
 
-#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.36 s, saving 1.7
-# ns/element (sum: kernel 3.1x at 16M, 1.28x at 16k, 0.99x at 4k): cold 0.36 s / 1.7 ns = 209M, halved; warm 16k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 14)
 
 
