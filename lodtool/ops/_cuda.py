@@ -429,6 +429,11 @@ def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offset
     return xp.ascontiguousarray(values.astype(I64, copy=False))
 
 
+def on_device(xp, data: Any):
+    """``data`` as a device array (a host array is copied over)."""
+    return data if is_device_array(data) else xp.asarray(data)
+
+
 def level_offsets(xp, offsets: Any, n_rows: int | None, validated: bool):
     """One level of offsets as an int64 device array, checked on the device unless the caller ``validated`` it."""
     return as_offsets(xp, offsets) if validated else validate_offsets(xp, [offsets], n_rows)[0]
@@ -624,5 +629,5 @@ def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) ->
     return ns
 
 
-__all__ = ["validate_offsets", "level_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
+__all__ = ["validate_offsets", "level_offsets", "on_device", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
            "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]

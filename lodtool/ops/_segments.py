@@ -44,11 +44,8 @@ def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, 
     dst_start = np.asarray(dst_start, _I64)
     length = np.asarray(length, _I64)
     if backend == "numpy":
-        total = int(length.sum()) if length.size else 0
-        if total:
-            index = np.repeat(src_start, length) + _ramp(length, total)
-            dest = np.repeat(dst_start, length) + _ramp(length, total)
-            out[dest] = np.asarray(src)[index]
+        if length.sum():
+            out[segment_rows(dst_start, length)] = np.asarray(src)[segment_rows(src_start, length)]
         return
     srcw, k = as_words(src)
     outw = words_of(out, srcw.dtype) if k else None
@@ -57,11 +54,21 @@ def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, 
               *schedule(len(length)))
 
 
+def segment_rows(start: Any, length: Any) -> np.ndarray:
+    """Rows ``start[i] .. start[i] + length[i]`` of every segment ``i``, end to end (int64, on the host).
+
+    >>> segment_rows([7, 0], [2, 3]).tolist()
+    [7, 8, 0, 1, 2]
+    """
+    length = np.asarray(length, _I64)
+    at = np.zeros(len(length) + 1, _I64)
+    np.cumsum(length, out=at[1:])
+    return np.repeat(np.asarray(start, _I64) - at[:-1], length) + np.arange(at[-1], dtype=_I64)
+
+
 def _ramp(length: np.ndarray, total: int) -> np.ndarray:
     """``0, 1, .., length[0]-1, 0, 1, .., length[1]-1, ..`` (``total`` values)."""
-    starts = np.zeros(len(length), _I64)
-    np.cumsum(length[:-1], out=starts[1:])
-    return np.arange(total, dtype=_I64) - np.repeat(starts, length)
+    return segment_rows(np.zeros(len(length), _I64), length)
 
 
 def gather_segments_cuda(xp, src: Any, src_start: Any, seg_offsets: Any, n_out: int, out: Any) -> None:
@@ -97,4 +104,4 @@ def _copy(xw, k, src_start, dst_start, length, outw, nblocks, counter, nworkers)
             blk = atomic_add(counter, one)
 
 
-__all__ = ["copy_segments", "gather_segments_cuda"]
+__all__ = ["copy_segments", "gather_segments_cuda", "segment_rows"]

@@ -40,12 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import Crossover, get_backend
+from ._segments import segment_rows
 from ._util import U, as_tensor, as_words, empty_words
 
 OP = "sequence_expand"
@@ -163,8 +163,7 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     out_off = np.zeros(len(out_lens) + 1, np.int64)
     np.cumsum(out_lens, out=out_off[1:])
     # each output row's source row: the copy's source start, plus the row's place in the copy
-    src_start = np.repeat(xoff[:-1], reps)
-    index = np.repeat(src_start - out_off[:-1], out_lens) + np.arange(out_off[-1], dtype=np.int64)
+    index = segment_rows(np.repeat(xoff[:-1], reps), out_lens)  # each copy from its sequence's first row
     return LoDTensor._trusted(data[index], (out_off,), xt.level_names)
 
 
@@ -316,7 +315,7 @@ def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, valid
     >>> out.tolist(), off.tolist()  # doctest: +SKIP
     ([0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [0, 1, 4, 7])
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     n_rows = int(data.shape[0])
     ref = _cuda.level_offsets(xp, ref_offsets, None, validated)
     count = int(ref.shape[0]) - 1

@@ -352,7 +352,7 @@ def cuda_pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_val
     >>> padded.tolist(), lengths.tolist()  # doctest: +SKIP
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     roff = _cuda.level_offsets(xp, row_offsets, int(data.shape[0]), validated)
     n = int(roff.shape[0]) - 1
     lengths = roff[1:] - roff[:-1]
@@ -389,7 +389,7 @@ def cuda_unpad(xp, padded: Any, lengths: Any):
     >>> data.tolist(), off.tolist()  # doctest: +SKIP
     ([0, 1, 8, 9, 10], [0, 2, 2, 5])
     """
-    padded = xp.asarray(padded) if not is_device_array(padded) else padded
+    padded = _cuda.on_device(xp, padded)
     if padded.ndim < 2:
         raise LodShapeError(f"sequence_unpad: padded must have shape (sequences, maxlen, ...), got {padded.shape}")
     if not is_device_array(lengths):

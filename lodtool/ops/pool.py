@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
@@ -390,7 +389,7 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
     >>> cuda_pool(cp, cp.arange(12.0).reshape(6, 2), [0, 2, 2, 6], "sum", -1).tolist()  # doctest: +SKIP
     [[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     code = _code(pool_type)
     out_dtype, acc_dtype = pool_dtypes(data.dtype, pool_type)
     elem = tuple(data.shape[1:])

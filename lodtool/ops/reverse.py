@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..tensor import LoDTensor
 from . import _cuda
@@ -102,7 +101,7 @@ def cuda_reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
     >>> cuda_reverse(cp, cp.arange(5), [0, 2, 2, 5]).tolist()  # doctest: +SKIP
     [1, 0, 4, 3, 2]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     n_rows = int(data.shape[0])
     off = _cuda.level_offsets(xp, offsets, n_rows, validated)
     xw, k = _cuda.device_words(xp, data)

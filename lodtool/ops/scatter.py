@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodIndexError, LodShapeError
 from ..tensor import LoDTensor
@@ -203,7 +202,7 @@ def cuda_scatter(xp, data, off, idx, upd, width: int):
     >>> cuda_scatter(cp, cp.zeros((2, 2)), [0, 2, 3], ids, updates, 2).tolist()  # doctest: +SKIP
     [[0.0, 6.0], [7.0, 0.0]]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     n = int(data.shape[0])
     (doff,) = _cuda.validate_offsets(xp, [off], None)
     didx = _cuda.as_offsets(xp, idx, what="ids")
@@ -219,7 +218,7 @@ def cuda_scatter(xp, data, off, idx, upd, width: int):
                                 f"(0..{width - 1})")
     work = _work_dtype(data.dtype)
     out = xp.ascontiguousarray(data.reshape(n, width).astype(work))
-    dupd = xp.ascontiguousarray((xp.asarray(upd) if not is_device_array(upd) else upd).astype(work))
+    dupd = xp.ascontiguousarray(_cuda.on_device(xp, upd).astype(work))
     if k and width:
         kern = _cuda.jit_kernels([_scatter_dev]).scatter_dev
         _cuda.launch(xp, kern, _cuda.grid(n), out, doff, n, didx, dupd)

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
@@ -148,7 +147,7 @@ def cuda_softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
     >>> cuda_softmax(cp, cp.array([1.0, 1.0, 5.0]), [0, 2, 3]).tolist()  # doctest: +SKIP
     [0.5, 0.5, 1.0]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     if row_size(data.shape[1:]) != 1:
         raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
                             f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")

@@ -36,7 +36,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
@@ -245,7 +244,7 @@ def cuda_topk_avg_pool(xp, data, xoff, roff, coff, ks, channels: int, work: np.d
     >>> out.tolist(), pos.tolist()  # doctest: +SKIP
     ([[5.0, 4.0]], [1, 2])
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
     total = int(roff[-1])
     max_k = int(ks.max())
