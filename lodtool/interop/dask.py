@@ -71,6 +71,11 @@ def _dask(module: str = "dask"):
     return optional_import(module, "dask", "lodtool.dask")
 
 
+def _tokenize(*args) -> str:
+    """Dask's deterministic token of ``args``."""
+    return _dask("dask.base").tokenize(*args)
+
+
 @dataclass(frozen=True)
 class Partition:
     """What a task needs to read its range: the stored tensor's file, sharded folder or token dataset (a URL is
@@ -129,16 +134,11 @@ class _Chain:
     def __len__(self) -> int:
         return len(self.fns)
 
-    def __bool__(self) -> bool:
-        return bool(self.fns)
-
     def __iter__(self):
         return iter(self.fns)
 
     def __dask_tokenize__(self):
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(self.fns)
+        return _tokenize(self.fns)
 
 
 def _run(part: Partition, fns: _Chain, max_memory: int | None):
@@ -240,7 +240,7 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
 def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> tuple[list[Partition], Any, int]:
     """:func:`plan`, and the tensor's row count.  Every shard is opened, so checked against the manifest (a
     shard the manifest says is empty too)."""
-    from ..planner import sequence_ranges
+    from ..planner import Bounds, sequence_ranges
     from ..container.shards import TensorSpec
     from ..tasks._open import open as open_path
 
@@ -254,11 +254,9 @@ def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> 
         rows_before = 0  # the rows of the shards before this one (a shard without sequences holds no rows)
         for i, (_, first, stop) in enumerate(t.shard_ranges() if sharded else [(path, 0, len(t))]):
             s = t.shard(i)[1] if sharded else t
+            bounds = Bounds(s.read_offsets, s.lod_level)
             for a, b in sequence_ranges(s.read_offsets, s.lod_level, stop - first, max_rows):
-                row = a
-                for k in range(s.lod_level):  # down the levels to the range's first row
-                    row = int(s.read_offsets(k, row, row + 1)[0])
-                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row, token_dtype,
+                parts.append(Partition(path, t.name, first + a, first + b, rows_before + bounds(a)[-1], token_dtype,
                                        eos_token_id, dict(storage.current_options())))
             rows_before += s.n_rows
         return parts, spec, t.n_rows
@@ -491,9 +489,7 @@ class LodBag:
 
     # running
     def _token(self) -> str:
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(self.partitions, self._fns, self._max_memory, type(self).__name__)
+        return _tokenize(self.partitions, self._fns, self._max_memory, type(self).__name__)
 
     def _task(self, part: Partition) -> tuple:
         """``(function, *arguments)`` of the one task that computes ``part``."""
@@ -601,9 +597,7 @@ class _Thunk:
         return self.fn(*self.args)
 
     def __dask_tokenize__(self):
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(self.fn, self.args)
+        return _tokenize(self.fn, self.args)
 
 
 def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None,
@@ -635,9 +629,7 @@ class _TaskBag(LodBag):
         raise LodUsageError(f"write or compute the {self._what} first; chaining after it is not supported")
 
     def _token(self) -> str:
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(super()._token(), self._task_args)
+        return _tokenize(super()._token(), self._task_args)
 
     def _task(self, part: Partition) -> tuple:
         fn, *args = self._task_args
