@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
-from ..planner import row_offset_windows, runs, sequence_ranges
+from ..planner import Bounds, row_offset_windows, runs, sequence_ranges
 from ..tensor import LoDTensor
 from ._pipe import (OpResult, PoolIndex, TensorSink, ahead, check_device, check_truncate, chunk_rows, expand_by,
                     is_folder_target, lod_stand_in, offset_window, open_tensor, pad_rows, plan_of, require_valid,
@@ -251,6 +251,11 @@ def _tokens_of(t):
     return getattr(t, "tokens", None)
 
 
+def _on_stand_in(op: Callable, *args):
+    """A check that runs ``op(stand-in, *args)`` on :func:`_stand_in` (no data read), naming the file."""
+    return lambda where, t, _memory: _named(where, lambda: op(_stand_in(t), *args, backend="numpy"))
+
+
 def _named(where: str, call):
     """``call()``; a lodtool error it raises names the file and tensor."""
     try:
@@ -290,9 +295,7 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
 
     check_device(device)
     erase_tokens(tokens, np.int64)  # bad tokens fail before the file is opened
-    return _checked_stream(path, output, name, out_name,
-                           lambda where, t, _: _named(where, lambda: sequence_erase(_stand_in(t), tokens,
-                                                                                    backend="numpy")),
+    return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_erase, tokens),
                            step(sequence_erase, tokens, device=device), validate=False, compression=compression,
                            max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
@@ -315,9 +318,7 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
     from ..ops import sequence_enumerate
 
     check_device(device)
-    return _checked_stream(path, output, name, out_name,
-                           lambda where, t, _: _named(where, lambda: sequence_enumerate(
-                               _stand_in(t), win_size, pad_value, backend="numpy")),
+    return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_enumerate, win_size, pad_value),
                            step(sequence_enumerate, win_size, pad_value, device=device), validate=False,
                            compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
@@ -340,7 +341,7 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
     from ..ops import sequence_reshape
 
     def check(where, t, memory):
-        _named(where, lambda: sequence_reshape(_stand_in(t), new_dim, backend="numpy"))
+        _on_stand_in(sequence_reshape, new_dim)(where, t, memory)
         width = int(np.prod(t.element_shape, dtype=np.int64))
         if width == new_dim:
             return
@@ -587,7 +588,7 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
         memory = min(f.max_memory for f, _ in opened)
         first = ts[0]
         kept = first.level_names if all(t.level_names == first.level_names for t in ts) else None
-        bounds = [_Bounds(t.lod_level, t.read_offsets) for t in ts]
+        bounds = [Bounds(t.read_offsets, t.lod_level) for t in ts]
         ranges = _filled(_concat_ranges(ts, chunk_rows(first.element_shape, first.dtype, memory),
                                         offset_window(memory)),
                          lambda a, b: all(sum(bd(b)[k] - bd(a)[k] for bd in bounds) > 0
@@ -603,13 +604,19 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
 def _read_range(t, a: int, b: int) -> LoDTensor:
     """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed, which
     a view's ``slice_level`` refuses at a level's end)."""
-    levels = []
-    lo, hi = a, b
-    for k in range(t.lod_level):
-        off = t.read_offsets(k, lo, hi + 1)
+    levels, rows = _rebased(t.read_offsets, t.lod_level, a, b)
+    return LoDTensor(t.read_rows(*rows), levels, level_names=t.level_names, validate=False)
+
+
+def _rebased(read, lod_level: int, a: int, b: int) -> tuple[list[np.ndarray], tuple[int, int]]:
+    """The levels of top-level sequences ``a..b`` (``read(level, start, stop)``), each rebased to 0, and the range
+    of data rows they cover."""
+    levels, lo, hi = [], a, b
+    for k in range(lod_level):
+        off = read(k, lo, hi + 1)
         levels.append(off - off[0])
         lo, hi = int(off[0]), int(off[-1])
-    return LoDTensor(t.read_rows(lo, hi), levels, level_names=t.level_names, validate=False)
+    return levels, (lo, hi)
 
 
 def _concat_ranges(ts, max_rows: int, window: int):
@@ -622,24 +629,6 @@ def _concat_ranges(ts, max_rows: int, window: int):
         for a, b in runs([size], max_rows):
             yield start + a, start + b
         start += len(windows[0]) - 1
-
-
-class _Bounds:
-    """``bounds(i)``: where top-level sequence ``i`` starts on every level, down to the rows (a few offsets read
-    per call, the last thousands kept)."""
-
-    def __init__(self, lod_level: int, read):
-        self.lod_level, self.read, self.cache = lod_level, read, {}
-
-    def __call__(self, i: int) -> list[int]:
-        if i not in self.cache:
-            if len(self.cache) > 4096:
-                self.cache.clear()
-            pos = [i]
-            for k in range(self.lod_level):
-                pos.append(int(self.read(k, pos[-1], pos[-1] + 1)[0]))
-            self.cache[i] = pos
-        return self.cache[i]
 
 
 def _filled(ranges, filled):
@@ -724,12 +713,8 @@ def _chunks_of(levels, max_rows: int):
         return levels[level][start:stop]
 
     for a, b in sequence_ranges(read, len(levels), len(levels[0]) - 1, max_rows):
-        out, lo, hi = [], a, b
-        for off in levels:
-            part = off[lo:hi + 1]
-            out.append(part - part[0])
-            lo, hi = int(part[0]), int(part[-1])
-        yield tuple(out), (lo, hi)
+        rebased, rows = _rebased(read, len(levels), a, b)
+        yield tuple(rebased), rows
 
 
 # -- into an NPZ, from an NPZ, and plans ----------------------------------------------------------------------
