@@ -79,14 +79,12 @@ def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @click.argument("file", type=opt.PATH)
     @options(opt.name_option, *writing(), *SCHEDULED)
     @click.pass_context
-    def command(ctx, file, name, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-                workers, partition_size, as_json, **kwargs):
+    def command(ctx, file, name, output, max_memory, scheduler, workers, partition_size, as_json, **options):
         from .. import tasks
 
         file, name = opt.tensor_ref(file, name)
         run_task(ctx, verb, getattr(tasks, fn_name), file, output, as_json, max_memory,
-                 _scheduled(ctx, fn_name, scheduler, workers, partition_size, output, as_json), name=name,
-                 out_name=out_name, compression=compression, device=device, overwrite=overwrite, force=force, **kwargs)
+                 _scheduled(ctx, fn_name, scheduler, workers, partition_size, output, as_json), name=name, **options)
 
     for decorator in extra:
         command = decorator(command)
@@ -141,8 +139,7 @@ reverse = _file_op(
 @click.option("--ref-level", type=int, default=-1, show_default=True, help="Level of Y's LoD to expand by.")
 @options(*writing("Tensor name in the output (default: X's)."), *SCHEDULED)
 @click.pass_context
-def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-           workers, partition_size, token_dtype, eos_token_id, as_json):
+def expand(ctx, x, y, output, max_memory, scheduler, workers, partition_size, as_json, **options):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -161,8 +158,7 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
     (x_path, x_name), (y_path, y_name) = opt.parse_file_ref(x), opt.parse_file_ref(y)
     run_task(ctx, "expanded", lambda paths, dst, **kw: tasks.expand(*paths, dst, **kw), [x_path, y_path], output,
              as_json, max_memory, _scheduled(ctx, "expand", scheduler, workers, partition_size, output, as_json),
-             x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name, compression=compression,
-             device=device, overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
+             x_name=x_name, y_name=y_name, **options)
 
 
 @click.command("pad")
@@ -177,8 +173,7 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
 @options(opt.max_memory_option, *SCHEDULED)
 @click.pass_context
-def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory, device, scheduler, workers,
-        partition_size, token_dtype, eos_token_id, as_json):
+def pad(ctx, file, name, output, max_memory, scheduler, workers, partition_size, as_json, **options):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -198,9 +193,8 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
     opt.refuse_binary_on_terminal(output, "npz")
     with _scheduled(ctx, "pad", scheduler, workers, partition_size, output, as_json) as dask, \
             opt.input_path(file) as src:
-        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
-                         truncate=truncate, token_dtype=token_dtype, eos_token_id=eos_token_id, **dask)
+        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name,
+                         max_memory=opt.parse_size(max_memory), **options, **dask)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -217,7 +211,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, device, as_json):
+def unpad(ctx, npz, output, max_memory, as_json, **options):
     """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
 
     \b
@@ -226,8 +220,7 @@ def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, dev
     """
     from .. import tasks
 
-    run_task(ctx, "unpadded", tasks.unpad, npz, output, as_json, max_memory, name=name, compression=compression,
-             device=device, overwrite=overwrite, force=force)
+    run_task(ctx, "unpadded", tasks.unpad, npz, output, as_json, max_memory, **options)
 
 
 @click.command("pack-plan")
@@ -236,8 +229,7 @@ def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, dev
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
 @options(*SCHEDULED)
 @click.pass_context
-def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size, token_dtype, eos_token_id,
-              as_json):
+def pack_plan(ctx, file, name, scheduler, workers, partition_size, as_json, **options):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
     the order (as torch's PackedSequence).  Reads the offsets only.  A length
@@ -255,8 +247,7 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
     with _scheduled(ctx, "pack-plan", scheduler, workers, partition_size, None, True) as dask, \
             opt.input_path(file) as src:  # with a scheduler the partitions' offsets are read in parallel
         dask.pop("progress", None)
-        with tasks.pack_plan_stream(src, name=name, level=level, device=device, token_dtype=token_dtype,
-                                    eos_token_id=eos_token_id, **dask) as plan:
+        with tasks.pack_plan_stream(src, name=name, **options, **dask) as plan:
             _show_plan(plan, as_json)
 
 
