@@ -162,7 +162,6 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     out_lens = np.repeat(lens, reps)
     out_off = np.zeros(len(out_lens) + 1, np.int64)
     np.cumsum(out_lens, out=out_off[1:])
-    # each output row's source row: the copy's source start, plus the row's place in the copy
     index = segment_rows(np.repeat(xoff[:-1], reps), out_lens)  # each copy from its sequence's first row
     return LoDTensor._trusted(data[index], (out_off,), xt.level_names)
 
