@@ -41,7 +41,6 @@ softmax uses the device's ``exp`` (within 2 ulp of the host's).
 
 from __future__ import annotations
 
-import math
 import threading
 import types
 from typing import Any, Sequence
@@ -296,31 +295,8 @@ def _pool(x2, off, n, w, code, pad, scale, out):  # pragma: no cover - kernel
         e += stride
 
 
-def _softmax(x, off, n, out):  # pragma: no cover - kernel
-    """Stable softmax of ``x[off[i]:off[i+1]]``, one thread a sequence; sums in float64."""
-    i = np.int64(cuda.grid(1))
-    stride = np.int64(cuda.gridsize(1))
-    while i < n:
-        a = off[i]
-        b = off[i + 1]
-        if b > a:
-            peak = x[a]
-            for r in range(a + 1, b):
-                v = x[r]
-                if v > peak or v != v:
-                    peak = v
-            total = 0.0
-            for r in range(a, b):
-                ev = math.exp(x[r] - peak)
-                out[r] = ev
-                total += ev
-            for r in range(a, b):
-                out[r] = out[r] / total
-        i += stride
-
-
 _DEVICE_FUNCS = ("_upper_bound", "_src_of", "_fill_seg", "_advance")
-_KERNELS = ("_gather", "_tile_segs", "_first_decrease", "_first_outside", "_seg_ids", "_pool", "_softmax")
+_KERNELS = ("_gather", "_tile_segs", "_first_decrease", "_first_outside", "_seg_ids", "_pool")
 _compile_lock = threading.Lock()
 
 

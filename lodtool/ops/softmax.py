@@ -21,6 +21,7 @@ sequence NaN.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,9 @@ from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import Crossover, get_backend
 from ._util import U, as_tensor, need_lod, row_size
+
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
 
 OP = "sequence_softmax"
 
@@ -106,34 +110,43 @@ def _reference(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
 
 @kernel(parallel=True)
 def _softmax(x, off, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
-    """Stable softmax of ``x[off[i]:off[i+1]]`` into ``out``; sums accumulate in float64.
-
-    See the kernel notes in expand.py (unsigned indices, dynamic blocks).
-    """
+    """Each sequence ``x[off[i]:off[i+1]]`` through :func:`_softmax_seq` (see the kernel notes in expand.py)."""
     one = U(1)
     n = U(off.shape[0]) - one
     for _ in prange(nworkers):
         blk = atomic_add(counter, one)
         while blk < nblocks:
             for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                b = off[i + one]
-                if a == b:
-                    continue
-                peak = x[a]
-                for r in range(a + one, b):
-                    v = x[r]
-                    if v > peak or np.isnan(v):  # NaN wins, as in np.maximum
-                        peak = v
-                total = 0.0
-                for r in range(a, b):
-                    e = np.exp(x[r] - peak)
-                    out[r] = e
-                    total += e
-                for r in range(a, b):
-                    out[r] = out[r] / total
+                _softmax_seq(x, off[i], off[i + one], out)
             blk = atomic_add(counter, one)
 
+
+@kernel(inline="always")
+def _softmax_seq(x, a, b, out):  # pragma: no cover - compiled (CPU and CUDA)
+    """Stable softmax of ``x[a:b]`` into ``out[a:b]``; the sum accumulates in float64."""
+    if a == b:
+        return
+    peak = x[a]
+    for r in range(a, b):
+        v = x[r]
+        if v > peak or v != v:  # NaN wins, as in np.maximum
+            peak = v
+    total = 0.0
+    for r in range(a, b):
+        e = math.exp(x[r] - peak)
+        out[r] = e
+        total += e
+    for r in range(a, b):
+        out[r] = out[r] / total
+
+
+def _softmax_dev(x, off, n, out):  # pragma: no cover - CUDA kernel
+    """One thread a sequence."""
+    i = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while i < n:
+        _softmax_seq(x, off[i], off[i + 1], out)
+        i += stride
 
 
 # -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
@@ -158,7 +171,8 @@ def cuda_softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
     out = xp.empty_like(flat)
     n = int(off.shape[0]) - 1
     if n and flat.size:
-        _cuda.launch(xp, _cuda.compiled().softmax, _cuda.grid(n), flat, off, n, out)
+        _cuda.launch(xp, _cuda.jit_kernels([_softmax_dev], [_softmax_seq.py_func]).softmax_dev, _cuda.grid(n), flat,
+                     off, n, out)
     return out.astype(out_dtype, copy=False).reshape(data.shape)
 
 
