@@ -421,10 +421,7 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
 
 @kernel(parallel=True)
 def _first_equal(x2, off, out, index, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
-    """``index[i, j]``: the first row of sequence ``i`` whose value ``j`` is ``out[i, j]`` (MaxIndex).
-
-    A NaN result came from the first row (max and min keep a NaN first row); -1 for an empty sequence.
-    """
+    """``index[i, j]``: :func:`_first_row_equal` of sequence ``i``'s result ``out[i, j]`` (MaxIndex)."""
     one = U(1)
     n = U(off.shape[0]) - one
     k = x2.shape[1]
@@ -432,20 +429,22 @@ def _first_equal(x2, off, out, index, nblocks, counter, nworkers):  # pragma: no
         blk = atomic_add(counter, one)
         while blk < nblocks:
             for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                b = off[i + one]
                 for j in range(k):
-                    v = out[i, j]
-                    found = -1
-                    if a < b:
-                        found = np.int64(a)
-                        if v == v:
-                            for r in range(a, b):
-                                if x2[r, j] == v:
-                                    found = np.int64(r)
-                                    break
-                    index[i, j] = found
+                    index[i, j] = _first_row_equal(x2, off[i], off[i + one], j, out[i, j])
             blk = atomic_add(counter, one)
+
+
+@kernel(inline="always")
+def _first_row_equal(x2, a, b, j, v):  # pragma: no cover - compiled (CPU and CUDA)
+    """The first row of ``a..b`` whose value ``j`` is ``v``; ``a`` for a NaN ``v`` (max and min keep a NaN first
+    row), -1 for an empty sequence."""
+    if a == b:
+        return np.int64(-1)
+    if v == v:
+        for r in range(a, b):
+            if x2[r, j] == v:
+                return np.int64(r)
+    return np.int64(a)
 
 
 def _first_equal_dev(x2, off, n, w, out, index):  # pragma: no cover - CUDA kernel
@@ -455,18 +454,7 @@ def _first_equal_dev(x2, off, n, w, out, index):  # pragma: no cover - CUDA kern
     while e < n * w:
         i = e // w
         c = e - i * w
-        a = off[i]
-        b = off[i + 1]
-        found = -1
-        if a < b:
-            found = a
-            v = out[i, c]
-            if v == v:
-                for r in range(a, b):
-                    if x2[r, c] == v:
-                        found = r
-                        break
-        index[i, c] = found
+        index[i, c] = _first_row_equal(x2, off[i], off[i + 1], c, out[i, c])
         e += stride
 
 
@@ -489,7 +477,7 @@ def cuda_max_index(xp, data, off, out, acc_dtype: np.dtype):
     o2 = xp.ascontiguousarray(out.reshape(n, width).astype(work, copy=False))
     index = xp.empty((n, width), index_dtype(n_rows))
     if n and width:
-        kern = _cuda.jit_kernels([_first_equal_dev]).first_equal_dev
+        kern = _cuda.jit_kernels([_first_equal_dev], [_first_row_equal.py_func]).first_equal_dev
         _cuda.launch(xp, kern, _cuda.grid(n * width), x2, off, n, width, o2, index)
     return index.reshape((n,) + elem)
 
