@@ -405,6 +405,16 @@ def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offset
     return xp.ascontiguousarray(values.astype(I64, copy=False))
 
 
+def first_outside(xp, vals: Any, lo: int, hi: int) -> tuple[int, int]:
+    """The first index of ``vals`` (a device array) below ``lo`` and the first above ``hi`` (its length where there
+    is none), read back in one transfer."""
+    n = int(vals.shape[0])
+    res = xp.full(2, n, I64)
+    launch(xp, compiled().first_outside, grid(n), vals, n, lo, hi, res)
+    below, above = scalars(xp, res[:1], res[1:])
+    return below, above
+
+
 def on_device(xp, data: Any):
     """``data`` as a device array (a host array is copied over)."""
     return data if is_device_array(data) else xp.asarray(data)
@@ -605,5 +615,5 @@ def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) ->
     return ns
 
 
-__all__ = ["validate_offsets", "level_offsets", "on_device", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
+__all__ = ["validate_offsets", "level_offsets", "on_device", "first_outside", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
            "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]

@@ -402,9 +402,7 @@ def cuda_unpad(xp, padded: Any, lengths: Any):
     n, maxlen = int(padded.shape[0]), int(padded.shape[1])
     if int(lens.shape[0]) != n:
         raise LodShapeError(f"sequence_unpad: {int(lens.shape[0])} lengths for {n} padded sequences")
-    res = xp.full(2, n, _cuda.I64)
-    _cuda.launch(xp, _cuda.compiled().first_outside, _cuda.grid(n), lens, n, 0, maxlen, res)
-    neg, over = _cuda.scalars(xp, res[:1], res[1:])
+    neg, over = _cuda.first_outside(xp, lens, 0, maxlen)
     if neg < n:
         value = _cuda.scalars(xp, lens[neg:neg + 1])[0]
         raise LodValidationError(f"sequence_unpad: lengths[{neg}]={value} is negative")

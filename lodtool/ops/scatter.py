@@ -208,10 +208,7 @@ def cuda_scatter(xp, data, off, idx, upd, width: int):
     didx = _cuda.as_offsets(xp, idx, what="ids")
     k = int(didx.shape[0])
     if k:
-        res = xp.full(2, k, np.int64)
-        _cuda.launch(xp, _cuda.compiled().first_outside, _cuda.grid(k), didx, k, 0, width - 1, res)
-        lo, hi = _cuda.scalars(xp, res[:1], res[1:])
-        j = min(lo, hi)
+        j = min(_cuda.first_outside(xp, didx, 0, width - 1))
         if j < k:
             value = _cuda.scalars(xp, didx[j:j + 1])[0]
             raise LodIndexError(f"{OP}: ids[{j}]={value} is outside the row of x, which has {width} values "
