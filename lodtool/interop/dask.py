@@ -539,27 +539,21 @@ class LodBag:
         """
         dask = _dask()
 
-        from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
-                                        shard_name)
+        from ..container.shards import commit_manifest, shard_name
 
         folder = storage.absolute(folder)  # a URL: every worker uploads its shard there, the manifest last
-        created = not storage.is_url(folder) and not os.path.exists(folder)
-        prepare_folder(folder, append=append)
-        base = next_shard_index(folder)
         name = name or self.name or "tensor"
         token = self._token()
-        items, paths = [], []
         writing = dict(storage.current_options())  # the options in force here reach the workers that upload
-        for i, part in enumerate(self.partitions):
-            path = os.path.join(folder, shard_name(base + i))
-            key = (f"lodtool-shard-{token}", i)
-            items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path,
-                                                                 self._output_names(name), compression,
-                                                                 {**part.storage_options, **writing},
-                                                                 dask_key_name=key))
-            paths.append(path)
-        try:
-            results = _compute(items, progress, kwargs)
+
+        def tasks(base: int):
+            paths = [os.path.join(folder, shard_name(base + i)) for i in range(self.npartitions)]
+            return [dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path, self._output_names(name),
+                                                           compression, {**part.storage_options, **writing},
+                                                           dask_key_name=(f"lodtool-shard-{token}", i))
+                    for i, (part, path) in enumerate(zip(self.partitions, paths))], paths
+
+        def commit(results):
             written = [r for r in results if r is not None]
             if not written:
                 raise LodUsageError("the result holds no sequences; nothing was written")
@@ -569,9 +563,8 @@ class LodBag:
                     raise LodUsageError(f"{folder}: partitions came out with different dtypes or shapes "
                                         f"({specs} and {s}); give the operator a fixed dtype")
             return commit_manifest(folder, specs, [info for info, _ in written], append=append)
-        except BaseException:
-            remove_uncommitted_shards(folder, paths, created=created)
-            raise
+
+        return _shard_job(folder, append, tasks, commit, progress, kwargs)
 
     def to_dask_awkward(self) -> dak.Array:
         """The partitions as a ``dask_awkward.Array`` (``dask_awkward.from_map``), each partition one awkward
@@ -876,8 +869,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
     """
     dask = _dask()
 
-    from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
-                                    shard_name)
+    from ..container.shards import commit_manifest, shard_name
 
     sources = [os.fspath(s) for s in inputs]
     if not sources:
@@ -886,14 +878,13 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise LodUsageError("a parallel pack reads files, not stdin")
     sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
     folder = os.path.abspath(os.fspath(folder))
-    created = not os.path.exists(folder)
-    prepare_folder(folder, append=append)
-    base = next_shard_index(folder)
-    paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
-    items = [dask.delayed(_pack_one, pure=False)(s, p, options, dask_key_name=(f"lodtool-pack-{base}", i))
-             for i, (s, p) in enumerate(zip(sources, paths))]
-    try:
-        results = _compute(items, progress, dict(compute_kwargs or {}))
+
+    def tasks(base: int):
+        paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
+        return [dask.delayed(_pack_one, pure=False)(s, p, options, dask_key_name=(f"lodtool-pack-{base}", i))
+                for i, (s, p) in enumerate(zip(sources, paths))], paths
+
+    def commit(results):
         spec = results[0][1]
         for (info, s), src in zip(results, sources):
             if s != spec:
@@ -902,6 +893,20 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
                                     f"{spec.lod_level}; give --dtype (and --lod-level) so every shard agrees")
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
                                append=append)
+
+    return _shard_job(folder, append, tasks, commit, progress, dict(compute_kwargs or {}))
+
+
+def _shard_job(folder: str, append: bool, tasks: Callable, commit: Callable, progress, kwargs: dict) -> Manifest:
+    """``tasks(first new shard number)`` (``(Dask items, their shard paths)``) computed, then ``commit(results)``
+    writes the manifest; a failure removes the new shards (and the folder, where the job made it)."""
+    from ..container.shards import next_shard_index, prepare_folder, remove_uncommitted_shards
+
+    created = not storage.is_url(folder) and not os.path.exists(folder)
+    prepare_folder(folder, append=append)
+    items, paths = tasks(next_shard_index(folder))
+    try:
+        return commit(_compute(items, progress, kwargs))
     except BaseException:
         remove_uncommitted_shards(folder, paths, created=created)
         raise

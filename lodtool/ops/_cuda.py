@@ -354,7 +354,7 @@ def launch(xp, kern, blocks: int, *args) -> None:
     ns = compiled()
     if blocks <= 0:
         return
-    if simulated() or not _is_device_any(args):
+    if simulated() or not any(is_device_array(a) for a in args):
         # host arrays are copied in and back out; a read-only one (a tensor's offsets) is only copied in
         args = [ns.cuda.In(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a for a in args]
         kern[blocks, _threads()](*args)
@@ -373,10 +373,6 @@ def launch(xp, kern, blocks: int, *args) -> None:
     kern[blocks, _threads(), stream](*conv)
     end.record()
     PROFILE.append((getattr(kern, "py_func", kern).__name__, start, end))
-
-
-def _is_device_any(args) -> bool:
-    return any(is_device_array(a) for a in args)
 
 
 def grid(n: int) -> int:
@@ -615,5 +611,6 @@ def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) ->
     return ns
 
 
-__all__ = ["validate_offsets", "level_offsets", "on_device", "first_outside", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
-           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]
+__all__ = ["validate_offsets", "level_offsets", "on_device", "first_outside", "lengths_to_offsets",
+           "offsets_to_lengths", "row_offsets", "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda",
+           "simulated", "jit_kernels"]

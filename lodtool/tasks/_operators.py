@@ -62,11 +62,6 @@ def _chunkwise(path: str, output: str, make_fn: Callable, crossover, label: str,
                    progress=progress, keeps_ids=keeps_ids, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
-def _rows_done(progress: Callable[[int, int], None] | None, total: int):
-    """The pipe's ``progress(rows done)`` as the caller's ``progress(done, total)`` (``None``: no report)."""
-    return None if progress is None else (lambda done: progress(done, total))
-
-
 def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
             compression: str | None, max_memory: int | None, overwrite: bool, force: bool, device: str = "cpu",
             suffixes: Sequence[str] = (), progress: Callable[[int, int], None] | None = None,
@@ -87,7 +82,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
         sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
                           overwrite=overwrite, force=force, tokens=_tokens_of(t) if keeps_ids else None)
         chunks = stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory))
-        return run(chunks, fn, sink, progress=_rows_done(progress, t.n_rows))
+        rows_done = None if progress is None else (lambda done: progress(done, t.n_rows))
+        return run(chunks, fn, sink, progress=rows_done)
 
 
 @contextlib.contextmanager
