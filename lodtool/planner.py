@@ -41,18 +41,7 @@ def sequence_ranges(read: WindowReader, lod_level: int, count: int, max_rows: in
     tensor), so empty sequences join their neighbours.  Two offsets per level are read per probe,
     and a range is found in O(log length) probes.
     """
-    cache: dict[int, list[int]] = {}
-
-    def bounds(i: int) -> list[int]:
-        """Where top-level sequence ``i`` starts on every level below, down to the rows."""
-        if i not in cache:
-            if len(cache) > 4096:
-                cache.clear()
-            pos = [i]
-            for k in range(lod_level):
-                pos.append(int(read(k, pos[-1], pos[-1] + 1)[0]))
-            cache[i] = pos
-        return cache[i]
+    bounds = Bounds(read, lod_level)
 
     def filled(a: int, b: int) -> bool:
         """Whether top-level sequences a..b hold at least one entry on every level below the top."""
@@ -71,6 +60,29 @@ def sequence_ranges(read: WindowReader, lod_level: int, count: int, max_rows: in
             i1 = n
         yield i0, i1
         i0 = i1
+
+
+class Bounds:
+    """``bounds(i)``: where top-level sequence ``i`` starts on every level, down to the rows (one offset read
+    per level; the last few thousand answers kept).
+
+    >>> lod = [np.array([0, 2, 3]), np.array([0, 1, 4, 6])]
+    >>> Bounds(lambda level, start, stop: lod[level][start:stop], 2)(1)
+    [1, 2, 4]
+    """
+
+    def __init__(self, read: WindowReader, lod_level: int):
+        self.read, self.lod_level, self.cache = read, lod_level, {}
+
+    def __call__(self, i: int) -> list[int]:
+        if i not in self.cache:
+            if len(self.cache) > 4096:
+                self.cache.clear()
+            pos = [i]
+            for k in range(self.lod_level):
+                pos.append(int(self.read(k, pos[-1], pos[-1] + 1)[0]))
+            self.cache[i] = pos
+        return self.cache[i]
 
 
 def last_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
@@ -149,4 +161,4 @@ def entries_at(t: Any, level: int, index: np.ndarray, window: int) -> np.ndarray
     return out
 
 
-__all__ = ["sequence_ranges", "runs", "row_offset_windows", "entries_at", "last_true"]
+__all__ = ["sequence_ranges", "Bounds", "runs", "row_offset_windows", "entries_at", "last_true"]

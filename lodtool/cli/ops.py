@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sys
 
 import click
@@ -42,33 +43,48 @@ def _scheduled(ctx, verb: str, scheduler, workers, partition_size, output, as_js
                "progress": tick}
 
 
+def options(*decorators):
+    """The click ``decorators`` applied as if stacked above a command in this order."""
+    return lambda f: functools.reduce(lambda g, d: d(g), reversed(decorators), f)
+
+
+def writing(out_name_help: str = "Tensor name in the output (default: the input's).") -> list:
+    """The options of a command that writes a tensor: ``-o``, ``--out-name``, the replace flags, ``--compression``
+    and ``--max-memory``."""
+    return [opt.output_option(required=True, help_="The container to write, or - for stdout."),
+            click.option("--out-name", default=None, help=out_name_help),
+            opt.replace_options, opt.compression_option, opt.max_memory_option]
+
+
+#: the options of an operator that Dask can run, after the device and before ``--json``
+SCHEDULED = (opt.device_option, opt.scheduler_options, opt.partition_size_option, opt.token_options, opt.json_option)
+
+
+def run_task(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memory, scheduled=None,
+             **options) -> None:
+    """``operator(inputs, output, **options)`` of :mod:`lodtool.tasks` (``-`` read and written through temp files),
+    inside ``scheduled`` (:func:`_scheduled`'s Dask options, added to ``options``), then reported."""
+    with contextlib.ExitStack() as stack:
+        dask = stack.enter_context(scheduled) if scheduled is not None else {}
+        paths = [stack.enter_context(opt.input_path(p)) for p in ([inputs] if isinstance(inputs, str) else inputs)]
+        dst = stack.enter_context(opt.container_output(output))
+        result = operator(paths[0] if isinstance(inputs, str) else paths, dst, max_memory=opt.parse_size(max_memory),
+                          **options, **dask)
+    result.output = output
+    _report(ctx, result, as_json, verb)
+
+
 def _file_op(name: str, verb: str, fn_name: str, doc: str, extra=()):
     @click.command(name)
     @click.argument("file", type=opt.PATH)
-    @opt.name_option
-    @opt.output_option(required=True, help_="The container to write, or - for stdout.")
-    @click.option("--out-name", default=None, help="Tensor name in the output (default: the input's).")
-    @opt.replace_options
-    @opt.compression_option
-    @opt.max_memory_option
-    @opt.device_option
-    @opt.scheduler_options
-    @opt.partition_size_option
-    @opt.token_options
-    @opt.json_option
+    @options(opt.name_option, *writing(), *SCHEDULED)
     @click.pass_context
-    def command(ctx, file, name, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-                workers, partition_size, as_json, **kwargs):
+    def command(ctx, file, name, output, max_memory, scheduler, workers, partition_size, as_json, **options):
         from .. import tasks
 
         file, name = opt.tensor_ref(file, name)
-        with _scheduled(ctx, fn_name, scheduler, workers, partition_size, output, as_json) as dask, \
-                opt.input_path(file) as src, opt.container_output(output) as dst:
-            result = getattr(tasks, fn_name)(src, dst, name=name, out_name=out_name, compression=compression,
-                                             max_memory=opt.parse_size(max_memory), device=device,
-                                             overwrite=overwrite, force=force, **dask, **kwargs)
-        result.output = output
-        _report(ctx, result, as_json, verb)
+        run_task(ctx, verb, getattr(tasks, fn_name), file, output, as_json, max_memory,
+                 _scheduled(ctx, fn_name, scheduler, workers, partition_size, output, as_json), name=name, **options)
 
     for decorator in extra:
         command = decorator(command)
@@ -121,19 +137,9 @@ reverse = _file_op(
 @click.argument("x", type=opt.PATH)
 @click.argument("y", type=opt.PATH)
 @click.option("--ref-level", type=int, default=-1, show_default=True, help="Level of Y's LoD to expand by.")
-@opt.output_option(required=True, help_="The container to write, or - for stdout.")
-@click.option("--out-name", default=None, help="Tensor name in the output (default: X's).")
-@opt.replace_options
-@opt.compression_option
-@opt.max_memory_option
-@opt.device_option
-@opt.scheduler_options
-@opt.partition_size_option
-@opt.token_options
-@opt.json_option
+@options(*writing("Tensor name in the output (default: X's)."), *SCHEDULED)
 @click.pass_context
-def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression, max_memory, device, scheduler,
-           workers, partition_size, token_dtype, eos_token_id, as_json):
+def expand(ctx, x, y, output, max_memory, scheduler, workers, partition_size, as_json, **options):
     """sequence_expand: repeat X's rows (or X's sequences) by the lengths of Y's LoD at --ref-level.
 
     X and Y are files or FILE:tensor.  Y's data is never read.  Results are
@@ -149,16 +155,10 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
     """
     from .. import tasks
 
-    x_path, x_name = opt.parse_file_ref(x)
-    y_path, y_name = opt.parse_file_ref(y)
-    with _scheduled(ctx, "expand", scheduler, workers, partition_size, output, as_json) as dask, \
-            opt.input_path(x_path) as xs, opt.input_path(y_path) as ys, opt.container_output(output) as dst:
-        result = tasks.expand(xs, ys, dst, x_name=x_name, y_name=y_name, ref_level=ref_level, out_name=out_name,
-                              compression=compression, max_memory=opt.parse_size(max_memory), device=device,
-                              overwrite=overwrite, force=force, token_dtype=token_dtype, eos_token_id=eos_token_id,
-                              **dask)
-    result.output = output
-    _report(ctx, result, as_json, "expanded")
+    (x_path, x_name), (y_path, y_name) = opt.parse_file_ref(x), opt.parse_file_ref(y)
+    run_task(ctx, "expanded", lambda paths, dst, **kw: tasks.expand(*paths, dst, **kw), [x_path, y_path], output,
+             as_json, max_memory, _scheduled(ctx, "expand", scheduler, workers, partition_size, output, as_json),
+             x_name=x_name, y_name=y_name, **options)
 
 
 @click.command("pad")
@@ -171,15 +171,9 @@ def expand(ctx, x, y, ref_level, output, out_name, overwrite, force, compression
               help="Cut sequences longer than --maxlen: keep their head (the default of a bare --truncate) "
                    "or their tail. Without it a longer sequence is an error, as in Paddle.")
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to pad.")
-@opt.max_memory_option
-@opt.device_option
-@opt.scheduler_options
-@opt.partition_size_option
-@opt.token_options
-@opt.json_option
+@options(opt.max_memory_option, *SCHEDULED)
 @click.pass_context
-def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory, device, scheduler, workers,
-        partition_size, token_dtype, eos_token_id, as_json):
+def pad(ctx, file, name, output, max_memory, scheduler, workers, partition_size, as_json, **options):
     """Pad the sequences of a level into a dense (sequences, maxlen, *element) array.
 
     Writes an NPZ with `padded`, `lengths` and a boolean `mask`.  The lengths
@@ -199,9 +193,8 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
     opt.refuse_binary_on_terminal(output, "npz")
     with _scheduled(ctx, "pad", scheduler, workers, partition_size, output, as_json) as dask, \
             opt.input_path(file) as src:
-        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name, pad_value=pad_value,
-                         maxlen=maxlen, level=level, max_memory=opt.parse_size(max_memory), device=device,
-                         truncate=truncate, token_dtype=token_dtype, eos_token_id=eos_token_id, **dask)
+        info = tasks.pad(src, sys.stdout.buffer if output == "-" else output, name=name,
+                         max_memory=opt.parse_size(max_memory), **options, **dask)
     if as_json:
         opt.emit_json(info)
     elif output != "-":
@@ -218,7 +211,7 @@ def pad(ctx, file, name, output, pad_value, maxlen, truncate, level, max_memory,
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, device, as_json):
+def unpad(ctx, npz, output, max_memory, as_json, **options):
     """Turn a padded NPZ (arrays `padded` and `lengths`) back into a 1-level LoD tensor.
 
     \b
@@ -227,25 +220,16 @@ def unpad(ctx, npz, output, name, overwrite, force, compression, max_memory, dev
     """
     from .. import tasks
 
-    with opt.input_path(npz) as src, opt.container_output(output) as dst:
-        result = tasks.unpad(src, dst, name=name, compression=compression, device=device,
-                             max_memory=opt.parse_size(max_memory), overwrite=overwrite, force=force)
-    result.output = output
-    _report(ctx, result, as_json, "unpadded")
+    run_task(ctx, "unpadded", tasks.unpad, npz, output, as_json, max_memory, **options)
 
 
 @click.command("pack-plan")
 @click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--level", type=int, default=-1, show_default=True, help="Which level's sequences to plan.")
-@opt.device_option
-@opt.scheduler_options
-@opt.partition_size_option
-@opt.token_options
-@opt.json_option
+@options(*SCHEDULED)
 @click.pass_context
-def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size, token_dtype, eos_token_id,
-              as_json):
+def pack_plan(ctx, file, name, scheduler, workers, partition_size, as_json, **options):
     """The RNN packing plan of a level: sequences sorted by decreasing length
     (stable), the batch size of each time step, and the indices that restore
     the order (as torch's PackedSequence).  Reads the offsets only.  A length
@@ -263,8 +247,7 @@ def pack_plan(ctx, file, name, level, device, scheduler, workers, partition_size
     with _scheduled(ctx, "pack-plan", scheduler, workers, partition_size, None, True) as dask, \
             opt.input_path(file) as src:  # with a scheduler the partitions' offsets are read in parallel
         dask.pop("progress", None)
-        with tasks.pack_plan_stream(src, name=name, level=level, device=device, token_dtype=token_dtype,
-                                    eos_token_id=eos_token_id, **dask) as plan:
+        with tasks.pack_plan_stream(src, name=name, **options, **dask) as plan:
             _show_plan(plan, as_json)
 
 

@@ -7,7 +7,6 @@ sequence_reshape, lod_reset), and streams, so files larger than memory work.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import click
@@ -15,7 +14,7 @@ import numpy as np
 
 from ..errors import LodInputError
 from . import _options as opt
-from .ops import _report
+from .ops import options, run_task, writing
 
 
 def _ints(text: str, what: str) -> np.ndarray | int:
@@ -42,26 +41,8 @@ def _ints(text: str, what: str) -> np.ndarray | int:
     return np.array(values, np.int64)
 
 
-def _common(f):
-    for decorator in reversed([opt.output_option(required=True, help_="The container to write, or - for stdout."),
-                               click.option("--out-name", default=None,
-                                            help="Tensor name in the output (default: the input's)."),
-                               opt.replace_options, opt.compression_option, opt.max_memory_option,
-                               opt.token_options]):
-        f = decorator(f)
-    return f
-
-
-def _run(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memory, **options) -> None:
-    """``operator(inputs, output, **options)`` of :mod:`lodtool.tasks` (``-`` read and written through temp files);
-    ``options`` include :func:`_common`'s ``--token-dtype`` and ``--eos-id``, as each command takes them."""
-    with contextlib.ExitStack() as stack:
-        paths = [stack.enter_context(opt.input_path(p)) for p in ([inputs] if isinstance(inputs, str) else inputs)]
-        dst = stack.enter_context(opt.container_output(output))
-        result = operator(paths[0] if isinstance(inputs, str) else paths, dst, max_memory=opt.parse_size(max_memory),
-                          **options)
-    result.output = output
-    _report(ctx, result, as_json, verb)
+#: the options every command here takes
+_common = options(*writing(), opt.token_options)
 
 
 @click.command("concat")
@@ -70,7 +51,7 @@ def _run(ctx, verb: str, operator, inputs, output: str, as_json: bool, max_memor
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def concat(ctx, files, output, out_name, overwrite, force, compression, max_memory, device, as_json, **reading):
+def concat(ctx, files, output, max_memory, as_json, **options):
     """Join tensors sequence by sequence (Paddle's sequence_concat): sequence i of the output is sequence i of
     each input, in order.
 
@@ -87,8 +68,8 @@ def concat(ctx, files, output, out_name, overwrite, force, compression, max_memo
     if len(files) < 2:
         raise click.UsageError("concat joins at least two files")
     refs = [opt.parse_file_ref(f) for f in files]
-    _run(ctx, "joined", concat_files, [p for p, _ in refs], output, as_json, max_memory, names=[n for _, n in refs],
-         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device, **reading)
+    run_task(ctx, "joined", concat_files, [p for p, _ in refs], output, as_json, max_memory, names=[n for _, n in refs],
+             **options)
 
 
 @click.command("seq-slice")
@@ -104,8 +85,7 @@ def concat(ctx, files, output, out_name, overwrite, force, compression, max_memo
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite, force, compression, max_memory,
-              device, as_json, **reading):
+def seq_slice(ctx, file, offset, length, output, max_memory, as_json, **options):
     """Cut rows OFFSET..OFFSET+LENGTH out of every last-level sequence (Paddle's sequence_slice).
 
     Not `lodtool slice`, which selects whole sequences: seq-slice cuts inside
@@ -118,9 +98,8 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
     """
     from ..tasks import seq_slice as seq_slice_file
 
-    _run(ctx, "sliced", seq_slice_file, file, output, as_json, max_memory, offset=_ints(offset, "--offset"),
-         length=_ints(length, "--length"), clip=clip, name=name, out_name=out_name, compression=compression,
-         overwrite=overwrite, force=force, device=device, **reading)
+    run_task(ctx, "sliced", seq_slice_file, file, output, as_json, max_memory, offset=_ints(offset, "--offset"),
+             length=_ints(length, "--length"), **options)
 
 
 @click.command("erase")
@@ -131,8 +110,7 @@ def seq_slice(ctx, file, name, offset, length, clip, output, out_name, overwrite
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compression, max_memory, device, as_json,
-          **reading):
+def erase(ctx, file, tokens, output, max_memory, as_json, **options):
     """Drop the rows whose token id is one of --tokens (Paddle's sequence_erase); the LoD shrinks to match.
 
     For integer ids, one per row.  Upper levels are kept.  Streams chunks of
@@ -144,8 +122,7 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
     """
     from ..tasks import erase as erase_file
 
-    _run(ctx, "erased", erase_file, file, output, as_json, max_memory, tokens=_ints(tokens, "--tokens"), name=name,
-         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device, **reading)
+    run_task(ctx, "erased", erase_file, file, output, as_json, max_memory, tokens=_ints(tokens, "--tokens"), **options)
 
 
 @click.command("enumerate")
@@ -158,8 +135,7 @@ def erase(ctx, file, name, tokens, output, out_name, overwrite, force, compressi
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite, force, compression, max_memory,
-               device, as_json, **reading):
+def enumerate_(ctx, file, pad_value, output, max_memory, as_json, **options):
     """The n-gram window starting at every row, padded past its sequence's end (Paddle's sequence_enumerate).
 
     For one value per row; the output has --win-size values per row and the
@@ -172,9 +148,7 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
     from ..tasks import enumerate as enumerate_file
 
     pad = int(pad_value) if float(pad_value).is_integer() else pad_value
-    _run(ctx, "enumerated", enumerate_file, file, output, as_json, max_memory, win_size=win_size, pad_value=pad,
-         name=name, out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device,
-         **reading)
+    run_task(ctx, "enumerated", enumerate_file, file, output, as_json, max_memory, pad_value=pad, **options)
 
 
 @click.command("reshape")
@@ -185,8 +159,7 @@ def enumerate_(ctx, file, name, win_size, pad_value, output, out_name, overwrite
 @opt.device_option
 @opt.json_option
 @click.pass_context
-def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compression, max_memory, device, as_json,
-            **reading):
+def reshape(ctx, file, output, max_memory, as_json, **options):
     """Give the rows a new width; each last-level sequence keeps its values (Paddle's sequence_reshape).
 
     A sequence of L rows of width M becomes L*M/NEW_DIM rows, which must be
@@ -198,8 +171,7 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
     """
     from ..tasks import reshape as reshape_file
 
-    _run(ctx, "reshaped", reshape_file, file, output, as_json, max_memory, new_dim=new_dim, name=name,
-         out_name=out_name, compression=compression, overwrite=overwrite, force=force, device=device, **reading)
+    run_task(ctx, "reshaped", reshape_file, file, output, as_json, max_memory, **options)
 
 
 @click.command("lod-reset")
@@ -212,8 +184,7 @@ def reshape(ctx, file, name, new_dim, output, out_name, overwrite, force, compre
 @_common
 @opt.json_option
 @click.pass_context
-def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overwrite, force, compression, max_memory,
-              as_json, **reading):
+def lod_reset(ctx, file, target_lod, like, output, max_memory, as_json, **options):
     """Give the rows a new LoD (Paddle's lod_reset), or one more level below the old (--append: lod_append).
 
     The data is copied unchanged.  The new level must start at 0, never
@@ -233,6 +204,5 @@ def lod_reset(ctx, file, name, target_lod, like, append, output, out_name, overw
         raise click.UsageError("give the new level as --target-lod or --like (one of them)")
     target = None if target_lod is None else np.atleast_1d(_ints(target_lod, "--target-lod"))
     like_path, like_name = opt.parse_file_ref(like) if like else (None, None)
-    _run(ctx, "reset", lod_reset_file, file, output, as_json, max_memory, target_lod=target, like=like_path,
-         like_name=like_name, append=append, name=name, out_name=out_name, compression=compression,
-         overwrite=overwrite, force=force, **reading)
+    run_task(ctx, "reset", lod_reset_file, file, output, as_json, max_memory, target_lod=target, like=like_path,
+             like_name=like_name, **options)

@@ -71,6 +71,11 @@ def _dask(module: str = "dask"):
     return optional_import(module, "dask", "lodtool.dask")
 
 
+def _tokenize(*args) -> str:
+    """Dask's deterministic token of ``args``."""
+    return _dask("dask.base").tokenize(*args)
+
+
 @dataclass(frozen=True)
 class Partition:
     """What a task needs to read its range: the stored tensor's file, sharded folder or token dataset (a URL is
@@ -129,16 +134,11 @@ class _Chain:
     def __len__(self) -> int:
         return len(self.fns)
 
-    def __bool__(self) -> bool:
-        return bool(self.fns)
-
     def __iter__(self):
         return iter(self.fns)
 
     def __dask_tokenize__(self):
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(self.fns)
+        return _tokenize(self.fns)
 
 
 def _run(part: Partition, fns: _Chain, max_memory: int | None):
@@ -240,7 +240,7 @@ def plan(path: str | os.PathLike, name: str | None = None, *, partition_size: in
 def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> tuple[list[Partition], Any, int]:
     """:func:`plan`, and the tensor's row count.  Every shard is opened, so checked against the manifest (a
     shard the manifest says is empty too)."""
-    from ..planner import sequence_ranges
+    from ..planner import Bounds, sequence_ranges
     from ..container.shards import TensorSpec
     from ..tasks._open import open as open_path
 
@@ -254,11 +254,9 @@ def _plan(path, name, partition_size, max_memory, token_dtype, eos_token_id) -> 
         rows_before = 0  # the rows of the shards before this one (a shard without sequences holds no rows)
         for i, (_, first, stop) in enumerate(t.shard_ranges() if sharded else [(path, 0, len(t))]):
             s = t.shard(i)[1] if sharded else t
+            bounds = Bounds(s.read_offsets, s.lod_level)
             for a, b in sequence_ranges(s.read_offsets, s.lod_level, stop - first, max_rows):
-                row = a
-                for k in range(s.lod_level):  # down the levels to the range's first row
-                    row = int(s.read_offsets(k, row, row + 1)[0])
-                parts.append(Partition(path, t.name, first + a, first + b, rows_before + row, token_dtype,
+                parts.append(Partition(path, t.name, first + a, first + b, rows_before + bounds(a)[-1], token_dtype,
                                        eos_token_id, dict(storage.current_options())))
             rows_before += s.n_rows
         return parts, spec, t.n_rows
@@ -401,13 +399,21 @@ class LodBag:
         from ..tasks._pipe import PoolIndex, step
 
         if not return_index:
-            return self._then(step(sequence_pool, pool_type, pad_value=pad_value), "pool")
-        pool_index = PoolIndex(pool_type, pad_value, index_dtype(self._n_rows or 0))
+            return self._map(step(sequence_pool, pool_type, pad_value=pad_value), "pool")
+        return self._map(PoolIndex(pool_type, pad_value, index_dtype(self._n_rows or 0)), "pool")
+
+    def _map(self, fn: Callable, label: str) -> "LodBag":
+        """The one-process operators' configured chunk function ``fn`` (:mod:`lodtool.tasks._pipe`) on each
+        partition; a ``PoolIndex`` counts its index from each partition's stored row."""
+        from ..tasks._pipe import PoolIndex
+
+        if not isinstance(fn, PoolIndex):
+            return self._then(fn, label)
         if self._fns or self._n_rows is None:
             raise LodUsageError("the pooling index counts stored rows: call pool(..., return_index=True) on "
                                 "read(...), before other operators")
-        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label="pool",
-                        n_rows=self._n_rows, task=(_pool_index, pool_index), names=("", "_index"),
+        return _TaskBag(self.partitions, spec=self.spec, max_memory=self._max_memory, label=label,
+                        n_rows=self._n_rows, task=(_pool_index, fn), names=("", "_index"),
                         what="pooled tensor and its index (pool(return_index=True))")
 
     def softmax(self) -> "LodBag":
@@ -415,14 +421,14 @@ class LodBag:
         from ..ops import sequence_softmax
         from ..tasks._pipe import step
 
-        return self._then(step(sequence_softmax), "softmax")
+        return self._map(step(sequence_softmax), "softmax")
 
     def reverse(self) -> "LodBag":
         """``sequence_reverse`` of each partition (as ``lodtool reverse``)."""
         from ..ops import sequence_reverse
         from ..tasks._pipe import step
 
-        return self._then(step(sequence_reverse), "reverse")
+        return self._map(step(sequence_reverse), "reverse")
 
     def expand(self, y: str | os.PathLike, y_name: str | None = None, ref_level: int = -1) -> "LodBag":
         """``sequence_expand`` of this tensor (x) by the LoD of the stored tensor ``y`` (its data is never read).
@@ -483,9 +489,7 @@ class LodBag:
 
     # running
     def _token(self) -> str:
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(self.partitions, self._fns, self._max_memory, type(self).__name__)
+        return _tokenize(self.partitions, self._fns, self._max_memory, type(self).__name__)
 
     def _task(self, part: Partition) -> tuple:
         """``(function, *arguments)`` of the one task that computes ``part``."""
@@ -535,27 +539,21 @@ class LodBag:
         """
         dask = _dask()
 
-        from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
-                                        shard_name)
+        from ..container.shards import commit_manifest, shard_name
 
         folder = storage.absolute(folder)  # a URL: every worker uploads its shard there, the manifest last
-        created = not storage.is_url(folder) and not os.path.exists(folder)
-        prepare_folder(folder, append=append)
-        base = next_shard_index(folder)
         name = name or self.name or "tensor"
         token = self._token()
-        items, paths = [], []
         writing = dict(storage.current_options())  # the options in force here reach the workers that upload
-        for i, part in enumerate(self.partitions):
-            path = os.path.join(folder, shard_name(base + i))
-            key = (f"lodtool-shard-{token}", i)
-            items.append(dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path,
-                                                                 self._output_names(name), compression,
-                                                                 {**part.storage_options, **writing},
-                                                                 dask_key_name=key))
-            paths.append(path)
-        try:
-            results = _compute(items, progress, kwargs)
+
+        def tasks(base: int):
+            paths = [os.path.join(folder, shard_name(base + i)) for i in range(self.npartitions)]
+            return [dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path, self._output_names(name),
+                                                           compression, {**part.storage_options, **writing},
+                                                           dask_key_name=(f"lodtool-shard-{token}", i))
+                    for i, (part, path) in enumerate(zip(self.partitions, paths))], paths
+
+        def commit(results):
             written = [r for r in results if r is not None]
             if not written:
                 raise LodUsageError("the result holds no sequences; nothing was written")
@@ -565,9 +563,8 @@ class LodBag:
                     raise LodUsageError(f"{folder}: partitions came out with different dtypes or shapes "
                                         f"({specs} and {s}); give the operator a fixed dtype")
             return commit_manifest(folder, specs, [info for info, _ in written], append=append)
-        except BaseException:
-            remove_uncommitted_shards(folder, paths, created=created)
-            raise
+
+        return _shard_job(folder, append, tasks, commit, progress, kwargs)
 
     def to_dask_awkward(self) -> dak.Array:
         """The partitions as a ``dask_awkward.Array`` (``dask_awkward.from_map``), each partition one awkward
@@ -593,9 +590,7 @@ class _Thunk:
         return self.fn(*self.args)
 
     def __dask_tokenize__(self):
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(self.fn, self.args)
+        return _tokenize(self.fn, self.args)
 
 
 def _write_result(task: _Thunk, path: str, names: tuple[str, ...], compression: str | None,
@@ -627,9 +622,7 @@ class _TaskBag(LodBag):
         raise LodUsageError(f"write or compute the {self._what} first; chaining after it is not supported")
 
     def _token(self) -> str:
-        tokenize = _dask("dask.base").tokenize
-
-        return tokenize(super()._token(), self._task_args)
+        return _tokenize(super()._token(), self._task_args)
 
     def _task(self, part: Partition) -> tuple:
         fn, *args = self._task_args
@@ -876,8 +869,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
     """
     dask = _dask()
 
-    from ..container.shards import (commit_manifest, next_shard_index, prepare_folder, remove_uncommitted_shards,
-                                    shard_name)
+    from ..container.shards import commit_manifest, shard_name
 
     sources = [os.fspath(s) for s in inputs]
     if not sources:
@@ -886,14 +878,13 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
         raise LodUsageError("a parallel pack reads files, not stdin")
     sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
     folder = os.path.abspath(os.fspath(folder))
-    created = not os.path.exists(folder)
-    prepare_folder(folder, append=append)
-    base = next_shard_index(folder)
-    paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
-    items = [dask.delayed(_pack_one, pure=False)(s, p, options, dask_key_name=(f"lodtool-pack-{base}", i))
-             for i, (s, p) in enumerate(zip(sources, paths))]
-    try:
-        results = _compute(items, progress, dict(compute_kwargs or {}))
+
+    def tasks(base: int):
+        paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
+        return [dask.delayed(_pack_one, pure=False)(s, p, options, dask_key_name=(f"lodtool-pack-{base}", i))
+                for i, (s, p) in enumerate(zip(sources, paths))], paths
+
+    def commit(results):
         spec = results[0][1]
         for (info, s), src in zip(results, sources):
             if s != spec:
@@ -902,6 +893,20 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
                                     f"{spec.lod_level}; give --dtype (and --lod-level) so every shard agrees")
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
                                append=append)
+
+    return _shard_job(folder, append, tasks, commit, progress, dict(compute_kwargs or {}))
+
+
+def _shard_job(folder: str, append: bool, tasks: Callable, commit: Callable, progress, kwargs: dict) -> Manifest:
+    """``tasks(first new shard number)`` (``(Dask items, their shard paths)``) computed, then ``commit(results)``
+    writes the manifest; a failure removes the new shards (and the folder, where the job made it)."""
+    from ..container.shards import next_shard_index, prepare_folder, remove_uncommitted_shards
+
+    created = not storage.is_url(folder) and not os.path.exists(folder)
+    prepare_folder(folder, append=append)
+    items, paths = tasks(next_shard_index(folder))
+    try:
+        return commit(_compute(items, progress, kwargs))
     except BaseException:
         remove_uncommitted_shards(folder, paths, created=created)
         raise

@@ -53,7 +53,11 @@ class Crossover(NamedTuple):
     """Work (elements) from which an operator's Numba kernel beats its NumPy reference, whole process.
 
     ``cold``: while Numba is not imported yet (the kernel must also pay for the
-    import and the loading of its cached code); ``warm``: once it is.
+    import and the loading of its cached code); ``warm``: once it is.  Measured
+    as ``cold`` = (a fresh process's first kernel call - the reference's) / (the
+    saving per element at 16M elements), halved towards Numba (more cores save
+    more); ``warm`` = the smallest size from which the loaded kernel wins at
+    every size measured.  Each operator's figures: docs/benchmarks.md.
     """
 
     cold: int

@@ -41,7 +41,6 @@ softmax uses the device's ``exp`` (within 2 ulp of the host's).
 
 from __future__ import annotations
 
-import math
 import threading
 import types
 from typing import Any, Sequence
@@ -68,8 +67,6 @@ MAX_BLOCKS = 65535 * 4
 # gather modes: how an output row's source row is found (see _src_of)
 MODE_ROW, MODE_BASE, MODE_REV, MODE_STRIDE, MODE_TO_STEPS, MODE_FROM_STEPS = range(6)
 MODE_PAD, MODE_FIRST, MODE_LAST = 6, 7, 8
-
-POOL_CODES = {"sum": 0, "average": 1, "sqrt": 2, "max": 3, "min": 4, "first": 5, "last": 6}
 
 I64 = np.dtype(np.int64)
 #: bound to ``numba.cuda`` in the kernels' globals when they compile (see compiled)
@@ -266,7 +263,7 @@ def _seg_ids(off, nseg, n, out):  # pragma: no cover - kernel
 
 
 def _pool(x2, off, n, w, code, pad, scale, out):  # pragma: no cover - kernel
-    """``out[i, c]``: rows ``off[i]..off[i+1]`` of column ``c`` reduced in row order (codes as POOL_CODES)."""
+    """``out[i, c]``: rows ``off[i]..off[i+1]`` of column ``c`` reduced in row order (codes as ops.pool.POOL_TYPES)."""
     e = np.int64(cuda.grid(1))
     stride = np.int64(cuda.gridsize(1))
     while e < n * w:
@@ -298,32 +295,8 @@ def _pool(x2, off, n, w, code, pad, scale, out):  # pragma: no cover - kernel
         e += stride
 
 
-def _softmax(x, off, n, out):  # pragma: no cover - kernel
-    """Stable softmax of ``x[off[i]:off[i+1]]``, one thread a sequence; sums in float64."""
-    i = np.int64(cuda.grid(1))
-    stride = np.int64(cuda.gridsize(1))
-    while i < n:
-        a = off[i]
-        b = off[i + 1]
-        if b > a:
-            peak = x[a]
-            for r in range(a + 1, b):
-                v = x[r]
-                if v > peak or v != v:
-                    peak = v
-            total = 0.0
-            for r in range(a, b):
-                ev = math.exp(x[r] - peak)
-                out[r] = ev
-                total += ev
-            for r in range(a, b):
-                out[r] = out[r] / total
-        i += stride
-
-
 _DEVICE_FUNCS = ("_upper_bound", "_src_of", "_fill_seg", "_advance")
-_KERNELS = ("_gather", "_tile_segs", "_first_decrease", "_first_outside", "_seg_ids", "_pool", "_softmax")
-_compiled_ns: types.SimpleNamespace | None = None
+_KERNELS = ("_gather", "_tile_segs", "_first_decrease", "_first_outside", "_seg_ids", "_pool")
 _compile_lock = threading.Lock()
 
 
@@ -348,28 +321,9 @@ def simulated() -> bool:
 
 
 def compiled() -> types.SimpleNamespace:
-    """The kernels, each ``cuda.jit(cache=True)``-ed once, with the device functions bound."""
-    global _compiled_ns
-    if _compiled_ns is None:
-        with _compile_lock:
-            if _compiled_ns is None:
-                cuda = numba_cuda()
-                glb = dict(globals())
-                glb["cuda"] = cuda
-
-                def rebind(fn):
-                    f = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__)
-                    f.__qualname__ = fn.__qualname__
-                    f.__module__ = fn.__module__
-                    return f
-
-                for name in _DEVICE_FUNCS:  # later ones call earlier ones through glb
-                    glb[name] = cuda.jit(device=True)(rebind(globals()[name]))
-                ns = types.SimpleNamespace(cuda=cuda)
-                for name in _KERNELS:
-                    setattr(ns, name.lstrip("_"), cuda.jit(cache=not simulated())(rebind(globals()[name])))
-                _compiled_ns = ns
-    return _compiled_ns
+    """The kernels of this module, each ``cuda.jit``-ed once, with the device functions bound."""
+    names = globals()
+    return jit_kernels([names[k] for k in _KERNELS], [names[f] for f in _DEVICE_FUNCS])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,7 +354,7 @@ def launch(xp, kern, blocks: int, *args) -> None:
     ns = compiled()
     if blocks <= 0:
         return
-    if simulated() or not _is_device_any(args):
+    if simulated() or not any(is_device_array(a) for a in args):
         # host arrays are copied in and back out; a read-only one (a tensor's offsets) is only copied in
         args = [ns.cuda.In(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a for a in args]
         kern[blocks, _threads()](*args)
@@ -419,10 +373,6 @@ def launch(xp, kern, blocks: int, *args) -> None:
     kern[blocks, _threads(), stream](*conv)
     end.record()
     PROFILE.append((getattr(kern, "py_func", kern).__name__, start, end))
-
-
-def _is_device_any(args) -> bool:
-    return any(is_device_array(a) for a in args)
 
 
 def grid(n: int) -> int:
@@ -449,6 +399,26 @@ def as_offsets(xp, values: Any, *, level: int | None = None, what: str = "offset
     if values.dtype.kind not in "iu":
         raise LodValidationError(f"{where}{what} must be integers, got dtype {values.dtype}")
     return xp.ascontiguousarray(values.astype(I64, copy=False))
+
+
+def first_outside(xp, vals: Any, lo: int, hi: int) -> tuple[int, int]:
+    """The first index of ``vals`` (a device array) below ``lo`` and the first above ``hi`` (its length where there
+    is none), read back in one transfer."""
+    n = int(vals.shape[0])
+    res = xp.full(2, n, I64)
+    launch(xp, compiled().first_outside, grid(n), vals, n, lo, hi, res)
+    below, above = scalars(xp, res[:1], res[1:])
+    return below, above
+
+
+def on_device(xp, data: Any):
+    """``data`` as a device array (a host array is copied over)."""
+    return data if is_device_array(data) else xp.asarray(data)
+
+
+def level_offsets(xp, offsets: Any, n_rows: int | None, validated: bool):
+    """One level of offsets as an int64 device array, checked on the device unless the caller ``validated`` it."""
+    return as_offsets(xp, offsets) if validated else validate_offsets(xp, [offsets], n_rows)[0]
 
 
 def lengths_to_offsets(xp, lengths: Any):
@@ -641,5 +611,6 @@ def jit_kernels(kernels: Sequence[Any], device_functions: Sequence[Any] = ()) ->
     return ns
 
 
-__all__ = ["validate_offsets", "lengths_to_offsets", "offsets_to_lengths", "row_offsets",
-           "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda", "simulated", "jit_kernels"]
+__all__ = ["validate_offsets", "level_offsets", "on_device", "first_outside", "lengths_to_offsets",
+           "offsets_to_lengths", "row_offsets", "device_words", "as_offsets", "to_host", "tile_rows", "numba_cuda",
+           "simulated", "jit_kernels"]

@@ -2,15 +2,14 @@
 
 Several operators (``sequence_concat``, ``sequence_slice``) move whole runs of
 rows: segment ``i`` is ``length[i]`` rows read from row ``src_start[i]`` and
-written from row ``dst_start[i]``.  This module holds that one primitive, as a
-NumPy reference, a Numba kernel (bytes moved as words, see
-:func:`lodtool.ops._util.as_words`) and the CUDA gather of
-:mod:`lodtool.ops._cuda`, so each operator only computes its segment table.
+written from row ``dst_start[i]``.  This module holds that one primitive: the
+rows it reads (:func:`segment_rows`, the NumPy reference's gather), a Numba
+kernel (bytes moved as words, see :func:`lodtool.ops._util.as_words`) and the
+CUDA gather of :mod:`lodtool.ops._cuda`, so each operator only computes its
+segment table.
 
 >>> import numpy as np
->>> out = np.zeros(5, np.int64)
->>> copy_segments(np.arange(10), [7, 0], [0, 2], [2, 3], out, backend="numpy")
->>> out.tolist()
+>>> segment_rows([7, 0], [2, 3]).tolist()
 [7, 8, 0, 1, 2]
 """
 
@@ -26,14 +25,12 @@ from ._util import U, as_words, words_of
 _I64 = np.dtype(np.int64)
 
 
-def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, out: np.ndarray, *,
-                  backend: str = "numba") -> None:
+def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, out: np.ndarray) -> None:
     """``out[dst_start[i]:+length[i]] = src[src_start[i]:+length[i]]`` for every ``i`` (host arrays).
 
     ``src`` and ``out`` have the same dtype and element shape; ``out`` is
     C-contiguous.  Segments must lie inside both arrays and must not overlap in
-    ``out`` (the callers build them so; nothing else checks).  ``backend`` is
-    ``"numpy"`` (the reference) or ``"numba"``.
+    ``out`` (the callers build them so; nothing else checks).
 
     >>> out = np.zeros((3, 2), np.float32)
     >>> copy_segments(np.ones((4, 2), np.float32), [1], [1], [2], out)
@@ -43,13 +40,6 @@ def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, 
     src_start = np.asarray(src_start, _I64)
     dst_start = np.asarray(dst_start, _I64)
     length = np.asarray(length, _I64)
-    if backend == "numpy":
-        total = int(length.sum()) if length.size else 0
-        if total:
-            index = np.repeat(src_start, length) + _ramp(length, total)
-            dest = np.repeat(dst_start, length) + _ramp(length, total)
-            out[dest] = np.asarray(src)[index]
-        return
     srcw, k = as_words(src)
     outw = words_of(out, srcw.dtype) if k else None
     if k and len(length):
@@ -57,11 +47,17 @@ def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, 
               *schedule(len(length)))
 
 
+def segment_rows(start: Any, length: Any) -> np.ndarray:
+    """Rows ``start[i] .. start[i] + length[i]`` of every segment ``i``, end to end (int64, on the host)."""
+    length = np.asarray(length, _I64)
+    at = np.zeros(len(length) + 1, _I64)
+    np.cumsum(length, out=at[1:])
+    return np.repeat(np.asarray(start, _I64) - at[:-1], length) + np.arange(at[-1], dtype=_I64)
+
+
 def _ramp(length: np.ndarray, total: int) -> np.ndarray:
     """``0, 1, .., length[0]-1, 0, 1, .., length[1]-1, ..`` (``total`` values)."""
-    starts = np.zeros(len(length), _I64)
-    np.cumsum(length[:-1], out=starts[1:])
-    return np.arange(total, dtype=_I64) - np.repeat(starts, length)
+    return segment_rows(np.zeros(len(length), _I64), length)
 
 
 def gather_segments_cuda(xp, src: Any, src_start: Any, seg_offsets: Any, n_out: int, out: Any) -> None:
@@ -97,4 +93,4 @@ def _copy(xw, k, src_start, dst_start, length, outw, nblocks, counter, nworkers)
             blk = atomic_add(counter, one)
 
 
-__all__ = ["copy_segments", "gather_segments_cuda"]
+__all__ = ["copy_segments", "gather_segments_cuda", "segment_rows"]

@@ -42,7 +42,7 @@ from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
-from ._segments import copy_segments, gather_segments_cuda
+from ._segments import copy_segments, gather_segments_cuda, segment_rows
 from ._util import as_tensor
 
 OP = "sequence_concat"
@@ -148,7 +148,7 @@ def _interleave(xp, arrays: list, starts: list, how: str):
     n, m = int(lens.shape[0]), len(arrays)
     total = int(_cuda.to_host(seg_off[-1:])[0])
     if how == "numpy":
-        return _reference_gather(arrays, starts, lens, seg_off, total)
+        return _reference_gather(arrays, starts, lens)
     first = arrays[0]
     out = xp.empty((total,) + tuple(first.shape[1:]), first.dtype)
     if how == "numba":
@@ -167,14 +167,12 @@ def _interleave(xp, arrays: list, starts: list, how: str):
     return out
 
 
-def _reference_gather(arrays: list, starts: list, lens: np.ndarray, seg_off: np.ndarray, total: int) -> np.ndarray:
+def _reference_gather(arrays: list, starts: list, lens: np.ndarray) -> np.ndarray:
     """The plain NumPy specification: all inputs in one array, then one index of output rows."""
     sizes = np.array([len(a) for a in arrays], _I64)
     base = np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(_I64)
     seg_start = (np.stack([s[:-1] for s in starts], axis=1) + base[None, :]).reshape(-1)
-    flat_lens = lens.reshape(-1)
-    index = np.repeat(seg_start - seg_off[:-1], flat_lens) + np.arange(total, dtype=_I64)
-    return np.concatenate(arrays)[index]
+    return np.concatenate(arrays)[segment_rows(seg_start, lens.reshape(-1))]
 
 
 def _concat(xp, datas: list, levels: list, how: str, names) -> LoDTensor:

@@ -186,11 +186,11 @@ def cuda_conv(xp, data, off, w, length: int, start: int, work: np.dtype):
     >>> out.ravel().tolist()  # doctest: +SKIP
     [21.0, 32.0, 3.0]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     t = int(data.shape[0])
     m = row_size(data.shape[1:])
     x2 = xp.ascontiguousarray(data.reshape(t, m).astype(work, copy=False))
-    dw = (xp.asarray(w) if not is_device_array(w) else w).astype(work, copy=False)
+    dw = _cuda.on_device(xp, w).astype(work, copy=False)
     col = xp.empty((t, length * m), work)
     if t and m:
         n = int(off.shape[0]) - 1

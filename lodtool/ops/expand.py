@@ -40,25 +40,18 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import Crossover, get_backend
+from ._segments import segment_rows
 from ._util import U, as_tensor, as_words, empty_words
 
 OP = "sequence_expand"
 
 
-#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.36 s, saving 0.93
-# ns/element (kernel 2.05x at 16M, 1.29x at 64k, 0.68x at 16k): cold 0.36 s / 0.93 ns = 392M, halved; warm 64k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 16)
 
 
@@ -169,9 +162,7 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     out_lens = np.repeat(lens, reps)
     out_off = np.zeros(len(out_lens) + 1, np.int64)
     np.cumsum(out_lens, out=out_off[1:])
-    # each output row's source row: the copy's source start, plus the row's place in the copy
-    src_start = np.repeat(xoff[:-1], reps)
-    index = np.repeat(src_start - out_off[:-1], out_lens) + np.arange(out_off[-1], dtype=np.int64)
+    index = segment_rows(np.repeat(xoff[:-1], reps), out_lens)  # each copy from its sequence's first row
     return LoDTensor._trusted(data[index], (out_off,), xt.level_names)
 
 
@@ -323,12 +314,9 @@ def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, valid
     >>> out.tolist(), off.tolist()  # doctest: +SKIP
     ([0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [0, 1, 4, 7])
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     n_rows = int(data.shape[0])
-    if validated:
-        ref = _cuda.as_offsets(xp, ref_offsets)
-    else:
-        (ref,) = _cuda.validate_offsets(xp, [ref_offsets], None)
+    ref = _cuda.level_offsets(xp, ref_offsets, None, validated)
     count = int(ref.shape[0]) - 1
     xw, k = _cuda.device_words(xp, data)
     if x_offsets is None:
@@ -340,10 +328,7 @@ def cuda_expand(xp, data: Any, x_offsets: Any | None, ref_offsets: Any, *, valid
         outw, _ = _cuda.device_words(xp, out, xw.dtype)
         _cuda.gather_rows(xp, xw, k, ref, count, total, outw, mode=_cuda.MODE_ROW)
         return out, None
-    if validated:
-        xoff = _cuda.as_offsets(xp, x_offsets)
-    else:
-        (xoff,) = _cuda.validate_offsets(xp, [x_offsets], n_rows)
+    xoff = _cuda.level_offsets(xp, x_offsets, n_rows, validated)
     if int(xoff.shape[0]) != count + 1:
         raise LodShapeError(f"sequence_expand: x has {int(xoff.shape[0]) - 1} sequences but the reference level "
                             f"has {count}; they must have the same number of sequences")

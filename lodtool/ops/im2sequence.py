@@ -35,7 +35,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodShapeError, LodUsageError
 from ..tensor import LoDTensor
@@ -285,7 +284,7 @@ def cuda_im2sequence(xp, images, off: np.ndarray, widths: np.ndarray, geometry: 
     >>> out.tolist()  # doctest: +SKIP
     [[0.0, 1.0, 2.0, 3.0]]
     """
-    images = xp.ascontiguousarray(xp.asarray(images) if not is_device_array(images) else images)
+    images = xp.ascontiguousarray(_cuda.on_device(xp, images))
     n, c, h, w = (int(d) for d in images.shape)
     total = int(off[-1])
     width = c * int(geometry[0]) * int(geometry[1])

@@ -49,6 +49,7 @@ from ..lod import validate_lod
 from ..tensor import LoDTensor, check_dtype
 from . import _cuda
 from ._backend import Crossover, get_backend
+from ._segments import segment_rows
 from ._util import U, as_tensor, as_words, empty_words, level_index, need_lod, row_offsets
 
 OP = "pack_plan"
@@ -156,13 +157,7 @@ class PackPlan:
         return [data[bounds[t]:bounds[t + 1]] for t in range(len(self.batch_sizes))]
 
 
-#: sequences of pack_plan from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured on the project's 2-core EPYC under load (load average 8-11), medians of 5: first call 2.1 s, saving 232
-# ns/sequence (95 vs 1.8 ms at 400k sequences); the warm serial kernel wins at any size (0.31 vs 0.05 ms at 5k).
-# cold = (first-call cost of the kernel in a fresh process: numba import + cached-kernel load)
-#        / (per-unit saving of the kernel over the reference at the largest size), divided by 4 as a
-#        margin towards Numba for quieter machines with more cores; warm = where the warm kernel
-#        overtakes the reference in process.
+#: sequences of pack_plan from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 21, warm=1)
 
 
@@ -401,15 +396,15 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
         out = cuda_to_time_major(be.xp, data, plan.row_offsets, plan.sorted_indices, plan.batch_sizes)
         return out, plan.batch_sizes
     if be.name == "numpy":
-        src, pos = _time_major_index(plan)
+        src, pos = _time_major_index(plan, plan.row_offsets)
         out = np.empty_like(data)
         out[pos] = data[src]
         return out, plan.batch_sizes
     xw, k = as_words(data)
     out, outw = empty_words(len(data), data, xw.dtype)
     if k:
-        _to_steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
-                  plan.step_offsets().view(np.uint64), outw, *schedule(plan.num_sequences))
+        _steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
+               plan.step_offsets().view(np.uint64), True, outw, *schedule(plan.num_sequences))
     return out, plan.batch_sizes
 
 
@@ -441,39 +436,30 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
         out = cuda_from_time_major(be.xp, data, plan.row_offsets, plan.unsorted_indices, plan.batch_sizes)
         return LoDTensor._trusted(out, plan.lod)
     if be.name == "numpy":
-        src, pos = _time_major_index(plan)
+        src, pos = _time_major_index(plan, plan.row_offsets)
         out = np.empty_like(data)
         out[src] = data[pos]
     else:
         xw, k = as_words(data)
         out, outw = empty_words(len(data), data, xw.dtype)
         if k:
-            _from_steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
-                        plan.step_offsets().view(np.uint64), outw, *schedule(plan.num_sequences))
+            _steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
+                   plan.step_offsets().view(np.uint64), False, outw, *schedule(plan.num_sequences))
     return LoDTensor._trusted(out, plan.lod)
 
 
 def _unit_order(plan: PackPlan) -> np.ndarray:
     """Above the last level: the sub-sequences (indices into level ``level + 1``) in time-major order (host)."""
-    starts = _cuda.to_host(plan.lod[plan.level])[:-1]
-    order = _cuda.to_host(plan.sorted_indices)
-    lens = _cuda.to_host(plan.lengths)[order]
-    rank = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-    first = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=first[1:])
-    t = np.arange(first[-1], dtype=np.int64) - np.repeat(first[:-1], lens)
-    out = np.empty(first[-1], np.int64)
-    out[_cuda.to_host(plan.step_offsets())[t] + rank] = starts[order][rank] + t
+    src, pos = _time_major_index(plan, plan.lod[plan.level])
+    out = np.empty(len(src), np.int64)
+    out[pos] = src
     return out
 
 
 def _take_units(xp, data, unit_offsets, order: np.ndarray):
     """The rows of units ``order`` (row ranges ``unit_offsets[u]..unit_offsets[u+1]``), back to back."""
     off = _cuda.to_host(unit_offsets)
-    starts, sizes = off[:-1][order], np.diff(off)[order]
-    at = np.zeros(len(order) + 1, np.int64)
-    np.cumsum(sizes, out=at[1:])
-    index = np.repeat(starts - at[:-1], sizes) + np.arange(at[-1], dtype=np.int64)
+    index = segment_rows(off[:-1][order], np.diff(off)[order])
     return data[xp.asarray(index)] if xp is not np else np.asarray(data)[index]
 
 
@@ -493,7 +479,7 @@ def _take_sequences(x: LoDTensor, level: int, indices: np.ndarray, xp) -> LoDTen
         off = np.zeros(len(current) + 1, np.int64)
         np.cumsum(sizes, out=off[1:])
         levels.append(off)
-        current = np.repeat(starts - off[:-1], sizes) + np.arange(off[-1], dtype=np.int64)
+        current = segment_rows(starts, sizes)
     data = x.data[xp.asarray(current)] if xp is not np else np.asarray(x.data)[current]
     names = x.level_names[level:] if x.level_names else None
     if xp is not np:
@@ -634,23 +620,20 @@ def _steps_array(steps: Any, plan: PackPlan):
     return data
 
 
-def _time_major_index(plan: PackPlan) -> tuple[np.ndarray, np.ndarray]:
-    """``(src, pos)``: data row ``src[q]`` goes to time-major position ``pos[q]``."""
-    lens = plan.lengths[plan.sorted_indices]
-    n = len(lens)
-    rank = np.repeat(np.arange(n, dtype=np.int64), lens)
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=first[1:])
-    t = np.arange(first[-1], dtype=np.int64) - np.repeat(first[:-1], lens)
-    pos = plan.step_offsets()[t] + rank
-    src = plan.row_offsets[:-1][plan.sorted_indices][rank] + t
-    return src, pos
+def _time_major_index(plan: PackPlan, starts) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, pos)`` on the host: unit ``src[q]`` (step ``t`` of a sequence that starts at unit ``starts[s]``)
+    goes to time-major position ``pos[q]``."""
+    order = _cuda.to_host(plan.sorted_indices)
+    lens = _cuda.to_host(plan.lengths)[order]
+    rank = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    t = segment_rows(np.zeros(len(lens), np.int64), lens)
+    return _cuda.to_host(starts)[:-1][order][rank] + t, _cuda.to_host(plan.step_offsets())[t] + rank
 
 
 @kernel(parallel=True)
-def _to_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
-              nworkers):  # pragma: no cover - compiled by Numba
-    """Row ``t`` of the ``r``-th longest sequence to time-major row ``step_start[t] + r``."""
+def _steps(xw, k, roff, sorted_idx, step_start, to_steps, outw, nblocks, counter,
+           nworkers):  # pragma: no cover - compiled by Numba
+    """Row ``t`` of the ``r``-th longest sequence to time-major row ``step_start[t] + r`` (``to_steps``), or back."""
     one = U(1)
     n = U(sorted_idx.shape[0])
     for _ in prange(nworkers):
@@ -659,35 +642,14 @@ def _to_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
             for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
                 s = sorted_idx[r]
                 a = roff[s]
-                src = a * k
+                row = a * k
                 for t in range(roff[s + one] - a):
-                    dst = (step_start[t] + r) * k
+                    step = (step_start[t] + r) * k
+                    src, dst = (row, step) if to_steps else (step, row)
                     for j in range(k):
                         outw[dst + j] = xw[src + j]
-                    src += k
+                    row += k
             blk = atomic_add(counter, one)
-
-
-@kernel(parallel=True)
-def _from_steps(xw, k, roff, sorted_idx, step_start, outw, nblocks, counter,
-                nworkers):  # pragma: no cover - compiled by Numba
-    """The inverse of ``_to_steps``."""
-    one = U(1)
-    n = U(sorted_idx.shape[0])
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                s = sorted_idx[r]
-                a = roff[s]
-                dst = a * k
-                for t in range(roff[s + one] - a):
-                    src = (step_start[t] + r) * k
-                    for j in range(k):
-                        outw[dst + j] = xw[src + j]
-                    dst += k
-            blk = atomic_add(counter, one)
-
 
 
 # -- the CUDA launchers (lodtool.ops._cuda holds the shared device primitives) -------------------------------
@@ -703,10 +665,7 @@ def cuda_pack_plan(xp, row_offsets: Any, *, validated: bool = False):
     >>> [a.tolist() for a in cuda_pack_plan(cp, [0, 1, 1, 4])[1:]]  # doctest: +SKIP
     [[2, 0, 1], [1, 2, 0], [2, 1, 1]]
     """
-    if validated:
-        roff = _cuda.as_offsets(xp, row_offsets)
-    else:
-        (roff,) = _cuda.validate_offsets(xp, [row_offsets], None)
+    roff = _cuda.level_offsets(xp, row_offsets, None, validated)
     lengths = roff[1:] - roff[:-1]
     n = int(lengths.shape[0])
     maxlen = int(_cuda.to_host(lengths.max())) if n else 0
@@ -739,15 +698,7 @@ def cuda_to_time_major(xp, data: Any, row_offsets: Any, sorted_idx: Any, batch_s
     >>> cuda_to_time_major(cp, cp.array([1, 2, 3]), [0, 1, 3], s, b).tolist()  # doctest: +SKIP
     [2, 1, 3]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    roff = _cuda.as_offsets(xp, row_offsets)
-    steps = _cuda_step_offsets(xp, _cuda.as_offsets(xp, batch_sizes, what="batch_sizes"))
-    xw, k = _cuda.device_words(xp, data)
-    out = xp.empty(data.shape, data.dtype)
-    outw, _ = _cuda.device_words(xp, out, xw.dtype)
-    _cuda.gather_rows(xp, xw, k, steps, int(steps.shape[0]) - 1, int(data.shape[0]), outw, mode=_cuda.MODE_TO_STEPS,
-                      base=roff, aux=_cuda.as_offsets(xp, sorted_idx, what="sorted_indices"))
-    return out
+    return _cuda_steps(xp, data, row_offsets, sorted_idx, batch_sizes, True)
 
 
 def cuda_from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: Any, batch_sizes: Any):
@@ -758,14 +709,21 @@ def cuda_from_time_major(xp, steps_data: Any, row_offsets: Any, unsorted_idx: An
     >>> cuda_from_time_major(cp, cp.array([2, 1, 3]), [0, 1, 3], u, b).tolist()  # doctest: +SKIP
     [1, 2, 3]
     """
-    data = xp.asarray(steps_data) if not is_device_array(steps_data) else steps_data
+    return _cuda_steps(xp, steps_data, row_offsets, unsorted_idx, batch_sizes, False)
+
+
+def _cuda_steps(xp, data: Any, row_offsets: Any, order: Any, batch_sizes: Any, to_steps: bool):
+    """The rows into time-major order (``order``: the plan's sorted indices) or back (its unsorted indices)."""
+    data = _cuda.on_device(xp, data)
     roff = _cuda.as_offsets(xp, row_offsets)
     steps = _cuda_step_offsets(xp, _cuda.as_offsets(xp, batch_sizes, what="batch_sizes"))
     xw, k = _cuda.device_words(xp, data)
     out = xp.empty(data.shape, data.dtype)
     outw, _ = _cuda.device_words(xp, out, xw.dtype)
-    _cuda.gather_rows(xp, xw, k, roff, int(roff.shape[0]) - 1, int(data.shape[0]), outw, mode=_cuda.MODE_FROM_STEPS,
-                      base=steps, aux=_cuda.as_offsets(xp, unsorted_idx, what="unsorted_indices"))
+    off, base = (steps, roff) if to_steps else (roff, steps)
+    _cuda.gather_rows(xp, xw, k, off, int(off.shape[0]) - 1, int(data.shape[0]), outw,
+                      mode=_cuda.MODE_TO_STEPS if to_steps else _cuda.MODE_FROM_STEPS, base=base,
+                      aux=_cuda.as_offsets(xp, order, what="sorted_indices" if to_steps else "unsorted_indices"))
     return out
 
 

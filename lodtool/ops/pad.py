@@ -46,26 +46,11 @@ OP_UNPAD = "sequence_unpad"
 OP_MASK = "sequence_mask"
 
 
-#: input elements of sequence_pad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (reference vs kernel per size, then a fresh process's first call): first call +0.34 s, saving 3.8
-# ns/element (kernel 4.3x at 16M, 1.38x at 16k, 0.83x at 4k): cold 0.34 s / 3.8 ns = 90M, halved; warm 16k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: input elements of sequence_pad from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 PAD_NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 
-#: padded elements of sequence_unpad from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (reference vs kernel per size, then a fresh process's first call): first call +0.35 s, saving 1.7
-# ns/padded element (kernel 4.0x at 32M padded, 1.58x at 32k, 0.86x at 8k): cold 0.35 s / 1.7 ns = 208M, halved;
-# warm 32k padded elements.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: padded elements of sequence_unpad from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 UNPAD_NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 15)
 
 
@@ -367,11 +352,8 @@ def cuda_pad(xp, data: Any, row_offsets: Any, maxlen: int | None = None, pad_val
     >>> padded.tolist(), lengths.tolist()  # doctest: +SKIP
     ([[0, 1, -1], [-1, -1, -1], [2, 3, 4]], [2, 0, 3])
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    if validated:
-        roff = _cuda.as_offsets(xp, row_offsets)
-    else:
-        (roff,) = _cuda.validate_offsets(xp, [row_offsets], int(data.shape[0]))
+    data = _cuda.on_device(xp, data)
+    roff = _cuda.level_offsets(xp, row_offsets, int(data.shape[0]), validated)
     n = int(roff.shape[0]) - 1
     lengths = roff[1:] - roff[:-1]
     longest = int(_cuda.to_host(lengths.max())) if n else 0
@@ -407,7 +389,7 @@ def cuda_unpad(xp, padded: Any, lengths: Any):
     >>> data.tolist(), off.tolist()  # doctest: +SKIP
     ([0, 1, 8, 9, 10], [0, 2, 2, 5])
     """
-    padded = xp.asarray(padded) if not is_device_array(padded) else padded
+    padded = _cuda.on_device(xp, padded)
     if padded.ndim < 2:
         raise LodShapeError(f"sequence_unpad: padded must have shape (sequences, maxlen, ...), got {padded.shape}")
     if not is_device_array(lengths):
@@ -420,9 +402,7 @@ def cuda_unpad(xp, padded: Any, lengths: Any):
     n, maxlen = int(padded.shape[0]), int(padded.shape[1])
     if int(lens.shape[0]) != n:
         raise LodShapeError(f"sequence_unpad: {int(lens.shape[0])} lengths for {n} padded sequences")
-    res = xp.full(2, n, _cuda.I64)
-    _cuda.launch(xp, _cuda.compiled().first_outside, _cuda.grid(n), lens, n, 0, maxlen, res)
-    neg, over = _cuda.scalars(xp, res[:1], res[1:])
+    neg, over = _cuda.first_outside(xp, lens, 0, maxlen)
     if neg < n:
         value = _cuda.scalars(xp, lens[neg:neg + 1])[0]
         raise LodValidationError(f"sequence_unpad: lengths[{neg}]={value} is negative")

@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
@@ -66,14 +65,7 @@ POOL_TYPES = ("sum", "average", "sqrt", "max", "min", "first", "last")
 SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
 
 
-#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.36 s, saving 1.7
-# ns/element (sum: kernel 3.1x at 16M, 1.28x at 16k, 0.99x at 4k): cold 0.36 s / 1.7 ns = 209M, halved; warm 16k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 14)
 
 
@@ -397,38 +389,28 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
     >>> cuda_pool(cp, cp.arange(12.0).reshape(6, 2), [0, 2, 2, 6], "sum", -1).tolist()  # doctest: +SKIP
     [[2.0, 4.0], [-1.0, -1.0], [28.0, 32.0]]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
-    name = str(pool_type).lower()
-    if name not in _cuda.POOL_CODES:
-        raise LodUsageError(f"sequence_pool: unknown pool_type {pool_type!r}; choose one of "
-                            f"{', '.join(_cuda.POOL_CODES)}")
-    code = _cuda.POOL_CODES[name]
-    out_dtype, acc_dtype = pool_dtypes(data.dtype, name)
+    data = _cuda.on_device(xp, data)
+    code = _code(pool_type)
+    out_dtype, acc_dtype = pool_dtypes(data.dtype, pool_type)
     elem = tuple(data.shape[1:])
     padv = cast_value(pad_value, out_dtype, "sequence_pool: pad_value", elem)
-    if validated:
-        off = _cuda.as_offsets(xp, offsets)
-    else:
-        (off,) = _cuda.validate_offsets(xp, [offsets], int(data.shape[0]))
+    off = _cuda.level_offsets(xp, offsets, int(data.shape[0]), validated)
     n = int(off.shape[0]) - 1
-    if code >= 5:
+    if code in (FIRST, LAST):
         xw, k = _cuda.device_words(xp, data)
         out = xp.empty((n,) + elem, data.dtype)
         outw, _ = _cuda.device_words(xp, out, xw.dtype)
-        _cuda.gather_rows(xp, xw, k, off, n, n, outw, mode=_cuda.MODE_FIRST if code == 5 else _cuda.MODE_LAST,
+        _cuda.gather_rows(xp, xw, k, off, n, n, outw, mode=_cuda.MODE_FIRST if code == FIRST else _cuda.MODE_LAST,
                           padw=_cuda.pad_words(xp, padv, xw.dtype, k))
         return out
     width = row_size(elem)
-    if acc_dtype.kind == "f":
-        work = acc_dtype
-    else:
-        work = np.dtype(np.uint64) if data.dtype.kind == "u" else np.dtype(np.int64)
+    work = _kernel_dtype(data.dtype, acc_dtype)
     x2 = xp.ascontiguousarray(data.reshape(int(data.shape[0]), width).astype(work, copy=False))
     out = xp.empty((n, width), work)
     pad2 = xp.asarray(padv.astype(work).reshape(width))
-    if code in (1, 2):
+    if code in (AVERAGE, SQRT):
         scale = (off[1:] - off[:-1]).astype(work)
-        if code == 2:
+        if code == SQRT:
             scale = xp.sqrt(scale)
     else:
         scale = xp.zeros(1, work)
@@ -439,10 +421,7 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
 
 @kernel(parallel=True)
 def _first_equal(x2, off, out, index, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
-    """``index[i, j]``: the first row of sequence ``i`` whose value ``j`` is ``out[i, j]`` (MaxIndex).
-
-    A NaN result came from the first row (max and min keep a NaN first row); -1 for an empty sequence.
-    """
+    """``index[i, j]``: :func:`_first_row_equal` of sequence ``i``'s result ``out[i, j]`` (MaxIndex)."""
     one = U(1)
     n = U(off.shape[0]) - one
     k = x2.shape[1]
@@ -450,20 +429,22 @@ def _first_equal(x2, off, out, index, nblocks, counter, nworkers):  # pragma: no
         blk = atomic_add(counter, one)
         while blk < nblocks:
             for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                b = off[i + one]
                 for j in range(k):
-                    v = out[i, j]
-                    found = -1
-                    if a < b:
-                        found = np.int64(a)
-                        if v == v:
-                            for r in range(a, b):
-                                if x2[r, j] == v:
-                                    found = np.int64(r)
-                                    break
-                    index[i, j] = found
+                    index[i, j] = _first_row_equal(x2, off[i], off[i + one], j, out[i, j])
             blk = atomic_add(counter, one)
+
+
+@kernel(inline="always")
+def _first_row_equal(x2, a, b, j, v):  # pragma: no cover - compiled (CPU and CUDA)
+    """The first row of ``a..b`` whose value ``j`` is ``v``; ``a`` for a NaN ``v`` (max and min keep a NaN first
+    row), -1 for an empty sequence."""
+    if a == b:
+        return np.int64(-1)
+    if v == v:
+        for r in range(a, b):
+            if x2[r, j] == v:
+                return np.int64(r)
+    return np.int64(a)
 
 
 def _first_equal_dev(x2, off, n, w, out, index):  # pragma: no cover - CUDA kernel
@@ -473,18 +454,7 @@ def _first_equal_dev(x2, off, n, w, out, index):  # pragma: no cover - CUDA kern
     while e < n * w:
         i = e // w
         c = e - i * w
-        a = off[i]
-        b = off[i + 1]
-        found = -1
-        if a < b:
-            found = a
-            v = out[i, c]
-            if v == v:
-                for r in range(a, b):
-                    if x2[r, c] == v:
-                        found = r
-                        break
-        index[i, c] = found
+        index[i, c] = _first_row_equal(x2, off[i], off[i + 1], c, out[i, c])
         e += stride
 
 
@@ -502,13 +472,12 @@ def cuda_max_index(xp, data, off, out, acc_dtype: np.dtype):
     n = int(off.shape[0]) - 1
     elem = tuple(data.shape[1:])
     width = row_size(elem)
-    work = acc_dtype if acc_dtype.kind == "f" else (np.dtype(np.uint64) if data.dtype.kind == "u" else
-                                                      np.dtype(np.int64))
+    work = _kernel_dtype(data.dtype, acc_dtype)
     x2 = xp.ascontiguousarray(data.reshape(n_rows, width).astype(work, copy=False))
     o2 = xp.ascontiguousarray(out.reshape(n, width).astype(work, copy=False))
     index = xp.empty((n, width), index_dtype(n_rows))
     if n and width:
-        kern = _cuda.jit_kernels([_first_equal_dev]).first_equal_dev
+        kern = _cuda.jit_kernels([_first_equal_dev], [_first_row_equal.py_func]).first_equal_dev
         _cuda.launch(xp, kern, _cuda.grid(n * width), x2, off, n, width, o2, index)
     return index.reshape((n,) + elem)
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..tensor import LoDTensor
 from . import _cuda
@@ -27,14 +26,7 @@ from ._util import U, as_tensor, as_words, empty_words, need_lod
 OP = "sequence_reverse"
 
 
-#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.34 s, saving 5.3
-# ns/element (kernel 6.6x at 16M, 1.6x at 16k, 0.83x at 4k): cold 0.34 s / 5.3 ns = 64M, halved; warm 16k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 
@@ -109,12 +101,9 @@ def cuda_reverse(xp, data: Any, offsets: Any, *, validated: bool = False):
     >>> cuda_reverse(cp, cp.arange(5), [0, 2, 2, 5]).tolist()  # doctest: +SKIP
     [1, 0, 4, 3, 2]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     n_rows = int(data.shape[0])
-    if validated:
-        off = _cuda.as_offsets(xp, offsets)
-    else:
-        (off,) = _cuda.validate_offsets(xp, [offsets], n_rows)
+    off = _cuda.level_offsets(xp, offsets, n_rows, validated)
     xw, k = _cuda.device_words(xp, data)
     out = xp.empty(data.shape, data.dtype)
     outw, _ = _cuda.device_words(xp, out, xw.dtype)

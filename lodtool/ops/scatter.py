@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodIndexError, LodShapeError
 from ..tensor import LoDTensor
@@ -203,23 +202,20 @@ def cuda_scatter(xp, data, off, idx, upd, width: int):
     >>> cuda_scatter(cp, cp.zeros((2, 2)), [0, 2, 3], ids, updates, 2).tolist()  # doctest: +SKIP
     [[0.0, 6.0], [7.0, 0.0]]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     n = int(data.shape[0])
     (doff,) = _cuda.validate_offsets(xp, [off], None)
     didx = _cuda.as_offsets(xp, idx, what="ids")
     k = int(didx.shape[0])
     if k:
-        res = xp.full(2, k, np.int64)
-        _cuda.launch(xp, _cuda.compiled().first_outside, _cuda.grid(k), didx, k, 0, width - 1, res)
-        lo, hi = _cuda.scalars(xp, res[:1], res[1:])
-        j = min(lo, hi)
+        j = min(_cuda.first_outside(xp, didx, 0, width - 1))
         if j < k:
             value = _cuda.scalars(xp, didx[j:j + 1])[0]
             raise LodIndexError(f"{OP}: ids[{j}]={value} is outside the row of x, which has {width} values "
                                 f"(0..{width - 1})")
     work = _work_dtype(data.dtype)
     out = xp.ascontiguousarray(data.reshape(n, width).astype(work))
-    dupd = xp.ascontiguousarray((xp.asarray(upd) if not is_device_array(upd) else upd).astype(work))
+    dupd = xp.ascontiguousarray(_cuda.on_device(xp, upd).astype(work))
     if k and width:
         kern = _cuda.jit_kernels([_scatter_dev]).scatter_dev
         _cuda.launch(xp, kern, _cuda.grid(n), out, doff, n, didx, dupd)

@@ -40,7 +40,7 @@ from ..errors import LodDtypeError, LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
-from ._segments import copy_segments, gather_segments_cuda
+from ._segments import copy_segments, gather_segments_cuda, segment_rows
 from ._util import as_tensor, need_lod
 
 OP = "sequence_slice"
@@ -78,7 +78,7 @@ def sequence_slice(x: LoDTensor, offset: Any, length: Any, *, backend: str | Non
     data = np.asarray(xt.data)
     total = int(out_off[-1])
     if be.name == "numpy":
-        out = _reference(data, start, lens, total)
+        out = data[segment_rows(start, lens)]
     else:
         out = np.empty((total,) + data.shape[1:], data.dtype)
         copy_segments(data, start, out_off[:-1], lens, out)
@@ -87,14 +87,6 @@ def sequence_slice(x: LoDTensor, offset: Any, length: Any, *, backend: str | Non
 
 def _device_parts(*values) -> tuple:
     return tuple(v for v in values if hasattr(v, "__cuda_array_interface__"))
-
-
-def _reference(data: np.ndarray, start: np.ndarray, lens: np.ndarray, total: int) -> np.ndarray:
-    """The plain NumPy specification: output row ``r`` of sequence ``i`` is ``start[i] + r``."""
-    out_start = np.zeros(len(lens), _I64)
-    np.cumsum(lens[:-1], out=out_start[1:])
-    index = np.repeat(start - out_start, lens) + np.arange(total, dtype=_I64)
-    return data[index]
 
 
 def _as_counts(xp, values: Any, what: str, n: int):

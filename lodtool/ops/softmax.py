@@ -21,11 +21,11 @@ sequence NaN.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
@@ -33,17 +33,13 @@ from . import _cuda
 from ._backend import Crossover, get_backend
 from ._util import U, as_tensor, need_lod, row_size
 
+#: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
+cuda: Any = None
+
 OP = "sequence_softmax"
 
 
-#: work (elements) from which the Numba kernel runs instead of the reference (see ops/_backend.py);
-# measured quiet (load < 1) on the project's 2-core AMD EPYC, 2026-11-24, float32 1-level data, min of 7 interleaved
-# runs (/work/prof-style script: reference vs kernel per size, then a fresh process's first call): first call +0.33 s, saving 10.9
-# ns/element (kernel 3.6x at 16M, 1.57x at 1k): cold 0.33 s / 10.9 ns = 30M, halved; warm 1k.
-# cold = (first call of the kernel in a fresh process - the reference's: numba import + cached-kernel load)
-#        / (per-element saving at 16M elements), halved towards Numba (more cores save more); a process's
-#        smaller calls add up to it (lodtool._jit.kernels_pay); warm = the smallest size from which the
-#        loaded kernel beats the reference at every size measured.
+#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
 NUMBA_FROM = Crossover(cold=1 << 24, warm=1 << 10)
 
 
@@ -114,34 +110,43 @@ def _reference(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
 
 @kernel(parallel=True)
 def _softmax(x, off, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
-    """Stable softmax of ``x[off[i]:off[i+1]]`` into ``out``; sums accumulate in float64.
-
-    See the kernel notes in expand.py (unsigned indices, dynamic blocks).
-    """
+    """Each sequence ``x[off[i]:off[i+1]]`` through :func:`_softmax_seq` (see the kernel notes in expand.py)."""
     one = U(1)
     n = U(off.shape[0]) - one
     for _ in prange(nworkers):
         blk = atomic_add(counter, one)
         while blk < nblocks:
             for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                b = off[i + one]
-                if a == b:
-                    continue
-                peak = x[a]
-                for r in range(a + one, b):
-                    v = x[r]
-                    if v > peak or np.isnan(v):  # NaN wins, as in np.maximum
-                        peak = v
-                total = 0.0
-                for r in range(a, b):
-                    e = np.exp(x[r] - peak)
-                    out[r] = e
-                    total += e
-                for r in range(a, b):
-                    out[r] = out[r] / total
+                _softmax_seq(x, off[i], off[i + one], out)
             blk = atomic_add(counter, one)
 
+
+@kernel(inline="always")
+def _softmax_seq(x, a, b, out):  # pragma: no cover - compiled (CPU and CUDA)
+    """Stable softmax of ``x[a:b]`` into ``out[a:b]``; the sum accumulates in float64."""
+    if a == b:
+        return
+    peak = x[a]
+    for r in range(a, b):
+        v = x[r]
+        if v > peak or v != v:  # NaN wins, as in np.maximum
+            peak = v
+    total = 0.0
+    for r in range(a, b):
+        e = math.exp(x[r] - peak)
+        out[r] = e
+        total += e
+    for r in range(a, b):
+        out[r] = out[r] / total
+
+
+def _softmax_dev(x, off, n, out):  # pragma: no cover - CUDA kernel
+    """One thread a sequence."""
+    i = np.int64(cuda.grid(1))
+    stride = np.int64(cuda.gridsize(1))
+    while i < n:
+        _softmax_seq(x, off[i], off[i + 1], out)
+        i += stride
 
 
 # -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
@@ -155,21 +160,19 @@ def cuda_softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
     >>> cuda_softmax(cp, cp.array([1.0, 1.0, 5.0]), [0, 2, 3]).tolist()  # doctest: +SKIP
     [0.5, 0.5, 1.0]
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     if row_size(data.shape[1:]) != 1:
         raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
                             f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
     out_dtype = softmax_dtype(data.dtype)
     work = np.dtype(np.float32) if out_dtype == np.float16 else out_dtype
-    if validated:
-        off = _cuda.as_offsets(xp, offsets)
-    else:
-        (off,) = _cuda.validate_offsets(xp, [offsets], int(data.shape[0]))
+    off = _cuda.level_offsets(xp, offsets, int(data.shape[0]), validated)
     flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
     out = xp.empty_like(flat)
     n = int(off.shape[0]) - 1
     if n and flat.size:
-        _cuda.launch(xp, _cuda.compiled().softmax, _cuda.grid(n), flat, off, n, out)
+        _cuda.launch(xp, _cuda.jit_kernels([_softmax_dev], [_softmax_seq.py_func]).softmax_dev, _cuda.grid(n), flat,
+                     off, n, out)
     return out.astype(out_dtype, copy=False).reshape(data.shape)
 
 

@@ -36,7 +36,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._device import is_device_array
 from .._jit import atomic_add, kernel, prange, schedule
 from ..errors import LodDtypeError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
@@ -157,6 +156,7 @@ def _reference(data, xoff, roff, coff, ks, channels):
     return out.reshape(total, channels * len(ks)), pos.reshape(-1)
 
 
+@kernel(inline="always")
 def _ranks_before(va, a, vb, b):  # pragma: no cover - compiled (CPU and CUDA)
     """Whether column ``a`` (value ``va``) ranks before column ``b``: larger first, ties by column, NaN last."""
     an = va != va
@@ -168,11 +168,8 @@ def _ranks_before(va, a, vb, b):  # pragma: no cover - compiled (CPU and CUDA)
     return va > vb or (va == vb and a < b)
 
 
-_ranks_before_cpu = kernel(inline="always")(_ranks_before)
-
-
 @kernel
-def _one_row(data, start, c, ks, kf, max_k, out, o_row, o_col, pos, p0):  # pragma: no cover - compiled by Numba
+def _one_row(data, start, c, ks, kf, max_k, out, o_row, o_col, pos, p0):  # pragma: no cover - compiled (CPU and CUDA)
     """Rank ``data[start:start+c]``; ``pos[p0:p0+max_k]`` and the averages into ``out[o_row, o_col:]``."""
     prev = -1
     total = kf[0] * 0
@@ -182,9 +179,9 @@ def _one_row(data, start, c, ks, kf, max_k, out, o_row, o_col, pos, p0):  # prag
         if q < c:
             for col in range(c):
                 v = data[start + col]
-                if prev >= 0 and not _ranks_before_cpu(data[start + prev], prev, v, col):
+                if prev >= 0 and not _ranks_before(data[start + prev], prev, v, col):
                     continue
-                if best < 0 or _ranks_before_cpu(v, col, data[start + best], best):
+                if best < 0 or _ranks_before(v, col, data[start + best], best):
                     best = col
         pos[p0 + q] = best
         if best >= 0:
@@ -231,26 +228,7 @@ def _topk_dev(data, xoff, roff, coff, rseq, ks, kf, max_k, channels, total, out,
         i = rseq[g]
         r = roff[i + 1] - roff[i]
         c = coff[i + 1] - coff[i]
-        start = xoff[i] + (j * r + g - roff[i]) * c
-        p0 = e * max_k
-        prev = -1
-        acc = kf[0] * 0
-        for q in range(max_k):
-            best = -1
-            if q < c:
-                for col in range(c):
-                    v = data[start + col]
-                    if prev >= 0 and not _ranks_before(data[start + prev], prev, v, col):
-                        continue
-                    if best < 0 or _ranks_before(v, col, data[start + best], best):
-                        best = col
-            pos[p0 + q] = best
-            if best >= 0:
-                acc += data[start + best]
-                prev = best
-            for kk in range(nk):
-                if ks[kk] == q + 1:
-                    out[g, j * nk + kk] = acc / kf[kk]
+        _one_row(data, xoff[i] + (j * r + g - roff[i]) * c, c, ks, kf, max_k, out, g, j * nk, pos, e * max_k)
         e += stride
 
 
@@ -266,7 +244,7 @@ def cuda_topk_avg_pool(xp, data, xoff, roff, coff, ks, channels: int, work: np.d
     >>> out.tolist(), pos.tolist()  # doctest: +SKIP
     ([[5.0, 4.0]], [1, 2])
     """
-    data = xp.asarray(data) if not is_device_array(data) else data
+    data = _cuda.on_device(xp, data)
     flat = xp.ascontiguousarray(data.reshape(-1).astype(work, copy=False))
     total = int(roff[-1])
     max_k = int(ks.max())
@@ -276,7 +254,7 @@ def cuda_topk_avg_pool(xp, data, xoff, roff, coff, ks, channels: int, work: np.d
         droff, dxoff, dcoff, dks, dkf = (xp.asarray(a) for a in (roff, xoff, coff, ks, ks.astype(work)))
         rseq = xp.empty(total, np.int64)
         _cuda.launch(xp, _cuda.compiled().seg_ids, _cuda.grid(total), droff, len(roff) - 1, total, rseq)
-        kern = _cuda.jit_kernels([_topk_dev], [_ranks_before]).topk_dev
+        kern = _cuda.jit_kernels([_topk_dev], [_ranks_before.py_func, _one_row.py_func]).topk_dev
         _cuda.launch(xp, kern, _cuda.grid(total * channels), flat, dxoff, droff, dcoff, rseq, dks, dkf, max_k, channels,
                      total, out, pos)
     return out, pos

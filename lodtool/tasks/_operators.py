@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
-from ..planner import row_offset_windows, runs, sequence_ranges
+from ..planner import Bounds, row_offset_windows, runs, sequence_ranges
 from ..tensor import LoDTensor
 from ._pipe import (OpResult, PoolIndex, TensorSink, ahead, check_device, check_truncate, chunk_rows, expand_by,
                     is_folder_target, lod_stand_in, offset_window, open_tensor, pad_rows, plan_of, require_valid,
@@ -42,28 +42,24 @@ _I64 = np.dtype(np.int64)
 
 
 # -- the two routes ---------------------------------------------------------------------------------------------
-def _chunkwise(path: str, output: str, make_fn: Callable, crossover, bag_of: Callable, *, name: str | None,
+def _chunkwise(path: str, output: str, make_fn: Callable, crossover, label: str, *, name: str | None,
                out_name: str | None, compression: str | None, max_memory: int | None, device: str,
                overwrite: bool, force: bool, scheduler: str | None, workers: int | None, partition_size,
                progress, suffixes: Sequence[str] = (), keeps_ids: bool = False, token_dtype: Any = None,
                eos_token_id: int | None = None) -> OpResult:
-    """An operator on each chunk of whole top-level sequences: ``make_fn(file, lazy tensor)`` in one process, or
-    ``bag_of(collection)`` (the same function, mapped over the partitions) on a Dask ``scheduler``."""
+    """An operator on each chunk of whole top-level sequences: ``make_fn(the tensor's rows)``, configured once, in
+    one process or (``label``) mapped over the partitions on a Dask ``scheduler``."""
     if scheduler:
         with _on_dask(path, name, scheduler=scheduler, workers=workers, partition_size=partition_size,
                       max_memory=max_memory, device=device, output=output, token_dtype=token_dtype,
                       eos_token_id=eos_token_id) as (bag, kwargs):
-            return _written_on_dask(bag_of(bag), output, kwargs, out_name=out_name, compression=compression,
-                                    max_memory=max_memory, overwrite=overwrite, force=force, progress=progress)
+            return _written_on_dask(bag._map(make_fn(bag._n_rows), label), output, kwargs, out_name=out_name,
+                                    compression=compression, max_memory=max_memory, overwrite=overwrite,
+                                    force=force, progress=progress)
     check_device(device)
-    return _stream(path, output, name, out_name, make_fn, crossover, compression=compression,
+    return _stream(path, output, name, out_name, lambda f, t: make_fn(t.n_rows), crossover, compression=compression,
                    max_memory=max_memory, overwrite=overwrite, force=force, device=device, suffixes=suffixes,
                    progress=progress, keeps_ids=keeps_ids, token_dtype=token_dtype, eos_token_id=eos_token_id)
-
-
-def _rows_done(progress: Callable[[int, int], None] | None, total: int):
-    """The pipe's ``progress(rows done)`` as the caller's ``progress(done, total)`` (``None``: no report)."""
-    return None if progress is None else (lambda done: progress(done, total))
 
 
 def _stream(path: str, output: str, name: str | None, out_name: str | None, make_fn: Callable, crossover=None, *,
@@ -86,7 +82,8 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
         sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
                           overwrite=overwrite, force=force, tokens=_tokens_of(t) if keeps_ids else None)
         chunks = stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory))
-        return run(chunks, fn, sink, progress=_rows_done(progress, t.n_rows))
+        rows_done = None if progress is None else (lambda done: progress(done, t.n_rows))
+        return run(chunks, fn, sink, progress=rows_done)
 
 
 @contextlib.contextmanager
@@ -178,16 +175,15 @@ def pool(path: str, output: str, *, pool_type: str = "sum", name: str | None = N
     from ..ops import sequence_pool
     from ..ops.pool import NUMBA_FROM, index_dtype
 
-    def make_fn(f, t):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
+    def make_fn(n_rows):  # the index's dtype holds the whole file's rows: int32 as Paddle's, int64 past 2**31
         if index:
-            return PoolIndex(pool_type, pad_value, index_dtype(t.n_rows), device)
+            return PoolIndex(pool_type, pad_value, index_dtype(n_rows), device)
         return step(sequence_pool, pool_type, pad_value=pad_value, device=device)
 
-    return _chunkwise(path, output, make_fn, NUMBA_FROM, lambda bag: bag.pool(pool_type, pad_value, index),
-                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
-                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
-                      partition_size=partition_size, progress=progress, suffixes=("index",) if index else (),
-                      token_dtype=token_dtype, eos_token_id=eos_token_id)
+    return _chunkwise(path, output, make_fn, NUMBA_FROM, "pool", name=name, out_name=out_name,
+                      compression=compression, max_memory=max_memory, device=device, overwrite=overwrite, force=force,
+                      scheduler=scheduler, workers=workers, partition_size=partition_size, progress=progress,
+                      suffixes=("index",) if index else (), token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def softmax(path: str, output: str, *, name: str | None = None, out_name: str | None = None,
@@ -208,10 +204,10 @@ def softmax(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_softmax
     from ..ops.softmax import NUMBA_FROM
 
-    return _chunkwise(path, output, lambda f, t: step(sequence_softmax, device=device), NUMBA_FROM,
-                      lambda bag: bag.softmax(), name=name, out_name=out_name, compression=compression,
-                      max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress, token_dtype=token_dtype,
+    return _chunkwise(path, output, lambda n_rows: step(sequence_softmax, device=device), NUMBA_FROM, "softmax",
+                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
+                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
+                      partition_size=partition_size, progress=progress, token_dtype=token_dtype,
                       eos_token_id=eos_token_id)
 
 
@@ -233,11 +229,11 @@ def reverse(path: str, output: str, *, name: str | None = None, out_name: str | 
     from ..ops import sequence_reverse
     from ..ops.reverse import NUMBA_FROM
 
-    return _chunkwise(path, output, lambda f, t: step(sequence_reverse, device=device), NUMBA_FROM,
-                      lambda bag: bag.reverse(), name=name, out_name=out_name, compression=compression,
-                      max_memory=max_memory, device=device, overwrite=overwrite, force=force, scheduler=scheduler,
-                      workers=workers, partition_size=partition_size, progress=progress, keeps_ids=True,
-                      token_dtype=token_dtype, eos_token_id=eos_token_id)
+    return _chunkwise(path, output, lambda n_rows: step(sequence_reverse, device=device), NUMBA_FROM, "reverse",
+                      name=name, out_name=out_name, compression=compression, max_memory=max_memory, device=device,
+                      overwrite=overwrite, force=force, scheduler=scheduler, workers=workers,
+                      partition_size=partition_size, progress=progress, keeps_ids=True, token_dtype=token_dtype,
+                      eos_token_id=eos_token_id)
 
 
 def _stand_in(t) -> LoDTensor:
@@ -249,6 +245,11 @@ def _stand_in(t) -> LoDTensor:
 def _tokens_of(t):
     """A stored tensor's token metadata (None for a source that records none, a Megatron file say)."""
     return getattr(t, "tokens", None)
+
+
+def _on_stand_in(op: Callable, *args):
+    """A check that runs ``op(stand-in, *args)`` on :func:`_stand_in` (no data read), naming the file."""
+    return lambda where, t, _memory: _named(where, lambda: op(_stand_in(t), *args, backend="numpy"))
 
 
 def _named(where: str, call):
@@ -290,9 +291,7 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
 
     check_device(device)
     erase_tokens(tokens, np.int64)  # bad tokens fail before the file is opened
-    return _checked_stream(path, output, name, out_name,
-                           lambda where, t, _: _named(where, lambda: sequence_erase(_stand_in(t), tokens,
-                                                                                    backend="numpy")),
+    return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_erase, tokens),
                            step(sequence_erase, tokens, device=device), validate=False, compression=compression,
                            max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
@@ -315,9 +314,7 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
     from ..ops import sequence_enumerate
 
     check_device(device)
-    return _checked_stream(path, output, name, out_name,
-                           lambda where, t, _: _named(where, lambda: sequence_enumerate(
-                               _stand_in(t), win_size, pad_value, backend="numpy")),
+    return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_enumerate, win_size, pad_value),
                            step(sequence_enumerate, win_size, pad_value, device=device), validate=False,
                            compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
@@ -340,7 +337,7 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
     from ..ops import sequence_reshape
 
     def check(where, t, memory):
-        _named(where, lambda: sequence_reshape(_stand_in(t), new_dim, backend="numpy"))
+        _on_stand_in(sequence_reshape, new_dim)(where, t, memory)
         width = int(np.prod(t.element_shape, dtype=np.int64))
         if width == new_dim:
             return
@@ -587,7 +584,7 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
         memory = min(f.max_memory for f, _ in opened)
         first = ts[0]
         kept = first.level_names if all(t.level_names == first.level_names for t in ts) else None
-        bounds = [_Bounds(t.lod_level, t.read_offsets) for t in ts]
+        bounds = [Bounds(t.read_offsets, t.lod_level) for t in ts]
         ranges = _filled(_concat_ranges(ts, chunk_rows(first.element_shape, first.dtype, memory),
                                         offset_window(memory)),
                          lambda a, b: all(sum(bd(b)[k] - bd(a)[k] for bd in bounds) > 0
@@ -603,13 +600,19 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
 def _read_range(t, a: int, b: int) -> LoDTensor:
     """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed, which
     a view's ``slice_level`` refuses at a level's end)."""
-    levels = []
-    lo, hi = a, b
-    for k in range(t.lod_level):
-        off = t.read_offsets(k, lo, hi + 1)
+    levels, rows = _rebased(t.read_offsets, t.lod_level, a, b)
+    return LoDTensor(t.read_rows(*rows), levels, level_names=t.level_names, validate=False)
+
+
+def _rebased(read, lod_level: int, a: int, b: int) -> tuple[list[np.ndarray], tuple[int, int]]:
+    """The levels of top-level sequences ``a..b`` (``read(level, start, stop)``), each rebased to 0, and the range
+    of data rows they cover."""
+    levels, lo, hi = [], a, b
+    for k in range(lod_level):
+        off = read(k, lo, hi + 1)
         levels.append(off - off[0])
         lo, hi = int(off[0]), int(off[-1])
-    return LoDTensor(t.read_rows(lo, hi), levels, level_names=t.level_names, validate=False)
+    return levels, (lo, hi)
 
 
 def _concat_ranges(ts, max_rows: int, window: int):
@@ -622,24 +625,6 @@ def _concat_ranges(ts, max_rows: int, window: int):
         for a, b in runs([size], max_rows):
             yield start + a, start + b
         start += len(windows[0]) - 1
-
-
-class _Bounds:
-    """``bounds(i)``: where top-level sequence ``i`` starts on every level, down to the rows (a few offsets read
-    per call, the last thousands kept)."""
-
-    def __init__(self, lod_level: int, read):
-        self.lod_level, self.read, self.cache = lod_level, read, {}
-
-    def __call__(self, i: int) -> list[int]:
-        if i not in self.cache:
-            if len(self.cache) > 4096:
-                self.cache.clear()
-            pos = [i]
-            for k in range(self.lod_level):
-                pos.append(int(self.read(k, pos[-1], pos[-1] + 1)[0]))
-            self.cache[i] = pos
-        return self.cache[i]
 
 
 def _filled(ranges, filled):
@@ -724,12 +709,8 @@ def _chunks_of(levels, max_rows: int):
         return levels[level][start:stop]
 
     for a, b in sequence_ranges(read, len(levels), len(levels[0]) - 1, max_rows):
-        out, lo, hi = [], a, b
-        for off in levels:
-            part = off[lo:hi + 1]
-            out.append(part - part[0])
-            lo, hi = int(part[0]), int(part[-1])
-        yield tuple(out), (lo, hi)
+        rebased, rows = _rebased(read, len(levels), a, b)
+        yield tuple(rebased), rows
 
 
 # -- into an NPZ, from an NPZ, and plans ----------------------------------------------------------------------
