@@ -51,7 +51,7 @@ from ._util import U, as_tensor, as_words, empty_words
 OP = "sequence_expand"
 
 
-#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md)
+#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
 NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 16)
 
 
