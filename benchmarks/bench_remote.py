@@ -93,7 +93,8 @@ def _zarr_row(t, picks, container: str, folder: str, fs, server) -> list | None:
         a, b = (int(v) for v in l1[s:s + 2])
         data[a:b]
         branch.append(_cost(server))
-    return [f"zarr {zarr.__version__} (v3, FsspecStore), consolidated metadata", f"{opened[0]}, {C.fmt_bytes(opened[1])}",
+    return [f"zarr {zarr.__version__} (v3, FsspecStore), consolidated metadata",
+            f"{opened[0]}, {C.fmt_bytes(opened[1])}",
             f"{np.mean([b[0] for b in branch]):.2f} / {max(b[0] for b in branch)}",
             C.fmt_bytes(np.mean([b[1] for b in branch])), "–"]
 

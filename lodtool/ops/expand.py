@@ -51,7 +51,7 @@ from ._util import U, as_tensor, as_words, empty_words
 OP = "sequence_expand"
 
 
-#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: work (elements) from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 16)
 
 

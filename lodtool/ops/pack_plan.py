@@ -157,7 +157,7 @@ class PackPlan:
         return [data[bounds[t]:bounds[t + 1]] for t in range(len(self.batch_sizes))]
 
 
-#: sequences of pack_plan from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: sequences of pack_plan from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 NUMBA_FROM = Crossover(cold=1 << 21, warm=1)
 
 

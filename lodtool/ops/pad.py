@@ -46,11 +46,11 @@ OP_UNPAD = "sequence_unpad"
 OP_MASK = "sequence_mask"
 
 
-#: input elements of sequence_pad from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: input elements of sequence_pad from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 PAD_NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 
-#: padded elements of sequence_unpad from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: padded elements of sequence_unpad from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 UNPAD_NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 15)
 
 

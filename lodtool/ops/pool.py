@@ -65,7 +65,7 @@ POOL_TYPES = ("sum", "average", "sqrt", "max", "min", "first", "last")
 SUM, AVERAGE, SQRT, MAX, MIN, FIRST, LAST = range(7)
 
 
-#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: work (elements) from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 NUMBA_FROM = Crossover(cold=1 << 27, warm=1 << 14)
 
 

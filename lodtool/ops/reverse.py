@@ -26,7 +26,7 @@ from ._util import U, as_tensor, as_words, empty_words, need_lod
 OP = "sequence_reverse"
 
 
-#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: work (elements) from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 NUMBA_FROM = Crossover(cold=1 << 25, warm=1 << 14)
 
 

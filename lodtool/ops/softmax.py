@@ -39,7 +39,7 @@ cuda: Any = None
 OP = "sequence_softmax"
 
 
-#: work (elements) from which the Numba kernel beats the reference (figures: docs/benchmarks.md, work-size crossovers)
+#: work (elements) from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
 NUMBA_FROM = Crossover(cold=1 << 24, warm=1 << 10)
 
 
