@@ -693,12 +693,12 @@ def _coalesced(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _plan_read_ahead(source: RemoteFile) -> None:
-    """Plan what ``source`` reads ahead (once per version of an object): in a file laid out in pages, the chunks of
-    its smallest datasets, up to :data:`READ_AHEAD_BYTES` and a :data:`READ_AHEAD_SHARE`-th of the object (a
-    container's offsets, which every branch read looks up), joined into runs.  A read that comes within
-    :data:`MERGE_GAP` of a run fetches the run with it, in one request.  Planning reads metadata only, which a
-    paged file keeps in the head: it costs no request; a file in libhdf5's default layout (its metadata
-    scattered) plans nothing, and neither does one that libhdf5 cannot open (its reader says why).  A failed request is raised as its typed error.
+    """Plan what ``source`` reads ahead (once per version of an object): in a file laid out in pages, the chunks of its
+    smallest datasets, up to :data:`READ_AHEAD_BYTES` and a :data:`READ_AHEAD_SHARE`-th of the object (a container's
+    offsets, which every branch read looks up), joined into runs. A read that comes within :data:`MERGE_GAP` of a
+    run fetches the run with it, in one request. Planning reads metadata only, which a paged file keeps in the head:
+    it costs no request; a file in libhdf5's default layout (its metadata scattered) plans nothing, and neither does
+    one that libhdf5 cannot open (its reader says why). A failed request is raised as its typed error.
     """
     kept = source._kept
     with kept.lock:
