@@ -811,6 +811,34 @@ def test_dask_writes_its_shards_to_s3(s3, tmp_path):
     assert np.asarray(remote.data).tobytes() == np.asarray(local.data).tobytes() and remote.lod == local.lod
 
 
+def test_dask_shards_for_s3_wait_in_staging_and_a_failed_job_leaves_nothing(s3, tmp_path, monkeypatch):
+    pytest.importorskip("dask")
+    from lodtool.interop import dask as lod_dask
+
+    server, root = s3
+    src = tmp_path / "c.lod.h5"
+    lodtool.save(src, corpus(120))
+    bag = lod_dask.read(src, partition_size="16KB").reverse()
+    assert bag.npartitions > 1
+    write, seen = lod_dask._write_result, []
+
+    def write_then_fail(task, path, *args, **kwargs):
+        seen.append(path)
+        if len(seen) > 1:
+            assert not storage.list_names(root + "/reversed")  # the first shard waits outside the folder
+            raise RuntimeError("a worker failed")
+        return write(task, path, *args, **kwargs)
+
+    monkeypatch.setattr(lod_dask, "_write_result", write_then_fail)
+    with pytest.raises(RuntimeError):
+        bag.to_container(root + "/reversed", scheduler="sync")
+    assert ".lodtmp-" in seen[0] and "/reversed/" not in seen[0]
+    assert _bucket_names(root) == []  # no shard in the folder, no staging prefix
+    monkeypatch.setattr(lod_dask, "_write_result", write)
+    bag.to_container(root + "/reversed", scheduler="sync")
+    assert all(n.startswith("reversed/") for n in _bucket_names(root))  # the staging prefix is gone after commit
+
+
 @pytest.mark.parametrize("command", [["inspect"], ["validate"], ["slice", "@URL", "<0>"], ["head"]])
 def test_credentials_in_a_url_never_show(s3, tmp_path, command):
     server, root = s3

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from .. import atomic, storage
 from .. import lod as _lod
-from .. import storage
 from .._optional import optional_import
 from ..atomic import intermediate_commit
 from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
@@ -541,19 +541,19 @@ class LodBag:
 
         from ..container.shards import commit_manifest, shard_name
 
-        folder = storage.absolute(folder)  # a URL: every worker uploads its shard there, the manifest last
+        folder = storage.absolute(folder)  # a URL: workers upload to a staging prefix, the commit copies them in
         name = name or self.name or "tensor"
         token = self._token()
         writing = dict(storage.current_options())  # the options in force here reach the workers that upload
 
-        def tasks(base: int):
-            paths = [os.path.join(folder, shard_name(base + i)) for i in range(self.npartitions)]
+        def tasks(base: int, root: str):
+            paths = [storage.join(root, shard_name(base + i)) for i in range(self.npartitions)]
             return [dask.delayed(_write_result, pure=True)(_Thunk(*self._task(part)), path, self._output_names(name),
                                                            compression, {**part.storage_options, **writing},
                                                            dask_key_name=(f"lodtool-shard-{token}", i))
                     for i, (part, path) in enumerate(zip(self.partitions, paths))], paths
 
-        def commit(results):
+        def commit(results, staging: str | None):
             written = [r for r in results if r is not None]
             if not written:
                 raise LodUsageError("the result holds no sequences; nothing was written")
@@ -562,7 +562,7 @@ class LodBag:
                 if s != specs:
                     raise LodUsageError(f"{folder}: partitions came out with different dtypes or shapes "
                                         f"({specs} and {s}); give the operator a fixed dtype")
-            return commit_manifest(folder, specs, [info for info, _ in written], append=append)
+            return commit_manifest(folder, specs, [info for info, _ in written], append=append, staging=staging)
 
         return _shard_job(folder, append, tasks, commit, progress, kwargs)
 
@@ -879,12 +879,12 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
     sources = [os.path.abspath(s) for s in sources]  # workers may run elsewhere, in another folder
     folder = os.path.abspath(os.fspath(folder))
 
-    def tasks(base: int):
-        paths = [os.path.join(folder, shard_name(base + i)) for i in range(len(sources))]
+    def tasks(base: int, root: str):
+        paths = [os.path.join(root, shard_name(base + i)) for i in range(len(sources))]
         return [dask.delayed(_pack_one, pure=False)(s, p, options, dask_key_name=(f"lodtool-pack-{base}", i))
                 for i, (s, p) in enumerate(zip(sources, paths))], paths
 
-    def commit(results):
+    def commit(results, staging: str | None):
         spec = results[0][1]
         for (info, s), src in zip(results, sources):
             if s != spec:
@@ -892,22 +892,28 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
                                     f"level(s), but {sources[0]} as {spec.dtype} {list(spec.element_shape)} with "
                                     f"{spec.lod_level}; give --dtype (and --lod-level) so every shard agrees")
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
-                               append=append)
+                               append=append, staging=staging)
 
     return _shard_job(folder, append, tasks, commit, progress, dict(compute_kwargs or {}))
 
 
 def _shard_job(folder: str, append: bool, tasks: Callable, commit: Callable, progress, kwargs: dict) -> Manifest:
-    """``tasks(first new shard number)`` (``(Dask items, their shard paths)``) computed, then ``commit(results)``
-    writes the manifest; a failure removes the new shards (and the folder, where the job made it)."""
+    """``tasks(first new shard number, where the shards go)`` (``(Dask items, their shard paths)``) computed, then
+    ``commit(results, staging)`` writes the manifest.  In object storage the shards go to a staging prefix
+    (:func:`lodtool.atomic.staging_for`) that the commit copies in, so nothing appears in the folder before it; a
+    failure removes the new shards (and the folder, where the job made it)."""
     from ..container.shards import next_shard_index, prepare_folder, remove_uncommitted_shards
 
     created = not storage.is_url(folder) and not os.path.exists(folder)
     prepare_folder(folder, append=append)
-    items, paths = tasks(next_shard_index(folder))
+    staging = atomic.staging_for(folder) if storage.is_url(folder) else None
+    items, paths = tasks(next_shard_index(folder), staging or folder)
     try:
-        return commit(_compute(items, progress, kwargs))
+        return commit(_compute(items, progress, kwargs), staging)
     except BaseException:
+        if staging is not None:  # a commit cut short may have copied some in: those no manifest names go too
+            atomic.remove_staging(staging)
+            paths = [storage.join(folder, os.path.basename(p)) for p in paths]
         remove_uncommitted_shards(folder, paths, created=created)
         raise
 
