@@ -450,33 +450,45 @@ class _IndexBuilder:
         self.kind, self.code, self.label = kind, codes[np.dtype(dtype)], label
         self.dtype = little_endian(dtype)
         self.lengths: list[np.ndarray] = []
-        self.documents: list[np.ndarray] = [np.zeros(1, np.int64)]
+        self.pointers: list[np.ndarray] = []
+        self.documents: list[np.ndarray] = [np.zeros(1, "<i8")]
         self.sequences = 0
+        self.nbytes = 0  # of the .bin so far
 
     def add(self, seq_offsets: np.ndarray, doc_offsets: np.ndarray | None) -> None:
-        lengths = np.diff(seq_offsets)
-        big = first_index(lengths > _INT32_MAX)
-        if big is not None:
-            raise LodUsageError(f"{self.label}: sequence {self.sequences + big} has {int(lengths[big]):,} tokens; "
-                                f"{self.kind} stores a sequence's length as int32 (at most {_INT32_MAX:,})")
-        self.lengths.append(lengths.astype("<i4"))
+        """The sequences of one chunk: ``seq_offsets`` (token offsets, validated) and the documents over them."""
+        seq = np.asarray(seq_offsets, np.int64)
+        n, isz = seq.size - 1, self.dtype.itemsize
+        if n > 0:
+            tokens = int(seq[-1]) - int(seq[0])
+            if tokens <= _INT32_MAX:  # no sequence can be too long: the lengths are subtracted into int32 at once
+                lengths = np.subtract(seq[1:], seq[:-1], dtype="<i4", casting="unsafe")
+            else:
+                wide = np.diff(seq)
+                big = first_index(wide > _INT32_MAX)
+                if big is not None:
+                    raise LodUsageError(f"{self.label}: sequence {self.sequences + big} has {int(wide[big]):,} "
+                                        f"tokens; {self.kind} stores a sequence's length as int32 (at most "
+                                        f"{_INT32_MAX:,})")
+                lengths = wide.astype("<i4")
+            pointers = np.multiply(seq[:-1], isz, dtype="<i8")  # each sequence's first byte: no running sum
+            pointers += self.nbytes - int(seq[0]) * isz
+            self.lengths.append(lengths)
+            self.pointers.append(pointers)
+            self.nbytes += tokens * isz
         if doc_offsets is not None:
-            self.documents.append(doc_offsets[1:] + self.sequences)
-        self.sequences += lengths.size
+            self.documents.append(np.add(doc_offsets[1:], self.sequences, dtype="<i8"))
+        self.sequences += max(n, 0)
 
     def write(self, f: BinaryIO) -> None:
-        lengths = np.concatenate(self.lengths) if self.lengths else np.empty(0, "<i4")
-        pointers = np.zeros(lengths.size, "<i8")
-        if lengths.size > 1:
-            np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
-        f.write(MAGIC + struct.pack("<QBQ", VERSION, self.code, lengths.size))
+        """The ``.idx``: the header, then each array in as few writes as it was added in."""
+        f.write(MAGIC + struct.pack("<QBQ", VERSION, self.code, self.sequences))
+        arrays = [*self.lengths, *self.pointers]
         if self.kind == "megatron":
-            docs = np.concatenate(self.documents).astype("<i8")
-            f.write(struct.pack("<Q", docs.size))
-        f.write(memoryview(lengths).cast("B"))
-        f.write(memoryview(pointers).cast("B"))
-        if self.kind == "megatron":
-            f.write(memoryview(docs).cast("B"))
+            f.write(struct.pack("<Q", sum(d.size for d in self.documents)))
+            arrays += self.documents
+        for a in arrays:
+            f.write(memoryview(a).cast("B"))
 
 
 def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: str = "megatron",
@@ -499,25 +511,69 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     ...     f.tensor().read().lod
     [[0, 1, 2, 3], [0, 2, 3, 5]]
     """
+    levels_out = 2 if kind == "megatron" else 1
+
+    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+        builder = None
+        for chunk in chunks:
+            if builder is None:
+                builder = _IndexBuilder(kind, chunk.dtype, prefix)
+            elif chunk.dtype != builder.dtype:
+                raise LodFormatError(f"{prefix}: a chunk of {chunk.dtype} after chunks of {builder.dtype}")
+            seq, docs = writer_levels(chunk, levels_out, level, kind, prefix)
+            builder.add(seq, docs)
+            data = np.ascontiguousarray(chunk.data, dtype=builder.dtype)[int(seq[0]):int(seq[-1])]
+            bf.write(memoryview(data).cast("B"))
+        if builder is None:
+            raise LodUsageError(f"{prefix}: nothing to write (no chunks)")
+        return builder
+
+    return _write_dataset(out, kind, fill)
+
+
+def write_copied(lod: LoDTensor, copy_tokens: Callable[[BinaryIO], int], out: str | os.PathLike, *,
+                 kind: str = "megatron", level: int | None = None) -> list[str]:
+    """Write the index of ``lod``'s offsets, and as the ``.bin`` what ``copy_tokens(f)`` writes to the open file
+    ``f``: every token of ``lod``, in order, as ``lod.dtype`` (it returns the bytes written, which are checked).
+
+    ``lod.data`` is never read (a stand-in of its dtype will do): the tokens are copied from where they are
+    stored (a container's uncompressed data) instead of through memory a chunk at a time.  ``kind`` and
+    ``level`` are :func:`write_chunks`'; both files appear, or neither.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "c")
+    >>> tokens = np.arange(3, dtype=np.int32)
+    >>> stand_in = LoDTensor(np.broadcast_to(np.int32(0), (3,)), [[0, 2, 3]])
+    >>> _ = write_copied(stand_in, lambda f: f.write(tokens.tobytes()), p)
+    >>> with open_megatron(p) as f:
+    ...     t = f.tensor().read()
+    >>> t.data.tolist(), t.lod
+    ([0, 1, 2], [[0, 1, 2], [0, 2, 3]])
+    """
+    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+        builder = _IndexBuilder(kind, lod.dtype, prefix)
+        seq, docs = writer_levels(lod, 2 if kind == "megatron" else 1, level, kind, prefix)
+        builder.add(seq, docs)
+        expected = (int(seq[-1]) - int(seq[0])) * builder.dtype.itemsize
+        written = copy_tokens(bf)
+        if written != expected:
+            raise LodFormatError(f"{prefix}.bin: {written:,} bytes of tokens were copied, but the index needs "
+                                 f"{expected:,}")
+        return builder
+
+    return _write_dataset(out, kind, fill)
+
+
+def _write_dataset(out: str | os.PathLike, kind: str, fill: Callable[[BinaryIO, str], _IndexBuilder]) -> list[str]:
+    """``PREFIX.bin`` as ``fill(f, prefix)`` writes it, then the ``.idx`` of the builder it returns; both appear
+    together when complete, or neither."""
     if kind not in KINDS:
         raise LodUsageError(f"unknown index kind {kind!r}; choose megatron or fairseq")
     bin_path, idx_path = output_files(kind, out)
     prefix = bin_path[:-len(".bin")]
-    levels_out = 2 if kind == "megatron" else 1
-    builder = None
     with atomic_files([bin_path, idx_path]) as (bin_tmp, idx_tmp):
         with open(bin_tmp, "wb") as bf:
-            for chunk in chunks:
-                if builder is None:
-                    builder = _IndexBuilder(kind, chunk.dtype, prefix)
-                elif chunk.dtype != builder.dtype:
-                    raise LodFormatError(f"{prefix}: a chunk of {chunk.dtype} after chunks of {builder.dtype}")
-                seq, docs = writer_levels(chunk, levels_out, level, kind, prefix)
-                builder.add(seq, docs)
-                data = np.ascontiguousarray(chunk.data, dtype=builder.dtype)[int(seq[0]):int(seq[-1])]
-                bf.write(memoryview(data).cast("B"))
-        if builder is None:
-            raise LodUsageError(f"{prefix}: nothing to write (no chunks)")
+            builder = fill(bf, prefix)
         with open(idx_tmp, "wb") as f:
             builder.write(f)
     return [bin_path, idx_path]
@@ -562,4 +618,4 @@ def write_files(fmt: str, chunks: Iterable[LoDTensor], out: Any, *, level: int |
 
 
 __all__ = ["MAGIC", "Index", "paths", "read_index", "open_megatron", "kind_of", "validate_megatron",
-           "index_problems", "write_chunks", "write_megatron", "read", "output_files", "write_files"]
+           "index_problems", "write_chunks", "write_copied", "write_megatron", "read", "output_files", "write_files"]
