@@ -129,7 +129,7 @@ class TokenTensor(TensorView):
     checks.
     """
 
-    __slots__ = ("name", "path", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held",
+    __slots__ = ("name", "path", "tokens", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held",
                  "_window_reads")
 
     def __init__(self, path: str, tokens: np.ndarray, levels: Sequence[OffsetsWindow], sizes: Sequence[int],
@@ -137,6 +137,9 @@ class TokenTensor(TensorView):
                  problems: Callable[[int], list[TokenProblem]] | None = None, name: str = "tokens"):
         self.name = name
         self.path = path
+        #: the token metadata the dataset records (:class:`~lodtool.tokens.TokenInfo`, None: none), which every
+        #: command that keeps the ids records with its output, as it does a container's
+        self.tokens = None
         self._tokens = tokens
         self._levels = tuple(levels)
         self._sizes = [int(s) for s in sizes]

@@ -26,6 +26,7 @@ from ..errors import LodUsageError
 from ..limits import resolve_max_memory
 from . import datatrove as _datatrove, dolma as _dolma, megatron as _megatron
 from ._tokens import TokenFile, TokenProblem
+from ..tokens import TokenInfo
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -97,9 +98,28 @@ def open_dataset(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_
         f = _dolma.open_dolma(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
     if f is not None:
         f.max_memory = resolve_max_memory(max_memory)
+        f.tensor().tokens = recorded_tokens(fmt, path, eos_token_id=eos_token_id)
         return f
     raise LodUsageError(f"{os.fspath(path)}: not a Megatron or fairseq dataset (PREFIX.bin + PREFIX.idx), a datatrove "
                         "file (.ds) or a dolma token array (.npy without a header)")
+
+
+def recorded_tokens(fmt: str, path: str | os.PathLike, *, eos_token_id: int | None = None) -> TokenInfo | None:
+    """The token metadata of a token dataset, as ``pack`` records it: what the files say (datatrove's
+    tokenizer name), with ``eos_token_id`` (given: the dataset cannot say it) as the EOS id; None if nothing.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.io.megatron import write_megatron
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
+    >>> _ = write_megatron(LoDTensor(np.arange(3, dtype=np.int32), [[0, 1, 3]]), prefix)
+    >>> recorded_tokens("megatron", prefix), recorded_tokens("megatron", prefix, eos_token_id=2).eos_id
+    (None, 2)
+    """
+    found = _datatrove.token_info(fmt, [path]) if fmt == "datatrove" else None
+    if eos_token_id is not None:
+        found = (found or TokenInfo()).merged(eos_id=eos_token_id)
+    return None if found is None or found.empty else found
 
 
 def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, token_dtype: Any = None,
@@ -117,4 +137,4 @@ def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, 
     return []  # pragma: no cover
 
 
-__all__ = ["format_of", "input_bytes", "open_dataset", "validate_dataset"]
+__all__ = ["format_of", "input_bytes", "open_dataset", "recorded_tokens", "validate_dataset"]
