@@ -108,6 +108,11 @@ def test_an_uncompressed_container_unpacks_to_the_bytes_a_compressed_one_gives(t
     unpack(d / "gzip.lod.h5", str(d / "decoded"), to=kind, level=level, chunk_rows=4)
     for suffix in (".bin", ".idx"):
         assert (d / f"copied{suffix}").read_bytes() == (d / f"decoded{suffix}").read_bytes()
+    # and the whole round trip of the benchmark: that dataset -> an uncompressed container -> the same bytes
+    pack([str(d / "copied")], d / "again.lod.h5", format=kind, compression="none")
+    unpack(d / "again.lod.h5", str(d / "again"), to=kind)
+    for suffix in (".bin", ".idx"):
+        assert (d / f"again{suffix}").read_bytes() == (d / f"copied{suffix}").read_bytes()
 
 
 @pytest.mark.parametrize("to", ["fairseq", "datatrove", "dolma"])
