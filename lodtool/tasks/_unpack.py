@@ -260,7 +260,7 @@ def _copy_stored(t, fmt, output, progress: Callable[[int, int], None] | None, le
         return None
     from ._operators import read_lod_only
 
-    total = t.nbytes - 8 * sum(t.level_sizes)
+    total = t.n_rows * t.dtype.itemsize
     tick = None if progress is None else (lambda done: progress(done, total))
     return megatron.write_copied(read_lod_only(t), lambda f: copy(f, tick), output, kind=fmt.name, level=level)
 
