@@ -43,11 +43,12 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .. import storage
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
-from ..limits import STREAM_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
 from ._megatronscan import arrays_consistent
-from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
+from ._tokens import (BLOCK, RangedTokens, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
 
@@ -104,6 +105,8 @@ class Index:
     sequence_pointers: np.ndarray
     document_indices: np.ndarray | None
     sequence_modes: np.ndarray | None
+    #: where the tokens are read from, when it is not ``bin_path`` (a URL, which messages name redacted)
+    bin_source: str | None = None
 
     @property
     def itemsize(self) -> int:
@@ -151,10 +154,19 @@ class Header:
 
 
 def read_header(idx_path: str) -> Header:
-    """The header of an MMIDIDX ``.idx``, its kind told by the file size (the arrays are not read)."""
+    """The header of an MMIDIDX ``.idx``, its kind told by the file size (the arrays are not read); a URL is read
+    in object storage (one request for its size, one for its head)."""
+    if storage.is_url(idx_path):
+        remote = storage.open_input(idx_path)
+        return parse_header(remote.head(min(HEADER_MEGATRON, remote.size)), remote.size, storage.redact(idx_path))
     idx_size = file_size(idx_path, "index file (.idx)")
     with open(idx_path, "rb") as f:
         head = f.read(HEADER_MEGATRON)
+    return parse_header(head, idx_size, idx_path)
+
+
+def parse_header(head: bytes, idx_size: int, idx_path: str) -> Header:
+    """:class:`Header` from the first (up to 34) bytes of an ``.idx`` of ``idx_size`` bytes."""
     if not head.startswith(MAGIC):
         raise LodFormatError(f"{idx_path}: byte 0: not an MMIDIDX index (the file starts with {head[:9]!r}, not "
                              f"{MAGIC!r})")
@@ -208,18 +220,27 @@ def read_index(path: str | os.PathLike, *, kind: str | None = None, token_dtype:
             "a Megatron-Core index (with document_indices: 34 + 12n + 8d bytes)"
         raise LodFormatError(f"{idx_path}: byte 26: this is {other}, not a {kind} one; read it as {h.kind}")
     dtype = _token_dtype(h.code, h.kind, token_dtype, idx_path)
-    bin_size = file_size(bin_path, "token file (.bin)")
+    if storage.is_url(idx_path):  # the .idx read whole, in one request; the .bin's size asked for
+        whole = storage.read_bytes(idx_path, resolve_max_memory(None))
+        array = lambda dt, count, offset: np.frombuffer(whole, dt, count, offset)  # noqa: E731
+        bin_size = int(storage.info(bin_path).get("size") or 0)
+    else:
+        array = lambda dt, count, offset: map_array(idx_path, dt, count, offset)  # noqa: E731
+        bin_size = file_size(bin_path, "token file (.bin)")
     n, d = h.sequence_count, h.document_count
     header = HEADER_FAIRSEQ if h.kind == "fairseq" else HEADER_MEGATRON
-    lengths = map_array(idx_path, "<i4", n, header)
-    pointers = map_array(idx_path, "<i8", n, header + 4 * n)
+    lengths = array("<i4", n, header)
+    pointers = array("<i8", n, header + 4 * n)
     docs = modes = None
     if h.kind == "megatron":
-        docs = map_array(idx_path, "<i8", d, header + 12 * n)
+        docs = array("<i8", d, header + 12 * n)
         if h.multimodal:
-            modes = map_array(idx_path, "i1", n, header + 12 * n + 8 * d)
+            modes = array("i1", n, header + 12 * n + 8 * d)
+    source = None
+    if storage.is_url(idx_path):
+        source, idx_path, bin_path = bin_path, storage.redact(idx_path), storage.redact(bin_path)
     index = Index(idx_path, bin_path, h.kind, h.code, dtype, n, d, h.multimodal, bin_size, lengths, pointers, docs,
-                  modes)
+                  modes, source)
     if check_bin:
         raise_first(_bin_problems(index))
     return index
@@ -388,7 +409,7 @@ def open_megatron(path: str | os.PathLike, *, kind: str | None = None, token_dty
     ('fairseq', ('sequence',), [2, 3])
     """
     index = read_index(path, kind=kind, token_dtype=token_dtype)
-    tokens = map_array(index.bin_path, index.dtype, index.n_tokens)
+    tokens = _tokens_of(index, index.n_tokens)
     if index.kind == "megatron":
         levels = [index.document_offsets, index.token_offsets]
         sizes, names = [index.document_count, index.sequence_count + 1], ("document", "sequence")
@@ -399,6 +420,13 @@ def open_megatron(path: str | os.PathLike, *, kind: str | None = None, token_dty
             "sequences": index.sequence_count, "documents": (index.document_count or 1) - 1
             if index.kind == "megatron" else None}
     return TokenFile(index.path, index.kind, {"tokens": t}, files=[index.bin_path, index.path], info=info)
+
+
+def _tokens_of(index: Index, count: int):
+    """The first ``count`` tokens of the ``.bin``: memory-mapped, or read by ranged requests from a URL."""
+    if index.bin_source is not None:
+        return RangedTokens(index.bin_source, index.dtype, count, index.bin_size)
+    return map_array(index.bin_path, index.dtype, count)
 
 
 def kind_of(path: str | os.PathLike) -> str:
@@ -432,7 +460,7 @@ def validate_megatron(path: str | os.PathLike, *, kind: str | None = None, token
     problems = index_problems(index, max_problems)
     if vocab_size is not None:
         covered = min(index.n_tokens, index.bin_size // index.itemsize)
-        tokens = map_array(index.bin_path, index.dtype, max(covered, 0))
+        tokens = _tokens_of(index, max(covered, 0))
         problems += token_problems(tokens, vocab_size, index.bin_path, max_problems=max_problems)
     return problems
 

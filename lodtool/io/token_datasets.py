@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import LodUsageError
+from .. import storage
+from ..errors import LodFormatError, LodUsageError
 from ..limits import resolve_max_memory
 from . import datatrove as _datatrove, dolma as _dolma, megatron as _megatron
 from ._tokens import TokenFile, TokenProblem
@@ -37,9 +38,20 @@ def format_of(path: str | os.PathLike) -> str | None:
     A Megatron or fairseq dataset is named by its prefix, ``.idx`` or ``.bin``
     (told apart by the ``.idx`` size); datatrove by its ``.ds`` or a side file;
     dolma by a ``.npy`` without an NPY header (a real ``.npy`` is None here).
-    Only headers are read.
+    Only headers are read.  A URL (``s3://bucket/corpus``) is a Megatron or fairseq dataset in object
+    storage, named by its prefix, ``.idx`` or ``.bin``, or None (a name with another extension is not asked
+    for).
     """
     p = os.fspath(path)
+    if storage.is_url(p):  # in object storage: Megatron and fairseq (the prefix, .idx or .bin)
+        name = p.rstrip("/").rsplit("/", 1)[-1] if not p.endswith("/") else ""
+        idx = _megatron.paths(p)[2]
+        if not name or ("." in name and not name.endswith((".idx", ".bin"))) or not storage.exists(idx):
+            return None
+        try:
+            return _megatron.read_header(idx).kind
+        except LodFormatError:
+            return None
     if p.endswith((".ds", ".ds.index", ".ds.loss", ".ds.metadata")):
         return "datatrove"
     if p.endswith(".npy") or p.endswith(".csv.gz"):
