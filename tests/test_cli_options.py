@@ -289,7 +289,7 @@ def test_empty_input_asks_for_the_level_count(name, text, tmp_path):
     src = tmp_path / name
     src.write_text(text)
     result = run("pack", src, "-o", tmp_path / "e.h5")
-    assert result.exit_code == 1 and "--lod-level" in result.stderr and "empty input" in result.stderr
+    assert result.exit_code == 1 and "give --lod-level (and --dtype)" in result.stderr and "empty input" in result.stderr
     assert not (tmp_path / "e.h5").exists()
 
 

@@ -52,7 +52,7 @@ def test_pack_refuses_an_id_option_past_the_vocabulary_and_a_dtype_too_narrow(tm
     result = run("pack", src, "-o", tmp_path / "x.h5", "--vocab-size", 5, "--eos-id", 5)
     assert result.exit_code != 0 and "eos_id 5 is not under the vocabulary size 5" in result.stderr
     result = run("pack", src, "-o", tmp_path / "x.h5", "--vocab-size", 300, "--dtype", "uint8")
-    assert result.exit_code != 0 and "dtype uint8 holds ids up to 255" in result.stderr
+    assert result.exit_code != 0 and "--dtype uint8: dtype uint8 holds ids up to 255" in result.stderr
     assert not (tmp_path / "x.h5").exists()
 
 

@@ -380,3 +380,65 @@ def test_lodtool_reads_what_megatron_core_wrote(tmp_path, dtype, multimodal):
     with mg.open_megatron(prefix, **option) as f:
         assert f.info["multimodal"] == multimodal and f.validate() == []
         assert f.tensor().read().equals(nested_tensor(documents, dtype))
+
+
+# -- in object storage: the .idx read whole, the tokens by ranged requests ----------------------------------
+from .s3_server import s3, s3_endpoint  # noqa: E402,F401 - fixtures
+
+
+def _corpus_on_s3(root: str, tmp_path, kind: str = "megatron"):
+    import s3fs
+
+    rng = np.random.default_rng(9)
+    sentences = rng.integers(0, 5, 2000)  # about 3 MB of tokens: more than the head a remote file reads first
+    lengths = rng.integers(0, 200, int(sentences.sum()))
+    t = LoDTensor(rng.integers(0, 50_000, int(lengths.sum())).astype(np.int32),
+                  [np.concatenate(([0], np.cumsum(sentences))), np.concatenate(([0], np.cumsum(lengths)))])
+    mg.write_megatron(t, str(tmp_path / "corpus"), kind=kind, level=1)
+    fs = s3fs.S3FileSystem()
+    for suffix in (".bin", ".idx"):
+        fs.put(str(tmp_path / f"corpus{suffix}"), f"{root}/corpus{suffix}")
+    return t
+
+
+@pytest.mark.parametrize("kind", ["megatron", "fairseq"])
+def test_a_dataset_in_object_storage_is_read_in_place(s3, tmp_path, kind):
+    import lodtool
+    from lodtool.io.token_datasets import format_of, validate_dataset
+
+    server, root = s3
+    t = _corpus_on_s3(root, tmp_path, kind)
+    local = str(tmp_path / "corpus")
+    for name in ("corpus", "corpus.idx", "corpus.bin"):
+        assert format_of(f"{root}/{name}") == kind
+    assert format_of(f"{root}/corpus.lod.h5") is None and format_of(f"{root}/missing") is None
+    with lodtool.open(local) as f:
+        expected = f.tensor().read()
+        last = len(f.tensor()) - 3
+        branch = f.tensor()[last]
+    bin_size = (tmp_path / "corpus.bin").stat().st_size
+    with lodtool.open(f"{root}/corpus") as f:
+        server.mark()
+        got = f.tensor()[last]
+        ranged = [r for r in server.since_mark() if r.path.endswith("corpus.bin")]
+        assert got.lod == branch.lod and got.data.tolist() == branch.data.tolist()
+        assert ranged and all(r.range for r in ranged) and sum(r.nbytes for r in ranged) < bin_size
+        whole = f.tensor().read()
+    assert whole.lod == expected.lod and whole.data.tobytes() == expected.data.tobytes() == t.data.tobytes()
+    assert validate_dataset(f"{root}/corpus") == []
+    assert validate_dataset(f"{root}/corpus", vocab_size=10)[0].array == "tokens"
+
+
+def test_inspect_of_a_dataset_in_object_storage(s3, tmp_path):
+    from .test_cli import run
+
+    server, root = s3
+    _corpus_on_s3(root, tmp_path)
+    result = run("inspect", "--json", f"{root}/corpus")
+    assert result.exit_code == 0, result.output
+    import json
+
+    report = json.loads(result.output)
+    size = sum((tmp_path / f"corpus{s}").stat().st_size for s in (".bin", ".idx"))
+    assert report["format"] == "megatron" and report["file_size"] == size
+    assert report["files"] == [f"{root}/corpus.bin", f"{root}/corpus.idx"]

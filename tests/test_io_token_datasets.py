@@ -97,3 +97,34 @@ def test_a_loop_of_branch_reads_holds_the_validated_levels():
         t[i]
     calls.clear()
     assert [t[i].data.tolist() for i in (5, 99)] == [[10, 11], [198, 199]] and calls == []
+
+
+def _fairseq(tmp_path) -> str:
+    from lodtool import LoDTensor
+    from lodtool.io.megatron import write_megatron
+
+    write_megatron(LoDTensor(np.arange(6, dtype=np.int32), [[0, 2, 6]]), str(tmp_path / "f"), kind="fairseq")
+    return str(tmp_path / "f")
+
+
+@pytest.mark.parametrize("source", ["megatron_int32", "fairseq", "datatrove_uint16.ds", "dolma_uint16.npy"])
+@pytest.mark.parametrize("eos", [None, 1])
+def test_an_operator_that_keeps_the_ids_records_what_pack_records_of_the_source(tmp_path, source, eos):
+    from lodtool.container import open_file
+    from lodtool.tasks import pack, reverse, seq_slice
+
+    path = _fairseq(tmp_path) if source == "fairseq" else os.path.join(GOLDEN, source)
+    pack([path], tmp_path / "packed.lod.h5", eos_token_id=eos)
+    reverse(path, str(tmp_path / "reversed.lod.h5"), eos_token_id=eos)
+    seq_slice(path, str(tmp_path / "sliced.lod.h5"), offset=0, length=1, clip=True, eos_token_id=eos)
+    recorded = []
+    for name in ("packed", "reversed", "sliced"):
+        with open_file(tmp_path / f"{name}.lod.h5") as f:
+            recorded.append(f.tensor().tokens)
+    assert recorded[1] == recorded[0] and recorded[2] == recorded[0]
+    if eos is not None:
+        assert recorded[0].eos_id == eos
+    if source.startswith("datatrove"):
+        assert recorded[0].tokenizer_name == "gpt2"
+    elif eos is None:
+        assert recorded[0] is None

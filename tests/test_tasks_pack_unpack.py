@@ -276,3 +276,18 @@ def test_packing_a_small_token_dataset_uncompressed_leaves_numba_unimported(tmp_
     unpack(out, to="megatron", output=back)
     for ext in (".bin", ".idx"):
         assert Path(back + ext).read_bytes() == Path(prefix + ext).read_bytes()
+
+
+def test_pack_messages_name_library_keywords_not_command_line_options(tmp_path):
+    from lodtool.tokens import TokenInfo
+
+    src = tmp_path / "ids.jsonl"
+    src.write_text("[1]\n")
+    with pytest.raises(LodUsageError) as refused:
+        pack([src], tmp_path / "x.h5", dtype="uint8", tokens=TokenInfo(vocab_size=300))
+    assert str(refused.value).startswith("dtype='uint8': dtype uint8 holds ids up to 255") and "--" not in str(refused.value)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(LodInputError) as empty:
+        pack([tmp_path / "empty.jsonl"], tmp_path / "y.h5")
+    assert "give lod_level=... (and dtype=...) to store zero sequences" in str(empty.value)
+    assert "--" not in str(empty.value)

@@ -95,6 +95,26 @@ def test_container_to_megatron_and_back_is_identical(tmp_path_factory, t):
         assert (d / f"again{suffix}").read_bytes() == (d / f"corpus{suffix}").read_bytes()
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=lod_tensors(min_levels=1, max_levels=3, dtypes=TOKEN_DTYPES["megatron"], element_shapes=[()]),
+       kind=__import__("hypothesis").strategies.sampled_from(["megatron", "fairseq"]))
+def test_an_uncompressed_container_unpacks_to_the_bytes_a_compressed_one_gives(tmp_path_factory, t, kind):
+    # the tokens of an uncompressed container are copied as stored; a compressed one's are decoded chunk by chunk
+    d = tmp_path_factory.mktemp("copy")
+    save(d / "plain.lod.h5", t, compression="none")
+    save(d / "gzip.lod.h5", t, compression="gzip")
+    level = t.lod_level - 1
+    unpack(d / "plain.lod.h5", str(d / "copied"), to=kind, level=level)
+    unpack(d / "gzip.lod.h5", str(d / "decoded"), to=kind, level=level, chunk_rows=4)
+    for suffix in (".bin", ".idx"):
+        assert (d / f"copied{suffix}").read_bytes() == (d / f"decoded{suffix}").read_bytes()
+    # and the whole round trip of the benchmark: that dataset -> an uncompressed container -> the same bytes
+    pack([str(d / "copied")], d / "again.lod.h5", format=kind, compression="none")
+    unpack(d / "again.lod.h5", str(d / "again"), to=kind)
+    for suffix in (".bin", ".idx"):
+        assert (d / f"again{suffix}").read_bytes() == (d / f"copied{suffix}").read_bytes()
+
+
 @pytest.mark.parametrize("to", ["fairseq", "datatrove", "dolma"])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=__import__("hypothesis").strategies.data())

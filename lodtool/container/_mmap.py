@@ -123,6 +123,21 @@ class MappedRows:
             pos += n
         return out
 
+    def stored_runs(self) -> list[tuple[int, np.ndarray]]:
+        """Every row's bytes as stored, in row order and unchecked: ``(file offset, read-only view)`` of each chunk
+        (its fletcher32 sum left out, the last one cut to the rows), or of the whole of a contiguous dataset.  For
+        a copy of the data that checks the dataset's digest itself (see :meth:`fileno`)."""
+        self.check_unchanged()
+        total = self._n_rows * self._row_bytes
+        if self._addresses is None:
+            return [(self._base, self._bytes[self._base:self._base + total])]
+        size = self._chunk_rows * self._row_bytes
+        return [(a, self._bytes[a:a + min(size, total - i * size)]) for i, a in enumerate(self._starts)]
+
+    def fileno(self) -> int:
+        """The descriptor of the mapped file (open while this object lives), for copies the kernel makes."""
+        return self._fd
+
     def check_unchanged(self) -> None:
         """Raise :class:`~lodtool.errors.LodFormatError` if the file's size or modification time changed (checked
         at most every :data:`STAT_EVERY` seconds)."""

@@ -37,7 +37,7 @@ _unavailable = not sys.platform.startswith("linux")
 def _load():
     global _sync_file_range, _unavailable
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the C library this process runs on (find_library starts processes)
         fn = libc.sync_file_range
     except (OSError, AttributeError):  # not glibc, or no libc found
         _unavailable = True
@@ -56,16 +56,21 @@ def start_writeback(h5file) -> bool:
     """
     if _unavailable:
         return False
-    fn = _sync_file_range or _load()
-    if fn is None:
-        return False
     try:
         fd = h5file.id.get_vfd_handle()
     except Exception:  # a driver without a file descriptor (core, family, ...)
         return False
-    if not isinstance(fd, int) or fd < 0:
+    return start_writeback_fd(fd)
+
+
+def start_writeback_fd(fd: int) -> bool:
+    """:func:`start_writeback` of the file open as the descriptor ``fd`` (any file being written, not only HDF5)."""
+    if _unavailable or not isinstance(fd, int) or fd < 0:
+        return False
+    fn = _sync_file_range or _load()
+    if fn is None:
         return False
     return fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE) == 0  # offset 0, length 0: the whole file
 
 
-__all__ = ["start_writeback", "WRITEBACK_BYTES"]
+__all__ = ["start_writeback", "start_writeback_fd", "WRITEBACK_BYTES"]

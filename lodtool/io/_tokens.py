@@ -98,6 +98,39 @@ def map_array(path: str, dtype: Any, count: int, offset: int = 0) -> np.ndarray:
         raise LodFormatError(f"{path}: cannot map {count:,} {dtype} values at byte {offset:,} ({exc})") from None
 
 
+class RangedTokens:
+    """The tokens of a file in object storage (a URL), read by ranged requests as they are sliced: what a
+    :class:`TokenTensor` needs of its token array (``shape``, ``dtype``, ``nbytes``, ``[a:b]``, ``np.array``).
+
+    Each slice is one request of its bytes (:func:`lodtool.storage.open_input`); ``np.array`` reads them all.
+    """
+
+    def __init__(self, url: str, dtype: Any, count: int, size: int | None = None):
+        from .. import storage
+
+        self.dtype = np.dtype(dtype)
+        self.shape = (int(count),)
+        self.nbytes = self.shape[0] * self.dtype.itemsize
+        self._file = storage.open_input(url, size=size)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice):
+            raise LodUsageError("token ids are read from object storage a range at a time ([a:b])")
+        start, stop, step = key.indices(self.shape[0])
+        if step != 1:
+            raise LodUsageError("token ids are read from object storage a range at a time ([a:b])")
+        size = self.dtype.itemsize
+        data = self._file.read_range(start * size, max(stop, start) * size) if stop > start else b""
+        return np.frombuffer(data, self.dtype)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.array(self[:])
+        return out if dtype is None else out.astype(dtype)
+
+
 def little_endian(dtype: Any) -> np.dtype:
     """``dtype`` as these formats store it: little-endian (the native dtype itself on a little-endian machine).
 
@@ -129,7 +162,7 @@ class TokenTensor(TensorView):
     checks.
     """
 
-    __slots__ = ("name", "path", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held",
+    __slots__ = ("name", "path", "tokens", "_tokens", "_levels", "_sizes", "_level_names", "_problems", "_held",
                  "_window_reads")
 
     def __init__(self, path: str, tokens: np.ndarray, levels: Sequence[OffsetsWindow], sizes: Sequence[int],
@@ -137,6 +170,9 @@ class TokenTensor(TensorView):
                  problems: Callable[[int], list[TokenProblem]] | None = None, name: str = "tokens"):
         self.name = name
         self.path = path
+        #: the token metadata the dataset records (:class:`~lodtool.tokens.TokenInfo`, None: none), which every
+        #: command that keeps the ids records with its output, as it does a container's
+        self.tokens = None
         self._tokens = tokens
         self._levels = tuple(levels)
         self._sizes = [int(s) for s in sizes]
@@ -480,6 +516,6 @@ def check_window(start: int, stop: int, size: int, what: str) -> None:
         raise LodIndexError(f"{what}: offsets window {start}:{stop} is outside 0:{size}")
 
 
-__all__ = ["TokenProblem", "TokenTensor", "TokenFile", "read_chunks", "writer_levels", "atomic_files",
+__all__ = ["TokenProblem", "TokenTensor", "TokenFile", "RangedTokens", "read_chunks", "writer_levels", "atomic_files",
            "output_prefix", "map_array", "little_endian", "file_size", "raise_first", "first_index", "token_problems",
            "BLOCK"]

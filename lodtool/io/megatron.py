@@ -43,11 +43,12 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .. import storage
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
-from ..limits import STREAM_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
 from ._megatronscan import arrays_consistent
-from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
+from ._tokens import (BLOCK, RangedTokens, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
 
@@ -104,6 +105,8 @@ class Index:
     sequence_pointers: np.ndarray
     document_indices: np.ndarray | None
     sequence_modes: np.ndarray | None
+    #: where the tokens are read from, when it is not ``bin_path`` (a URL, which messages name redacted)
+    bin_source: str | None = None
 
     @property
     def itemsize(self) -> int:
@@ -151,10 +154,19 @@ class Header:
 
 
 def read_header(idx_path: str) -> Header:
-    """The header of an MMIDIDX ``.idx``, its kind told by the file size (the arrays are not read)."""
+    """The header of an MMIDIDX ``.idx``, its kind told by the file size (the arrays are not read); a URL is read
+    in object storage (one request for its size, one for its head)."""
+    if storage.is_url(idx_path):
+        remote = storage.open_input(idx_path)
+        return parse_header(remote.head(min(HEADER_MEGATRON, remote.size)), remote.size, storage.redact(idx_path))
     idx_size = file_size(idx_path, "index file (.idx)")
     with open(idx_path, "rb") as f:
         head = f.read(HEADER_MEGATRON)
+    return parse_header(head, idx_size, idx_path)
+
+
+def parse_header(head: bytes, idx_size: int, idx_path: str) -> Header:
+    """:class:`Header` from the first (up to 34) bytes of an ``.idx`` of ``idx_size`` bytes."""
     if not head.startswith(MAGIC):
         raise LodFormatError(f"{idx_path}: byte 0: not an MMIDIDX index (the file starts with {head[:9]!r}, not "
                              f"{MAGIC!r})")
@@ -208,18 +220,27 @@ def read_index(path: str | os.PathLike, *, kind: str | None = None, token_dtype:
             "a Megatron-Core index (with document_indices: 34 + 12n + 8d bytes)"
         raise LodFormatError(f"{idx_path}: byte 26: this is {other}, not a {kind} one; read it as {h.kind}")
     dtype = _token_dtype(h.code, h.kind, token_dtype, idx_path)
-    bin_size = file_size(bin_path, "token file (.bin)")
+    if storage.is_url(idx_path):  # the .idx read whole, in one request; the .bin's size asked for
+        whole = storage.read_bytes(idx_path, resolve_max_memory(None))
+        array = lambda dt, count, offset: np.frombuffer(whole, dt, count, offset)  # noqa: E731
+        bin_size = int(storage.info(bin_path).get("size") or 0)
+    else:
+        array = lambda dt, count, offset: map_array(idx_path, dt, count, offset)  # noqa: E731
+        bin_size = file_size(bin_path, "token file (.bin)")
     n, d = h.sequence_count, h.document_count
     header = HEADER_FAIRSEQ if h.kind == "fairseq" else HEADER_MEGATRON
-    lengths = map_array(idx_path, "<i4", n, header)
-    pointers = map_array(idx_path, "<i8", n, header + 4 * n)
+    lengths = array("<i4", n, header)
+    pointers = array("<i8", n, header + 4 * n)
     docs = modes = None
     if h.kind == "megatron":
-        docs = map_array(idx_path, "<i8", d, header + 12 * n)
+        docs = array("<i8", d, header + 12 * n)
         if h.multimodal:
-            modes = map_array(idx_path, "i1", n, header + 12 * n + 8 * d)
+            modes = array("i1", n, header + 12 * n + 8 * d)
+    source = None
+    if storage.is_url(idx_path):
+        source, idx_path, bin_path = bin_path, storage.redact(idx_path), storage.redact(bin_path)
     index = Index(idx_path, bin_path, h.kind, h.code, dtype, n, d, h.multimodal, bin_size, lengths, pointers, docs,
-                  modes)
+                  modes, source)
     if check_bin:
         raise_first(_bin_problems(index))
     return index
@@ -388,7 +409,7 @@ def open_megatron(path: str | os.PathLike, *, kind: str | None = None, token_dty
     ('fairseq', ('sequence',), [2, 3])
     """
     index = read_index(path, kind=kind, token_dtype=token_dtype)
-    tokens = map_array(index.bin_path, index.dtype, index.n_tokens)
+    tokens = _tokens_of(index, index.n_tokens)
     if index.kind == "megatron":
         levels = [index.document_offsets, index.token_offsets]
         sizes, names = [index.document_count, index.sequence_count + 1], ("document", "sequence")
@@ -399,6 +420,13 @@ def open_megatron(path: str | os.PathLike, *, kind: str | None = None, token_dty
             "sequences": index.sequence_count, "documents": (index.document_count or 1) - 1
             if index.kind == "megatron" else None}
     return TokenFile(index.path, index.kind, {"tokens": t}, files=[index.bin_path, index.path], info=info)
+
+
+def _tokens_of(index: Index, count: int):
+    """The first ``count`` tokens of the ``.bin``: memory-mapped, or read by ranged requests from a URL."""
+    if index.bin_source is not None:
+        return RangedTokens(index.bin_source, index.dtype, count, index.bin_size)
+    return map_array(index.bin_path, index.dtype, count)
 
 
 def kind_of(path: str | os.PathLike) -> str:
@@ -432,7 +460,7 @@ def validate_megatron(path: str | os.PathLike, *, kind: str | None = None, token
     problems = index_problems(index, max_problems)
     if vocab_size is not None:
         covered = min(index.n_tokens, index.bin_size // index.itemsize)
-        tokens = map_array(index.bin_path, index.dtype, max(covered, 0))
+        tokens = _tokens_of(index, max(covered, 0))
         problems += token_problems(tokens, vocab_size, index.bin_path, max_problems=max_problems)
     return problems
 
@@ -450,33 +478,45 @@ class _IndexBuilder:
         self.kind, self.code, self.label = kind, codes[np.dtype(dtype)], label
         self.dtype = little_endian(dtype)
         self.lengths: list[np.ndarray] = []
-        self.documents: list[np.ndarray] = [np.zeros(1, np.int64)]
+        self.pointers: list[np.ndarray] = []
+        self.documents: list[np.ndarray] = [np.zeros(1, "<i8")]
         self.sequences = 0
+        self.nbytes = 0  # of the .bin so far
 
     def add(self, seq_offsets: np.ndarray, doc_offsets: np.ndarray | None) -> None:
-        lengths = np.diff(seq_offsets)
-        big = first_index(lengths > _INT32_MAX)
-        if big is not None:
-            raise LodUsageError(f"{self.label}: sequence {self.sequences + big} has {int(lengths[big]):,} tokens; "
-                                f"{self.kind} stores a sequence's length as int32 (at most {_INT32_MAX:,})")
-        self.lengths.append(lengths.astype("<i4"))
+        """The sequences of one chunk: ``seq_offsets`` (token offsets, validated) and the documents over them."""
+        seq = np.asarray(seq_offsets, np.int64)
+        n, isz = seq.size - 1, self.dtype.itemsize
+        if n > 0:
+            tokens = int(seq[-1]) - int(seq[0])
+            if tokens <= _INT32_MAX:  # no sequence can be too long: the lengths are subtracted into int32 at once
+                lengths = np.subtract(seq[1:], seq[:-1], dtype="<i4", casting="unsafe")
+            else:
+                wide = np.diff(seq)
+                big = first_index(wide > _INT32_MAX)
+                if big is not None:
+                    raise LodUsageError(f"{self.label}: sequence {self.sequences + big} has {int(wide[big]):,} "
+                                        f"tokens; {self.kind} stores a sequence's length as int32 (at most "
+                                        f"{_INT32_MAX:,})")
+                lengths = wide.astype("<i4")
+            pointers = np.multiply(seq[:-1], isz, dtype="<i8")  # each sequence's first byte: no running sum
+            pointers += self.nbytes - int(seq[0]) * isz
+            self.lengths.append(lengths)
+            self.pointers.append(pointers)
+            self.nbytes += tokens * isz
         if doc_offsets is not None:
-            self.documents.append(doc_offsets[1:] + self.sequences)
-        self.sequences += lengths.size
+            self.documents.append(np.add(doc_offsets[1:], self.sequences, dtype="<i8"))
+        self.sequences += max(n, 0)
 
     def write(self, f: BinaryIO) -> None:
-        lengths = np.concatenate(self.lengths) if self.lengths else np.empty(0, "<i4")
-        pointers = np.zeros(lengths.size, "<i8")
-        if lengths.size > 1:
-            np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
-        f.write(MAGIC + struct.pack("<QBQ", VERSION, self.code, lengths.size))
+        """The ``.idx``: the header, then each array in as few writes as it was added in."""
+        f.write(MAGIC + struct.pack("<QBQ", VERSION, self.code, self.sequences))
+        arrays = [*self.lengths, *self.pointers]
         if self.kind == "megatron":
-            docs = np.concatenate(self.documents).astype("<i8")
-            f.write(struct.pack("<Q", docs.size))
-        f.write(memoryview(lengths).cast("B"))
-        f.write(memoryview(pointers).cast("B"))
-        if self.kind == "megatron":
-            f.write(memoryview(docs).cast("B"))
+            f.write(struct.pack("<Q", sum(d.size for d in self.documents)))
+            arrays += self.documents
+        for a in arrays:
+            f.write(memoryview(a).cast("B"))
 
 
 def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: str = "megatron",
@@ -499,25 +539,69 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     ...     f.tensor().read().lod
     [[0, 1, 2, 3], [0, 2, 3, 5]]
     """
+    levels_out = 2 if kind == "megatron" else 1
+
+    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+        builder = None
+        for chunk in chunks:
+            if builder is None:
+                builder = _IndexBuilder(kind, chunk.dtype, prefix)
+            elif chunk.dtype != builder.dtype:
+                raise LodFormatError(f"{prefix}: a chunk of {chunk.dtype} after chunks of {builder.dtype}")
+            seq, docs = writer_levels(chunk, levels_out, level, kind, prefix)
+            builder.add(seq, docs)
+            data = np.ascontiguousarray(chunk.data, dtype=builder.dtype)[int(seq[0]):int(seq[-1])]
+            bf.write(memoryview(data).cast("B"))
+        if builder is None:
+            raise LodUsageError(f"{prefix}: nothing to write (no chunks)")
+        return builder
+
+    return _write_dataset(out, kind, fill)
+
+
+def write_copied(lod: LoDTensor, copy_tokens: Callable[[BinaryIO], int], out: str | os.PathLike, *,
+                 kind: str = "megatron", level: int | None = None) -> list[str]:
+    """Write the index of ``lod``'s offsets, and as the ``.bin`` what ``copy_tokens(f)`` writes to the open file
+    ``f``: every token of ``lod``, in order, as ``lod.dtype`` (it returns the bytes written, which are checked).
+
+    ``lod.data`` is never read (a stand-in of its dtype will do): the tokens are copied from where they are
+    stored (a container's uncompressed data) instead of through memory a chunk at a time.  ``kind`` and
+    ``level`` are :func:`write_chunks`'; both files appear, or neither.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "c")
+    >>> tokens = np.arange(3, dtype=np.int32)
+    >>> stand_in = LoDTensor(np.broadcast_to(np.int32(0), (3,)), [[0, 2, 3]])
+    >>> _ = write_copied(stand_in, lambda f: f.write(tokens.tobytes()), p)
+    >>> with open_megatron(p) as f:
+    ...     t = f.tensor().read()
+    >>> t.data.tolist(), t.lod
+    ([0, 1, 2], [[0, 1, 2], [0, 2, 3]])
+    """
+    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+        builder = _IndexBuilder(kind, lod.dtype, prefix)
+        seq, docs = writer_levels(lod, 2 if kind == "megatron" else 1, level, kind, prefix)
+        builder.add(seq, docs)
+        expected = (int(seq[-1]) - int(seq[0])) * builder.dtype.itemsize
+        written = copy_tokens(bf)
+        if written != expected:
+            raise LodFormatError(f"{prefix}.bin: {written:,} bytes of tokens were copied, but the index needs "
+                                 f"{expected:,}")
+        return builder
+
+    return _write_dataset(out, kind, fill)
+
+
+def _write_dataset(out: str | os.PathLike, kind: str, fill: Callable[[BinaryIO, str], _IndexBuilder]) -> list[str]:
+    """``PREFIX.bin`` as ``fill(f, prefix)`` writes it, then the ``.idx`` of the builder it returns; both appear
+    together when complete, or neither."""
     if kind not in KINDS:
         raise LodUsageError(f"unknown index kind {kind!r}; choose megatron or fairseq")
     bin_path, idx_path = output_files(kind, out)
     prefix = bin_path[:-len(".bin")]
-    levels_out = 2 if kind == "megatron" else 1
-    builder = None
     with atomic_files([bin_path, idx_path]) as (bin_tmp, idx_tmp):
         with open(bin_tmp, "wb") as bf:
-            for chunk in chunks:
-                if builder is None:
-                    builder = _IndexBuilder(kind, chunk.dtype, prefix)
-                elif chunk.dtype != builder.dtype:
-                    raise LodFormatError(f"{prefix}: a chunk of {chunk.dtype} after chunks of {builder.dtype}")
-                seq, docs = writer_levels(chunk, levels_out, level, kind, prefix)
-                builder.add(seq, docs)
-                data = np.ascontiguousarray(chunk.data, dtype=builder.dtype)[int(seq[0]):int(seq[-1])]
-                bf.write(memoryview(data).cast("B"))
-        if builder is None:
-            raise LodUsageError(f"{prefix}: nothing to write (no chunks)")
+            builder = fill(bf, prefix)
         with open(idx_tmp, "wb") as f:
             builder.write(f)
     return [bin_path, idx_path]
@@ -562,4 +646,4 @@ def write_files(fmt: str, chunks: Iterable[LoDTensor], out: Any, *, level: int |
 
 
 __all__ = ["MAGIC", "Index", "paths", "read_index", "open_megatron", "kind_of", "validate_megatron",
-           "index_problems", "write_chunks", "write_megatron", "read", "output_files", "write_files"]
+           "index_problems", "write_chunks", "write_copied", "write_megatron", "read", "output_files", "write_files"]

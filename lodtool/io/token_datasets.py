@@ -22,10 +22,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import LodUsageError
+from .. import storage
+from ..errors import LodFormatError, LodUsageError
 from ..limits import resolve_max_memory
 from . import datatrove as _datatrove, dolma as _dolma, megatron as _megatron
 from ._tokens import TokenFile, TokenProblem
+from ..tokens import TokenInfo
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -36,9 +38,20 @@ def format_of(path: str | os.PathLike) -> str | None:
     A Megatron or fairseq dataset is named by its prefix, ``.idx`` or ``.bin``
     (told apart by the ``.idx`` size); datatrove by its ``.ds`` or a side file;
     dolma by a ``.npy`` without an NPY header (a real ``.npy`` is None here).
-    Only headers are read.
+    Only headers are read.  A URL (``s3://bucket/corpus``) is a Megatron or fairseq dataset in object
+    storage, named by its prefix, ``.idx`` or ``.bin``, or None (a name with another extension is not asked
+    for).
     """
     p = os.fspath(path)
+    if storage.is_url(p):  # in object storage: Megatron and fairseq (the prefix, .idx or .bin)
+        name = p.rstrip("/").rsplit("/", 1)[-1] if not p.endswith("/") else ""
+        idx = _megatron.paths(p)[2]
+        if not name or ("." in name and not name.endswith((".idx", ".bin"))) or not storage.exists(idx):
+            return None
+        try:
+            return _megatron.read_header(idx).kind
+        except LodFormatError:
+            return None
     if p.endswith((".ds", ".ds.index", ".ds.loss", ".ds.metadata")):
         return "datatrove"
     if p.endswith(".npy") or p.endswith(".csv.gz"):
@@ -97,9 +110,28 @@ def open_dataset(path: str | os.PathLike, *, token_dtype: Any = None, eos_token_
         f = _dolma.open_dolma(path, token_dtype=token_dtype, eos_token_id=eos_token_id)
     if f is not None:
         f.max_memory = resolve_max_memory(max_memory)
+        f.tensor().tokens = recorded_tokens(fmt, path, eos_token_id=eos_token_id)
         return f
     raise LodUsageError(f"{os.fspath(path)}: not a Megatron or fairseq dataset (PREFIX.bin + PREFIX.idx), a datatrove "
                         "file (.ds) or a dolma token array (.npy without a header)")
+
+
+def recorded_tokens(fmt: str, path: str | os.PathLike, *, eos_token_id: int | None = None) -> TokenInfo | None:
+    """The token metadata of a token dataset, as ``pack`` records it: what the files say (datatrove's
+    tokenizer name), with ``eos_token_id`` (given: the dataset cannot say it) as the EOS id; None if nothing.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.io.megatron import write_megatron
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
+    >>> _ = write_megatron(LoDTensor(np.arange(3, dtype=np.int32), [[0, 1, 3]]), prefix)
+    >>> recorded_tokens("megatron", prefix), recorded_tokens("megatron", prefix, eos_token_id=2).eos_id
+    (None, 2)
+    """
+    found = _datatrove.token_info(fmt, [path]) if fmt == "datatrove" else None
+    if eos_token_id is not None:
+        found = (found or TokenInfo()).merged(eos_id=eos_token_id)
+    return None if found is None or found.empty else found
 
 
 def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, token_dtype: Any = None,
@@ -117,4 +149,4 @@ def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, 
     return []  # pragma: no cover
 
 
-__all__ = ["format_of", "input_bytes", "open_dataset", "validate_dataset"]
+__all__ = ["format_of", "input_bytes", "open_dataset", "recorded_tokens", "validate_dataset"]

@@ -133,7 +133,8 @@ def _inspect_tokens(path: str, token_dtype: Any, eos_token_id: int | None) -> di
 
     with token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         return {"path": path, "format": f.format, "format_version": None, "created_by": None, "checksum": None,
-                "file_size": sum(os.path.getsize(p) for p in f.files), "files": list(f.files), "info": f.info,
+                "file_size": sum(int(storage.info(p).get("size") or 0) if storage.is_url(p) else os.path.getsize(p)
+                                 for p in f.files), "files": list(f.files), "info": f.info,
                 "tensors": [tensor_summary(name, f[name], []) for name in f.names]}
 
 

@@ -43,10 +43,12 @@ def open(path: str | os.PathLike, *, max_memory: int | None = None,  # noqa: A00
     (``pip install 'lodtool[remote]'``); ``storage_options`` (credentials,
     ``endpoint_url``, ``timeout`` ...) go to fsspec, on top of what
     :func:`lodtool.storage.options` set and what the environment says
-    (see ``docs/remote.md``).  Token datasets are read from local files.
+    (see ``docs/remote.md``).  A Megatron or fairseq dataset there (its prefix, ``.idx`` or ``.bin``) is
+    read in place too: its ``.idx`` whole, its tokens by ranged requests; other token datasets are read from
+    local files.
     """
     with storage.options(storage_options):
-        if not storage.is_url(path) and token_datasets.format_of(path) is not None:
+        if token_datasets.format_of(path) is not None:
             return token_datasets.open_dataset(path, token_dtype=token_dtype, eos_token_id=eos_token_id,
                                                max_memory=max_memory)
         return shards.open_path(path, max_memory=max_memory)

@@ -190,7 +190,7 @@ class PackSource:
         if not recorded.empty and recorded.vocab_size is not None and target is not None:
             wrong = dtype_problem(target, recorded.vocab_size)
             if wrong:
-                raise LodUsageError(f"--dtype {target}: {wrong}")
+                raise LodUsageError(f"dtype='{target}': {wrong}")
         chunks = fmt.read(sources, lod_level=lod_level, dtype=target, chunk_bytes=chunk_bytes, progress=progress,
                           stats=stats, **options)
         names = None if level_names is None else [str(n) for n in level_names]
@@ -213,7 +213,7 @@ class PackSource:
     def empty_input_error(self) -> LodInputError:
         where = ", ".join(formats.label(s) for s in self.sources)
         return LodInputError(f"{where}: empty input, so the number of LoD levels cannot be inferred; give "
-                             "--lod-level N (and --dtype) to store zero sequences")
+                             "lod_level=... (and dtype=...) to store zero sequences")
 
 
 def _input_bytes(sources: list) -> int | None:

@@ -235,9 +235,34 @@ def _write_files(t, fmt, output, chunk_rows: int, progress: Callable[[int, int],
     """
     from ._pipe import read_ahead
 
+    copied = _copy_stored(t, fmt, output, progress, level, cast[0])
+    if copied is not None:
+        return copied
     chunks = read_ahead(t.iter_chunks(max_rows=chunk_rows)) if len(t) else iter([t.read()])
     return fmt.write_files(_reporting(_as_dtype(chunks, *cast), t, progress), output,
                            **({} if level is None else {"level": level}))
+
+
+def _copy_stored(t, fmt, output, progress: Callable[[int, int], None] | None, level: int | None,
+                 cast_to: np.dtype | None) -> list[str] | None:
+    """A container's uncompressed tensor written as Megatron or fairseq with its tokens copied from the stored
+    bytes (:func:`lodtool.container._copy.stored_copier`) beside the index of its validated LoD; None where that
+    does not apply (another format or source, compressed data, a cast), nothing written."""
+    from ..container._copy import stored_copier
+    from ..container.reader import LazyTensor
+    from ..io import megatron
+
+    if fmt.name not in megatron.KINDS or not isinstance(t, LazyTensor) or t.element_shape or \
+            (cast_to is not None and cast_to != t.dtype):
+        return None
+    copy = stored_copier(t)
+    if copy is None:
+        return None
+    from ._operators import read_lod_only
+
+    total = t.n_rows * t.dtype.itemsize
+    tick = None if progress is None else (lambda done: progress(done, total))
+    return megatron.write_copied(read_lod_only(t), lambda f: copy(f, tick), output, kind=fmt.name, level=level)
 
 
 __all__ = ["unpack", "UnpackResult", "OUTPUT_FORMATS"]
