@@ -69,19 +69,21 @@ class MappedRows:
         self.dtype = ds.dtype
         self._row_shape = tuple(ds.shape[1:])
         self._row_bytes = ds.dtype.itemsize * int(np.prod(self._row_shape, dtype=np.int64))
-        self._n_rows = int(ds.shape[0])
-        self._base = base
         self._addresses = addresses
-        self._starts = addresses.tolist() if addresses is not None else None  # Python ints: a cheaper lookup
+        # each run's first byte, as Python ints (a cheaper lookup): the chunks', or the one of a contiguous dataset
+        self._starts = addresses.tolist() if addresses is not None else [base]
         itemsize = ds.dtype.itemsize
         starts = base if addresses is None else int(np.bitwise_or.reduce(addresses))
         aligned = starts % itemsize == 0
         # the gather's word: the largest power of two up to 8 bytes that divides the item size and every start (a
         # fletcher32 chunk's 4-byte sum puts the next chunk 4 bytes off an 8-byte boundary)
         self._word = min(itemsize & -itemsize, 8, starts & -starts if starts else 8)
-        # the whole map as the dtype's items, where every run starts on an item boundary: no view per read
+        # the whole map as the dtype's items, where every run starts on an item boundary: a read is one slice of
+        # it, from each run's first item (a row is a whole number of items)
         self._items = self._bytes[:self._bytes.size // itemsize * itemsize].view(ds.dtype) if aligned else None
-        self._chunk_rows = chunk_rows
+        self._item_starts = [a // itemsize for a in self._starts] if aligned else None
+        self._row_items = self._row_bytes // itemsize
+        self._chunk_rows = chunk_rows or max(int(ds.shape[0]), 1)  # a contiguous dataset is one run of every row
         self._sent_to_libhdf5 = 0
         # each chunk's first byte in the file, -1 while its checksum is unchecked (the table chunk_table gives)
         self._checks = None
@@ -100,18 +102,25 @@ class MappedRows:
 
     def rows(self, start: int, stop: int) -> np.ndarray | None:
         """Rows ``start..stop`` from the map, or ``None`` where libhdf5 must read them (an unchecked chunk)."""
-        self.check_unchanged()
-        rb = self._row_bytes
-        if self._addresses is None:
-            return self._run(self._base + start * rb, (stop - start) * rb)
+        if time.monotonic() - self._stamped_at > STAT_EVERY:  # the common case without a call: a read costs ~1 µs
+            self.check_unchanged()
         rows = self._chunk_rows
         first, last = start // rows, (stop - 1) // rows
         checks = self._checks
-        if checks is not None and checks.unchecked and (self._table[first:last + 1] < 0).any() and \
-                not self._check(first, last):
+        if checks is not None and checks.unchecked and (self._table.item(first) < 0 if first == last else (
+                self._table[first:last + 1] < 0).any()) and not self._check(first, last):
             return None
-        if first == last:
-            return self._run(self._starts[first] + (start - first * rows) * rb, (stop - start) * rb)
+        if first == last:  # one run: a read-only view
+            items = self._items
+            if items is not None:
+                row_items = self._row_items
+                at = self._item_starts[first] + (start - first * rows) * row_items
+                items = items[at:at + (stop - start) * row_items]
+            else:
+                at = self._starts[first] + (start - first * rows) * self._row_bytes
+                items = self._bytes[at:at + (stop - start) * self._row_bytes].view(self.dtype)
+            return items.reshape((-1,) + self._row_shape) if self._row_shape else items
+        rb = self._row_bytes
         out = np.empty((stop - start,) + self._row_shape, self.dtype)
         flat = out.reshape(-1).view(np.uint8)
         pos = 0
@@ -152,7 +161,7 @@ class MappedRows:
         if self._words is None:
             word = self._word
             self._words = self._bytes[:self._bytes.size // word * word].view(f"u{word}")
-        return self._words, self._table, self._chunk_rows if self._addresses is not None else max(self._n_rows, 1)
+        return self._words, self._table, self._chunk_rows
 
     def checked_by_libhdf5(self, start: int, stop: int) -> None:
         """libhdf5 read rows ``start..stop`` (and so checked their chunks): they need no check here again."""
@@ -181,15 +190,6 @@ class MappedRows:
             self._table[c] = a
             self._checks.unchecked -= 1
         return True
-
-    def _run(self, at: int, nbytes: int) -> np.ndarray:
-        """The rows stored in bytes ``at..at + nbytes`` of the file, as a read-only view."""
-        if self._items is not None:
-            size = self._items.itemsize
-            items = self._items[at // size:(at + nbytes) // size]
-        else:
-            items = self._bytes[at:at + nbytes].view(self.dtype)
-        return items.reshape((-1,) + self._row_shape) if self._row_shape else items
 
 
 class _Checks:
