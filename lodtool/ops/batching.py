@@ -73,6 +73,40 @@ def segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
+def _first_short_batch_reference(lengths, indices, offsets, padded):
+    """:func:`first_short_batch` in NumPy."""
+    short = np.flatnonzero(padded < segment_max(lengths[indices], offsets))
+    return int(short[0]) if short.size else -1
+
+
+@kernel
+def _first_short_batch_impl(lengths, indices, offsets, padded):
+    for b in range(offsets.shape[0] - 1):
+        longest = 0
+        for j in range(offsets[b], offsets[b + 1]):
+            v = lengths[indices[j]]
+            if v > longest:
+                longest = v
+        if padded[b] < longest:
+            return b
+    return -1
+
+
+def first_short_batch(lengths, indices, offsets, padded) -> int:
+    """The first batch padded to fewer rows than its longest sequence has, or -1 where there is none.
+
+    Batch ``b`` is sequences ``indices[offsets[b]:offsets[b + 1]]`` of
+    ``lengths``, padded to ``padded[b]`` rows; the offsets must run from 0 to
+    the number of indices, and the indices lie inside ``lengths`` (the caller
+    checks both).  One compiled pass, without an array the size of the indices.
+
+    >>> first_short_batch(np.array([3, 1, 4]), np.array([1, 0, 2]), np.array([0, 2, 3]), np.array([3, 3]))
+    1
+    """
+    arrays = [np.ascontiguousarray(a, np.int64) for a in (lengths, indices, offsets, padded)]  # one compiled version
+    return int(_first_short_batch_impl(*arrays))
+
+
 def _greedy_ends_reference(lengths, segment_ends, max_tokens, max_sequences, multiple):
     """Batch ends of fairseq's greedy pass (``batch_by_size_vec``), run on each segment; plain Python.
 
@@ -756,4 +790,4 @@ def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tup
 
 __all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
            "counting_argsort", "gather_runs", "gather_batch", "gather_shifts", "compiled_gather_batch", "chunk_reads",
-           "greedy_batch_ends", "first_fit_decreasing", "megabatch_order"]
+           "greedy_batch_ends", "first_fit_decreasing", "megabatch_order", "first_short_batch"]

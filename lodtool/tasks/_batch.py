@@ -87,9 +87,9 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing, gather_runs,
-                            gather_shifts, greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums,
-                            sort_by_length)
+from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing,
+                            first_short_batch, gather_runs, gather_shifts, greedy_batch_ends, megabatch_order, plan_rng,
+                            segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -472,7 +472,7 @@ class BatchPlan:
         if n_batches and int(self.padded_lengths.max()) > top // max(int(self.batch_sizes.max()), 1):
             return f"a padded length of {int(self.padded_lengths.max()):,} rows is too large to batch"
         if self.indices.size and self.mode != "pack":
-            if np.any(self.padded_lengths < segment_max(self.lengths[self.indices], self.offsets)):
+            if first_short_batch(self.lengths, self.indices, self.offsets, self.padded_lengths) >= 0:
                 return "a batch is padded shorter than its longest sequence"
         return None
 
