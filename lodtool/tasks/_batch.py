@@ -1173,7 +1173,7 @@ class BatchReader:
         elif output == "jagged-numpy":
             out["offsets"] = cu
         else:
-            out.update(cu_seqlens=cu, position_ids=positions[:total], max_seqlen=longest)
+            out["cu_seqlens"], out["position_ids"], out["max_seqlen"] = cu, positions[:total], longest
         return out
 
     def __iter__(self) -> Iterator[dict]:
