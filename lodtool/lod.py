@@ -437,15 +437,20 @@ def walk_branch(path: Sequence[int], levels: Sequence[np.ndarray]) -> tuple[int,
     (10, 12)
     """
     begin, end = 0, len(levels[0]) - 1
-    for depth, index in enumerate(path):
-        if not isinstance(index, (int, np.integer)):
-            return None
+    depth = 0
+    for index in path:
+        if type(index) is not int:  # the exact type first: a training loop's index costs one comparison
+            if not isinstance(index, (int, np.integer)):
+                return None
+            index = int(index)
         count = end - begin
-        i = int(index) + count if index < 0 else int(index)
-        if not 0 <= i < count:
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
             return None
         o = levels[depth]
-        begin, end = o.item(begin + i), o.item(begin + i + 1)
+        depth += 1
+        begin, end = o.item(begin + index), o.item(begin + index + 1)
     return begin, end
 
 

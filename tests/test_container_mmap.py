@@ -247,6 +247,20 @@ def test_a_file_opened_again_unchanged_is_not_checked_again(tmp_path, numba_load
         assert _h5.read_rows(f["d"], 0, 2).tolist() == [5, 1]
 
 
+def test_a_file_opened_again_unchanged_is_not_indexed_again(tmp_path, monkeypatch):
+    path = _file(tmp_path, np.arange(400, dtype=np.int64), fletcher32=False)
+    with h5py.File(path, "r") as f:
+        assert _mmap.mapping(f["d"]) is not None
+    indexed = []
+    real = _mmap._chunk_addresses
+    monkeypatch.setattr(_mmap, "_chunk_addresses", lambda *a: indexed.append(1) or real(*a))
+    with h5py.File(path, "r") as f:  # the chunk table this process built is shared: no chunk_iter pass
+        assert _mmap.mapping(f["d"]).rows(397, 400).tolist() == [397, 398, 399] and not indexed
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1_000_000))
+    with h5py.File(path, "r") as f:  # changed (a new modification time): indexed again
+        assert _mmap.mapping(f["d"]).rows(0, 2).tolist() == [0, 1] and indexed == [1]
+
+
 def test_the_chunk_table_gathers_what_libhdf5_reads(tmp_path, numba_loaded):
     from lodtool.ops.batching import gather_batch
 

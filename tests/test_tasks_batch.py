@@ -67,6 +67,18 @@ def test_greedy_kernel_matches_reference(lengths, budget, max_sequences, multipl
             assert n <= max_sequences
 
 
+@given(lengths_st.filter(lambda a: a.size > 0), st.data())
+def test_first_short_batch_matches_reference(lengths, data):
+    n = data.draw(st.integers(0, 60))
+    indices = np.array(data.draw(st.lists(st.integers(0, lengths.size - 1), min_size=n, max_size=n)), np.int64)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=8)))
+    offsets = np.array([0, *cuts, n], np.int64)
+    padded = np.array(data.draw(st.lists(st.integers(0, 45), min_size=offsets.size - 1, max_size=offsets.size - 1)),
+                      np.int64)
+    want = K._first_short_batch_reference(lengths, indices, offsets, padded)
+    assert K.first_short_batch(lengths, indices, offsets, padded) == want
+
+
 # -- first-fit decreasing ------------------------------------------------------------------------------
 @given(st.lists(st.integers(0, 64), max_size=150), st.integers(64, 200))
 def test_ffd_kernel_matches_reference(values, capacity):

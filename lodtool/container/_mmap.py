@@ -8,12 +8,14 @@ handle and a range of rows is a slice of the map.  Rows that lie in one run
 copy; a range across chunks is gathered into a new array.
 
 * Contiguous datasets are located with ``DatasetID.get_offset()``; chunked
-  ones with one ``chunk_iter`` pass when the handle is first read, which
-  builds the table from chunk to file offset.
+  ones with one ``chunk_iter`` pass when the process first maps the dataset,
+  which builds the table from chunk to file offset.
 * A ``fletcher32`` chunk is checked the first time this process reads it,
-  and never again while the file is unchanged: every handle of the same file
-  (device, inode, size and modification time; the :data:`CHECKS_KEPT` datasets
-  mapped last) shares what was checked.  It is checked by the compiled
+  and never again while the file is unchanged.
+* Every handle of the same dataset of the same unchanged file (device, inode,
+  size and modification time; the :data:`DATASETS_KEPT` datasets mapped last)
+  shares the chunk table and what was checked: a file opened again (a batch
+  reader per epoch) maps without a ``chunk_iter`` pass.  It is checked by the compiled
   checksum where Numba is loaded (a handle loads
   it once it has sent :data:`CHECKS_BEFORE_NUMBA` reads to libhdf5), else by
   libhdf5 itself (the read falls back to it once, and the chunk counts as
@@ -49,18 +51,18 @@ _FLETCHER32 = 3
 STAT_EVERY = 0.01
 #: reads of unchecked chunks a handle sends to libhdf5 (which checks them) before it loads Numba to check them
 CHECKS_BEFORE_NUMBA = 64
-#: datasets whose checked chunks the process remembers after their handles close (about a byte per chunk each)
-CHECKS_KEPT = 256
+#: datasets whose chunk offsets and checked chunks the process remembers after their handles close (16 bytes a
+#: chunk each)
+DATASETS_KEPT = 256
 
 
 class MappedRows:
     """The rows of one dataset handle, read from a read-only map of its file."""
 
-    def __init__(self, ds: h5py.Dataset, fd: int, addresses: np.ndarray | None, base: int, chunk_rows: int,
-                 checked: bool):
+    def __init__(self, ds: h5py.Dataset, fd: int, stat: os.stat_result, addresses: np.ndarray | None, base: int,
+                 chunk_rows: int, checks: _Checks | None):
         self._path = ds.file.filename
         self._fd = fd
-        stat = os.fstat(fd)
         self._stamp = (stat.st_size, stat.st_mtime_ns)
         self._stamped_at = time.monotonic()
         # the map is unmapped with the last array viewing it; the descriptor (ours, a dup) goes with this object
@@ -69,49 +71,51 @@ class MappedRows:
         self.dtype = ds.dtype
         self._row_shape = tuple(ds.shape[1:])
         self._row_bytes = ds.dtype.itemsize * int(np.prod(self._row_shape, dtype=np.int64))
-        self._n_rows = int(ds.shape[0])
-        self._base = base
         self._addresses = addresses
-        self._starts = addresses.tolist() if addresses is not None else None  # Python ints: a cheaper lookup
+        # each run's first byte, as Python ints (a cheaper lookup): the chunks', or the one of a contiguous dataset
+        self._starts = addresses.tolist() if addresses is not None else [base]
         itemsize = ds.dtype.itemsize
         starts = base if addresses is None else int(np.bitwise_or.reduce(addresses))
         aligned = starts % itemsize == 0
         # the gather's word: the largest power of two up to 8 bytes that divides the item size and every start (a
         # fletcher32 chunk's 4-byte sum puts the next chunk 4 bytes off an 8-byte boundary)
         self._word = min(itemsize & -itemsize, 8, starts & -starts if starts else 8)
-        # the whole map as the dtype's items, where every run starts on an item boundary: no view per read
+        # the whole map as the dtype's items, where every run starts on an item boundary: a read is one slice of
+        # it, from each run's first item (a row is a whole number of items)
         self._items = self._bytes[:self._bytes.size // itemsize * itemsize].view(ds.dtype) if aligned else None
-        self._chunk_rows = chunk_rows
+        self._item_starts = [a // itemsize for a in self._starts] if aligned else None
+        self._row_items = self._row_bytes // itemsize
+        self._chunk_rows = chunk_rows or max(int(ds.shape[0]), 1)  # a contiguous dataset is one run of every row
         self._sent_to_libhdf5 = 0
         # each chunk's first byte in the file, -1 while its checksum is unchecked (the table chunk_table gives)
-        self._checks = None
+        self._checks = checks
         if addresses is None:
             self._table = np.array([base], np.int64)
-        elif not checked:
-            self._table = addresses
         else:
-            key = (stat.st_dev, stat.st_ino, *self._stamp, int(addresses[0]), len(addresses), chunk_rows)
-            self._checks = _CHECKS.pop(key, None) or _Checks(len(addresses))
-            _CHECKS[key] = self._checks  # the most recent last
-            while len(_CHECKS) > CHECKS_KEPT:
-                del _CHECKS[next(iter(_CHECKS))]
-            self._table = self._checks.table
+            self._table = addresses if checks is None else checks.table
         self._words = None
 
     def rows(self, start: int, stop: int) -> np.ndarray | None:
         """Rows ``start..stop`` from the map, or ``None`` where libhdf5 must read them (an unchecked chunk)."""
-        self.check_unchanged()
-        rb = self._row_bytes
-        if self._addresses is None:
-            return self._run(self._base + start * rb, (stop - start) * rb)
+        if time.monotonic() - self._stamped_at > STAT_EVERY:  # the common case without a call: a read costs ~1 µs
+            self.check_unchanged()
         rows = self._chunk_rows
         first, last = start // rows, (stop - 1) // rows
         checks = self._checks
-        if checks is not None and checks.unchecked and (self._table[first:last + 1] < 0).any() and \
-                not self._check(first, last):
+        if checks is not None and checks.unchecked and (self._table.item(first) < 0 if first == last else (
+                self._table[first:last + 1] < 0).any()) and not self._check(first, last):
             return None
-        if first == last:
-            return self._run(self._starts[first] + (start - first * rows) * rb, (stop - start) * rb)
+        if first == last:  # one run: a read-only view
+            items = self._items
+            if items is not None:
+                row_items = self._row_items
+                at = self._item_starts[first] + (start - first * rows) * row_items
+                items = items[at:at + (stop - start) * row_items]
+            else:
+                at = self._starts[first] + (start - first * rows) * self._row_bytes
+                items = self._bytes[at:at + (stop - start) * self._row_bytes].view(self.dtype)
+            return items.reshape((-1,) + self._row_shape) if self._row_shape else items
+        rb = self._row_bytes
         out = np.empty((stop - start,) + self._row_shape, self.dtype)
         flat = out.reshape(-1).view(np.uint8)
         pos = 0
@@ -167,7 +171,7 @@ class MappedRows:
         if self._words is None:
             word = self._word
             self._words = self._bytes[:self._bytes.size // word * word].view(f"u{word}")
-        return self._words, self._table, self._chunk_rows if self._addresses is not None else max(self._n_rows, 1)
+        return self._words, self._table, self._chunk_rows
 
     def checked_by_libhdf5(self, start: int, stop: int) -> None:
         """libhdf5 read rows ``start..stop`` (and so checked their chunks): they need no check here again."""
@@ -197,19 +201,10 @@ class MappedRows:
             self._checks.unchecked -= 1
         return True
 
-    def _run(self, at: int, nbytes: int) -> np.ndarray:
-        """The rows stored in bytes ``at..at + nbytes`` of the file, as a read-only view."""
-        if self._items is not None:
-            size = self._items.itemsize
-            items = self._items[at // size:(at + nbytes) // size]
-        else:
-            items = self._bytes[at:at + nbytes].view(self.dtype)
-        return items.reshape((-1,) + self._row_shape) if self._row_shape else items
-
 
 class _Checks:
-    """The fletcher32 chunks of one dataset of one unchanged file that this process has checked, shared by every
-    handle that maps it: ``table[c]`` is chunk ``c``'s file offset once checked, -1 before."""
+    """The fletcher32 chunks of one dataset of one unchanged file that this process has checked: ``table[c]`` is
+    chunk ``c``'s file offset once checked, -1 before."""
 
     __slots__ = ("table", "unchecked")
 
@@ -218,9 +213,31 @@ class _Checks:
         self.unchecked = n_chunks
 
 
-#: the checks of the datasets mapped most recently, by (device, inode, size, modification time, first chunk's
-#: offset, chunks, rows per chunk): a file opened again, unchanged, is not checked again
-_CHECKS: dict[tuple, _Checks] = {}
+class _Known:
+    """What this process has learnt of one chunked dataset of one unchanged file, shared by every handle that maps
+    it: each chunk's file offset and, for fletcher32 chunks, which ones it has checked."""
+
+    __slots__ = ("addresses", "checks")
+
+    def __init__(self, addresses: np.ndarray, checks: _Checks | None):
+        self.addresses, self.checks = addresses, checks
+
+
+#: the datasets mapped most recently (the most recent last), by (device, inode, size, modification time, the
+#: dataset's address in the file): a file opened again, unchanged, is neither indexed nor checked again
+_KNOWN: dict[tuple, _Known] = {}
+
+
+def _known(ds: h5py.Dataset, fd: int, stat: os.stat_result, checked: bool) -> _Known:
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, int(h5py.h5o.get_info(ds.id).addr))
+    known = _KNOWN.pop(key, None)
+    if known is None:
+        addresses = _chunk_addresses(ds, fd, checked, stat.st_size)
+        known = _Known(addresses, _Checks(len(addresses)) if checked else None)
+    _KNOWN[key] = known
+    while len(_KNOWN) > DATASETS_KEPT:
+        del _KNOWN[next(iter(_KNOWN))]
+    return known
 
 
 def mapping(ds: h5py.Dataset) -> MappedRows | None:
@@ -249,16 +266,16 @@ def _map(ds: h5py.Dataset) -> MappedRows | None:
         return None
     fd = os.dup(int(ds.file.id.get_vfd_handle()))
     try:
-        size = os.fstat(fd).st_size
+        stat = os.fstat(fd)
         if ds.chunks is None:
             base = ds.id.get_offset()
-            if base is None or int(ds.id.get_storage_size()) != ds.nbytes or base + ds.nbytes > size:
+            if base is None or int(ds.id.get_storage_size()) != ds.nbytes or base + ds.nbytes > stat.st_size:
                 raise ValueError("not allocated whole")
-            return MappedRows(ds, fd, None, int(base), 0, False)
+            return MappedRows(ds, fd, stat, None, int(base), 0, None)
         if tuple(ds.chunks[1:]) != tuple(ds.shape[1:]):
             raise ValueError("chunks split the rows")
-        addresses = _chunk_addresses(ds, fd, bool(codes), size)
-        return MappedRows(ds, fd, addresses, 0, int(ds.chunks[0]), bool(codes))
+        known = _known(ds, fd, stat, bool(codes))
+        return MappedRows(ds, fd, stat, known.addresses, 0, int(ds.chunks[0]), known.checks)
     except BaseException:
         os.close(fd)
         raise

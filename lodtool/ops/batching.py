@@ -21,6 +21,8 @@ from .._jit import kernel
 
 #: lengths up to this go through the counting sort; longer ones through NumPy's sort
 COUNTING_SORT_MAX = 1 << 22
+#: an empty int64 array: a kernel's output or input that is not wanted
+_NO_INTS = np.zeros(0, np.int64)
 
 
 def plan_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -71,6 +73,40 @@ def segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
+def _first_short_batch_reference(lengths, indices, offsets, padded):
+    """:func:`first_short_batch` in NumPy."""
+    short = np.flatnonzero(padded < segment_max(lengths[indices], offsets))
+    return int(short[0]) if short.size else -1
+
+
+@kernel
+def _first_short_batch_impl(lengths, indices, offsets, padded):
+    for b in range(offsets.shape[0] - 1):
+        longest = 0
+        for j in range(offsets[b], offsets[b + 1]):
+            v = lengths[indices[j]]
+            if v > longest:
+                longest = v
+        if padded[b] < longest:
+            return b
+    return -1
+
+
+def first_short_batch(lengths, indices, offsets, padded) -> int:
+    """The first batch padded to fewer rows than its longest sequence has, or -1 where there is none.
+
+    Batch ``b`` is sequences ``indices[offsets[b]:offsets[b + 1]]`` of
+    ``lengths``, padded to ``padded[b]`` rows; the offsets must run from 0 to
+    the number of indices, and the indices lie inside ``lengths`` (the caller
+    checks both).  One compiled pass, without an array the size of the indices.
+
+    >>> first_short_batch(np.array([3, 1, 4]), np.array([1, 0, 2]), np.array([0, 2, 3]), np.array([3, 3]))
+    1
+    """
+    arrays = [np.ascontiguousarray(a, np.int64) for a in (lengths, indices, offsets, padded)]  # one compiled version
+    return int(_first_short_batch_impl(*arrays))
+
+
 def _greedy_ends_reference(lengths, segment_ends, max_tokens, max_sequences, multiple):
     """Batch ends of fairseq's greedy pass (``batch_by_size_vec``), run on each segment; plain Python.
 
@@ -109,49 +145,6 @@ def _greedy_ends_reference(lengths, segment_ends, max_tokens, max_sequences, mul
                 out.append(seg_end)
         seg_start = seg_end
     return np.array(out, dtype=np.int64)
-
-
-@kernel
-def _greedy_ends_impl(lengths, segment_ends, max_tokens, max_sequences, multiple, out):
-    n_out = 0
-    seg_start = 0
-    for s in range(segment_ends.shape[0]):
-        seg_end = segment_ends[s]
-        batch_start = seg_start
-        batch_end = seg_start
-        batch_max = 0
-        tail_max = 0
-        for pos in range(seg_start, seg_end):
-            v = lengths[pos]
-            if v > tail_max:
-                tail_max = v
-            count = pos + 1 - batch_start
-            new_max = batch_max if batch_max > tail_max else tail_max
-            overflow = (max_sequences > 0 and count > max_sequences) or \
-                (max_tokens > 0 and count * new_max > max_tokens)
-            if overflow:
-                if max_tokens > 0 and tail_max * (pos + 1 - batch_end) > max_tokens:
-                    out[n_out] = batch_end
-                    n_out += 1
-                    batch_end = pos
-                    tail_max = v
-                out[n_out] = batch_end
-                n_out += 1
-                batch_start = batch_end
-                new_max = tail_max
-            count = pos + 1 - batch_start
-            if overflow or count < multiple or count % multiple == 0:
-                batch_end = pos + 1
-                batch_max = new_max
-                tail_max = 0
-        if seg_end > seg_start:
-            out[n_out] = batch_end
-            n_out += 1
-            if batch_end != seg_end:
-                out[n_out] = seg_end
-                n_out += 1
-        seg_start = seg_end
-    return n_out
 
 
 #: lengths below this are counted in a dense array (512 KiB); longer ones in a sorted sparse table
@@ -211,6 +204,10 @@ def _greedy_run_figures_reference(values, counts, max_tokens, max_sequences, mul
     return np.array(out, np.int64)
 
 
+#: the figures array's slots after :data:`RUN_FIGURES`: where the last closed batch ends, and the lengths' sum there
+_LAST_END, _LAST_PREFIX = len(RUN_FIGURES), len(RUN_FIGURES) + 1
+
+
 @kernel(inline="always")
 def _fold_batch(out, tokens, padded, sequences):
     # one closed batch into the figures out[0..9] (RUN_FIGURES' order): count, sums, then (min, max) pairs
@@ -225,23 +222,50 @@ def _fold_batch(out, tokens, padded, sequences):
         k += 2
 
 
+@kernel(inline="always")
+def _close_batch(ends, n, figures, end, end_prefix, end_value):
+    # batch n ends at `end` (the lengths before it sum to end_prefix, its last is end_value): its end into `ends`,
+    # and into the figures the batch before it, folded, while this one is kept apart as the last
+    if ends.shape[0]:
+        ends[n] = end
+    if figures.shape[0]:
+        if n:
+            _fold_batch(figures, figures[11], figures[12], figures[10])
+        sequences = end - figures[_LAST_END]
+        figures[10] = sequences
+        figures[11] = end_prefix - figures[_LAST_PREFIX]
+        figures[12] = end_value * sequences  # lengths ascending: a batch's last is its longest
+        figures[_LAST_END] = end
+        figures[_LAST_PREFIX] = end_prefix
+    return n + 1
+
+
 @kernel
-def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple, out):
-    # the state machine of _greedy_ends_impl over one segment, fed from runs (length, count) in ascending order;
-    # a batch's longest sequence is its last (its padded tokens: sequences times that); each closed batch is
-    # folded into the figures, except the last one, kept apart (drop_last decides on it)
-    out[:] = 0
-    out[4] = out[6] = out[8] = np.iinfo(np.int64).max  # the minima, until a batch closes
-    last_seq = last_tok = last_pad = 0
-    have_last = False
-    emit_pos = emit_prefix = 0
-    batch_start = batch_end = 0
-    end_prefix = end_value = 0
-    batch_max = tail_max = 0
-    pos = prefix = prev_v = 0
-    for r in range(values.shape[0]):
-        v = values[r]
-        for _ in range(counts[r]):
+def _greedy_impl(values, counts, segment_ends, max_tokens, max_sequences, multiple, ends, figures):
+    # fairseq's greedy pass (see _greedy_ends_reference) over lengths given as runs: values[r] counts[r] times
+    # (counts empty: each once), cut at the positions segment_ends; each batch's end goes into `ends` and, where
+    # `figures` is not empty, its figures (RUN_FIGURES, then _LAST_END and _LAST_PREFIX) are folded there
+    if figures.shape[0]:
+        figures[:] = 0
+        figures[4] = figures[6] = figures[8] = np.iinfo(np.int64).max  # the minima, until a batch closes
+    n_out = 0
+    pos = prefix = prev_v = v = 0
+    r = left = 0
+    for s in range(segment_ends.shape[0]):
+        seg_start = pos
+        seg_end = segment_ends[s]
+        batch_start = batch_end = pos
+        end_prefix = prefix
+        end_value = batch_max = tail_max = 0
+        while pos < seg_end:
+            if counts.shape[0]:
+                while left == 0:
+                    v = values[r]
+                    left = counts[r]
+                    r += 1
+                left -= 1
+            else:
+                v = values[pos]
             if v > tail_max:
                 tail_max = v
             count = pos + 1 - batch_start
@@ -249,23 +273,13 @@ def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple
             overflow = (max_sequences > 0 and count > max_sequences) or \
                 (max_tokens > 0 and count * new_max > max_tokens)
             if overflow:
-                n_emit = 1
                 if max_tokens > 0 and tail_max * (pos + 1 - batch_end) > max_tokens:
-                    n_emit = 2
-                for e in range(n_emit):
-                    if have_last:
-                        _fold_batch(out, last_tok, last_pad, last_seq)
-                    last_seq = batch_end - emit_pos
-                    last_tok = end_prefix - emit_prefix
-                    last_pad = end_value * last_seq
-                    have_last = True
-                    emit_pos = batch_end
-                    emit_prefix = end_prefix
-                    if e == 0 and n_emit == 2:
-                        batch_end = pos
-                        end_prefix = prefix
-                        end_value = prev_v
-                        tail_max = v
+                    n_out = _close_batch(ends, n_out, figures, batch_end, end_prefix, end_value)
+                    batch_end = pos
+                    end_prefix = prefix
+                    end_value = prev_v
+                    tail_max = v
+                n_out = _close_batch(ends, n_out, figures, batch_end, end_prefix, end_value)
                 batch_start = batch_end
                 new_max = tail_max
             count = pos + 1 - batch_start
@@ -278,24 +292,13 @@ def _greedy_run_figures_impl(values, counts, max_tokens, max_sequences, multiple
                 tail_max = 0
             prev_v = v
             pos += 1
-    # the segment's end: the running batch, then the tail after it
-    for e in range(2):
-        end = batch_end if e == 0 else pos
-        if pos == 0 or (e == 1 and batch_end == pos):
-            continue
-        if have_last:
-            _fold_batch(out, last_tok, last_pad, last_seq)
-        last_seq = end - emit_pos
-        last_tok = (end_prefix if e == 0 else prefix) - emit_prefix
-        last_pad = (end_value if e == 0 else prev_v) * last_seq
-        have_last = True
-        emit_pos = end
-        emit_prefix = end_prefix if e == 0 else prefix
-    if out[0] == 0:
-        out[4] = out[6] = out[8] = 0
-    out[10] = last_seq
-    out[11] = last_tok
-    out[12] = last_pad
+        if pos > seg_start:  # the segment's end: the running batch, then the tail after it
+            n_out = _close_batch(ends, n_out, figures, batch_end, end_prefix, end_value)
+            if batch_end != pos:
+                n_out = _close_batch(ends, n_out, figures, pos, prefix, prev_v)
+    if figures.shape[0] and figures[0] == 0:  # no batch folded: no minima
+        figures[4] = figures[6] = figures[8] = 0
+    return n_out
 
 
 def greedy_run_figures(values, counts, max_tokens=0, max_sequences=0, multiple=1) -> dict:
@@ -314,9 +317,10 @@ def greedy_run_figures(values, counts, max_tokens=0, max_sequences=0, multiple=1
     """
     values = np.ascontiguousarray(values, np.int64)
     counts = np.ascontiguousarray(counts, np.int64)
-    out = np.zeros(len(RUN_FIGURES), np.int64)
+    out = np.zeros(len(RUN_FIGURES) + 2, np.int64)
     if values.size:
-        _greedy_run_figures_impl(values, counts, int(max_tokens or 0), int(max_sequences or 0), int(multiple), out)
+        _greedy_impl(values, counts, np.array([counts.sum()], np.int64), int(max_tokens or 0),
+                     int(max_sequences or 0), int(multiple), _NO_INTS, out)
     return dict(zip(RUN_FIGURES, out.tolist()))
 
 
@@ -735,7 +739,8 @@ def greedy_batch_ends(lengths, max_tokens=0, max_sequences=0, multiple=1, segmen
     out = np.empty(n + segs.shape[0] + 1, dtype=np.int64)
     if n == 0:
         return out[:0]
-    count = _greedy_ends_impl(lengths, segs, int(max_tokens or 0), int(max_sequences or 0), int(multiple), out)
+    count = _greedy_impl(lengths, _NO_INTS, segs, int(max_tokens or 0), int(max_sequences or 0), int(multiple), out,
+                         _NO_INTS)
     return out[:count].copy()
 
 
@@ -785,4 +790,4 @@ def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tup
 
 __all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
            "counting_argsort", "gather_runs", "gather_batch", "gather_shifts", "compiled_gather_batch", "chunk_reads",
-           "greedy_batch_ends", "first_fit_decreasing", "megabatch_order"]
+           "greedy_batch_ends", "first_fit_decreasing", "megabatch_order", "first_short_batch"]

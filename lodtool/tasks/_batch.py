@@ -87,9 +87,9 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing, gather_runs,
-                            gather_shifts, greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums,
-                            sort_by_length)
+from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing,
+                            first_short_batch, gather_runs, gather_shifts, greedy_batch_ends, megabatch_order, plan_rng,
+                            segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -472,7 +472,7 @@ class BatchPlan:
         if n_batches and int(self.padded_lengths.max()) > top // max(int(self.batch_sizes.max()), 1):
             return f"a padded length of {int(self.padded_lengths.max()):,} rows is too large to batch"
         if self.indices.size and self.mode != "pack":
-            if np.any(self.padded_lengths < segment_max(self.lengths[self.indices], self.offsets)):
+            if first_short_batch(self.lengths, self.indices, self.offsets, self.padded_lengths) >= 0:
                 return "a batch is padded shorter than its longest sequence"
         return None
 
@@ -931,8 +931,8 @@ def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
 class _OpenSource:
     """A reader's open container: the tensor, the row offsets of its sequences, the plan's lengths where it
     clips them (else empty), whether the head is dropped, the pad value in the tensor's dtype, where rows are
-    gathered from, each batch's padded width, tokens and the scratch of the chunks it touches, the words a row
-    takes, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
+    gathered from, each batch's padded width, tokens and the scratch of the chunks it touches, a row's shape, items
+    and words, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
 
     file: Any
     tensor: Any
@@ -945,6 +945,7 @@ class _OpenSource:
     widths: np.ndarray
     tokens: np.ndarray
     touched: np.ndarray
+    element_shape: tuple
     items: int
     row_words: int
     gather: Any
@@ -1109,7 +1110,7 @@ class BatchReader:
         word = chunks.words.dtype.itemsize
         clipped = plan.lengths if plan.options.get("max_length") is not None else _NO_LENGTHS
         return _OpenSource(f, t, rows, clipped, self.truncate == "head", pad, chunks, capacity, widths, tokens,
-                           touched, items, t.dtype.itemsize // word * items, compiled_gather_batch(),
+                           touched, t.element_shape, items, t.dtype.itemsize // word * items, compiled_gather_batch(),
                            gather_shifts(word, chunks.chunk_rows))
 
     def _buffers(self, source: _OpenSource, n_seq: int, width: int, total: int) -> dict[str, np.ndarray]:
@@ -1141,15 +1142,15 @@ class BatchReader:
         if not -n_batches <= i < n_batches:
             raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
         i = int(i) % n_batches
-        first, last = plan.offsets[i:i + 2].tolist()
+        first, last = plan.offsets.item(i), plan.offsets.item(i + 1)  # Python ints, without a list made per batch
         seqs = plan.indices[first:last]
         n_seq = last - first
-        total = int(source.tokens[i])
+        total = source.tokens.item(i)
         output = self.output
         padded = output == "padded"
-        width = int(source.widths[i]) if padded else 0
+        width = source.widths.item(i) if padded else 0
         buf = self._buffers(source, n_seq, width, total)
-        elem = source.tensor.element_shape
+        elem = source.element_shape
         rows = n_seq * width if padded else total
         values = buf["values"][:rows * source.items]
         values = values.reshape(((n_seq, width) if padded else (total,)) + elem) if padded or elem else values
@@ -1166,13 +1167,13 @@ class BatchReader:
             if longest >= 0:
                 break
             chunks.prepare(np.unique(source.touched[:-longest]))
-        out = {"indices": seqs, "batch": i, "repeat": bool(plan.repeat[i]), "values": values, "lengths": lengths}
+        out = {"indices": seqs, "batch": i, "repeat": plan.repeat.item(i), "values": values, "lengths": lengths}
         if padded:
             out["mask"] = mask[:rows].reshape(n_seq, width)
         elif output == "jagged-numpy":
             out["offsets"] = cu
         else:
-            out.update(cu_seqlens=cu, position_ids=positions[:total], max_seqlen=longest)
+            out["cu_seqlens"], out["position_ids"], out["max_seqlen"] = cu, positions[:total], longest
         return out
 
     def __iter__(self) -> Iterator[dict]:
