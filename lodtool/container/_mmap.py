@@ -69,6 +69,7 @@ class MappedRows:
         self._bytes = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), np.uint8)
         weakref.finalize(self, os.close, fd)
         self.dtype = ds.dtype
+        self._n_rows = int(ds.shape[0])
         self._row_shape = tuple(ds.shape[1:])
         self._row_bytes = ds.dtype.itemsize * int(np.prod(self._row_shape, dtype=np.int64))
         self._addresses = addresses
@@ -134,7 +135,8 @@ class MappedRows:
         self.check_unchanged()
         total = self._n_rows * self._row_bytes
         if self._addresses is None:
-            return [(self._base, self._bytes[self._base:self._base + total])]
+            base = self._starts[0]
+            return [(base, self._bytes[base:base + total])]
         size = self._chunk_rows * self._row_bytes
         return [(a, self._bytes[a:a + min(size, total - i * size)]) for i, a in enumerate(self._starts)]
 
