@@ -165,3 +165,35 @@ def test_a_given_vocab_size_checks_the_ids_over_the_recorded_one_block_by_block(
         assert [p.index for p in token_id_problems(path, "ids", f["ids"], vocab_size=5, block_rows=2,
                                                    max_problems=1)] == [3]
     assert validate_file(path, vocab_size=100).ok
+
+
+def many_tensors(path: str, n: int) -> None:
+    """A container of ``n`` small tensors ``t0``.. (copied in HDF5: saving them one by one is slower)."""
+    save(path, LoDTensor(np.arange(7, dtype=np.int32), [[0, 2, 3, 7]]), name="t0")
+    with h5py.File(path, "r+") as f:
+        for i in range(1, n):
+            f.copy("t0", f"t{i}")
+
+
+def test_verify_holds_no_handle_of_the_datasets_it_is_not_hashing(path, monkeypatch):
+    from lodtool.container import checks
+
+    many_tensors(path, 300)
+    open_objects = []
+    hash_one = checks._verify_dataset
+
+    def counting(p, ds, *args, **kwargs):
+        open_objects.append(h5py.h5f.get_obj_count(ds.file.id, h5py.h5f.OBJ_DATASET | h5py.h5f.OBJ_GROUP))
+        return hash_one(p, ds, *args, **kwargs)
+
+    monkeypatch.setattr(checks, "_verify_dataset", counting)
+    assert verify_file(path) == []
+    assert len(open_objects) == 600 and max(open_objects) <= 8  # not two datasets per tensor of the file
+
+
+def test_inspect_of_many_tensors_describes_each(path):
+    many_tensors(path, 300)
+    info = inspect_file(path)
+    assert [t["name"] for t in info["tensors"]] == [f"t{i}" for i in range(300)]
+    assert {json.dumps(t["levels"]) for t in info["tensors"]} == {json.dumps(info["tensors"][0]["levels"])}
+    assert info["tensors"][299]["levels"][0]["sequences"] == 3 and info["tensors"][299]["rows"] == 7

@@ -549,3 +549,38 @@ def test_errors_after_squeezed_blanks_keep_their_columns(line):
     with pytest.raises(LodInputError) as squeezed:  # 8 KB reads: the blanks are squeezed before the line ends
         list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=8192))
     assert str(squeezed.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("token, value", [
+    (b"1." + b"3" * 3_000_000, float("1." + "3" * 30)),
+    (b"9007199254740993" + b"0" * 3_000_000 + b"1e-3000001", 9007199254740994.0),  # just above a tie: rounds up
+    (b"9007199254740993" + b"0" * 3_000_000 + b"e-3000000", 9007199254740992.0),  # the tie itself: to even
+    (b"-0." + b"0" * 3_000_000 + b"25e3000001", -2.5),
+])
+def test_a_float_literal_of_millions_of_digits_keeps_only_what_decides_its_value(token, value, tmp_path,
+                                                                                  monkeypatch):
+    import tracemalloc
+
+    from lodtool.io import _jsonscan
+
+    monkeypatch.setattr(_jsonscan, "_COUNT_ABOVE", 1 << 16)  # scratch sized by the line's lists, not its bytes
+    monkeypatch.setattr(jsonio, "_load_json", lambda *a: pytest.fail("the general path parsed the line whole"))
+    src = tmp_path / "long.jsonl"
+    src.write_bytes(b"[[" + token + b", 0.5]]\n")
+    assert float(token) == value
+    list(iter_json(b"[[1]]", "json", fast=True))  # the scanner's kernels load outside the measurement
+    tracemalloc.start()
+    try:
+        [t] = list(iter_json(str(src), fast=True, chunk_bytes=1 << 20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert t.data.tolist() == [value, 0.5]
+    assert peak < 5 * len(token), peak  # the buffer holding the line (it doubles as it grows), no copy of the token
+
+
+def test_an_integer_literal_too_long_for_any_dtype_still_gets_its_one_line_error():
+    text = b"[[1, 2]]\n[[3, 1" + b"7" * 5000 + b"]]\n"
+    for fast in (True, False):
+        with pytest.raises(LodInputError, match=r"^x:2:6: an integer of 5,001 digits; no dtype holds it"):
+            list(iter_json(text, "jsonl", name="x", fast=fast))

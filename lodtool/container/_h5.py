@@ -223,15 +223,24 @@ def _register_plugin_filters() -> None:
 
 
 def hard_member(group: h5py.Group, name: str):
-    """``group[name]`` if it is a hard link, else ``None`` (soft and external links are refused).
+    """``group[name]`` if it is a hard link, else ``None`` (soft and external links are refused); ``name`` is one
+    member's name, never a path.
 
     External links would make libhdf5 open other files named by an untrusted
     file; lodtool only ever writes hard links.
     """
-    link = group.get(name, getlink=True)
-    if not isinstance(link, h5py.HardLink):
+    key = name.encode()
+    gid = group.id
+    # through the low-level API: h5py's group.get(..., getlink=True) and group[name] cost ~10 libhdf5 calls and a
+    # File object each, which a file of tens of thousands of tensors paid several times per tensor
+    if "/" in name or not gid.links.exists(key) or gid.links.get_info(key).type != h5py.h5l.TYPE_HARD:
         return None
-    return group[name]
+    oid = h5py.h5o.open(gid, key)
+    if isinstance(oid, h5py.h5d.DatasetID):  # read-only handles cache their shape, as h5py's own do
+        return h5py.Dataset(oid, readonly=h5py.h5i.get_file_id(oid).get_intent() == h5py.h5f.ACC_RDONLY)
+    if isinstance(oid, h5py.h5g.GroupID):
+        return h5py.Group(oid)
+    return h5py.Datatype(oid)
 
 
 def foreign_storage(ds: h5py.Dataset) -> str | None:

@@ -28,8 +28,7 @@ from .. import storage
 from ..errors import LodFormatError
 from . import spec
 from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, file_layout, foreign_storage, hard_member,
-                  remote_source,
-                  oversized_chunk, storage_gap, translate)
+                  object_key, oversized_chunk, remote_source, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
 from ..limits import STREAM_CHUNK_BYTES, default_max_memory, human_bytes
 from .reader import declared_lod_level, open_file
@@ -335,7 +334,10 @@ def verify_file(path: str | os.PathLike, *,
         if f.checksum_algorithm != spec.CHECKSUM_ALGORITHM:
             raise LodFormatError(f"{path}: checksum algorithm {f.checksum_algorithm!r} is not supported "
                                  f"(this lodtool verifies {spec.CHECKSUM_ALGORITHM})")
-        datasets: list[tuple[h5py.Dataset | None, str]] = []
+        # what to hash, by label: no handle is kept, so a file of many tensors verifies in bounded memory
+        datasets: list[tuple[str, bool]] = []  # (label, whether it is a dataset)
+        seen: set[tuple[int, int]] = set()  # offsets shared by several tensors are hashed once
+        total = 0
         for name in f.names:
             with translate(path, f"cannot open tensor {name!r}"):
                 group = f.h5[name]
@@ -345,14 +347,20 @@ def verify_file(path: str | os.PathLike, *,
                 items = list(_datasets_of(group, lod_level))
             if layout is not None:
                 f[name]  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
+                f.release(name)
             for ds, label in items:
                 if not isinstance(ds, h5py.Dataset):  # lost data must not verify as "ok"
-                    datasets.append((None, label))
-                elif not any(seen is not None and ds.id == seen.id for seen, _ in datasets):
-                    datasets.append((ds, label))
+                    datasets.append((label, False))
+                    continue
+                with translate(path, f"cannot open {label}"):
+                    key = object_key(ds)
+                if key not in seen:
+                    seen.add(key)
+                    datasets.append((label, True))
+                    total += _logical_nbytes(ds)
         tick = None
         if progress is not None:
-            total, done = sum(_logical_nbytes(ds) for ds, _ in datasets if ds is not None), 0
+            done = 0
 
             def tick(n: int) -> None:
                 nonlocal done
@@ -360,10 +368,12 @@ def verify_file(path: str | os.PathLike, *,
                 progress(done, max(total, done))
 
         limit = default_max_memory()
-        for ds, label in datasets:
-            if ds is None:
+        for label, found in datasets:
+            if not found:
                 out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
                 continue
+            with translate(path, f"cannot open {label}"):
+                ds = f.h5[label]
             mismatch = _verify_dataset(path, ds, label, limit, tick)
             if mismatch is not None:
                 out.append(mismatch)

@@ -65,9 +65,16 @@ MAX_LEVELS = 256
 #: fallback reasons (for tests and debugging; the general path words the messages)
 E_SYNTAX, E_TRUNCATED, E_NEST, E_MIX, E_RANGE, E_DEEP, E_LONG = 1, 2, 3, 4, 5, 6, 7
 
-#: longest number token the scanner takes (longer ones go to the general path)
+#: longest integer token the scanner takes (longer ones go to the general path, which words their error); a float
+#: token of any length is read here, keeping only what decides its value
 MAX_TOKEN = 1 << 12
 _SPAN_SHIFT = 40
+#: the longest token length a span records; a longer token's end is found again from its start
+_MAX_SPAN = (1 << (63 - _SPAN_SHIFT)) - 1
+#: significant digits that decide a double: 767 can matter, the rest only by being all zeros or not
+SIGNIFICANT_DIGITS = 800
+#: a slow token is read back this many bytes at a time (bounded memory, whatever its length)
+_TOKEN_PIECE = 1 << 20
 
 
 def _power_of_five_table() -> np.ndarray:
@@ -109,6 +116,9 @@ _INT64_MAX_U = np.uint64(0x7FFFFFFFFFFFFFFF)
 _INT64_MIN_MAG = np.uint64(0x8000000000000000)
 _TWO53 = np.uint64(1 << 53)
 _INF = math.inf
+#: an exponent is read up to about this size: past any token's own digit count (a buffer holds under 2**40 bytes),
+#: so the value is then 0 or infinite either way
+_EXPONENT_CAP = 1 << 50
 
 
 @intrinsic
@@ -438,7 +448,7 @@ def _number_token(buf, pos, end, final):
             d = buf[p]
             if d < 48 or d > 57:
                 break
-            if ex < 100000:
+            if ex < _EXPONENT_CAP:  # past it the value is 0 or infinite whatever the digits say
                 ex = ex * 10 + (d - 48)
             p += 1
         if p == start_exp:
@@ -588,7 +598,7 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 buf, pos, end, final)
             if incomplete or err != 0:
                 break
-            if p - pos > MAX_TOKEN:
+            if p - pos > MAX_TOKEN and not is_float:
                 err = E_LONG
                 break
             # -- store the value -------------------------------------------------------------------
@@ -629,7 +639,7 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                             n_big += 1
                         elif big == 2:
                             slow[n_slow] = n_val
-                            spans[n_slow] = pos | ((p - pos) << _SPAN_SHIFT)
+                            spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
                             n_slow += 1
                             n_big += 1
                             iv[n_val] = 0
@@ -660,7 +670,7 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                     fv[n_val] = -f if neg else f
                 else:
                     slow[n_slow] = n_val
-                    spans[n_slow] = pos | ((p - pos) << _SPAN_SHIFT)
+                    spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
                     n_slow += 1
                     fv[n_val] = 0.0
             n_val += 1
@@ -1036,20 +1046,87 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
     uv = iv.view(np.uint64)
     for idx, span in zip(slow.tolist(), spans.tolist()):
         start, length = span & mask, span >> _SPAN_SHIFT
-        text = bytes(raw[start:start + length])
         if as_float:
-            fv[idx] = float(text)
+            fv[idx] = float(significant_text(raw, start, len(raw) if length == _MAX_SPAN else start + length))
             if math.isinf(fv[idx]):
                 return E_RANGE
-        else:  # a long integer for a uint64 target
+        else:  # a long integer for a uint64 target (at most MAX_TOKEN bytes)
             try:
-                value = int(text)
+                value = int(bytes(raw[start:start + length]))
             except ValueError:
                 return E_LONG
             if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
                 return E_RANGE
             uv[idx] = value
     return None
+
+
+def significant_text(raw, start: int, stop: int) -> str:
+    """The JSON number token at ``raw[start:]`` (it ends before ``stop`` or at its first byte that no number has)
+    rewritten with at most :data:`SIGNIFICANT_DIGITS` significant digits, a sticky ``1`` where nonzero digits
+    follow them, and one exponent: the text Python's ``float()`` rounds to the same double as the whole token.
+
+    The token is read :data:`_TOKEN_PIECE` bytes at a time, so a literal of a billion digits takes no more
+    memory than one of ten.
+
+    >>> significant_text(b"[-12.50e3]", 1, 10), significant_text(b"0.000" + b"9" * 900 + b",", 0, 906)[-6:]
+    ('-0.1250e5', '991e-3')
+    >>> float(significant_text(b"9007199254740993" + b"0" * 5000 + b"1e-5001", 0, 5023))
+    9007199254740994.0
+    """
+    digits: list[bytes] = []  # the significant digits kept
+    kept = 0
+    point = 0  # the decimal point's place, counted in significant digits (negative: zeros before the first)
+    sticky = neg = False
+    phase = 0  # 0: the integer part, 1: the fraction, 2: the exponent
+    exp_neg = False
+    exp_digits = b""
+    pos = start
+    while pos < stop:
+        piece = bytes(raw[pos:min(pos + _TOKEN_PIECE, stop)])
+        if not piece:  # the input ended with the token
+            break
+        i, n = 0, len(piece)
+        while i < n:
+            c = piece[i]
+            if 48 <= c <= 57:
+                run = len(piece) - i - len(piece[i:].lstrip(b"0123456789"))
+                chunk = piece[i:i + run]
+                if phase == 2:
+                    exp_digits = (exp_digits + chunk).lstrip(b"0")[:20]  # 20 digits: past _EXPONENT_CAP already
+                else:
+                    if not kept:  # zeros before the first significant digit
+                        stripped = chunk.lstrip(b"0")
+                        if phase == 1:
+                            point -= len(chunk) - len(stripped)
+                        chunk = stripped
+                    if chunk:
+                        if phase == 0:
+                            point += len(chunk)
+                        room = SIGNIFICANT_DIGITS - kept
+                        digits.append(chunk[:room])
+                        kept += min(room, len(chunk))
+                        sticky = sticky or bool(chunk[room:].strip(b"0"))
+                i += run
+                continue
+            if c == 45 and i + pos == start:
+                neg = True
+            elif c == 46 and phase == 0:
+                phase = 1
+            elif c in (101, 69) and phase < 2:
+                phase = 2
+            elif c in (43, 45) and phase == 2 and not exp_digits:
+                exp_neg = c == 45
+            else:  # the token ended
+                stop = pos + i
+                break
+            i += 1
+        pos += n if pos + n <= stop else stop - pos
+    sign = "-" if neg else ""
+    if not kept:
+        return f"{sign}0.0"
+    exponent = int(exp_digits or b"0") * (-1 if exp_neg else 1) + point
+    return f"{sign}0.{b''.join(digits).decode()}{'1' if sticky else ''}e{exponent}"
 
 
 __all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult",

@@ -212,6 +212,7 @@ def _count_datasets(path: str) -> int:
             total += 1
             if not counted.intersection(f.shared_lod_with(name)):
                 total += f[name].lod_level
+            f.release(name)  # one tensor open at a time: a file may hold tens of thousands
             counted.add(name)
         return total
 
