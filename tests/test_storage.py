@@ -406,6 +406,18 @@ def test_a_read_brings_the_planned_runs_near_it_once():
     assert kept.planned == []
 
 
+def test_kept_bytes_say_what_a_read_would_not_ask_for():
+    kept = storage._Kept()
+    assert not kept.holds(0, 10)  # nothing read yet, not even the head
+    kept.head = bytes(100)
+    kept.keep_run(1000, bytes(500))
+    kept.put((5000, 5100), bytes(100))
+    assert kept.holds(0, 100) and kept.holds(1000, 1500) and kept.holds(1200, 1300) and kept.holds(5000, 5100)
+    assert not kept.holds(90, 110)  # past the head
+    assert not kept.holds(1400, 1600)  # past the run
+    assert not kept.holds(5000, 5050)  # a kept read answers only exactly its own bytes
+
+
 def test_no_metadata_is_asked_for_twice(s3, tmp_path):
     server, root = s3
     t = corpus(1500)
