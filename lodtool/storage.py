@@ -496,14 +496,18 @@ class _Kept:
         while self.nbytes > KEPT_BYTES:
             self.nbytes -= len(self.reads.popitem(last=False)[1])
 
+    def _run_holding(self, start: int, stop: int) -> int | None:
+        """The index of the run read ahead that holds all of bytes ``start..stop``, or ``None``."""
+        at = bisect.bisect_right(self.run_starts, start) - 1
+        return at if at >= 0 and stop <= self.runs[at][0] else None
+
     def from_runs(self, start: int, stop: int) -> bytes | None:
         """Bytes ``start..stop`` if one run read ahead holds them all."""
-        at = bisect.bisect_right(self.run_starts, start) - 1
-        if at < 0:
+        at = self._run_holding(start, stop)
+        if at is None:
             return None
-        end, data = self.runs[at]
         first = self.run_starts[at]
-        return data[start - first:stop - first] if stop <= end else None
+        return self.runs[at][1][start - first:stop - first]
 
     def plan(self, runs: list[tuple[int, int]]) -> None:
         self.planned = runs
@@ -520,6 +524,12 @@ class _Kept:
         near = self.planned[first:last]
         del self.planned[first:last], self.planned_stops[first:last]
         return near
+
+    def holds(self, start: int, stop: int) -> bool:
+        """Whether bytes ``start..stop`` are here: in the head, a run read ahead, or a kept read of exactly them."""
+        if self.head is not None and stop <= len(self.head):
+            return True
+        return self._run_holding(start, stop) is not None or (start, stop) in self.reads
 
     def keep_run(self, start: int, data: bytes) -> None:
         at = bisect.bisect_left(self.run_starts, start)
@@ -648,6 +658,15 @@ class RemoteFile(io.RawIOBase):
             if kept.from_runs(start, stop) is None:
                 kept.put(key, data)
             return data
+
+    def holds(self, ds) -> bool:
+        """Whether every stored byte of ``ds`` (a dataset of the file this reads) is here already, so that reading
+        it whole sends no request (a reader holds a dataset whole only then: fetching the rest would cost a
+        request for each chunk not read yet, where a short read costs one)."""
+        spans = _spans_of(ds)
+        kept = self._kept
+        with kept.lock:
+            return all(kept.holds(a, b) for a, b in spans)
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")

@@ -33,7 +33,7 @@ from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageErr
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, object_key, open_h5, read_rows, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, object_key, open_h5, read_rows, remote_source, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -406,6 +406,7 @@ class LazyTensor(TensorView):
         self._resident: list[np.ndarray | bool | None] = [None] * len(self._lod)
         self._checked: tuple | bool | None = None  # every level resident and validated (see _checked_levels)
         self._window_reads = 0
+        self._source = remote_source(file.h5)  # the object-storage reader, or None for a local file
         self._what = f"tensor {self.name!r}"
         self._tokens: TokenInfo | None | bool = False  # not read yet
         if not self._row_bytes:  # rows that store nothing: only their count bounds what a reader makes of them
@@ -494,7 +495,7 @@ class LazyTensor(TensorView):
         resident = self._resident[level]
         if resident is None:
             self._window_reads += 1
-            if self._window_reads > RESIDENT_AFTER:
+            if self._window_reads > RESIDENT_AFTER and self._held_whole_for_free(level):
                 resident = self._resident[level] = self._resident_level(level)
         if resident is not None and resident is not False:
             return resident[start:stop]
@@ -507,12 +508,25 @@ class LazyTensor(TensorView):
         except H5_ERRORS as exc:
             raise domain_error(exc, self._path, f"cannot read {self._what} level {level} offsets") from None
 
+    def _too_large_to_hold(self, level: int) -> bool:
+        """Whether level ``level``'s offsets are above :data:`RESIDENT_OFFSETS_BYTES` or the memory limit."""
+        return 8 * self._sizes[level] > min(RESIDENT_OFFSETS_BYTES, self._limit)
+
+    def _held_whole_for_free(self, level: int) -> bool:
+        """Whether making level ``level`` resident reads nothing more than its windows would: always for a local
+        file; in object storage only once every chunk of it is here (read ahead, or read by earlier windows),
+        since each chunk still missing would cost a request where a window costs one for its chunk."""
+        if self._source is None or self._too_large_to_hold(level):
+            return True
+        with translate(self._path, f"cannot locate the chunks of {self._what} level {level} offsets"):
+            return self._source.holds(self._lod[level])
+
     def _resident_level(self, level: int) -> np.ndarray | bool:
         """Level ``level``'s offsets read whole and kept (read-only), or ``False`` where windows are read as asked
         (a level above :data:`RESIDENT_OFFSETS_BYTES` or the memory limit: from the file's map where the offsets
         are stored plain, else through libhdf5)."""
         size = self._sizes[level]
-        if 8 * size > min(RESIDENT_OFFSETS_BYTES, self._limit):
+        if self._too_large_to_hold(level):
             return False
         self._resident[level] = False  # read once through the file, as any window
         whole = self._window(level, 0, size)
@@ -520,7 +534,8 @@ class LazyTensor(TensorView):
         return whole
 
     def _checked_levels(self) -> tuple | None:
-        if self._checked is None and self._window_reads > RESIDENT_AFTER:
+        if self._checked is None and self._window_reads > RESIDENT_AFTER and all(
+                self._resident[k] is not None or self._held_whole_for_free(k) for k in range(self.lod_level)):
             levels = [self._resident[k] if self._resident[k] is not None else self._resident_level(k)
                       for k in range(self.lod_level)]
             self._resident = list(levels)
