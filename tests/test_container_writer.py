@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from lodtool.container import LodWriter, inspect_file, load, open_file, save, va
 from lodtool.errors import (LodChecksumError, LodDtypeError, LodFormatError, LodShapeError, LodUsageError,
                             LodValidationError, LodVersionError)
 
+from .s3_server import s3, s3_endpoint  # noqa: F401 - fixtures
 from .container_helpers import ARTICLES, ROOT, articles, path, raises_same, same, small_chunks, tmpfile  # noqa: F401
 from .strategies import lod_tensors
 
@@ -351,3 +353,21 @@ def test_huge_rows_span_at_most_what_a_reader_reads_at_a_time(tmp_path):
     with pytest.raises(LodShapeError, match="larger than a container stores"):
         save(tmp_path / "wider.lod.h5", LoDTensor(np.zeros((0, 1 << 34), np.int8), [[0, 0]]))
     assert not (tmp_path / "wider.lod.h5").exists()
+
+
+def test_append_to_a_container_in_object_storage_is_refused_naming_the_redacted_url(s3, tmp_path):
+    from .test_cli import SAMPLES, one_line_error, run
+
+    server, root = s3
+    url = root.replace("s3://", "s3://AKIAEXAMPLE:SECRETEXAMPLE@") + "/c.lod.h5?token=SESSIONEXAMPLE"
+    result = run("pack", SAMPLES / "articles.json", "-o", url, "--append")
+    assert result.exit_code != 0
+    line = one_line_error(result)
+    assert f"{root}/c.lod.h5: cannot append to a container in object storage" in line
+    assert "sharded folder" in line
+    for secret in ("AKIAEXAMPLE", "SECRETEXAMPLE", "SESSIONEXAMPLE", "testing-key-id", "testing-secret-key"):
+        assert secret not in result.output
+    with pytest.raises(LodUsageError, match="cannot append to a container in object storage"):
+        LodWriter(root + "/c.lod.h5", append=True)
+    with pytest.raises(LodUsageError, match="not a stream"):
+        LodWriter(io.BytesIO(), append=True)

@@ -805,8 +805,13 @@ class LodWriter:
         self._links: list[tuple[str, str]] = []
         self._done = False
         if self._stream is not None or self._url is not None:
+            if append and self._url is not None:
+                raise LodUsageError(f"{storage.redact(self._url)}: cannot append to a container in object storage "
+                                    "(an object is replaced whole: an append would rewrite it, undoing any other "
+                                    "writer's replacement meanwhile); write a new container, or append to a "
+                                    "sharded folder")
             if append:
-                raise LodUsageError("append needs a local file path, not a stream or a URL")
+                raise LodUsageError("append needs a local file path, not a stream")
             if self._url is not None and not force and storage.exists(self._url):
                 raise LodExistsError(f"{storage.redact(self._url)}: exists; pass force=True to replace it (a "
                                      "container in object storage is replaced whole, never added to)")
