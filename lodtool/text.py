@@ -18,6 +18,7 @@ anything: a tokenizer is a file the user has.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from typing import Any, Mapping, Sequence
@@ -150,7 +151,8 @@ class TextTokenizer:
         encodings = encode(list(texts), add_special_tokens=special_tokens)
         pieces = [e.ids for e in encodings]
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
-        flat = np.fromiter((i for p in pieces for i in p), np.int64, int(lengths.sum()))
+        # chain.from_iterable feeds fromiter from C: a generator expression here costs as much as the ids themselves
+        flat = np.fromiter(itertools.chain.from_iterable(pieces), np.int64, int(lengths.sum()))
         return flat, lengths
 
     def decode(self, sequences: Sequence[Any], *, skip_special_tokens: bool = False) -> list[str]:

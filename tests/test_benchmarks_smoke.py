@@ -63,7 +63,8 @@ SECTIONS = {
         "Megatron → container → Megatron ≥ 0.5× the speed of `cp` + `sync`, byte-identical",
         "`validate` of a Megatron dataset in place ≥ a NumPy pass over its .idx arrays"]),
     "text": ("## Text: pack --tokenizer and unpack --detokenize (issue 30)", [
-        "`lodtool pack --tokenizer` JSONL → container (default compression) ≥ 1× the floor"]),
+        "`lodtool pack --tokenizer` JSONL → container (default compression) ≥ 1× the floor",
+        "`lodtool pack --tokenizer` peak RSS flat in input size"]),
     "remote": ("## Object storage (issue 31)", []),
 }
 #: the sections the default profile runs (about 30 s on 2 cores); the long profile runs the others, and
