@@ -86,17 +86,27 @@ def _zarr_row(t, picks, container: str, folder: str, fs, server) -> list | None:
         group = zarr.open_group(store, mode="r", use_consolidated=True, zarr_format=3)
     data, l0, l1 = group["data"], group["lod0"], group["lod1"]
     opened = _cost(server)
-    branch = []
+    return [f"zarr {zarr.__version__} (v3, FsspecStore), consolidated metadata",
+            *_cells(opened, _read_branches(server, picks, data, l0, l1)), "–"]
+
+
+def _read_branches(server, picks, data, l0, l1) -> list:
+    """The requests and bytes of each picked document's first sentence, read through array-like ``data`` and levels."""
+    costs = []
     for i in picks:
         server.mark()
         s = int(l0[i])
         a, b = (int(v) for v in l1[s:s + 2])
         data[a:b]
-        branch.append(_cost(server))
-    return [f"zarr {zarr.__version__} (v3, FsspecStore), consolidated metadata",
-            f"{opened[0]}, {C.fmt_bytes(opened[1])}",
+        costs.append(_cost(server))
+    return costs
+
+
+def _cells(opened, branch) -> list[str]:
+    """The open's and the branches' cells of a row: requests and bytes."""
+    return [f"{opened[0]}, {C.fmt_bytes(opened[1])}",
             f"{np.mean([b[0] for b in branch]):.2f} / {max(b[0] for b in branch)}",
-            C.fmt_bytes(np.mean([b[1] for b in branch])), "–"]
+            C.fmt_bytes(np.mean([b[1] for b in branch]))]
 
 
 def run(size: str, runs: int, tmpdir: str | None) -> dict:
@@ -152,9 +162,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                 next(iter(lodtool.batches(url, max_tokens=16384)))
                 batch = _cost(server)
                 f.close()
-                rows.append([f"lodtool, {layout}", f"{opened[0]}, {C.fmt_bytes(opened[1])}",
-                             f"{np.mean([b[0] for b in branch]):.2f} / {max(b[0] for b in branch)}",
-                             C.fmt_bytes(np.mean([b[1] for b in branch])), f"{batch[0]}, {C.fmt_bytes(batch[1])}"])
+                rows.append([f"lodtool, {layout}", *_cells(opened, branch), f"{batch[0]}, {C.fmt_bytes(batch[1])}"])
                 if layout == "paged":
                     targets.append(C.target("open a paged container: requests", str(opened[0]), "–", "–",
                                             opened[0] <= 3, "≤ 3"))
@@ -166,16 +174,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                     g = h5["tensor"]
                     data, l0, l1 = g["data"], g["lod/0"], g["lod/1"]
                     anchor_open = _cost(server)
-                    anchor = []
-                    for i in picks:
-                        server.mark()
-                        s = int(l0[i])
-                        a, b = (int(v) for v in l1[s:s + 2])
-                        data[a:b]
-                        anchor.append(_cost(server))
-                rows.append([f"h5py + s3fs defaults, {layout}", f"{anchor_open[0]}, {C.fmt_bytes(anchor_open[1])}",
-                             f"{np.mean([b[0] for b in anchor]):.2f} / {max(b[0] for b in anchor)}",
-                             C.fmt_bytes(np.mean([b[1] for b in anchor])), "–"])
+                    anchor = _read_branches(server, picks, data, l0, l1)
+                rows.append([f"h5py + s3fs defaults, {layout}", *_cells(anchor_open, anchor), "–"])
             inner = pa.ListArray.from_arrays(pa.array(np.asarray(t.lod[1]), pa.int32()), pa.array(t.data))
             docs = pa.ListArray.from_arrays(pa.array(np.asarray(t.lod[0]), pa.int32()), inner)
             pq_path = os.path.join(d, "tokens.parquet")

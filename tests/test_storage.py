@@ -461,6 +461,14 @@ def test_pack_to_s3_and_read_back(s3, tmp_path):
     assert lodtool.load(url).equals(lodtool.load(local))
 
 
+def _random_jsonl(path, count: int, seed: int):
+    """``count`` documents of 1-299 random token ids, one JSON list per line."""
+    rng = np.random.default_rng(seed)
+    path.write_text("".join(json.dumps(rng.integers(0, 50_000, int(rng.integers(1, 300))).tolist()) + "\n"
+                            for _ in range(count)))
+    return path
+
+
 def test_a_killed_pack_to_s3_leaves_the_object_whole_or_absent(s3, tmp_path):
     import signal
     import subprocess
@@ -469,10 +477,7 @@ def test_a_killed_pack_to_s3_leaves_the_object_whole_or_absent(s3, tmp_path):
     import s3fs
 
     server, root = s3
-    rng = np.random.default_rng(7)
-    src = tmp_path / "big.jsonl"
-    src.write_text("".join(json.dumps(rng.integers(0, 50_000, int(rng.integers(1, 300))).tolist()) + "\n"
-                           for _ in range(20_000)))
+    src = _random_jsonl(tmp_path / "big.jsonl", 20_000, seed=7)
     local = tmp_path / "local.lod.h5"
     assert run("pack", src, "-o", local).exit_code == 0
     want = lodtool.load(local)
@@ -779,10 +784,7 @@ def test_a_sharded_pack_to_s3_killed_leaves_nothing_under_the_folder_and_the_nex
     import sys
 
     server, root = s3
-    rng = np.random.default_rng(8)
-    src = tmp_path / "docs.jsonl"
-    src.write_text("".join(json.dumps(rng.integers(0, 50_000, int(rng.integers(1, 300))).tolist()) + "\n"
-                           for _ in range(3_000)))
+    src = _random_jsonl(tmp_path / "docs.jsonl", 3_000, seed=8)
     url = root + "/out/corpus/"
     server.mark()
     proc = subprocess.Popen([sys.executable, "-m", "lodtool", "pack", str(src), "-o", url, "--shard-size", "256KB"],
