@@ -278,3 +278,18 @@ def test_the_chunk_table_gathers_what_libhdf5_reads(tmp_path, numba_loaded):
                      np.zeros(0, np.int64), False, 0, out.view(words.dtype), np.zeros(1, np.int64),
                      np.zeros(2, np.int64), np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(64, np.int64))
         np.testing.assert_array_equal(out, f["d"][:])
+
+
+@pytest.mark.parametrize("kw", [{"chunks": None}, {"chunks": (4,)}, {"chunks": (4,), "compression": "gzip"}])
+def test_mapping_builds_no_file_object(tmp_path, monkeypatch, kw):
+    # ds.file builds an h5py File per call: once per dataset, it made inspect of many tensors slow
+    path = _file(tmp_path, np.arange(20, dtype=np.int64), **kw)
+    built = []
+    init = h5py.File.__init__
+    with h5py.File(path, "r") as f:
+        ds = f["d"]
+        monkeypatch.setattr(h5py.File, "__init__", lambda self, *a, **k: built.append(a) or init(self, *a, **k))
+        found = _mmap.mapping(ds)
+        monkeypatch.undo()
+        assert (found is None) == ("compression" in kw)
+    assert built == []

@@ -472,3 +472,17 @@ def test_inspect_reads_each_layout_once_and_names_the_tensors_that_share_offsets
     info = checks.inspect_file(path)
     assert {t["name"]: t["shared_lod_with"] for t in info["tensors"]} == {"a": ["b"], "b": ["a"], "c": []}
     assert sorted(described) == ["a", "b", "c"]
+
+
+def test_describe_lists_the_attributes_once_instead_of_checking_each(tmp_path, monkeypatch):
+    # an HDF5 existence check per attribute per tensor made inspect of a file of many tensors slow
+    p = str(tmp_path / "many.lod.h5")
+    save(p, {f"t{i}": LoDTensor(np.arange(4, dtype="int32"), recursive_sequence_lengths=[[2, 2]]) for i in range(5)})
+    checked = []
+    contains = h5py.AttributeManager.__contains__
+    with open_file(p) as f:
+        monkeypatch.setattr(h5py.AttributeManager, "__contains__",
+                            lambda self, key: checked.append(key) or contains(self, key))
+        layouts = [f.describe(name)[0] for name in f.names]
+    assert [layout.name for layout in layouts] == [f"t{i}" for i in range(5)]
+    assert checked == []

@@ -61,7 +61,7 @@ class MappedRows:
 
     def __init__(self, ds: h5py.Dataset, fd: int, stat: os.stat_result, addresses: np.ndarray | None, base: int,
                  chunk_rows: int, checks: _Checks | None):
-        self._path = ds.file.filename
+        self._path = os.fsdecode(h5py.h5f.get_name(ds.id))
         self._fd = fd
         self._stamp = (stat.st_size, stat.st_mtime_ns)
         self._stamped_at = time.monotonic()
@@ -257,8 +257,7 @@ def mapping(ds: h5py.Dataset) -> MappedRows | None:
 
 def _map(ds: h5py.Dataset) -> MappedRows | None:
     dtype = ds.dtype
-    if (ds.file.mode != "r" or ds.file.driver != "sec2" or not dtype.isnative or dtype.kind not in "biufc"
-            or ds.shape[0] == 0):
+    if not dtype.isnative or dtype.kind not in "biufc" or ds.shape[0] == 0:
         return None
     plist = ds.id.get_create_plist()
     if plist.get_external_count():
@@ -266,7 +265,11 @@ def _map(ds: h5py.Dataset) -> MappedRows | None:
     codes = [int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters())]
     if codes not in ([], [_FLETCHER32]):
         return None
-    fd = os.dup(int(ds.file.id.get_vfd_handle()))
+    # the file's intent and driver from its id: ds.file would build an h5py File object per dataset
+    fid = h5py.h5i.get_file_id(ds.id)
+    if fid.get_intent() != h5py.h5f.ACC_RDONLY or fid.get_access_plist().get_driver() != h5py.h5fd.SEC2:
+        return None
+    fd = os.dup(int(fid.get_vfd_handle()))
     try:
         stat = os.fstat(fd)
         if ds.chunks is None:

@@ -117,14 +117,15 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     issues: list[tuple[int | None, str]] = []
     with translate(path, f"cannot read the layout of tensor {name!r}"):
         attrs = group.attrs
+        present = set(attrs.keys())  # one listing instead of an HDF5 existence check per attribute
         lod_level = declared_lod_level(attrs)
-        if spec.ATTR_LOD_LEVEL not in attrs:
+        if spec.ATTR_LOD_LEVEL not in present:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is missing"))
         elif lod_level is None:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is {attrs.get(spec.ATTR_LOD_LEVEL)!r}; "
                                  f"expected an integer 0..{spec.MAX_LOD_LEVEL}"))
         level_names = None
-        if spec.ATTR_LEVEL_NAMES in attrs:
+        if spec.ATTR_LEVEL_NAMES in present:
             names = _names_attr(attrs[spec.ATTR_LEVEL_NAMES])
             if names is None:
                 issues.append((None, f"attribute {spec.ATTR_LEVEL_NAMES!r} is not a list of strings"))
@@ -186,10 +187,10 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                         issues.append((k, f"offsets dataset {storage_gap(ds)}"))
                     else:
                         lod_sets.append(ds)
-        compression = spec.text_attr(attrs.get(spec.ATTR_COMPRESSION)) if spec.ATTR_COMPRESSION in attrs else None
+        compression = spec.text_attr(attrs.get(spec.ATTR_COMPRESSION)) if spec.ATTR_COMPRESSION in present else None
         if compression is None and data is not None:
             compression = filters.describe(data)
-        level = _int_attr(attrs.get(spec.ATTR_COMPRESSION_LEVEL)) if spec.ATTR_COMPRESSION_LEVEL in attrs else None
+        level = _int_attr(attrs.get(spec.ATTR_COMPRESSION_LEVEL)) if spec.ATTR_COMPRESSION_LEVEL in present else None
     if issues or data is None or lod_level is None:
         return None, issues
     return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level), issues
@@ -214,9 +215,10 @@ def read_token_info(group: h5py.Group, path: str) -> TokenInfo | None:
     name = group.name.lstrip("/")
     with translate(path, f"cannot read the token metadata of tensor {name!r}"):
         attrs = group.attrs
+        present = set(attrs.keys())  # one listing instead of an HDF5 existence check per attribute
         given = {}
         for key in spec.TOKEN_ATTRS:
-            if key not in attrs:
+            if key not in present:
                 continue
             value = attrs[key]
             if key.startswith("tokenizer_"):
@@ -758,6 +760,7 @@ class LodFile(TensorSource):
             self.format_version = spec.check_version(h5.attrs, path)
         with translate(path, "cannot list the tensors"):
             self.names = tensor_names(h5)
+            self._name_set = frozenset(self.names)  # membership per lookup, not a scan of the list
             created = h5.attrs.get(spec.ATTR_CREATED_BY)
             self.created_by = spec.text_attr(created) if created is not None else None
             algorithm = h5.attrs.get(spec.ATTR_CHECKSUM)
@@ -772,7 +775,7 @@ class LodFile(TensorSource):
         return self._h5
 
     def _group(self, name: str) -> h5py.Group:
-        if name not in self.names:
+        if name not in self._name_set:
             listing = ", ".join(repr(n) for n in self.names) or "none"
             raise LodFileNotFoundError(f"{self.path}: no tensor named {name!r} (tensors: {listing})")
         with translate(self.path, f"cannot open tensor {name!r}"):
