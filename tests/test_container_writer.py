@@ -42,6 +42,20 @@ def test_share_lod_hard_links(path):
         assert f["tokens/lod/0"].id != f["labels/lod/0"].id
 
 
+def test_share_lod_compares_only_tensors_whose_offsets_digests_agree(path, monkeypatch):
+    others = [[a, b, 9 - a - b] for a in range(1, 8) for b in range(1, 9 - a) if (a, b) != (3, 2)]
+    lengths = [[3, 2, 4]] * 2 + others  # the first two LoDs equal; the 27 others differ, in the same shapes
+    tensors = {f"t{i:02d}": LoDTensor(np.arange(9), recursive_sequence_lengths=[seq]) for i, seq in enumerate(lengths)}
+    compared = []
+    equal_lod = writer._equal_lod
+    monkeypatch.setattr(writer, "_equal_lod", lambda a, b, n, *rest: compared.append(1) or equal_lod(a, b, n, *rest))
+    save(path, tensors, force=True)
+    with h5py.File(path, "r") as f:
+        assert f["t00/lod/0"].id == f["t01/lod/0"].id and f["t02/lod/0"].id != f["t00/lod/0"].id
+    assert len(compared) <= 2  # t00 and t01 with each other; the others with nobody (shapes alike, digests not)
+    assert all(same(load(path, n), t) for n, t in tensors.items())
+
+
 def test_link_lod(path):
     with LodWriter(path) as w:
         w.write("tokens", articles())

@@ -980,18 +980,22 @@ class LodWriter:
     def _share_equal_lods(self) -> None:
         """Let each tensor written in this session share the offsets of an earlier tensor with an equal LoD."""
         names = tensor_names(self._h5)
-        signature = {}
+        signature, alike = {}, {}
         for n in names:
             group = self._h5[n]
             level = _int(group.attrs.get(spec.ATTR_LOD_LEVEL))
             lod_group = hard_member(group, spec.LOD) if level else None
             if isinstance(lod_group, h5py.Group) and all(str(k) in lod_group for k in range(level)):
-                signature[n] = (level, tuple(lod_group[str(k)].shape for k in range(level)))
-        for i, name in enumerate(names):
+                # shapes and recorded digests: only tensors alike in both are compared (a mapping of many
+                # tensors of one shape would otherwise compare every pair's offsets)
+                levels = [lod_group[str(k)] for k in range(level)]
+                signature[n] = (level, tuple((ds.shape, ds.attrs.get(spec.ATTR_DIGEST)) for ds in levels))
+                alike.setdefault(signature[n], []).append(n)
+        for name in names:
             if name not in self._writers or name not in signature:
                 continue
-            for other in names[:i] + names[i + 1:]:
-                if signature.get(other) == signature[name] and self._relink(name, other, required=False):
+            for other in alike[signature[name]]:
+                if other != name and self._relink(name, other, required=False):
                     break
 
     def commit(self) -> None:
