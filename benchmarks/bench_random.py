@@ -364,8 +364,8 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
              "`posix_fadvise(POSIX_FADV_DONTNEED)` of every file of the dtype)."]
     if not any("dataloader" in figures[d + " batches"] for d in ("int32", "uint16")):
         notes.append("torch is not installed here: the map-style dataset's row is skipped.")
-    notes.append("The map-style dataset's row has no Megatron-Core loader beside it where megatron-core is not "
-                 "installed.")
+    notes.append("The map-style dataset's row is not yet measured beside the same DataLoader over Megatron-Core's "
+                 "dataset.")
     if not any(("megatron", "warm") in figures[d] for d in ("int32", "uint16")):
         notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its row "
                      "is skipped.")
