@@ -96,7 +96,7 @@ def test_pack_from_stdin_and_streams(tmp_path, monkeypatch):
 
 
 def test_pack_usage_errors(tmp_path):
-    with pytest.raises(LodUsageError, match="stdin: cannot tell the format from the first bytes; give --format"):
+    with pytest.raises(LodUsageError, match="stdin: cannot tell the format from the first bytes; give format="):
         pack(["-"], tmp_path / "o.h5")
     with pytest.raises(LodUsageError, match="cannot tell the format"):
         pack([tmp_path / "x.txt"], tmp_path / "o.h5")

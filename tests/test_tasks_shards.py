@@ -18,3 +18,19 @@ def test_shard_refuses_a_size_that_would_make_thousands_of_files(tmp_path):
         shard(src, tmp_path / "s", shard_size=64)
     assert not (tmp_path / "s").exists()
     assert shard(src, tmp_path / "s", shard_size="64KB")["shards"] > 1
+
+
+def test_replacing_a_sharded_folder_is_refused_in_the_library_words_and_the_command_says_its_flags(tmp_path):
+    from click.testing import CliRunner
+
+    from lodtool.cli.main import cli
+    from lodtool.errors import LodExistsError
+
+    src = tmp_path / "x.lod.h5"
+    save(str(src), LoDTensor(np.arange(10), [[0, 4, 10]]))
+    shard(src, tmp_path / "s", shard_size="64KB")
+    with pytest.raises(LodExistsError, match=r"pass overwrite=True to replace it, or append=True to add shards"):
+        shard(src, tmp_path / "s", shard_size="64KB")
+    result = CliRunner().invoke(cli, ["shard", str(src), "-o", str(tmp_path / "s"), "--shard-size", "64KB"])
+    assert result.exit_code != 0 and "=True" not in result.output
+    assert "add --overwrite to replace it" in result.output

@@ -890,7 +890,7 @@ def pack(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *, appe
             if s != spec:
                 raise LodUsageError(f"{src}: packs as {s.dtype} {list(s.element_shape)} with {s.lod_level} "
                                     f"level(s), but {sources[0]} as {spec.dtype} {list(spec.element_shape)} with "
-                                    f"{spec.lod_level}; give --dtype (and --lod-level) so every shard agrees")
+                                    f"{spec.lod_level}; give dtype=... (and lod_level=...) so every shard agrees")
         return commit_manifest(folder, {options.get("name", "tensor"): spec}, [info for info, _ in results],
                                append=append, staging=staging)
 

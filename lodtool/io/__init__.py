@@ -309,7 +309,7 @@ def input_format(sources: Sequence[Any], format: str | None = None) -> Detection
         if detection is None:
             extensions_hint = "" if is_stdin(src) else f" or the extension ({' '.join(extensions())})"
             raise LodUsageError(f"{label(src)}: cannot tell the format from the first bytes{extensions_hint}; "
-                                f"give --format ({_either(readable())})")
+                                f"give format=... ({_either(readable())})")
         if detection.name == CONTAINER:
             raise LodUsageError(f"{label(src)} is an HDF5 file, not JSON / JSON Lines / NPY / NPZ: a lodtool "
                                 "container is packed already (read it with unpack, slice or head)")

@@ -172,7 +172,7 @@ def _refuse_inexact(data: np.ndarray, target: int, text, position) -> None:
         offset, token = found
         short = token if len(token) <= 40 else token[:37] + "..."
         raise LodInputError(f"{position(offset)}: integer {short} mixed with floats would be stored as float64, "
-                            "which cannot hold it exactly; pass --dtype (dtype=) to choose, e.g. float64 to "
+                            "which cannot hold it exactly; pass dtype=... to choose, e.g. float64 to "
                             "accept the rounding")
 _BOOL_TOKEN = re.compile(rb"\b(?:true|false)\b")
 _NUMBER_TOKEN = re.compile(rb"(?<![\w.])(?:-?\d|NaN\b|-?Infinity\b)")

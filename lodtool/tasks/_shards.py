@@ -35,15 +35,16 @@ def _refuse_replacing(folder: str | os.PathLike, *, append: bool = False, overwr
     >>> _refuse_replacing(d, overwrite=True)
     >>> _refuse_replacing(d)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    lodtool.errors.LodExistsError: ... already holds a sharded container: add --overwrite to replace it, or --append ...
+    lodtool.errors.LodExistsError: ... already holds a sharded container: pass overwrite=True to replace it, or ...
     """
     from ..container.shards import manifest_path
     from ..errors import LodExistsError
 
     if append or overwrite or force or not os.path.isfile(manifest_path(folder)):
         return
-    more = ", or --append to add shards after its own" if can_append else ""
-    raise LodExistsError(f"{os.fspath(folder)} already holds a sharded container: add --overwrite to replace it{more}")
+    more = ", or append=True to add shards after its own" if can_append else ""
+    raise LodExistsError(f"{os.fspath(folder)} already holds a sharded container: pass overwrite=True to replace "
+                         f"it{more}")
 
 
 def _summary(folder: str, manifest) -> dict:
