@@ -39,7 +39,8 @@ SECTIONS = {
         "`lodtool slice FILE i --to jsonl` process ≤ 1.5× `python -c \"import numpy, h5py\"`"]),
     "random": ("## Random access for training (issue 28)", [
         "random `branch(i)`, memory-mappable container, int32, warm",
-        "`lodtool.batches` sorted plan, tokens/s, uint16"]),
+        "`lodtool.batches(output=\"varlen\")` sorted plan, tokens/s, uint16",
+        "`lodtool.batches(output=\"jagged-numpy\")` sorted plan, tokens/s, uint16"]),
     "startup": ("## CLI start-up (issue 5)", [
         "on 10k rows ≤ 1.5×",
         "`lodtool inspect` start-up ≤ 1.5×",

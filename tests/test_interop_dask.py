@@ -319,7 +319,7 @@ def test_parallel_pack_equals_one_process_pack(client, tmp_path):
 def test_parallel_pack_refuses_shards_of_different_dtypes(client, tmp_path):
     (tmp_path / "a.jsonl").write_text("[1, 2]\n")
     (tmp_path / "b.jsonl").write_text("[1.5]\n")
-    with pytest.raises(LodUsageError, match="--dtype"):
+    with pytest.raises(LodUsageError, match=r"give dtype=\.\.\. \(and lod_level=\.\.\.\)"):
         lod_dask.pack([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "out")
     assert not os.path.exists(tmp_path / "out")  # the folder the job made goes with its shards
 
