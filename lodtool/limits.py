@@ -15,7 +15,10 @@ lodtool.errors.LodMemoryError: x.h5: reading tensor 'a' needs 8.0 GiB, above the
 
 from __future__ import annotations
 
+import math
 import os
+
+import numpy as np
 
 from .errors import LodMemoryError, LodUsageError
 
@@ -98,6 +101,37 @@ def human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def parse_size(size: int | str, what: str = "size") -> int:
+    """A positive number of bytes from an integer or from text such as ``"512M"``, ``"1GB"``, ``"64KiB"``
+    (units are powers of 1024); anything else is a :class:`LodUsageError` that names ``what``.
+
+    >>> parse_size("1GB"), parse_size("256M"), parse_size("1.5KiB"), parse_size(4096)
+    (1073741824, 268435456, 1536, 4096)
+    >>> parse_size("lots", "shard size")
+    Traceback (most recent call last):
+    ...
+    lodtool.errors.LodUsageError: bad shard size 'lots': write it as 512M, 2G or a number of bytes
+    """
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+    value = None
+    if isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)):
+        value = int(size)
+    elif isinstance(size, str):
+        body = size.strip().upper().removesuffix("B").removesuffix("I")
+        unit = body[-1:] if body[-1:] in units else ""
+        try:
+            number = float(body[: len(body) - len(unit)])
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            value = int(number * units[unit])
+    if value is None:
+        raise LodUsageError(f"bad {what} {size!r}: write it as 512M, 2G or a number of bytes")
+    if value <= 0:
+        raise LodUsageError(f"bad {what} {size!r}: must be positive")
+    return value
+
+
 def check_memory(nbytes: int, limit: int, path: str, what: str) -> None:
     """Raise :class:`LodMemoryError` if reading ``what`` would allocate more than ``limit`` bytes."""
     if nbytes > limit:
@@ -106,4 +140,4 @@ def check_memory(nbytes: int, limit: int, path: str, what: str) -> None:
 
 
 __all__ = ["available_memory", "default_max_memory", "resolve_max_memory", "check_memory", "human_bytes",
-           "DEFAULT_CAP"]
+           "parse_size", "DEFAULT_CAP"]

@@ -70,12 +70,6 @@ def test_writer_splits_at_sequence_boundaries_and_records_counts(tmp_path):
         assert len(alone) == s.tensors["tensor"].sequences and alone.level_names == ("doc", "sentence")
 
 
-def test_shard_size_text_and_bad_sizes():
-    assert shards.parse_size("256MB") == 256 << 20
-    assert shards.parse_size("1.5KiB") == 1536
-    for bad in ("", "ten", "-1", 0, True, 1.5):
-        with pytest.raises(LodUsageError):
-            shards.parse_size(bad)
 
 
 def test_writer_keeps_trailing_and_inner_empty_sequences_in_valid_shards(tmp_path):

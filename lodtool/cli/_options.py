@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import click
 
 from .. import io as formats
-from .. import storage
+from .. import limits, storage
 from ..errors import LodFileNotFoundError, LodUsageError
 
 #: what slice, head and tail write: every writable io format, then the container
@@ -154,19 +154,8 @@ def isolate_option(f):
 
 
 def parse_size(text: str | None) -> int | None:
-    """``2G`` / ``512M`` / ``1000`` -> bytes."""
-    if text is None:
-        return None
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    body = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = body[-1:] if body[-1:] in units else ""
-    try:
-        value = float(body[: len(body) - len(unit)])
-    except ValueError:
-        raise LodUsageError(f"bad size {text!r}: write it as 512M, 2G or a number of bytes") from None
-    if value <= 0:
-        raise LodUsageError(f"bad size {text!r}: must be positive")
-    return int(value * units[unit])
+    """``2G`` / ``512M`` / ``1000`` -> bytes; ``None`` stays ``None`` (the option was not given)."""
+    return None if text is None else limits.parse_size(text)
 
 
 def split_names(text: str | None) -> list[str] | None:

@@ -65,7 +65,7 @@ from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundEr
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import spec as _spec
-from ..limits import STREAM_CHUNK_BYTES, check_memory, resolve_max_memory
+from ..limits import STREAM_CHUNK_BYTES, check_memory, parse_size, resolve_max_memory
 
 #: the manifest's file name inside a sharded folder
 MANIFEST_NAME = "lodtool.json"
@@ -100,29 +100,6 @@ def _shard_index(name: str) -> int | None:
     body = name[len(SHARD_PREFIX):-len(SHARD_SUFFIX)] if name.startswith(SHARD_PREFIX) and \
         name.endswith(SHARD_SUFFIX) else ""
     return int(body) if body.isdigit() else None
-
-
-def parse_size(size: int | str) -> int:
-    """A shard size in bytes: an integer, or text such as ``"1GB"``, ``"256MB"``, ``"64KiB"`` (powers of 1024).
-
-    >>> parse_size("1GB"), parse_size("256MB"), parse_size(4096)
-    (1073741824, 268435456, 4096)
-    """
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        value = int(size)
-    elif isinstance(size, str):
-        units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-        body = size.strip().upper().removesuffix("B").removesuffix("I")
-        unit = body[-1:] if body[-1:] in units else ""
-        try:
-            value = int(float(body[: len(body) - len(unit)]) * units[unit])
-        except ValueError:
-            raise LodUsageError(f"bad shard size {size!r}: write it as 256MB, 1GB or a number of bytes") from None
-    else:
-        raise LodUsageError(f"bad shard size {size!r}: write it as 256MB, 1GB or a number of bytes")
-    if value <= 0:
-        raise LodUsageError(f"bad shard size {size!r}: must be positive")
-    return value
 
 
 def is_sharded(path: str | os.PathLike) -> bool:
@@ -789,7 +766,7 @@ class ShardWriter:
                  tokens: TokenInfo | None = None):
         self.folder = os.fspath(folder)
         self.tokens = tokens
-        self.shard_size = parse_size(shard_size)
+        self.shard_size = parse_size(shard_size, "shard size")
         self.append = append
         self.compression = compression
         self.name = name
@@ -1548,7 +1525,7 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
                 **layout, "tensors": tensors}
 
 
-__all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "MANIFEST_VERSION", "DEFAULT_SHARD_SIZE", "shard_name", "parse_size",
+__all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "MANIFEST_VERSION", "DEFAULT_SHARD_SIZE", "shard_name",
            "is_sharded", "TensorSpec", "TensorCounts", "ShardInfo", "Manifest", "parse_manifest", "read_manifest",
            "write_manifest", "folder_file", "has_manifest", "shard_checksum", "describe_shard", "write_shard",
            "commit_manifest", "remove_uncommitted_shards", "prepare_folder",

@@ -213,9 +213,9 @@ def _expand_partition(part: Partition, max_memory: int | None, y_path: str, y_na
 
 # -- planning -----------------------------------------------------------------------------------------------
 def _partition_rows(spec, partition_size: int | str) -> int:
-    from ..container.shards import parse_size
+    from ..limits import parse_size
 
-    size = parse_size(partition_size)
+    size = parse_size(partition_size, "partition size")
     row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.element_shape, dtype=np.int64))
     return max(1, size // max(row_bytes, 1))
 

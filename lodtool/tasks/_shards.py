@@ -214,10 +214,9 @@ def _refuse_tiny_shards(folder: str, sources: Sequence, shard_size: int | str) -
     """
     from .. import io as formats
     from ..io.token_datasets import input_bytes
-    from ..limits import human_bytes
-    from ..container.shards import parse_size
+    from ..limits import human_bytes, parse_size
 
-    size = parse_size(shard_size)
+    size = parse_size(shard_size, "shard size")
     total = sum(input_bytes(s) or 0 for s in sources if isinstance(s, (str, os.PathLike)) and not formats.is_stdin(s))
     floor = min(MIN_SHARD_SIZE, -(-total // MANY_SHARDS))
     if size < floor:
