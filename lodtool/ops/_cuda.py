@@ -179,6 +179,27 @@ def _gather(srcw, k, off, nseg, ts, base, aux, p, mode, n_out, tile, padw, outw)
             _fill_seg(off, j0, j0 + cnt, 0, o0, r_lo, r_hi, mode, base, aux, p, srcrow)
     cuda.syncthreads()
     # phase 2: copy words; thread tid takes words tid, tid+nt, ... of the tile (coalesced)
+    if k == 1:  # one word per row: no (row, column) bookkeeping
+        e = tid
+        while e + 3 * nt < rows:
+            s0 = srcrow[e]
+            s1 = srcrow[e + nt]
+            s2 = srcrow[e + 2 * nt]
+            s3 = srcrow[e + 3 * nt]
+            v0 = srcw[s0] if s0 >= 0 else padw[0]
+            v1 = srcw[s1] if s1 >= 0 else padw[0]
+            v2 = srcw[s2] if s2 >= 0 else padw[0]
+            v3 = srcw[s3] if s3 >= 0 else padw[0]
+            outw[o0 + e] = v0
+            outw[o0 + e + nt] = v1
+            outw[o0 + e + 2 * nt] = v2
+            outw[o0 + e + 3 * nt] = v3
+            e += 4 * nt
+        while e < rows:
+            s0 = srcrow[e]
+            outw[o0 + e] = srcw[s0] if s0 >= 0 else padw[0]
+            e += nt
+        return
     total = rows * k
     out0 = o0 * k
     e = tid
