@@ -142,6 +142,16 @@ def _deferring_extensions(compile_):
     return compile
 
 
+def _njit(func: Callable, options: dict):
+    """``numba.njit(cache=True, nogil=True, **options)(func)``, compiling without other packages' extensions
+    (under ``NUMBA_DISABLE_JIT``, ``func`` itself: it runs as Python)."""
+    numba = numba_module()
+    dispatcher = numba.njit(cache=True, nogil=True, **options)(func)
+    if not numba.config.DISABLE_JIT:
+        dispatcher._compile_for_args = _deferring_extensions(dispatcher._compile_for_args)
+    return dispatcher
+
+
 def numba_loaded() -> bool:
     """Whether Numba is imported in this process already (so a kernel no longer pays for the import).
 
@@ -344,9 +354,7 @@ class LazyKernel:
         func.__qualname__ = fn.__qualname__
         func.__module__ = fn.__module__
         func.__doc__ = fn.__doc__
-        dispatcher = numba.njit(cache=True, nogil=True, **self.options)(func)
-        dispatcher._compile_for_args = _deferring_extensions(dispatcher._compile_for_args)
-        return dispatcher
+        return _njit(func, self.options)
 
     def __call__(self, *args):
         dispatcher = self.dispatcher
@@ -413,9 +421,7 @@ class BlockKernel:
         func = types.FunctionType(code, glb, self.__name__)
         func.__qualname__ = qualname
         func.__module__ = self.__module__
-        dispatcher = numba.njit(cache=True, nogil=True, parallel=True)(func)
-        dispatcher._compile_for_args = _deferring_extensions(dispatcher._compile_for_args)
-        return dispatcher
+        return _njit(func, {"parallel": True})
 
     def __call__(self, n: int, *args, nblocks: int | None = None, per_worker: int = 16):
         blocks, counter, nworkers = schedule(n, per_worker)

@@ -201,3 +201,20 @@ def test_block_kernels_load_from_numbas_cache_in_a_new_process_and_a_changed_bod
     assert run() == "[0, 2, 4, 6, 8] [1, 2, 3, 4, 5] [1, 1] [0, 0]"  # each kernel its own cache entry: loaded
     module.write_text(_BLOCK_KERNELS.replace("FACTOR", "30"))  # another size: Python's and Numba's stamps both see it
     assert run() == "[0, 30, 60, 90, 120] [1, 2, 3, 4, 5] [0, 0] [1, 1]"  # the body's file changed: compiled again
+
+
+def test_kernels_and_block_kernels_run_as_python_under_numba_disable_jit():
+    code = """
+import numpy as np
+from lodtool import LoDTensor
+from lodtool.ops import sequence_expand, sequence_reverse, sequence_softmax
+x = LoDTensor(np.arange(5.0), [[0, 2, 5]])
+y = LoDTensor(np.zeros(3), [[0, 2, 3]])
+print(sequence_reverse(x, backend="numba").data.tolist(), sequence_expand(x, y, 0, backend="numba").lod,
+      sequence_softmax(x, backend="numba").data.round(3).tolist())
+"""
+    env = {**__import__("os").environ, "NUMBA_DISABLE_JIT": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == ("[1.0, 0.0, 4.0, 3.0, 2.0] [[0, 2, 4, 7]] "
+                                         "[0.269, 0.731, 0.09, 0.245, 0.665]")
