@@ -322,6 +322,24 @@ def finish(sec: dict, args) -> int:
     return 0
 
 
+#: the options :func:`bench_args` gives every section script; :func:`main` passes the others on to ``run``
+COMMON_OPTIONS = ("size", "runs", "tmpdir", "json_out")
+
+
+def main(run: Callable[..., dict], doc: str, argv=None, *, extra: Callable | None = None,
+         default_runs: dict | None = None) -> int:
+    """The command line of a section script: ``if __name__ == "__main__": raise SystemExit(C.main(run, __doc__))``.
+
+    Parses the suite's options (:func:`bench_args`; the description is ``doc``'s
+    first paragraph) and those ``extra`` adds, calls ``run(size, runs, tmpdir,
+    **the extra options by their dest)`` and prints the section it returns
+    (:func:`finish`).
+    """
+    args = bench_args(doc.split("\n\n")[0], argv, extra, default_runs)
+    options = {k: v for k, v in vars(args).items() if k not in COMMON_OPTIONS}
+    return finish(run(args.size, args.runs, args.tmpdir, **options), args)
+
+
 def progress(tag: str, message: str) -> None:
     print(f"[{tag}] {message}", file=sys.stderr, flush=True)
 

@@ -246,10 +246,5 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             "notes": notes, "meta": {"corpus": meta_c, "lognormal": meta_l, "planning": plan_t, "speed": speed}}
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv)
-    return C.finish(run(args.size, args.runs, args.tmpdir), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__))

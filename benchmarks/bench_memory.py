@@ -130,10 +130,5 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             "tables": tables, "notes": notes, "meta": {"rss": rss, "wall": wall, "sizes": sizes, "awkward": ak_rss}}
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv, default_runs=RUNS)
-    return C.finish(run(args.size, args.runs, args.tmpdir), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__, default_runs=RUNS))

@@ -327,12 +327,7 @@ def _ops_list(text: str) -> tuple[str, ...]:
     return ops
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv, lambda ap: ap.add_argument(
-        "--ops", type=_ops_list, default=None,
-        help=f"comma-separated operators to measure (default: pool at tiny, {','.join(OPS['full'])} otherwise)"))
-    return C.finish(run(args.size, args.runs, args.tmpdir, args.ops), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__, extra=lambda ap: ap.add_argument(
+        "--ops", type=_ops_list, default=None,
+        help=f"comma-separated operators to measure (default: pool at tiny, {','.join(OPS['full'])} otherwise)")))

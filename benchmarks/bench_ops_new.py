@@ -251,16 +251,15 @@ def section(results: list[dict], size: str, runs: int, load: tuple[float, float]
             "notes": list(NOTES)}
 
 
-def main(argv=None) -> int:
-    def extra(ap):
-        ap.add_argument("--paddle-python", default=None, metavar="PYTHON",
-                        help="time Paddle's lod_reset in a child process of this interpreter (one with paddlepaddle)")
-
-    args = C.bench_args(__doc__.split("\n\n")[0], argv, extra)
+def run(size: str, runs: int, tmpdir: str | None, paddle_python: str | None = None) -> dict:
+    """The suite's section; ``tmpdir`` goes unused (every case is in memory)."""
+    runs = max(1, runs)
     load0 = C.loadavg()
-    results = run_all(args.size, max(1, args.runs), args.paddle_python)
-    return C.finish(section(results, args.size, max(1, args.runs), (load0, C.loadavg())), args)
+    results = run_all(size, runs, paddle_python)
+    return section(results, size, runs, (load0, C.loadavg()))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(C.main(run, __doc__, extra=lambda ap: ap.add_argument(
+        "--paddle-python", default=None, metavar="PYTHON",
+        help="time Paddle's lod_reset in a child process of this interpreter (one with paddlepaddle)")))

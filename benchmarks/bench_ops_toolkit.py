@@ -30,6 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
 
+sys.path.insert(0, str(C.ROOT))
+
 TAG = "toolkit"
 TITLE = "Toolkit operators in memory (issue 17)"
 #: (scatter sequences, conv rows, topk matrices, images) per size
@@ -139,8 +141,10 @@ def measure_paddle(data: dict, python: str, runs: int, tmpdir: str | None, notes
     with tempfile.TemporaryDirectory(prefix="lodtool-bench-toolkit-", dir=tmpdir) as d:
         npz = Path(d) / "data.npz"
         np.savez(npz, **{k: v for k, v in data.items() if k.startswith(("conv_", "images"))})
-        r = subprocess.run([python, __file__, "--paddle-child", str(npz), "--runs", str(runs)], capture_output=True,
-                           text=True, env=C.child_env(), check=False)
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import bench_ops_toolkit; "
+                "bench_ops_toolkit.paddle_child(sys.argv[1], int(sys.argv[2]))")
+        r = subprocess.run([python, "-c", code, str(npz), str(runs)], capture_output=True, text=True,
+                           env=C.child_env(), check=False)
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
         notes.append(f"Paddle's run failed under {python} ({tail}); its rows are skipped")
@@ -183,20 +187,6 @@ def run(size: str, runs: int, tmpdir: str | None, paddle_python: str | None) -> 
             "notes": notes, "meta": {"size": size, "load_before": load0, "load_after": C.loadavg()}}
 
 
-def main(argv=None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
-    if "--paddle-child" in argv:
-        i = argv.index("--paddle-child")
-        runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 5
-        paddle_child(argv[i + 1], runs)
-        return 0
-    args = C.bench_args(__doc__.split("\n\n")[0], argv,
-                        extra=lambda ap: ap.add_argument("--paddle-python", default=None, metavar="PYTHON",
-                                                         help="time Paddle's ops under this interpreter"))
-    sys.path.insert(0, str(C.ROOT))
-    return C.finish(run(args.size, args.runs, args.tmpdir, args.paddle_python), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__, extra=lambda ap: ap.add_argument(
+        "--paddle-python", default=None, metavar="PYTHON", help="time Paddle's ops under this interpreter")))

@@ -230,10 +230,5 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                 "zarr v3 not measured: zarr is not installed (pip install '.[bench]' brings it)."]}
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.splitlines()[0], argv)
-    return C.finish(run(args.size, args.runs, args.tmpdir), args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(C.main(run, __doc__))

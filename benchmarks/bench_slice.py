@@ -296,11 +296,6 @@ def run(size: str, runs: int, tmpdir: str | None, compression: str = "none") -> 
                      "awkward_s": ak_t, "bytes_median": q(by["total"], 50)}}
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv, lambda ap: ap.add_argument(
-        "--compression", default="none", help="compression of the generated file (default none)"))
-    return C.finish(run(args.size, args.runs, args.tmpdir, args.compression), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__, extra=lambda ap: ap.add_argument(
+        "--compression", default="none", help="compression of the generated file (default none)")))

@@ -327,12 +327,6 @@ def run(size: str, runs: int, tmpdir: str | None, large: bool = True) -> dict:
                      "load": [load0, load1]}}
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv, default_runs=RUNS,
-                        extra=lambda ap: ap.add_argument("--no-large", action="store_true",
-                                                         help=f"skip the peak-RSS run on {LARGE}× the corpus"))
-    return C.finish(run(args.size, args.runs, args.tmpdir, large=not args.no_large), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__, default_runs=RUNS, extra=lambda ap: ap.add_argument(
+        "--no-large", dest="large", action="store_false", help=f"skip the peak-RSS run on {LARGE}× the corpus")))

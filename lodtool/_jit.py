@@ -15,7 +15,9 @@ check) is declared here the same way::
 :func:`kernel` compiles with ``numba.njit(cache=True, nogil=True, **options)``;
 inside a kernel ``prange`` is ``numba.prange``, ``atomic_add`` an LLVM atomic,
 other kernels may be called by name, and an :func:`intrinsic` is compiled with
-Numba's ``numba.extending.intrinsic``.
+Numba's ``numba.extending.intrinsic``.  A parallel loop over items is written
+as the work of one block of them, :func:`parallel_blocks`: the loop around it
+(worker threads taking blocks from a shared counter) lives here, once.
 
 >>> @kernel
 ... def _twice(a, out):
@@ -140,6 +142,16 @@ def _deferring_extensions(compile_):
     return compile
 
 
+def _njit(func: Callable, options: dict):
+    """``numba.njit(cache=True, nogil=True, **options)(func)``, compiling without other packages' extensions
+    (under ``NUMBA_DISABLE_JIT``, ``func`` itself: it runs as Python)."""
+    numba = numba_module()
+    dispatcher = numba.njit(cache=True, nogil=True, **options)(func)
+    if not numba.config.DISABLE_JIT:
+        dispatcher._compile_for_args = _deferring_extensions(dispatcher._compile_for_args)
+    return dispatcher
+
+
 def numba_loaded() -> bool:
     """Whether Numba is imported in this process already (so a kernel no longer pays for the import).
 
@@ -204,6 +216,8 @@ def atomic_add(counter, value):
 
 
 _ATOMIC_ADD = None
+#: the unsigned 1 of block and item counters
+ONE = np.uint64(1)
 
 
 def _atomic_add_intrinsic():
@@ -243,9 +257,16 @@ def schedule(n: int, per_worker: int = 16) -> tuple[np.uint64, np.ndarray, int]:
     >>> counter.tolist(), 1 <= int(nblocks) <= 1000
     ([0], True)
     """
-    nworkers = workers()
-    nblocks = max(1, min(int(n), nworkers * per_worker))
-    return np.uint64(nblocks), np.zeros(1, np.uint64), nworkers
+    return np.uint64(block_count(n, per_worker)), np.zeros(1, np.uint64), workers()
+
+
+def block_count(n: int, per_worker: int = 16) -> int:
+    """How many blocks ``n`` items are handed out in: ``per_worker`` for each worker thread, at most one an item.
+
+    >>> block_count(0), block_count(1), 1 <= block_count(10 ** 9) <= 16 * workers()
+    (1, 1, True)
+    """
+    return max(1, min(int(n), workers() * per_worker))
 
 
 class LazyIntrinsic:
@@ -333,9 +354,7 @@ class LazyKernel:
         func.__qualname__ = fn.__qualname__
         func.__module__ = fn.__module__
         func.__doc__ = fn.__doc__
-        dispatcher = numba.njit(cache=True, nogil=True, **self.options)(func)
-        dispatcher._compile_for_args = _deferring_extensions(dispatcher._compile_for_args)
-        return dispatcher
+        return _njit(func, self.options)
 
     def __call__(self, *args):
         dispatcher = self.dispatcher
@@ -347,6 +366,97 @@ class LazyKernel:
     def __repr__(self) -> str:
         state = "compiled" if self._dispatcher is not None else "not compiled yet"
         return f"<lodtool kernel {self.__qualname__} ({state})>"
+
+
+#: the loop of every block kernel, one per count of the body's own arguments: Numba inlines a call into the
+#: prange loop only without ``*args``, and inlined, the body compiles as that loop's code always did (no
+#: aliasing among its arrays, NumPy's error model), not as a function of its own
+_STEAL_BLOCKS = """
+def steal_blocks(n, nblocks, counter, nworkers, {args}):
+    for _ in prange(nworkers):
+        blk = atomic_add(counter, ONE)
+        while blk < nblocks:
+            body(n * blk // nblocks, n * (blk + ONE) // nblocks, blk, {args})
+            blk = atomic_add(counter, ONE)
+"""
+
+
+class BlockKernel:
+    """A parallel kernel written as the work of one block of items (see :func:`parallel_blocks`)."""
+
+    def __init__(self, body: Callable):
+        self.body = LazyKernel(body, {"inline": "always"})
+        self.py_func = body
+        self._dispatcher = None
+        self._lock = threading.Lock()
+        self.__name__ = body.__name__
+        self.__qualname__ = body.__qualname__
+        self.__doc__ = body.__doc__
+        self.__module__ = body.__module__
+        self.__wrapped__ = body
+
+    @property
+    def dispatcher(self):
+        """The compiled Numba dispatcher of the whole loop (compiles on first access)."""
+        if self._dispatcher is None:
+            with self._lock:
+                if self._dispatcher is None:
+                    self._dispatcher = self._compile()
+        return self._dispatcher
+
+    def _compile(self):
+        numba = numba_module()
+        body = self.py_func.__code__
+        names = ", ".join(f"a{i}" for i in range(body.co_argcount - 3))
+        space: dict = {}
+        exec(_STEAL_BLOCKS.format(args=names), space)
+        # The loop's code is filed under the body's file, line and name: Numba's cache keys on those (and
+        # the loop's bytecode), so each kernel has a cache entry of its own, next to its body's, that a
+        # change to the body's file invalidates.
+        qualname = f"{self.__qualname__}_blocks"
+        code = space["steal_blocks"].__code__.replace(co_filename=body.co_filename, co_firstlineno=body.co_firstlineno,
+                                                      co_name=self.__name__, co_qualname=qualname)
+        glb = {"prange": numba.prange, "body": self.body.dispatcher, "ONE": ONE,
+               "atomic_add": atomic_add if numba.config.DISABLE_JIT else _atomic_add_intrinsic()}
+        func = types.FunctionType(code, glb, self.__name__)
+        func.__qualname__ = qualname
+        func.__module__ = self.__module__
+        return _njit(func, {"parallel": True})
+
+    def __call__(self, n: int, *args, nblocks: int | None = None, per_worker: int = 16):
+        blocks, counter, nworkers = schedule(n, per_worker)
+        if nblocks is not None:
+            blocks = np.uint64(nblocks)
+        dispatcher = self.dispatcher
+        with _PARALLEL_LOCK:
+            return dispatcher(np.uint64(n), blocks, counter, nworkers, *args)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self._dispatcher is not None else "not compiled yet"
+        return f"<lodtool block kernel {self.__qualname__} ({state})>"
+
+
+def parallel_blocks(body: Callable) -> BlockKernel:
+    """Declare a parallel kernel by the work of one block: ``body(lo, hi, blk, *args)`` handles items ``lo..hi-1``.
+
+    Calling the kernel as ``k(n, *args)`` splits items ``0..n-1`` into
+    :func:`block_count` blocks (``per_worker=`` blocks a thread, or ``nblocks=``
+    exactly: a caller that sizes an array by blocks), and every worker
+    thread takes blocks from a shared counter (:func:`atomic_add`) until none
+    are left, calling ``body`` on each: dynamic scheduling, so a thread that
+    shares its core with another process does not hold up the others (Numba's
+    own ``prange`` split is static).  ``lo``, ``hi`` and the block's index
+    ``blk`` are uint64.  The body is a :func:`kernel` (it may call others) and
+    the loop around it is compiled once per kernel and cached like any kernel.
+
+    >>> @parallel_blocks
+    ... def _double(lo, hi, blk, a, out):
+    ...     for i in range(lo, hi):
+    ...         out[i] = 2 * a[i]
+    >>> _double  # called as _double(len(a), a, out)
+    <lodtool block kernel _double (not compiled yet)>
+    """
+    return BlockKernel(body)
 
 
 def kernel(fn: Callable | None = None, **options):
@@ -364,6 +474,5 @@ def kernel(fn: Callable | None = None, **options):
     return LazyKernel(fn, options)
 
 
-__all__ = ["kernel", "intrinsic", "prange", "atomic_add", "schedule", "workers", "numba_module", "numba_loaded", "kernels_pay",
-           "LazyKernel",
-           "LazyIntrinsic"]
+__all__ = ["kernel", "parallel_blocks", "BlockKernel", "intrinsic", "prange", "atomic_add", "schedule", "block_count",
+           "workers", "numba_module", "numba_loaded", "kernels_pay", "LazyKernel", "LazyIntrinsic"]

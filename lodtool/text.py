@@ -60,7 +60,7 @@ def split_text(text: str, how: str) -> list[str]:
     if how == "paragraphs":
         cuts = [m.end() for m in _PARAGRAPH_END.finditer(text)]
     else:
-        blingfire = optional_import("blingfire", "text", "--split sentences")
+        blingfire = optional_import("blingfire", "text", "split='sentences'")
         _, spans = blingfire.text_to_sentences_and_offsets(text)
         cuts = [start for start, _ in spans[1:]]
     bounds = [0, *(c for c in cuts if 0 < c < len(text)), len(text)]
@@ -294,10 +294,10 @@ def decoder_for(info: TokenInfo | None, where: str):
     >>> decoder_for(TokenInfo(vocab_size=3), "x.lod.h5: tensor 'ids'")
     Traceback (most recent call last):
     ...
-    lodtool.errors.LodUsageError: x.lod.h5: tensor 'ids' stores no tokenizer (pack --tokenizer FILE stores one), so its ids cannot be read as text
+    lodtool.errors.LodUsageError: x.lod.h5: tensor 'ids' stores no tokenizer (a container packed with one stores it), so its ids cannot be read as text
     """
     if info is None or info.tokenizer_json is None:
-        raise LodUsageError(f"{where} stores no tokenizer (pack --tokenizer FILE stores one), so its ids cannot be "
+        raise LodUsageError(f"{where} stores no tokenizer (a container packed with one stores it), so its ids cannot be "
                             "read as text")
     if b'"WordLevel"' in info.tokenizer_json:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -175,3 +176,20 @@ def test_pack_into_a_folder_records_the_tokenizer_in_every_shard(tmp_path):
     for source, out in ((folder, "a.jsonl"), (tmp_path / "c.lod.h5", "b.jsonl")):
         assert run("unpack", source, "--to", "jsonl", "--detokenize", "-o", tmp_path / out).exit_code == 0
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+
+
+def test_the_library_keywords_of_text_packing_show_as_the_flags_of_pack(tmp_path, monkeypatch):
+    out = tmp_path / "out.lod.h5"
+    result = run("pack", CORPUS, "--tokenizer", TOKENIZER, "--add-bos", "-o", out)
+    assert result.exit_code == 2 and result.stderr.strip().endswith(
+        "--add-bos: the tokenizer has no BOS token that lodtool knows by name; give --bos-id")
+    result = run("pack", CORPUS, "--tokenizer", TOKENIZER, "--split", "lines", "--lod-level", "1", "-o", out)
+    assert result.exit_code == 2 and "packs 2 LoD level(s), not --lod-level 1" in result.stderr
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"body": "x"}\n')
+    result = run("pack", src, "--tokenizer", TOKENIZER, "-o", out)
+    assert result.exit_code == 1 and result.stderr.strip().endswith("(its fields: body); --text-field names it")
+    monkeypatch.setitem(sys.modules, "blingfire", None)  # as if it were not installed
+    result = run("pack", CORPUS, "--tokenizer", TOKENIZER, "--split", "sentences", "-o", out)
+    assert result.exit_code != 0 and "--split sentences needs blingfire: pip install 'lodtool[text]'" in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lodtool._jit import kernel, kernels_pay
+from lodtool._jit import block_count, kernel, kernels_pay, parallel_blocks
 
 
 @kernel
@@ -135,3 +135,86 @@ def test_one_thread_allowed_means_no_helper_threads(monkeypatch, tmp_path):
     monkeypatch.setenv("LODTOOL_NUM_THREADS", "2")
     if lodtool._jit.thread_limit() > 1:
         assert list(read_ahead(iter([1, 2, 3]))) == [1, 2, 3]
+
+
+@parallel_blocks
+def _blocks_seen(lo, hi, blk, first, last, owner):  # pragma: no cover - compiled
+    first[blk] = lo
+    last[blk] = hi
+    for i in range(lo, hi):
+        owner[i] = blk
+
+
+@pytest.mark.parametrize("n, options", [(0, {}), (1, {}), (1000, {}), (1000, {"per_worker": 1}), (10, {"nblocks": 4})])
+def test_a_block_kernel_hands_every_item_to_exactly_one_block_in_order(n, options):
+    nblocks = options.get("nblocks") or block_count(n, options.get("per_worker", 16))
+    first, last = np.full(nblocks, -1, np.int64), np.full(nblocks, -1, np.int64)
+    owner = np.full(n, -1, np.int64)
+    _blocks_seen(n, first, last, owner, **options)
+    assert first[0] == 0 and last[-1] == n and (first[1:] == last[:-1]).all() and (first <= last).all()
+    assert (owner == np.repeat(np.arange(nblocks), last - first)).all()
+    assert "compiled" in repr(_blocks_seen) and "not" not in repr(_blocks_seen)
+
+
+_BLOCK_KERNELS = '''
+import numpy as np
+from lodtool._jit import parallel_blocks
+
+@parallel_blocks
+def scaled(lo, hi, blk, a, out):
+    for i in range(lo, hi):
+        out[i] = FACTOR * a[i]
+
+@parallel_blocks
+def shifted(lo, hi, blk, a, out):
+    for i in range(lo, hi):
+        out[i] = a[i] + 1
+'''
+
+_RUN_BLOCK_KERNELS = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import blockmod
+a, out, out2 = np.arange(5), np.empty(5, np.int64), np.empty(5, np.int64)
+blockmod.scaled(5, a, out)
+blockmod.shifted(5, a, out2)
+stats = [blockmod.scaled.dispatcher.stats, blockmod.shifted.dispatcher.stats]
+print(out.tolist(), out2.tolist(), [sum(s.cache_hits.values()) for s in stats], [sum(s.cache_misses.values()) for s in stats])
+"""
+
+
+@pytest.mark.slow
+def test_block_kernels_load_from_numbas_cache_in_a_new_process_and_a_changed_body_recompiles(tmp_path):
+    import os
+
+    module = tmp_path / "blockmod.py"
+
+    def run() -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+        out = subprocess.run([sys.executable, "-c", _RUN_BLOCK_KERNELS, str(tmp_path)], capture_output=True,
+                             text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip()
+
+    module.write_text(_BLOCK_KERNELS.replace("FACTOR", "2"))
+    assert run() == "[0, 2, 4, 6, 8] [1, 2, 3, 4, 5] [0, 0] [1, 1]"  # compiled, and cached
+    assert run() == "[0, 2, 4, 6, 8] [1, 2, 3, 4, 5] [1, 1] [0, 0]"  # each kernel its own cache entry: loaded
+    module.write_text(_BLOCK_KERNELS.replace("FACTOR", "30"))  # another size: Python's and Numba's stamps both see it
+    assert run() == "[0, 30, 60, 90, 120] [1, 2, 3, 4, 5] [0, 0] [1, 1]"  # the body's file changed: compiled again
+
+
+def test_kernels_and_block_kernels_run_as_python_under_numba_disable_jit():
+    code = """
+import numpy as np
+from lodtool import LoDTensor
+from lodtool.ops import sequence_expand, sequence_reverse, sequence_softmax
+x = LoDTensor(np.arange(5.0), [[0, 2, 5]])
+y = LoDTensor(np.zeros(3), [[0, 2, 3]])
+print(sequence_reverse(x, backend="numba").data.tolist(), sequence_expand(x, y, 0, backend="numba").lod,
+      sequence_softmax(x, backend="numba").data.round(3).tolist())
+"""
+    env = {**__import__("os").environ, "NUMBA_DISABLE_JIT": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == ("[1.0, 0.0, 4.0, 3.0, 2.0] [[0, 2, 4, 7]] "
+                                         "[0.269, 0.731, 0.09, 0.245, 0.665]")

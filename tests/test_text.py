@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lodtool.errors import LodInputError, LodUsageError
+from lodtool.errors import LodBackendError, LodInputError, LodUsageError
 from lodtool.text import SPLITS, TextTokenizer, decode_nested, decoder_for, split_text
 from lodtool.tokens import TokenInfo
 
@@ -67,7 +68,8 @@ def test_a_file_that_is_no_tokenizer_is_one_line_naming_it(tmp_path):
 
 
 def test_decoding_needs_a_stored_tokenizer_and_keeps_the_nesting(bpe):
-    with pytest.raises(LodUsageError, match="x.h5: tensor 't' stores no tokenizer"):
+    with pytest.raises(LodUsageError, match=r"x.h5: tensor 't' stores no tokenizer \(a container packed with one "
+                                            r"stores it\), so its ids cannot be read as text$"):
         decoder_for(TokenInfo(vocab_size=5), "x.h5: tensor 't'")
     decoder = decoder_for(bpe.token_info(), "x.h5")
     from lodtool import LoDTensor
@@ -75,3 +77,9 @@ def test_decoding_needs_a_stored_tokenizer_and_keeps_the_nesting(bpe):
     ids, lengths = bpe.encode(["Hello ", "world.", "Again"])
     chunk = LoDTensor(ids, [[0, 2, 3], np.concatenate(([0], np.cumsum(lengths))).tolist()])
     assert decode_nested(chunk, decoder) == [["Hello ", "world."], ["Again"]]
+
+
+def test_sentences_without_blingfire_name_the_split_keyword(monkeypatch):
+    monkeypatch.setitem(sys.modules, "blingfire", None)  # as if it were not installed
+    with pytest.raises(LodBackendError, match=r"^split='sentences' needs blingfire: pip install 'lodtool\[text\]'$"):
+        split_text("One. Two.", "sentences")

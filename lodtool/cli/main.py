@@ -197,7 +197,7 @@ def _disk_full(ctx: click.Context, exc: BaseException) -> str | None:
 
 #: library keywords whose command-line option has another Python name (``--format`` is ``fmt``); a command
 #: whose own option of a keyword's name means something else says so in its attribute ``option_of_keyword``
-OPTION_OF_KEYWORD = {"format": "fmt"}
+OPTION_OF_KEYWORD = {"format": "fmt", "vocabulary": "vocab", "field": "text_field"}
 
 #: a library parameter as a message names it: ``overwrite=True``, ``max_tokens=...``, ``dtype='float64'``,
 #: optionally after the verb "pass"

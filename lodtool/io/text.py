@@ -50,6 +50,8 @@ LEVEL_NAMES = {None: ("document",), "lines": ("document", "line"), "paragraphs":
                "sentences": ("document", "sentence")}
 _JSONL_EXTENSIONS = (".jsonl", ".ndjson", ".json")
 _PARQUET_EXTENSIONS = (".parquet", ".pq")
+#: the refusal of text to pack without a tokenizer (a keyword of :class:`TextOptions`; the CLI shows its flag)
+NO_TOKENIZER = "packing text needs a tokenizer: give tokenizer='tokenizer.json'"
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,12 @@ class TextOptions:
         """The tokenizer (a file is loaded once per process and file version), or the word vocabulary."""
         if self.words:
             if self.vocabulary is None:
-                raise LodUsageError("words need their vocabulary: count them first (count_words) or give --vocab")
+                raise LodUsageError("words need their vocabulary: count them first (count_words) or give vocabulary=...")
             return self.vocabulary
         if isinstance(self.tokenizer, TextTokenizer):
             return self.tokenizer
         if self.tokenizer is None:
-            raise LodUsageError("packing text needs a tokenizer: --tokenizer tokenizer.json")
+            raise LodUsageError(NO_TOKENIZER)
         path = os.path.abspath(os.fspath(self.tokenizer))
         try:
             st = os.stat(path)
@@ -147,17 +149,18 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     [[[0, 1], [2]]]
     """
     if text is None:
-        raise LodUsageError("packing text needs a tokenizer: --tokenizer tokenizer.json")
+        raise LodUsageError(NO_TOKENIZER)
     if text.words:
         yield from _read_words(sources, text, lod_level, dtype, progress, stats)
         return
     tokenizer = text.load()
     tokens = tokens if tokens is not None else tokenizer.token_info(store_json=False)
-    bos, eos = _special(text.add_bos, tokens.bos_id, "bos"), _special(text.add_eos, tokens.eos_id, "eos")
+    bos = _special(text.add_bos, tokens.bos_id, "add_bos", "BOS", "bos_id")
+    eos = _special(text.add_eos, tokens.eos_id, "add_eos", "EOS", "eos_token_id")
     levels = 1 if text.split is None else 2
     if lod_level is not None and lod_level != levels:
         raise LodUsageError(f"text{'' if text.split is None else f' split into {text.split}'} packs {levels} LoD "
-                            f"level(s), not --lod-level {lod_level}")
+                            f"level(s), not lod_level={lod_level}")
     stats = {} if stats is None else stats
     stats.setdefault("bytes_read", 0)
     batch = max(1, min(int(chunk_bytes or BATCH_BYTES), BATCH_BYTES))
@@ -173,10 +176,10 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
             yield _encode(tokenizer, docs, text, bos, eos, target)
 
 
-def _special(wanted: bool, value: int | None, what: str) -> int | None:
+def _special(wanted: bool, value: int | None, asked_by: str, what: str, id_keyword: str) -> int | None:
     if wanted and value is None:
-        raise LodUsageError(f"--add-{what}: the tokenizer has no {what.upper()} token that lodtool knows by name; "
-                            f"give --{what}-id")
+        raise LodUsageError(f"{asked_by}=True: the tokenizer has no {what} token that lodtool knows by name; "
+                            f"give {id_keyword}=...")
     return value if wanted else None
 
 
@@ -272,7 +275,7 @@ def _field(line: str, field: str, where: str, line_no: int) -> str:
                             f"a {_json_type(value)}")
     if field not in value:
         shown = ", ".join(list(value)[:8]) or "none"
-        raise LodInputError(f"{where}:{line_no}: no field {field!r} (its fields: {shown}); --text-field names it")
+        raise LodInputError(f"{where}:{line_no}: no field {field!r} (its fields: {shown}); field=... names it")
     doc = value[field]
     if not isinstance(doc, str):
         raise LodInputError(f"{where}:{line_no}: field {field!r} is a {_json_type(doc)}, not a string")
@@ -298,7 +301,7 @@ def _parquet_documents(source, field: str, batch: int, counted) -> Iterator[list
         raise LodInputError(f"{where}: not a Parquet file ({str(exc).splitlines()[0]})") from None
     names = pf.schema_arrow.names
     if field not in names:
-        raise LodInputError(f"{where}: no column {field!r} (its columns: {', '.join(names[:8])}); --text-field "
+        raise LodInputError(f"{where}: no column {field!r} (its columns: {', '.join(names[:8])}); field=... "
                             "names it")
     kind = pf.schema_arrow.field(field).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
@@ -543,7 +546,7 @@ def _encode(tokenizer: TextTokenizer, docs: list[str], text: TextOptions, bos: i
         ids, lengths = _with_specials(ids, lengths, per_doc, bos, eos)
     if ids.size and int(ids.max()) > np.iinfo(target).max:  # the tokenizer gave an id past its own vocabulary
         raise LodInputError(f"{tokenizer.label}: token id {int(ids.max())} does not fit {target}; give a wider "
-                            "--dtype")
+                            "dtype=...")
     offsets = [np.concatenate(([0], np.cumsum(lengths)))]
     if per_doc is not None:
         offsets.insert(0, np.concatenate(([0], np.cumsum(per_doc))))
@@ -643,7 +646,7 @@ def write_stored(fmt: str, stored: Any, chunks, out: BinaryIO) -> None:
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
     """The registry's writer: a tensor in memory records no tokenizer, so it cannot be written as text."""
     raise LodUsageError("a tensor in memory stores no tokenizer: write text from a container "
-                        "(unpack --detokenize), or decode with lodtool.text.decode_nested")
+                        "(detokenize=True), or decode with lodtool.text.decode_nested")
 
 
-__all__ = ["TextOptions", "count_words", "rereadable", "SpooledInput", "read", "write", "write_stored", "token_info", "write_decoded", "DECODED_FORMATS", "KINDS", "DOCUMENTS", "BATCH_BYTES", "LEVEL_NAMES"]
+__all__ = ["TextOptions", "count_words", "rereadable", "SpooledInput", "read", "write", "write_stored", "token_info", "write_decoded", "DECODED_FORMATS", "NO_TOKENIZER", "KINDS", "DOCUMENTS", "BATCH_BYTES", "LEVEL_NAMES"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ._util import U, as_words, words_of
 
 _I64 = np.dtype(np.int64)
@@ -43,8 +43,8 @@ def copy_segments(src: np.ndarray, src_start: Any, dst_start: Any, length: Any, 
     srcw, k = as_words(src)
     outw = words_of(out, srcw.dtype) if k else None
     if k and len(length):
-        _copy(srcw, U(k), src_start.view(np.uint64), dst_start.view(np.uint64), length.view(np.uint64), outw,
-              *schedule(len(length)))
+        _copy(len(length), srcw, U(k), src_start.view(np.uint64), dst_start.view(np.uint64), length.view(np.uint64),
+              outw)
 
 
 def segment_rows(start: Any, length: Any) -> np.ndarray:
@@ -76,21 +76,15 @@ def gather_segments_cuda(xp, src: Any, src_start: Any, seg_offsets: Any, n_out: 
                        base=xp.ascontiguousarray(src_start.astype(_I64, copy=False)))
 
 
-@kernel(parallel=True)
-def _copy(xw, k, src_start, dst_start, length, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled
+@parallel_blocks
+def _copy(lo, hi, blk, xw, k, src_start, dst_start, length, outw):  # pragma: no cover - compiled
     """Segment ``i``: ``length[i]`` rows of ``k`` words from ``src_start[i]`` to ``dst_start[i]``."""
-    one = U(1)
-    n = U(length.shape[0])
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                span = length[i] * k
-                src = src_start[i] * k
-                dst = dst_start[i] * k
-                for j in range(span):
-                    outw[dst + j] = xw[src + j]
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        span = length[i] * k
+        src = src_start[i] * k
+        dst = dst_start[i] * k
+        for j in range(span):
+            outw[dst + j] = xw[src + j]
 
 
 __all__ = ["copy_segments", "gather_segments_cuda", "segment_rows"]

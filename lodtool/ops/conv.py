@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._device import is_device_array
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ..errors import LodDtypeError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -123,36 +123,31 @@ def _col_numba(data: np.ndarray, off: np.ndarray, length: int, start: int) -> np
     t, m = data.shape
     col = np.empty((t, length * m), data.dtype)
     if t and m:
-        _im2col(data, off.view(np.uint64), length, start, col, *schedule(len(off) - 1))
+        _im2col(len(off) - 1, data, off.view(np.uint64), length, start, col)
     return col
 
 
-@kernel(parallel=True)
-def _im2col(data, off, length, start, col, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _im2col(lo, hi, blk, data, off, length, start, col):  # pragma: no cover - compiled by Numba
     """Row ``t`` of ``col``: rows ``t+start .. t+start+length-1`` of ``t``'s sequence, zeros outside it.
 
     Blocks of sequences are handed out dynamically (see the kernel notes in expand.py).
     """
     one = U(1)
-    n = U(off.shape[0]) - one
     m = data.shape[1]
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = np.int64(off[i])
-                b = np.int64(off[i + one])
-                for r in range(a, b):
-                    for j in range(length):
-                        src = r + start + j
-                        c0 = j * m
-                        if a <= src < b:
-                            for c in range(m):
-                                col[r, c0 + c] = data[src, c]
-                        else:
-                            for c in range(m):
-                                col[r, c0 + c] = 0
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        a = np.int64(off[i])
+        b = np.int64(off[i + one])
+        for r in range(a, b):
+            for j in range(length):
+                src = r + start + j
+                c0 = j * m
+                if a <= src < b:
+                    for c in range(m):
+                        col[r, c0 + c] = data[src, c]
+                else:
+                    for c in range(m):
+                        col[r, c0 + c] = 0
 
 
 def _im2col_dev(data, off, seq, t, m, length, start, col):  # pragma: no cover - CUDA kernel

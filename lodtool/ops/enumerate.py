@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ..errors import LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -78,8 +78,8 @@ def sequence_enumerate(x: LoDTensor, win_size: int, pad_value: Any = 0, *, backe
         out = np.empty((len(flat), win), flat.dtype)
         xw, k = as_words(flat.reshape(-1, 1))
         if len(flat):
-            _windows(xw, U(k), off.view(np.uint64), U(win), words_of(pad.reshape(1), xw.dtype),
-                     words_of(out, xw.dtype), *schedule(len(off) - 1))
+            _windows(len(off) - 1, xw, U(k), off.view(np.uint64), U(win), words_of(pad.reshape(1), xw.dtype),
+                     words_of(out, xw.dtype))
     return LoDTensor._trusted(out, xt.offsets, xt.level_names)
 
 
@@ -110,30 +110,25 @@ def cuda_enumerate(xp, xt: LoDTensor, win: int, pad: np.ndarray) -> LoDTensor:
     return LoDTensor._trusted(out.astype(flat.dtype, copy=False), levels, xt.level_names)
 
 
-@kernel(parallel=True)
-def _windows(xw, k, off, win, padw, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _windows(lo, hi, blk, xw, k, off, win, padw, outw):  # pragma: no cover - compiled by Numba
     """Row ``r`` of sequence ``[a, b)``: ``win`` values from ``r``, then ``padw`` from ``b`` on (``k`` words a value)."""
     one = U(1)
-    n = U(off.shape[0]) - one
     span = win * k
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                b = off[i + one]
-                for r in range(off[i], b):
-                    dst = r * span
-                    src = r * k
-                    if r + win <= b:  # the whole window inside: one straight copy
-                        for j in range(span):
-                            outw[dst + j] = xw[src + j]
-                    else:
-                        inside = (b - r) * k
-                        for j in range(inside):
-                            outw[dst + j] = xw[src + j]
-                        for j in range(inside, span):
-                            outw[dst + j] = padw[j % k]
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        b = off[i + one]
+        for r in range(off[i], b):
+            dst = r * span
+            src = r * k
+            if r + win <= b:  # the whole window inside: one straight copy
+                for j in range(span):
+                    outw[dst + j] = xw[src + j]
+            else:
+                inside = (b - r) * k
+                for j in range(inside):
+                    outw[dst + j] = xw[src + j]
+                for j in range(inside, span):
+                    outw[dst + j] = padw[j % k]
 
 
 __all__ = ["sequence_enumerate"]

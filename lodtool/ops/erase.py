@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import kernel, parallel_blocks
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -80,10 +80,10 @@ def sequence_erase(x: LoDTensor, tokens: Any, *, backend: str | None = None, dev
         lens = np.empty(len(off) - 1, _I64)
         uoff = off.view(np.uint64)
         table = _lookup_table(toks)
-        _count_kept(flat, uoff, toks, table, lens, *schedule(len(lens)))
+        _count_kept(len(lens), flat, uoff, toks, table, lens)
         out_off = _offsets_of(lens)
         data = np.empty(int(out_off[-1]), flat.dtype)
-        _copy_kept(flat, uoff, toks, table, out_off.view(np.uint64), data, *schedule(len(lens)))
+        _copy_kept(len(lens), flat, uoff, toks, table, out_off.view(np.uint64), data)
     data = data.reshape((len(data),) + xt.element_shape)
     return LoDTensor._trusted(data, xt.offsets[:-1] + (out_off,), xt.level_names)
 
@@ -169,39 +169,29 @@ def _is_token(v, toks, table):  # pragma: no cover - compiled by Numba
     return toks[lo] == v
 
 
-@kernel(parallel=True)
-def _count_kept(flat, off, toks, table, lens, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _count_kept(lo, hi, blk, flat, off, toks, table, lens):  # pragma: no cover - compiled by Numba
     """``lens[i]``: the rows of sequence ``i`` that are not tokens (see the kernel notes in expand.py)."""
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                kept = 0
-                for r in range(off[i], off[i + one]):
-                    if not _is_token(flat[r], toks, table):
-                        kept += 1
-                lens[i] = kept
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        kept = 0
+        for r in range(off[i], off[i + one]):
+            if not _is_token(flat[r], toks, table):
+                kept += 1
+        lens[i] = kept
 
 
-@kernel(parallel=True)
-def _copy_kept(flat, off, toks, table, out_off, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _copy_kept(lo, hi, blk, flat, off, toks, table, out_off, out):  # pragma: no cover - compiled by Numba
     """The rows of sequence ``i`` that are not tokens, in order, from ``out[out_off[i]]``."""
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                dst = out_off[i]
-                for r in range(off[i], off[i + one]):
-                    v = flat[r]
-                    if not _is_token(v, toks, table):
-                        out[dst] = v
-                        dst += one
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        dst = out_off[i]
+        for r in range(off[i], off[i + one]):
+            v = flat[r]
+            if not _is_token(v, toks, table):
+                out[dst] = v
+                dst += one
 
 
 __all__ = ["erase_tokens", "sequence_erase"]

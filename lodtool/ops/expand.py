@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import block_count, parallel_blocks
 from ..errors import LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -180,19 +180,20 @@ def _expand_numba(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     if xt.lod_level == 0:
         out, outw = empty_words(int(ref[-1]), xt.data, xw.dtype)
         if k:
-            _expand_rows(xw, U(k), uref, outw, *schedule(len(ref) - 1))
+            _expand_rows(len(ref) - 1, xw, U(k), uref, outw)
         return LoDTensor._trusted(out, ())
     uxoff = xt.offsets[0].view(np.uint64)
-    nblocks, counter, nworkers = schedule(len(ref) - 1)
+    n = len(ref) - 1
+    nblocks = block_count(n)
     # each block of sequences' output rows, then where each block starts: the output's size before
     # it is allocated, without NumPy temporaries the size of x's LoD
-    block_start = np.zeros(int(nblocks) + 1, np.uint64)
-    _expand_seq_rows(uxoff, uref, block_start[1:], nblocks, counter, nworkers)
+    block_start = np.zeros(nblocks + 1, np.uint64)
+    _expand_seq_rows(n, uxoff, uref, block_start[1:], nblocks=nblocks)
     np.cumsum(block_start, out=block_start)
     out, outw = empty_words(int(block_start[-1]), xt.data, xw.dtype)
     out_off = np.empty(int(ref[-1]) + 1, np.int64)
-    counter[0] = 0
-    _expand_seqs(xw, U(k), uxoff, uref, block_start, outw, out_off.view(np.uint64), nblocks, counter, nworkers)
+    _expand_seqs(n, xw, U(k), uxoff, uref, block_start, outw, out_off.view(np.uint64), nblocks=nblocks)
+    out_off[-1] = block_start[-1]
     return LoDTensor._trusted(out, (out_off,), xt.level_names)
 
 
@@ -201,14 +202,12 @@ def _expand_numba(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
 #   are uint64, so Numba emits no negative-index wrap-around checks (they cost 2-7x and
 #   blocked vectorisation).  Never mix in a signed int64 (uint64 op int64 is float64 in
 #   Numba, and a float index does not compile): write constants as U(1), ONE, EIGHT.
-# * Parallel kernels run one loop per worker thread, and the workers take blocks of items
-#   from a shared counter (atomic_add) until none are left: dynamic scheduling, so a thread
-#   that shares its core with another process does not hold up the others (Numba's own
-#   prange split is static).
+# * Parallel kernels are written as the work of one block of items (lodtool._jit.parallel_blocks):
+#   worker threads take blocks from a shared counter until none are left (dynamic scheduling).
 # * Outputs are allocated by NumPy outside the kernel and passed in.
 
-@kernel(parallel=True)
-def _expand_rows(xw, k, ref, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _expand_rows(lo, hi, blk, xw, k, ref, outw):  # pragma: no cover - compiled by Numba
     """Row ``i`` of ``x`` (``k`` words) to output rows ``ref[i]..ref[i+1]``.
 
     One-word rows repeated at most 8 times are stored as 8 copies without a
@@ -217,86 +216,64 @@ def _expand_rows(xw, k, ref, outw, nblocks, counter, nworkers):  # pragma: no co
     """
     one = U(1)
     eight = U(8)
-    n = U(ref.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            lo = n * blk // nblocks
-            hi = n * (blk + one) // nblocks
-            end = ref[hi]
-            if k == one:
-                for i in range(lo, hi):
-                    a = ref[i]
-                    r = ref[i + one] - a
-                    v = xw[i]
-                    if r <= eight and a + eight <= end:
-                        for t in range(eight):
-                            outw[a + t] = v
-                    else:
-                        for t in range(r):
-                            outw[a + t] = v
+    end = ref[hi]
+    if k == one:
+        for i in range(lo, hi):
+            a = ref[i]
+            r = ref[i + one] - a
+            v = xw[i]
+            if r <= eight and a + eight <= end:
+                for t in range(eight):
+                    outw[a + t] = v
             else:
-                for i in range(lo, hi):
-                    a = ref[i]
-                    r = ref[i + one] - a
-                    src = i * k
-                    dst = a * k
-                    for t in range(r):
-                        for j in range(k):
-                            outw[dst + j] = xw[src + j]
-                        dst += k
-            blk = atomic_add(counter, one)
+                for t in range(r):
+                    outw[a + t] = v
+    else:
+        for i in range(lo, hi):
+            a = ref[i]
+            r = ref[i + one] - a
+            src = i * k
+            dst = a * k
+            for t in range(r):
+                for j in range(k):
+                    outw[dst + j] = xw[src + j]
+                dst += k
 
 
-@kernel(parallel=True)
-def _expand_seq_rows(xoff, ref, block_rows, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _expand_seq_rows(lo, hi, blk, xoff, ref, block_rows):  # pragma: no cover - compiled by Numba
     """``block_rows[b]``: the output rows of block ``b`` of x's sequences (their lengths times their copies)."""
     one = U(1)
-    n = U(ref.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            total = U(0)
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                total += (xoff[i + one] - xoff[i]) * (ref[i + one] - ref[i])
-            block_rows[blk] = total
-            blk = atomic_add(counter, one)
+    total = U(0)
+    for i in range(lo, hi):
+        total += (xoff[i + one] - xoff[i]) * (ref[i + one] - ref[i])
+    block_rows[blk] = total
 
 
-@kernel(parallel=True)
-def _expand_seqs(xw, k, xoff, ref, block_start, outw, out_off, nblocks, counter,
-                 nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _expand_seqs(lo, hi, blk, xw, k, xoff, ref, block_start, outw, out_off):  # pragma: no cover - compiled by Numba
     """Sequence ``i`` of ``x`` copied ``ref[i+1]-ref[i]`` times; block ``b``'s copies from row ``block_start[b]``."""
     one = U(1)
-    n = U(ref.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            base = block_start[blk]
-            lo = n * blk // nblocks
-            hi = n * (blk + one) // nblocks
-            # each offset read once (it ends one sequence and starts the next); uncopied sequences skipped
-            a = xoff[lo]
-            r0 = ref[lo]
-            for i in range(lo, hi):
-                r1 = ref[i + one]
-                b = xoff[i + one]
-                if r1 != r0:
-                    m = b - a
-                    span = m * k
-                    src = a * k
-                    dst = base * k
-                    for t in range(r1 - r0):
-                        out_off[r0 + t] = base + t * m
-                        for j in range(span):
-                            outw[dst + j] = xw[src + j]
-                        dst += span
-                    base += (r1 - r0) * m
-                r0 = r1
-                a = b
-            blk = atomic_add(counter, one)
-    out_off[ref[n]] = block_start[nblocks]
-
+    base = block_start[blk]
+    # each offset read once (it ends one sequence and starts the next); uncopied sequences skipped
+    a = xoff[lo]
+    r0 = ref[lo]
+    for i in range(lo, hi):
+        r1 = ref[i + one]
+        b = xoff[i + one]
+        if r1 != r0:
+            m = b - a
+            span = m * k
+            src = a * k
+            dst = base * k
+            for t in range(r1 - r0):
+                out_off[r0 + t] = base + t * m
+                for j in range(span):
+                    outw[dst + j] = xw[src + j]
+                dst += span
+            base += (r1 - r0) * m
+        r0 = r1
+        a = b
 
 
 # -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------

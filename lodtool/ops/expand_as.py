@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import schedule
 from ..errors import LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -74,7 +73,7 @@ def sequence_expand_as(x: Any, y: LoDTensor, *, backend: str | None = None, devi
         xw, k = as_words(xt.data)
         out, outw = empty_words(int(ref[-1]), xt.data, xw.dtype)
         if k:
-            _expand_rows(xw, U(k), ref.view(np.uint64), outw, *schedule(len(ref) - 1))
+            _expand_rows(len(ref) - 1, xw, U(k), ref.view(np.uint64), outw)
     return LoDTensor._trusted(out, yt.offsets, yt.level_names)
 
 

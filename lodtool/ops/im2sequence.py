@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ..errors import LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -88,8 +88,8 @@ def im2sequence(x: Any, kernels: Sequence[int], strides: Sequence[int] = (1, 1),
         data = np.empty((int(off[-1]), c * kh * kw), images.dtype)
         if data.size:
             words, k = _words(images)
-            _im2seq(words.reshape(n, c, h, w * k), off.view(np.uint64), widths, geometry, k,
-                    data.reshape(-1).view(np.uint8).view(words.dtype), *schedule(int(off[-1]), 4))
+            _im2seq(int(off[-1]), words.reshape(n, c, h, w * k), off.view(np.uint64), widths, geometry, k,
+                    data.reshape(-1).view(np.uint8).view(words.dtype), per_worker=4)
     return LoDTensor._trusted(data, (off,))
 
 
@@ -179,15 +179,14 @@ def _reference(images: np.ndarray, heights: np.ndarray, widths: np.ndarray, geom
     return np.concatenate(parts)
 
 
-@kernel(parallel=True)
-def _im2seq(images, off, widths, geometry, k, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _im2seq(lo, hi, blk, images, off, widths, geometry, k, out):  # pragma: no cover - compiled by Numba
     """Output row ``g`` (image ``i``, window ``(r, q)``), blocks of rows handed out dynamically.
 
     ``images`` is ``(n, c, h, w * k)`` words and ``out`` flat words: values move as ``k`` unsigned words
     each (see :func:`_words`), so every dtype shares one kernel.  A window inside the image copies
     ``kw * k`` consecutive words per window row without bounds checks; only border windows check.
     """
-    one = U(1)
     kh, kw, sh, sw, up, left = geometry[0], geometry[1], geometry[2], geometry[3], geometry[4], geometry[5]
     c = images.shape[1]
     h = images.shape[2]
@@ -199,48 +198,41 @@ def _im2seq(images, off, widths, geometry, k, out, nblocks, counter, nworkers): 
     wku = U(wk)
     row_words = c * kh * span
     plane = h * wk
-    total = U(out.shape[0] // row_words)
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            lo = total * blk // nblocks
-            hi = total * (blk + one) // nblocks
-            i = np.searchsorted(off, lo, side="right") - 1
-            for g in range(lo, hi):
-                while off[i + 1] <= g:
-                    i += 1
-                local = np.int64(g - off[i])
-                ow = widths[i]
-                r = local // ow
-                q = local - r * ow
-                y0 = r * sh - up
-                x0 = q * sw - left
-                dst = np.int64(g) * row_words
-                image = i * c * plane
-                if y0 >= 0 and y0 + kh <= h and x0 >= 0 and x0 + kw <= w:  # unsigned indices: no wrap checks
-                    d = U(dst)
-                    for ch in range(c):
-                        b = U(image + ch * plane + y0 * wk + x0 * k)
-                        for fr in range(kh):
-                            for t in range(spanu):
-                                out[d + t] = src[b + t]
-                            d += spanu
-                            b += wku
-                else:
-                    for ch in range(c):
-                        for fr in range(kh):
-                            y = y0 + fr
-                            for fc in range(kw):
-                                xx = x0 + fc
-                                if 0 <= y < h and 0 <= xx < w:
-                                    at = image + ch * plane + y * wk + xx * k
-                                    for t in range(k):
-                                        out[dst + t] = src[at + t]
-                                else:
-                                    for t in range(k):
-                                        out[dst + t] = 0
-                                dst += k
-            blk = atomic_add(counter, one)
+    i = np.searchsorted(off, lo, side="right") - 1
+    for g in range(lo, hi):
+        while off[i + 1] <= g:
+            i += 1
+        local = np.int64(g - off[i])
+        ow = widths[i]
+        r = local // ow
+        q = local - r * ow
+        y0 = r * sh - up
+        x0 = q * sw - left
+        dst = np.int64(g) * row_words
+        image = i * c * plane
+        if y0 >= 0 and y0 + kh <= h and x0 >= 0 and x0 + kw <= w:  # unsigned indices: no wrap checks
+            d = U(dst)
+            for ch in range(c):
+                b = U(image + ch * plane + y0 * wk + x0 * k)
+                for fr in range(kh):
+                    for t in range(spanu):
+                        out[d + t] = src[b + t]
+                    d += spanu
+                    b += wku
+        else:
+            for ch in range(c):
+                for fr in range(kh):
+                    y = y0 + fr
+                    for fc in range(kw):
+                        xx = x0 + fc
+                        if 0 <= y < h and 0 <= xx < w:
+                            at = image + ch * plane + y * wk + xx * k
+                            for t in range(k):
+                                out[dst + t] = src[at + t]
+                        else:
+                            for t in range(k):
+                                out[dst + t] = 0
+                        dst += k
 
 
 def _im2seq_dev(images, off, seq, widths, geometry, k, total, width, out):  # pragma: no cover - CUDA kernel

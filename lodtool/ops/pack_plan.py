@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from .._device import cupy_module, is_device_array
-from .._jit import atomic_add, kernel, kernels_pay, prange, schedule
+from .._jit import kernel, kernels_pay, parallel_blocks
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import validate_lod
 from ..tensor import LoDTensor, check_dtype
@@ -403,8 +403,8 @@ def to_time_major(x: Any, plan: PackPlan, *, backend: str | None = None,
     xw, k = as_words(data)
     out, outw = empty_words(len(data), data, xw.dtype)
     if k:
-        _steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
-               plan.step_offsets().view(np.uint64), True, outw, *schedule(plan.num_sequences))
+        _steps(plan.num_sequences, xw, U(k), plan.row_offsets.view(np.uint64),
+               plan.sorted_indices.view(np.uint64), plan.step_offsets().view(np.uint64), True, outw)
     return out, plan.batch_sizes
 
 
@@ -443,8 +443,8 @@ def from_time_major(steps: Any, plan: PackPlan, *, backend: str | None = None,
         xw, k = as_words(data)
         out, outw = empty_words(len(data), data, xw.dtype)
         if k:
-            _steps(xw, U(k), plan.row_offsets.view(np.uint64), plan.sorted_indices.view(np.uint64),
-                   plan.step_offsets().view(np.uint64), False, outw, *schedule(plan.num_sequences))
+            _steps(plan.num_sequences, xw, U(k), plan.row_offsets.view(np.uint64),
+                   plan.sorted_indices.view(np.uint64), plan.step_offsets().view(np.uint64), False, outw)
     return LoDTensor._trusted(out, plan.lod)
 
 
@@ -630,26 +630,20 @@ def _time_major_index(plan: PackPlan, starts) -> tuple[np.ndarray, np.ndarray]:
     return _cuda.to_host(starts)[:-1][order][rank] + t, _cuda.to_host(plan.step_offsets())[t] + rank
 
 
-@kernel(parallel=True)
-def _steps(xw, k, roff, sorted_idx, step_start, to_steps, outw, nblocks, counter,
-           nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _steps(lo, hi, blk, xw, k, roff, sorted_idx, step_start, to_steps, outw):  # pragma: no cover - compiled by Numba
     """Row ``t`` of the ``r``-th longest sequence to time-major row ``step_start[t] + r`` (``to_steps``), or back."""
     one = U(1)
-    n = U(sorted_idx.shape[0])
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for r in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                s = sorted_idx[r]
-                a = roff[s]
-                row = a * k
-                for t in range(roff[s + one] - a):
-                    step = (step_start[t] + r) * k
-                    src, dst = (row, step) if to_steps else (step, row)
-                    for j in range(k):
-                        outw[dst + j] = xw[src + j]
-                    row += k
-            blk = atomic_add(counter, one)
+    for r in range(lo, hi):
+        s = sorted_idx[r]
+        a = roff[s]
+        row = a * k
+        for t in range(roff[s + one] - a):
+            step = (step_start[t] + r) * k
+            src, dst = (row, step) if to_steps else (step, row)
+            for j in range(k):
+                outw[dst + j] = xw[src + j]
+            row += k
 
 
 # -- the CUDA launchers (lodtool.ops._cuda holds the shared device primitives) -------------------------------

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .._device import is_device_array
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ..errors import LodShapeError, LodUsageError, LodValidationError
 from ..lod import as_index_array
 from ..tensor import LoDTensor, check_dtype
@@ -149,13 +149,12 @@ def _pad_numba(data: np.ndarray, roff: np.ndarray, maxlen: int, pad: np.ndarray)
     padw = words_of(np.ascontiguousarray(pad), xw.dtype)
     uniform = bool((padw == padw[0]).all()) if padw.size else True  # 0 and most pad values: one fill
     if k and maxlen:
-        _pad(xw, U(k), roff.view(np.uint64), U(maxlen), padw, uniform, outw, *schedule(n))
+        _pad(n, xw, U(k), roff.view(np.uint64), U(maxlen), padw, uniform, outw)
     return out
 
 
-@kernel(parallel=True)
-def _pad(xw, k, roff, maxlen, padw, uniform, outw, nblocks, counter,
-         nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _pad(lo, hi, blk, xw, k, roff, maxlen, padw, uniform, outw):  # pragma: no cover - compiled by Numba
     """Rows ``roff[i]..roff[i+1]`` to ``out[i, :len]``; ``padw`` (``k`` words) after them.
 
     One-word rows: the block's whole output gets the pad value first (one long
@@ -166,41 +165,34 @@ def _pad(xw, k, roff, maxlen, padw, uniform, outw, nblocks, counter,
     See the kernel notes in expand.py (unsigned indices, dynamic blocks).
     """
     one = U(1)
-    n = U(roff.shape[0]) - one
     width = maxlen * k
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            lo = n * blk // nblocks
-            hi = n * (blk + one) // nblocks
-            if k == one:
+    if k == one:
+        v = padw[0]
+        for j in range(lo * width, hi * width):
+            outw[j] = v
+        for i in range(lo, hi):
+            a = roff[i]
+            dst = i * width
+            for j in range(roff[i + one] - a):
+                outw[dst + j] = xw[a + j]
+    else:
+        for i in range(lo, hi):
+            a = roff[i]
+            m = (roff[i + one] - a) * k
+            src = a * k
+            dst = i * width
+            for j in range(m):
+                outw[dst + j] = xw[src + j]
+            rest = dst + m
+            if uniform:
                 v = padw[0]
-                for j in range(lo * width, hi * width):
-                    outw[j] = v
-                for i in range(lo, hi):
-                    a = roff[i]
-                    dst = i * width
-                    for j in range(roff[i + one] - a):
-                        outw[dst + j] = xw[a + j]
+                for j in range(width - m):
+                    outw[rest + j] = v
             else:
-                for i in range(lo, hi):
-                    a = roff[i]
-                    m = (roff[i + one] - a) * k
-                    src = a * k
-                    dst = i * width
-                    for j in range(m):
-                        outw[dst + j] = xw[src + j]
-                    rest = dst + m
-                    if uniform:
-                        v = padw[0]
-                        for j in range(width - m):
-                            outw[rest + j] = v
-                    else:
-                        for t in range((width - m) // k):
-                            for j in range(k):
-                                outw[rest + j] = padw[j]
-                            rest += k
-            blk = atomic_add(counter, one)
+                for t in range((width - m) // k):
+                    for j in range(k):
+                        outw[rest + j] = padw[j]
+                    rest += k
 
 
 def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
@@ -260,27 +252,22 @@ def _unpad_numba(data: np.ndarray, off: np.ndarray, maxlen: int) -> np.ndarray:
     xw, k = as_words(rows)
     out, outw = empty_words(int(off[-1]), rows, xw.dtype)
     if k:
-        _unpad(xw, U(k), off.view(np.uint64), U(maxlen), outw, *schedule(len(off) - 1))
+        _unpad(len(off) - 1, xw, U(k), off.view(np.uint64), U(maxlen), outw)
     return out
 
 
-@kernel(parallel=True)
-def _unpad(xw, k, off, maxlen, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _unpad(lo, hi, blk, xw, k, off, maxlen, outw):  # pragma: no cover - compiled by Numba
     """``padded[i, :len_i]`` (``k`` words a row) to output rows ``off[i]..off[i+1]``."""
     one = U(1)
-    n = U(off.shape[0]) - one
     width = maxlen * k
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                m = (off[i + one] - a) * k
-                src = i * width
-                dst = a * k
-                for j in range(m):
-                    outw[dst + j] = xw[src + j]
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        a = off[i]
+        m = (off[i + one] - a) * k
+        src = i * width
+        dst = a * k
+        for j in range(m):
+            outw[dst + j] = xw[src + j]
 
 
 def _maxlen_scalar(maxlen: Any) -> Any:

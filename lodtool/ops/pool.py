@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import kernel, parallel_blocks
 from ..errors import LodDtypeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -253,7 +253,7 @@ def _pool_numba(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, o
         out, outw = empty_words(n, data, xw.dtype)
         padw = words_of(np.ascontiguousarray(pad), xw.dtype)
         if k:
-            _pick_rows(xw, U(k), off.view(np.uint64), code == LAST, padw, outw, *schedule(n))
+            _pick_rows(n, xw, U(k), off.view(np.uint64), code == LAST, padw, outw)
         return out, None
     width = row_size(data.shape[1:])
     # one compiled kernel per 64-bit type: narrower ints widen (exactly), float16 computes in float32
@@ -270,12 +270,12 @@ def _pool_numba(data: np.ndarray, off: np.ndarray, code: int, pad: np.ndarray, o
     else:
         scale = np.empty(0, acc_dtype)
     if width:
-        _pool(x2, off.view(np.uint64), code, pad2, scale, out, *schedule(n))
+        _pool(n, x2, off.view(np.uint64), code, pad2, scale, out)
     index = None
     if return_index:
         index = np.empty((n, width), index_dtype(data.shape[0]))
         if width:
-            _first_equal(x2, off.view(np.uint64), out, index, *schedule(n))
+            _first_equal(n, x2, off.view(np.uint64), out, index)
         index = index.reshape(shape)
     return out.astype(out_dtype, copy=False).reshape(shape), index
 
@@ -286,20 +286,15 @@ def _kernel_dtype(dtype: np.dtype, acc_dtype: np.dtype) -> np.dtype:
     return np.dtype(np.uint64) if dtype.kind == "u" else np.dtype(np.int64)
 
 
-@kernel(parallel=True)
-def _pool(x2, off, code, pad, scale, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _pool(lo, hi, blk, x2, off, code, pad, scale, out):  # pragma: no cover - compiled by Numba
     """Reduce rows ``off[i]..off[i+1]`` of ``x2`` into ``out[i]``, in row order; codes as ``POOL_TYPES``.
 
     See the kernel notes in expand.py (unsigned indices, dynamic blocks).
     """
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                _pool_one(x2, off[i], off[i + one], code, pad, scale, i, out)
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        _pool_one(x2, off[i], off[i + one], code, pad, scale, i, out)
 
 
 @kernel(inline="always")
@@ -351,27 +346,21 @@ def _pool_one(x2, a, b, code, pad, scale, i, out):  # pragma: no cover - compile
             out[i, j] = out[i, j] / d
 
 
-@kernel(parallel=True)
-def _pick_rows(xw, k, off, last, padw, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _pick_rows(lo, hi, blk, xw, k, off, last, padw, outw):  # pragma: no cover - compiled by Numba
     """The first (or last) row of each sequence, ``k`` words each; ``padw`` for empty ones."""
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                b = off[i + one]
-                dst = i * k
-                if a == b:
-                    for j in range(k):
-                        outw[dst + j] = padw[j]
-                else:
-                    src = (b - one if last else a) * k
-                    for j in range(k):
-                        outw[dst + j] = xw[src + j]
-            blk = atomic_add(counter, one)
-
+    for i in range(lo, hi):
+        a = off[i]
+        b = off[i + one]
+        dst = i * k
+        if a == b:
+            for j in range(k):
+                outw[dst + j] = padw[j]
+        else:
+            src = (b - one if last else a) * k
+            for j in range(k):
+                outw[dst + j] = xw[src + j]
 
 
 # -- the CUDA launcher (lodtool.ops._cuda holds the shared device primitives) --------------------------------
@@ -419,19 +408,14 @@ def cuda_pool(xp, data: Any, offsets: Any, pool_type: str = "sum", pad_value: An
     return out.astype(out_dtype, copy=False).reshape((n,) + elem)
 
 
-@kernel(parallel=True)
-def _first_equal(x2, off, out, index, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _first_equal(lo, hi, blk, x2, off, out, index):  # pragma: no cover - compiled by Numba
     """``index[i, j]``: :func:`_first_row_equal` of sequence ``i``'s result ``out[i, j]`` (MaxIndex)."""
     one = U(1)
-    n = U(off.shape[0]) - one
     k = x2.shape[1]
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                for j in range(k):
-                    index[i, j] = _first_row_equal(x2, off[i], off[i + one], j, out[i, j])
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        for j in range(k):
+            index[i, j] = _first_row_equal(x2, off[i], off[i + one], j, out[i, j])
 
 
 @kernel(inline="always")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import block_count, parallel_blocks
 from ..errors import LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -76,10 +76,10 @@ def sequence_reshape(x: LoDTensor, new_dim: int, *, backend: str | None = None,
         out_off = off
     elif be.name == "numba":
         out_off = np.empty_like(off)
-        nblocks, counter, nworkers = schedule(len(off))
-        first_bad = np.full(int(nblocks), len(off), np.int64)
-        _new_offsets(off.view(np.uint64), U(width), U(new_dim), out_off.view(np.uint64), first_bad,
-                     nblocks, counter, nworkers)
+        nblocks = block_count(len(off))
+        first_bad = np.full(nblocks, len(off), np.int64)
+        _new_offsets(len(off), off.view(np.uint64), U(width), U(new_dim), out_off.view(np.uint64), first_bad,
+                     nblocks=nblocks)
         _raise_if_bad(int(first_bad.min()), off, width, new_dim)
     else:  # the NumPy reference, or CuPy's own kernels on the device
         out_off = _reference(xp, off, width, new_dim)
@@ -108,23 +108,16 @@ def _raise_if_bad(j: int, off, width: int, new_dim: int) -> None:
                         "length * width must divide by new_dim")
 
 
-@kernel(parallel=True)
-def _new_offsets(off, width, new_dim, out_off, first_bad, nblocks, counter,
-                 nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _new_offsets(lo, hi, blk, off, width, new_dim, out_off, first_bad):  # pragma: no cover - compiled by Numba
     """``out_off[j] = off[j] * width / new_dim``; ``first_bad[b]``: block ``b``'s first offset that does not divide."""
-    one = U(1)
-    n = U(off.shape[0])
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for j in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                v = off[j] * width
-                q = v // new_dim
-                out_off[j] = q
-                if q * new_dim != v:
-                    first_bad[blk] = j
-                    break
-            blk = atomic_add(counter, one)
+    for j in range(lo, hi):
+        v = off[j] * width
+        q = v // new_dim
+        out_off[j] = q
+        if q * new_dim != v:
+            first_bad[blk] = j
+            break
 
 
 __all__ = ["sequence_reshape"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import Crossover, get_backend
@@ -57,7 +57,7 @@ def sequence_reverse(x: LoDTensor, *, backend: str | None = None, device: str | 
         xw, k = as_words(xt.data)
         data, outw = empty_words(xt.n_rows, xt.data, xw.dtype)
         if k:
-            _reverse(xw, U(k), off.view(np.uint64), outw, *schedule(len(off) - 1))
+            _reverse(len(off) - 1, xw, U(k), off.view(np.uint64), outw)
     return LoDTensor._trusted(data, xt.offsets, xt.level_names)
 
 
@@ -69,27 +69,22 @@ def _reference(data: np.ndarray, off: np.ndarray) -> np.ndarray:
     return data[mirror - rows]
 
 
-@kernel(parallel=True)
-def _reverse(xw, k, off, outw, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _reverse(lo, hi, blk, xw, k, off, outw):  # pragma: no cover - compiled by Numba
     """Rows ``off[i]..off[i+1]`` (``k`` words each) in reverse order (see the kernel notes in expand.py)."""
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                a = off[i]
-                b = off[i + one]
-                if k == one:
-                    for t in range(b - a):
-                        outw[a + t] = xw[b - one - t]
-                else:
-                    for t in range(b - a):
-                        src = (b - one - t) * k
-                        dst = (a + t) * k
-                        for j in range(k):
-                            outw[dst + j] = xw[src + j]
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        a = off[i]
+        b = off[i + one]
+        if k == one:
+            for t in range(b - a):
+                outw[a + t] = xw[b - one - t]
+        else:
+            for t in range(b - a):
+                src = (b - one - t) * k
+                dst = (a + t) * k
+                for j in range(k):
+                    outw[dst + j] = xw[src + j]
 
 
 

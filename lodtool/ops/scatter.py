@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import parallel_blocks
 from ..errors import LodDtypeError, LodIndexError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -156,27 +156,23 @@ def _scatter_numba(data: np.ndarray, off: np.ndarray, idx: np.ndarray, upd: np.n
     n = data.shape[0]
     out = data.reshape(n, row_size(data.shape[1:])).astype(work)
     if idx.size and out.shape[1]:
-        _scatter(out, off.view(np.uint64), np.ascontiguousarray(idx).astype(np.int64, copy=False).view(np.uint64),
-                 np.ascontiguousarray(upd).astype(work, copy=False), *schedule(len(off) - 1))
+        _scatter(len(off) - 1, out, off.view(np.uint64),
+                 np.ascontiguousarray(idx).astype(np.int64, copy=False).view(np.uint64),
+                 np.ascontiguousarray(upd).astype(work, copy=False))
     with np.errstate(all="ignore"):
         return out.astype(data.dtype, copy=False).reshape(data.shape)
 
 
-@kernel(parallel=True)
-def _scatter(out, off, idx, upd, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _scatter(lo, hi, blk, out, off, idx, upd):  # pragma: no cover - compiled by Numba
     """Sequence ``i`` adds into row ``i`` only, so sequences run in parallel without races.
 
     Blocks of sequences are handed out dynamically (see the kernel notes in expand.py).
     """
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                for j in range(off[i], off[i + one]):
-                    out[i, idx[j]] += upd[j]
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        for j in range(off[i], off[i + one]):
+            out[i, idx[j]] += upd[j]
 
 
 def _scatter_dev(out, off, n, idx, upd):  # pragma: no cover - CUDA kernel

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import kernel, parallel_blocks
 from ..errors import LodDtypeError, LodShapeError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -88,7 +88,7 @@ def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | 
         out = _reference(flat, off)
     else:
         out = np.empty_like(flat)
-        _softmax(flat, off.view(np.uint64), out, *schedule(len(off) - 1))
+        _softmax(len(off) - 1, flat, off.view(np.uint64), out)
     out = out.astype(out_dtype, copy=False).reshape(xt.shape)
     return LoDTensor._trusted(out, xt.offsets, xt.level_names)
 
@@ -108,17 +108,12 @@ def _reference(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
         return (e / np.repeat(total, counts)).astype(flat.dtype, copy=False)
 
 
-@kernel(parallel=True)
-def _softmax(x, off, out, nblocks, counter, nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _softmax(lo, hi, blk, x, off, out):  # pragma: no cover - compiled by Numba
     """Each sequence ``x[off[i]:off[i+1]]`` through :func:`_softmax_seq` (see the kernel notes in expand.py)."""
     one = U(1)
-    n = U(off.shape[0]) - one
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                _softmax_seq(x, off[i], off[i + one], out)
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        _softmax_seq(x, off[i], off[i + one], out)
 
 
 @kernel(inline="always")

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, schedule
+from .._jit import kernel, parallel_blocks
 from ..errors import LodDtypeError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
@@ -108,8 +108,8 @@ def sequence_topk_avg_pooling(x: LoDTensor, row: Any, column: Any, topks: Sequen
             out = np.empty((total, channels * len(ks)), work)
             pos = np.empty(total * channels * int(ks.max()), np.int32)
             if total:
-                _topk_avg(data, xoff.view(np.uint64), roff.view(np.uint64), coff.view(np.uint64), ks, ks.astype(work),
-                          channels, out, pos, *schedule(n))
+                _topk_avg(n, data, xoff.view(np.uint64), roff.view(np.uint64), coff.view(np.uint64), ks,
+                          ks.astype(work), channels, out, pos)
         levels = (roff,)
     result = LoDTensor._trusted(out.astype(out_dtype, copy=False), levels)
     return (result, pos) if return_pos else result
@@ -192,29 +192,23 @@ def _one_row(data, start, c, ks, kf, max_k, out, o_row, o_col, pos, p0):  # prag
                 out[o_row, o_col + kk] = total / kf[kk]
 
 
-@kernel(parallel=True)
-def _topk_avg(data, xoff, roff, coff, ks, kf, channels, out, pos, nblocks, counter,
-              nworkers):  # pragma: no cover - compiled by Numba
+@parallel_blocks
+def _topk_avg(lo, hi, blk, data, xoff, roff, coff, ks, kf, channels, out, pos):  # pragma: no cover - compiled by Numba
     """Every (sequence, channel, row) of the matrices; blocks of sequences handed out dynamically."""
     one = U(1)
-    n = U(xoff.shape[0]) - one
     max_k = 0
     for kk in range(ks.shape[0]):
         max_k = max(max_k, ks[kk])
     nk = ks.shape[0]
-    for _ in prange(nworkers):
-        blk = atomic_add(counter, one)
-        while blk < nblocks:
-            for i in range(n * blk // nblocks, n * (blk + one) // nblocks):
-                r0 = np.int64(roff[i])
-                r = np.int64(roff[i + one]) - r0
-                c = np.int64(coff[i + one] - coff[i])
-                base = np.int64(xoff[i])
-                for j in range(channels):
-                    for rr in range(r):
-                        _one_row(data, base + (j * r + rr) * c, c, ks, kf, max_k, out, r0 + rr, j * nk, pos,
-                                 ((r0 + rr) * channels + j) * max_k)
-            blk = atomic_add(counter, one)
+    for i in range(lo, hi):
+        r0 = np.int64(roff[i])
+        r = np.int64(roff[i + one]) - r0
+        c = np.int64(coff[i + one] - coff[i])
+        base = np.int64(xoff[i])
+        for j in range(channels):
+            for rr in range(r):
+                _one_row(data, base + (j * r + rr) * c, c, ks, kf, max_k, out, r0 + rr, j * nk, pos,
+                         ((r0 + rr) * channels + j) * max_k)
 
 
 def _topk_dev(data, xoff, roff, coff, rseq, ks, kf, max_k, channels, total, out, pos):  # pragma: no cover - CUDA kernel
