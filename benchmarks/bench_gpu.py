@@ -10,6 +10,11 @@ Cases (float32 data, widths 1 and 16; lengths drawn on the device):
 * expand (rows case): ``x`` without LoD, each row repeated 0..6 times (mean 3); output >= ``--gb``.
 * pad: 1..19-row sequences padded to 19 rows, pad value 0; output >= ``--gb``.
 * pool sum: 1..19-row sequences; *input* >= ``--gb`` (the output is small).
+* feed (``--feed GB``): a memory-mappable container of that many int32 tokens (documents > sentences) read as
+  varlen training batches of sentences (``max_tokens=65536``, ``mode="random"``) and moved to the device:
+  ``lodtool.batches`` in the main process through two pinned staging buffers (copies overlapped with the
+  next read), and torch's ``DataLoader(BatchDataset(...), pin_memory=True)`` with 0 and 4 workers; beside
+  them the floor, pinned host to device copies of the same batches' tokens.
 
 Each GPU timing is the median of ``--repeat`` (>= 5) runs timed with CUDA
 events, after a warm-up (which compiles the kernels).  ``lodtool`` is the
@@ -197,6 +202,92 @@ def case_pool(width: int, gb: float, seed: int):
     )
 
 
+def feed_container(gb: float, folder: str) -> str:
+    """A memory-mappable container of ``gb`` GB of int32 tokens: documents of 1..40 sentences of 1..128 tokens."""
+    import lodtool
+
+    rs = np.random.default_rng(0)
+    tokens = int(gb * 1e9 / 4)
+    sent = rs.integers(1, 129, tokens // 64 + 1)
+    sent = sent[:np.searchsorted(np.cumsum(sent), tokens) + 1]
+    docs = rs.integers(1, 41, len(sent) // 20 + 2)
+    docs = docs[:np.searchsorted(np.cumsum(docs), len(sent)) + 1]
+    docs[-1] -= int(docs.sum()) - len(sent)
+    docs = docs[docs > 0]
+    data = rs.integers(0, 50_000, int(sent.sum()), dtype=np.int32)
+    path = os.path.join(folder, "feed.lod.h5")
+    lodtool.save(path, LoDTensor(data, recursive_sequence_lengths=[docs.tolist(), sent.tolist()]), compression="none")
+    return path
+
+
+def feed_rows(path: str, repeat: int, device: str = "cuda") -> list[dict]:
+    """Tokens/s from ``path`` to ``device`` as varlen batches, three ways, beside pinned copies of the same tokens."""
+    import lodtool
+    from lodtool.interop.torch import BatchDataset
+
+    torch = importlib.import_module("torch")
+    dev = torch.device(device)
+    pin = dev.type == "cuda"
+    plan = dict(level=1, max_tokens=65536, mode="random", seed=0)
+    sizes = [int(b["values"].shape[0]) for b in lodtool.batches(path, output="varlen", **plan)]
+    total = sum(sizes)
+
+    def sync():
+        if pin:
+            torch.cuda.synchronize()
+
+    def floor():
+        host = torch.empty(max(sizes), dtype=torch.int32, pin_memory=pin)
+        for n in sizes:
+            host[:n].to(dev, non_blocking=True)
+        sync()
+
+    def lodtool_batches():
+        staging = [torch.empty(65536, dtype=torch.int32, pin_memory=pin) for _ in range(2)]
+        done = [None, None]
+        for i, b in enumerate(lodtool.batches(path, output="varlen", **plan)):
+            values = b["values"]
+            slot = i % 2
+            if done[slot] is not None:
+                done[slot].synchronize()  # the copy that last used this buffer has finished
+            buf = staging[slot][:len(values)]
+            buf.numpy()[:] = values
+            buf.to(dev, non_blocking=True)
+            torch.from_numpy(b["cu_seqlens"]).to(dev, non_blocking=True)
+            if pin:
+                done[slot] = torch.cuda.Event()
+                done[slot].record()
+        sync()
+
+    def loader(workers: int):
+        def run():
+            ds = BatchDataset(path, output="varlen", **plan)
+            dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, pin_memory=pin)
+            for b in dl:
+                b["values"].to(dev, non_blocking=True)
+                b["cu_seqlens"].to(dev, non_blocking=True)
+            sync()
+        return run
+
+    rows = []
+    for name, fn in (("pinned copies (floor)", floor), ("lodtool.batches, 2 pinned buffers", lodtool_batches),
+                     ("DataLoader(BatchDataset), 0 workers, pin_memory", loader(0)),
+                     ("DataLoader(BatchDataset), 4 workers, pin_memory", loader(4))):
+        fn()
+        t = cpu_median(fn, repeat)
+        rows.append(dict(path=name, tokens=total, batches=len(sizes), seconds=t))
+    return rows
+
+
+def feed_table(rows: list[dict]) -> str:
+    floor = rows[0]["seconds"]
+    lines = ["| to the device | batches | tokens | M tokens/s | vs floor |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['path']} | {r['batches']} | {r['tokens']:,} | {r['tokens'] / r['seconds'] / 1e6:,.0f} "
+                     f"| {floor / r['seconds']:.2f} |")
+    return "\n".join(lines)
+
+
 def run_case(case: dict, repeat: int, cpu_repeat: int, skip_cpu: bool) -> dict:
     ok = case["check"]()
     t_copy = gpu_median(memcpy(case["moved_bytes"]), repeat)
@@ -239,6 +330,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default="expand,pad,pool", help="comma-separated subset of expand,pad,pool")
     ap.add_argument("--widths", default="1,16")
     ap.add_argument("--out", default=None, help="folder for bench_gpu.md and bench_gpu.json")
+    ap.add_argument("--feed", type=float, default=0, metavar="GB",
+                    help="also feed varlen batches of a container of GB gigabytes of tokens to the device")
+    ap.add_argument("--tmpdir", default=None, help="where the feed's container is made (removed afterwards)")
     args = ap.parse_args(argv)
     args.repeat = max(args.repeat, 5)
     args.cpu_repeat = max(args.cpu_repeat, 5)
@@ -266,13 +360,20 @@ def main(argv=None) -> int:
         tiny.append(f"{op} {gpu_median(case['kernel'], args.repeat) * 1e6:.0f} us "
                     f"(in kernels {device_median(case['kernel'], args.repeat) * 1e6:.0f} us)")
     md = env + "\n\n" + table(rows) + "\n\nFixed cost per call (4 KB output, validated=True): " + "; ".join(tiny) + "\n"
+    feed = []
+    if args.feed:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(dir=args.tmpdir) as folder:
+            feed = feed_rows(feed_container(args.feed, folder), args.cpu_repeat)
+        md += "\nFeeding the device (medians of " + str(args.cpu_repeat) + " epochs, wall clock):\n\n" + feed_table(feed) + "\n"
     print(md)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "bench_gpu.md"), "w") as f:
             f.write(md)
         with open(os.path.join(args.out, "bench_gpu.json"), "w") as f:
-            json.dump(dict(env=env, rows=rows), f, indent=1)
+            json.dump(dict(env=env, rows=rows, feed=feed), f, indent=1)
     return 0
 
 
