@@ -366,7 +366,7 @@ def main(argv=None) -> int:
 
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as folder:
             feed = feed_rows(feed_container(args.feed, folder), args.cpu_repeat)
-        md += "\nFeeding the device (medians of " + str(args.cpu_repeat) + " epochs, wall clock):\n\n" + feed_table(feed) + "\n"
+        md += f"\nFeeding the device (medians of {args.cpu_repeat} epochs, wall clock):\n\n{feed_table(feed)}\n"
     print(md)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
