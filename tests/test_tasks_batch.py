@@ -626,6 +626,46 @@ def test_a_plan_for_another_file_of_as_many_sequences_is_refused(tmp_path):
     assert len(list(lodtool.batches(a, clipped.random_baseline()))) == len(clipped.random_baseline())
 
 
+@pytest.mark.parametrize("output", ["padded", "jagged-numpy", "varlen"])
+@pytest.mark.parametrize("compression", ["none", "default"])
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_plan_changed_after_the_reader_checked_it_is_refused_not_written_past_its_buffers(tmp_path, output,
+                                                                                            compression, reuse):
+    path, _ = _container(tmp_path, [3, 1, 2, 9, 4, 1], compression=compression)
+    plan = B.batch_plan(path, level=1, max_sequences=2, mode="random", seed=3)
+    with B.BatchReader(path, plan, output=output, reuse_buffers=reuse) as reader:
+        reader.read(0)  # checked against the file, buffers sized from its lengths
+        plan.indices[:] = 3  # every batch now holds the longest sequence twice: more rows than the plan counts
+        with pytest.raises(LodInputError) as err:
+            for i in range(len(plan)):
+                reader.read(i)
+    assert "no longer matches tensor" in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith(path)
+
+
+def test_the_gather_refuses_a_batch_larger_than_its_outputs_without_writing_past_them():
+    src, table = np.arange(10, 20), np.array([0])
+    rows = np.array([0, 4, 10])
+    none = np.zeros(0, np.int64)
+    for fn in (K._gather_batch_reference, K.gather_batch):
+        for width, room, n_sizes, n_positions in ((0, 9, 2, 0), (0, 10, 1, 0), (5, 10, 2, 0), (0, 10, 2, 9)):
+            values = np.full(12, -1, np.int64)
+            sizes, cu = np.zeros(n_sizes + 1, np.int64), np.zeros(n_sizes + 2, np.int64)
+            positions = np.full(n_positions + 1, -1, np.int64)
+            mask = np.zeros(2 * width + 1, bool)
+            got = fn(src, table, 8, 16, 1, np.array([0, 1]), rows, none, False, width, values[:room],
+                     sizes[:n_sizes], cu[:n_sizes + 1], positions[:n_positions], mask[:2 * width],
+                     np.zeros(8, np.int64))
+            assert got == K.GATHER_OVERFLOW
+            assert (values[room:] == -1).all() and sizes[n_sizes:].tolist() == [0] and cu[-1] == 0
+            assert positions[-1] == -1 and not mask[-1]
+        # the same batch with room for it
+        values, sizes, cu = np.zeros(10, np.int64), np.zeros(2, np.int64), np.zeros(3, np.int64)
+        assert fn(src, table, 8, 16, 1, np.array([0, 1]), rows, none, False, 0, values, sizes, cu, none,
+                  np.zeros(0, bool), np.zeros(8, np.int64)) == 6
+        assert values.tolist() == list(range(10, 20)) and cu.tolist() == [0, 4, 10]
+
+
 def test_a_plan_saved_without_a_fingerprint_is_read_when_its_lengths_match(tmp_path):
     a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
     b, _ = _container(tmp_path, [2, 2, 3, 1], name="b.lod.h5")

@@ -87,7 +87,7 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing,
+from ..ops.batching import (GATHER_OVERFLOW, chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing,
                             first_short_batch, gather_runs, gather_shifts, greedy_batch_ends, megabatch_order, plan_rng,
                             segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
@@ -1136,7 +1136,9 @@ class BatchReader:
 
     def read(self, i: int) -> dict:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
-        source = self._opened()
+        source = self._source
+        if source is None or source.forks != _FORKS[0]:
+            source = self._opened()
         plan = self.plan
         n_batches = plan.offsets.shape[0] - 1
         if not -n_batches <= i < n_batches:
@@ -1149,14 +1151,14 @@ class BatchReader:
         output = self.output
         padded = output == "padded"
         width = source.widths.item(i) if padded else 0
-        buf = self._buffers(source, n_seq, width, total)
-        elem = source.element_shape
+        buf = source.buffers if source.buffers and self.reuse_buffers else self._buffers(source, n_seq, width, total)
         rows = n_seq * width if padded else total
         values = buf["values"][:rows * source.items]
-        values = values.reshape(((n_seq, width) if padded else (total,)) + elem) if padded or elem else values
+        if padded or source.element_shape:
+            values = values.reshape(((n_seq, width) if padded else (total,)) + source.element_shape)
         if padded:
             values.fill(source.pad)
-        lengths, cu, positions, mask = buf["lengths"][:n_seq], buf["cu"][:n_seq + 1], buf["positions"], buf["mask"]
+        lengths, cu, positions, mask = buf["lengths"], buf["cu"], buf["positions"], buf["mask"]
         chunks = source.chunks
         chunks.check_unchanged()
         word_shift, chunk_rows, chunk_shift = source.shifts
@@ -1166,15 +1168,27 @@ class BatchReader:
                                     positions, mask, source.touched, chunks.pending())
             if longest >= 0:
                 break
+            if longest == GATHER_OVERFLOW:
+                raise self._changed_plan(i, source)
             chunks.prepare(np.unique(source.touched[:-longest]))
-        out = {"indices": seqs, "batch": i, "repeat": plan.repeat.item(i), "values": values, "lengths": lengths}
+        if not padded and cu.item(n_seq) != total:  # a flat batch fills exactly the rows its plan counts
+            raise self._changed_plan(i, source)
+        out = {"indices": seqs, "batch": i, "repeat": plan.repeat.item(i), "values": values,
+               "lengths": lengths[:n_seq]}
         if padded:
             out["mask"] = mask[:rows].reshape(n_seq, width)
         elif output == "jagged-numpy":
-            out["offsets"] = cu
+            out["offsets"] = cu[:n_seq + 1]
         else:
-            out["cu_seqlens"], out["position_ids"], out["max_seqlen"] = cu, positions[:total], longest
+            out["cu_seqlens"], out["position_ids"], out["max_seqlen"] = cu[:n_seq + 1], positions[:total], longest
         return out
+
+    def _changed_plan(self, i: int, source: _OpenSource) -> LodInputError:
+        """A batch whose rows are not the ones its plan counts: the plan was changed after it was checked against
+        the file (the gather writes nothing past its buffers)."""
+        return LodInputError(f"{self.path}: batch {i} of the plan holds other rows than the plan counts for it: "
+                             f"the plan no longer matches tensor {source.tensor.name!r} (changed after it was "
+                             "checked?)")
 
     def __iter__(self) -> Iterator[dict]:
         for i in range(len(self.plan)):
