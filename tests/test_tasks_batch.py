@@ -633,17 +633,22 @@ def test_a_plan_changed_after_the_reader_checked_it_is_refused_not_written_past_
                                                                                             compression, reuse):
     path, _ = _container(tmp_path, [3, 1, 2, 9, 4, 1], compression=compression)
     plan = B.batch_plan(path, level=1, max_sequences=2, mode="random", seed=3)
-    with B.BatchReader(path, plan, output=output, reuse_buffers=reuse) as reader:
-        reader.read(0)  # checked against the file, buffers sized from its lengths
-        plan.indices[:] = 3  # every batch now holds the longest sequence twice: more rows than the plan counts
-        with pytest.raises(LodInputError) as err:
-            for i in range(len(plan)):
-                reader.read(i)
-    assert "no longer matches tensor" in str(err.value) and "\n" not in str(err.value)
-    assert str(err.value).startswith(path)
+    original = plan.indices.copy()
+    # every batch holding the longest sequence twice (more rows than the plan counts), the shortest twice (fewer),
+    # or a sequence the file does not have
+    for changed in (3, 1, 6, -1, 2**40):
+        with B.BatchReader(path, plan, output=output, reuse_buffers=reuse) as reader:
+            reader.read(0)  # checked against the file, buffers sized from its lengths
+            plan.indices[:] = changed
+            with pytest.raises(LodInputError) as err:
+                for i in range(len(plan)):
+                    reader.read(i)
+            plan.indices[:] = original
+        assert "no longer matches tensor" in str(err.value) and "\n" not in str(err.value)
+        assert str(err.value).startswith(path)
 
 
-def test_the_gather_refuses_a_batch_larger_than_its_outputs_without_writing_past_them():
+def test_the_gather_refuses_a_batch_that_does_not_fit_its_outputs_or_source_without_touching_past_them():
     src, table = np.arange(10, 20), np.array([0])
     rows = np.array([0, 4, 10])
     none = np.zeros(0, np.int64)
@@ -656,9 +661,14 @@ def test_the_gather_refuses_a_batch_larger_than_its_outputs_without_writing_past
             got = fn(src, table, 8, 16, 1, np.array([0, 1]), rows, none, False, width, values[:room],
                      sizes[:n_sizes], cu[:n_sizes + 1], positions[:n_positions], mask[:2 * width],
                      np.zeros(8, np.int64))
-            assert got == K.GATHER_OVERFLOW
+            assert got == K.GATHER_MISMATCH
             assert (values[room:] == -1).all() and sizes[n_sizes:].tolist() == [0] and cu[-1] == 0
             assert positions[-1] == -1 and not mask[-1]
+        # a sequence the rows do not have, or clipped to more rows than it has
+        for seqs, clipped in (([0, 2], none), ([-1], none), ([1], np.array([4, 7])), ([0], np.array([4]))):
+            got = fn(src, table, 8, 16, 1, np.array(seqs), rows, clipped, False, 0, np.zeros(20, np.int64),
+                     np.zeros(2, np.int64), np.zeros(3, np.int64), none, np.zeros(0, bool), np.zeros(8, np.int64))
+            assert got == K.GATHER_MISMATCH
         # the same batch with room for it
         values, sizes, cu = np.zeros(10, np.int64), np.zeros(2, np.int64), np.zeros(3, np.int64)
         assert fn(src, table, 8, 16, 1, np.array([0, 1]), rows, none, False, 0, values, sizes, cu, none,

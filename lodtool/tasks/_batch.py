@@ -87,9 +87,9 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (GATHER_OVERFLOW, chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing,
-                            first_short_batch, gather_runs, gather_shifts, greedy_batch_ends, megabatch_order, plan_rng,
-                            segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (GATHER_MISMATCH, chunk_reads, compiled_gather_batch, counting_argsort,
+                            first_fit_decreasing, first_short_batch, gather_runs, gather_shifts, greedy_batch_ends,
+                            megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -444,6 +444,12 @@ class BatchPlan:
         if problem:
             raise LodFormatError(f"{where}: damaged batch plan: {problem}")
         return plan
+
+    @functools.cached_property
+    def _checked(self) -> str | None:
+        """:meth:`_problem`, found once per plan (a reader made for every epoch of the same plan checks it once;
+        the gather itself never reads or writes past its arrays, whatever the plan holds)."""
+        return self._problem()
 
     def _problem(self) -> str | None:
         for name in PLAN_ARRAYS[:-1]:
@@ -965,8 +971,9 @@ def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -
                             f"{full.shape[0]:,} at level {level}")
     max_length = plan.options.get("max_length")
     digest = plan.options.get("source_digest")
+    # unclipped lengths that are the source's own say all the fingerprint says
     if not np.array_equal(plan.lengths, full if max_length is None else np.minimum(full, max_length)) or \
-            (digest is not None and digest != lengths_digest(full)):
+            (max_length is not None and digest is not None and digest != lengths_digest(full)):
         raise LodInputError(f"{where}: the plan was made for another source: the lengths of tensor {name!r}'s "
                             f"sequences at level {level} are not the ones it was planned from")
 
@@ -1034,7 +1041,7 @@ class BatchReader:
             raise LodUsageError(f"truncate must be 'head' or 'tail', not {truncate!r}")
         if not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
             raise LodUsageError(f"cache_bytes must be a non-negative integer, not {cache_bytes!r}")
-        problem = plan._problem()
+        problem = plan._checked
         if problem:
             raise LodUsageError(f"a damaged batch plan: {problem}")
         self.path = os.fspath(path)
@@ -1168,10 +1175,10 @@ class BatchReader:
                                     positions, mask, source.touched, chunks.pending())
             if longest >= 0:
                 break
-            if longest == GATHER_OVERFLOW:
+            if longest == GATHER_MISMATCH:
                 raise self._changed_plan(i, source)
             chunks.prepare(np.unique(source.touched[:-longest]))
-        if not padded and cu.item(n_seq) != total:  # a flat batch fills exactly the rows its plan counts
+        if cu.item(n_seq) != total:  # a batch holds exactly the rows its plan counts
             raise self._changed_plan(i, source)
         out = {"indices": seqs, "batch": i, "repeat": plan.repeat.item(i), "values": values,
                "lengths": lengths[:n_seq]}
@@ -1185,7 +1192,7 @@ class BatchReader:
 
     def _changed_plan(self, i: int, source: _OpenSource) -> LodInputError:
         """A batch whose rows are not the ones its plan counts: the plan was changed after it was checked against
-        the file (the gather writes nothing past its buffers)."""
+        the file (the gather reads and writes nothing past its arrays)."""
         return LodInputError(f"{self.path}: batch {i} of the plan holds other rows than the plan counts for it: "
                              f"the plan no longer matches tensor {source.tensor.name!r} (changed after it was "
                              "checked?)")
