@@ -227,7 +227,7 @@ def test_hostile_plans_are_one_line_errors(corpus, tmp_path):
 
 
 def test_stats_past_the_plan_limit_stream_for_sorted_and_name_the_mode_otherwise(tmp_path):
-    n = 50_000  # over a 2 MB limit as a whole plan (PLAN_BYTES_PER_SEQUENCE each)
+    n = 50_000  # over a 2 MB limit as a whole plan (PLAN_BYTES_PER_SEQUENCE["sorted"] each)
     lengths = np.random.default_rng(5).integers(0, 30, n)
     path = tmp_path / "many.lod.h5"
     offsets = np.concatenate([[0], np.cumsum(lengths)])

@@ -779,8 +779,8 @@ def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert result.report["plan"]["empty"] == n
-    assert peak <= B.PLAN_BYTES_PER_SEQUENCE * n + (1 << 20)
-    small = B.PLAN_BYTES_PER_SEQUENCE * n // 2
+    assert peak <= B.PLAN_BYTES_PER_SEQUENCE["sorted"] * n + (1 << 20)
+    small = B.PLAN_BYTES_PER_SEQUENCE["sorted"] * n // 2
     with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
         B.batch_plan(path, max_tokens=64, max_memory=small)
     with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
@@ -789,6 +789,30 @@ def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
     assert B.batch(path, max_tokens=64, report=True, max_memory=small).report["plan"] == result.report["plan"]
     with pytest.raises(lodtool.LodMemoryError, match="report of mode 'random' needs its whole plan of 200,000"):
         B.batch(path, max_tokens=64, mode="random", report=True, max_memory=small)
+
+
+@pytest.mark.parametrize("mode, options", [("sorted", {}), ("random", {}), ("megabatch", {}), ("pack", {}),
+                                           ("chunks", {}), ("buckets", {"boundaries": [8, 16, 32, 64]}),
+                                           ("random", {"num_replicas": 3})])
+def test_every_mode_plans_and_reports_within_its_memory_bound(tmp_path, mode, options):
+    import tracemalloc
+
+    n = 50_000  # one sequence a batch, clipped: the most arrays per sequence
+    lengths = np.random.default_rng(1).integers(33, 65, n)
+    path = str(tmp_path / "one.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(int(lengths.sum()), np.int8), [np.concatenate([[0], np.cumsum(lengths)])]),
+                 compression="none")
+    kwargs = {"max_tokens": 64, "mode": mode, "max_length": 63, **options}
+    B.batch(path, report=True, **kwargs)  # compiled outside the measure
+    tracemalloc.start()
+    B.batch(path, report=True, **kwargs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= B.PLAN_BYTES_PER_SEQUENCE[mode] * n + (1 << 20)
+    # the report of a saved plan is held to the same bound
+    B.batch_plan(path, **kwargs).save(tmp_path / "plan.npz")
+    with pytest.raises(lodtool.LodMemoryError, match=f"batch plan of {n:,} sequences"):
+        B.batch(path, str(tmp_path / "plan.npz"), report=True, max_memory=B.PLAN_BYTES_PER_SEQUENCE[mode] * n - 1)
 
 
 def test_damaged_in_memory_plan_is_refused_by_the_reader(tmp_path):
@@ -928,7 +952,7 @@ def test_stats_past_the_plan_limit_stream_in_flat_memory(tmp_path):
     import time
     import tracemalloc
 
-    n = 10 ** 7  # every sequence empty; the whole plan would take PLAN_BYTES_PER_SEQUENCE * n (960 MB)
+    n = 10 ** 7  # every sequence empty; the whole plan is held to PLAN_BYTES_PER_SEQUENCE["sorted"] * n (1.44 GB)
     path = str(tmp_path / "empty.lod.h5")
     lodtool.save(path, LoDTensor(np.zeros(0, np.int32), [np.zeros(n + 1, np.int64)]))
     limit = 64 << 20

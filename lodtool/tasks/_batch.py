@@ -109,9 +109,10 @@ DEFAULT_WINDOW = 16
 CHUNK_RUN = 4
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
-#: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
-#: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
-PLAN_BYTES_PER_SEQUENCE = 96
+#: bytes a plan and its report take per source sequence at their peak, by mode (traced at their worst, one sequence
+#: a batch with clipped lengths: up to 138 for every mode's planning or its report, up to 162 for planning
+#: ``buckets``; with a margin); a source of more sequences than the memory limit allows is refused
+PLAN_BYTES_PER_SEQUENCE = {**dict.fromkeys(MODES, 144), "buckets": 176}
 #: forks this process has gone through (``_FORKS[0]``, counted in the child): a reader's open file belongs to the
 #: process that opened it
 _FORKS = [0]
@@ -207,24 +208,25 @@ def lengths_digest(lengths: np.ndarray) -> str:
     return checksum.format_digest(hasher)
 
 
-def _plan_bytes(count: int) -> int:
-    """Bytes the plan of ``count`` sequences (and its report) takes at its peak."""
-    return count * PLAN_BYTES_PER_SEQUENCE
+def _plan_bytes(count: int, mode: str) -> int:
+    """Bytes the plan of ``count`` sequences in ``mode`` (and its report) takes at its peak."""
+    return count * PLAN_BYTES_PER_SEQUENCE[mode]
 
 
-def _check_plan_memory(count: int, limit: int, where: str) -> None:
-    check_memory(_plan_bytes(count), limit, where, f"the batch plan of {count:,} sequences")
+def _check_plan_memory(count: int, mode: str, limit: int, where: str) -> None:
+    check_memory(_plan_bytes(count, mode), limit, where, f"the batch plan of {count:,} sequences")
 
 
-def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None,
-                    reading: dict) -> tuple[np.ndarray, dict]:
+def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None, reading: dict,
+                    mode: str) -> tuple[np.ndarray, dict]:
     """(lengths in rows, a description) of ``source``: a container, sharded folder or token dataset (opened with
-    ``reading``), a lazy tensor or an array."""
+    ``reading``; refused when a plan of ``mode`` over it would not fit the memory limit), a lazy tensor or an
+    array."""
     if isinstance(source, (str, os.PathLike)):
         where = os.fspath(source)
         with _open_container(source, max_memory, **reading) as f:
             t = f.tensor(tensor)
-            _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
+            _check_plan_memory(t.num_sequences(_level_of(t, level, where)), mode, f.max_memory, where)
             rows = sequence_rows(t, level, where)
             return np.diff(rows), {"source": where, "tensor": t.name, "chunk_rows": stored_chunk_rows(t)}
     if isinstance(source, TensorView):  # a stored tensor, a folder's, or one in memory
@@ -668,7 +670,7 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     if window is not None and mode != "chunks":
         raise LodUsageError("window=... applies to mode 'chunks' only")
     lengths, about = _source_lengths(source, level, tensor, max_memory,
-                                     {"token_dtype": token_dtype, "eos_token_id": eos_token_id})
+                                     {"token_dtype": token_dtype, "eos_token_id": eos_token_id}, mode)
     about["source_digest"] = lengths_digest(lengths)
     if chunk_rows is not None:
         about["chunk_rows"] = int(chunk_rows)
@@ -1561,12 +1563,12 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
         t = f.tensor(tensor)
         where = os.fspath(path)
         count = t.num_sequences(_level_of(t, o["level"], where))
-        if _plan_bytes(count) <= f.max_memory:
+        if _plan_bytes(count, mode) <= f.max_memory:
             return True
         if mode != "sorted" or o["num_replicas"] > 1:
             what = f"mode {mode!r}" if mode != "sorted" else "a plan dealt to replicas"
             raise LodMemoryError(f"{where}: the report of {what} needs its whole plan of {count:,} sequences "
-                                 f"({human_bytes(_plan_bytes(count))}), above the memory limit of "
+                                 f"({human_bytes(_plan_bytes(count, mode))}), above the memory limit of "
                                  f"{human_bytes(f.max_memory)}; raise it with max_memory=..., or report mode 'sorted' "
                                  "on one replica, which streams from length counts")
     return False
@@ -1574,8 +1576,10 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
 
 def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None, reading: dict) -> dict:
     """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path`` (a token
-    dataset opened with ``reading``): a reader's default cache, in the file's chunks."""
+    dataset opened with ``reading``): a reader's default cache, in the file's chunks.  A plan too large for its
+    report within the memory limit (one loaded from a file) is refused first."""
     with _open_container(path, max_memory, **reading) as f:
+        _check_plan_memory(plan.n_sequences, plan.mode, f.max_memory, os.fspath(path))
         t = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
         row_bytes = max(t.dtype.itemsize * math.prod(t.element_shape), 1)
         chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
