@@ -23,8 +23,9 @@ the pass):
   into buffers reused for every batch, what a varlen trainer takes (the
   values, int32 ``cu_seqlens``, int64 ``position_ids``, the longest sequence,
   and the int64 lengths every lodtool batch holds); and ``output="jagged-numpy"``
-  beside a gather of the values, int64 offsets and lengths.  The passes are interleaved, each repeated ``--runs`` times; a
-  ratio is the median of the per-run ratios;
+  beside a gather of the values, int64 offsets and lengths.  The passes are
+  interleaved, each repeated ``--runs`` times; a ratio is the median of the
+  per-run ratios;
 * **chunk-aware shuffle**: the default-compression container read with a
   ``chunks`` plan (a fresh reader, so a fresh cache of decoded chunks, per
   pass), in tokens/s beside the memory-mappable figure, with the chunks it
