@@ -1145,52 +1145,61 @@ class BatchReader:
 
     def read(self, i: int) -> dict:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
-        source = self._source
-        if source is None or source.forks != _FORKS[0]:
-            source = self._opened()
+        return next(self._gathered((i,)))
+
+    def _gathered(self, batch_ids) -> Iterator[dict]:
+        """The batches ``batch_ids``, each gathered in one compiled pass; what stays the same from batch to batch is
+        looked up once."""
+        source = self._opened()
         plan = self.plan
-        n_batches = plan.offsets.shape[0] - 1
-        if not -n_batches <= i < n_batches:
-            raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
-        i = int(i) % n_batches
-        first, last = plan.offsets.item(i), plan.offsets.item(i + 1)  # Python ints, without a list made per batch
-        seqs = plan.indices[first:last]
-        n_seq = last - first
-        total = source.tokens.item(i)
+        offsets, indices, repeat, tokens, widths = plan.offsets, plan.indices, plan.repeat, source.tokens, source.widths
+        n_batches = offsets.shape[0] - 1
         output = self.output
-        padded = output == "padded"
-        width = source.widths.item(i) if padded else 0
-        buf = source.buffers if source.buffers and self.reuse_buffers else self._buffers(source, n_seq, width, total)
-        rows = n_seq * width if padded else total
-        values = buf["values"][:rows * source.items]
-        if padded or source.element_shape:
-            values = values.reshape(((n_seq, width) if padded else (total,)) + source.element_shape)
-        if padded:
-            values.fill(source.pad)
-        lengths, cu, positions, mask = buf["lengths"], buf["cu"], buf["positions"], buf["mask"]
-        chunks = source.chunks
-        chunks.check_unchanged()
+        padded, jagged = output == "padded", output == "jagged-numpy"
+        reuse = self.reuse_buffers
+        chunks, gather, row_words, items, elem = source.chunks, source.gather, source.row_words, source.items, \
+            source.element_shape
+        rows, clipped, head, touched = source.rows, source.clipped, source.head, source.touched
         word_shift, chunk_rows, chunk_shift = source.shifts
-        while True:
-            longest = source.gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, source.row_words,
-                                    seqs, source.rows, source.clipped, source.head, width, buf["words"], lengths, cu,
-                                    positions, mask, source.touched, chunks.pending())
-            if longest >= 0:
-                break
-            if longest == GATHER_MISMATCH:
+        for i in batch_ids:
+            if not -n_batches <= i < n_batches:
+                raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
+            i = int(i) % n_batches
+            first, last = offsets.item(i), offsets.item(i + 1)  # Python ints, without a list made per batch
+            seqs = indices[first:last]
+            n_seq = last - first
+            total = tokens.item(i)
+            width = widths.item(i) if padded else 0
+            buf = source.buffers if reuse and source.buffers else self._buffers(source, n_seq, width, total)
+            n_rows = n_seq * width if padded else total
+            values = buf["values"][:n_rows * items]
+            if padded or elem:
+                values = values.reshape(((n_seq, width) if padded else (total,)) + elem)
+            if padded:
+                values.fill(source.pad)
+            lengths, cu, positions, mask = buf["lengths"], buf["cu"], buf["positions"], buf["mask"]
+            chunks.check_unchanged()
+            while True:
+                longest = gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, row_words, seqs, rows,
+                                 clipped, head, width, buf["words"], lengths, cu, positions, mask, touched,
+                                 chunks.pending())
+                if longest >= 0:
+                    break
+                if longest == GATHER_MISMATCH:
+                    raise self._changed_plan(i, source)
+                chunks.prepare(np.unique(touched[:-longest]))
+            if cu.item(n_seq) != total:  # a batch holds exactly the rows its plan counts
                 raise self._changed_plan(i, source)
-            chunks.prepare(np.unique(source.touched[:-longest]))
-        if cu.item(n_seq) != total:  # a batch holds exactly the rows its plan counts
-            raise self._changed_plan(i, source)
-        out = {"indices": seqs, "batch": i, "repeat": plan.repeat.item(i), "values": values,
-               "lengths": lengths[:n_seq]}
-        if padded:
-            out["mask"] = mask[:rows].reshape(n_seq, width)
-        elif output == "jagged-numpy":
-            out["offsets"] = cu[:n_seq + 1]
-        else:
-            out["cu_seqlens"], out["position_ids"], out["max_seqlen"] = cu[:n_seq + 1], positions[:total], longest
-        return out
+            if jagged:
+                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
+                       "lengths": lengths[:n_seq], "offsets": cu[:n_seq + 1]}
+            elif padded:
+                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
+                       "lengths": lengths[:n_seq], "mask": mask[:n_rows].reshape(n_seq, width)}
+            else:
+                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
+                       "lengths": lengths[:n_seq], "cu_seqlens": cu[:n_seq + 1], "position_ids": positions[:total],
+                       "max_seqlen": longest}
 
     def _changed_plan(self, i: int, source: _OpenSource) -> LodInputError:
         """A batch whose rows are not the ones its plan counts: the plan was changed after it was checked against
@@ -1200,13 +1209,11 @@ class BatchReader:
                              "checked?)")
 
     def __iter__(self) -> Iterator[dict]:
-        for i in range(len(self.plan)):
-            yield self.read(i)
+        return self._gathered(range(len(self.plan)))
 
     def iter_batches(self, batch_ids) -> Iterator[dict]:
         """The batches ``batch_ids`` of the plan, in that order (for splitting a plan among workers)."""
-        for i in batch_ids:
-            yield self.read(int(i))
+        return self._gathered(batch_ids)
 
 
 def batches(path, plan=None, *, output: str = "padded", truncate: str | None = None, pad_value=0,
