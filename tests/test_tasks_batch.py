@@ -676,6 +676,24 @@ def test_the_gather_refuses_a_batch_that_does_not_fit_its_outputs_or_source_with
         assert values.tolist() == list(range(10, 20)) and cu.tolist() == [0, 4, 10]
 
 
+def test_a_plan_read_again_from_the_same_unchanged_file_is_not_checked_again_but_a_replaced_file_is(tmp_path,
+                                                                                                   monkeypatch):
+    import pickle
+
+    path, _ = _container(tmp_path, [3, 1, 2, 2, 5, 1], compression="none")
+    plan = B.batch_plan(path, level=1, max_tokens=8)
+    first = [b["values"].tolist() for b in lodtool.batches(path, plan, output="varlen")]
+    assert "_checked_against" not in pickle.loads(pickle.dumps(plan)).__dict__  # it stays in this process
+    calls, original = [], B.sequence_rows
+    monkeypatch.setattr(B, "sequence_rows", lambda *a, **k: calls.append(a) or original(*a, **k))
+    assert [b["values"].tolist() for b in lodtool.batches(path, plan, output="varlen")] == first
+    assert calls == []  # an epoch's reader of the same file reads and validates no offsets again
+    other, _ = _container(tmp_path, [3, 2, 2, 2, 5, 1], name="other.lod.h5", compression="none")
+    os.replace(other, path)  # the path replaced by another file, as lodtool's own writes replace one
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(path, plan))
+
+
 def test_a_plan_saved_without_a_fingerprint_is_read_when_its_lengths_match(tmp_path):
     a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
     b, _ = _container(tmp_path, [2, 2, 3, 1], name="b.lod.h5")

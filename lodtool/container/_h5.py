@@ -533,6 +533,27 @@ class _Inflation:
         return None
 
 
+def file_identity(h5file: h5py.File) -> tuple[int, int, int, int] | None:
+    """``(device, inode, size, modification time in ns)`` of the local file an open HDF5 handle reads, from its
+    descriptor (the file it reads, even where its path has been replaced since), or ``None`` for another driver
+    (object storage, memory).  The key under which what was learnt of a file holds while it is unchanged.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.h5")
+    >>> with h5py.File(p, "w") as f:
+    ...     file_identity(f)[1] == os.stat(p).st_ino
+    True
+    """
+    try:
+        fid = h5file.id
+        if fid.get_access_plist().get_driver() != h5py.h5fd.SEC2:
+            return None
+        stat = os.fstat(fid.get_vfd_handle())
+    except H5_ERRORS:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def _file_size(ds: h5py.Dataset) -> int:
     try:
         return os.fstat(ds.file.id.get_vfd_handle()).st_size

@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 
 from ..container import checksum
+from ..container._h5 import file_identity
 from ..container.reader import DECODED_CACHE_BYTES, DecodedChunks, LazyTensor, words_of
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
@@ -270,6 +271,10 @@ class BatchPlan:
     # -- access
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
+
+    def __getstate__(self) -> dict:
+        # what a reader learnt of the file it last checked the plan against stays in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_checked_against"}
 
     def batch(self, i: int) -> np.ndarray:
         """Indices of batch ``i``'s sequences (a view into :attr:`indices`)."""
@@ -1096,9 +1101,18 @@ class BatchReader:
 
     def _open_source(self, f) -> _OpenSource:
         t = f.tensor(self.tensor_name)
-        rows = sequence_rows(t, self.plan.options.get("level", 0), self.path)
-        full = np.diff(rows)
-        _check_plan_fits(self.plan, full, self.path, t.name)
+        level = self.plan.options.get("level", 0)
+        identity = file_identity(f.h5) if isinstance(t, LazyTensor) else None
+        known = (*identity, t.name, level) if identity is not None else None
+        checked = self.plan.__dict__.get("_checked_against")
+        if known is not None and checked is not None and checked[0] == known:
+            rows = checked[1]  # the same unchanged file, read with this plan before (an earlier epoch's reader)
+        else:
+            rows = sequence_rows(t, level, self.path)
+            _check_plan_fits(self.plan, np.diff(rows), self.path, t.name)
+            rows.flags.writeable = False
+            if known is not None:  # the plan remembers the last file it was checked against, and its row offsets
+                self.plan.__dict__["_checked_against"] = (known, rows)
         try:  # the operators' rule: an integer dtype takes only the values it holds exactly
             pad = cast_value(self.pad_value, t.dtype, "pad value")
         except (LodDtypeError, LodShapeError):
