@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -316,6 +317,9 @@ def dataloader(shape: dict, dtype: str, batches: int, megatron, runs: int = 3) -
 
     def megatron_collate(items):  # its items are NumPy arrays: the same padding, from tensors over them
         return SequenceDataset.collate([torch.from_numpy(x) for x in items])
+
+    # its items view its read-only map; the padding copies them, so torch's warning about writes does not apply
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
     datasets = {"lodtool": (SequenceDataset(shape["files"][(dtype, "none")], level=1), SequenceDataset.collate)}
     if megatron is not None:
