@@ -417,7 +417,8 @@ _PARAMETER_SIZED = frozenset({_NBIT, _SCALEOFFSET})
 _INFLATE_PIECE = 1 << 20
 #: the chunks whose bound a dataset handle remembers (a whole-dataset stream starts over past it: memory stays flat)
 _REMEMBERED_CHUNKS = 1 << 16
-#: a read touching this many chunks bounds them all with one pass over the chunk index instead
+#: a read touching this many chunks, or a handle that has looked this many up one by one, bounds them all with one
+#: pass over the chunk index instead
 _SCAN_FROM_CHUNKS = 64
 
 
@@ -602,8 +603,11 @@ def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None =
         return
     bounds, rows = info.bounds, info.chunk_rows
     first = start - start % rows
-    if not info.scanned and (stop - first) // rows * len(info.band) >= _SCAN_FROM_CHUNKS:
-        info.scan(ds)  # a long read (a stream): one pass over the index is cheaper than a lookup per chunk
+    if not info.scanned and ((stop - first) // rows * len(info.band) >= _SCAN_FROM_CHUNKS
+                             or len(bounds) >= _SCAN_FROM_CHUNKS):
+        # a long read (a stream), or many short ones (random branches, batches): one pass over the index is cheaper
+        # than a lookup per chunk
+        info.scan(ds)
     if info.scanned_bound is not None and limit >= info.scanned_bound:
         return
     if len(bounds) > _REMEMBERED_CHUNKS:
