@@ -21,17 +21,20 @@ the pass):
   plan of sentences (``max_tokens=4096``) in tokens/s, beside its floor: a
   Numba gather of the same plan from ``np.memmap`` that writes, in one loop
   into buffers reused for every batch, what a varlen trainer takes (the
-  values, int32 ``cu_seqlens``, int64 ``position_ids``, the longest sequence);
-  and ``output="jagged-numpy"`` beside a gather of the values and int64
-  offsets.  The passes are interleaved, each repeated ``--runs`` times; a
-  ratio is the median of the per-run ratios;
+  values, int32 ``cu_seqlens``, int64 ``position_ids``, the longest sequence,
+  and the int64 lengths every lodtool batch holds); and ``output="jagged-numpy"``
+  beside a gather of the values, int64 offsets and lengths.  The passes are
+  interleaved, each repeated ``--runs`` times; a ratio is the median of the
+  per-run ratios;
 * **chunk-aware shuffle**: the default-compression container read with a
   ``chunks`` plan (a fresh reader, so a fresh cache of decoded chunks, per
   pass), in tokens/s beside the memory-mappable figure, with the chunks it
   decoded per stored chunk;
 * **map-style dataset**: ``SequenceDataset`` (sentences) under
   ``DataLoader(batch_size=64, shuffle=True, num_workers=2)`` in tokens/s,
-  where torch is installed.
+  where torch is installed, beside the same loader (the same padding
+  collation) over Megatron-Core's ``IndexedDataset`` of the same sentences
+  where it is installed.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -111,8 +115,9 @@ def floor_reader(raw: Path, dtype: str, o0: np.ndarray, o1: np.ndarray):
     return read
 
 
-def megatron_reader(folder: Path, raw: Path, dtype: str, o0, o1):
-    """Megatron-Core's ``IndexedDataset`` over a ``.bin/.idx`` its own builder wrote, or ``None``."""
+def megatron_dataset(folder: Path, raw: Path, dtype: str, o0, o1):
+    """Megatron-Core's ``IndexedDataset`` of the sentences, over a ``.bin/.idx`` its own builder wrote (one
+    document per document), or ``None``."""
     try:
         from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
     except Exception:  # noqa: BLE001 - not installed (it needs torch), or broken: the row is skipped
@@ -127,11 +132,11 @@ def megatron_reader(folder: Path, raw: Path, dtype: str, o0, o1):
             builder.add_item(torch.from_numpy(np.array(data[int(o1[s]):int(o1[s + 1])])))
         builder.end_document()
     builder.finalize(prefix + ".idx")
-    ds = IndexedDataset(prefix)
-    return lambda i: ds.get(i)
+    return IndexedDataset(prefix)
 
 
-def random_documents(shape: dict, folder: Path, dtype: str, reads: int, uncached_reads: int) -> tuple[list, dict]:
+def random_documents(shape: dict, folder: Path, dtype: str, reads: int, uncached_reads: int,
+                     megatron) -> tuple[list, dict]:
     import lodtool
 
     rng = np.random.default_rng(11)
@@ -140,9 +145,8 @@ def random_documents(shape: dict, folder: Path, dtype: str, reads: int, uncached
     handles = {c: lodtool.open(files[(dtype, c)]) for c in ("none", "deflate")}
     readers = {"floor": floor_reader(files[(dtype, "raw")], dtype, o0, o1),
                "none": handles["none"][NAME].branch, "deflate": handles["deflate"][NAME].branch}
-    doc_reader = megatron_reader(folder, files[(dtype, "raw")], dtype, o0, o1)
-    if doc_reader is not None:  # Megatron's get(i) reads a sequence: compare whole documents by their sentences
-        readers["megatron"] = lambda i, r=doc_reader: [r(s) for s in range(int(o0[i]), int(o0[i + 1]))]
+    if megatron is not None:  # Megatron's get(i) reads a sequence: compare whole documents by their sentences
+        readers["megatron"] = lambda i, get=megatron.get: [get(s) for s in range(int(o0[i]), int(o0[i + 1]))]
     result = {}
     for temp, count in (("warm", reads), ("uncached", uncached_reads)):
         idx = rng.integers(0, shape["docs"], count)
@@ -168,16 +172,15 @@ def random_documents(shape: dict, folder: Path, dtype: str, reads: int, uncached
 def _gather_kernels():
     """The floors: Numba gathers of a plan's batch from ``np.memmap`` into buffers reused for every batch.
 
-    ``jagged`` writes the values and int64 offsets (what ``output="jagged-numpy"``
-    holds besides its ``lengths``); ``varlen`` writes, in the same loop, the values,
-    int32 ``cu_seqlens`` and int64 ``position_ids`` and returns the longest sequence
-    (``max_seqlen``): what a variable-length attention trainer takes from
-    ``output="varlen"``.
+    ``jagged`` writes the values, int64 offsets and int64 lengths (what
+    ``output="jagged-numpy"`` holds); ``varlen`` writes, in the same loop, the values,
+    int32 ``cu_seqlens``, int64 ``position_ids`` and lengths and returns the longest
+    sequence (``max_seqlen``): what ``output="varlen"`` holds.
     """
     import numba
 
     @numba.njit(nogil=True, cache=False)
-    def jagged(data, o1, seqs, out, offsets):
+    def jagged(data, o1, seqs, out, offsets, lengths):
         pos = 0
         offsets[0] = 0
         for j in range(seqs.shape[0]):
@@ -185,10 +188,11 @@ def _gather_kernels():
             out[pos:pos + b - a] = data[a:b]
             pos += b - a
             offsets[j + 1] = pos
+            lengths[j] = b - a
         return pos
 
     @numba.njit(nogil=True, cache=False)
-    def varlen(data, o1, seqs, out, cu_seqlens, position_ids):
+    def varlen(data, o1, seqs, out, cu_seqlens, position_ids, lengths):
         pos = 0
         longest = 0
         cu_seqlens[0] = 0
@@ -199,6 +203,7 @@ def _gather_kernels():
                 position_ids[pos + k] = k
             pos += b - a
             cu_seqlens[j + 1] = pos
+            lengths[j] = b - a
             longest = max(longest, b - a)
         return longest
     return jagged, varlen
@@ -218,19 +223,20 @@ def batches(shape: dict, dtype: str, runs: int = 7) -> tuple[list, dict]:
     longest_batch = max(len(b) for b in plan)
     offsets = np.empty(longest_batch + 1, np.int64)
     cu_seqlens = np.empty(longest_batch + 1, np.int32)
+    lengths = np.empty(longest_batch, np.int64)
     o1 = shape["o1"]
     plan_batches = [np.asarray(b, np.int64) for b in plan]
 
     def floor_jagged_pass():
         n = 0
         for b in plan_batches:
-            n += jagged(data, o1, b, out, offsets)
+            n += jagged(data, o1, b, out, offsets, lengths)
         return n
 
     def floor_varlen_pass():
         n = 0
         for b in plan_batches:
-            varlen(data, o1, b, out, cu_seqlens, positions)
+            varlen(data, o1, b, out, cu_seqlens, positions, lengths)
             n += int(cu_seqlens[b.shape[0]])
         return n
 
@@ -274,11 +280,12 @@ def batches(shape: dict, dtype: str, runs: int = 7) -> tuple[list, dict]:
     chunks_pass()
     result["chunks"] = tokens / (time.perf_counter() - t0)
     result["decodes_per_chunk"] = decodes[-1]
-    rows = [[dtype, "Numba gather of the plan from np.memmap: values, `cu_seqlens`, `position_ids` (varlen floor)",
+    rows = [[dtype, "Numba gather of the plan from np.memmap: values, `cu_seqlens`, `position_ids`, lengths "
+             "(varlen floor)",
              f"{result['floor_varlen'] / 1e6:.1f}M", "1.00×"],
             [dtype, "`lodtool.batches(..., output=\"varlen\")`, `--compression none`",
              f"{result['varlen'] / 1e6:.1f}M", C.fmt_x(result["varlen_ratio"])],
-            [dtype, "Numba gather of the plan from np.memmap: values, offsets (jagged floor)",
+            [dtype, "Numba gather of the plan from np.memmap: values, offsets, lengths (jagged floor)",
              f"{result['floor_jagged'] / 1e6:.1f}M", "1.00×"],
             [dtype, "`lodtool.batches(..., output=\"jagged-numpy\")`, `--compression none`",
              f"{result['jagged'] / 1e6:.1f}M", C.fmt_x(result["jagged_ratio"])],
@@ -287,28 +294,52 @@ def batches(shape: dict, dtype: str, runs: int = 7) -> tuple[list, dict]:
     return rows, result
 
 
-def dataloader(shape: dict, dtype: str, batches: int) -> tuple[list, dict]:
-    """``SequenceDataset`` of sentences under ``DataLoader(shuffle=True, num_workers=2)``: tokens/s, or ``None``."""
+def _loader_tokens(loader, batches: int) -> float:
+    """Tokens/s of ``batches`` batches of ``(values, lengths)`` from ``loader``, its workers started and warm."""
+    it = iter(loader)
+    for _ in range(20):
+        next(it)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(batches):
+        n += int(next(it)[1].sum())
+    return n / (time.perf_counter() - t0)
+
+
+def dataloader(shape: dict, dtype: str, batches: int, megatron, runs: int = 3) -> tuple[list, dict]:
+    """``SequenceDataset`` of sentences under ``DataLoader(shuffle=True, num_workers=2)``, beside the same loader
+    over Megatron-Core's ``IndexedDataset`` of the same sentences (``megatron``, or ``None``): tokens/s."""
     try:
         import torch
     except ImportError:
         return [], {}
     from lodtool.interop.torch import SequenceDataset
 
-    ds = SequenceDataset(shape["files"][(dtype, "none")], level=1)
-    loader = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=2,
-                                         collate_fn=SequenceDataset.collate, persistent_workers=True)
-    it = iter(loader)
-    for _ in range(20):  # the workers started and warm
-        next(it)
-    t0 = time.perf_counter()
-    n = 0
-    for _ in range(batches):
-        n += int(next(it)[1].sum())
-    figure = n / (time.perf_counter() - t0)
-    del it, loader
-    return [[dtype, "`SequenceDataset` + `DataLoader(batch_size=64, shuffle=True, num_workers=2)`",
-             f"{figure / 1e6:.2f}M", "–"]], {"dataloader": figure}
+    def megatron_collate(items):  # its items are NumPy arrays: the same padding, from tensors over them
+        return SequenceDataset.collate([torch.from_numpy(x) for x in items])
+
+    # its items view its read-only map; the padding copies them, so torch's warning about writes does not apply
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+    datasets = {"lodtool": (SequenceDataset(shape["files"][(dtype, "none")], level=1), SequenceDataset.collate)}
+    if megatron is not None:
+        datasets["megatron"] = (megatron, megatron_collate)
+    loaders = {key: torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=2, collate_fn=collate,
+                                                persistent_workers=True) for key, (ds, collate) in datasets.items()}
+    figures = {key: [] for key in loaders}
+    for _ in range(runs):  # interleaved, so a change in the machine's load falls on both alike
+        for key, loader in loaders.items():
+            figures[key].append(_loader_tokens(loader, batches))
+    del loaders
+    result = {"dataloader": float(np.median(figures["lodtool"]))}
+    label = "`DataLoader(batch_size=64, shuffle=True, num_workers=2)`"
+    rows = [[dtype, f"`SequenceDataset` + {label}", f"{result['dataloader'] / 1e6:.2f}M", "–"]]
+    if "megatron" in figures:
+        result["dataloader_megatron"] = float(np.median(figures["megatron"]))
+        result["dataloader_ratio"] = float(np.median(np.array(figures["lodtool"]) / np.array(figures["megatron"])))
+        rows.append([dtype, f"Megatron-Core `IndexedDataset` + {label} (lodtool ÷ this in the last column)",
+                     f"{result['dataloader_megatron'] / 1e6:.2f}M", C.fmt_x(result["dataloader_ratio"])])
+    return rows, result
 
 
 def run(size: str, runs: int, tmpdir: str | None) -> dict:
@@ -322,8 +353,9 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
         shape = build(folder, tokens, docs)
         doc_rows, batch_rows, figures = [], [], {}
         for dtype in ("int32", "uint16"):
+            megatron = megatron_dataset(folder, shape["files"][(dtype, "raw")], dtype, shape["o0"], shape["o1"])
             C.progress(TAG, f"random documents, {dtype}")
-            rows, res = random_documents(shape, folder, dtype, reads, uncached_reads)
+            rows, res = random_documents(shape, folder, dtype, reads, uncached_reads, megatron)
             doc_rows += rows
             figures[dtype] = res
             C.progress(TAG, f"batches, {dtype}")
@@ -331,7 +363,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             batch_rows += rows
             figures[dtype + " batches"] = res
             C.progress(TAG, f"map-style dataset, {dtype}")
-            rows, res = dataloader(shape, dtype, LOADER_BATCHES[size])
+            rows, res = dataloader(shape, dtype, LOADER_BATCHES[size], megatron)
             batch_rows += rows
             figures[dtype + " batches"].update(res)
     targets = []
@@ -353,6 +385,12 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             targets.append(C.target(f"`lodtool.batches(output=\"{output}\")` sorted plan, tokens/s, {dtype}",
                                     f"{b[key] / 1e6:.1f}M/s", f"{b['floor_' + key] / 1e6:.1f}M/s", C.fmt_x(ratio),
                                     ratio >= 0.8, "≥ 0.8× a Numba gather of the same arrays from np.memmap"))
+        if "dataloader_ratio" in b:
+            ratio = b["dataloader_ratio"]
+            targets.append(C.target(f"`SequenceDataset` under `DataLoader(num_workers=2, shuffle=True)` vs the same "
+                                    f"loader over Megatron-Core `IndexedDataset`, tokens/s, {dtype}",
+                                    f"{b['dataloader'] / 1e6:.2f}M/s", f"{b['dataloader_megatron'] / 1e6:.2f}M/s",
+                                    C.fmt_x(ratio), ratio >= 1, "at least as fast"))
         ratio = b["chunks"] / b["varlen"]
         targets.append(C.target(f"default compression, `chunks` plan, tokens/s, {dtype}",
                                 f"{b['chunks'] / 1e6:.1f}M/s, {b['decodes_per_chunk']:.2f} decodes per chunk",
@@ -364,11 +402,9 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
              "`posix_fadvise(POSIX_FADV_DONTNEED)` of every file of the dtype)."]
     if not any("dataloader" in figures[d + " batches"] for d in ("int32", "uint16")):
         notes.append("torch is not installed here: the map-style dataset's row is skipped.")
-    notes.append("The map-style dataset's row is not yet measured beside the same DataLoader over Megatron-Core's "
-                 "dataset.")
     if not any(("megatron", "warm") in figures[d] for d in ("int32", "uint16")):
-        notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its row "
-                     "is skipped.")
+        notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its rows "
+                     "(random documents, and the DataLoader over its `IndexedDataset`) are skipped.")
     return {"key": TAG, "title": "Random access for training (issue 28)", "about": __doc__.split("\n\n")[1],
             "tables": [{"title": "Random documents (per read)", "head": ["dtype", "read", "warm", "uncached",
                                                                         "warm ÷ floor"], "rows": doc_rows},

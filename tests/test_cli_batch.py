@@ -227,7 +227,7 @@ def test_hostile_plans_are_one_line_errors(corpus, tmp_path):
 
 
 def test_stats_past_the_plan_limit_stream_for_sorted_and_name_the_mode_otherwise(tmp_path):
-    n = 50_000  # over a 2 MB limit as a whole plan (PLAN_BYTES_PER_SEQUENCE each)
+    n = 50_000  # over a 2 MB limit as a whole plan (PLAN_BYTES_PER_SEQUENCE["sorted"] each)
     lengths = np.random.default_rng(5).integers(0, 30, n)
     path = tmp_path / "many.lod.h5"
     offsets = np.concatenate([[0], np.cumsum(lengths)])
@@ -245,3 +245,19 @@ def test_stats_past_the_plan_limit_stream_for_sorted_and_name_the_mode_otherwise
         r = run("batch", path, "--max-tokens", 64, "--mode", mode, "--stats", "--max-memory", "2M")
         assert r.exit_code == 1 and f"mode '{mode}' needs its whole plan of 50,000 sequences" in r.output
         assert "--max-memory" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_stats_of_a_saved_plan_are_held_to_the_plan_limit(tmp_path):
+    n = 50_000  # the saved plan's arrays (33 bytes a sequence) fit 4 MB; the plan and its report do not
+    lengths = np.random.default_rng(5).integers(0, 30, n)
+    path = tmp_path / "many.lod.h5"
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lodtool.save(str(path), LoDTensor(np.zeros(int(lengths.sum()), np.int32), [offsets]))
+    for mode in ("random", "buckets"):
+        options = ["--boundaries", "8,16"] if mode == "buckets" else []
+        r = run("batch", path, "--max-tokens", 64, "--mode", mode, *options, "-o", tmp_path / f"{mode}.npz")
+        assert r.exit_code == 0, r.output
+        r = run("batch", path, "--plan", tmp_path / f"{mode}.npz", "--stats", "--max-memory", "4M")
+        assert r.exit_code == 1 and "the batch plan of 50,000 sequences" in r.output, r.output
+        assert str(path) in r.output and len(r.output.strip().splitlines()) == 1
+        assert run("batch", path, "--plan", tmp_path / f"{mode}.npz", "--stats").exit_code == 0

@@ -165,6 +165,24 @@ def test_sequence_dataset_items_are_the_sequences(corpus, compression, level):
         ds[len(ds)]
 
 
+@pytest.mark.parametrize("level", [0, 1])
+def test_sequence_dataset_holds_the_validated_row_offsets_where_they_fit_the_memory_limit(corpus, level):
+    from lodtool.interop.torch import SequenceDataset
+
+    t, paths = corpus
+    held = SequenceDataset(paths["none"], level=level)
+    rows = t.offsets[1] if level == 1 else t.offsets[1][t.offsets[0]]
+    assert held._rows.tolist() == rows.tolist()
+    tight = SequenceDataset(paths["none"], level=level, max_memory=1000)  # the offsets are 2 KB: read per item
+    assert tight._rows is None
+    for i in range(len(held)):
+        want = t.slice_level(level, i, i + 1).data.tolist()
+        assert held[i].tolist() == want and tight[i].tolist() == want
+        assert held[-1 - i].tolist() == tight[-1 - i].tolist()
+    held[0][:] = -1  # an item is the caller's own copy
+    assert held[0].tolist() == t.slice_level(level, 0, 1).data.tolist()
+
+
 def test_sequence_dataset_under_a_shuffling_dataloader_with_workers(corpus):
     from torch.utils.data import DataLoader
 

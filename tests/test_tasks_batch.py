@@ -626,6 +626,74 @@ def test_a_plan_for_another_file_of_as_many_sequences_is_refused(tmp_path):
     assert len(list(lodtool.batches(a, clipped.random_baseline()))) == len(clipped.random_baseline())
 
 
+@pytest.mark.parametrize("output", ["padded", "jagged-numpy", "varlen"])
+@pytest.mark.parametrize("compression", ["none", "default"])
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_plan_changed_after_the_reader_checked_it_is_refused_not_written_past_its_buffers(tmp_path, output,
+                                                                                            compression, reuse):
+    path, _ = _container(tmp_path, [3, 1, 2, 9, 4, 1], compression=compression)
+    plan = B.batch_plan(path, level=1, max_sequences=2, mode="random", seed=3)
+    original = plan.indices.copy()
+    # every batch holding the longest sequence twice (more rows than the plan counts), the shortest twice (fewer),
+    # or a sequence the file does not have
+    for changed in (3, 1, 6, -1, 2**40):
+        with B.BatchReader(path, plan, output=output, reuse_buffers=reuse) as reader:
+            reader.read(0)  # checked against the file, buffers sized from its lengths
+            plan.indices[:] = changed
+            with pytest.raises(LodInputError) as err:
+                for i in range(len(plan)):
+                    reader.read(i)
+            plan.indices[:] = original
+        assert "no longer matches tensor" in str(err.value) and "\n" not in str(err.value)
+        assert str(err.value).startswith(path)
+
+
+def test_the_gather_refuses_a_batch_that_does_not_fit_its_outputs_or_source_without_touching_past_them():
+    src, table = np.arange(10, 20), np.array([0])
+    rows = np.array([0, 4, 10])
+    none = np.zeros(0, np.int64)
+    for fn in (K._gather_batch_reference, K.gather_batch):
+        for width, room, n_sizes, n_positions in ((0, 9, 2, 0), (0, 10, 1, 0), (5, 10, 2, 0), (0, 10, 2, 9)):
+            values = np.full(12, -1, np.int64)
+            sizes, cu = np.zeros(n_sizes + 1, np.int64), np.zeros(n_sizes + 2, np.int64)
+            positions = np.full(n_positions + 1, -1, np.int64)
+            mask = np.zeros(2 * width + 1, bool)
+            got = fn(src, table, 8, 16, 1, np.array([0, 1]), rows, none, False, width, values[:room],
+                     sizes[:n_sizes], cu[:n_sizes + 1], positions[:n_positions], mask[:2 * width],
+                     np.zeros(8, np.int64))
+            assert got == K.GATHER_MISMATCH
+            assert (values[room:] == -1).all() and sizes[n_sizes:].tolist() == [0] and cu[-1] == 0
+            assert positions[-1] == -1 and not mask[-1]
+        # a sequence the rows do not have, or clipped to more rows than it has
+        for seqs, clipped in (([0, 2], none), ([-1], none), ([1], np.array([4, 7])), ([0], np.array([4]))):
+            got = fn(src, table, 8, 16, 1, np.array(seqs), rows, clipped, False, 0, np.zeros(20, np.int64),
+                     np.zeros(2, np.int64), np.zeros(3, np.int64), none, np.zeros(0, bool), np.zeros(8, np.int64))
+            assert got == K.GATHER_MISMATCH
+        # the same batch with room for it
+        values, sizes, cu = np.zeros(10, np.int64), np.zeros(2, np.int64), np.zeros(3, np.int64)
+        assert fn(src, table, 8, 16, 1, np.array([0, 1]), rows, none, False, 0, values, sizes, cu, none,
+                  np.zeros(0, bool), np.zeros(8, np.int64)) == 6
+        assert values.tolist() == list(range(10, 20)) and cu.tolist() == [0, 4, 10]
+
+
+def test_a_plan_read_again_from_the_same_unchanged_file_is_not_checked_again_but_a_replaced_file_is(tmp_path,
+                                                                                                   monkeypatch):
+    import pickle
+
+    path, _ = _container(tmp_path, [3, 1, 2, 2, 5, 1], compression="none")
+    plan = B.batch_plan(path, level=1, max_tokens=8)
+    first = [b["values"].tolist() for b in lodtool.batches(path, plan, output="varlen")]
+    assert "_checked_against" not in pickle.loads(pickle.dumps(plan)).__dict__  # it stays in this process
+    calls, original = [], B.sequence_rows
+    monkeypatch.setattr(B, "sequence_rows", lambda *a, **k: calls.append(a) or original(*a, **k))
+    assert [b["values"].tolist() for b in lodtool.batches(path, plan, output="varlen")] == first
+    assert calls == []  # an epoch's reader of the same file reads and validates no offsets again
+    other, _ = _container(tmp_path, [3, 2, 2, 2, 5, 1], name="other.lod.h5", compression="none")
+    os.replace(other, path)  # the path replaced by another file, as lodtool's own writes replace one
+    with pytest.raises(LodInputError, match="made for another source"):
+        next(lodtool.batches(path, plan))
+
+
 def test_a_plan_saved_without_a_fingerprint_is_read_when_its_lengths_match(tmp_path):
     a, _ = _container(tmp_path, [3, 1, 2, 2], name="a.lod.h5")
     b, _ = _container(tmp_path, [2, 2, 3, 1], name="b.lod.h5")
@@ -729,8 +797,8 @@ def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert result.report["plan"]["empty"] == n
-    assert peak <= B.PLAN_BYTES_PER_SEQUENCE * n + (1 << 20)
-    small = B.PLAN_BYTES_PER_SEQUENCE * n // 2
+    assert peak <= B.PLAN_BYTES_PER_SEQUENCE["sorted"] * n + (1 << 20)
+    small = B.PLAN_BYTES_PER_SEQUENCE["sorted"] * n // 2
     with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
         B.batch_plan(path, max_tokens=64, max_memory=small)
     with pytest.raises(lodtool.LodMemoryError, match="batch plan of 200,000 sequences"):
@@ -739,6 +807,30 @@ def test_planning_memory_is_bounded_and_checked_up_front(tmp_path):
     assert B.batch(path, max_tokens=64, report=True, max_memory=small).report["plan"] == result.report["plan"]
     with pytest.raises(lodtool.LodMemoryError, match="report of mode 'random' needs its whole plan of 200,000"):
         B.batch(path, max_tokens=64, mode="random", report=True, max_memory=small)
+
+
+@pytest.mark.parametrize("mode, options", [("sorted", {}), ("random", {}), ("megabatch", {}), ("pack", {}),
+                                           ("chunks", {}), ("buckets", {"boundaries": [8, 16, 32, 64]}),
+                                           ("random", {"num_replicas": 3})])
+def test_every_mode_plans_and_reports_within_its_memory_bound(tmp_path, mode, options):
+    import tracemalloc
+
+    n = 50_000  # one sequence a batch, clipped: the most arrays per sequence
+    lengths = np.random.default_rng(1).integers(33, 65, n)
+    path = str(tmp_path / "one.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(int(lengths.sum()), np.int8), [np.concatenate([[0], np.cumsum(lengths)])]),
+                 compression="none")
+    kwargs = {"max_tokens": 64, "mode": mode, "max_length": 63, **options}
+    B.batch(path, report=True, **kwargs)  # compiled outside the measure
+    tracemalloc.start()
+    B.batch(path, report=True, **kwargs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= B.PLAN_BYTES_PER_SEQUENCE[mode] * n + (1 << 20)
+    # the report of a saved plan is held to the same bound
+    B.batch_plan(path, **kwargs).save(tmp_path / "plan.npz")
+    with pytest.raises(lodtool.LodMemoryError, match=f"batch plan of {n:,} sequences"):
+        B.batch(path, str(tmp_path / "plan.npz"), report=True, max_memory=B.PLAN_BYTES_PER_SEQUENCE[mode] * n - 1)
 
 
 def test_damaged_in_memory_plan_is_refused_by_the_reader(tmp_path):
@@ -878,7 +970,7 @@ def test_stats_past_the_plan_limit_stream_in_flat_memory(tmp_path):
     import time
     import tracemalloc
 
-    n = 10 ** 7  # every sequence empty; the whole plan would take PLAN_BYTES_PER_SEQUENCE * n (960 MB)
+    n = 10 ** 7  # every sequence empty; the whole plan is held to PLAN_BYTES_PER_SEQUENCE["sorted"] * n (1.44 GB)
     path = str(tmp_path / "empty.lod.h5")
     lodtool.save(path, LoDTensor(np.zeros(0, np.int32), [np.zeros(n + 1, np.int64)]))
     limit = 64 << 20

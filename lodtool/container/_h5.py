@@ -417,7 +417,8 @@ _PARAMETER_SIZED = frozenset({_NBIT, _SCALEOFFSET})
 _INFLATE_PIECE = 1 << 20
 #: the chunks whose bound a dataset handle remembers (a whole-dataset stream starts over past it: memory stays flat)
 _REMEMBERED_CHUNKS = 1 << 16
-#: a read touching this many chunks bounds them all with one pass over the chunk index instead
+#: a read touching this many chunks, or a handle that has looked this many up one by one, bounds them all with one
+#: pass over the chunk index instead
 _SCAN_FROM_CHUNKS = 64
 
 
@@ -533,6 +534,27 @@ class _Inflation:
         return None
 
 
+def file_identity(h5file: h5py.File) -> tuple[int, int, int, int] | None:
+    """``(device, inode, size, modification time in ns)`` of the local file an open HDF5 handle reads, from its
+    descriptor (the file it reads, even where its path has been replaced since), or ``None`` for another driver
+    (object storage, memory).  The key under which what was learnt of a file holds while it is unchanged.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.h5")
+    >>> with h5py.File(p, "w") as f:
+    ...     file_identity(f)[1] == os.stat(p).st_ino
+    True
+    """
+    try:
+        fid = h5file.id
+        if fid.get_access_plist().get_driver() != h5py.h5fd.SEC2:
+            return None
+        stat = os.fstat(fid.get_vfd_handle())
+    except H5_ERRORS:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def _file_size(ds: h5py.Dataset) -> int:
     try:
         return os.fstat(ds.file.id.get_vfd_handle()).st_size
@@ -581,8 +603,11 @@ def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None =
         return
     bounds, rows = info.bounds, info.chunk_rows
     first = start - start % rows
-    if not info.scanned and (stop - first) // rows * len(info.band) >= _SCAN_FROM_CHUNKS:
-        info.scan(ds)  # a long read (a stream): one pass over the index is cheaper than a lookup per chunk
+    if not info.scanned and ((stop - first) // rows * len(info.band) >= _SCAN_FROM_CHUNKS
+                             or len(bounds) >= _SCAN_FROM_CHUNKS):
+        # a long read (a stream), or many short ones (random branches, batches): one pass over the index is cheaper
+        # than a lookup per chunk
+        info.scan(ds)
     if info.scanned_bound is not None and limit >= info.scanned_bound:
         return
     if len(bounds) > _REMEMBERED_CHUNKS:

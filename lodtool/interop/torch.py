@@ -40,6 +40,7 @@ import numpy as np
 
 from .._optional import optional_import
 from ..errors import LodShapeError, LodUsageError, LodValidationError
+from ..tasks._batch import sequence_rows
 from ..tasks._open import open as open_source
 from ..tensor import LoDTensor
 
@@ -305,7 +306,11 @@ class SequenceDataset:
     is a torch tensor of every data row under the sequence (a copy: the batch
     collation owns it); :meth:`collate` pads a list of items into
     ``(values [B, T, ...], lengths [B])``.  A container stored without a
-    compression filter reads each item from the file's memory map.
+    compression filter reads each item from the file's memory map.  The
+    sequences' row offsets are read and validated once, when the dataset is
+    made, and held (a forked worker shares them) where they fit the memory
+    limit (``max_memory``, the default one when ``None``); an item is then one
+    read of its rows.  Past the limit, each item reads its own offsets.
 
     >>> import os, tempfile, numpy as np, lodtool
     >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
@@ -320,16 +325,22 @@ class SequenceDataset:
     [1, 2, 3, 4]
     """
 
-    def __init__(self, path: str | os.PathLike, level: int = 0, *, tensor: str | None = None):
+    def __init__(self, path: str | os.PathLike, level: int = 0, *, tensor: str | None = None,
+                 max_memory: int | None = None):
         self.path = os.fspath(path)
         self.tensor = tensor
-        with open_source(self.path) as f:
+        self.max_memory = max_memory
+        with open_source(self.path, max_memory=max_memory) as f:
             t = f.tensor(tensor)
             self.level = t._level(level) if t.lod_level else 0
             self._len = t.num_sequences(self.level)
+            # every level's offsets are read to validate them and map the level down to rows (twice: read and made)
+            held = 16 * sum(t.num_sequences(k) + 1 for k in range(t.lod_level))
+            self._rows = sequence_rows(t, self.level, self.path) if t.lod_level and held <= f.max_memory else None
         self._view = None
         self._file = None
         self._pid = None
+        self._from_numpy = None
 
     def __len__(self) -> int:
         return self._len
@@ -343,19 +354,25 @@ class SequenceDataset:
                                 f"{self.level}")
         i = int(i) + n if i < 0 else int(i)
         t = self._open()
-        rows = t.read_rows(i, i + 1) if not t.lod_level else t.slice_level(self.level, i, i + 1).data
-        return _torch().from_numpy(np.array(rows, rows.dtype.newbyteorder("=")))
+        held = self._rows
+        if held is not None:
+            rows = t.read_rows(held.item(i), held.item(i + 1))
+        else:
+            rows = t.read_rows(i, i + 1) if not t.lod_level else t.slice_level(self.level, i, i + 1).data
+        # a copy the collation owns, in native byte order (what torch takes)
+        return self._from_numpy(rows.copy() if rows.dtype.isnative else rows.astype(rows.dtype.newbyteorder("=")))
 
     def _open(self):
         if self._view is None or self._pid != os.getpid():  # a worker process opens its own handle
-            self._file = open_source(self.path)
+            self._file = open_source(self.path, max_memory=self.max_memory)
             self._view = self._file.tensor(self.tensor)
             self._pid = os.getpid()
+            self._from_numpy = _torch().from_numpy
         return self._view
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_view=None, _file=None, _pid=None)
+        state.update(_view=None, _file=None, _pid=None, _from_numpy=None)
         return state
 
     @staticmethod

@@ -23,6 +23,9 @@ from .._jit import kernel
 COUNTING_SORT_MAX = 1 << 22
 #: an empty int64 array: a kernel's output or input that is not wanted
 _NO_INTS = np.zeros(0, np.int64)
+#: what :func:`gather_batch` returns for a batch that does not fit its outputs or names rows its source does not have
+#: (nothing is read or written past an array)
+GATHER_MISMATCH = int(np.iinfo(np.int64).min)
 
 
 def plan_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -443,13 +446,31 @@ def _sort_segments_desc_impl(values, items, segment_ends, out):
         lo = hi
 
 
+def _gather_overflows(sizes_wanted, row_items, width, values, sizes, cu, positions, mask) -> bool:
+    """Whether a batch of sequences of ``sizes_wanted`` rows overflows :func:`gather_batch`'s outputs."""
+    n_seq, total = len(sizes_wanted), sum(sizes_wanted)
+    if n_seq > sizes.shape[0] or n_seq >= cu.shape[0]:
+        return True
+    if width:
+        return max(sizes_wanted, default=0) > width or n_seq * width * row_items > values.shape[0] or \
+            n_seq * width > mask.shape[0]
+    return total * row_items > values.shape[0] or (positions.shape[0] > 0 and total > positions.shape[0])
+
+
 def _gather_batch_reference(src, table, word, chunk_rows, row_items, seqs, rows, lengths, head, width, values, sizes,
                             cu, positions, mask, chunks, check=True):
     """:func:`gather_batch` in NumPy: the same arguments, outputs and return value."""
     spans = []
+    n_sources = rows.shape[0] - 1
+    if lengths.shape[0] and lengths.shape[0] != n_sources:
+        return GATHER_MISMATCH
     for s in seqs.tolist():
+        if not 0 <= s < n_sources:
+            return GATHER_MISMATCH
         stored = int(rows[s + 1] - rows[s])
         n = int(lengths[s]) if lengths.shape[0] else stored
+        if not 0 <= n <= stored:
+            return GATHER_MISMATCH
         spans.append((int(rows[s]) + (stored - n if head else 0), n))
     touched = []
     for r, n in spans:
@@ -461,6 +482,8 @@ def _gather_batch_reference(src, table, word, chunk_rows, row_items, seqs, rows,
         touched = touched[:chunks.shape[0]]
         chunks[:len(touched)] = touched
         return -len(touched)
+    if _gather_overflows([n for _, n in spans], row_items, width, values, sizes, cu, positions, mask):
+        return GATHER_MISMATCH
     pos = longest = 0
     cu[0] = 0
     for k, (r, n) in enumerate(spans):
@@ -487,10 +510,17 @@ def _gather_batch_impl(src, table, word_shift, chunk_rows, chunk_shift, row_item
     clipped = lengths.shape[0] > 0
     n_chunks = 0
     missing = False
+    n_sources = rows.shape[0] - 1
+    if clipped and lengths.shape[0] != n_sources:
+        return GATHER_MISMATCH
     for k in range(seqs.shape[0] if check else 0):
         s = seqs[k]
+        if s < 0 or s >= n_sources:
+            return GATHER_MISMATCH
         r = rows[s]
         n = lengths[s] if clipped else rows[s + 1] - r
+        if n < 0 or n > rows[s + 1] - r:
+            return GATHER_MISMATCH
         if n == 0:
             continue
         if head:
@@ -504,13 +534,29 @@ def _gather_batch_impl(src, table, word_shift, chunk_rows, chunk_shift, row_item
                     missing = True
     if missing:
         return -n_chunks
+    # the bounds of the outputs, checked before anything is written: rows a sequence may take (padded: the width;
+    # flat: what is left of the values and positions), and sequences
+    n_seq = seqs.shape[0]
+    if n_seq > sizes.shape[0] or n_seq >= cu.shape[0]:
+        return GATHER_MISMATCH
+    room = values.shape[0] // row_items
+    if width:
+        if n_seq * width > min(room, mask.shape[0]):
+            return GATHER_MISMATCH
+        room = width
+    elif positions.shape[0] and positions.shape[0] < room:
+        room = positions.shape[0]
     pos = 0
     longest = 0
     cu[0] = 0
-    for k in range(seqs.shape[0]):
+    for k in range(n_seq):
         s = seqs[k]
+        if s < 0 or s >= n_sources:
+            return GATHER_MISMATCH
         r = rows[s]
         n = lengths[s] if clipped else rows[s + 1] - r
+        if n < 0 or n > rows[s + 1] - r or n > (room if width else room - pos):
+            return GATHER_MISMATCH
         if head:
             r = rows[s + 1] - n
         end = r + n
@@ -560,6 +606,11 @@ def gather_batch(src, table, word: int, chunk_rows: int, row_items: int, seqs, r
     when a chunk is not ready: then ``chunks[:n]`` lists the chunks the batch
     touches (repeats possible) and nothing is written.  ``check=False`` skips
     that look at the table, for a caller that knows every chunk is ready.
+    A batch that names a sequence ``rows`` does not have (or clips one to
+    more rows than it has), or does not fit the outputs (more sequences than
+    ``sizes``, a sequence longer than ``width``, more rows than ``values`` or
+    ``positions`` hold: a plan that is not the source's) returns
+    :data:`GATHER_MISMATCH`; nothing is read or written past an array's end.
 
     >>> src, table = np.arange(10, 16), np.array([32, 0, 16])  # chunks of 2 rows, stored out of order
     >>> out, sizes, cu, none = np.zeros(4, np.int64), np.zeros(2, np.int64), np.zeros(3, np.int64), np.zeros(0, int)
@@ -789,5 +840,6 @@ def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tup
 
 
 __all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
-           "counting_argsort", "gather_runs", "gather_batch", "gather_shifts", "compiled_gather_batch", "chunk_reads",
+           "counting_argsort", "gather_runs", "gather_batch", "GATHER_MISMATCH", "gather_shifts",
+           "compiled_gather_batch", "chunk_reads",
            "greedy_batch_ends", "first_fit_decreasing", "megabatch_order", "first_short_batch"]

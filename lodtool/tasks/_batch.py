@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 
 from ..container import checksum
+from ..container._h5 import file_identity
 from ..container.reader import DECODED_CACHE_BYTES, DecodedChunks, LazyTensor, words_of
 from ..container.writer import chunk_rows
 from ..errors import (LodDtypeError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
@@ -87,9 +88,9 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (chunk_reads, compiled_gather_batch, counting_argsort, first_fit_decreasing,
-                            first_short_batch, gather_runs, gather_shifts, greedy_batch_ends, megabatch_order, plan_rng,
-                            segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (GATHER_MISMATCH, chunk_reads, compiled_gather_batch, counting_argsort,
+                            first_fit_decreasing, first_short_batch, gather_runs, gather_shifts, greedy_batch_ends,
+                            megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -109,9 +110,10 @@ DEFAULT_WINDOW = 16
 CHUNK_RUN = 4
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
-#: bytes a plan and its report take per source sequence at their peak (measured: 49-56 for ordinary lengths,
-#: up to 90 when every sequence is empty); a source of more sequences than the memory limit allows is refused
-PLAN_BYTES_PER_SEQUENCE = 96
+#: bytes a plan and its report take per source sequence at their peak, by mode (traced at their worst, one sequence
+#: a batch with clipped lengths: up to 138 for every mode's planning or its report, up to 162 for planning
+#: ``buckets``; with a margin); a source of more sequences than the memory limit allows is refused
+PLAN_BYTES_PER_SEQUENCE = {**dict.fromkeys(MODES, 144), "buckets": 176}
 #: forks this process has gone through (``_FORKS[0]``, counted in the child): a reader's open file belongs to the
 #: process that opened it
 _FORKS = [0]
@@ -207,24 +209,25 @@ def lengths_digest(lengths: np.ndarray) -> str:
     return checksum.format_digest(hasher)
 
 
-def _plan_bytes(count: int) -> int:
-    """Bytes the plan of ``count`` sequences (and its report) takes at its peak."""
-    return count * PLAN_BYTES_PER_SEQUENCE
+def _plan_bytes(count: int, mode: str) -> int:
+    """Bytes the plan of ``count`` sequences in ``mode`` (and its report) takes at its peak."""
+    return count * PLAN_BYTES_PER_SEQUENCE[mode]
 
 
-def _check_plan_memory(count: int, limit: int, where: str) -> None:
-    check_memory(_plan_bytes(count), limit, where, f"the batch plan of {count:,} sequences")
+def _check_plan_memory(count: int, mode: str, limit: int, where: str) -> None:
+    check_memory(_plan_bytes(count, mode), limit, where, f"the batch plan of {count:,} sequences")
 
 
-def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None,
-                    reading: dict) -> tuple[np.ndarray, dict]:
+def _source_lengths(source, level: int, tensor: str | None, max_memory: int | None, reading: dict,
+                    mode: str) -> tuple[np.ndarray, dict]:
     """(lengths in rows, a description) of ``source``: a container, sharded folder or token dataset (opened with
-    ``reading``), a lazy tensor or an array."""
+    ``reading``; refused when a plan of ``mode`` over it would not fit the memory limit), a lazy tensor or an
+    array."""
     if isinstance(source, (str, os.PathLike)):
         where = os.fspath(source)
         with _open_container(source, max_memory, **reading) as f:
             t = f.tensor(tensor)
-            _check_plan_memory(t.num_sequences(_level_of(t, level, where)), f.max_memory, where)
+            _check_plan_memory(t.num_sequences(_level_of(t, level, where)), mode, f.max_memory, where)
             rows = sequence_rows(t, level, where)
             return np.diff(rows), {"source": where, "tensor": t.name, "chunk_rows": stored_chunk_rows(t)}
     if isinstance(source, TensorView):  # a stored tensor, a folder's, or one in memory
@@ -268,6 +271,10 @@ class BatchPlan:
     # -- access
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
+
+    def __getstate__(self) -> dict:
+        # what a reader learnt of the file it last checked the plan against stays in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_checked_against"}
 
     def batch(self, i: int) -> np.ndarray:
         """Indices of batch ``i``'s sequences (a view into :attr:`indices`)."""
@@ -444,6 +451,12 @@ class BatchPlan:
         if problem:
             raise LodFormatError(f"{where}: damaged batch plan: {problem}")
         return plan
+
+    @functools.cached_property
+    def _checked(self) -> str | None:
+        """:meth:`_problem`, found once per plan (a reader made for every epoch of the same plan checks it once;
+        the gather itself never reads or writes past its arrays, whatever the plan holds)."""
+        return self._problem()
 
     def _problem(self) -> str | None:
         for name in PLAN_ARRAYS[:-1]:
@@ -662,7 +675,7 @@ def batch_plan(source, level: int = 0, max_tokens: int | None = None, max_sequen
     if window is not None and mode != "chunks":
         raise LodUsageError("window=... applies to mode 'chunks' only")
     lengths, about = _source_lengths(source, level, tensor, max_memory,
-                                     {"token_dtype": token_dtype, "eos_token_id": eos_token_id})
+                                     {"token_dtype": token_dtype, "eos_token_id": eos_token_id}, mode)
     about["source_digest"] = lengths_digest(lengths)
     if chunk_rows is not None:
         about["chunk_rows"] = int(chunk_rows)
@@ -965,8 +978,9 @@ def _check_plan_fits(plan: BatchPlan, full: np.ndarray, where: str, name: str) -
                             f"{full.shape[0]:,} at level {level}")
     max_length = plan.options.get("max_length")
     digest = plan.options.get("source_digest")
+    # unclipped lengths that are the source's own say all the fingerprint says
     if not np.array_equal(plan.lengths, full if max_length is None else np.minimum(full, max_length)) or \
-            (digest is not None and digest != lengths_digest(full)):
+            (max_length is not None and digest is not None and digest != lengths_digest(full)):
         raise LodInputError(f"{where}: the plan was made for another source: the lengths of tensor {name!r}'s "
                             f"sequences at level {level} are not the ones it was planned from")
 
@@ -1034,7 +1048,7 @@ class BatchReader:
             raise LodUsageError(f"truncate must be 'head' or 'tail', not {truncate!r}")
         if not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
             raise LodUsageError(f"cache_bytes must be a non-negative integer, not {cache_bytes!r}")
-        problem = plan._problem()
+        problem = plan._checked
         if problem:
             raise LodUsageError(f"a damaged batch plan: {problem}")
         self.path = os.fspath(path)
@@ -1087,9 +1101,18 @@ class BatchReader:
 
     def _open_source(self, f) -> _OpenSource:
         t = f.tensor(self.tensor_name)
-        rows = sequence_rows(t, self.plan.options.get("level", 0), self.path)
-        full = np.diff(rows)
-        _check_plan_fits(self.plan, full, self.path, t.name)
+        level = self.plan.options.get("level", 0)
+        identity = file_identity(f.h5) if isinstance(t, LazyTensor) else None
+        known = (*identity, t.name, level) if identity is not None else None
+        checked = self.plan.__dict__.get("_checked_against")
+        if known is not None and checked is not None and checked[0] == known:
+            rows = checked[1]  # the same unchanged file, read with this plan before (an earlier epoch's reader)
+        else:
+            rows = sequence_rows(t, level, self.path)
+            _check_plan_fits(self.plan, np.diff(rows), self.path, t.name)
+            rows.flags.writeable = False
+            if known is not None:  # the plan remembers the last file it was checked against, and its row offsets
+                self.plan.__dict__["_checked_against"] = (known, rows)
         try:  # the operators' rule: an integer dtype takes only the values it holds exactly
             pad = cast_value(self.pad_value, t.dtype, "pad value")
         except (LodDtypeError, LodShapeError):
@@ -1136,54 +1159,75 @@ class BatchReader:
 
     def read(self, i: int) -> dict:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
+        return next(self._gathered((i,)))
+
+    def _gathered(self, batch_ids) -> Iterator[dict]:
+        """The batches ``batch_ids``, each gathered in one compiled pass; what stays the same from batch to batch is
+        looked up once."""
         source = self._opened()
         plan = self.plan
-        n_batches = plan.offsets.shape[0] - 1
-        if not -n_batches <= i < n_batches:
-            raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
-        i = int(i) % n_batches
-        first, last = plan.offsets.item(i), plan.offsets.item(i + 1)  # Python ints, without a list made per batch
-        seqs = plan.indices[first:last]
-        n_seq = last - first
-        total = source.tokens.item(i)
+        offsets, indices, repeat, tokens, widths = plan.offsets, plan.indices, plan.repeat, source.tokens, source.widths
+        n_batches = offsets.shape[0] - 1
         output = self.output
-        padded = output == "padded"
-        width = source.widths.item(i) if padded else 0
-        buf = self._buffers(source, n_seq, width, total)
-        elem = source.element_shape
-        rows = n_seq * width if padded else total
-        values = buf["values"][:rows * source.items]
-        values = values.reshape(((n_seq, width) if padded else (total,)) + elem) if padded or elem else values
-        if padded:
-            values.fill(source.pad)
-        lengths, cu, positions, mask = buf["lengths"][:n_seq], buf["cu"][:n_seq + 1], buf["positions"], buf["mask"]
-        chunks = source.chunks
-        chunks.check_unchanged()
+        padded, jagged = output == "padded", output == "jagged-numpy"
+        reuse = self.reuse_buffers
+        chunks, gather, row_words, items, elem = source.chunks, source.gather, source.row_words, source.items, \
+            source.element_shape
+        rows, clipped, head, touched = source.rows, source.clipped, source.head, source.touched
         word_shift, chunk_rows, chunk_shift = source.shifts
-        while True:
-            longest = source.gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, source.row_words,
-                                    seqs, source.rows, source.clipped, source.head, width, buf["words"], lengths, cu,
-                                    positions, mask, source.touched, chunks.pending())
-            if longest >= 0:
-                break
-            chunks.prepare(np.unique(source.touched[:-longest]))
-        out = {"indices": seqs, "batch": i, "repeat": plan.repeat.item(i), "values": values, "lengths": lengths}
-        if padded:
-            out["mask"] = mask[:rows].reshape(n_seq, width)
-        elif output == "jagged-numpy":
-            out["offsets"] = cu
-        else:
-            out["cu_seqlens"], out["position_ids"], out["max_seqlen"] = cu, positions[:total], longest
-        return out
+        for i in batch_ids:
+            if not -n_batches <= i < n_batches:
+                raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
+            i = int(i) % n_batches
+            first, last = offsets.item(i), offsets.item(i + 1)  # Python ints, without a list made per batch
+            seqs = indices[first:last]
+            n_seq = last - first
+            total = tokens.item(i)
+            width = widths.item(i) if padded else 0
+            buf = source.buffers if reuse and source.buffers else self._buffers(source, n_seq, width, total)
+            n_rows = n_seq * width if padded else total
+            values = buf["values"][:n_rows * items]
+            if padded or elem:
+                values = values.reshape(((n_seq, width) if padded else (total,)) + elem)
+            if padded:
+                values.fill(source.pad)
+            lengths, cu, positions, mask = buf["lengths"], buf["cu"], buf["positions"], buf["mask"]
+            chunks.check_unchanged()
+            while True:
+                longest = gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, row_words, seqs, rows,
+                                 clipped, head, width, buf["words"], lengths, cu, positions, mask, touched,
+                                 chunks.pending())
+                if longest >= 0:
+                    break
+                if longest == GATHER_MISMATCH:
+                    raise self._changed_plan(i, source)
+                chunks.prepare(np.unique(touched[:-longest]))
+            if cu.item(n_seq) != total:  # a batch holds exactly the rows its plan counts
+                raise self._changed_plan(i, source)
+            if jagged:
+                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
+                       "lengths": lengths[:n_seq], "offsets": cu[:n_seq + 1]}
+            elif padded:
+                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
+                       "lengths": lengths[:n_seq], "mask": mask[:n_rows].reshape(n_seq, width)}
+            else:
+                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
+                       "lengths": lengths[:n_seq], "cu_seqlens": cu[:n_seq + 1], "position_ids": positions[:total],
+                       "max_seqlen": longest}
+
+    def _changed_plan(self, i: int, source: _OpenSource) -> LodInputError:
+        """A batch whose rows are not the ones its plan counts: the plan was changed after it was checked against
+        the file (the gather reads and writes nothing past its arrays)."""
+        return LodInputError(f"{self.path}: batch {i} of the plan holds other rows than the plan counts for it: "
+                             f"the plan no longer matches tensor {source.tensor.name!r} (changed after it was "
+                             "checked?)")
 
     def __iter__(self) -> Iterator[dict]:
-        for i in range(len(self.plan)):
-            yield self.read(i)
+        return self._gathered(range(len(self.plan)))
 
     def iter_batches(self, batch_ids) -> Iterator[dict]:
         """The batches ``batch_ids`` of the plan, in that order (for splitting a plan among workers)."""
-        for i in batch_ids:
-            yield self.read(int(i))
+        return self._gathered(batch_ids)
 
 
 def batches(path, plan=None, *, output: str = "padded", truncate: str | None = None, pad_value=0,
@@ -1540,12 +1584,12 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
         t = f.tensor(tensor)
         where = os.fspath(path)
         count = t.num_sequences(_level_of(t, o["level"], where))
-        if _plan_bytes(count) <= f.max_memory:
+        if _plan_bytes(count, mode) <= f.max_memory:
             return True
         if mode != "sorted" or o["num_replicas"] > 1:
             what = f"mode {mode!r}" if mode != "sorted" else "a plan dealt to replicas"
             raise LodMemoryError(f"{where}: the report of {what} needs its whole plan of {count:,} sequences "
-                                 f"({human_bytes(_plan_bytes(count))}), above the memory limit of "
+                                 f"({human_bytes(_plan_bytes(count, mode))}), above the memory limit of "
                                  f"{human_bytes(f.max_memory)}; raise it with max_memory=..., or report mode 'sorted' "
                                  "on one replica, which streams from length counts")
     return False
@@ -1553,8 +1597,10 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
 
 def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | None, reading: dict) -> dict:
     """:func:`plan_report`'s ``cache_chunks`` and ``rows`` for a plan of the container at ``path`` (a token
-    dataset opened with ``reading``): a reader's default cache, in the file's chunks."""
+    dataset opened with ``reading``): a reader's default cache, in the file's chunks.  A plan too large for its
+    report within the memory limit (one loaded from a file) is refused first."""
     with _open_container(path, max_memory, **reading) as f:
+        _check_plan_memory(plan.n_sequences, plan.mode, f.max_memory, os.fspath(path))
         t = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
         row_bytes = max(t.dtype.itemsize * math.prod(t.element_shape), 1)
         chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
