@@ -413,10 +413,5 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
             "targets": targets, "notes": notes}
 
 
-def main(argv=None) -> int:
-    args = C.bench_args(__doc__.split("\n\n")[0], argv)
-    return C.finish(run(args.size, args.runs, args.tmpdir), args)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(C.main(run, __doc__))
