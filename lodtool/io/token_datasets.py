@@ -30,6 +30,8 @@ from ._tokens import TokenFile, TokenProblem
 from ..tokens import TokenInfo
 
 NPY_MAGIC = b"\x93NUMPY"
+#: the token formats of LLM training: what :func:`format_of` names
+FORMATS = ("megatron", "fairseq", "datatrove", "dolma")
 
 
 def format_of(path: str | os.PathLike) -> str | None:
@@ -149,4 +151,4 @@ def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, 
     return []  # pragma: no cover
 
 
-__all__ = ["format_of", "input_bytes", "open_dataset", "recorded_tokens", "validate_dataset"]
+__all__ = ["FORMATS", "format_of", "input_bytes", "open_dataset", "recorded_tokens", "validate_dataset"]
