@@ -71,6 +71,21 @@ def test_bytes_that_do_not_match_the_recorded_digest_are_refused_and_nothing_is_
     assert sorted(os.listdir(tmp_path)) == ["a.lod.h5"]
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])  # the LoD read before the copy, or while it runs
+def test_an_invalid_lod_read_beside_the_copy_fails_the_unpack_and_nothing_is_published(tmp_path, monkeypatch,
+                                                                                      threads):
+    from lodtool.errors import LodValidationError
+
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", threads)
+    save(tmp_path / "a.lod.h5", _corpus(), compression="none")
+    with h5py.File(tmp_path / "a.lod.h5", "r+") as h:
+        offsets = h["tensor/lod/1"]
+        offsets[5] = offsets[4] - 1  # sentence 4 ends before it starts
+    with pytest.raises(LodValidationError, match=r"a\.lod\.h5: tensor 'tensor': level 1: offset\[5\]"):
+        unpack(tmp_path / "a.lod.h5", str(tmp_path / "c"), to="megatron")
+    assert sorted(os.listdir(tmp_path)) == ["a.lod.h5"]
+
+
 @pytest.mark.parametrize("kind", ["megatron", "fairseq"])
 def test_unpack_of_an_uncompressed_container_gives_the_bytes_of_the_decoding_writer(tmp_path, kind):
     t = _corpus()

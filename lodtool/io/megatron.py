@@ -36,14 +36,17 @@ lodtool gives Megatron-Core's codes (fairseq: 6 float64, 9 uint32, 10 uint64).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .. import storage
+from .._jit import thread_limit
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
 from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
@@ -559,14 +562,16 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     return _write_dataset(out, kind, fill)
 
 
-def write_copied(lod: LoDTensor, copy_tokens: Callable[[BinaryIO], int], out: str | os.PathLike, *,
-                 kind: str = "megatron", level: int | None = None) -> list[str]:
+def write_copied(lod: LoDTensor | Callable[[], LoDTensor], copy_tokens: Callable[[BinaryIO], int],
+                 out: str | os.PathLike, *, kind: str = "megatron", level: int | None = None) -> list[str]:
     """Write the index of ``lod``'s offsets, and as the ``.bin`` what ``copy_tokens(f)`` writes to the open file
     ``f``: every token of ``lod``, in order, as ``lod.dtype`` (it returns the bytes written, which are checked).
 
     ``lod.data`` is never read (a stand-in of its dtype will do): the tokens are copied from where they are
-    stored (a container's uncompressed data) instead of through memory a chunk at a time.  ``kind`` and
-    ``level`` are :func:`write_chunks`'; both files appear, or neither.
+    stored (a container's uncompressed data) instead of through memory a chunk at a time.  ``lod`` may be a
+    callable that reads it: it is then read, and the index built, while the tokens are copied (in a second
+    thread, where this process may use two cores).  ``kind`` and ``level`` are :func:`write_chunks`'; both
+    files appear, or neither.
 
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "c")
@@ -579,11 +584,14 @@ def write_copied(lod: LoDTensor, copy_tokens: Callable[[BinaryIO], int], out: st
     ([0, 1, 2], [[0, 1, 2], [0, 2, 3]])
     """
     def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
-        builder = _IndexBuilder(kind, lod.dtype, prefix)
-        seq, docs = writer_levels(lod, 2 if kind == "megatron" else 1, level, kind, prefix)
-        builder.add(seq, docs)
+        with ThreadPoolExecutor(1) if callable(lod) and thread_limit() > 1 else contextlib.nullcontext() as pool:
+            copied = pool.submit(copy_tokens, bf) if pool is not None else None
+            known = lod() if callable(lod) else lod
+            builder = _IndexBuilder(kind, known.dtype, prefix)
+            seq, docs = writer_levels(known, 2 if kind == "megatron" else 1, level, kind, prefix)
+            builder.add(seq, docs)
+            written = copied.result() if copied is not None else copy_tokens(bf)
         expected = (int(seq[-1]) - int(seq[0])) * builder.dtype.itemsize
-        written = copy_tokens(bf)
         if written != expected:
             raise LodFormatError(f"{prefix}.bin: {written:,} bytes of tokens were copied, but the index needs "
                                  f"{expected:,}")
