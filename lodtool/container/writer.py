@@ -70,8 +70,10 @@ DIRECT_MIN_BYTES = 4 << 20
 #: warm uncompressed pack: libhdf5's filter costs ~0.5 ms a MB more than the direct path, and Numba's import plus
 #: the cached kernels' load ~0.4 s, so below ~800 MB libhdf5 is faster in a fresh process
 DIRECT_FROM_BYTES = 768 << 20
-#: bytes of stored chunks the direct path lays out at a time (in reused buffers, one per thread of the pool)
+#: bytes of stored chunks the direct path lays out at a time (in reused buffers, one per group in flight)
 STAGE_BYTES = 4 << 20
+#: groups of chunks the direct path lays out ahead of the one libhdf5 is given, at most (their buffers included)
+STAGED_GROUPS = 4
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
@@ -314,7 +316,7 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
     group = max(STAGE_BYTES // (chunk_bytes + 4), 1)
     groups = -(-count // group)
     pool = encoder_pool() if groups > 1 and workers() > 1 else None
-    in_flight = min(workers() + 1, groups) if pool is not None else 1
+    in_flight = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
     shape = (group, chunk_bytes + 4)
     staging = [b for b in (staging or []) if b.shape == shape][:in_flight]
     staging += [np.empty(shape, np.uint8) for _ in range(in_flight - len(staging))]
