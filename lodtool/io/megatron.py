@@ -544,7 +544,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     """
     levels_out = 2 if kind == "megatron" else 1
 
-    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+    def fill(bf: BinaryIO, xf: BinaryIO, prefix: str) -> None:
         builder = None
         for chunk in chunks:
             if builder is None:
@@ -557,7 +557,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
             bf.write(memoryview(data).cast("B"))
         if builder is None:
             raise LodUsageError(f"{prefix}: nothing to write (no chunks)")
-        return builder
+        builder.write(xf)
 
     return _write_dataset(out, kind, fill)
 
@@ -583,35 +583,34 @@ def write_copied(lod: LoDTensor | Callable[[], LoDTensor], copy_tokens: Callable
     >>> t.data.tolist(), t.lod
     ([0, 1, 2], [[0, 1, 2], [0, 2, 3]])
     """
-    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+    def fill(bf: BinaryIO, xf: BinaryIO, prefix: str) -> None:
         with ThreadPoolExecutor(1) if callable(lod) and thread_limit() > 1 else contextlib.nullcontext() as pool:
             copied = pool.submit(copy_tokens, bf) if pool is not None else None
             known = lod() if callable(lod) else lod
             builder = _IndexBuilder(kind, known.dtype, prefix)
             seq, docs = writer_levels(known, 2 if kind == "megatron" else 1, level, kind, prefix)
             builder.add(seq, docs)
+            builder.write(xf)
             written = copied.result() if copied is not None else copy_tokens(bf)
         expected = (int(seq[-1]) - int(seq[0])) * builder.dtype.itemsize
         if written != expected:
             raise LodFormatError(f"{prefix}.bin: {written:,} bytes of tokens were copied, but the index needs "
                                  f"{expected:,}")
-        return builder
 
     return _write_dataset(out, kind, fill)
 
 
-def _write_dataset(out: str | os.PathLike, kind: str, fill: Callable[[BinaryIO, str], _IndexBuilder]) -> list[str]:
-    """``PREFIX.bin`` as ``fill(f, prefix)`` writes it, then the ``.idx`` of the builder it returns; both appear
-    together when complete, or neither."""
+def _write_dataset(out: str | os.PathLike, kind: str,
+                   fill: Callable[[BinaryIO, BinaryIO, str], None]) -> list[str]:
+    """``PREFIX.bin`` and ``PREFIX.idx`` as ``fill(bin_file, idx_file, prefix)`` writes them; both appear together
+    when complete, or neither."""
     if kind not in KINDS:
         raise LodUsageError(f"unknown index kind {kind!r}; choose megatron or fairseq")
     bin_path, idx_path = output_files(kind, out)
     prefix = bin_path[:-len(".bin")]
     with atomic_files([bin_path, idx_path]) as (bin_tmp, idx_tmp):
-        with open(bin_tmp, "wb") as bf:
-            builder = fill(bf, prefix)
-        with open(idx_tmp, "wb") as f:
-            builder.write(f)
+        with open(bin_tmp, "wb") as bf, open(idx_tmp, "wb") as xf:
+            fill(bf, xf, prefix)
     return [bin_path, idx_path]
 
 
