@@ -61,8 +61,8 @@ OFFSETS_CHUNK_BYTES = 16 << 10
 #: smallest chunk for a dataset whose final size is known and small (keeps later appends efficient)
 MIN_CHUNK_BYTES = 16 << 10
 
-#: smallest write that computes fletcher32 itself and writes chunks directly (below it, importing
-#: numba would cost more than libhdf5's slower filter)
+#: smallest write that computes fletcher32 itself and writes chunks directly (below it, libhdf5's filter costs
+#: less than laying the chunks out here, or than importing Numba where its kernel would compute the sums)
 DIRECT_MIN_BYTES = 4 << 20
 #: where libhdf5's own checksum function cannot be called (see :mod:`._fletcher`): bytes a writer expects to
 #: write from which the direct path's Numba kernel pays while Numba is not imported
