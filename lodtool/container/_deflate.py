@@ -41,10 +41,10 @@ import numpy as np
 from .._jit import kernels_pay, thread_limit
 from ._fletcher import compiled_without_numba
 
-try:  # the fast codec (an optional dependency: ``isal``); zlib otherwise
-    from isal import isal_zlib as _isal
-except ImportError:  # pragma: no cover - depends on the installation
-    _isal = None
+_UNLOADED = object()
+#: python-isal's ``isal_zlib``, the fast codec (an optional dependency: ``isal``), imported on first use (its import
+#: costs ~40 ms, which an uncompressed write never needs); None where it is not installed (zlib then)
+_isal = _UNLOADED
 
 #: HDF5 filter ids of the pipeline this module writes
 SHUFFLE, DEFLATE, FLETCHER32 = 2, 1, 3
@@ -92,7 +92,18 @@ def codec_name(level: int) -> str:
     >>> codec_name(9)
     'zlib'
     """
-    return "isal" if _isal is not None and 1 <= level <= 3 else "zlib"
+    return "isal" if 1 <= level <= 3 and _isal_zlib() is not None else "zlib"
+
+
+def _isal_zlib():
+    global _isal
+    if _isal is _UNLOADED:
+        try:
+            from isal import isal_zlib as found
+        except ImportError:  # pragma: no cover - depends on the installation
+            found = None
+        _isal = found
+    return _isal
 
 
 def compress(data, level: int) -> bytes:
