@@ -58,12 +58,30 @@ def test_where_the_kernel_cannot_copy_the_rows_are_written_from_the_map(tmp_path
     assert (tmp_path / "t.bin").read_bytes() == t.data.tobytes()
 
 
-def test_bytes_that_do_not_match_the_recorded_digest_are_refused_and_nothing_is_published(tmp_path):
+@pytest.mark.parametrize("threads", ["1", "2"])  # hashed in this thread, or in a second one beside the copy
+def test_bytes_that_do_not_match_the_recorded_digest_are_refused_and_nothing_is_published(tmp_path, monkeypatch,
+                                                                                         threads):
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", threads)
     t = _corpus()
     save(tmp_path / "a.lod.h5", t, compression="none")
     with h5py.File(tmp_path / "a.lod.h5", "r+") as h:  # a damaged digest stands for damaged bytes
         h["tensor/data"].attrs["checksum"] = "xxh3_64:0000000000000000"
     with pytest.raises(LodChecksumError, match="a.lod.h5: tensor 'tensor' data does not match its recorded checksum"):
+        unpack(tmp_path / "a.lod.h5", str(tmp_path / "c"), to="megatron")
+    assert sorted(os.listdir(tmp_path)) == ["a.lod.h5"]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])  # the LoD read before the copy, or while it runs
+def test_an_invalid_lod_read_beside_the_copy_fails_the_unpack_and_nothing_is_published(tmp_path, monkeypatch,
+                                                                                      threads):
+    from lodtool.errors import LodValidationError
+
+    monkeypatch.setenv("LODTOOL_NUM_THREADS", threads)
+    save(tmp_path / "a.lod.h5", _corpus(), compression="none")
+    with h5py.File(tmp_path / "a.lod.h5", "r+") as h:
+        offsets = h["tensor/lod/1"]
+        offsets[5] = offsets[4] - 1  # sentence 4 ends before it starts
+    with pytest.raises(LodValidationError, match=r"a\.lod\.h5: tensor 'tensor': level 1: offset\[5\]"):
         unpack(tmp_path / "a.lod.h5", str(tmp_path / "c"), to="megatron")
     assert sorted(os.listdir(tmp_path)) == ["a.lod.h5"]
 

@@ -33,10 +33,46 @@ def _libhdf5_fletcher(payload: bytes, chunk: int) -> list[int]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(payload=st.binary(min_size=1, max_size=3000), chunk=st.integers(1, 800))
-def test_fletcher32_matches_libhdf5(payload, chunk):
+@given(payload=st.binary(min_size=1, max_size=3000), chunk=st.integers(1, 800), native=st.booleans())
+def test_fletcher32_matches_libhdf5(payload, chunk, native):
+    """Both implementations (libhdf5's function through ctypes, the Numba kernel) store libhdf5's sums."""
+    from lodtool.container import _fletcher
+
+    assert _fletcher.native() is not None  # found in h5py's libhdf5 on Linux
     padded = payload + bytes(-len(payload) % chunk)  # libhdf5 pads the edge chunk with the fill value
-    assert fletcher32_chunks(np.frombuffer(padded, np.uint8), chunk).tolist() == _libhdf5_fletcher(padded, chunk)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_fletcher, "numba_loaded", lambda: not native)  # the kernel runs where Numba is loaded
+        if not native:
+            mp.setattr(_fletcher, "_native", None)
+        sums = fletcher32_chunks(np.frombuffer(padded, np.uint8), chunk).tolist()
+    assert sums == _libhdf5_fletcher(padded, chunk)
+
+
+def test_libhdf5s_function_is_refused_unless_it_gives_the_known_sums(monkeypatch):
+    from lodtool.container import _fletcher
+
+    monkeypatch.setattr(_fletcher, "_native", _fletcher._UNSEARCHED)
+    monkeypatch.setattr(_fletcher, "_KNOWN_SUMS", ((b"abcde", 1341139398),))  # one off: not HDF5's Fletcher-32
+    assert _fletcher.native() is None
+    monkeypatch.setattr(_fletcher, "_native", _fletcher._UNSEARCHED)
+    monkeypatch.setattr(_fletcher, "_loaded_libhdf5", lambda: None)  # not found (not Linux)
+    monkeypatch.setattr(_fletcher, "numba_loaded", lambda: False)
+    assert _fletcher.native() is None and not _fletcher.compiled_without_numba()
+
+
+def test_large_chunks_written_directly_through_the_pool_equal_filtered_chunks(tmp_path, monkeypatch):
+    data = np.random.default_rng(3).integers(0, 50_000, 3_300_001).astype(np.int32)  # 13 MB: 13 chunks of 1 MiB
+    tensor = LoDTensor(data, [[0, 7, data.shape[0]]])
+    direct, filtered = str(tmp_path / "direct.h5"), str(tmp_path / "filtered.h5")
+    for path in (direct, filtered):
+        with writer.LodWriter(path, compression="none") as w:
+            w.add_tensor("tensor", dtype=None, element_shape=(), lod_level=1, chunk_bytes=writer.MAPPED_CHUNK_BYTES)
+            w.write("tensor", tensor)
+        monkeypatch.setattr(writer, "DIRECT_MIN_BYTES", 1 << 62)  # the second through libhdf5's filter
+    with h5py.File(direct, "r") as f:
+        assert f["tensor/data"].chunks == (writer.MAPPED_CHUNK_BYTES // 4,)
+    assert _raw_chunks(direct) == _raw_chunks(filtered)
+    assert np.array_equal(load(direct).data, data) and verify_file(direct) == []
 
 
 @pytest.mark.parametrize("shape, dtype", [((3_000_001,), np.int64), ((500_003, 3), np.float32),
@@ -101,10 +137,14 @@ def test_start_writeback_is_a_no_op_without_a_file_descriptor():
 
 
 def test_a_writer_expecting_few_bytes_leaves_fletcher32_to_libhdf5(tmp_path, monkeypatch):
+    """Where libhdf5's checksum function cannot be called, a small write does not import Numba for the kernel."""
     from lodtool import _jit
+    from lodtool.container import _fletcher
 
     monkeypatch.setattr(_jit, "_slow_spent", 0.0)
     monkeypatch.setattr(_jit, "numba_loaded", lambda: False)  # as in a fresh process (loaded, direct pays)
+    monkeypatch.setattr(_fletcher, "numba_loaded", lambda: False)
+    monkeypatch.setattr(_fletcher, "_native", None)  # libhdf5's function not found
     monkeypatch.setattr(writer, "_write_chunks_direct", None)  # any direct write fails
     data = np.arange(3_000_001, dtype=np.int64)  # 24 MB: above DIRECT_MIN_BYTES
     tensor = LoDTensor(data, [[0, 1, data.shape[0]]])

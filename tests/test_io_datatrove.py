@@ -197,3 +197,57 @@ def test_lodtool_reads_what_datatrove_wrote(tmp_path, token_size):
     with dt.open_datatrove(str(tmp_path / "y.ds")) as opened:
         assert opened.tensor().read().equals(flat(documents, f"uint{8 * token_size}"))
         assert opened["loss"].read().data.all() and opened.validate() == []
+
+
+# -- in object storage: the index and metadata read whole, the tokens and loss mask by ranged requests ---------
+from .s3_server import s3, s3_endpoint  # noqa: E402,F401 - fixtures
+
+
+def test_a_datatrove_file_in_object_storage_is_read_in_place(s3, tmp_path):
+    import s3fs
+
+    import lodtool
+    from lodtool.io.token_datasets import format_of, validate_dataset
+
+    server, root = s3
+    rng = np.random.default_rng(4)
+    documents = [rng.integers(0, 60_000, int(n)).tolist() for n in rng.integers(0, 400, 4000)]  # ~1.6 MB of ids
+    tokens = flat(documents, "uint16")
+    loss = LoDTensor(rng.integers(0, 2, tokens.n_rows).astype(bool), tokens.lod)
+    local = str(tmp_path / "x.ds")
+    dt.write_datatrove(tokens, local, loss=loss)
+    with open(local + ".metadata", "w") as f:
+        f.write(f"gpt2|2\n{tokens.n_rows}\n{tokens.n_rows / 1e6}M\n")
+    fs = s3fs.S3FileSystem()
+    for suffix in ("", ".index", ".loss", ".metadata"):
+        fs.put(local + suffix, f"{root}/x.ds{suffix}")
+    for name in ("x.ds", "x.ds.index", "x.ds.loss"):
+        assert format_of(f"{root}/{name}") == "datatrove"
+    last = len(documents) - 2
+    with lodtool.open(f"{root}/x.ds") as f:
+        assert f.format == "datatrove" and f.info["tokenizer"] == "gpt2"
+        assert f.files == [f"{root}/x.ds", f"{root}/x.ds.index", f"{root}/x.ds.loss", f"{root}/x.ds.metadata"]
+        server.mark()
+        branch = f.tensor()[last]
+        ranged = [r for r in server.since_mark() if r.path.endswith("x.ds")]
+        assert branch.data.tolist() == documents[last]
+        assert ranged and all(r.range for r in ranged) and sum(r.nbytes for r in ranged) < os.path.getsize(local)
+        assert f["loss"][last].data.tolist() == loss.data[tokens.offsets[0][last]:tokens.offsets[0][last + 1]].tolist()
+        assert f.tensor().read().equals(tokens) and f["loss"].read().equals(loss)
+        assert f.tensor().tokens.tokenizer_name == "gpt2"
+    assert validate_dataset(f"{root}/x.ds") == []
+    found = validate_dataset(f"{root}/x.ds", vocab_size=10)
+    assert found and found[0].array == "tokens" and str(found[0]).startswith(f"{root}/x.ds: tokens[")
+
+
+def test_a_datatrove_file_in_object_storage_without_its_index_is_a_one_line_error(s3, tmp_path):
+    import s3fs
+
+    import lodtool
+
+    server, root = s3
+    local = str(tmp_path / "x.ds")
+    dt.write_datatrove(flat([[1, 2], [3]], "uint16"), local)
+    s3fs.S3FileSystem().put(local, f"{root}/x.ds")
+    with pytest.raises(LodFileNotFoundError, match=r"x\.ds\.index"):
+        lodtool.open(f"{root}/x.ds")

@@ -278,6 +278,57 @@ def test_packing_a_small_token_dataset_uncompressed_leaves_numba_unimported(tmp_
         assert Path(back + ext).read_bytes() == Path(prefix + ext).read_bytes()
 
 
+def test_packing_a_token_dataset_uncompressed_writes_directly_without_numba(tmp_path):
+    """libhdf5's own checksum function makes the direct chunk path pay at any size, with no Numba import."""
+    import subprocess
+
+    from lodtool.io.megatron import write_megatron
+
+    prefix = str(tmp_path / "corpus")
+    write_megatron(LoDTensor(np.arange(3_000_000, dtype=np.int32), [[0, 1_000_000, 3_000_000]]), prefix)
+    out = str(tmp_path / "c.lod.h5")
+    code = ("import sys; from lodtool.container import writer; from lodtool.tasks import pack\n"
+            "calls = []; direct = writer._write_chunks_direct\n"
+            "writer._write_chunks_direct = lambda *a: calls.append(1) or direct(*a)\n"
+            f"pack([{prefix!r}], {out!r}, compression='none')\n"
+            "assert calls and 'numba' not in sys.modules, (calls, 'numba' in sys.modules)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    from lodtool.container import verify_file
+
+    assert verify_file(out) == []
+
+
+@pytest.mark.parametrize("fmt, compression, chunk_bytes", [("megatron", "none", 1 << 20), ("megatron", None, 1 << 16),
+                                                           ("jsonl", "none", 1 << 16)])
+def test_uncompressed_token_datasets_are_packed_in_large_memory_mapped_chunks(tmp_path, fmt, compression,
+                                                                             chunk_bytes):
+    import h5py
+
+    from lodtool.container import open_file
+    from lodtool.io.megatron import write_megatron
+
+    tensor = LoDTensor(np.arange(600_000, dtype=np.int32), [[0, 2, 3], [0, 10, 250_000, 600_000]])
+    src = str(tmp_path / "corpus")
+    if fmt == "megatron":
+        write_megatron(tensor, src)
+    else:
+        src += ".jsonl"
+        Path(src).write_text("\n".join(json.dumps(d) for d in tensor.to_nested()) + "\n")
+    out = tmp_path / "c.lod.h5"
+    pack([src], out, compression=compression, dtype="int32")
+    with h5py.File(out, "r") as f:
+        assert f["tensor/data"].chunks == (chunk_bytes // 4,)
+    with open_file(out) as f:
+        t = f.tensor()
+        assert t.mappable == (compression == "none")
+        assert t[1].data.tolist() == list(range(250_000, 600_000))
+    back = str(tmp_path / "back")
+    unpack(out, to="megatron", output=back)
+    if fmt == "megatron":
+        for ext in (".bin", ".idx"):
+            assert Path(back + ext).read_bytes() == Path(src + ext).read_bytes()
+
+
 def test_pack_messages_name_library_keywords_not_command_line_options(tmp_path):
     from lodtool.tokens import TokenInfo
 

@@ -14,10 +14,11 @@ them with its built-in filters.
 
 The codec is python-isal's zlib-compatible ``isal_zlib`` where it is installed
 (several times faster than zlib at levels 1-3), else the standard ``zlib``.
-The Fletcher-32 of a compressed chunk is computed in closed form with NumPy
-for small work, and by the compiled kernel of :mod:`._fletcher` once this
-process has written :data:`FLETCHER_FROM_BYTES` (a work-size tier: small
-writes never import Numba).
+The Fletcher-32 of a compressed chunk is computed by :mod:`._fletcher`
+(libhdf5's own function, or its Numba kernel where Numba is loaded); where
+that would need Numba imported, in closed form with NumPy for small work, and
+by the kernel once this process has written :data:`FLETCHER_FROM_BYTES` (a
+work-size tier: small writes never import Numba).
 
 >>> import zlib, numpy as np
 >>> chunk = np.arange(4, dtype="<i4").view(np.uint8)
@@ -38,11 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .._jit import kernels_pay, thread_limit
+from ._fletcher import compiled_without_numba
 
-try:  # the fast codec (an optional dependency: ``isal``); zlib otherwise
-    from isal import isal_zlib as _isal
-except ImportError:  # pragma: no cover - depends on the installation
-    _isal = None
+_UNLOADED = object()
+#: python-isal's ``isal_zlib``, the fast codec (an optional dependency: ``isal``), imported on first use (its import
+#: costs ~40 ms, which an uncompressed write never needs); None where it is not installed (zlib then)
+_isal = _UNLOADED
 
 #: HDF5 filter ids of the pipeline this module writes
 SHUFFLE, DEFLATE, FLETCHER32 = 2, 1, 3
@@ -74,7 +76,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _get_pool() -> ThreadPoolExecutor:
+def encoder_pool() -> ThreadPoolExecutor:
+    """The threads that encode chunks (:func:`workers` of them), started on first use; the writer's direct path lays
+    out its chunks in them too."""
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -88,7 +92,18 @@ def codec_name(level: int) -> str:
     >>> codec_name(9)
     'zlib'
     """
-    return "isal" if _isal is not None and 1 <= level <= 3 else "zlib"
+    return "isal" if 1 <= level <= 3 and _isal_zlib() is not None else "zlib"
+
+
+def _isal_zlib():
+    global _isal
+    if _isal is _UNLOADED:
+        try:
+            from isal import isal_zlib as found
+        except ImportError:  # pragma: no cover - depends on the installation
+            found = None
+        _isal = found
+    return _isal
 
 
 def compress(data, level: int) -> bytes:
@@ -139,7 +154,7 @@ def fletcher32(data) -> int:
 
 
 def _checksum(enc: bytes, compiled: bool) -> int:
-    if compiled:  # the Numba kernel of the uncompressed direct path, GIL released: about 20x NumPy's closed form
+    if compiled:  # the direct path's compiled sums, GIL released: about 20x NumPy's closed form
         from ._fletcher import fletcher32_chunks
 
         return int(fletcher32_chunks(np.frombuffer(enc, np.uint8), len(enc))[0])
@@ -166,7 +181,7 @@ def encode_chunks(flat: np.ndarray, chunk_bytes: int, itemsize: int, *, level: i
     """The stored bytes of each ``chunk_bytes`` chunk of the flat uint8 ``flat`` (in this thread).
 
     A short last chunk is padded with zeros (HDF5's fill value) first.
-    ``compiled`` computes the Fletcher-32 sums with the Numba kernel.
+    ``compiled`` computes the Fletcher-32 sums with :func:`._fletcher.fletcher32_chunks`.
     """
     count = -(-flat.shape[0] // chunk_bytes) if chunk_bytes else 0
     if flat.shape[0] < count * chunk_bytes:
@@ -185,11 +200,11 @@ def write_chunks(ds, start: int, block: np.ndarray, rows: int, *, level: int, fl
     flat = block.reshape(-1).view(np.uint8)
     zeros = (0,) * (block.ndim - 1)
     # kernels_pay adds up the blocks it turns away: a long pack of small blocks pays Numba's import once
-    compiled = fletcher32 and kernels_pay(block.nbytes, *FLETCHER_FROM_BYTES)
+    compiled = fletcher32 and (compiled_without_numba() or kernels_pay(block.nbytes, *FLETCHER_FROM_BYTES))
     count = -(-flat.shape[0] // chunk_bytes)
     per_task = max(TASK_BYTES // chunk_bytes, 1)
     tasks = []
-    pool = _get_pool() if count > per_task and workers() > 1 else None  # one thread allowed: encode here
+    pool = encoder_pool() if count > per_task and workers() > 1 else None  # one thread allowed: encode here
     for first in range(0, count, per_task):
         part = flat[first * chunk_bytes:(first + per_task) * chunk_bytes]
         if pool is None:
@@ -206,4 +221,5 @@ def write_chunks(ds, start: int, block: np.ndarray, rows: int, *, level: int, fl
             dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, enc)  # h5py takes its lock
 
 
-__all__ = ["encode_chunks", "write_chunks", "shuffle", "fletcher32", "compress", "codec_name", "workers"]
+__all__ = ["encode_chunks", "write_chunks", "shuffle", "fletcher32", "compress", "codec_name", "workers",
+           "encoder_pool"]

@@ -23,6 +23,7 @@ bytes written are fed to the dataset's checksum as they go.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
@@ -51,21 +52,28 @@ from ..tokens import TokenInfo
 #: target bytes per chunk of data: a branch read decodes whole chunks, so small chunks keep it
 #: near the branch's own bytes; measured, 64 KiB also read and wrote faster than 1 MiB
 STORAGE_CHUNK_BYTES = 64 << 10
+#: target bytes per chunk of uncompressed data that is read from a memory map (``pack`` of a token dataset with
+#: ``compression="none"``): a mapped read is a slice whatever the chunk, so the chunk size costs a branch read
+#: nothing once its chunk is checked; a sixteenth of the chunks (calls to libhdf5, copies) to write and unpack
+MAPPED_CHUNK_BYTES = 1 << 20
 #: target bytes per chunk of offsets: a branch reads two windows per level, at most 2 chunks each
 OFFSETS_CHUNK_BYTES = 16 << 10
 #: smallest chunk for a dataset whose final size is known and small (keeps later appends efficient)
 MIN_CHUNK_BYTES = 16 << 10
 
-#: smallest write that computes fletcher32 itself and writes chunks directly (below it, importing
-#: numba would cost more than libhdf5's slower filter)
+#: smallest write that computes fletcher32 itself and writes chunks directly (below it, libhdf5's filter costs
+#: less than laying the chunks out here, or than importing Numba where its kernel would compute the sums)
 DIRECT_MIN_BYTES = 4 << 20
-#: bytes a writer expects to write from which the direct path's compiled checksum pays while Numba is not
-#: imported (:func:`lodtool._jit.kernels_pay`; ``expected_bytes`` of :class:`LodWriter`). Measured on 2-core AMD
-#: EPYC, a warm uncompressed pack: libhdf5's filter costs ~0.5 ms a MB more than the direct path, and Numba's
-#: import plus the cached kernels' load ~0.4 s, so below ~800 MB libhdf5 is faster in a fresh process
+#: where libhdf5's own checksum function cannot be called (see :mod:`._fletcher`): bytes a writer expects to
+#: write from which the direct path's Numba kernel pays while Numba is not imported
+#: (:func:`lodtool._jit.kernels_pay`; ``expected_bytes`` of :class:`LodWriter`). Measured on 2-core AMD EPYC, a
+#: warm uncompressed pack: libhdf5's filter costs ~0.5 ms a MB more than the direct path, and Numba's import plus
+#: the cached kernels' load ~0.4 s, so below ~800 MB libhdf5 is faster in a fresh process
 DIRECT_FROM_BYTES = 768 << 20
-#: bytes of stored chunks the direct path lays out at a time (in one reused buffer)
-STAGE_BYTES = 2 << 20
+#: bytes of stored chunks the direct path lays out at a time (in reused buffers, one per group in flight)
+STAGE_BYTES = 4 << 20
+#: groups of chunks the direct path lays out ahead of the one libhdf5 is given, at most (their buffers included)
+STAGED_GROUPS = 4
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
@@ -154,7 +162,7 @@ class _Column:
         self.direct: bool | None = None if direct else False  # None: decided at the first large write
         self.deflate: tuple[int, bool] | bool | None = None  # (level, fletcher32) once known to encode in parallel
         self.unqueued = 0  # bytes written since this column last started the file's write-back
-        self.staging: np.ndarray | None = None  # the direct path's buffer of stored chunks, reused
+        self.staging: list[np.ndarray] | None = None  # the direct path's buffers of stored chunks, reused
         self.rows = int(dataset.chunks[0]) if dataset is not None and dataset.chunks else \
             chunk_rows(self.row_bytes, target=target)
 
@@ -219,15 +227,17 @@ class _Column:
         """Write ``block`` at row ``self.written`` (a chunk boundary, inside the dataset's size)."""
         if block.shape[0] == 0:
             return
-        if direct:
-            self.staging = _write_chunks_direct(self.ds, self.written, block, self.rows, self.staging)
-        elif self._deflate_level(block) is not None:
-            from ._deflate import write_chunks
-
-            write_chunks(self.ds, self.written, block, self.rows, level=self.deflate[0], fletcher32=self.deflate[1])
+        if direct:  # hashes the block as it writes it
+            self.staging = _write_chunks_direct(self.ds, self.written, block, self.rows, self.hasher, self.staging)
         else:
-            self.ds[self.written:self.written + block.shape[0]] = block
-        checksum.update(self.hasher, block)
+            if self._deflate_level(block) is not None:
+                from ._deflate import write_chunks
+
+                write_chunks(self.ds, self.written, block, self.rows, level=self.deflate[0],
+                             fletcher32=self.deflate[1])
+            else:
+                self.ds[self.written:self.written + block.shape[0]] = block
+            checksum.update(self.hasher, block)
         self.written += block.shape[0]
         self.unqueued += block.nbytes
         if self.unqueued >= WRITEBACK_BYTES:  # spread the write-back over the writing (see _writeback)
@@ -285,43 +295,70 @@ class _Column:
         self.ds.attrs[spec.ATTR_DIGEST] = checksum.format_digest(self.hasher)
 
 
-def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: int,
-                         staging: np.ndarray | None = None) -> np.ndarray:
-    """Write ``block`` at row ``start`` (a chunk boundary) as whole chunks with their fletcher32.
+def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: int, hasher,
+                         staging: list[np.ndarray] | None = None) -> list[np.ndarray]:
+    """Write ``block`` at row ``start`` (a chunk boundary) as whole chunks with their fletcher32, and feed its bytes
+    to ``hasher``.
 
     The bytes are what libhdf5's filter would store: the chunk (the last one
     padded with the fill value, zero), then its Fletcher-32 as a little-endian
-    uint32.  Groups of chunks are laid out with their sums in ``staging`` (one
-    vectorized copy per group, not one per chunk), which is returned for the
-    next call to reuse.
+    uint32.  Groups of chunks are laid out with their sums in the buffers of
+    ``staging`` by the encoding pool's threads (:func:`._deflate.encoder_pool`;
+    the copy and the sums release the GIL) while this thread hands the groups
+    before them to libhdf5 and hashes them, in order.  Returns the buffers,
+    for the next call to reuse.
     """
-    from ._fletcher import fletcher32_chunks
+    from ._deflate import encoder_pool, workers
 
     chunk_bytes = rows * (block.nbytes // max(block.shape[0], 1))
     flat = block.reshape(-1).view(np.uint8)
-    full = flat.shape[0] // chunk_bytes
-    sums = fletcher32_chunks(flat[:full * chunk_bytes], chunk_bytes)
-    last = None
-    if flat.shape[0] > full * chunk_bytes:  # a short last chunk, padded
-        last = np.zeros(chunk_bytes, np.uint8)
-        last[:flat.shape[0] - full * chunk_bytes] = flat[full * chunk_bytes:]
-        sums = np.append(sums, fletcher32_chunks(last, chunk_bytes))
-    sums = sums.astype("<u4").view(np.uint8).reshape(-1, 4)
+    count = -(-flat.shape[0] // chunk_bytes)
     group = max(STAGE_BYTES // (chunk_bytes + 4), 1)
-    if staging is None or staging.shape != (group, chunk_bytes + 4):
-        staging = np.empty((group, chunk_bytes + 4), np.uint8)
+    groups = -(-count // group)
+    pool = encoder_pool() if groups > 1 and workers() > 1 else None
+    in_flight = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
+    shape = (group, chunk_bytes + 4)
+    staging = [b for b in (staging or []) if b.shape == shape][:in_flight]
+    staging += [np.empty(shape, np.uint8) for _ in range(in_flight - len(staging))]
     zeros = (0,) * (block.ndim - 1)
     dsid = ds.id
-    for first in range(0, sums.shape[0], group):
-        count = min(group, sums.shape[0] - first)
-        whole = max(min(count, full - first), 0)
-        staging[:whole, :chunk_bytes] = flat[first * chunk_bytes:(first + whole) * chunk_bytes].reshape(whole, -1)
-        if whole < count:
-            staging[whole, :chunk_bytes] = last
-        staging[:count, chunk_bytes:] = sums[first:first + count]
-        for i in range(count):
-            dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, staging[i])  # h5py takes its lock
+    queued: collections.deque = collections.deque()
+
+    def queue(g: int) -> None:
+        args = (flat, g * group, min(group, count - g * group), chunk_bytes, staging[g % in_flight])
+        queued.append(pool.submit(_stage_chunks, *args) if pool is not None else _stage_chunks(*args))
+
+    for g in range(in_flight):
+        queue(g)
+    for g in range(groups):
+        staged = queued.popleft()
+        staged = staged.result() if pool is not None else staged
+        first = g * group
+        for i in range(staged.shape[0]):
+            dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, staged[i])  # h5py takes its lock
+        hasher.update(flat[first * chunk_bytes:(first + staged.shape[0]) * chunk_bytes])
+        if g + in_flight < groups:
+            queue(g + in_flight)
     return staging
+
+
+def _stage_chunks(flat: np.ndarray, first: int, count: int, chunk_bytes: int, buf: np.ndarray) -> np.ndarray:
+    """Chunks ``first..first+count`` of the flat uint8 ``flat`` laid out in the rows of ``buf`` as libhdf5 stores
+    them: each chunk (the last one of ``flat`` padded with zeros), then its Fletcher-32, little-endian."""
+    from ._fletcher import fletcher32_chunks
+
+    part = flat[first * chunk_bytes:(first + count) * chunk_bytes]
+    whole = part.shape[0] // chunk_bytes
+    out = buf[:count]
+    out[:whole, :chunk_bytes] = part[:whole * chunk_bytes].reshape(whole, chunk_bytes)
+    sums = fletcher32_chunks(part[:whole * chunk_bytes], chunk_bytes)
+    if whole < count:  # the short last chunk, padded
+        tail = part.shape[0] - whole * chunk_bytes
+        out[whole, :tail] = part[whole * chunk_bytes:]
+        out[whole, tail:chunk_bytes] = 0
+        sums = np.append(sums, fletcher32_chunks(out[whole, :chunk_bytes], chunk_bytes))
+    out[:, chunk_bytes:] = sums.astype("<u4").view(np.uint8).reshape(-1, 4)
+    return out
 
 
 def _refuse_rounding(data: np.ndarray, dtype: np.dtype, name: str, first_row: int) -> None:
@@ -391,8 +428,10 @@ class TensorWriter:
 
     def __init__(self, owner: "LodWriter", name: str, *, dtype: Any, element_shape: Sequence[int] | None,
                  lod_level: int, level_names: Sequence[str] | None,
-                 lod_source: "TensorWriter | None" = None, tokens: TokenInfo | None = None):
+                 lod_source: "TensorWriter | None" = None, tokens: TokenInfo | None = None,
+                 chunk_bytes: int | None = None):
         self._owner = owner
+        self._chunk_bytes = chunk_bytes
         if tokens is not None and not isinstance(tokens, TokenInfo):
             raise LodUsageError(f"tokens must be a lodtool.tokens.TokenInfo, got {type(tokens).__name__}")
         #: the token metadata recorded with the tensor (None: none given; an append keeps the stored one)
@@ -471,7 +510,7 @@ class TensorWriter:
         comp, level = self._owner._compression
         self._data = _Column(self._group, spec.DATA, self._dtype, self._element_shape,
                              filters.dataset_options(comp, level), self._owner._fletcher32,
-                             direct=self._owner.direct_pays)
+                             target=self._chunk_bytes, direct=self._owner.direct_pays)
 
     def _open_existing(self, h5: h5py.File) -> None:
         """Prepare to append to a tensor already in the file (checked, verified, unshared)."""
@@ -660,7 +699,7 @@ class TensorWriter:
             if comp in filters.COMPRESSIONS else {}
         tmp_name = "_data_promoted"
         new = _Column(self._group, tmp_name, dtype, self._element_shape, options, old.fletcher32,
-                      direct=self._owner.direct_pays)
+                      target=self._chunk_bytes, direct=self._owner.direct_pays)
         with translate(self._path, f"cannot rewrite tensor {self.name!r} as {dtype}"):
             step = checksum.block_rows(old)
             for start in range(0, old.shape[0], step):
@@ -764,9 +803,10 @@ class LodWriter:
     :func:`~lodtool.container._h5.layout_for`) is how a new file places its
     metadata; ``"paged"`` is what object storage reads in few requests
     (``docs/remote.md``).  ``expected_bytes`` (None: unknown) is about how
-    many bytes the caller will write: below :data:`DIRECT_FROM_BYTES` the
-    fletcher32 of uncompressed datasets is left to libhdf5 (a fresh process
-    then never imports Numba); it changes no stored byte.
+    many bytes the caller will write: where libhdf5's checksum function
+    cannot be called from here, below :data:`DIRECT_FROM_BYTES` the
+    fletcher32 of uncompressed datasets is left to libhdf5's filter (a fresh
+    process then never imports Numba); it changes no stored byte.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor
@@ -856,14 +896,18 @@ class LodWriter:
     @property
     def direct_pays(self) -> bool:
         """Whether large writes of uncompressed datasets compute fletcher32 themselves (compiled) and write whole
-        chunks directly: decided once, by ``expected_bytes`` (:func:`lodtool._jit.kernels_pay`)."""
+        chunks directly: always where that needs no Numba import (:func:`._fletcher.compiled_without_numba`),
+        else decided once, by ``expected_bytes`` (:func:`lodtool._jit.kernels_pay`)."""
         if self._direct_pays is None:
-            self._direct_pays = kernels_pay(self._expected_bytes, DIRECT_FROM_BYTES, DIRECT_MIN_BYTES)
+            from ._fletcher import compiled_without_numba
+
+            self._direct_pays = compiled_without_numba() or \
+                kernels_pay(self._expected_bytes, DIRECT_FROM_BYTES, DIRECT_MIN_BYTES)
         return self._direct_pays
 
     def add_tensor(self, name: str, *, dtype: Any = None, element_shape: Sequence[int] | None = None,
                    lod_level: int, level_names: Sequence[str] | None = None,
-                   tokens: TokenInfo | None = None) -> TensorWriter:
+                   tokens: TokenInfo | None = None, chunk_bytes: int | None = None) -> TensorWriter:
         """A writer for tensor ``name`` (appending to it if the file already has it).
 
         ``dtype=None`` (or ``"auto"``) takes the chunks' dtype and promotes when
@@ -872,12 +916,16 @@ class LodWriter:
         chunk's.  ``tokens`` (:class:`~lodtool.tokens.TokenInfo`) is recorded
         with the tensor: a command that copies a tensor passes its source's
         ``tokens`` on.  Appending keeps the stored metadata and refuses another.
+        ``chunk_bytes`` is the target size of a new data chunk (None:
+        :data:`STORAGE_CHUNK_BYTES`; :data:`MAPPED_CHUNK_BYTES` for uncompressed data read from a memory map);
+        an appended tensor keeps its chunks.
         """
         return self._add(name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
-                         level_names=level_names, tokens=tokens)
+                         level_names=level_names, tokens=tokens, chunk_bytes=chunk_bytes)
 
     def _add(self, name: str, *, dtype, element_shape, lod_level, level_names,
-             lod_source: str | None = None, tokens: TokenInfo | None = None) -> TensorWriter:
+             lod_source: str | None = None, tokens: TokenInfo | None = None,
+             chunk_bytes: int | None = None) -> TensorWriter:
         self._check_open()
         spec.check_tensor_name(name)
         if name in self._writers:
@@ -885,7 +933,7 @@ class LodWriter:
         source = self._writers[lod_source] if lod_source is not None else None
         self.check_name(name)
         tw = TensorWriter(self, name, dtype=dtype, element_shape=element_shape, lod_level=lod_level,
-                          level_names=level_names, lod_source=source, tokens=tokens)
+                          level_names=level_names, lod_source=source, tokens=tokens, chunk_bytes=chunk_bytes)
         try:
             with translate(self.path, f"cannot write tensor {name!r}"):
                 if name in self._existing_names and self.append:

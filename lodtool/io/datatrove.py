@@ -13,6 +13,10 @@ Without ``.ds.metadata`` the token size follows from the sizes: the
 must agree).  A dataset is a 1-level LoD (documents) of ``tokens`` and,
 where a ``.ds.loss`` exists, ``loss``.
 
+A dataset in object storage (a URL of its ``.ds`` or a side file) is read
+in place too, as a Megatron one is: its ``.ds.index`` (and ``.ds.metadata``)
+whole, in one request each, its tokens and loss mask by ranged requests.
+
 >>> import os, tempfile
 >>> from lodtool import LoDTensor
 >>> p = os.path.join(tempfile.mkdtemp(), "x.ds")
@@ -31,16 +35,19 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .. import storage
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
-from ..limits import STREAM_CHUNK_BYTES
+from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
 from ..tokens import TokenInfo
-from ._tokens import (BLOCK, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
+from ._tokens import (BLOCK, RangedTokens, TokenFile, TokenProblem, TokenTensor, atomic_files, check_window,
                       file_size, first_index, little_endian, map_array, output_prefix, raise_first, read_chunks,
                       resolve_token_dtype, token_problems, writer_levels)
 
 SUFFIXES = (".index", ".loss", ".metadata")
 TOKEN_DTYPES = (np.dtype("uint16"), np.dtype("uint32"))
+#: the most bytes a ``.ds.metadata`` may have (three short lines)
+METADATA_LIMIT = 1 << 16
 
 
 def paths(path: str | os.PathLike) -> dict[str, str]:
@@ -57,13 +64,23 @@ def paths(path: str | os.PathLike) -> dict[str, str]:
 
 
 def read_metadata(path: str) -> tuple[str, int, int] | None:
-    """``(tokenizer, token size, token count)`` of a ``.ds.metadata`` (None if there is none)."""
-    if not os.path.exists(path):
+    """``(tokenizer, token size, token count)`` of a ``.ds.metadata`` (None if there is none); a URL is read in
+    one request."""
+    if storage.is_url(path):
+        if not storage.exists(path):
+            return None
+        raw, path = storage.read_bytes(path, METADATA_LIMIT), storage.redact(path)
+    elif not os.path.exists(path):
         return None
+    else:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise LodFormatError(f"{path}: cannot read it ({exc})") from None
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
         raise LodFormatError(f"{path}: cannot read it ({exc})") from None
     name, _, size = lines[0].rpartition("|")
     try:
@@ -77,23 +94,45 @@ def read_metadata(path: str) -> tuple[str, int, int] | None:
 
 
 class Dataset:
-    """A datatrove file's parts, memory-mapped: the document ends, the token dtype, the sizes."""
+    """A datatrove file's parts: the document ends (memory-mapped, or read whole from a URL), the token dtype, the
+    sizes."""
 
     def __init__(self, path: str | os.PathLike, token_dtype: Any = None):
-        self.files = paths(path)
-        tokens_path, index_path = self.files["tokens"], self.files["index"]
-        self.path = tokens_path
-        self.ds_size = file_size(tokens_path, "token file (.ds)")
-        index_size = file_size(index_path, "index file (.ds.index)")
+        located = paths(path)
+        #: where the tokens and the loss mask are read from: the files, or their URLs (messages name them redacted)
+        self.sources = {k: located[k] for k in ("tokens", "loss")}
+        if storage.is_url(located["tokens"]):
+            self.files = {k: storage.redact(v) for k, v in located.items()}
+            self.ds_size = int(storage.info(located["tokens"]).get("size") or 0)
+            whole = storage.read_bytes(located["index"], resolve_max_memory(None))
+            index_size = len(whole)
+            ends = lambda: np.frombuffer(whole, "<u8", index_size // 8)  # noqa: E731
+            self.loss_size = int(storage.info(located["loss"]).get("size") or 0) \
+                if storage.exists(located["loss"]) else None
+        else:
+            self.files = located
+            self.ds_size = file_size(located["tokens"], "token file (.ds)")
+            index_size = file_size(located["index"], "index file (.ds.index)")
+            ends = lambda: map_array(located["index"], "<u8", index_size // 8)  # noqa: E731
+            self.loss_size = os.path.getsize(located["loss"]) if os.path.exists(located["loss"]) else None
+        self.path = self.files["tokens"]
         if index_size % 8:
-            raise LodFormatError(f"{index_path}: byte {index_size - index_size % 8}: {index_size} bytes is not a whole "
-                                 "number of uint64 document ends (truncated?)")
-        self.ends = map_array(index_path, "<u8", index_size // 8)
-        self.metadata = read_metadata(self.files["metadata"])
+            raise LodFormatError(f"{self.files['index']}: byte {index_size - index_size % 8}: {index_size} bytes is not "
+                                 "a whole number of uint64 document ends (truncated?)")
+        self.ends = ends()
+        self.metadata = read_metadata(located["metadata"])
         self.dtype = self._token_dtype(resolve_token_dtype(token_dtype, TOKEN_DTYPES, "datatrove"))
         self.n_tokens = int(self.ends[-1]) if self.ends.size else 0
-        self.loss_size = os.path.getsize(self.files["loss"]) if os.path.exists(self.files["loss"]) else None
         raise_first(self._size_problems())
+
+    def values(self, part: str, dtype: Any, count: int):
+        """The first ``count`` values of ``part`` (``tokens`` or ``loss``): memory-mapped, or read by ranged
+        requests from a URL."""
+        source = self.sources[part]
+        if storage.is_url(source):
+            size = self.ds_size if part == "tokens" else self.loss_size
+            return RangedTokens(source, dtype, count, size)
+        return map_array(source, dtype, count)
 
     def _token_dtype(self, given: np.dtype | None) -> np.dtype:
         meta = np.dtype(f"<u{self.metadata[1]}") if self.metadata else None
@@ -171,14 +210,15 @@ def open_datatrove(path: str | os.PathLike, *, token_dtype: Any = None) -> Token
     """Open a datatrove file in place: ``tokens`` (and ``loss`` where a ``.ds.loss`` exists), memory-mapped views
     of one level (``document``) whose offsets are int64 windows of the ``.ds.index``."""
     d = Dataset(path, token_dtype)
-    tensors = {"tokens": TokenTensor(d.path, map_array(d.path, d.dtype, d.n_tokens), [d.offsets],
+    tensors = {"tokens": TokenTensor(d.path, d.values("tokens", d.dtype, d.n_tokens), [d.offsets],
                                      [d.ends.size + 1], ("document",), d.problems)}
     if d.loss_size is not None:
-        tensors["loss"] = TokenTensor(d.files["loss"], map_array(d.files["loss"], np.bool_, d.n_tokens), [d.offsets],
+        tensors["loss"] = TokenTensor(d.files["loss"], d.values("loss", np.bool_, d.n_tokens), [d.offsets],
                                       [d.ends.size + 1], ("document",), d.problems, name="loss")
     info = {"token_size": d.dtype.itemsize, "documents": int(d.ends.size),
             "tokenizer": d.metadata[0] if d.metadata else None}
-    files = [f for key, f in d.files.items() if key in ("tokens", "index") or os.path.exists(f)]
+    present = {"tokens": True, "index": True, "loss": d.loss_size is not None, "metadata": d.metadata is not None}
+    files = [f for key, f in d.files.items() if present[key]]
     return TokenFile(d.path, "datatrove", tensors, files=files, info=info)
 
 
@@ -194,14 +234,13 @@ def validate_datatrove(path: str | os.PathLike, *, token_dtype: Any = None, voca
     >>> [str(x).split("/")[-1] for x in validate_datatrove(p, vocab_size=7)]
     ['x.ds: tokens[2]: token id 7 is not under the vocabulary size 7']
     """
-    files = paths(path)
     d = Dataset(path, token_dtype)
     problems = d.problems(max_problems)
     if d.metadata and d.metadata[2] >= 0 and d.metadata[2] != d.n_tokens:
-        problems.append(TokenProblem(files["metadata"], "", None, f"line 2 counts {d.metadata[2]:,} tokens, but the "
+        problems.append(TokenProblem(d.files["metadata"], "", None, f"line 2 counts {d.metadata[2]:,} tokens, but the "
                                      f"index ends at {d.n_tokens:,}"))
     if vocab_size is not None:
-        tokens = map_array(d.path, d.dtype, min(d.n_tokens, d.ds_size // d.dtype.itemsize))
+        tokens = d.values("tokens", d.dtype, min(d.n_tokens, d.ds_size // d.dtype.itemsize))
         problems += token_problems(tokens, vocab_size, d.path, max_problems=max_problems)
     return problems
 

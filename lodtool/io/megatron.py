@@ -36,14 +36,17 @@ lodtool gives Megatron-Core's codes (fairseq: 6 float64, 9 uint32, 10 uint64).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .. import storage
+from .._jit import thread_limit
 from ..errors import LodFormatError, LodUsageError
 from ..tensor import LoDTensor
 from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
@@ -541,7 +544,7 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
     """
     levels_out = 2 if kind == "megatron" else 1
 
-    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
+    def fill(bf: BinaryIO, xf: BinaryIO, prefix: str) -> None:
         builder = None
         for chunk in chunks:
             if builder is None:
@@ -554,19 +557,21 @@ def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: s
             bf.write(memoryview(data).cast("B"))
         if builder is None:
             raise LodUsageError(f"{prefix}: nothing to write (no chunks)")
-        return builder
+        builder.write(xf)
 
     return _write_dataset(out, kind, fill)
 
 
-def write_copied(lod: LoDTensor, copy_tokens: Callable[[BinaryIO], int], out: str | os.PathLike, *,
-                 kind: str = "megatron", level: int | None = None) -> list[str]:
+def write_copied(lod: LoDTensor | Callable[[], LoDTensor], copy_tokens: Callable[[BinaryIO], int],
+                 out: str | os.PathLike, *, kind: str = "megatron", level: int | None = None) -> list[str]:
     """Write the index of ``lod``'s offsets, and as the ``.bin`` what ``copy_tokens(f)`` writes to the open file
     ``f``: every token of ``lod``, in order, as ``lod.dtype`` (it returns the bytes written, which are checked).
 
     ``lod.data`` is never read (a stand-in of its dtype will do): the tokens are copied from where they are
-    stored (a container's uncompressed data) instead of through memory a chunk at a time.  ``kind`` and
-    ``level`` are :func:`write_chunks`'; both files appear, or neither.
+    stored (a container's uncompressed data) instead of through memory a chunk at a time.  ``lod`` may be a
+    callable that reads it: it is then read, and the index built, while the tokens are copied (in a second
+    thread, where this process may use two cores).  ``kind`` and ``level`` are :func:`write_chunks`'; both
+    files appear, or neither.
 
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "c")
@@ -578,32 +583,34 @@ def write_copied(lod: LoDTensor, copy_tokens: Callable[[BinaryIO], int], out: st
     >>> t.data.tolist(), t.lod
     ([0, 1, 2], [[0, 1, 2], [0, 2, 3]])
     """
-    def fill(bf: BinaryIO, prefix: str) -> _IndexBuilder:
-        builder = _IndexBuilder(kind, lod.dtype, prefix)
-        seq, docs = writer_levels(lod, 2 if kind == "megatron" else 1, level, kind, prefix)
-        builder.add(seq, docs)
+    def fill(bf: BinaryIO, xf: BinaryIO, prefix: str) -> None:
+        with ThreadPoolExecutor(1) if callable(lod) and thread_limit() > 1 else contextlib.nullcontext() as pool:
+            copied = pool.submit(copy_tokens, bf) if pool is not None else None
+            known = lod() if callable(lod) else lod
+            builder = _IndexBuilder(kind, known.dtype, prefix)
+            seq, docs = writer_levels(known, 2 if kind == "megatron" else 1, level, kind, prefix)
+            builder.add(seq, docs)
+            builder.write(xf)
+            written = copied.result() if copied is not None else copy_tokens(bf)
         expected = (int(seq[-1]) - int(seq[0])) * builder.dtype.itemsize
-        written = copy_tokens(bf)
         if written != expected:
             raise LodFormatError(f"{prefix}.bin: {written:,} bytes of tokens were copied, but the index needs "
                                  f"{expected:,}")
-        return builder
 
     return _write_dataset(out, kind, fill)
 
 
-def _write_dataset(out: str | os.PathLike, kind: str, fill: Callable[[BinaryIO, str], _IndexBuilder]) -> list[str]:
-    """``PREFIX.bin`` as ``fill(f, prefix)`` writes it, then the ``.idx`` of the builder it returns; both appear
-    together when complete, or neither."""
+def _write_dataset(out: str | os.PathLike, kind: str,
+                   fill: Callable[[BinaryIO, BinaryIO, str], None]) -> list[str]:
+    """``PREFIX.bin`` and ``PREFIX.idx`` as ``fill(bin_file, idx_file, prefix)`` writes them; both appear together
+    when complete, or neither."""
     if kind not in KINDS:
         raise LodUsageError(f"unknown index kind {kind!r}; choose megatron or fairseq")
     bin_path, idx_path = output_files(kind, out)
     prefix = bin_path[:-len(".bin")]
     with atomic_files([bin_path, idx_path]) as (bin_tmp, idx_tmp):
-        with open(bin_tmp, "wb") as bf:
-            builder = fill(bf, prefix)
-        with open(idx_tmp, "wb") as f:
-            builder.write(f)
+        with open(bin_tmp, "wb") as bf, open(idx_tmp, "wb") as xf:
+            fill(bf, xf, prefix)
     return [bin_path, idx_path]
 
 

@@ -30,6 +30,8 @@ from ._tokens import TokenFile, TokenProblem
 from ..tokens import TokenInfo
 
 NPY_MAGIC = b"\x93NUMPY"
+#: the token formats of LLM training: what :func:`format_of` names
+FORMATS = ("megatron", "fairseq", "datatrove", "dolma")
 
 
 def format_of(path: str | os.PathLike) -> str | None:
@@ -38,11 +40,13 @@ def format_of(path: str | os.PathLike) -> str | None:
     A Megatron or fairseq dataset is named by its prefix, ``.idx`` or ``.bin``
     (told apart by the ``.idx`` size); datatrove by its ``.ds`` or a side file;
     dolma by a ``.npy`` without an NPY header (a real ``.npy`` is None here).
-    Only headers are read.  A URL (``s3://bucket/corpus``) is a Megatron or fairseq dataset in object
-    storage, named by its prefix, ``.idx`` or ``.bin``, or None (a name with another extension is not asked
-    for).
+    Only headers are read.  A URL (``s3://bucket/corpus``) is a token dataset in object storage: datatrove
+    (its ``.ds`` or a side file, told by the name alone, as a local one), or Megatron or fairseq, named by its
+    prefix, ``.idx`` or ``.bin``, or None (a name with another extension is not asked for).
     """
     p = os.fspath(path)
+    if p.endswith((".ds", ".ds.index", ".ds.loss", ".ds.metadata")):
+        return "datatrove"
     if storage.is_url(p):  # in object storage: Megatron and fairseq (the prefix, .idx or .bin)
         name = p.rstrip("/").rsplit("/", 1)[-1] if not p.endswith("/") else ""
         idx = _megatron.paths(p)[2]
@@ -52,8 +56,6 @@ def format_of(path: str | os.PathLike) -> str | None:
             return _megatron.read_header(idx).kind
         except LodFormatError:
             return None
-    if p.endswith((".ds", ".ds.index", ".ds.loss", ".ds.metadata")):
-        return "datatrove"
     if p.endswith(".npy") or p.endswith(".csv.gz"):
         npy, _ = _dolma.paths(p)
         try:
@@ -149,4 +151,4 @@ def validate_dataset(path: str | os.PathLike, *, vocab_size: int | None = None, 
     return []  # pragma: no cover
 
 
-__all__ = ["format_of", "input_bytes", "open_dataset", "recorded_tokens", "validate_dataset"]
+__all__ = ["FORMATS", "format_of", "input_bytes", "open_dataset", "recorded_tokens", "validate_dataset"]

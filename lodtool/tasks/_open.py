@@ -44,8 +44,8 @@ def open(path: str | os.PathLike, *, max_memory: int | None = None,  # noqa: A00
     ``endpoint_url``, ``timeout`` ...) go to fsspec, on top of what
     :func:`lodtool.storage.options` set and what the environment says
     (see ``docs/remote.md``).  A Megatron or fairseq dataset there (its prefix, ``.idx`` or ``.bin``) is
-    read in place too: its ``.idx`` whole, its tokens by ranged requests; other token datasets are read from
-    local files.
+    read in place too: its ``.idx`` whole, its tokens by ranged requests; so is a datatrove file (its
+    ``.ds.index`` whole); dolma files are read from local files.
     """
     with storage.options(storage_options):
         if token_datasets.format_of(path) is not None:

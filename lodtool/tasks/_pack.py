@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import LodInputError, LodUsageError
 from ..tensor import LoDTensor
 from .. import io as formats
-from ..container.writer import AUTO_INT, PACK_REMEDY, LodWriter
+from ..container import filters
+from ..container.writer import AUTO_INT, MAPPED_CHUNK_BYTES, PACK_REMEDY, LodWriter
 from ..limits import STREAM_CHUNK_BYTES, resolve_max_memory
 from ..io._values import resolve_dtype
 from ._pipe import read_ahead
@@ -118,7 +119,7 @@ def pack(inputs: Sequence[str | os.PathLike | BinaryIO], output: str | os.PathLi
     with LodWriter(output, append=append, overwrite=overwrite, force=force, remedy=PACK_REMEDY,
                    expected_bytes=_input_bytes(sources), **kwargs) as writer:
         writer.check_name(name)  # before any input is read
-        written = _write_chunks(writer, name, source)
+        written = _write_chunks(writer, name, source, _data_chunk_bytes(source.format, compression))
         if written.tensor is None:
             written.tensor = _add_without_chunks(writer, name, source)
     if progress is not None:
@@ -240,15 +241,31 @@ class _Written:
     seen: np.dtype | None = None
 
 
-def _write_chunks(writer: LodWriter, name: str, source: PackSource) -> _Written:
-    """Append every chunk of ``source`` to tensor ``name``, created from the first chunk's structure."""
+def _data_chunk_bytes(fmt: str, compression: str | None) -> int | None:
+    """The data chunk size ``pack`` asks for: :data:`~lodtool.container.writer.MAPPED_CHUNK_BYTES` for the
+    uncompressed tokens of a token dataset (read from a memory map, written and unpacked as large chunks), else
+    None (the writer's default).
+
+    >>> _data_chunk_bytes("megatron", "none"), _data_chunk_bytes("megatron", None)
+    (1048576, None)
+    """
+    from ..io.token_datasets import FORMATS
+
+    uncompressed = filters.normalize_compression(compression, None)[0] == "none"
+    return MAPPED_CHUNK_BYTES if uncompressed and fmt in FORMATS else None
+
+
+def _write_chunks(writer: LodWriter, name: str, source: PackSource, chunk_bytes: int | None = None) -> _Written:
+    """Append every chunk of ``source`` to tensor ``name``, created from the first chunk's structure (its data
+    chunks of ``chunk_bytes``, None: the writer's default)."""
     out = _Written()
     for chunk in source.chunks:
         if out.tensor is None:
             out.first = chunk
             out.tensor = writer.add_tensor(name, dtype=AUTO_INT if source.auto_int else source.target,
                                            element_shape=chunk.element_shape, lod_level=chunk.lod_level,
-                                           level_names=source.names_for(chunk), tokens=source.tokens)
+                                           level_names=source.names_for(chunk), tokens=source.tokens,
+                                           chunk_bytes=chunk_bytes)
         out.tensor.append(chunk)
         out.rows += chunk.n_rows
         out.sequences += len(chunk)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import io as formats
 from ..io._values import resolve_dtype
-from ..errors import LodUsageError
+from ..errors import LodUsageError, LodValidationError
 from ..io.text import DECODED_FORMATS, write_decoded
 
 #: the output formats ``unpack`` writes
@@ -262,7 +262,13 @@ def _copy_stored(t, fmt, output, progress: Callable[[int, int], None] | None, le
 
     total = t.n_rows * t.dtype.itemsize
     tick = None if progress is None else (lambda done: progress(done, total))
-    return megatron.write_copied(read_lod_only(t), lambda f: copy(f, tick), output, kind=fmt.name, level=level)
+    def validated_lod():  # read while the tokens are copied: nothing is published before both are done
+        try:
+            return read_lod_only(t)
+        except LodValidationError as exc:  # named as every other read of the tensor names it
+            raise t._problem_error(exc) from None
+
+    return megatron.write_copied(validated_lod, lambda f: copy(f, tick), output, kind=fmt.name, level=level)
 
 
 __all__ = ["unpack", "UnpackResult", "OUTPUT_FORMATS"]
