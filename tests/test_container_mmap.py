@@ -81,9 +81,21 @@ def test_a_damaged_chunk_is_refused_with_libhdf5s_message(tmp_path, numba_loaded
             _h5.read_rows(f["d"], 78, 86)
 
 
+def test_with_libhdf5s_sum_the_map_checks_its_first_read_without_numba(tmp_path):
+    path = _file(tmp_path, np.arange(40_000, dtype=np.int64), fletcher32=True)
+    code = ("import sys, h5py; from lodtool.container import _h5, _fletcher\n"
+            "assert _fletcher.native() is not None  # found in h5py's libhdf5 on Linux\n"
+            f"f = h5py.File({path!r}, 'r'); ds = f['d']\n"
+            "first = _h5.read_rows(ds, 8, 12)\n"
+            "assert not first.flags.owndata and (first == range(8, 12)).all()  # checked here, read from the map\n"
+            "assert (_h5.read_rows(ds, 0, 40000) == range(40000)).all() and 'numba' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_without_numba_libhdf5_checks_each_chunk_once_then_the_map_serves_it(tmp_path):
     path = _file(tmp_path, np.arange(40_000, dtype=np.int64), fletcher32=True)
-    code = ("import sys, h5py; from lodtool.container import _h5, _mmap\n"
+    code = ("import sys, h5py; from lodtool.container import _h5, _mmap, _fletcher\n"
+            "_fletcher._native = None  # neither libhdf5's sum nor Numba at hand\n"
             f"f = h5py.File({path!r}, 'r'); ds = f['d']\n"
             "first = _h5.read_rows(ds, 8, 12)\n"
             "assert first.flags.owndata  # libhdf5 read (and checked) the chunk\n"
@@ -217,7 +229,8 @@ def test_a_handle_holds_its_offsets_only_once_it_reads_many_windows(tmp_path):
 
 def test_a_loop_of_reads_loads_the_compiled_check_and_a_one_shot_read_does_not(tmp_path):
     path = _file(tmp_path, np.arange(40_000, dtype=np.int64), fletcher32=True)  # 10,000 chunks of 4 rows
-    code = ("import sys, h5py; from lodtool.container import _h5, _mmap\n"
+    code = ("import sys, h5py; from lodtool.container import _h5, _mmap, _fletcher\n"
+            "_fletcher._native = None  # neither libhdf5's sum nor Numba at hand\n"
             f"f = h5py.File({path!r}, 'r'); ds = f['d']\n"
             "_h5.read_rows(ds, 0, 4)\n"
             "assert 'numba' not in sys.modules  # one read: libhdf5 checks its chunk\n"

@@ -15,10 +15,10 @@ copy; a range across chunks is gathered into a new array.
 * Every handle of the same dataset of the same unchanged file (device, inode,
   size and modification time; the :data:`DATASETS_KEPT` datasets mapped last)
   shares the chunk table and what was checked: a file opened again (a batch
-  reader per epoch) maps without a ``chunk_iter`` pass.  It is checked by the compiled
-  checksum where Numba is loaded (a handle loads
-  it once it has sent :data:`CHECKS_BEFORE_NUMBA` reads to libhdf5), else by
-  libhdf5 itself (the read falls back to it once, and the chunk counts as
+  reader per epoch) maps without a ``chunk_iter`` pass.  It is checked by a compiled
+  checksum: libhdf5's own (:func:`lodtool.container._fletcher.native`), or Numba's where Numba is loaded;
+  where neither is at hand (a handle loads Numba once it has sent :data:`CHECKS_BEFORE_NUMBA` reads to
+  libhdf5), by libhdf5 itself (the read falls back to it once, and the chunk counts as
   checked after libhdf5 accepted it).  A checksum that does not match also
   falls back, so libhdf5 names the damaged chunk (or accepts the swapped sums
   of old files).
@@ -183,15 +183,17 @@ class MappedRows:
             self._table[first:last] = self._addresses[first:last]
 
     def _check(self, first: int, last: int) -> bool:
-        """Check chunks ``first..last`` not checked yet, with the compiled Fletcher-32 where Numba is loaded; a
-        handle that has sent :data:`CHECKS_BEFORE_NUMBA` reads to libhdf5 for their check loads it (a loop of
-        reads soon pays for it; a one-shot read never does)."""
-        if not numba_loaded():
+        """Check chunks ``first..last`` not checked yet, with a compiled Fletcher-32 (libhdf5's own, or Numba's
+        where Numba is loaded); where neither is at hand, a handle that has sent :data:`CHECKS_BEFORE_NUMBA`
+        reads to libhdf5 for their check loads Numba (a loop of reads soon pays for it; a one-shot read never
+        does)."""
+        from ._fletcher import compiled_without_numba, fletcher32_chunks
+
+        if not compiled_without_numba():
             self._sent_to_libhdf5 += 1
             if self._sent_to_libhdf5 <= CHECKS_BEFORE_NUMBA:
                 return False
             numba_module()
-        from ._fletcher import fletcher32_chunks
 
         size = self._chunk_rows * self._row_bytes
         for c in np.flatnonzero(self._table[first:last + 1] < 0) + first:
