@@ -164,7 +164,9 @@ class PackSource:
         else:
             detection = formats.input_format(sources, format)
             if detection.name == "text":
-                raise LodUsageError("packing text needs a tokenizer: --tokenizer tokenizer.json")
+                from ..io.text import NO_TOKENIZER
+
+                raise LodUsageError(NO_TOKENIZER)
         if lod_level is not None and (isinstance(lod_level, bool) or int(lod_level) < 0):
             raise LodUsageError(f"lod_level must be a non-negative integer, got {lod_level!r}")
         auto_int = isinstance(dtype, str) and dtype == AUTO_INT

@@ -121,7 +121,7 @@ def unpack(path: str | os.PathLike, output: str | os.PathLike | BinaryIO, *, nam
     if to not in OUTPUT_FORMATS:
         raise LodUsageError(f"unknown output format {to!r}; choose one of {', '.join(OUTPUT_FORMATS)}")
     if detokenize and to not in DECODED_FORMATS:
-        raise LodUsageError(f"--detokenize writes text as {' or '.join(DECODED_FORMATS)}, not {to}")
+        raise LodUsageError(f"detokenize=True writes text as {' or '.join(DECODED_FORMATS)}, not {to}")
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise LodUsageError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     from ..atomic import refuse_output_over_input
