@@ -213,3 +213,13 @@ def test_dtype_casts_to_what_a_format_stores_and_refuses_what_does_not_fit(tmp_p
     out = io.BytesIO()
     unpack(tmp_path / "a.lod.h5", out, to="jsonl", dtype="float32")
     assert out.getvalue() == b"[1.0,2.0]\n[70000.0]\n"
+
+
+def test_detokenize_to_a_binary_format_is_refused_in_the_librarys_words(tmp_path):
+    from lodtool.errors import LodUsageError
+
+    path = str(tmp_path / "x.lod.h5")
+    save(path, _tensor(4))
+    with pytest.raises(LodUsageError, match=r"^detokenize=True writes text as jsonl or json, not npz$"):
+        unpack(path, str(tmp_path / "y.npz"), to="npz", detokenize=True)
+    assert not os.path.exists(tmp_path / "y.npz")
