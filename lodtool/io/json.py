@@ -144,7 +144,7 @@ def _inexact_integer(text) -> tuple[int, str] | None:
     return None
 
 
-def _has_digit_run(text: bytes, length: int, block: int = 1 << 22) -> bool:
+def _has_digit_run(text: bytes, length: int, block: int = 1 << 20) -> bool:
     """Whether ``text`` holds ``length`` digits in a row (blocks of ``block`` bytes: bounded temporaries).
 
     >>> _has_digit_run(b"[1.25, 123456]", 6), _has_digit_run(b"[1.25, 123456]", 7)
@@ -153,9 +153,10 @@ def _has_digit_run(text: bytes, length: int, block: int = 1 << 22) -> bool:
     a = np.frombuffer(text, dtype=np.uint8)
     for start in range(0, a.size, block):
         part = a[max(start - length + 1, 0):start + block]  # a run across the boundary is seen whole
-        breaks = np.flatnonzero((part - np.uint8(48)) >= 10)
-        edges = np.concatenate(([-1], breaks, [part.size]))
-        if (np.diff(edges) > length).any():
+        digit = np.zeros(part.size + 2, dtype=bool)
+        digit[1:-1] = (part - np.uint8(48)) < 10
+        edges = np.flatnonzero(digit[1:] != digit[:-1])  # where each run of digits starts and ends
+        if (edges[1::2] - edges[::2] >= length).any():
             return True
     return False
 
@@ -1015,6 +1016,9 @@ def _gather(js, sc, carry: _Open | None, first_line: int, seq_base: int, asm: _A
                 if inexact is not None:
                     _refuse_inexact(piece.data, asm.target, b"", None, inexact)
         return (piece if piece.items else None), None
+    base = piece.data.base
+    if base is not None and base.nbytes > 2 * piece.data.nbytes:  # the scratch was sized for the worst case
+        piece.data = piece.data.copy()
     if dropped_text is not None and inexact is None and asm.target == _TARGET_DEFAULT:
         hit = _inexact_integer(bytes(dropped_text))
         inexact = None if hit is None else (place(hit[0]), hit[1])
