@@ -468,6 +468,77 @@ def _number_token(buf, pos, end, final):
     return p, w, e10, truncated, is_float, neg, special, is_special, 0, p >= end and not final
 
 
+@kernel(inline="always")
+def _store_number(iv, fv, slow, spans, n_val, mode, n_slow, n_big, has_neg, target, pos, p, w, e10, truncated,
+                  is_float, neg, special, is_special, table, pow10):
+    """Store the number token ``buf[pos:p]`` (in :func:`_number_token`'s pieces) as value ``n_val``.
+
+    An integer is stored as int64, else (by target) as uint64 bits, a float, or
+    left to Python (``slow``/``spans``); the first float switches the scan to
+    float mode, converting the values before it in place.  Returns ``(mode,
+    n_slow, n_big, has_neg, err)``.
+    """
+    if not is_float:
+        # an integer: int64, else (by target) uint64 bits, a float, or the general path
+        if e10 == 0 and not neg and w <= _INT64_MAX_U:
+            ival = np.int64(w)
+            big = 0
+        elif e10 == 0 and neg and w <= _INT64_MIN_MAG:
+            ival = -np.int64(w - _U64(1)) - 1
+            big = 0
+        elif target == TARGET_UINT64 and not neg:
+            ival = np.int64(0)
+            big = 1 if e10 == 0 else 2  # 1: fits uint64 (stored as bits), 2: decide in Python
+        elif target == TARGET_FLOAT:
+            is_float = True
+            big = 0
+            ival = np.int64(0)
+        else:
+            return mode, n_slow, n_big, has_neg, E_RANGE
+        if not is_float:
+            if neg and ival < 0:
+                has_neg = 1
+            if mode == MODE_FLOAT:
+                if big != 0:
+                    return mode, n_slow, n_big, has_neg, E_RANGE  # beyond int64 among floats: the general path decides
+                fv[n_val] = np.float64(ival)
+            else:
+                mode = MODE_INT
+                if big == 1:
+                    iv[n_val] = np.int64(w)  # the uint64 bits
+                    n_big += 1
+                elif big == 2:
+                    slow[n_slow] = n_val
+                    spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
+                    n_slow += 1
+                    n_big += 1
+                    iv[n_val] = 0
+                else:
+                    iv[n_val] = ival
+            return mode, n_slow, n_big, has_neg, 0
+    # a float: switch the scan to float mode (converting earlier integers in place)
+    if mode != MODE_FLOAT:
+        if n_big != 0:
+            return mode, n_slow, n_big, has_neg, E_RANGE
+        for k in range(n_val):
+            fv[k] = np.float64(iv[k])
+        mode = MODE_FLOAT
+    if is_special:
+        fv[n_val] = special
+    else:
+        ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
+        if ok and f == _INF:
+            return mode, n_slow, n_big, has_neg, E_RANGE  # beyond float64: the general path says where
+        if ok:
+            fv[n_val] = -f if neg else f
+        else:
+            slow[n_slow] = n_val
+            spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
+            n_slow += 1
+            fv[n_val] = 0.0
+    return mode, n_slow, n_big, has_neg, 0
+
+
 @kernel
 def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, table, pow10):
     """Scan ``buf[st[POS]:end]``; outputs go to the arrays, counters and the new position to ``st``.
@@ -640,73 +711,11 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 err = E_MIX
                 break
             cls = CLS_NUMBER
-            if not is_float:
-                # an integer: int64, else (by target) uint64 bits, a float, or the general path
-                if e10 == 0 and not neg and w <= _INT64_MAX_U:
-                    ival = np.int64(w)
-                    big = 0
-                elif e10 == 0 and neg and w <= _INT64_MIN_MAG:
-                    ival = -np.int64(w - _U64(1)) - 1
-                    big = 0
-                elif target == TARGET_UINT64 and not neg:
-                    ival = 0
-                    big = 1 if e10 == 0 else 2  # 1: fits uint64 (stored as bits), 2: decide in Python
-                elif target == TARGET_FLOAT:
-                    is_float = True
-                    big = 0
-                    ival = 0
-                else:
-                    err = E_RANGE
-                    break
-                if not is_float:
-                    if neg and ival < 0:
-                        has_neg = 1
-                    if mode == MODE_FLOAT:
-                        if big != 0:
-                            err = E_RANGE  # an integer beyond int64 among floats: let the general path decide
-                            break
-                        fv[n_val] = np.float64(ival)
-                    else:
-                        mode = MODE_INT
-                        if big == 1:
-                            iv[n_val] = np.int64(w)  # the uint64 bits
-                            n_big += 1
-                        elif big == 2:
-                            slow[n_slow] = n_val
-                            spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
-                            n_slow += 1
-                            n_big += 1
-                            iv[n_val] = 0
-                        else:
-                            iv[n_val] = ival
-                    n_val += 1
-                    pos = p
-                    expect = 2
-                    if depth == 1:
-                        break
-                    continue
-            # a float: switch the scan to float mode (converting earlier integers in place)
-            if mode != MODE_FLOAT:
-                if n_big != 0:
-                    err = E_RANGE
-                    break
-                for k in range(n_val):
-                    fv[k] = np.float64(iv[k])
-                mode = MODE_FLOAT
-            if is_special:
-                fv[n_val] = special
-            else:
-                ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
-                if ok and f == _INF:
-                    err = E_RANGE  # beyond float64: the general path says where
-                    break
-                if ok:
-                    fv[n_val] = -f if neg else f
-                else:
-                    slow[n_slow] = n_val
-                    spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
-                    n_slow += 1
-                    fv[n_val] = 0.0
+            mode, n_slow, n_big, has_neg, err = _store_number(
+                iv, fv, slow, spans, n_val, mode, n_slow, n_big, has_neg, target, pos, p, w, e10, truncated, is_float,
+                neg, special, is_special, table, pow10)
+            if err != 0:
+                break
             n_val += 1
             pos = p
             expect = 2

@@ -8,10 +8,13 @@ top-level (level-0) sequences, as in :func:`lodtool.from_nested`.
 ``\\r``) are skipped, so a final newline or ``\\r\\n`` line ends read as expected.
 
 Both are read ``chunk_bytes`` at a time and come out as chunks of whole
-top-level sequences, so memory stays bounded by the chunk size (one line, or
-one top-level sequence, is held whole, however long it is, less its runs of
-4 KiB of blanks or more: the fast path squeezes those to one space, and error
-columns still count them).
+top-level sequences, so memory stays bounded by the chunk size plus the values
+of the longest one.  The fast path first squeezes a line's (or top-level
+sequence's) runs of 4 KiB of blanks or more to one space; one still longer than
+the buffer is scanned as far as it is read and its text dropped (a number longer
+than the buffer is read through, keeping what decides its value), and error
+columns still count what was dropped.  The general path (``fast=False``, small
+inputs) holds a line whole.
 
 Structure.  With ``lod_level=None`` every list level is a LoD level and the
 scalars are the elements.  With ``lod_level=N`` the lists nested deeper than N
