@@ -1007,6 +1007,8 @@ def _gather(js, sc, carry: _Open | None, first_line: int, seq_base: int, asm: _A
     ``dropped_text`` (with ``place`` for its offsets) is the scanned text when it is about to be dropped while an
     item is open: its integers a float64 result would round are noted first.
     """
+    if carry is None and not sc.is_open and not sc.state[js.ITEMS]:
+        return None, None
     piece = _fast_piece(js, sc, first_line, seq_base)
     inexact = carry.inexact if carry is not None else None
     if not sc.is_open:
