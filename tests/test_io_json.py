@@ -683,3 +683,18 @@ def test_other_errors_in_a_line_longer_than_the_buffer_name_their_place(first, l
         list(iter_json(text, "jsonl", name="x", fast=False))
     with pytest.raises(LodInputError, match=re.escape(message)):
         list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=16))
+
+
+@pytest.mark.parametrize("after", [b"[  NaN,0\n", b"[1,, 2]\n", b'[1, "a"]\n', b"[1e400]\n"])
+def test_an_error_on_a_line_after_one_longer_than_the_buffer_names_its_own_line(after):
+    text = b"[1," + _PAD + b"2]\n" + after + b"[3]\n"
+    with pytest.raises(LodInputError) as whole:
+        list(iter_json(text, "jsonl", name="x", fast=False))
+    assert str(whole.value).startswith("x:2:")
+    for chunk_bytes in (16, 50):
+        with pytest.raises(LodInputError) as long:
+            list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=chunk_bytes))
+        if b'"' in after:  # from_nested counts elements from where its text starts: only the place is the same
+            assert str(long.value).split(": ")[0] == str(whole.value).split(": ")[0]
+        else:
+            assert str(long.value) == str(whole.value)

@@ -1391,6 +1391,11 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 continue
         view = buf.data
         blocks = _blocks(buf, cut)
+        if sc is not None and (carry is not None or sc.state[js.TAIL]):
+            # the end of a line whose start is gone is a block of its own: the lines after it are whole
+            end = buf.find_newline(0, blocks[0][1]) + 1
+            if 0 < end < blocks[0][1]:
+                blocks[:1] = [(0, end), (end, blocks[0][1])]
         ahead: list = []
         state0 = None
         for i, (start, stop) in enumerate(blocks):
