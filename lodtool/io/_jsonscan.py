@@ -1266,4 +1266,5 @@ class NumberText:
 
 
 __all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult",
+           "NumberText", "significant_text",
            "count_structure", "new_state", "reset_chunk", "DONE", "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -1165,7 +1165,7 @@ class _Buffer:
     """A read buffer (uninitialized numpy bytes): ``data[:filled]`` holds unparsed input.
 
     It starts small and doubles while reads fill it, up to ``limit`` (more only
-    when one line or item needs it), so small inputs stay cheap.
+    for a line the general path reads whole), so small inputs stay cheap.
     """
 
     def __init__(self, size: int, limit: int):
