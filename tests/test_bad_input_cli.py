@@ -220,9 +220,6 @@ def test_a_gigabyte_single_line_packs_in_bounded_memory(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the fast scanner sizes its scratch arrays for a whole JSON Lines line, about "
-                                       "5x a line of small numbers in address space, so a 1 GiB line does not fit "
-                                       "the 6 GiB this test allows (the error itself is located in O(1) memory)")
 def test_a_gigabyte_single_line_with_an_error_at_its_end(tmp_path):
     _write_gigabyte_line(str(tmp_path / "huge.jsonl"), b"\n")  # the line lacks its closing bracket
     code, _, stderr, peak = _pack_in_a_child(["huge.jsonl", "-o", "huge.lod.h5"], str(tmp_path), 6 << 30)

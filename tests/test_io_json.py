@@ -584,3 +584,117 @@ def test_an_integer_literal_too_long_for_any_dtype_still_gets_its_one_line_error
     for fast in (True, False):
         with pytest.raises(LodInputError, match=r"^x:2:6: an integer of 5,001 digits; no dtype holds it"):
             list(iter_json(text, "jsonl", name="x", fast=fast))
+
+
+# -- lines and items far longer than the read buffer ---------------------------------------------------------
+_BUFFER = 1 << 16
+
+
+def _peak(source, **kw):
+    """The chunks read from ``source`` with a 64 KiB buffer, and the peak of Python's allocations meanwhile."""
+    import tracemalloc
+
+    list(iter_json(b"[[1]]", "json", fast=True))  # the scanner's kernels load outside the measurement
+    tracemalloc.start()
+    try:
+        chunks = list(iter_json(str(source), fast=True, chunk_bytes=_BUFFER, **kw))
+        return chunks, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("fmt, head, pad, tail, values", [
+    ("jsonl", b"[1.", b"0", b", 2, 3]\n", [1.0, 2.0, 3.0]),  # one number of 100 buffers of digits
+    ("jsonl", b"[-1e", b"0", b"1, 2, 3]\n", [-10.0, 2.0, 3.0]),  # its exponent
+    ("jsonl", b"[[1,2],[0.", b"0", b"5]]\n", [1, 2, 0.0]),
+    ("json", b"[[1, 2], [1,", b"\n\t", b"2], [3]]", [1, 2, 1, 2, 3]),  # newlines are never squeezed
+    ("json", b"[[0.", b"0", b"25e6553600, 2], [3]]", [0.25, 2, 3]),
+])
+def test_a_line_of_few_values_far_longer_than_the_buffer_is_read_in_bounded_memory(fmt, head, pad, tail, values,
+                                                                                   tmp_path):
+    src = tmp_path / f"long.{fmt}"
+    src.write_bytes(head + pad * (100 * _BUFFER // len(pad)) + tail)
+    chunks, peak = _peak(src)
+    assert sum((c.data.tolist() for c in chunks), []) == values
+    assert peak < 32 * _BUFFER, peak  # the buffer and the scanner's scratch (21 bytes a buffer byte), not the line
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_a_line_of_many_values_far_longer_than_the_buffer_holds_its_values_not_its_text(fmt, tmp_path):
+    n = 100 * _BUFFER // 6
+    line = b"[" + b",".join(b"%5d" % (i % 100_000) for i in range(n)) + b"]"
+    src = tmp_path / f"many.{fmt}"
+    src.write_bytes(b"[1, 2]\n" + line + b"\n[3]\n" if fmt == "jsonl" else b"[[1, 2]," + line + b",[3]]")
+    chunks, peak = _peak(src)
+    t = LoDTensor(np.concatenate([c.data for c in chunks]), [[0, 2, n + 2, n + 3]])
+    assert sum((c.recursive_sequence_lengths[0] for c in chunks), []) == [2, n, 1]
+    assert t.data[2:-1].tolist() == [i % 100_000 for i in range(n)]
+    assert peak < 2 * 8 * n + 32 * _BUFFER, peak  # the values (and their copy into one array), not the text
+
+
+def test_a_number_too_long_for_any_dtype_is_refused_in_bounded_memory(tmp_path):
+    src = tmp_path / "absurd.jsonl"
+    src.write_bytes(b"[1, 2]\n[3, 1" + b"7" * (100 * _BUFFER) + b"]\n")
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(LodInputError) as info:
+            list(iter_json(str(src), fast=True, chunk_bytes=_BUFFER))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(info.value) == (f"{src}:2:5: an integer of {100 * _BUFFER + 1:,} digits; no dtype holds it (int64 and "
+                               "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float literal "
+                               "below 1.8e308 (or Infinity)")
+    assert peak < 32 * _BUFFER, peak
+
+
+_PAD = b" 1," * 40  # 120 bytes: lines many times a 16-byte buffer
+
+
+@pytest.mark.parametrize("line", [
+    b"[1," + _PAD + b"2,, 3]", b"[1," + _PAD + b" x]", b"[1.5," + _PAD + b"1e400]",
+    b"[1," + _PAD + b"99999999999999999999999]", b"[1," + _PAD + b"2,", b"[1," + _PAD + b"true]",
+    b"[1," + _PAD + b"2] x", b"[1," + _PAD + b"2] [3]", b"[1," + _PAD + b"1" + b"2" * 5000 + b"]",
+    b"[1," + _PAD + b"0123]", b"[1," + _PAD + b"1.e5]", b"[1," + _PAD + b"12345678901234567890123.x]",
+    b"[0.5," + _PAD + b"9007199254740993]", b"[9007199254740993," + _PAD + b"0.5]", b"[1," + _PAD + b"-]",
+    b"[1," + _PAD + b"2]   ,",
+])
+def test_errors_in_a_line_longer_than_the_buffer_are_the_general_paths(line):
+    text = b"[1, 2]\n" + line + b"\n[3]\n"
+    with pytest.raises(LodInputError) as whole:
+        list(iter_json(text, "jsonl", name="x", fast=False))
+    for chunk_bytes in (16, 50):  # the line's start is read and dropped before its error
+        with pytest.raises(LodInputError) as long:
+            list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=chunk_bytes))
+        assert str(long.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("first, line, message", [
+    (b"[1]", b"[1," + _PAD + b'"a"]', "x:2:124: a string where a number, true, false or '[' must be"),
+    (b"[[1]]", b"[[1]," + _PAD.replace(b" 1", b"[1]") + b"[[2]]]",
+     "x:2:167: this list nests deeper than the values before (2 list(s) deep)"),
+    (b"[[1]]", b"[[1]," + _PAD.replace(b" 1", b"[1]") + b"3]", "x:2:166: the value here sits 1 list(s) deep, but 2 before"),
+])
+def test_other_errors_in_a_line_longer_than_the_buffer_name_their_place(first, line, message):
+    text = first + b"\n" + line + b"\n"
+    with pytest.raises(LodInputError, match="^x:2"):  # the general path words them by branch
+        list(iter_json(text, "jsonl", name="x", fast=False))
+    with pytest.raises(LodInputError, match=re.escape(message)):
+        list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=16))
+
+
+@pytest.mark.parametrize("after", [b"[  NaN,0\n", b"[1,, 2]\n", b'[1, "a"]\n', b"[1e400]\n"])
+def test_an_error_on_a_line_after_one_longer_than_the_buffer_names_its_own_line(after):
+    text = b"[1," + _PAD + b"2]\n" + after + b"[3]\n"
+    with pytest.raises(LodInputError) as whole:
+        list(iter_json(text, "jsonl", name="x", fast=False))
+    assert str(whole.value).startswith("x:2:")
+    for chunk_bytes in (16, 50):
+        with pytest.raises(LodInputError) as long:
+            list(iter_json(text, "jsonl", name="x", fast=True, chunk_bytes=chunk_bytes))
+        if b'"' in after:  # from_nested counts elements from where its text starts: only the place is the same
+            assert str(long.value).split(": ")[0] == str(whole.value).split(": ")[0]
+        else:
+            assert str(long.value) == str(whole.value)

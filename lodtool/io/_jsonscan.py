@@ -53,8 +53,11 @@ TARGET_DEFAULT, TARGET_UINT64, TARGET_FLOAT = 0, 1, 2
 
 #: state slots (an int64 array carried from call to call)
 POS, OUTER, LEAF, MAXLIST, CLS, MODE, N_VAL, N_LIST, N_SLOW, N_BIG, HAS_NEG, ITEMS, NEWLINES, ERRPOS, TARGET, \
-    ERRCODE = range(16)
-STATE_SIZE = 16
+    ERRCODE, DEPTH, EXPECT, RESUME, TAIL, ERRDEPTH = range(21)
+STATE_SIZE = 21
+#: DEPTH and EXPECT hold an item left open by a scan with RESUME set (its lists' counts stay in the scanner's
+#: ``cnt``; EXPECT: 0 a value, 1 a value or ']', 2 ',' or ']'); TAIL: a JSON Lines item ended, blanks up to its
+#: newline follow; ERRDEPTH and EXPECT: where a scan stopped with an error
 
 #: the outer list of a JSON document
 OUT_START, OUT_FIRST, OUT_NEXT, OUT_COMMA, OUT_END = range(5)
@@ -74,7 +77,7 @@ _MAX_SPAN = (1 << (63 - _SPAN_SHIFT)) - 1
 #: significant digits that decide a double: 767 can matter, the rest only by being all zeros or not
 SIGNIFICANT_DIGITS = 800
 #: a slow token is read back this many bytes at a time (bounded memory, whatever its length)
-_TOKEN_PIECE = 1 << 20
+TOKEN_PIECE = 1 << 20
 
 
 def _power_of_five_table() -> np.ndarray:
@@ -249,6 +252,14 @@ def _skip_blank_lines(buf, pos, end, newlines):
             break
         pos += 1
     return pos, newlines
+
+
+@kernel(inline="always")
+def _line_tail(buf, pos, end):
+    """Past the blanks after a JSON Lines item: ``(pos, err)``, ``err`` if something other than a newline follows."""
+    while pos < end and (buf[pos] == 32 or buf[pos] == 9 or buf[pos] == 13):
+        pos += 1
+    return pos, E_SYNTAX if pos < end and buf[pos] != 10 else 0
 
 
 @kernel
@@ -457,6 +468,77 @@ def _number_token(buf, pos, end, final):
     return p, w, e10, truncated, is_float, neg, special, is_special, 0, p >= end and not final
 
 
+@kernel(inline="always")
+def _store_number(iv, fv, slow, spans, n_val, mode, n_slow, n_big, has_neg, target, pos, p, w, e10, truncated,
+                  is_float, neg, special, is_special, table, pow10):
+    """Store the number token ``buf[pos:p]`` (in :func:`_number_token`'s pieces) as value ``n_val``.
+
+    An integer is stored as int64, else (by target) as uint64 bits, a float, or
+    left to Python (``slow``/``spans``); the first float switches the scan to
+    float mode, converting the values before it in place.  Returns ``(mode,
+    n_slow, n_big, has_neg, err)``.
+    """
+    if not is_float:
+        # an integer: int64, else (by target) uint64 bits, a float, or the general path
+        if e10 == 0 and not neg and w <= _INT64_MAX_U:
+            ival = np.int64(w)
+            big = 0
+        elif e10 == 0 and neg and w <= _INT64_MIN_MAG:
+            ival = -np.int64(w - _U64(1)) - 1
+            big = 0
+        elif target == TARGET_UINT64 and not neg:
+            ival = np.int64(0)
+            big = 1 if e10 == 0 else 2  # 1: fits uint64 (stored as bits), 2: decide in Python
+        elif target == TARGET_FLOAT:
+            is_float = True
+            big = 0
+            ival = np.int64(0)
+        else:
+            return mode, n_slow, n_big, has_neg, E_RANGE
+        if not is_float:
+            if neg and ival < 0:
+                has_neg = 1
+            if mode == MODE_FLOAT:
+                if big != 0:
+                    return mode, n_slow, n_big, has_neg, E_RANGE  # beyond int64 among floats: the general path decides
+                fv[n_val] = np.float64(ival)
+            else:
+                mode = MODE_INT
+                if big == 1:
+                    iv[n_val] = np.int64(w)  # the uint64 bits
+                    n_big += 1
+                elif big == 2:
+                    slow[n_slow] = n_val
+                    spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
+                    n_slow += 1
+                    n_big += 1
+                    iv[n_val] = 0
+                else:
+                    iv[n_val] = ival
+            return mode, n_slow, n_big, has_neg, 0
+    # a float: switch the scan to float mode (converting earlier integers in place)
+    if mode != MODE_FLOAT:
+        if n_big != 0:
+            return mode, n_slow, n_big, has_neg, E_RANGE
+        for k in range(n_val):
+            fv[k] = np.float64(iv[k])
+        mode = MODE_FLOAT
+    if is_special:
+        fv[n_val] = special
+    else:
+        ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
+        if ok and f == _INF:
+            return mode, n_slow, n_big, has_neg, E_RANGE  # beyond float64: the general path says where
+        if ok:
+            fv[n_val] = -f if neg else f
+        else:
+            slow[n_slow] = n_val
+            spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
+            n_slow += 1
+            fv[n_val] = 0.0
+    return mode, n_slow, n_big, has_neg, 0
+
+
 @kernel
 def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, table, pow10):
     """Scan ``buf[st[POS]:end]``; outputs go to the arrays, counters and the new position to ``st``.
@@ -484,21 +566,40 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
     items = st[ITEMS]
     newlines = st[NEWLINES]
     target = st[TARGET]
+    resumable = st[RESUME] != 0
+    open_depth = st[DEPTH]  # an item a previous scan left open goes on here
     status = DONE
     err = 0
-    while True:
-        # -- between top-level items -------------------------------------------------------------
-        if jsonl:
-            pos, newlines = _skip_blank_lines(buf, pos, end, newlines)
-            if pos >= end:
-                break
+    depth = 1
+    expect = 0  # 0: a value, 1: a value or ']', 2: ',' or ']'
+    open_at = 0
+    if st[TAIL] != 0:  # after an item: its line's end
+        expect = 2
+        pos, err = _line_tail(buf, pos, end)
+        if err != 0:
+            status = FALLBACK
+        st[TAIL] = 1 if pos >= end and err == 0 else 0
+    while err == 0:
+        keep_open = resumable
+        if open_depth != 0:
+            depth = open_depth
+            expect = st[EXPECT]
+            open_depth = 0
+            keep_open = True  # its lists' counts live on in cnt: never roll it back
         else:
-            pos, outer, newlines, found, err = _next_document_item(buf, pos, end, final, outer, newlines)
-            if not found:
-                if err != 0:
-                    status = FALLBACK
-                break
-        # -- one top-level item (enclosed by the batch: depth 1) ---------------------------------
+            # -- between top-level items ---------------------------------------------------------
+            if jsonl:
+                pos, newlines = _skip_blank_lines(buf, pos, end, newlines)
+                if pos >= end:
+                    break
+            else:
+                pos, outer, newlines, found, err = _next_document_item(buf, pos, end, final, outer, newlines)
+                if not found:
+                    if err != 0:
+                        status = FALLBACK
+                    break
+            depth = 1  # one top-level item, enclosed by the batch
+            expect = 0
         item_start = pos
         iline[items] = newlines
         c_val = n_val
@@ -511,12 +612,14 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
         c_cls = cls
         c_mode = mode
         c_newlines = newlines
-        depth = 1
-        expect = 0  # 0: a value, 1: a value or ']', 2: ',' or ']'
         incomplete = False
+        token_start = pos
+        counted = False  # whether cnt counts the value at token_start
         while True:
             if pos >= end:
                 incomplete = True
+                token_start = pos
+                counted = False
                 break
             c = buf[pos]
             if c == 32 or c == 9 or c == 13:
@@ -547,7 +650,9 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 err = E_SYNTAX
                 break
             # a value starts here, enclosed by `depth` brackets
-            if depth >= 2:
+            token_start = pos
+            counted = depth >= 2
+            if counted:
                 cnt[depth] += 1
             if c == 91:
                 if leaf != 0 and depth >= leaf:
@@ -606,73 +711,11 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
                 err = E_MIX
                 break
             cls = CLS_NUMBER
-            if not is_float:
-                # an integer: int64, else (by target) uint64 bits, a float, or the general path
-                if e10 == 0 and not neg and w <= _INT64_MAX_U:
-                    ival = np.int64(w)
-                    big = 0
-                elif e10 == 0 and neg and w <= _INT64_MIN_MAG:
-                    ival = -np.int64(w - _U64(1)) - 1
-                    big = 0
-                elif target == TARGET_UINT64 and not neg:
-                    ival = 0
-                    big = 1 if e10 == 0 else 2  # 1: fits uint64 (stored as bits), 2: decide in Python
-                elif target == TARGET_FLOAT:
-                    is_float = True
-                    big = 0
-                    ival = 0
-                else:
-                    err = E_RANGE
-                    break
-                if not is_float:
-                    if neg and ival < 0:
-                        has_neg = 1
-                    if mode == MODE_FLOAT:
-                        if big != 0:
-                            err = E_RANGE  # an integer beyond int64 among floats: let the general path decide
-                            break
-                        fv[n_val] = np.float64(ival)
-                    else:
-                        mode = MODE_INT
-                        if big == 1:
-                            iv[n_val] = np.int64(w)  # the uint64 bits
-                            n_big += 1
-                        elif big == 2:
-                            slow[n_slow] = n_val
-                            spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
-                            n_slow += 1
-                            n_big += 1
-                            iv[n_val] = 0
-                        else:
-                            iv[n_val] = ival
-                    n_val += 1
-                    pos = p
-                    expect = 2
-                    if depth == 1:
-                        break
-                    continue
-            # a float: switch the scan to float mode (converting earlier integers in place)
-            if mode != MODE_FLOAT:
-                if n_big != 0:
-                    err = E_RANGE
-                    break
-                for k in range(n_val):
-                    fv[k] = np.float64(iv[k])
-                mode = MODE_FLOAT
-            if is_special:
-                fv[n_val] = special
-            else:
-                ok, f = _decimal_to_double(w, e10, truncated, table, pow10)
-                if ok and f == _INF:
-                    err = E_RANGE  # beyond float64: the general path says where
-                    break
-                if ok:
-                    fv[n_val] = -f if neg else f
-                else:
-                    slow[n_slow] = n_val
-                    spans[n_slow] = pos | (min(p - pos, _MAX_SPAN) << _SPAN_SHIFT)
-                    n_slow += 1
-                    fv[n_val] = 0.0
+            mode, n_slow, n_big, has_neg, err = _store_number(
+                iv, fv, slow, spans, n_val, mode, n_slow, n_big, has_neg, target, pos, p, w, e10, truncated, is_float,
+                neg, special, is_special, table, pow10)
+            if err != 0:
+                break
             n_val += 1
             pos = p
             expect = 2
@@ -682,9 +725,17 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
             status = FALLBACK
             break
         if incomplete:
-            if final or jsonl:
+            if final:
                 status = FALLBACK
                 err = E_TRUNCATED
+                break
+            if keep_open:
+                # stop before the token the buffer cuts (a value counted at its start is counted again)
+                pos = token_start
+                if counted:
+                    cnt[depth] -= 1
+                open_at = depth
+                status = NEED_MORE
                 break
             # roll back to the start of the item; the caller reads more and scans again
             pos = item_start
@@ -703,12 +754,12 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
             break
         items += 1
         if jsonl:
-            while pos < end and (buf[pos] == 32 or buf[pos] == 9 or buf[pos] == 13):
-                pos += 1
-            if pos < end and buf[pos] != 10:
+            pos, err = _line_tail(buf, pos, end)
+            if err != 0:
                 status = FALLBACK
-                err = E_SYNTAX
                 break
+            if pos >= end and not final:
+                st[TAIL] = 1
         else:
             outer = OUT_NEXT
     st[POS] = pos
@@ -726,6 +777,9 @@ def scan(buf, end, jsonl, final, st, iv, lens, ldep, slow, spans, cnt, iline, ta
     st[NEWLINES] = newlines
     st[ERRPOS] = pos
     st[ERRCODE] = err
+    st[DEPTH] = open_at
+    st[EXPECT] = expect
+    st[ERRDEPTH] = depth
     return status
 
 
@@ -939,11 +993,19 @@ class Scanner:
         self.iline = np.empty(cap, dtype=np.int64)
         self.cap = cap
 
-    def scan(self, buf: np.ndarray, start: int, end: int, final: bool = True) -> int:
-        """Scan ``buf[start:end]``; returns DONE, NEED_MORE or FALLBACK (see :func:`scan`)."""
+    def scan(self, buf: np.ndarray, start: int, end: int, final: bool = True, resume: bool = False) -> int:
+        """Scan ``buf[start:end]``; returns DONE, NEED_MORE or FALLBACK (see :func:`scan`).
+
+        With ``resume`` (and always for an item a scan left open) NEED_MORE stops
+        before the token the end cuts and leaves the item open: the outputs hold
+        its values and lists so far, and the next scan, of the text from
+        ``state[POS]`` on, goes on with it (:attr:`is_open`).  Otherwise an item
+        that runs past ``end`` is rolled back whole.
+        """
         st = self.state
         reset_chunk(st)
         st[POS] = start
+        st[RESUME] = resume
         self._ensure(buf, start, end)
         status = scan(buf, end, self.jsonl, bool(final), st, self.iv, self.lens, self.ldep, self.slow, self.spans,
                       self.cnt, self.iline, _POW5, _POW10)
@@ -967,6 +1029,11 @@ class Scanner:
             self.iv = None
             self.lens = self.ldep = self.slow = self.spans = self.iline = None
             self.cap = 0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the last scan stopped inside an item (whose outputs so far it holds)."""
+        return bool(self.state[DEPTH])
 
     @property
     def mode(self) -> int:
@@ -1023,9 +1090,13 @@ def new_state(target: int = TARGET_DEFAULT) -> np.ndarray:
 
 
 def reset_chunk(st: np.ndarray) -> None:
-    """Zero the per-chunk counters; keep the structure (leaf, max list depth, value class, outer state)."""
-    for k in (POS, MODE, N_VAL, N_LIST, N_SLOW, N_BIG, HAS_NEG, ITEMS, NEWLINES, ERRPOS, ERRCODE):
+    """Zero the per-chunk counters; keep the structure (leaf, max list depth, value class, outer state) and, while
+    an item is open, what its values so far decided (float mode, integers above int64 or below zero)."""
+    for k in (POS, N_VAL, N_LIST, N_SLOW, ITEMS, NEWLINES, ERRPOS, ERRCODE):
         st[k] = 0
+    if not st[DEPTH]:
+        for k in (MODE, N_BIG, HAS_NEG):
+            st[k] = 0
 
 
 def scan_bytes(data, *, jsonl: bool, final: bool = True, end: int | None = None,
@@ -1049,13 +1120,16 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
         if as_float:
             fv[idx] = float(significant_text(raw, start, len(raw) if length == _MAX_SPAN else start + length))
             if math.isinf(fv[idx]):
+                st[ERRPOS] = start
                 return E_RANGE
         else:  # a long integer for a uint64 target (at most MAX_TOKEN bytes)
             try:
                 value = int(bytes(raw[start:start + length]))
             except ValueError:
+                st[ERRPOS] = start
                 return E_LONG
             if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+                st[ERRPOS] = start
                 return E_RANGE
             uv[idx] = value
     return None
@@ -1063,71 +1137,134 @@ def _finish_slow(buf: np.ndarray, st: np.ndarray, iv: np.ndarray, slow: np.ndarr
 
 def significant_text(raw, start: int, stop: int) -> str:
     """The JSON number token at ``raw[start:]`` (it ends before ``stop`` or at its first byte that no number has)
-    rewritten with at most :data:`SIGNIFICANT_DIGITS` significant digits, a sticky ``1`` where nonzero digits
-    follow them, and one exponent: the text Python's ``float()`` rounds to the same double as the whole token.
-
-    The token is read :data:`_TOKEN_PIECE` bytes at a time, so a literal of a billion digits takes no more
-    memory than one of ten.
+    rewritten as :meth:`NumberText.text` does, read :data:`TOKEN_PIECE` bytes at a time.
 
     >>> significant_text(b"[-12.50e3]", 1, 10), significant_text(b"0.000" + b"9" * 900 + b",", 0, 906)[-6:]
     ('-0.1250e5', '991e-3')
     >>> float(significant_text(b"9007199254740993" + b"0" * 5000 + b"1e-5001", 0, 5023))
     9007199254740994.0
     """
-    digits: list[bytes] = []  # the significant digits kept
-    kept = 0
-    point = 0  # the decimal point's place, counted in significant digits (negative: zeros before the first)
-    sticky = neg = False
-    phase = 0  # 0: the integer part, 1: the fraction, 2: the exponent
-    exp_neg = False
-    exp_digits = b""
+    number = NumberText()
     pos = start
     while pos < stop:
-        piece = bytes(raw[pos:min(pos + _TOKEN_PIECE, stop)])
-        if not piece:  # the input ended with the token
+        piece = bytes(raw[pos:min(pos + TOKEN_PIECE, stop)])
+        if not piece or number.feed(piece) >= 0:  # the input ended with the token, or the token did
             break
+        pos += len(piece)
+    return number.text()
+
+
+#: where a number's grammar stands (NumberText): nothing yet, '-', a lone 0, integer digits, '.', fraction digits,
+#: 'e', the exponent's sign, exponent digits, broken
+_N_START, _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP, _N_BROKEN = range(10)
+_N_COMPLETE = (_N_ZERO, _N_INT, _N_FRAC, _N_EXP)
+
+
+class NumberText:
+    """A JSON number token read in pieces of any size, keeping only what decides its value (bounded memory).
+
+    :meth:`feed` takes the token's bytes in order (it ends at the first byte no
+    number has); :meth:`text` is then the token with at most
+    :data:`SIGNIFICANT_DIGITS` significant digits, a sticky ``1`` where nonzero
+    digits follow them, and one exponent: the text Python's ``float()`` rounds
+    to the same double as the whole token.  :attr:`valid` is the length of the
+    token's longest prefix that is a JSON number (the whole token is one when it
+    equals :attr:`length`).
+
+    >>> n = NumberText()
+    >>> n.feed(b"-12.5"), n.feed(b"0e3,"), n.text(), n.length, n.valid, n.is_integer
+    (-1, 3, '-0.1250e5', 8, 8, False)
+    >>> n = NumberText()
+    >>> n.feed(b"012]"), n.valid
+    (3, 1)
+    """
+
+    def __init__(self):
+        self.digits: list[bytes] = []  # the significant digits kept
+        self.kept = 0
+        self.point = 0  # the decimal point's place, counted in significant digits (negative: zeros before the first)
+        self.sticky = self.neg = False
+        self.phase = 0  # 0: the integer part, 1: the fraction, 2: the exponent
+        self.exp_neg = False
+        self.exp_digits = b""
+        self.length = 0  # bytes of the token so far
+        self.valid = 0  # its longest prefix that is a JSON number
+        self._state = _N_START
+
+    @property
+    def is_integer(self) -> bool:
+        return self.phase == 0
+
+    def feed(self, piece: bytes) -> int:
+        """Read the next bytes of the token; returns where in ``piece`` it ended, or -1 if it may go on."""
         i, n = 0, len(piece)
         while i < n:
             c = piece[i]
             if 48 <= c <= 57:
-                run = len(piece) - i - len(piece[i:].lstrip(b"0123456789"))
-                chunk = piece[i:i + run]
-                if phase == 2:
-                    exp_digits = (exp_digits + chunk).lstrip(b"0")[:20]  # 20 digits: past _EXPONENT_CAP already
-                else:
-                    if not kept:  # zeros before the first significant digit
-                        stripped = chunk.lstrip(b"0")
-                        if phase == 1:
-                            point -= len(chunk) - len(stripped)
-                        chunk = stripped
-                    if chunk:
-                        if phase == 0:
-                            point += len(chunk)
-                        room = SIGNIFICANT_DIGITS - kept
-                        digits.append(chunk[:room])
-                        kept += min(room, len(chunk))
-                        sticky = sticky or bool(chunk[room:].strip(b"0"))
+                run = n - i - len(piece[i:].lstrip(b"0123456789"))
+                self._digits(piece[i:i + run], self.length + i)
                 i += run
                 continue
-            if c == 45 and i + pos == start:
-                neg = True
-            elif c == 46 and phase == 0:
-                phase = 1
-            elif c in (101, 69) and phase < 2:
-                phase = 2
-            elif c in (43, 45) and phase == 2 and not exp_digits:
-                exp_neg = c == 45
+            state = self._state
+            if c == 45 and self.length + i == 0:
+                self.neg = True
+                self._state = _N_MINUS
+            elif c == 46 and self.phase == 0:
+                self.phase = 1
+                self._state = _N_DOT if state in (_N_ZERO, _N_INT) else _N_BROKEN
+            elif c in (101, 69) and self.phase < 2:
+                self.phase = 2
+                self._state = _N_E if state in (_N_ZERO, _N_INT, _N_FRAC) else _N_BROKEN
+            elif c in (43, 45) and state == _N_E:
+                self.exp_neg = c == 45
+                self._state = _N_ESIGN
             else:  # the token ended
-                stop = pos + i
-                break
+                self.length += i
+                return i
             i += 1
-        pos += n if pos + n <= stop else stop - pos
-    sign = "-" if neg else ""
-    if not kept:
-        return f"{sign}0.0"
-    exponent = int(exp_digits or b"0") * (-1 if exp_neg else 1) + point
-    return f"{sign}0.{b''.join(digits).decode()}{'1' if sticky else ''}e{exponent}"
+        self.length += n
+        return -1
+
+    def _digits(self, chunk: bytes, at: int) -> None:
+        state = self._state
+        if state in (_N_START, _N_MINUS):
+            if chunk[:1] == b"0":
+                self._state = _N_ZERO if len(chunk) == 1 else _N_BROKEN
+                self.valid = at + 1  # a leading zero: the number is the 0
+            else:
+                self._state = _N_INT
+        elif state == _N_ZERO:
+            self._state = _N_BROKEN
+        elif state in (_N_DOT, _N_FRAC):
+            self._state = _N_FRAC
+        elif state in (_N_E, _N_ESIGN, _N_EXP):
+            self._state = _N_EXP
+        if self._state in _N_COMPLETE:
+            self.valid = at + len(chunk)
+        if self.phase == 2:
+            self.exp_digits = (self.exp_digits + chunk).lstrip(b"0")[:20]  # 20 digits: past _EXPONENT_CAP already
+            return
+        if not self.kept:  # zeros before the first significant digit
+            stripped = chunk.lstrip(b"0")
+            if self.phase == 1:
+                self.point -= len(chunk) - len(stripped)
+            chunk = stripped
+        if chunk:
+            if self.phase == 0:
+                self.point += len(chunk)
+            room = SIGNIFICANT_DIGITS - self.kept
+            self.digits.append(chunk[:room])
+            self.kept += min(room, len(chunk))
+            self.sticky = self.sticky or bool(chunk[room:].strip(b"0"))
+
+    def text(self) -> str:
+        sign = "-" if self.neg else ""
+        if not self.kept:
+            return f"{sign}0.0"
+        exponent = int(self.exp_digits or b"0") * (-1 if self.exp_neg else 1) + self.point
+        return f"{sign}0.{b''.join(self.digits).decode()}{'1' if self.sticky else ''}e{exponent}"
 
 
 __all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult",
+           "NumberText", "significant_text",
            "count_structure", "new_state", "reset_chunk", "DONE", "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

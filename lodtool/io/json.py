@@ -8,10 +8,13 @@ top-level (level-0) sequences, as in :func:`lodtool.from_nested`.
 ``\\r``) are skipped, so a final newline or ``\\r\\n`` line ends read as expected.
 
 Both are read ``chunk_bytes`` at a time and come out as chunks of whole
-top-level sequences, so memory stays bounded by the chunk size (one line, or
-one top-level sequence, is held whole, however long it is, less its runs of
-4 KiB of blanks or more: the fast path squeezes those to one space, and error
-columns still count them).
+top-level sequences, so memory stays bounded by the chunk size plus the values
+of the longest one.  The fast path first squeezes a line's (or top-level
+sequence's) runs of 4 KiB of blanks or more to one space; one still longer than
+the buffer is scanned as far as it is read and its text dropped (a number longer
+than the buffer is read through, keeping what decides its value), and error
+columns still count what was dropped.  The general path (``fast=False``, small
+inputs) holds a line whole.
 
 Structure.  With ``lod_level=None`` every list level is a LoD level and the
 scalars are the elements.  With ``lod_level=N`` the lists nested deeper than N
@@ -144,7 +147,7 @@ def _inexact_integer(text) -> tuple[int, str] | None:
     return None
 
 
-def _has_digit_run(text: bytes, length: int, block: int = 1 << 22) -> bool:
+def _has_digit_run(text: bytes, length: int, block: int = 1 << 20) -> bool:
     """Whether ``text`` holds ``length`` digits in a row (blocks of ``block`` bytes: bounded temporaries).
 
     >>> _has_digit_run(b"[1.25, 123456]", 6), _has_digit_run(b"[1.25, 123456]", 7)
@@ -153,27 +156,33 @@ def _has_digit_run(text: bytes, length: int, block: int = 1 << 22) -> bool:
     a = np.frombuffer(text, dtype=np.uint8)
     for start in range(0, a.size, block):
         part = a[max(start - length + 1, 0):start + block]  # a run across the boundary is seen whole
-        breaks = np.flatnonzero((part - np.uint8(48)) >= 10)
-        edges = np.concatenate(([-1], breaks, [part.size]))
-        if (np.diff(edges) > length).any():
+        digit = np.zeros(part.size + 2, dtype=bool)
+        digit[1:-1] = (part - np.uint8(48)) < 10
+        edges = np.flatnonzero(digit[1:] != digit[:-1])  # where each run of digits starts and ends
+        if (edges[1::2] - edges[::2] >= length).any():
             return True
     return False
 
 
-def _refuse_inexact(data: np.ndarray, target: int, text, position) -> None:
+def _refuse_inexact(data: np.ndarray, target: int, text, position, found: tuple[str, str] | None = None) -> None:
     """Refuse integers that a float64 result (inferred, integers mixed with floats) would round.
 
-    ``position(offset)`` words the place of a byte offset of ``text``.
+    ``position(offset)`` words the place of a byte offset of ``text``; ``found``, (place, token), is one found
+    before in text no longer at hand (it comes first).
     """
     if target != _TARGET_DEFAULT or data.dtype != np.float64:
         return
-    found = _inexact_integer(bytes(text))
+    if found is None:
+        hit = _inexact_integer(bytes(text))
+        found = None if hit is None else (position(hit[0]), hit[1])
     if found is not None:
-        offset, token = found
+        place, token = found
         short = token if len(token) <= 40 else token[:37] + "..."
-        raise LodInputError(f"{position(offset)}: integer {short} mixed with floats would be stored as float64, "
+        raise LodInputError(f"{place}: integer {short} mixed with floats would be stored as float64, "
                             "which cannot hold it exactly; pass dtype=... to choose, e.g. float64 to "
                             "accept the rounding")
+
+
 _BOOL_TOKEN = re.compile(rb"\b(?:true|false)\b")
 _NUMBER_TOKEN = re.compile(rb"(?<![\w.])(?:-?\d|NaN\b|-?Infinity\b)")
 _NOT_A_NUMBER = re.compile(rb'["{]|\bnull\b')
@@ -540,15 +549,11 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
         offset = m.start() if m else 0
         lno, col = _line_col(text, offset, line)
         digits = len(m.group().lstrip(b"-")) if m else 0
-        raise LodInputError(f"{name}:{lno}:{col}: an integer of {digits:,} digits; no dtype holds it (int64 and "
-                            "uint64 end at 20 digits, float64 at 309): shorten it, or write it as a float "
-                            "literal below 1.8e308 (or Infinity)") from None
+        raise LodInputError(f"{name}:{lno}:{col}: {_huge_integer(digits)}") from None
     if overflowing:
         token = overflowing[0]
         lno, col = _line_col(text, _token_offset(text, token, 0), line)
-        short = token if len(token) <= 40 else token[:37] + "..."
-        raise LodInputError(f"{name}:{lno}:{col}: {short} is beyond float64's range (about 1.8e308); write "
-                            "Infinity (or -Infinity) if an infinite value is meant")
+        raise LodInputError(f"{name}:{lno}:{col}: {_beyond_float64(token)}")
     if found:
         start = 0
         for token in found:
@@ -556,6 +561,24 @@ def _load_json(text: bytes, name: str, line: int | None) -> tuple[Any, list[tupl
             bigs.append((offset, token))
             start = offset + len(token)
     return obj, bigs
+
+
+def _huge_integer(digits: int) -> str:
+    return (f"an integer of {digits:,} digits; no dtype holds it (int64 and uint64 end at 20 digits, float64 at "
+            "309): shorten it, or write it as a float literal below 1.8e308 (or Infinity)")
+
+
+def _beyond_float64(token: str) -> str:
+    short = token if len(token) <= 40 else token[:37] + "..."
+    return f"{short} is beyond float64's range (about 1.8e308); write Infinity (or -Infinity) if an infinite value is meant"
+
+
+def _beyond_int64(token: str) -> str:
+    if 0 <= int(token) <= _U64_MAX:
+        return (f"integer {token} does not fit in int64; read it as uint64 (0..2**64-1; --dtype uint64) or as a "
+                "float (--dtype float64)")
+    return (f"integer {token} does not fit in int64 or uint64; read it as a float (--dtype float64, which keeps "
+            "about 16 significant digits)")
 
 
 def _token_offset(text: bytes, token: str, start: int) -> int:
@@ -596,29 +619,40 @@ def _located_syntax_error(text: bytes, name: str, line: int | None) -> LodInputE
         return None
     # "[]" stands for the value before the problem: a number there could run on into the window ("0" ".5")
     lead = "[" * depth + {js.PREV_START: "", js.PREV_OPEN: "", js.PREV_COMMA: "0,", js.PREV_VALUE: "[]"}[prev]
+    found = _window_syntax_error(text, pos, len(text), lead, line is not None)
+    if found is None:
+        return None
+    offset, phrase = found
+    lno, col = _line_col_large(text, offset, line)
+    return LodInputError(f"{name}:{lno}:{col}: {phrase}")
+
+
+def _window_syntax_error(text, pos: int, end: int, lead: str, jsonl: bool,
+                         more: bool = False) -> tuple[int, str] | None:
+    """The standard library's syntax error in ``text[pos:end]`` read after ``lead`` (a stand-in for the text before
+    ``pos``; ``more``: the text goes on after ``end``): ``(offset in text, phrase)``, or None where the window
+    parses or breaks only where it is cut (then the problem is JSON the fast grammar does not take: a string)."""
     size = _WINDOW
     while True:
-        stop = min(len(text), pos + size)
-        chunk = text[pos:stop]
+        stop = min(end, pos + size)
+        chunk = bytes(text[pos:stop])
         try:
             window = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if exc.start < len(chunk) - 3 or stop == len(text):
+            if exc.start < len(chunk) - 3 or stop == end:
                 return None  # invalid UTF-8 near the problem: the general path words it
             window = chunk[:exc.start].decode("utf-8")
         s = lead + window
         try:
             json.loads(s)
         except json.JSONDecodeError as exc:
-            cut = stop < len(text)
-            if cut and exc.pos >= len(s.rstrip()) and size < _WINDOW_MAX:
+            cut = stop < end or more
+            if stop < end and exc.pos >= len(s.rstrip()) and size < _WINDOW_MAX:
                 size *= 4  # the problem may run past the window (a long string): read more
                 continue
             if cut and exc.pos >= len(s.rstrip()):
                 return None
-            offset = pos + len(s[len(lead):exc.pos].encode("utf-8"))
-            lno, col = _line_col_large(text, offset, line)
-            return LodInputError(f"{name}:{lno}:{col}: {_phrase(exc, s, line is not None)}")
+            return pos + len(s[len(lead):exc.pos].encode("utf-8")), _phrase(exc, s, jsonl)
         except (RecursionError, ValueError):
             return None
         return None  # the window parses: the problem is JSON the fast grammar does not take
@@ -718,11 +752,7 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
     if bigs:
         i, offset, token = bigs[0]
         if asm.target == _TARGET_DEFAULT:
-            if 0 <= int(token) <= _U64_MAX:
-                raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64; read it as uint64 "
-                                    "(0..2**64-1; --dtype uint64) or as a float (--dtype float64)")
-            raise LodInputError(f"{at(i, offset)}: integer {token} does not fit in int64 or uint64; read it as "
-                                "a float (--dtype float64, which keeps about 16 significant digits)")
+            raise LodInputError(f"{at(i, offset)}: {_beyond_int64(token)}")
         if asm.target == _TARGET_UINT64:
             for i, offset, token in bigs:
                 if not 0 <= int(token) <= _U64_MAX:
@@ -900,14 +930,14 @@ def _use_fast(fast: bool | None):
     return scanner
 
 
-def _region_place(name: str, buf: _Buffer, start: int, offset: int, first_line: int) -> str:
-    """``name:line:col`` of byte ``offset`` of a region that starts at ``buf.data[start]`` on line ``first_line``
-    (columns count the blanks :meth:`_Buffer.squeeze` dropped)."""
+def _region_place(name: str, buf: _Buffer, start: int, offset: int, first_line: int, col0: int = 0) -> str:
+    """``name:line:col`` of byte ``offset`` of a region that starts at ``buf.data[start]`` on line ``first_line``,
+    after ``col0`` bytes of it that are no longer held (columns count the bytes :meth:`_Buffer.squeeze` dropped)."""
     region = bytes(buf.data[start:start + offset])
     lno, col = _line_col(region, offset, None)
     line_start = region.rfind(b"\n") + 1
     at, dropped = buf.gaps(start + line_start, start + offset)
-    return f"{name}:{first_line + lno - 1}:{col + int(dropped.sum())}"
+    return f"{name}:{first_line + lno - 1}:{col + int(dropped.sum()) + (col0 if lno == 1 else 0)}"
 
 
 def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
@@ -925,9 +955,83 @@ def _fast_piece(js, sc, first_line: int, seq_base: int) -> _Piece:
 
 def _sync(js, st: np.ndarray, asm: _Assembler) -> None:
     js.reset_chunk(st)
-    st[js.LEAF] = asm.leaf
-    st[js.MAXLIST] = asm.maxlist
-    st[js.CLS] = asm.cls
+    if not st[js.DEPTH]:  # an open item's structure so far is the scanner's alone until it ends
+        st[js.LEAF] = asm.leaf
+        st[js.MAXLIST] = asm.maxlist
+        st[js.CLS] = asm.cls
+
+
+class _Open:
+    """An item (a JSON Lines line) longer than the read buffer, scanned as far as read: its values and lists so far
+    (pieces of no whole item, one a scan; the text is dropped once scanned), the line it starts on, and the first
+    integer in its dropped text that a float64 result would round: (place, token)."""
+
+    __slots__ = ("parts", "line", "inexact")
+
+    def __init__(self, parts: list[_Piece], line: int, inexact: tuple[str, str] | None):
+        self.parts, self.line, self.inexact = parts, line, inexact
+
+
+def _join(parts: list[_Piece], target: np.dtype | None) -> _Piece:
+    """The pieces, in order, as one (as :func:`_merge` would make it), emptying ``parts``: each array is copied
+    once and let go as it is, so the peak is the result and one part, not the parts and the result."""
+    kinds = {p.data.dtype for p in parts if p.data.size}
+    if len(kinds) > 1 and {k.kind for k in kinds} <= {"i", "u"}:
+        dtype = target if target is not None else np.dtype(np.int64)
+    else:
+        dtype = np.result_type(*kinds) if kinds else parts[0].data.dtype
+    depth = max(p.list_depth for p in parts)
+    head, last = parts[0], parts[-1]
+    leaf, items, lines, seq_base = head.leaf or last.leaf, last.items, last.lines, head.seq_base
+    data = np.empty(sum(p.data.size for p in parts), dtype=dtype)
+    levels = [np.empty(sum(len(p.levels[k]) for p in parts if k < p.list_depth), np.int64) for k in range(depth)]
+    at, level_at = 0, [0] * depth
+    while parts:
+        p = parts.pop(0)
+        if p.data.dtype != dtype and {p.data.dtype.kind, dtype.kind} <= {"i", "u"}:
+            p.data = cast_values(p.data, dtype)
+        data[at:at + p.data.size] = p.data
+        at += p.data.size
+        for k, lengths in enumerate(p.levels):
+            levels[k][level_at[k]:level_at[k] + len(lengths)] = lengths
+            level_at[k] += len(lengths)
+        leaf = leaf or p.leaf
+    return _Piece(data, levels, leaf, items, lines, seq_base)
+
+
+def _gather(js, sc, carry: _Open | None, first_line: int, seq_base: int, asm: _Assembler,
+            dropped_text=None, place: Callable[[int], str] | None = None) -> tuple[_Piece | None, _Open | None]:
+    """The whole items of the last scan, led by the end of the item ``carry`` holds the start of, and the item the
+    scan left open, if any (a scan leaves one open only when it ends no item).
+
+    ``dropped_text`` (with ``place`` for its offsets) is the scanned text when it is about to be dropped while an
+    item is open: its integers a float64 result would round are noted first.
+    """
+    if carry is None and not sc.is_open and not sc.state[js.ITEMS]:
+        return None, None
+    piece = _fast_piece(js, sc, first_line, seq_base)
+    inexact = carry.inexact if carry is not None else None
+    if not sc.is_open:
+        if carry is not None:
+            carry.parts.append(piece)
+            piece = _join(carry.parts, asm.dtype)
+            if piece.items:
+                piece.lines = piece.lines.copy()
+                piece.lines[0] = carry.line
+                if inexact is not None:
+                    _refuse_inexact(piece.data, asm.target, b"", None, inexact)
+        return (piece if piece.items else None), None
+    base = piece.data.base
+    if base is not None and base.nbytes > 2 * piece.data.nbytes:  # the scratch was sized for the worst case
+        piece.data = piece.data.copy()
+    if dropped_text is not None and inexact is None and asm.target == _TARGET_DEFAULT:
+        hit = _inexact_integer(bytes(dropped_text))
+        inexact = None if hit is None else (place(hit[0]), hit[1])
+    if carry is None:
+        return None, _Open([piece], first_line + int(sc.iline[int(sc.state[js.ITEMS])]), inexact)
+    carry.parts.append(piece)
+    carry.inexact = inexact
+    return None, carry
 
 
 # -- the readers ------------------------------------------------------------------------------------
@@ -1061,7 +1165,7 @@ class _Buffer:
     """A read buffer (uninitialized numpy bytes): ``data[:filled]`` holds unparsed input.
 
     It starts small and doubles while reads fill it, up to ``limit`` (more only
-    when one line or item needs it), so small inputs stay cheap.
+    for a line the general path reads whole), so small inputs stay cheap.
     """
 
     def __init__(self, size: int, limit: int):
@@ -1118,6 +1222,24 @@ class _Buffer:
         """The squeezed gaps after ``data[start]`` up to ``data[stop]``, offsets relative to ``start``."""
         keep = (self.gap_at > start) & (self.gap_at <= stop)
         return self.gap_at[keep] - start, self.gap_len[keep]
+
+    def original(self, n: int) -> int:
+        """Bytes of input that ``data[:n]`` stands for (with what was dropped before ``data[n]``)."""
+        return n + int(self.gap_len[self.gap_at <= n].sum()) if self.gap_at.size else n
+
+    def put_back(self, k: int, text: bytes, dropped: int) -> None:
+        """Put ``text`` in place of ``data[:k]``, where it stands for ``dropped`` more bytes of input."""
+        rest = self.data[k:self.filled].copy()
+        if len(text) + len(rest) > len(self.data):
+            self.data = np.empty(len(text) + len(rest), dtype=np.uint8)
+        self.data[:len(text)] = np.frombuffer(text, dtype=np.uint8)
+        self.data[len(text):len(text) + len(rest)] = rest
+        self.filled = len(text) + len(rest)
+        self.full = self.filled == len(self.data)
+        self.gap_at = self.gap_at + (len(text) - k)
+        if dropped:
+            self.gap_at = np.concatenate([[len(text)], self.gap_at]).astype(np.int64)
+            self.gap_len = np.concatenate([[dropped], self.gap_len]).astype(np.int64)
 
     def consume(self, n: int) -> None:
         if self.gap_at.size:
@@ -1238,23 +1360,48 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
     buf = _new_buffer(inp, chunk_bytes)
     sc = js.Scanner(True, asm.target) if js is not None else None
     first_line, seq_base = 1, 0
+    carry: _Open | None = None  # the start of a line longer than the buffer, its text dropped
+    col0 = 0  # bytes of the current line before buf.data[0]
     while True:
         buf.fill(inp, progress)
         if buf.eof:
             cut = buf.filled
         else:
             cut = buf.rfind_newline(buf.filled) + 1
-            if cut == 0:
-                if not buf.squeeze(js):
-                    buf.grow()
+            if cut == 0:  # the line goes on past the buffer
+                if sc is None:
+                    buf.grow()  # the general path reads a line whole
+                elif not buf.squeeze(js):
+                    # scan it as far as read: its values stay, its text goes (a number that fills the buffer is
+                    # read through first)
+                    _sync(js, sc.state, asm)
+                    if sc.scan(buf.data, 0, buf.filled, final=False, resume=True) == js.FALLBACK:
+                        raise _long_line_error(js, sc, buf, buf.filled, asm, first_line, col0)
+                    pos = int(sc.state[js.POS])
+                    if pos == 0:
+                        _read_long_number(js, sc, buf, inp, progress, asm.name, first_line, col0)
+                        continue
+                    piece, carry = _gather(js, sc, carry, first_line, seq_base, asm, buf.data[:pos],
+                                           lambda offset: f"{asm.name}:{first_line}:{col0 + buf.original(offset) + 1}")
+                    if piece is not None:  # the line's sequence ended: blanks up to its newline follow
+                        seq_base += piece.items
+                        yield from asm.take(piece)
+                    col0 += buf.original(pos)
+                    buf.consume(pos)
                 continue
         view = buf.data
         blocks = _blocks(buf, cut)
+        if sc is not None and (carry is not None or sc.state[js.TAIL]):
+            # the end of a line whose start is gone is a block of its own: the lines after it are whole
+            end = buf.find_newline(0, blocks[0][1]) + 1
+            if 0 < end < blocks[0][1]:
+                blocks[:1] = [(0, end), (end, blocks[0][1])]
         ahead: list = []
         state0 = None
         for i, (start, stop) in enumerate(blocks):
-            if (sc is not None and not ahead and i + 1 < len(blocks) and _scan_threads() > 1 and asm.leaf
-                    and asm.cls):
+            goes_on = i == 0 and sc is not None and (carry is not None or bool(sc.state[js.TAIL]))
+            if (sc is not None and not ahead and not goes_on and i + 1 < len(blocks) and _scan_threads() > 1
+                    and asm.leaf and asm.cls):
                 # the structure is known: scan the rest of the buffer in parallel (the scanner releases the GIL)
                 _sync(js, sc.state, asm)
                 state0 = sc.state.copy()
@@ -1273,8 +1420,9 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 _sync(js, sc.state, asm)
                 if sc.scan(view, start, stop) == js.DONE:
                     newlines = int(sc.state[js.NEWLINES])
-                    if sc.state[js.ITEMS]:
-                        piece = _fast_piece(js, sc, first_line, seq_base)
+                    piece, carry = _gather(js, sc, carry, first_line, seq_base, asm)
+                elif goes_on:  # the line's start is gone: the general path could not word this
+                    raise _long_line_error(js, sc, buf, stop, asm, first_line, col0)
             if newlines < 0:
                 if sc is not None:
                     sc.release()
@@ -1282,14 +1430,112 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 piece = _general_jsonl(region, first_line, seq_base, asm, buf.gaps(start, stop))
                 newlines = region.count(b"\n")
             if piece is not None:
-                _refuse_inexact(piece.data, asm.target, view[start:stop],
-                                lambda offset: _region_place(asm.name, buf, start, offset, first_line))
+                if goes_on:
+                    _refuse_inexact(piece.data, asm.target, view[start:stop], lambda offset: _region_place(
+                        asm.name, buf, start, offset, first_line, col0))
+                else:
+                    _refuse_inexact(piece.data, asm.target, view[start:stop],
+                                    lambda offset: _region_place(asm.name, buf, start, offset, first_line))
                 seq_base += piece.items
                 yield from asm.take(piece, last=buf.eof and stop == buf.filled)
             first_line += newlines
         buf.consume(cut)
+        col0 = 0
         if buf.eof and not buf.filled:
             break
+
+
+def _read_long_number(js, sc, buf: _Buffer, inp: _Input, progress, name: str, line: int, col0: int) -> None:
+    """Read through the number at ``buf.data[0]``, which the whole buffer does not hold, and put back in its place
+    what decides its value (its text, up to :data:`._jsonscan.MAX_TOKEN` bytes, else its significant digits):
+    bounded memory, whatever its length.  A number broken past its first bytes, or an integer longer than any
+    dtype holds, is refused here, where its bytes go by."""
+    number = js.NumberText()
+    head = bytearray()  # the token's first bytes, while it may be put back whole
+    end = -1
+    while end < 0:
+        for off in range(0, buf.filled, js.TOKEN_PIECE):
+            piece = buf.data[off:min(off + js.TOKEN_PIECE, buf.filled)].tobytes()
+            k = number.feed(piece)
+            if len(head) <= js.MAX_TOKEN:
+                head += piece[:k if k >= 0 else len(piece)][:js.MAX_TOKEN + 1 - len(head)]
+            if k >= 0:
+                end = off + k
+                break
+        if end < 0:
+            if buf.eof:
+                end = buf.filled
+                break
+            buf.consume(buf.filled)
+            buf.fill(inp, progress)
+    where = f"{name}:{line}"
+    if number.valid < number.length:
+        phrase = "unexpected data after the sequence (JSON Lines takes one sequence per line)" \
+            if sc.jsonl and sc.state[js.DEPTH] == 1 else "expected ',' or ']'"
+        if not number.valid:
+            phrase = "expected a number, true, false or '[' (found '-')"
+        raise LodInputError(f"{where}:{col0 + number.valid + 1}: {phrase}")
+    if number.length <= js.MAX_TOKEN:
+        text = bytes(head)
+    elif number.is_integer:
+        raise LodInputError(f"{where}:{col0 + 1}: {_huge_integer(number.length - number.neg)}")
+    else:
+        text = number.text().encode()
+    buf.put_back(end, text, number.length - len(text))
+
+
+def _long_line_error(js, sc, buf: _Buffer, end: int, asm: _Assembler, line: int, col0: int) -> LodInputError:
+    """The error a scan found in a JSON Lines line whose start was scanned and dropped before (the general path,
+    which words the errors of lines held whole, cannot): from the scanner's code, its place, and the text there
+    (``buf.data[:end]``; the line's text before the error is ASCII, so bytes count columns)."""
+    st = sc.state
+    pos = int(st[js.ERRPOS])
+    code = sc.error if sc.error is not None else int(st[js.ERRCODE])
+    where = f"{asm.name}:{line}:{col0 + buf.original(pos) + 1}"
+    line_end = buf.find_newline(pos, end)
+    more = line_end < 0 and (end < buf.filled or not buf.eof)  # the line goes on past what was read
+    end = end if line_end < 0 else line_end
+    window = buf.data[pos:min(end, pos + 64)].tobytes()
+    token = window[:len(window) - len(window.lstrip(b"-+.0123456789eE"))].decode()
+    if code == js.E_SYNTAX:
+        depth, expect = int(st[js.ERRDEPTH]), int(st[js.EXPECT])
+        lead = "[" * (depth - 1) + ("[]" if expect == 2 else "0," if expect == 0 and depth > 1 else "")
+        found = _window_syntax_error(buf.data, pos, end, lead, True, more)
+        if found is not None:
+            offset, phrase = found
+            col = col0 + buf.original(pos) + 1 + len(buf.data[pos:offset].tobytes().decode("utf-8", "replace"))
+            return LodInputError(f"{asm.name}:{line}:{col}: {phrase}")
+        what = {b'"': "a string", b"{": "an object", b"n": "null"}.get(window[:1], repr(window[:1].decode(
+            errors="replace")))
+        return LodInputError(f"{where}: {what} where a number, true, false or '[' must be (only lists of numbers "
+                             "or booleans are read)")
+    if code == js.E_TRUNCATED:
+        return LodInputError(f"{where}: unexpected end of line (is it truncated, or does a sequence span lines?)")
+    if code == js.E_MIX:
+        token = window[:5].rstrip(b"]}, \t\r\n").decode(errors="replace")
+        what = "a number among booleans" if st[js.CLS] == js.CLS_BOOL else f"{token} among numbers"
+        return LodInputError(f"{where}: {what} (booleans and numbers cannot be mixed)")
+    if code == js.E_NEST:
+        depth, leaf, maxlist = int(st[js.ERRDEPTH]), int(st[js.LEAF]), int(st[js.MAXLIST])
+        if window[:1] == b"[":
+            return LodInputError(f"{where}: this list nests deeper than the values before ({leaf - 1} list(s) deep)")
+        before = f"{leaf - 1} before" if leaf else f"lists nest {maxlist} deep before"
+        return LodInputError(f"{where}: the value here sits {depth - 1} list(s) deep, but {before}")
+    if code == js.E_DEEP:
+        return LodInputError(f"{where}: lists nest deeper than {MAX_LEVELS} levels")
+    if code == js.E_LONG:
+        return LodInputError(f"{where}: {_huge_integer(len(token.lstrip('-')))}")
+    if sc.error is not None and not token:  # integers above int64 and negative ones, found after the scan
+        return LodInputError(f"{asm.name}:{line}: integers above int64 and negative integers: no integer dtype "
+                             "holds both; read them as floats (--dtype float64)")
+    if not re.fullmatch(r"-?\d+", token):
+        return LodInputError(f"{where}: {_beyond_float64(token)}")
+    if asm.target == _TARGET_DEFAULT:
+        return LodInputError(f"{where}: {_beyond_int64(token)}")
+    if not 0 <= int(token) <= _U64_MAX:
+        return LodInputError(f"{where}: integer {token} does not fit in uint64")
+    return LodInputError(f"{where}: integer {token} above int64 among floats; read them all as floats "
+                         "(--dtype float64)")
 
 
 def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) -> Iterator[LoDTensor]:
@@ -1299,11 +1545,13 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
         buf = _new_buffer(inp, chunk_bytes)
         sc = js.Scanner(False, asm.target)
         first_line = 1
+        carry: _Open | None = None  # the start of an item longer than the buffer, its text dropped
+        col0 = 0  # bytes of the current line before buf.data[0]
         while True:
             buf.fill(inp, progress)
             view = buf.data
             pos, span, status = 0, SCAN_BLOCK, js.DONE
-            while True:  # scan blocks of about SCAN_BLOCK bytes; an item never splits
+            while True:  # scan blocks of about SCAN_BLOCK bytes; an item never splits, but for one left open
                 stop = min(pos + span, buf.filled)
                 final = buf.eof and stop == buf.filled
                 _sync(js, sc.state, asm)
@@ -1311,8 +1559,9 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 if status == js.FALLBACK:
                     break
                 new_pos = int(sc.state[js.POS])
-                if sc.state[js.ITEMS]:
-                    piece = _fast_piece(js, sc, first_line, seq_base)
+                piece, carry = _gather(js, sc, carry, first_line, seq_base, asm, view[pos:new_pos],
+                                       lambda offset: _region_place(asm.name, buf, pos, offset, first_line))
+                if piece is not None:
                     _refuse_inexact(piece.data, asm.target, view[pos:new_pos],
                                     lambda offset: _region_place(asm.name, buf, pos, offset, first_line))
                     seq_base += piece.items
@@ -1328,12 +1577,27 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                     break
             if status == js.FALLBACK:
                 sc.release()
-                del buf, view  # the general path reads the document again, whole
+                del buf, view, carry  # the general path reads the document again, whole
                 break
             if buf.eof:
                 return
             if pos == 0 and buf.filled == len(buf.data) and not buf.squeeze(js):
-                buf.grow()
+                # an item longer than the buffer: scan it as far as read, keep its values, drop its text
+                _sync(js, sc.state, asm)
+                status = sc.scan(view, 0, buf.filled, final=False, resume=True)
+                if status == js.FALLBACK:
+                    sc.release()
+                    del buf, view, carry
+                    break
+                pos = int(sc.state[js.POS])
+                if pos == 0:
+                    _read_long_number(js, sc, buf, inp, progress, asm.name, first_line, col0)
+                    continue
+                _, carry = _gather(js, sc, carry, first_line, seq_base, asm, view[:pos],
+                                   lambda offset: _region_place(asm.name, buf, 0, offset, first_line))
+                first_line += int(sc.state[js.NEWLINES])
+            nl = buf.rfind_newline(pos)
+            col0 = buf.original(pos) - buf.original(nl + 1) if nl >= 0 else col0 + buf.original(pos)
             buf.consume(pos)
     piece = _general_document(inp.read_all(), seq_base, asm)
     if progress is not None:
