@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import atomic_add, kernel, prange, workers
+from .._jit import kernel, parallel_blocks
 
 def supported(dtype: np.dtype) -> bool:
     """Whether this formatter writes ``dtype`` (integers and bools).
@@ -177,18 +177,11 @@ def _sequences(values, kind, offs, lstart, nlev, first_seq, last_seq, sep, buf, 
     return pos
 
 
-@kernel(parallel=True)
-def _write_blocks(values, kind, offs, lstart, nlev, bounds, sep, buf, starts, ends, pairs, counter,
-                  nworkers):  # pragma: no cover - compiled
-    # blocks handed out from a counter: a thread that shares its core (with the read-ahead thread, say)
-    # leaves its share to the others instead of holding up the whole call
-    n = np.uint64(ends.shape[0])
-    for _ in prange(nworkers):
-        b = atomic_add(counter, np.uint64(1))
-        while b < n:
-            ends[b] = _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], sep, buf, starts[b],
-                                 pairs)
-            b = atomic_add(counter, np.uint64(1))
+@parallel_blocks
+def _write_blocks(lo, hi, blk, values, kind, offs, lstart, nlev, bounds, sep, buf, starts, ends,
+                  pairs):  # pragma: no cover - compiled
+    for b in range(lo, hi):
+        ends[b] = _sequences(values, kind, offs, lstart, nlev, bounds[b], bounds[b + 1], sep, buf, starts[b], pairs)
 
 
 def _levels(n_rows: int, offsets, element_shape) -> list[np.ndarray]:
@@ -223,8 +216,8 @@ def encode_lines(data: np.ndarray, offsets, element_shape, sep: int = 10) -> np.
     np.cumsum(room, out=starts[1:])
     buf = np.empty(int(starts[-1]), np.uint8)
     ends = np.empty(n_blocks, np.int64)
-    _write_blocks(flat, kind, offs, lstart, len(levels), bounds, np.uint8(sep), buf, starts, ends, _PAIRS,
-                  np.zeros(1, np.uint64), workers())
+    _write_blocks(n_blocks, flat, kind, offs, lstart, len(levels), bounds, np.uint8(sep), buf, starts, ends, _PAIRS,
+                  nblocks=n_blocks)  # one item a block: the blocks are the bounds' own
     size = 0
     for b in range(n_blocks):  # leftwards, in order: a block never lands on one not yet moved
         n = int(ends[b] - starts[b])
