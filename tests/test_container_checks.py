@@ -197,3 +197,38 @@ def test_inspect_of_many_tensors_describes_each(path):
     assert [t["name"] for t in info["tensors"]] == [f"t{i}" for i in range(300)]
     assert {json.dumps(t["levels"]) for t in info["tensors"]} == {json.dumps(info["tensors"][0]["levels"])}
     assert info["tensors"][299]["levels"][0]["sequences"] == 3 and info["tensors"][299]["rows"] == 7
+
+
+def test_inspect_of_many_tensors_reads_each_attribute_once(path, monkeypatch):
+    from h5py._hl.attrs import AttributeManager
+
+    N = 600
+    many_tensors(path, N)
+    with h5py.File(path, "r+") as f:  # half of them with level names and token metadata too
+        for i in range(0, N, 2):
+            f[f"t{i}"].attrs.update({"level_names": ["doc"], "vocab_size": 100 + i})
+    reads, listings = [], []
+    read, iterate = AttributeManager.__getitem__, h5py.h5a.iterate
+
+    def counted_read(self, name):
+        reads.append(name)
+        return read(self, name)
+
+    def counted_iterate(obj, *args, **kwargs):
+        listings.append(obj)
+        return iterate(obj, *args, **kwargs)
+
+    monkeypatch.setattr(AttributeManager, "__getitem__", counted_read)
+    monkeypatch.setattr(h5py.h5a, "iterate", counted_iterate)
+    info = inspect_file(path)
+    with h5py.File(path, "r") as f:
+        stored = sum(len(f[f"t{i}"].attrs) for i in range(N))
+    root_reads = sum(1 for name in reads if name.startswith("lodtool_"))
+    assert len(reads) - root_reads <= stored  # no attribute of a tensor read twice
+    assert len(listings) <= N + 1  # one listing per tensor (and the root's)
+    summaries = info["tensors"]
+    assert [t["name"] for t in summaries] == [f"t{i}" for i in range(N)]
+    assert summaries[0]["level_names"] == ["doc"] and summaries[0]["tokens"]["vocab_size"] == 100
+    assert summaries[1]["level_names"] is None and summaries[1]["tokens"] is None
+    assert summaries[N - 2]["tokens"]["vocab_size"] == 100 + N - 2
+    assert {json.dumps(t["levels"][0]["sequences"]) for t in summaries} == {"3"}

@@ -31,7 +31,7 @@ from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, fil
                   object_key, oversized_chunk, remote_source, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
 from ..limits import STREAM_CHUNK_BYTES, default_max_memory, human_bytes
-from .reader import declared_lod_level, open_file
+from .reader import bounded_metadata_cache, declared_lod_level, open_file
 
 # -- validate ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
     error = None
     errors: list[str] = []
     paddle = True  # every level holds a sequence (Paddle's rule on top of lodtool's)
-    with open_file(path, max_memory=max_memory) as f:
+    with open_file(path, max_memory=max_memory) as f, bounded_metadata_cache(f.h5):
         if f.checksum_algorithm is None:
             problems.append(Problem(path, None, None, None,
                                     f"no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is missing)"))
@@ -218,7 +218,7 @@ def inspect_file(path: str | os.PathLike) -> dict:
     ('1.0', 6, 3)
     """
     path = os.fspath(path)
-    with open_file(path) as f:
+    with open_file(path) as f, bounded_metadata_cache(f.h5):
         tensors = []
         for name in f.names:  # one tensor open at a time: a file may hold tens of thousands
             tensors.append(tensor_summary(name, f[name], []))
@@ -327,7 +327,7 @@ def verify_file(path: str | os.PathLike, *,
     """
     path = os.fspath(path)
     out: list[ChecksumMismatch] = []
-    with open_file(path) as f:
+    with open_file(path) as f, bounded_metadata_cache(f.h5):
         if f.checksum_algorithm is None:
             raise LodFormatError(f"{path}: no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is "
                                  "missing); nothing to verify")
