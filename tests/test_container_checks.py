@@ -232,3 +232,26 @@ def test_inspect_of_many_tensors_reads_each_attribute_once(path, monkeypatch):
     assert summaries[1]["level_names"] is None and summaries[1]["tokens"] is None
     assert summaries[N - 2]["tokens"]["vocab_size"] == 100 + N - 2
     assert {json.dumps(t["levels"][0]["sequences"]) for t in summaries} == {"3"}
+
+
+def test_validate_describes_each_tensor_once_and_holds_one_open_at_a_time(path, monkeypatch):
+    from lodtool.container import reader
+
+    many_tensors(path, 300)
+    described, open_objects = [], []
+    describe, check = reader.describe_tensor, LazyTensor.validate
+
+    def counted_describe(group, *args):
+        described.append(group.name)
+        return describe(group, *args)
+
+    def counted_check(t, *args, **kwargs):
+        open_objects.append(h5py.h5f.get_obj_count(t._data.file.id, h5py.h5f.OBJ_DATASET | h5py.h5f.OBJ_GROUP))
+        return check(t, *args, **kwargs)
+
+    monkeypatch.setattr(reader, "describe_tensor", counted_describe)
+    monkeypatch.setattr(LazyTensor, "validate", counted_check)
+    report = validate_file(path)
+    assert report.ok and report.paddle_valid
+    assert sorted(described) == sorted(f"/t{i}" for i in range(300))  # once each
+    assert len(open_objects) == 300 and max(open_objects) <= 8  # not every tensor opened so far

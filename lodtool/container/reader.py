@@ -862,9 +862,15 @@ class LodFile(TensorSource):
                 level, message = issues[0] if issues else (None, "unreadable layout")
                 where = f"level {level}: " if level is not None else ""
                 raise LodFormatError(f"{self.path}: tensor {name!r}: {where}{message}")
-            self._tensors[name] = LazyTensor(self, layout)
-            self._note_lod(name, layout)
+            return self.open_layout(layout)
         return self._tensors[name]
+
+    def open_layout(self, layout: Layout) -> LazyTensor:
+        """The tensor of a layout :meth:`describe` found sound (what ``f[name]`` then returns), without describing it
+        again: a check that reports the layout's issues itself opens each tensor once."""
+        tensor = self._tensors[layout.name] = LazyTensor(self, layout)
+        self._note_lod(layout.name, layout)
+        return tensor
 
     def _note_lod(self, name: str, layout: Layout | None) -> None:
         with translate(self.path, "cannot compare offsets datasets"):
