@@ -66,8 +66,8 @@ class Layout:
     level_names: tuple | None
     compression: str
     compression_level: int | None
-    #: the names of the group's attributes, listed once (token metadata is read from those present)
-    attribute_names: frozenset = frozenset()
+    #: the names of the group's attributes, listed once (token metadata is read from those present; None: not listed)
+    attribute_names: frozenset | None = None
 
     @property
     def level_sizes(self) -> list[int]:
