@@ -197,3 +197,61 @@ def test_inspect_of_many_tensors_describes_each(path):
     assert [t["name"] for t in info["tensors"]] == [f"t{i}" for i in range(300)]
     assert {json.dumps(t["levels"]) for t in info["tensors"]} == {json.dumps(info["tensors"][0]["levels"])}
     assert info["tensors"][299]["levels"][0]["sequences"] == 3 and info["tensors"][299]["rows"] == 7
+
+
+def test_inspect_of_many_tensors_reads_each_attribute_once(path, monkeypatch):
+    from h5py._hl.attrs import AttributeManager
+
+    N = 600
+    many_tensors(path, N)
+    with h5py.File(path, "r+") as f:  # half of them with level names and token metadata too
+        for i in range(0, N, 2):
+            f[f"t{i}"].attrs.update({"level_names": ["doc"], "vocab_size": 100 + i})
+    reads, listings = [], []
+    read, iterate = AttributeManager.__getitem__, h5py.h5a.iterate
+
+    def counted_read(self, name):
+        reads.append(name)
+        return read(self, name)
+
+    def counted_iterate(obj, *args, **kwargs):
+        listings.append(obj)
+        return iterate(obj, *args, **kwargs)
+
+    monkeypatch.setattr(AttributeManager, "__getitem__", counted_read)
+    monkeypatch.setattr(h5py.h5a, "iterate", counted_iterate)
+    info = inspect_file(path)
+    with h5py.File(path, "r") as f:
+        stored = sum(len(f[f"t{i}"].attrs) for i in range(N))
+    root_reads = sum(1 for name in reads if name.startswith("lodtool_"))
+    assert len(reads) - root_reads <= stored  # no attribute of a tensor read twice
+    assert len(listings) <= N + 1  # one listing per tensor (and the root's)
+    summaries = info["tensors"]
+    assert [t["name"] for t in summaries] == [f"t{i}" for i in range(N)]
+    assert summaries[0]["level_names"] == ["doc"] and summaries[0]["tokens"]["vocab_size"] == 100
+    assert summaries[1]["level_names"] is None and summaries[1]["tokens"] is None
+    assert summaries[N - 2]["tokens"]["vocab_size"] == 100 + N - 2
+    assert {json.dumps(t["levels"][0]["sequences"]) for t in summaries} == {"3"}
+
+
+def test_validate_describes_each_tensor_once_and_holds_one_open_at_a_time(path, monkeypatch):
+    from lodtool.container import reader
+
+    many_tensors(path, 300)
+    described, open_objects = [], []
+    describe, check = reader.describe_tensor, LazyTensor.validate
+
+    def counted_describe(group, *args):
+        described.append(group.name)
+        return describe(group, *args)
+
+    def counted_check(t, *args, **kwargs):
+        open_objects.append(h5py.h5f.get_obj_count(t._data.file.id, h5py.h5f.OBJ_DATASET | h5py.h5f.OBJ_GROUP))
+        return check(t, *args, **kwargs)
+
+    monkeypatch.setattr(reader, "describe_tensor", counted_describe)
+    monkeypatch.setattr(LazyTensor, "validate", counted_check)
+    report = validate_file(path)
+    assert report.ok and report.paddle_valid
+    assert sorted(described) == sorted(f"/t{i}" for i in range(300))  # once each
+    assert len(open_objects) == 300 and max(open_objects) <= 8  # not every tensor opened so far

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import itertools
 import os
 import weakref
@@ -222,6 +223,14 @@ def _register_plugin_filters() -> None:
     register_own_plugins()
 
 
+class _MemberDataset(h5py.Dataset):
+    """A dataset handle that asks libhdf5 for its chunk shape and dtype once: neither changes after creation, and
+    h5py asks again on every access (a layout check reads them a dozen times per dataset)."""
+
+    chunks = functools.cached_property(h5py.Dataset.chunks.fget)
+    dtype = functools.cached_property(h5py.Dataset.dtype.fget)
+
+
 def hard_member(group: h5py.Group, name: str):
     """``group[name]`` if it is a hard link, else ``None`` (soft and external links are refused); ``name`` is one
     member's name, never a path.
@@ -237,7 +246,7 @@ def hard_member(group: h5py.Group, name: str):
         return None
     oid = h5py.h5o.open(gid, key)
     if isinstance(oid, h5py.h5d.DatasetID):  # read-only handles cache their shape, as h5py's own do
-        return h5py.Dataset(oid, readonly=h5py.h5i.get_file_id(oid).get_intent() == h5py.h5f.ACC_RDONLY)
+        return _MemberDataset(oid, readonly=h5py.h5i.get_file_id(oid).get_intent() == h5py.h5f.ACC_RDONLY)
     if isinstance(oid, h5py.h5g.GroupID):
         return h5py.Group(oid)
     return h5py.Datatype(oid)

@@ -31,7 +31,7 @@ from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, fil
                   object_key, oversized_chunk, remote_source, storage_gap, translate)
 from .filters import ensure_readable, foreign_filter_names
 from ..limits import STREAM_CHUNK_BYTES, default_max_memory, human_bytes
-from .reader import declared_lod_level, open_file
+from .reader import bounded_metadata_cache, declared_lod_level, open_file
 
 # -- validate ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
     error = None
     errors: list[str] = []
     paddle = True  # every level holds a sequence (Paddle's rule on top of lodtool's)
-    with open_file(path, max_memory=max_memory) as f:
+    with open_file(path, max_memory=max_memory) as f, bounded_metadata_cache(f.h5):
         if f.checksum_algorithm is None:
             problems.append(Problem(path, None, None, None,
                                     f"no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is missing)"))
@@ -139,15 +139,18 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                         for ds, label in _datasets_of(layout.group, layout.lod_level):
                             if ds is not None and spec.ATTR_DIGEST not in ds.attrs:
                                 problems.append(Problem(path, name, None, None, f"{label} has no recorded checksum"))
-                lod_problems = f[name].validate(max_problems=max_problems)
+                t = f.open_layout(layout)
+                lod_problems = t.validate(max_problems=max_problems)
                 for p in lod_problems:
                     problems.append(Problem(path, name, p.level, p.index, p.message))
-                paddle = paddle and all(size >= 2 for size in f[name].level_sizes)
+                paddle = paddle and all(size >= 2 for size in t.level_sizes)
                 if not lod_problems:
-                    problems.extend(token_id_problems(path, name, f[name], max_problems=max_problems,
+                    problems.extend(token_id_problems(path, name, t, max_problems=max_problems,
                                                       vocab_size=vocab_size))
             except LodFormatError as exc:  # an I/O failure part-way: this tensor is unreadable
                 errors.append(str(exc).removeprefix(f"{path}: "))
+            finally:
+                f.release(name)  # one tensor's HDF5 objects open at a time: a file may hold tens of thousands
     error = "; ".join(errors) if errors else None
     ok = not problems and error is None
     return FileReport(path, ok, problems, error, paddle_valid=ok and paddle)
@@ -218,7 +221,7 @@ def inspect_file(path: str | os.PathLike) -> dict:
     ('1.0', 6, 3)
     """
     path = os.fspath(path)
-    with open_file(path) as f:
+    with open_file(path) as f, bounded_metadata_cache(f.h5):
         tensors = []
         for name in f.names:  # one tensor open at a time: a file may hold tens of thousands
             tensors.append(tensor_summary(name, f[name], []))
@@ -327,7 +330,7 @@ def verify_file(path: str | os.PathLike, *,
     """
     path = os.fspath(path)
     out: list[ChecksumMismatch] = []
-    with open_file(path) as f:
+    with open_file(path) as f, bounded_metadata_cache(f.h5):
         if f.checksum_algorithm is None:
             raise LodFormatError(f"{path}: no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is "
                                  "missing); nothing to verify")
@@ -346,8 +349,10 @@ def verify_file(path: str | os.PathLike, *,
                 lod_level = layout.lod_level if layout is not None else declared_lod_level(group.attrs) or 0
                 items = list(_datasets_of(group, lod_level))
             if layout is not None:
-                f[name]  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
-                f.release(name)
+                try:  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
+                    f.open_layout(layout)
+                finally:
+                    f.release(name)
             for ds, label in items:
                 if not isinstance(ds, h5py.Dataset):  # lost data must not verify as "ok"
                     datasets.append((label, False))

@@ -20,6 +20,7 @@ claimed size against the memory limit and validate the whole LoD first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -65,6 +66,8 @@ class Layout:
     level_names: tuple | None
     compression: str
     compression_level: int | None
+    #: the names of the group's attributes, listed once (token metadata is read from those present; None: not listed)
+    attribute_names: frozenset | None = None
 
     @property
     def level_sizes(self) -> list[int]:
@@ -94,6 +97,26 @@ def declared_lod_level(attrs) -> int | None:
     return value if value is not None and 0 <= value <= spec.MAX_LOD_LEVEL else None
 
 
+def attribute_names(obj: h5py.HLObject) -> frozenset:
+    """The names of ``obj``'s attributes, in one libhdf5 call (h5py's ``attrs.keys()`` makes several per object,
+    which a file of tens of thousands of tensors pays per tensor).
+
+    >>> import os, tempfile
+    >>> with h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w") as h5:
+    ...     h5.attrs["b"], h5.attrs["a"] = 1, "x"
+    ...     sorted(attribute_names(h5))
+    ['a', 'b']
+    """
+    names: list = []
+    h5py.h5a.iterate(obj.id, lambda name, *_: names.append(name))
+    return frozenset(name.decode("utf-8", "surrogateescape") for name in names)
+
+
+#: the tensor group attributes the layout is read from (token metadata is read only when asked for)
+_LAYOUT_ATTRS = (spec.ATTR_LOD_LEVEL, spec.ATTR_LEVEL_NAMES, spec.ATTR_DTYPE, spec.ATTR_COMPRESSION,
+                 spec.ATTR_COMPRESSION_LEVEL)
+
+
 def _names_attr(value) -> list[str] | None:
     items = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
     if not isinstance(items, (list, tuple)):
@@ -116,8 +139,9 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     """
     issues: list[tuple[int | None, str]] = []
     with translate(path, f"cannot read the layout of tensor {name!r}"):
-        attrs = group.attrs
-        present = set(attrs.keys())  # one listing instead of an HDF5 existence check per attribute
+        present = attribute_names(group)  # one listing, then each attribute the layout needs read once
+        group_attrs = group.attrs
+        attrs = {key: group_attrs[key] for key in _LAYOUT_ATTRS if key in present}
         lod_level = declared_lod_level(attrs)
         if spec.ATTR_LOD_LEVEL not in present:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is missing"))
@@ -171,7 +195,7 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                 if extra:
                     issues.append((None, f"{spec.LOD!r} has unexpected member(s) {', '.join(extra)}"))
                 for k in range(lod_level):
-                    ds = hard_member(lod_group, str(k)) if str(k) in lod_group else None
+                    ds = hard_member(lod_group, str(k))  # None where missing
                     if not isinstance(ds, h5py.Dataset):
                         issues.append((k, f"offsets dataset '{spec.LOD}/{k}' is missing or not a dataset"))
                         continue
@@ -193,11 +217,14 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
         level = _int_attr(attrs.get(spec.ATTR_COMPRESSION_LEVEL)) if spec.ATTR_COMPRESSION_LEVEL in present else None
     if issues or data is None or lod_level is None:
         return None, issues
-    return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level), issues
+    return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level,
+                  present), issues
 
 
-def read_token_info(group: h5py.Group, path: str) -> TokenInfo | None:
+def read_token_info(group: h5py.Group, path: str, present: frozenset | None = None) -> TokenInfo | None:
     """The token metadata of a tensor group (``docs/format.md``, *Token metadata*), or None where it has none.
+
+    ``present``: the group's attribute names where already listed (:attr:`Layout.attribute_names`).
 
     Attributes of the wrong type, a special id past the vocabulary, or a stored
     tokenizer that is not a 1-D uint8 dataset matching ``tokenizer_hash`` are
@@ -215,7 +242,8 @@ def read_token_info(group: h5py.Group, path: str) -> TokenInfo | None:
     name = group.name.lstrip("/")
     with translate(path, f"cannot read the token metadata of tensor {name!r}"):
         attrs = group.attrs
-        present = set(attrs.keys())  # one listing instead of an HDF5 existence check per attribute
+        if present is None:  # one listing instead of an HDF5 existence check per attribute
+            present = attribute_names(group)
         given = {}
         for key in spec.TOKEN_ATTRS:
             if key not in present:
@@ -247,12 +275,54 @@ def read_token_info(group: h5py.Group, path: str) -> TokenInfo | None:
         raise LodFormatError(f"{path}: tensor {name!r}: token metadata: {exc}") from None
 
 
+#: libhdf5's metadata cache during a pass over every object of a file (each object header is read once, so a larger
+#: cache only holds headers never read again; its default grows to 32 MiB, several times that in resident memory)
+WALK_METADATA_CACHE = 1 << 20
+
+
+@contextlib.contextmanager
+def bounded_metadata_cache(h5: h5py.File, nbytes: int = WALK_METADATA_CACHE) -> Iterator[None]:
+    """Inside the block, libhdf5 caches at most ``nbytes`` of ``h5``'s metadata; after it, the cache may grow as before.
+
+    A pass over tens of thousands of tensors then runs in flat memory, and no slower.
+
+    >>> import os, tempfile
+    >>> with h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w") as h5:
+    ...     with bounded_metadata_cache(h5):
+    ...         inside = h5.id.get_mdc_config().max_size
+    ...     inside == WALK_METADATA_CACHE, h5.id.get_mdc_config().max_size > WALK_METADATA_CACHE
+    (True, True)
+    """
+    original = h5.id.get_mdc_config()
+    config = h5.id.get_mdc_config()
+    config.set_initial_size = True
+    config.initial_size = min(config.initial_size, nbytes)
+    config.min_size = min(config.min_size, nbytes)
+    config.max_size = nbytes
+    h5.id.set_mdc_config(config)
+    try:
+        yield
+    finally:
+        if h5.id.valid:
+            h5.id.set_mdc_config(original)
+
+
 def tensor_names(h5: h5py.File) -> list[str]:
     """Names of the tensor groups at the root, in creation order (``_``-prefixed names are reserved)."""
+    gid = h5.id
+    # the root group's own creation properties (the file's id answers with the file's)
+    tracked = h5py.h5g.open(gid, b"/").get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED
+    links: list = []  # (name, link type) of every root member, in one libhdf5 call (the order of h5.keys())
+    gid.links.iterate(lambda name, info: links.append((name, info.type)), info=True,
+                      idx_type=h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME)
     out = []
-    for name in h5.keys():
-        if spec.is_tensor_name(name) and isinstance(h5.get(name, getlink=True), h5py.HardLink) \
-                and h5.get(name, getclass=True) is h5py.Group:
+    for raw, kind in links:
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:  # as h5py names it
+            name = raw
+        if spec.is_tensor_name(name) and kind == h5py.h5l.TYPE_HARD \
+                and h5py.h5o.get_info(gid, raw).type == h5py.h5o.TYPE_GROUP:
             out.append(name)
     return out
 
@@ -431,7 +501,7 @@ class LazyTensor(TensorView):
     def tokens(self) -> TokenInfo | None:
         """The tensor's token metadata (vocabulary, special ids, tokenizer), or None (read once, then held)."""
         if self._tokens is False:
-            self._tokens = read_token_info(self._layout.group, self._path)
+            self._tokens = read_token_info(self._layout.group, self._path, self._layout.attribute_names)
         return self._tokens
 
     @property
@@ -758,7 +828,7 @@ class LodFile(TensorSource):
         self.max_memory = resolve_max_memory(max_memory)
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):
             self.format_version = spec.check_version(h5.attrs, path)
-        with translate(path, "cannot list the tensors"):
+        with translate(path, "cannot list the tensors"), bounded_metadata_cache(h5):
             self.names = tensor_names(h5)
             self._name_set = frozenset(self.names)  # membership per lookup, not a scan of the list
             created = h5.attrs.get(spec.ATTR_CREATED_BY)
@@ -792,9 +862,15 @@ class LodFile(TensorSource):
                 level, message = issues[0] if issues else (None, "unreadable layout")
                 where = f"level {level}: " if level is not None else ""
                 raise LodFormatError(f"{self.path}: tensor {name!r}: {where}{message}")
-            self._tensors[name] = LazyTensor(self, layout)
-            self._note_lod(name, layout)
+            return self.open_layout(layout)
         return self._tensors[name]
+
+    def open_layout(self, layout: Layout) -> LazyTensor:
+        """The tensor of a layout :meth:`describe` found sound (what ``f[name]`` then returns), without describing it
+        again: a check that reports the layout's issues itself opens each tensor once."""
+        tensor = self._tensors[layout.name] = LazyTensor(self, layout)
+        self._note_lod(layout.name, layout)
+        return tensor
 
     def _note_lod(self, name: str, layout: Layout | None) -> None:
         with translate(self.path, "cannot compare offsets datasets"):
@@ -900,4 +976,4 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
 
 
 __all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
-           "read_token_info", "Layout", "DecodedChunks", "words_of", "DECODED_CACHE_BYTES"]
+           "read_token_info", "attribute_names", "bounded_metadata_cache", "Layout", "DecodedChunks", "words_of", "DECODED_CACHE_BYTES"]
