@@ -385,3 +385,15 @@ def test_append_to_a_container_in_object_storage_is_refused_naming_the_redacted_
         LodWriter(root + "/c.lod.h5", append=True)
     with pytest.raises(LodUsageError, match="not a stream"):
         LodWriter(io.BytesIO(), append=True)
+
+
+def test_save_of_many_tensors_compares_only_lods_with_equal_digests(tmp_path, monkeypatch):
+    calls = []
+    same = writer._same_lod
+    monkeypatch.setattr(writer, "_same_lod", lambda a, b: calls.append(1) or same(a, b))
+    items = {f"t{i}": LoDTensor(np.arange(i + 1), [[0, i + 1]]) for i in range(200)}  # 200 distinct LoDs
+    items.update({f"u{i}": LoDTensor(np.zeros(i + 1), [[0, i + 1]]) for i in range(3)})  # equal to t0..t2
+    save(str(tmp_path / "many.lod.h5"), items)
+    assert len(calls) == 3  # one comparison per equal pair, none between distinct LoDs (was 20,000)
+    with open_file(str(tmp_path / "many.lod.h5")) as f:
+        assert f.shared_lod_with("u2") == ["t2"] and f.shared_lod_with("t7") == []

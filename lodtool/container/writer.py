@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import h5py
 import numpy as np
+import xxhash
 
 from .. import lod as _lod
 from .._device import to_host
@@ -1156,6 +1157,31 @@ def _same_lod(a: LoDTensor, b: LoDTensor) -> bool:
         all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a.offsets, b.offsets))
 
 
+def _lod_sources(items: Mapping[str, LoDTensor]) -> dict[str, str]:
+    """For each tensor whose LoD equals an earlier one's, that earlier tensor's name (the first of its kind).
+
+    Tensors are grouped by their offsets' digests, and only those of one group are compared, so that a mapping of
+    many tensors costs one pass, not a comparison of every pair.
+
+    >>> t = LoDTensor(np.arange(3), [[0, 1, 3]])
+    >>> _lod_sources({"a": t, "b": LoDTensor(np.zeros(3), [[0, 1, 3]]), "c": LoDTensor(np.arange(3), [[0, 3]])})
+    {'b': 'a'}
+    """
+    sources: dict[str, str] = {}
+    firsts: dict[tuple, list[str]] = {}
+    for n, t in items.items():
+        if not t.lod_level:
+            continue
+        key = tuple(xxhash.xxh3_64_intdigest(checksum.little_endian(to_host(o)).view(np.uint8)) for o in t.offsets)
+        group = firsts.setdefault(key, [])
+        source = next((other for other in group if _same_lod(items[other], t)), None)
+        if source is None:
+            group.append(n)
+        else:
+            sources[n] = source
+    return sources
+
+
 def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTensor], *, name: str = "tensor",
          overwrite: bool = False, force: bool = False, compression: str | None = None,
          compression_level: int | None = None, share_lod: bool = True, fletcher32: bool = True,
@@ -1207,15 +1233,7 @@ def save(path: str | os.PathLike | Any, tensors: LoDTensor | Mapping[str, LoDTen
         spec.check_tensor_name(n)
         if not isinstance(t, LoDTensor):
             raise LodUsageError(f"save: {n!r} is a {type(t).__name__}, not a LoDTensor")
-    sources: dict[str, str] = {}
-    if share_lod:
-        seen: list[str] = []
-        for n, t in items.items():
-            for other in seen:
-                if other not in sources and _same_lod(items[other], t):
-                    sources[n] = other
-                    break
-            seen.append(n)
+    sources = _lod_sources(items) if share_lod else {}
     with LodWriter(path, overwrite=overwrite, force=force, compression=compression,
                    compression_level=compression_level, fletcher32=fletcher32, share_lod=share_lod,
                    layout=layout) as w:
