@@ -312,13 +312,11 @@ def _resolve(value):
     return value
 
 
-class LazyKernel:
-    """A Numba kernel compiled on its first call (``njit(cache=True, nogil=True, **options)``)."""
+class _CompiledOnFirstUse:
+    """A plain Python function that stands for a Numba dispatcher, made by ``_compile`` on first access."""
 
-    def __init__(self, fn: Callable, options: dict):
+    def __init__(self, fn: Callable):
         self.py_func = fn
-        self.options = options
-        self.parallel = bool(options.get("parallel"))
         self._dispatcher = None
         self._lock = threading.Lock()
         self.__name__ = fn.__name__
@@ -335,6 +333,18 @@ class LazyKernel:
                 if self._dispatcher is None:
                     self._dispatcher = self._compile()
         return self._dispatcher
+
+    def _compile(self):  # pragma: no cover - each subclass compiles its own way
+        raise NotImplementedError
+
+
+class LazyKernel(_CompiledOnFirstUse):
+    """A Numba kernel compiled on its first call (``njit(cache=True, nogil=True, **options)``)."""
+
+    def __init__(self, fn: Callable, options: dict):
+        super().__init__(fn)
+        self.options = options
+        self.parallel = bool(options.get("parallel"))
 
     def _compile(self):
         numba = numba_module()
@@ -381,28 +391,13 @@ def steal_blocks(n, nblocks, counter, nworkers, {args}):
 """
 
 
-class BlockKernel:
-    """A parallel kernel written as the work of one block of items (see :func:`parallel_blocks`)."""
+class BlockKernel(_CompiledOnFirstUse):
+    """A parallel kernel written as the work of one block of items (see :func:`parallel_blocks`); its dispatcher
+    is the whole loop's."""
 
     def __init__(self, body: Callable):
+        super().__init__(body)
         self.body = LazyKernel(body, {"inline": "always"})
-        self.py_func = body
-        self._dispatcher = None
-        self._lock = threading.Lock()
-        self.__name__ = body.__name__
-        self.__qualname__ = body.__qualname__
-        self.__doc__ = body.__doc__
-        self.__module__ = body.__module__
-        self.__wrapped__ = body
-
-    @property
-    def dispatcher(self):
-        """The compiled Numba dispatcher of the whole loop (compiles on first access)."""
-        if self._dispatcher is None:
-            with self._lock:
-                if self._dispatcher is None:
-                    self._dispatcher = self._compile()
-        return self._dispatcher
 
     def _compile(self):
         numba = numba_module()
@@ -414,8 +409,10 @@ class BlockKernel:
         # the loop's bytecode), so each kernel has a cache entry of its own, next to its body's, that a
         # change to the body's file invalidates.
         qualname = f"{self.__qualname__}_blocks"
-        code = space["steal_blocks"].__code__.replace(co_filename=body.co_filename, co_firstlineno=body.co_firstlineno,
-                                                      co_name=self.__name__, co_qualname=qualname)
+        where = {"co_filename": body.co_filename, "co_firstlineno": body.co_firstlineno, "co_name": self.__name__}
+        if hasattr(body, "co_qualname"):  # Python 3.11 and later
+            where["co_qualname"] = qualname
+        code = space["steal_blocks"].__code__.replace(**where)
         glb = {"prange": numba.prange, "body": self.body.dispatcher, "ONE": ONE,
                "atomic_add": atomic_add if numba.config.DISABLE_JIT else _atomic_add_intrinsic()}
         func = types.FunctionType(code, glb, self.__name__)
