@@ -8,11 +8,10 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from lodtool.cli._render import LEVEL_COLUMNS, levels_table
+from lodtool.cli._render import levels_table, rich_levels_table
 
 _numbers = st.one_of(st.just("-"), st.integers(0, 10**13).map(lambda n: f"{n:,}"),
                      st.floats(0, 1e6, allow_nan=False).map(lambda v: f"{v:,.2f}"))
@@ -21,13 +20,6 @@ _names = st.one_of(st.text(alphabet="abcdefgh_- .0123456789", max_size=30),
 _row = st.tuples(st.integers(0, 9).map(str), _names, _numbers, _numbers, _numbers, _numbers, _numbers, _numbers)
 
 
-def _rich_table(rows) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    for col in LEVEL_COLUMNS:
-        table.add_column(col, justify="left" if col == "name" else "right")
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
-    return table
 
 
 def _drawn(renderable, width: int, terminal: bool) -> str:
@@ -44,11 +36,12 @@ def test_levels_table_draws_what_richs_table_draws(rows, width):
                       for row in rows]  # what inspect passes: names already made printable
     for terminal in (False, True):
         assert _drawn(levels_table(printable_rows, width), width, terminal) == _drawn(
-            _rich_table(printable_rows), width, terminal)
+            rich_levels_table(printable_rows), width, terminal)
 
 
 def test_levels_table_is_drawn_directly_when_it_is_plain_and_fits():
-    plain = [("0", "doc", "3", "1", "2", "2.00", "3", "0"), ("1", "sentence", "1,234,567", "0", "1.5", "2.33", "9", "1")]
+    plain = [("0", "doc", "3", "1", "2", "2.00", "3", "0"),
+             ("1", "sentence", "1,234,567", "0", "1.5", "2.33", "9", "1")]
     assert isinstance(levels_table(plain, 200), Text)
     assert isinstance(levels_table(plain, 40), Table)  # narrower than the table: rich lays it out
     assert isinstance(levels_table([("0", ":smile:", "1", "1", "1", "1.00", "1", "0")], 200), Table)

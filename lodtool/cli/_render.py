@@ -153,19 +153,32 @@ def inspect_report(info: dict) -> None:
 LEVEL_COLUMNS = ("level", "name", "sequences", "min", "median", "mean", "max", "empty")
 
 
+def rich_levels_table(rows: Sequence[Sequence[str]]):
+    """The table of levels as a rich ``Table`` (what :func:`levels_table` draws itself where the cells are plain)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_edge=False, header_style="bold")
+    for col in LEVEL_COLUMNS:
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
 def levels_table(rows: Sequence[Sequence[str]], width: int):
     """``inspect``'s table of a tensor's levels (``rows`` of :data:`LEVEL_COLUMNS`, as printed): the lines rich's
     ``Table(show_edge=False, header_style="bold")`` draws, made directly where its layout is that simple one (plain
-    ASCII cells, no ``:emoji:`` code or backslash, within ``width``), else that Table.  rich takes about 4 ms to lay out a table,
-    which a file of 30,000 tensors paid for two minutes.
+    ASCII cells, no ``:emoji:`` code or backslash, within ``width``), else that Table.  rich takes about 4 ms to
+    lay out a table, which a file of 30,000 tensors paid for two minutes.
 
     >>> from rich.console import Console
-    >>> Console(width=80).print(levels_table([("0", "doc", "3", "1", "2", "2.00", "3", "0")], 80))  # doctest: +NORMALIZE_WHITESPACE
+    >>> rows = [("0", "doc", "3", "1", "2", "2.00", "3", "0")]
+    >>> Console(width=80).print(levels_table(rows, 80))  # doctest: +NORMALIZE_WHITESPACE
      level ┃ name ┃ sequences ┃ min ┃ median ┃ mean ┃ max ┃ empty
     ━━━━━━━╇━━━━━━╇━━━━━━━━━━━╇━━━━━╇━━━━━━━━╇━━━━━━╇━━━━━╇━━━━━━━
          0 │ doc  │         3 │   1 │      2 │ 2.00 │   3 │     0
     """
-    from rich.table import Table
     from rich.text import Text
 
     cells = [LEVEL_COLUMNS, *rows]
@@ -173,14 +186,7 @@ def levels_table(rows: Sequence[Sequence[str]], width: int):
     simple = sum(widths) + 3 * len(widths) - 1 <= width and all(
         cell.isascii() and cell.isprintable() and ":" not in cell and "\\" not in cell for row in rows for cell in row)
     if not simple:
-        from rich.markup import escape
-
-        table = Table(show_edge=False, header_style="bold")
-        for col in LEVEL_COLUMNS:
-            table.add_column(col, justify="left" if col == "name" else "right")
-        for row in rows:
-            table.add_row(*(escape(cell) for cell in row))
-        return table
+        return rich_levels_table(rows)
 
     def line(row: Sequence[str], separator: str) -> str:
         return separator.join(f" {cell.ljust(w) if name == 'name' else cell.rjust(w)} "
