@@ -763,8 +763,9 @@ class ShardWriter:
 
     def __init__(self, folder: str | os.PathLike, *, shard_size: int | str = DEFAULT_SHARD_SIZE,
                  append: bool = False, compression: str | None = None, name: str = "tensor",
-                 tokens: TokenInfo | None = None):
+                 tokens: TokenInfo | None = None, chunk_bytes: int | None = None):
         self.folder = os.fspath(folder)
+        self.chunk_bytes = chunk_bytes  # of each shard's data chunks (None: the writer's default)
         self.tokens = tokens
         self.shard_size = parse_size(shard_size, "shard size")
         self.append = append
@@ -800,7 +801,7 @@ class ShardWriter:
         self._paths.append(folder_file(self.folder, shard_name(self._index - 1), missing_ok=True))
         self._tws = {name: self._writer.add_tensor(name, dtype=s.dtype, element_shape=s.element_shape,
                                                    lod_level=s.lod_level, level_names=s.level_names,
-                                                   tokens=s.tokens)
+                                                   tokens=s.tokens, chunk_bytes=self.chunk_bytes)
                      for name, s in self.specs.items()}
         self._used = 0
         self._counts = {name: [0, [0] * s.lod_level] for name, s in self.specs.items()}

@@ -185,14 +185,14 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
             manifest = dask_pack(list(inputs), folder, append=append, progress=progress,
                                  compute_kwargs=compute_kwargs, **options)
         return _summary(folder, manifest)
-    from ._pack import PackSource
+    from ._pack import PackSource, _data_chunk_bytes
 
     source = PackSource.open(inputs, format=format, lod_level=lod_level, dtype=dtype, level_names=level_names,
                              column=column, max_memory=max_memory, token_dtype=token_dtype,
                              eos_token_id=eos_token_id, tokens=tokens, text=text)
     _refuse_tiny_shards(folder, source.sources, shard_size)
     with ShardWriter(folder, shard_size=shard_size, append=append, compression=compression, name=name,
-                     tokens=source.tokens) as w:
+                     tokens=source.tokens, chunk_bytes=_data_chunk_bytes(source.format, compression)) as w:
         for chunk in source.chunks:
             w.write(chunk if source.level_names is None else chunk.with_level_names(source.names_for(chunk)))
     return _summary(folder, read_manifest(folder))
