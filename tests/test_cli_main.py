@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -62,6 +64,23 @@ def test_ctrl_c_after_the_output_was_committed_exits_0(container, tmp_path, monk
     result = run("unpack", container, "-o", out)
     assert result.exit_code == 0
     assert f"interrupted after {out} was written" in error_line(result)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_process_shuts_down_after_a_write_keeps_exit_0(tmp_path, sig):
+    src, out = tmp_path / "x.jsonl", tmp_path / "x.lod.h5"
+    src.write_text("[1, 2]\n[3]\n")
+    code = ("import atexit, time; atexit.register(time.sleep, 3)  # the shutdown a signal arrives in\n"
+            "from lodtool.cli.main import main\n"
+            f"main(['pack', {str(src)!r}, '-o', {str(out)!r}])\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stderr.readline().startswith("packed ")
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=30) == 0, rest
+    assert "Traceback" not in rest and "Exception ignored" not in rest and lodtool.load(str(out)).n_rows == 3
 
 
 # -- command names -----------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ import errno
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 
 import click
@@ -320,7 +322,16 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
-    cli.main(args=argv, prog_name="lodtool")
+    try:
+        cli.main(args=argv, prog_name="lodtool")
+    except SystemExit:
+        # The command has finished: its output is committed or was never made, and the exit status says which.
+        # Ctrl-C or SIGTERM while the interpreter shuts down (thread pools joining, modules torn down) must not
+        # turn a committed write's 0 into a death by signal.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover
