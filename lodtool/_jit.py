@@ -13,7 +13,7 @@ check) is declared here the same way::
             out[i] = i
 
 :func:`kernel` compiles with ``numba.njit(cache=True, nogil=True, **options)``;
-inside a kernel ``prange`` is ``numba.prange``, ``atomic_add`` an LLVM atomic,
+inside a kernel ``prange`` is ``numba.prange``,
 other kernels may be called by name, and an :func:`intrinsic` is compiled with
 Numba's ``numba.extending.intrinsic``.  A parallel loop over items is written
 as the work of one block of them, :func:`parallel_blocks`: the loop around it
@@ -313,7 +313,11 @@ def _resolve(value):
 
 
 class _CompiledOnFirstUse:
-    """A plain Python function that stands for a Numba dispatcher, made by ``_compile`` on first access."""
+    """A plain Python function that stands for a Numba dispatcher, made on first access by the subclass's
+    ``_compile``."""
+
+    #: what ``repr`` calls it
+    kind = "kernel"
 
     def __init__(self, fn: Callable):
         self.py_func = fn
@@ -334,8 +338,9 @@ class _CompiledOnFirstUse:
                     self._dispatcher = self._compile()
         return self._dispatcher
 
-    def _compile(self):  # pragma: no cover - each subclass compiles its own way
-        raise NotImplementedError
+    def __repr__(self) -> str:
+        state = "compiled" if self._dispatcher is not None else "not compiled yet"
+        return f"<lodtool {self.kind} {self.__qualname__} ({state})>"
 
 
 class LazyKernel(_CompiledOnFirstUse):
@@ -351,8 +356,6 @@ class LazyKernel(_CompiledOnFirstUse):
         fn = self.py_func
         glb = dict(fn.__globals__)
         glb["prange"] = numba.prange
-        if "atomic_add" in fn.__code__.co_names and not numba.config.DISABLE_JIT:
-            glb["atomic_add"] = _atomic_add_intrinsic()
         for name in fn.__code__.co_names:  # kernels calling kernels see their dispatchers
             if name in glb:
                 glb[name] = _resolve(glb[name])
@@ -373,10 +376,6 @@ class LazyKernel(_CompiledOnFirstUse):
                 return dispatcher(*args)
         return dispatcher(*args)
 
-    def __repr__(self) -> str:
-        state = "compiled" if self._dispatcher is not None else "not compiled yet"
-        return f"<lodtool kernel {self.__qualname__} ({state})>"
-
 
 #: the loop of every block kernel, one per count of the body's own arguments: Numba inlines a call into the
 #: prange loop only without ``*args``, and inlined, the body compiles as that loop's code always did (no
@@ -394,6 +393,8 @@ def steal_blocks(n, nblocks, counter, nworkers, {args}):
 class BlockKernel(_CompiledOnFirstUse):
     """A parallel kernel written as the work of one block of items (see :func:`parallel_blocks`); its dispatcher
     is the whole loop's."""
+
+    kind = "block kernel"
 
     def __init__(self, body: Callable):
         super().__init__(body)
@@ -427,10 +428,6 @@ class BlockKernel(_CompiledOnFirstUse):
         dispatcher = self.dispatcher
         with _PARALLEL_LOCK:
             return dispatcher(np.uint64(n), blocks, counter, nworkers, *args)
-
-    def __repr__(self) -> str:
-        state = "compiled" if self._dispatcher is not None else "not compiled yet"
-        return f"<lodtool block kernel {self.__qualname__} ({state})>"
 
 
 def parallel_blocks(body: Callable) -> BlockKernel:
