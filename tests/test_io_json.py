@@ -698,3 +698,14 @@ def test_an_error_on_a_line_after_one_longer_than_the_buffer_names_its_own_line(
             assert str(long.value).split(": ")[0] == str(whole.value).split(": ")[0]
         else:
             assert str(long.value) == str(whole.value)
+
+
+def test_an_integer_past_int64_is_refused_in_the_librarys_words(tmp_path):
+    from lodtool.tasks import pack
+
+    src = tmp_path / "u.jsonl"
+    src.write_text("[[18446744073709551615]]\n")
+    with pytest.raises(LodInputError, match=r"read it as uint64 \(0\.\.2\*\*64-1; dtype=uint64\) or as a float "
+                                            r"\(dtype=float64\)$"):
+        pack([str(src)], str(tmp_path / "u.lod.h5"))
+    assert not (tmp_path / "u.lod.h5").exists()

@@ -437,7 +437,7 @@ class _Assembler:
             data = cast_values(data, self.dtype, lambda row: "{}: at branch {}: ".format(
                 *_locate(piece, levels, n_lod, row, self.name)))
         elif data.dtype.kind == "u":  # pragma: no cover - only a uint64 target makes uint64
-            raise LodInputError(f"{self.name}: integers above int64 need the uint64 dtype (--dtype uint64)")
+            raise LodInputError(f"{self.name}: integers above int64 need the uint64 dtype (dtype=uint64)")
         offsets = [_lod.lengths_to_offsets(lengths) for lengths in lod_lengths]
         return LoDTensor(data, lod=offsets, level_names=self.level_names)
 
@@ -575,9 +575,9 @@ def _beyond_float64(token: str) -> str:
 
 def _beyond_int64(token: str) -> str:
     if 0 <= int(token) <= _U64_MAX:
-        return (f"integer {token} does not fit in int64; read it as uint64 (0..2**64-1; --dtype uint64) or as a "
-                "float (--dtype float64)")
-    return (f"integer {token} does not fit in int64 or uint64; read it as a float (--dtype float64, which keeps "
+        return (f"integer {token} does not fit in int64; read it as uint64 (0..2**64-1; dtype=uint64) or as a "
+                "float (dtype=float64)")
+    return (f"integer {token} does not fit in int64 or uint64; read it as a float (dtype=float64, which keeps "
             "about 16 significant digits)")
 
 
@@ -1527,7 +1527,7 @@ def _long_line_error(js, sc, buf: _Buffer, end: int, asm: _Assembler, line: int,
         return LodInputError(f"{where}: {_huge_integer(len(token.lstrip('-')))}")
     if sc.error is not None and not token:  # integers above int64 and negative ones, found after the scan
         return LodInputError(f"{asm.name}:{line}: integers above int64 and negative integers: no integer dtype "
-                             "holds both; read them as floats (--dtype float64)")
+                             "holds both; read them as floats (dtype=float64)")
     if not re.fullmatch(r"-?\d+", token):
         return LodInputError(f"{where}: {_beyond_float64(token)}")
     if asm.target == _TARGET_DEFAULT:
@@ -1535,7 +1535,7 @@ def _long_line_error(js, sc, buf: _Buffer, end: int, asm: _Assembler, line: int,
     if not 0 <= int(token) <= _U64_MAX:
         return LodInputError(f"{where}: integer {token} does not fit in uint64")
     return LodInputError(f"{where}: integer {token} above int64 among floats; read them all as floats "
-                         "(--dtype float64)")
+                         "(dtype=float64)")
 
 
 def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) -> Iterator[LoDTensor]:

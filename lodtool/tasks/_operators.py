@@ -398,7 +398,7 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
                 i = int(past[0])
                 o, m, n = int(off[i]), int(ln[i]), int(seq[i])
                 raise LodIndexError(f"{where}: sequence_slice: sequence {start + i} has {n} rows, but offset {o} + "
-                                    f"length {m} = {o + m} runs past its end (clip=True, --clip, shortens such slices)")
+                                    f"length {m} = {o + m} runs past its end (clip=True shortens such slices)")
 
     done = [0]
 

@@ -382,7 +382,7 @@ def _text_kind(text: TextOptions, format: str | None) -> TextOptions:
         return text
     kinds = {"jsonl": "jsonl", "parquet": "parquet", "text": "plain"}
     if format not in kinds:
-        raise LodUsageError(f"text is read from jsonl, parquet or plain text (--format text), not {format}")
+        raise LodUsageError(f"text is read from jsonl, parquet or plain text (format='text'), not {format}")
     return dataclasses.replace(text, kind=kinds[format])
 
 

@@ -336,7 +336,7 @@ def check_truncate(truncate: str | None, maxlen: int | None) -> None:
     if truncate not in (None, "head", "tail"):
         raise LodUsageError(f"truncate must be 'head' or 'tail', got {truncate!r}")
     if truncate is not None and maxlen is None:
-        raise LodUsageError("truncating needs a maxlen (--maxlen) to truncate to")
+        raise LodUsageError("truncating needs maxlen=... to truncate to")
 
 
 def plan_of(lod_only: LoDTensor, level: int, max_memory: int, where: str, device: str = "cpu"):

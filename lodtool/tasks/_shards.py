@@ -158,7 +158,7 @@ def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike,
     from ..container.writer import AUTO_INT
 
     if isinstance(dtype, str) and dtype == AUTO_INT:  # it narrows per container: shards could disagree
-        raise LodUsageError("--dtype auto-int picks the narrowest dtype per container, and a sharded folder needs "
+        raise LodUsageError("dtype='auto-int' picks the narrowest dtype per container, and a sharded folder needs "
                             "one dtype for every shard; give the dtype (say int32), or pack into one file and "
                             "split it with lodtool shard")
     folder = os.fspath(folder)
@@ -282,7 +282,7 @@ class dask_scheduler:
 
     def __init__(self, scheduler: str, workers: int | None = None, timeout: float | None = None):
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-            raise LodUsageError(f"--workers must be a positive integer, got {workers!r}")
+            raise LodUsageError(f"workers=... must be a positive integer, got {workers!r}")
         optional_import("dask", "dask", "a Dask scheduler")
         self.scheduler, self.workers, self.timeout = scheduler, workers, timeout
         self._client = self._cluster = self._pool = None
@@ -296,7 +296,7 @@ class dask_scheduler:
             return {"scheduler": "threads", "pool": self._pool}
         if self.scheduler == "sync":
             return {"scheduler": "sync"}
-        distributed = optional_import("distributed", "dask", "--scheduler")
+        distributed = optional_import("distributed", "dask", "a Dask scheduler at an address")
         if self.scheduler == "processes":
             import logging
 
