@@ -89,6 +89,50 @@ def test_direct_chunks_equal_filtered_chunks(tmp_path, monkeypatch, shape, dtype
     assert verify_file(direct) == []
 
 
+def _direct_write(path: str, data: np.ndarray, rows: int, **file_options) -> tuple[list[bytes], int, str]:
+    """``data`` written by the direct path into a fresh fletcher32 dataset of ``rows``-row chunks: its stored chunks,
+    how many chunks were staged (copied with their sum) and the digest fed."""
+    from lodtool.container import checksum
+
+    staged = []
+    stage = writer._stage_chunks
+
+    def counting(flat, first, count, chunk_bytes, buf):
+        staged.append(count)
+        return stage(flat, first, count, chunk_bytes, buf)
+
+    hasher = checksum.new_hasher()
+    with pytest.MonkeyPatch.context() as mp, h5py.File(path, "w", **file_options) as f:
+        mp.setattr(writer, "_stage_chunks", counting)
+        ds = f.create_dataset("x", shape=data.shape, maxshape=(None,) + data.shape[1:], dtype=data.dtype,
+                              chunks=(rows,) + data.shape[1:], fletcher32=True)
+        writer._write_chunks_direct(ds, 0, data, rows, hasher)
+        chunks = [ds.id.read_direct_chunk((c,) + (0,) * (data.ndim - 1))[1] for c in range(0, data.shape[0], rows)]
+        assert np.array_equal(ds[...], data)  # read through libhdf5's filter: every sum checked
+    return chunks, sum(staged), checksum.format_digest(hasher)
+
+
+@pytest.mark.parametrize("dtype, n, staged", [(np.int32, 50_000, 1), (np.int32, 49_153, 1), (np.int32, 49_152, 1),
+                                              (np.int16, 98_305, 2), (np.int32, 4_000, 1)])
+def test_chunks_of_a_plain_file_are_written_without_a_copy(tmp_path, monkeypatch, dtype, n, staged):
+    """Into a plain file every chunk followed by four bytes of the block goes to libhdf5 from the block itself (its
+    sum written over those four bytes after it); the last chunk (and the one before it, when the last is under four
+    bytes) is staged. The stored chunks are those of libhdf5's filter, and of a file libhdf5 keeps in memory (where
+    every chunk is staged)."""
+    rows = (16 << 10) // np.dtype(dtype).itemsize  # 16 KiB chunks
+    monkeypatch.setattr(writer, "STAGE_BYTES", 4 * rows * np.dtype(dtype).itemsize)  # groups of 4 chunks in the pool
+    info = np.iinfo(dtype)
+    data = np.random.default_rng(n).integers(info.min, info.max, n, dtype=np.int64).astype(dtype)
+    chunks, copied, digest = _direct_write(str(tmp_path / "plain.h5"), data, rows)
+    assert copied == staged
+    in_memory, all_copied, same_digest = _direct_write(str(tmp_path / "core.h5"), data, rows, driver="core",
+                                                       backing_store=False)
+    assert all_copied == -(-n // rows) and in_memory == chunks and same_digest == digest
+    sums = [struct.unpack("<I", c[-4:])[0] for c in chunks]
+    padded = np.concatenate([data, np.zeros(-n % rows, dtype)]).view(np.uint8)
+    assert sums == _libhdf5_fletcher(padded.tobytes(), padded.shape[0] // len(chunks))
+
+
 def test_direct_path_is_skipped_for_compressed_data(tmp_path):
     data = np.arange(2_000_000, dtype=np.int64)
     path = str(tmp_path / "lzf.h5")

@@ -303,30 +303,100 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
 
     The bytes are what libhdf5's filter would store: the chunk (the last one
     padded with the fill value, zero), then its Fletcher-32 as a little-endian
-    uint32.  Groups of chunks are laid out with their sums in the buffers of
-    ``staging`` by the encoding pool's threads (:func:`._deflate.encoder_pool`;
-    the copy and the sums release the GIL) while this thread hands the groups
-    before them to libhdf5 and hashes them, in order.  Returns the buffers,
-    for the next call to reuse.
+    uint32.  Where the file is a plain file (HDF5's default driver), every chunk
+    with four bytes of ``block`` after it is handed to libhdf5 straight from
+    ``block`` (:func:`_write_in_place`); the others, and every chunk elsewhere,
+    are laid out with their sums in the buffers of ``staging``
+    (:func:`_write_staged`).  Returns the buffers, for the next call to reuse.
     """
-    from ._deflate import encoder_pool, workers
-
     chunk_bytes = rows * (block.nbytes // max(block.shape[0], 1))
     flat = block.reshape(-1).view(np.uint8)
     count = -(-flat.shape[0] // chunk_bytes)
-    group = max(STAGE_BYTES // (chunk_bytes + 4), 1)
+    zeros = (0,) * (block.ndim - 1)
+    fd = _raw_fd(ds)
+    in_place = 0
+    if fd is not None:  # chunk i is followed by four bytes of the block while it is not the last, or the last is long
+        in_place = max(count - 1 if flat.shape[0] - (count - 1) * chunk_bytes >= 4 else count - 2, 0)
+    if in_place:
+        _write_in_place(ds.id, fd, flat, in_place, chunk_bytes, lambda k: (start + k * rows,) + zeros, hasher)
+    if in_place < count:
+        staging = _write_staged(ds.id, flat, in_place, count, chunk_bytes, lambda k: (start + k * rows,) + zeros,
+                                hasher, staging)
+    return staging or []
+
+
+def _raw_fd(ds: h5py.Dataset) -> int | None:
+    """The descriptor of ``ds``'s file where libhdf5 writes it as a plain file (the ``sec2`` driver), else None."""
+    if ds.file.driver != "sec2" or not hasattr(ds.id, "get_chunk_info_by_coord"):
+        return None
+    fd = ds.file.id.get_vfd_handle()
+    return fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def _write_in_place(dsid, fd: int, flat: np.ndarray, count: int, chunk_bytes: int, coord, hasher) -> None:
+    """Chunks ``0..count-1`` of ``flat`` (whole chunks, each followed by at least four bytes of ``flat``), with no
+    copy in this process: libhdf5 stores each chunk's bytes and the four after them, and the chunk's Fletcher-32 is
+    then written over those four through ``fd``, where libhdf5 placed them.
+
+    The sums of groups of chunks are computed ahead by the encoding pool's
+    threads (:func:`._deflate.encoder_pool`; they release the GIL) while this
+    thread hands the groups before them to libhdf5 and hashes them, in order.
+    """
+    from ._deflate import encoder_pool, workers
+    from ._fletcher import fletcher32_chunks
+
+    group = max(STAGE_BYTES // chunk_bytes, 1)
     groups = -(-count // group)
     pool = encoder_pool() if groups > 1 and workers() > 1 else None
-    in_flight = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
-    shape = (group, chunk_bytes + 4)
-    staging = [b for b in (staging or []) if b.shape == shape][:in_flight]
-    staging += [np.empty(shape, np.uint8) for _ in range(in_flight - len(staging))]
-    zeros = (0,) * (block.ndim - 1)
-    dsid = ds.id
+    ahead = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
     queued: collections.deque = collections.deque()
 
     def queue(g: int) -> None:
-        args = (flat, g * group, min(group, count - g * group), chunk_bytes, staging[g % in_flight])
+        part = flat[g * group * chunk_bytes:min((g + 1) * group, count) * chunk_bytes]
+        queued.append(pool.submit(fletcher32_chunks, part, chunk_bytes) if pool is not None
+                      else fletcher32_chunks(part, chunk_bytes))
+
+    for g in range(ahead):
+        queue(g)
+    for g in range(groups):
+        sums = queued.popleft()
+        sums = (sums.result() if pool is not None else sums).astype("<u4")
+        first = g * group
+        for i in range(sums.shape[0]):
+            k = first + i
+            begin = k * chunk_bytes
+            dsid.write_direct_chunk(coord(k), flat[begin:begin + chunk_bytes + 4])  # h5py takes its lock
+            where = dsid.get_chunk_info_by_coord(coord(k)).byte_offset + chunk_bytes
+            if os.pwrite(fd, sums[i:i + 1].tobytes(), where) != 4:
+                raise OSError(f"a chunk's checksum was not written whole at byte {where:,}")
+        hasher.update(flat[first * chunk_bytes:(first + sums.shape[0]) * chunk_bytes])
+        if g + ahead < groups:
+            queue(g + ahead)
+
+
+def _write_staged(dsid, flat: np.ndarray, first_chunk: int, count: int, chunk_bytes: int, coord, hasher,
+                  staging: list[np.ndarray] | None) -> list[np.ndarray]:
+    """Chunks ``first_chunk..count-1`` of ``flat``, each copied with its sum into a row of a buffer of ``staging``
+    that libhdf5 is handed.
+
+    Groups of chunks are laid out by the encoding pool's threads (the copy and
+    the sums release the GIL) while this thread hands the groups before them
+    to libhdf5 and hashes them, in order.  Returns the buffers.
+    """
+    from ._deflate import encoder_pool, workers
+
+    total = count - first_chunk
+    group = max(STAGE_BYTES // (chunk_bytes + 4), 1)
+    groups = -(-total // group)
+    pool = encoder_pool() if groups > 1 and workers() > 1 else None
+    in_flight = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
+    shape = (min(group, total), chunk_bytes + 4)
+    staging = [b for b in (staging or []) if b.shape == shape][:in_flight]
+    staging += [np.empty(shape, np.uint8) for _ in range(in_flight - len(staging))]
+    queued: collections.deque = collections.deque()
+
+    def queue(g: int) -> None:
+        args = (flat, first_chunk + g * group, min(group, total - g * group), chunk_bytes, staging[g % in_flight])
         queued.append(pool.submit(_stage_chunks, *args) if pool is not None else _stage_chunks(*args))
 
     for g in range(in_flight):
@@ -334,9 +404,9 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
     for g in range(groups):
         staged = queued.popleft()
         staged = staged.result() if pool is not None else staged
-        first = g * group
+        first = first_chunk + g * group
         for i in range(staged.shape[0]):
-            dsid.write_direct_chunk((start + (first + i) * rows,) + zeros, staged[i])  # h5py takes its lock
+            dsid.write_direct_chunk(coord(first + i), staged[i])  # h5py takes its lock
         hasher.update(flat[first * chunk_bytes:(first + staged.shape[0]) * chunk_bytes])
         if g + in_flight < groups:
             queue(g + in_flight)
