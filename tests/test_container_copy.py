@@ -58,7 +58,7 @@ def test_where_the_kernel_cannot_copy_the_rows_are_written_from_the_map(tmp_path
     assert (tmp_path / "t.bin").read_bytes() == t.data.tobytes()
 
 
-@pytest.mark.parametrize("threads", ["1", "2"])  # hashed in this thread, or in a second one beside the copy
+@pytest.mark.parametrize("threads", ["1", "2"])  # copied in this thread, or in a second one beside the LoD read
 def test_bytes_that_do_not_match_the_recorded_digest_are_refused_and_nothing_is_published(tmp_path, monkeypatch,
                                                                                          threads):
     monkeypatch.setenv("LODTOOL_NUM_THREADS", threads)
