@@ -55,3 +55,26 @@ def test_one_bad_entry_anywhere_in_a_long_index_is_seen(array, at):
     {"lengths": lengths, "pointers": pointers, "docs": docs}[array][at] = -1
     for compiled in (False, True):
         assert not arrays_consistent(lengths, pointers, docs, 4, compiled=compiled)
+
+
+def _chain(lengths, itemsize, unsigned=False) -> np.ndarray:
+    """Pointers chained from 0 by ``lengths`` (read as uint32 with ``unsigned``)."""
+    widened = lengths.view(np.uint32).astype(np.int64) if unsigned else lengths.astype(np.int64)
+    return np.concatenate([[0], np.cumsum(widened * itemsize)[:-1]]).astype(np.int64)
+
+
+@pytest.mark.parametrize("lengths, unsigned, want", [
+    ([3, -1, 2], False, False),  # pointers that follow a negative length go down
+    ([2, -(2**31) + 5, 2], True, False),  # pointers that follow it read unsigned: past itemsize * 2**31
+    ([2**31 - 1, 2**31 - 1, 5], False, True),  # the last pointer past that bound, every length fine
+    ([2, 3, -4], False, False),  # the last length, which no pointer follows
+    ([7], False, True),
+])
+def test_negative_lengths_are_found_whatever_the_pointers_follow(lengths, unsigned, want):
+    """The NumPy path reads the lengths unsigned and relies on the chain below itemsize * 2**31 of pointers."""
+    lengths = np.array(lengths, np.int32)
+    pointers = _chain(lengths, 4, unsigned)
+    docs = np.array([0, len(lengths)], np.int64)
+    assert _plain(lengths, pointers, docs, 4) == want
+    for compiled in (False, True):
+        assert arrays_consistent(lengths, pointers, docs, 4, compiled=compiled) == want

@@ -18,6 +18,8 @@ False
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from .._jit import kernel, kernels_pay
 
@@ -65,27 +67,78 @@ def _consistent(lengths, pointers, docs, itemsize):  # pragma: no cover - compil
     return True
 
 
+def _memcmp():
+    """libc's ``memcmp`` through ``ctypes`` (it releases the GIL), or None where no C library is found."""
+    try:
+        fn = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError):  # not a POSIX C library
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_UNSEARCHED = object()
+_memcmp_fn = _UNSEARCHED
+
+
+def _chained_numpy(lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> bool:
+    """``lengths`` not negative, and each pointer the one before plus its sequence's bytes: per block, the lengths
+    widened (read unsigned) and scaled, the pointers added, and the sums compared with the next pointers byte for
+    byte (``memcmp``, where the pointers are in this machine's byte order; else NumPy).
+
+    Chained from 0 by lengths read unsigned, a negative length (2**31 or
+    more unsigned) would put the last pointer at ``itemsize * 2**31`` or past
+    it (no sum wraps below 2**28 sequences), so below that bound the chain
+    rules negative lengths out and only the last length's sign is read; above
+    it every block's lengths are checked too.
+    """
+    global _memcmp_fn
+    if _memcmp_fn is _UNSEARCHED:
+        _memcmp_fn = _memcmp()
+    n = lengths.shape[0]
+    if not n:
+        return True
+    if int(lengths[n - 1]) < 0:
+        return False
+    signs = not (n < 1 << 28 and 0 <= int(pointers[n - 1]) < itemsize << 31)
+    unsigned = lengths.view(lengths.dtype.str.replace("i", "u"))
+    expected = np.empty(min(n, _NUMPY_BLOCK), np.int64)
+    same = _memcmp_fn if pointers.dtype.isnative and pointers.flags.c_contiguous else None
+    mask = np.empty(expected.shape[0], np.bool_) if same is None else None
+    shift = itemsize.bit_length() - 1 if itemsize & (itemsize - 1) == 0 else None
+    for start in range(0, n - 1, _NUMPY_BLOCK):
+        chained = min(start + _NUMPY_BLOCK, n - 1) - start
+        e = expected[:chained]
+        np.copyto(e, unsigned[start:start + chained])
+        if signs and int(lengths[start:start + chained].min()) < 0:  # read from the cache after the copy
+            return False
+        if shift is not None:
+            e <<= shift
+        else:
+            e *= itemsize
+        e += pointers[start:start + chained]
+        following = pointers[start + 1:start + 1 + chained]
+        if same is not None:
+            if same(e.ctypes.data, following.ctypes.data, chained * 8):
+                return False
+        elif not np.equal(e, following, out=mask[:chained]).all():
+            return False
+    return True
+
+
 def _consistent_numpy(lengths: np.ndarray, pointers: np.ndarray, docs: np.ndarray, itemsize: int) -> bool:
     n = lengths.shape[0]
     if n and int(pointers[0]) != 0:
         return False
-    expected = np.empty(min(n, _NUMPY_BLOCK), np.int64)
-    mask = np.empty(max(min(max(n, docs.shape[0]), _NUMPY_BLOCK), 1), np.bool_)
-    for start in range(0, n, _NUMPY_BLOCK):
-        stop = min(start + _NUMPY_BLOCK, n)
-        ln = lengths[start:stop]
-        if int(ln.min()) < 0:
-            return False
-        chained = min(stop, n - 1) - start
-        if chained > 0:
-            e, m = expected[:chained], mask[:chained]
-            np.multiply(ln[:chained], itemsize, out=e, dtype=np.int64)
-            e += pointers[start:start + chained]
-            if not np.equal(e, pointers[start + 1:start + 1 + chained], out=m).all():
-                return False
+    return _chained_numpy(lengths, pointers, itemsize) and _docs_ordered(docs)
+
+
+def _docs_ordered(docs: np.ndarray) -> bool:
+    """``docs`` starting at 0 (when not empty) and never decreasing."""
     d = docs.shape[0]
     if d and int(docs[0]) != 0:
         return False
+    mask = np.empty(max(min(d, _NUMPY_BLOCK), 1), np.bool_)
     for start in range(0, d - 1, _NUMPY_BLOCK):
         stop = min(start + _NUMPY_BLOCK, d - 1)
         if np.less(docs[start + 1:stop + 1], docs[start:stop], out=mask[:stop - start]).any():
