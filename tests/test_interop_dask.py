@@ -316,6 +316,27 @@ def test_parallel_pack_equals_one_process_pack(client, tmp_path):
     assert got.level_names == ("doc", "sent")
 
 
+@pytest.mark.parametrize("compression, chunk_bytes", [("none", 1 << 20), (None, 1 << 16)])
+def test_parallel_pack_of_token_datasets_takes_the_chunks_pack_takes(tmp_path, compression, chunk_bytes):
+    """Each shard is one pack of its dataset: uncompressed token ids in 1 MiB chunks, as the one-process sharded
+    pack stores them."""
+    import h5py
+
+    from lodtool.io.megatron import write_megatron
+
+    inputs = []
+    for i in range(2):
+        tokens = np.arange(i, i + 600_000, dtype=np.int32)
+        inputs.append(str(tmp_path / f"c{i}"))
+        write_megatron(LoDTensor(tokens, [[0, 1, 2], [0, 300_000, 600_000]]), inputs[-1])
+    m = lod_dask.pack(inputs, tmp_path / "out", compression=compression, compute_kwargs={"scheduler": "sync"})
+    assert len(m.shards) == 2
+    for s in m.shards:
+        with h5py.File(tmp_path / "out" / s.file, "r") as f:
+            assert f["tensor/data"].chunks == (chunk_bytes // 4,)
+    assert load(tmp_path / "out").data.tolist() == list(range(600_000)) + list(range(1, 600_001))
+
+
 def test_parallel_pack_refuses_shards_of_different_dtypes(client, tmp_path):
     (tmp_path / "a.jsonl").write_text("[1, 2]\n")
     (tmp_path / "b.jsonl").write_text("[1.5]\n")
