@@ -470,7 +470,8 @@ def validate_megatron(path: str | os.PathLike, *, kind: str | None = None, token
 
 # -- writing ------------------------------------------------------------------------------------------
 class _IndexBuilder:
-    """Collects the index of the chunks written to a ``.bin``, then writes the ``.idx``."""
+    """Collects the sequences' token offsets of the chunks written to a ``.bin``, then writes the ``.idx``: each array
+    computed a block at a time into reused buffers and written as it is (no array of the whole index is made)."""
 
     def __init__(self, kind: str, dtype: np.dtype, label: str):
         codes = _WRITE_CODES[kind]
@@ -480,46 +481,63 @@ class _IndexBuilder:
                                 "dtype=...")
         self.kind, self.code, self.label = kind, codes[np.dtype(dtype)], label
         self.dtype = little_endian(dtype)
-        self.lengths: list[np.ndarray] = []
-        self.pointers: list[np.ndarray] = []
-        self.documents: list[np.ndarray] = [np.zeros(1, "<i8")]
+        #: (a chunk's token offsets of its sequences, the byte of the .bin its first token is written at)
+        self.parts: list[tuple[np.ndarray, int]] = []
+        #: (a chunk's document offsets after its first, the sequences of the chunks before it)
+        self.documents: list[tuple[np.ndarray, int]] = []
         self.sequences = 0
         self.nbytes = 0  # of the .bin so far
 
-    def add(self, seq_offsets: np.ndarray, doc_offsets: np.ndarray | None) -> None:
-        """The sequences of one chunk: ``seq_offsets`` (token offsets, validated) and the documents over them."""
-        seq = np.asarray(seq_offsets, np.int64)
+    def add(self, seq_offsets: np.ndarray, doc_offsets: np.ndarray | None, *, keep: bool = False) -> None:
+        """The sequences of one chunk: ``seq_offsets`` (token offsets, validated) and the documents over them.
+
+        They are copied, unless ``keep`` says the caller leaves them unchanged until :meth:`write`.
+        """
+        seq = np.asarray(seq_offsets, np.int64) if keep else np.array(seq_offsets, np.int64)
         n, isz = seq.size - 1, self.dtype.itemsize
         if n > 0:
             tokens = int(seq[-1]) - int(seq[0])
-            if tokens <= _INT32_MAX:  # no sequence can be too long: the lengths are subtracted into int32 at once
-                lengths = np.subtract(seq[1:], seq[:-1], dtype="<i4", casting="unsafe")
-            else:
+            if tokens > _INT32_MAX:  # else no sequence can be too long for its int32 length
                 wide = np.diff(seq)
                 big = first_index(wide > _INT32_MAX)
                 if big is not None:
                     raise LodUsageError(f"{self.label}: sequence {self.sequences + big} has {int(wide[big]):,} "
                                         f"tokens; {self.kind} stores a sequence's length as int32 (at most "
                                         f"{_INT32_MAX:,})")
-                lengths = wide.astype("<i4")
-            pointers = np.multiply(seq[:-1], isz, dtype="<i8")  # each sequence's first byte: no running sum
-            pointers += self.nbytes - int(seq[0]) * isz
-            self.lengths.append(lengths)
-            self.pointers.append(pointers)
+            self.parts.append((seq, self.nbytes - int(seq[0]) * isz))
             self.nbytes += tokens * isz
         if doc_offsets is not None:
-            self.documents.append(np.add(doc_offsets[1:], self.sequences, dtype="<i8"))
+            docs = np.asarray(doc_offsets, np.int64) if keep else np.array(doc_offsets, np.int64)
+            self.documents.append((docs[1:], self.sequences))
         self.sequences += max(n, 0)
 
     def write(self, f: BinaryIO) -> None:
-        """The ``.idx``: the header, then each array in as few writes as it was added in."""
+        """The ``.idx``: the header, then each array, a block of :data:`~lodtool.io._tokens.BLOCK` entries a write."""
         f.write(MAGIC + struct.pack("<QBQ", VERSION, self.code, self.sequences))
-        arrays = [*self.lengths, *self.pointers]
         if self.kind == "megatron":
-            f.write(struct.pack("<Q", sum(d.size for d in self.documents)))
-            arrays += self.documents
-        for a in arrays:
-            f.write(memoryview(a).cast("B"))
+            f.write(struct.pack("<Q", 1 + sum(d.size for d, _ in self.documents)))
+        size = min(BLOCK, max([self.sequences, 1] + [d.size for d, _ in self.documents]))
+        narrow, wide = np.empty(size, "<i4"), np.empty(size, "<i8")
+        isz = self.dtype.itemsize
+        for seq, _ in self.parts:  # sequence_lengths
+            for a in range(0, seq.size - 1, BLOCK):
+                out = narrow[:min(BLOCK, seq.size - 1 - a)]
+                np.subtract(seq[a + 1:a + 1 + out.size], seq[a:a + out.size], out=out, casting="unsafe")
+                f.write(memoryview(out).cast("B"))
+        for seq, first in self.parts:  # sequence_pointers: each sequence's first byte, no running sum
+            for a in range(0, seq.size - 1, BLOCK):
+                out = wide[:min(BLOCK, seq.size - 1 - a)]
+                np.multiply(seq[a:a + out.size], isz, out=out)
+                out += first
+                f.write(memoryview(out).cast("B"))
+        if self.kind != "megatron":
+            return
+        f.write(struct.pack("<q", 0))  # document_indices
+        for docs, before in self.documents:
+            for a in range(0, docs.size, BLOCK):
+                out = wide[:min(BLOCK, docs.size - a)]
+                np.add(docs[a:a + out.size], before, out=out)
+                f.write(memoryview(out).cast("B"))
 
 
 def write_chunks(chunks: Iterable[LoDTensor], out: str | os.PathLike, *, kind: str = "megatron",
@@ -589,7 +607,7 @@ def write_copied(lod: LoDTensor | Callable[[], LoDTensor], copy_tokens: Callable
             known = lod() if callable(lod) else lod
             builder = _IndexBuilder(kind, known.dtype, prefix)
             seq, docs = writer_levels(known, 2 if kind == "megatron" else 1, level, kind, prefix)
-            builder.add(seq, docs)
+            builder.add(seq, docs, keep=True)
             builder.write(xf)
             written = copied.result() if copied is not None else copy_tokens(bf)
         expected = (int(seq[-1]) - int(seq[0])) * builder.dtype.itemsize
