@@ -701,7 +701,7 @@ class TensorWriter:
                 self._make_data_column()
             for k, o in enumerate(offsets):
                 if self._lod_source is None:
-                    self._lod[k].extend((o[1:] - o[0]) + self._ends[k])
+                    self._lod[k].extend(np.add(o[1:], self._ends[k] - int(o[0])))  # one pass: shifted onto the end
                 self._ends[k] += int(o[-1] - o[0])
             self._data.extend(data)
 
