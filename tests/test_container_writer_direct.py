@@ -112,14 +112,14 @@ def _direct_write(path: str, data: np.ndarray, rows: int, **file_options) -> tup
     return chunks, sum(staged), checksum.format_digest(hasher)
 
 
-@pytest.mark.parametrize("dtype, n, staged", [(np.int32, 50_000, 1), (np.int32, 49_153, 1), (np.int32, 49_152, 1),
-                                              (np.int16, 98_305, 2), (np.int32, 4_000, 1)])
+@pytest.mark.parametrize("dtype, n, staged", [(np.int32, 800_000, 1), (np.int32, 786_433, 1), (np.int32, 786_432, 1),
+                                              (np.int16, 1_572_865, 2), (np.int32, 60_000, 1)])
 def test_chunks_of_a_plain_file_are_written_without_a_copy(tmp_path, monkeypatch, dtype, n, staged):
     """Into a plain file every chunk followed by four bytes of the block goes to libhdf5 from the block itself (its
     sum written over those four bytes after it); the last chunk (and the one before it, when the last is under four
     bytes) is staged. The stored chunks are those of libhdf5's filter, and of a file libhdf5 keeps in memory (where
     every chunk is staged)."""
-    rows = (16 << 10) // np.dtype(dtype).itemsize  # 16 KiB chunks
+    rows = writer.IN_PLACE_FROM_BYTES // np.dtype(dtype).itemsize  # the smallest chunks written in place
     monkeypatch.setattr(writer, "STAGE_BYTES", 4 * rows * np.dtype(dtype).itemsize)  # groups of 4 chunks in the pool
     info = np.iinfo(dtype)
     data = np.random.default_rng(n).integers(info.min, info.max, n, dtype=np.int64).astype(dtype)
@@ -131,6 +131,14 @@ def test_chunks_of_a_plain_file_are_written_without_a_copy(tmp_path, monkeypatch
     sums = [struct.unpack("<I", c[-4:])[0] for c in chunks]
     padded = np.concatenate([data, np.zeros(-n % rows, dtype)]).view(np.uint8)
     assert sums == _libhdf5_fletcher(padded.tobytes(), padded.shape[0] // len(chunks))
+
+
+def test_chunks_under_the_in_place_size_are_staged(tmp_path):
+    """Asking libhdf5 where each small chunk went costs more than copying it: they are all staged."""
+    rows = writer.IN_PLACE_FROM_BYTES // 8 // 2
+    data = np.arange(10 * rows + 3, dtype=np.int64)
+    chunks, copied, _ = _direct_write(str(tmp_path / "plain.h5"), data, rows)
+    assert copied == 11 and len(chunks) == 11
 
 
 def test_direct_path_is_skipped_for_compressed_data(tmp_path):
