@@ -215,3 +215,14 @@ def test_a_writer_expecting_few_bytes_leaves_fletcher32_to_libhdf5(tmp_path, mon
 def test_a_writer_expecting_many_bytes_writes_directly(tmp_path):
     with writer.LodWriter(str(tmp_path / "x.h5"), expected_bytes=writer.DIRECT_FROM_BYTES) as w:
         assert w.direct_pays
+
+
+def test_chunks_past_the_in_place_count_are_staged(tmp_path, monkeypatch):
+    """libhdf5 walks a dataset's chunks to say where one went: past IN_PLACE_UNTIL_CHUNKS every chunk is staged."""
+    monkeypatch.setattr(writer, "IN_PLACE_UNTIL_CHUNKS", 5)
+    rows = writer.IN_PLACE_FROM_BYTES // 4
+    data = np.random.default_rng(5).integers(0, 2**31 - 1, 12 * rows + 7).astype(np.int32)
+    chunks, copied, digest = _direct_write(str(tmp_path / "plain.h5"), data, rows)
+    assert copied == 13 - 5 and len(chunks) == 13
+    same, _, same_digest = _direct_write(str(tmp_path / "core.h5"), data, rows, driver="core", backing_store=False)
+    assert same == chunks and same_digest == digest

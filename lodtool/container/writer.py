@@ -79,6 +79,9 @@ STAGED_GROUPS = 4
 #: 2-core AMD EPYC, 64 MB of int64: 16 KiB chunks in place 0.67 s (the address of each chunk asked of libhdf5 costs
 #: more than a copy of it), staged 0.21 s; 64 KiB about even; 256 KiB and 1 MiB chunks in place 10-25% faster
 IN_PLACE_FROM_BYTES = 256 << 10
+#: chunks of a dataset from which the direct path stages every chunk again: libhdf5 finds a chunk's address by
+#: walking the dataset's chunks (~55 ns each), which past ~4,000 chunks costs what a staged copy of 1 MiB does
+IN_PLACE_UNTIL_CHUNKS = 2048
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
 AUTO = "auto"
@@ -310,8 +313,10 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
     uint32.  Where the file is a plain file (HDF5's default driver) and chunks
     hold at least :data:`IN_PLACE_FROM_BYTES`, every chunk with four bytes of
     ``block`` after it is handed to libhdf5 straight from ``block``
-    (:func:`_write_in_place`); the others, and every chunk elsewhere, are laid
-    out with their sums in the buffers of ``staging`` (:func:`_write_staged`).  Returns the buffers, for the next call to reuse.
+    (:func:`_write_in_place`), up to the dataset's
+    :data:`IN_PLACE_UNTIL_CHUNKS`-th chunk; the others, and every chunk
+    elsewhere, are laid out with their sums in the buffers of ``staging``
+    (:func:`_write_staged`).  Returns the buffers, for the next call to reuse.
     """
     chunk_bytes = rows * (block.nbytes // max(block.shape[0], 1))
     flat = block.reshape(-1).view(np.uint8)
@@ -321,6 +326,7 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
     in_place = 0
     if fd is not None and chunk_bytes >= IN_PLACE_FROM_BYTES:  # chunk i is followed by four bytes of the block
         in_place = max(count - 1 if flat.shape[0] - (count - 1) * chunk_bytes >= 4 else count - 2, 0)
+        in_place = min(in_place, max(IN_PLACE_UNTIL_CHUNKS - start // rows, 0))
     if in_place:
         _write_in_place(ds.id, fd, flat, in_place, chunk_bytes, lambda k: (start + k * rows,) + zeros, hasher)
     if in_place < count:
