@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
-                      LodMemoryError, LodShapeError, LodUsageError)
+from ..errors import LodDtypeError, LodError, LodInputError, LodMemoryError, LodShapeError
 from .._optional import optional_import
 from ..tensor import LoDTensor
 from ..tokens import TokenInfo
+from . import open_path, same_tokens
+from ._values import concat_chunks, read_with_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -343,7 +344,7 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
                           validate=False) for k, chunk in enumerate(arr.chunks) if len(chunk)]
         if not parts:
             return _convert(pa.array([], type=arr.type), where="arrow array (no rows)", validate=validate)
-        t = parts[0] if len(parts) == 1 else _concat(parts)
+        t = concat_chunks(parts)
         if validate:
             t = LoDTensor(t.data, lod=t.offsets)
         return t
@@ -356,22 +357,6 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
     if not isinstance(arr, pa.Array):
         arr = pa.array(arr)
     return _convert(arr, validate=validate)
-
-
-def _concat(parts: list[LoDTensor]) -> LoDTensor:
-    """Top-level concatenation of chunk tensors (one copy)."""
-    first = parts[0]
-    if any(p.lod_level != first.lod_level or p.element_shape != first.element_shape for p in parts):
-        raise LodShapeError("the chunks disagree in LoD levels or element shape")
-    data = np.concatenate([np.asarray(p.data) for p in parts])
-    levels = []
-    for k in range(first.lod_level):
-        pieces, base = [np.zeros(1, np.int64)], 0
-        for p in parts:
-            pieces.append(p.offsets[k][1:] + base)
-            base += int(p.offsets[k][-1])
-        levels.append(np.concatenate(pieces))
-    return LoDTensor._trusted(data, levels, first.level_names)
 
 
 def _level_names(field) -> list[str] | None:
@@ -455,7 +440,7 @@ def valid_chunks(parts: Iterable[tuple[str, LoDTensor]], names=None) -> Iterator
 def _validated(parts: list[LoDTensor], where: str, names) -> LoDTensor:
     from ..lod import validate_lod
 
-    t = parts[0] if len(parts) == 1 else _concat(parts)
+    t = concat_chunks(parts)
     try:
         validate_lod(list(t.offsets), t.n_rows)
     except LodError as exc:
@@ -548,11 +533,8 @@ def _open_ipc(source: Any, max_memory: int | None = None):
         path = os.fspath(source)
         if path == "-":
             source = pa.BufferReader(sys.stdin.buffer.read())
-        elif not os.path.exists(path):
-            raise LodFileNotFoundError(f"{path}: no such file")
-        elif os.path.isdir(path):
-            raise LodInputError(f"{path}: is a directory, not a file")
         else:
+            open_path(path).close()  # a missing or unreadable file is named as such
             source = pa.memory_map(path, "r")
     elif not isinstance(source, pa.NativeFile):
         source = pa.BufferReader(source.read())
@@ -717,7 +699,7 @@ def read_ipc(source: Any, *, column: str | None = None) -> LoDTensor:
     [[0, 2, 3]]
     """
     parts = list(iter_ipc([source], column=column))  # never empty: a file of no rows is an error
-    return parts[0] if len(parts) == 1 else _concat(parts)
+    return concat_chunks(parts)
 
 
 def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor", stream: bool = False,
@@ -737,16 +719,30 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     [[0.0], [1.0, 2.0]]
     """
     pa = _pa()
+    new = pa.ipc.new_stream if stream else pa.ipc.new_file
+    return write_batches(chunks, name, metadata, lambda schema: new(sink_for(out), schema),
+                         lambda writer, batch: writer.write_batch(batch))
+
+
+def write_batches(chunks: Iterable[LoDTensor], name: str, metadata: dict | None, new_writer, write) -> int:
+    """Each chunk as a record batch of one column ``name`` (list items required), written by ``write(writer,
+    batch)`` to the writer ``new_writer(schema)`` made for the first one (``metadata`` in its schema), which is
+    closed at the end; returns the rows.  No chunk at all is an error.
+
+    >>> import io, pyarrow as pa
+    >>> buf = io.BytesIO()
+    >>> write_batches([LoDTensor(np.arange(2), [[0, 2]])], "x", None, lambda s: pa.ipc.new_stream(sink_for(buf), s),
+    ...               lambda w, b: w.write_batch(b))
+    1
+    """
     writer = None
     rows = 0
-    sink = sink_for(out)
     try:
         for chunk in chunks:
             batch = to_record_batch(chunk, name, required=True)
             if writer is None:
-                schema = batch.schema.with_metadata(metadata) if metadata else batch.schema
-                writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, schema)
-            writer.write_batch(batch)
+                writer = new_writer(batch.schema.with_metadata(metadata) if metadata else batch.schema)
+            write(writer, batch)
             rows += batch.num_rows
         if writer is None:
             raise LodShapeError("nothing to write: no chunks")
@@ -796,27 +792,7 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
             source.seek(0)
             return (pa.ipc.open_file(source) if head == IPC_MAGIC else pa.ipc.open_stream(source)).schema
 
-    return same_tokens(sources, schema_of, pa.ArrowException)
-
-
-def same_tokens(sources: Sequence[Any], schema_of, errors) -> TokenInfo | None:
-    """The one token metadata the schemas of the path ``sources`` carry (inputs that disagree are refused)."""
-    found: dict = {}
-    for s in sources:
-        if not isinstance(s, (str, os.PathLike)) or os.fspath(s) == "-" or not os.path.isfile(s):
-            continue
-        try:
-            schema = schema_of(os.fspath(s))
-        except (errors, OSError):
-            continue  # the reader names what is wrong with the file
-        info = tokens_of_schema(schema, os.fspath(s))
-        if info is not None:
-            found.setdefault(info, os.fspath(s))
-    if len(found) > 1:
-        (a, a_src), (b, b_src) = list(found.items())[:2]
-        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
-                            "vocabulary at a time")
-    return next(iter(found), None)
+    return same_tokens(sources, lambda path: tokens_of_schema(schema_of(path), path), (pa.ArrowException,))
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
@@ -836,11 +812,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     >>> [c.lod for c in read("arrow", [io.BytesIO(buf.getvalue())])]
     [[[0, 1, 3]]]
     """
-    from ._values import read_with_options
-
     return read_with_options(sources, lambda source: iter_ipc([source], column=column, max_memory=max_memory),
-                             _label,
-                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
+                             _label, lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
@@ -854,6 +827,6 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "valid_chunks", "check_claim", "sink_for", "read", "write", "write_stored",
+           "pick_column", "valid_chunks", "check_claim", "sink_for", "write_batches", "read", "write", "write_stored",
            "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC", "TOKENS_KEY", "token_metadata", "tokens_of_schema",
-           "token_info", "same_tokens"]
+           "token_info"]

@@ -70,6 +70,7 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -80,11 +81,11 @@ import numpy as np
 
 from .. import lod as _lod
 from .._jit import kernels_pay, thread_limit
-from ..errors import (LodBackendError, LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError,
+from ..errors import (LodBackendError, LodDtypeError, LodError, LodInputError, LodShapeError,
                       LodUsageError)
 from ..tensor import LoDTensor, from_nested
 from ..limits import STREAM_CHUNK_BYTES
-from . import format_of_path, is_stdin
+from . import format_of_path, is_stdin, open_path, seekable
 from ._values import cast_values, concat_chunks, resolve_dtype
 
 if TYPE_CHECKING:  # made on first use: the import costs every start-up 2 ms
@@ -203,7 +204,7 @@ class _Input:
                 self.stream: Any = sys.stdin.buffer
                 self.name = name or "<stdin>"
             else:
-                self.stream = _open_input(path)
+                self.stream = open_path(path, 0)
                 self.path, self.name, self.own = path, name or path, True
         elif isinstance(source, (bytes, bytearray, memoryview)):
             self.stream = io.BytesIO(source)
@@ -215,7 +216,7 @@ class _Input:
             self.stream = stream
             label = getattr(source, "name", None)
             self.name = name or (label if isinstance(label, str) else "<stream>")
-        if self.path is None and _seekable(self.stream):
+        if self.path is None and seekable(self.stream):
             self.start = self.stream.tell()
         self.bytes_read = 0
 
@@ -237,21 +238,17 @@ class _Input:
 
     def make_rereadable(self) -> None:
         """Spool a one-way stream to an anonymous temp file, so it can be read again from the start."""
-        if self.path is not None or _seekable(self.stream):
+        if self.path is not None or seekable(self.stream):
             return
         spool = tempfile.TemporaryFile(prefix="lodtool-")
-        while True:
-            block = self.stream.read(1 << 22)
-            if not block:
-                break
-            spool.write(block)
+        shutil.copyfileobj(self.stream, spool, 1 << 22)
         spool.seek(0)
         self.stream, self.own, self.start = spool, True, 0
 
     def read_all(self) -> bytes:
         """The whole input, from its start (for the general path of a JSON document)."""
         if self.path is not None:
-            with _open_input(self.path) as f:
+            with open_path(self.path, 0) as f:
                 data = f.read()
         else:
             self.stream.seek(self.start)
@@ -262,24 +259,6 @@ class _Input:
     def close(self) -> None:
         if self.own:
             self.stream.close()
-
-
-def _open_input(path: str):
-    try:
-        return open(path, "rb", buffering=0)
-    except FileNotFoundError:
-        raise LodFileNotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise LodInputError(f"{path}: is a directory, not a file") from None
-    except OSError as exc:
-        raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-
-
-def _seekable(stream) -> bool:
-    try:
-        return bool(stream.seekable())
-    except (AttributeError, OSError, ValueError):
-        return False
 
 
 # -- pieces and their assembly into chunks ----------------------------------------------------------

@@ -33,7 +33,6 @@ import io
 import math
 import os
 import re
-import sys
 import zipfile
 import zlib
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -42,9 +41,10 @@ import numpy as np
 
 from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
-from ..errors import LodError, LodFileNotFoundError, LodInputError, LodMemoryError, LodUsageError
+from ..errors import LodError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
+from . import open_seekable, same_tokens
 from ._values import cast_values, resolve_dtype
 
 _LEVEL_ARRAY = re.compile(r"^(offsets|lengths|lod)_(\d+)$")
@@ -59,39 +59,11 @@ def _label(source: Any, index: int) -> str:
     return name if isinstance(name, str) else f"<input {index}>"
 
 
-def _open_binary(source: Any, label: str):
-    """A seekable binary file object for ``source`` (stdin and pipes are read into memory)."""
-    if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        if path == "-":
-            return io.BytesIO(sys.stdin.buffer.read()), True
-        try:
-            return open(path, "rb"), True
-        except FileNotFoundError:
-            raise LodFileNotFoundError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise LodInputError(f"{path}: is a directory, not a file") from None
-        except OSError as exc:
-            raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    stream = getattr(source, "buffer", source)
-    try:
-        seekable = stream.seekable()
-    except (AttributeError, OSError, ValueError):
-        seekable = False
-    return (stream, False) if seekable else (io.BytesIO(stream.read()), True)
-
-
 def _materialize(source: Any) -> Any:
-    """Stdin and other one-way streams, read into memory (a .npy is read twice: header, then data)."""
-    if isinstance(source, (str, os.PathLike)):
-        return io.BytesIO(sys.stdin.buffer.read()) if os.fspath(source) == "-" else source
-    stream = getattr(source, "buffer", source)
-    try:
-        if stream.seekable():
-            return stream
-    except (AttributeError, OSError, ValueError):
-        pass
-    return io.BytesIO(stream.read())
+    """Stdin and other one-way streams, read into memory (a .npy is read twice: header, then data); a path stays."""
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
+        return source
+    return open_seekable(source)[0]
 
 
 def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, ...], np.dtype, bool]:
@@ -102,7 +74,7 @@ def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, .
     ((3, 2), dtype('float32'), False)
     """
     label = label or _label(source, 0)
-    f, own = _open_binary(source, label)
+    f, own = open_seekable(source)
     try:
         start = f.tell()
         shape, fortran, dtype = _header(f, label)
@@ -221,7 +193,7 @@ def _load_npy(source: Any, label: str) -> np.ndarray:
                 return np.load(os.fspath(source), mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError):
                 return np.load(os.fspath(source), allow_pickle=False)
-        f, own = _open_binary(source, label)
+        f, own = open_seekable(source)
         try:
             return np.load(f, allow_pickle=False)
         finally:
@@ -292,7 +264,7 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
     ['a']
     """
     label = label or _label(source, 0)
-    f, own = _open_binary(source, label)
+    f, own = open_seekable(source)
     try:
         what = _not_npz(f)
         if what is not None:
@@ -667,32 +639,20 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
     >>> token_info("npz", [p]).vocab_size
     3
     """
-    if fmt != "npz":
-        return None
-    found: dict = {}
-    for s in sources:
-        if not isinstance(s, (str, os.PathLike)) or os.fspath(s) == "-":
-            continue
-        label = os.fspath(s)
-        try:
-            with zipfile.ZipFile(label) as z:
-                member = next((i for i in z.infolist() if i.filename == TOKENS_MEMBER + ".npy"), None)
-                if member is None:
-                    continue
-                if member.file_size > MAX_TOKENIZER_BYTES + 4096:
-                    raise LodInputError(f"{label}: member {TOKENS_MEMBER!r} claims {member.file_size:,} bytes")
-                with z.open(member) as f:
-                    raw = np.load(f, allow_pickle=False)
-        except (OSError, ValueError, zipfile.BadZipFile):
-            continue  # the reader names what is wrong with the archive
+    def info_of(path: str) -> TokenInfo | None:
+        with zipfile.ZipFile(path) as z:
+            member = next((i for i in z.infolist() if i.filename == TOKENS_MEMBER + ".npy"), None)
+            if member is None:
+                return None
+            if member.file_size > MAX_TOKENIZER_BYTES + 4096:
+                raise LodInputError(f"{path}: member {TOKENS_MEMBER!r} claims {member.file_size:,} bytes")
+            with z.open(member) as f:
+                raw = np.load(f, allow_pickle=False)
         if raw.dtype != np.uint8 or raw.ndim != 1:
-            raise LodInputError(f"{label}: member {TOKENS_MEMBER!r} must be a 1-D uint8 array")
-        found.setdefault(TokenInfo.from_bytes(raw.tobytes(), label), label)
-    if len(found) > 1:
-        (a, a_src), (b, b_src) = list(found.items())[:2]
-        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
-                            "vocabulary at a time")
-    return next(iter(found), None)
+            raise LodInputError(f"{path}: member {TOKENS_MEMBER!r} must be a 1-D uint8 array")
+        return TokenInfo.from_bytes(raw.tobytes(), path)
+
+    return same_tokens(sources, info_of, (ValueError, zipfile.BadZipFile)) if fmt == "npz" else None
 
 
 __all__ = ["token_info", "TOKENS_MEMBER", "iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",

@@ -54,9 +54,10 @@ import numpy as np
 
 from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
-from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError,
+from ..errors import (LodDtypeError, LodError, LodInputError, LodShapeError, LodUsageError,
                       LodValidationError)
 from ..tensor import LoDTensor
+from . import open_seekable
 
 #: Paddle's VarType.Type code -> NumPy dtype (little-endian)
 DTYPE_OF_CODE = {
@@ -105,28 +106,13 @@ class PdHeader:
 # -- reading -----------------------------------------------------------------------------------------
 def _open_source(source: Any) -> tuple[BinaryIO, str, bool]:
     """A seekable binary file for ``source``, its label, and whether we opened it (and close it)."""
+    f, own = open_seekable(source)
     if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        if path == "-":
-            return io.BytesIO(sys.stdin.buffer.read()), "<stdin>", True
-        try:
-            return open(path, "rb"), path, True
-        except FileNotFoundError:
-            raise LodFileNotFoundError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise LodInputError(f"{path}: is a directory, not a file") from None
-        except OSError as exc:
-            raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        return f, "<stdin>" if os.fspath(source) == "-" else os.fspath(source), own
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return io.BytesIO(bytes(source)), "<bytes>", True
+        return f, "<bytes>", own
     name = getattr(source, "name", None)
-    label = name if isinstance(name, str) else "<stream>"
-    stream = getattr(source, "buffer", source)
-    try:
-        seekable = stream.seekable()
-    except (AttributeError, OSError, ValueError):
-        seekable = False
-    return (stream, label, False) if seekable else (io.BytesIO(stream.read()), label, True)
+    return f, name if isinstance(name, str) else "<stream>", own
 
 
 class _Cursor:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import io as _io
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
@@ -34,10 +35,11 @@ from typing import Any, BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import LodInputError, LodUsageError
+from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from ..text import SPLITS, TextTokenizer, WordVocabulary, split_text
 from ..tokens import TokenInfo
-from . import is_stdin, label as _label, peek_stdin
+from . import is_stdin, label as _label, open_path, peek_stdin, seekable
 
 #: documents are tokenized in batches of about this much text
 BATCH_BYTES = 4 << 20
@@ -161,19 +163,25 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     if lod_level is not None and lod_level != levels:
         raise LodUsageError(f"text{'' if text.split is None else f' split into {text.split}'} packs {levels} LoD "
                             f"level(s), not lod_level={lod_level}")
-    stats = {} if stats is None else stats
-    stats.setdefault("bytes_read", 0)
     batch = max(1, min(int(chunk_bytes or BATCH_BYTES), BATCH_BYTES))
     target = np.dtype(dtype) if dtype is not None else tokens.smallest_dtype()
+    counted = _counter(stats, progress)
+    for source in sources:
+        for docs in _documents(source, text, batch, counted):
+            yield _encode(tokenizer, docs, text, bos, eos, target)
+
+
+def _counter(stats: dict | None, progress) -> Callable[[int], None]:
+    """A callback that adds the bytes it is given to ``stats["bytes_read"]`` and tells ``progress`` the total."""
+    stats = {} if stats is None else stats
+    stats.setdefault("bytes_read", 0)
 
     def counted(n: int) -> None:
         stats["bytes_read"] += n
         if progress is not None:
             progress(stats["bytes_read"])
 
-    for source in sources:
-        for docs in _documents(source, text, batch, counted):
-            yield _encode(tokenizer, docs, text, bos, eos, target)
+    return counted
 
 
 def _special(wanted: bool, value: int | None, asked_by: str, what: str, id_keyword: str) -> int | None:
@@ -239,9 +247,7 @@ class _opened:
             return sys.stdin.buffer
         if not isinstance(self.source, (str, os.PathLike)):
             return getattr(self.source, "buffer", self.source)  # a text stream's binary side
-        from .json import _open_input  # the one place a missing or unreadable input is named
-
-        self.own = _open_input(os.fspath(self.source))
+        self.own = open_path(os.fspath(self.source), 0)
         return _io.BufferedReader(self.own, 1 << 20)
 
     def __exit__(self, *exc):
@@ -337,11 +343,7 @@ class SpooledInput:
         self.label = _label(source)
         self.file = tempfile.TemporaryFile(prefix="lodtool-")
         with _opened(source) as stream:
-            while True:
-                block = stream.read(1 << 22)
-                if not block:
-                    break
-                self.file.write(block)
+            shutil.copyfileobj(stream, self.file, 1 << 22)
 
     def close(self) -> None:
         self.file.close()
@@ -354,12 +356,6 @@ def rereadable(sources: Sequence[Any]) -> list:
     >>> [type(s).__name__ for s in rereadable(["words.jsonl", io.BytesIO(b"[]")])]
     ['str', 'BytesIO']
     """
-    def seekable(s) -> bool:
-        try:
-            return bool(s.seekable())
-        except (AttributeError, OSError, ValueError):
-            return False
-
     return [SpooledInput(s) if is_stdin(s) or not isinstance(s, (str, os.PathLike)) and not seekable(s) else s
             for s in sources]
 
@@ -394,53 +390,43 @@ def _strings(item) -> list:
 
 def _read_words(sources, text: TextOptions, lod_level: int | None, dtype, progress, stats) -> Iterator[LoDTensor]:
     vocabulary = text.load()
-    stats = {} if stats is None else stats
-    stats.setdefault("bytes_read", 0)
     target = np.dtype(dtype) if dtype is not None else vocabulary.token_info().smallest_dtype()
-
-    def counted(n: int) -> None:
-        stats["bytes_read"] += n
-        if progress is not None:
-            progress(stats["bytes_read"])
-
     levels, first_where = lod_level, None
     waiting: list = []  # items without a word, before the first one that shows the depth
     ids: list[np.ndarray] = []
     lengths: list[list[int]] = []
+
+    def take(where: str, item, first: str | None) -> int:
+        words, item_lengths = _flattened(item, where, levels, first)
+        lengths[:] = lengths or [[] for _ in range(levels)]
+        for k in range(levels):
+            lengths[k].extend(item_lengths[k])
+        ids.append(vocabulary.encode(words, lambda k: f"{where}: "))
+        return len(words)
+
     size = 0
-    for where, item in _word_items(sources, counted):
+    for where, item in _word_items(sources, _counter(stats, progress)):
         if levels is None:
             depth = _depth(item, where)
             if depth is None:
                 waiting.append((where, item))
                 continue
             levels, first_where = depth, where
-        for w, it in [*waiting, (where, item)]:
-            words, item_lengths = _flattened(it, w, levels, first_where)
-            lengths = lengths or [[] for _ in range(levels)]
-            for k in range(levels):
-                lengths[k].extend(item_lengths[k])
-            ids.append(vocabulary.encode(words, lambda k, w=w: f"{w}: "))
-            size += len(words)
+        size += sum(take(w, it, first_where) for w, it in [*waiting, (where, item)])
         waiting = []
         if size >= WORDS_PER_CHUNK:
             yield _word_chunk(ids, lengths, target)
-            ids, lengths, size = [], [], 0
+            ids, lengths[:], size = [], [], 0
     if waiting:  # no item held a word: the shallowest depth they all fit
         levels = max(_depth(it, w, least=True) for w, it in waiting)
         for w, it in waiting:
-            _, item_lengths = _flattened(it, w, levels, None)
-            lengths = lengths or [[] for _ in range(levels)]
-            for k in range(levels):
-                lengths[k].extend(item_lengths[k])
-            ids.append(np.zeros(0, np.int64))
+            take(w, it, None)
     if lengths:
         yield _word_chunk(ids, lengths, target)
 
 
 def _word_chunk(ids: list[np.ndarray], lengths: list[list[int]], target: np.dtype) -> LoDTensor:
-    offsets = [np.concatenate(([0], np.cumsum(np.asarray(n, np.int64)))) for n in lengths]
-    return LoDTensor._trusted(np.concatenate(ids).astype(target), offsets, None)
+    return LoDTensor._trusted(np.concatenate(ids).astype(target), [lengths_to_offsets(n) for n in lengths], None)
 
 
 def _word_items(sources, counted) -> Iterator[tuple[str, Any]]:
@@ -547,9 +533,7 @@ def _encode(tokenizer: TextTokenizer, docs: list[str], text: TextOptions, bos: i
     if ids.size and int(ids.max()) > np.iinfo(target).max:  # the tokenizer gave an id past its own vocabulary
         raise LodInputError(f"{tokenizer.label}: token id {int(ids.max())} does not fit {target}; give a wider "
                             "dtype=...")
-    offsets = [np.concatenate(([0], np.cumsum(lengths)))]
-    if per_doc is not None:
-        offsets.insert(0, np.concatenate(([0], np.cumsum(per_doc))))
+    offsets = [lengths_to_offsets(n) for n in ([] if per_doc is None else [per_doc]) + [lengths]]
     return LoDTensor._trusted(ids.astype(target), offsets, LEVEL_NAMES[text.split])
 
 
