@@ -325,7 +325,7 @@ class _Assembler:
             if self.leaf and not self._degenerate(self.pending) and not self._degenerate(piece):
                 yield self._finish(self.pending)
             else:
-                piece = _merge(self.pending, piece, self.dtype)
+                piece = _join([self.pending, piece], self.dtype)
             self.pending = None
         if not self.leaf:
             self.pending = piece
@@ -419,25 +419,6 @@ class _Assembler:
             raise LodInputError(f"{self.name}: integers above int64 need the uint64 dtype (dtype=uint64)")
         offsets = [_lod.lengths_to_offsets(lengths) for lengths in lod_lengths]
         return LoDTensor(data, lod=offsets, level_names=self.level_names)
-
-
-def _merge(a: _Piece, b: _Piece, target: np.dtype | None) -> _Piece:
-    depth = max(a.list_depth, b.list_depth)
-    empty = np.zeros(0, np.int64)
-    levels = [np.concatenate([a.levels[k] if k < a.list_depth else empty, b.levels[k] if k < b.list_depth else empty])
-              for k in range(depth)]
-    if not a.data.size:
-        data = b.data
-    elif not b.data.size:
-        data = a.data
-    else:
-        if a.data.dtype != b.data.dtype and {a.data.dtype.kind, b.data.dtype.kind} <= {"i", "u"}:
-            dt = target if target is not None else np.dtype(np.int64)
-            data = np.concatenate([cast_values(a.data, dt), cast_values(b.data, dt)])
-        else:
-            data = np.concatenate([a.data, b.data])
-    lines = None if a.lines is None or b.lines is None else np.concatenate([a.lines, b.lines])
-    return _Piece(data, levels, a.leaf or b.leaf, a.items + b.items, lines, a.seq_base)
 
 
 def _split(piece: _Piece, s: int) -> tuple[_Piece, _Piece]:
@@ -593,7 +574,7 @@ def _located_syntax_error(text: bytes, name: str, line: int | None) -> LodInputE
     if js is None:  # pragma: no cover - numba is a dependency
         return None
     buf = np.frombuffer(text, dtype=np.uint8)
-    pos, depth, prev = (int(v) for v in js.first_syntax_problem(buf, js.LITERALS))
+    pos, depth, prev = (int(v) for v in js.first_syntax_problem(buf))
     if pos < 0:
         return None
     # "[]" stands for the value before the problem: a number there could run on into the window ("0" ".5")
@@ -952,16 +933,17 @@ class _Open:
 
 
 def _join(parts: list[_Piece], target: np.dtype | None) -> _Piece:
-    """The pieces, in order, as one (as :func:`_merge` would make it), emptying ``parts``: each array is copied
-    once and let go as it is, so the peak is the result and one part, not the parts and the result."""
+    """The pieces, in order, as one, emptying ``parts``: each array is copied once and let go as it is, so the
+    peak is the result and one part, not the parts and the result.  Integer kinds that differ meet in ``target``
+    (else int64)."""
     kinds = {p.data.dtype for p in parts if p.data.size}
     if len(kinds) > 1 and {k.kind for k in kinds} <= {"i", "u"}:
         dtype = target if target is not None else np.dtype(np.int64)
     else:
         dtype = np.result_type(*kinds) if kinds else parts[0].data.dtype
     depth = max(p.list_depth for p in parts)
-    head, last = parts[0], parts[-1]
-    leaf, items, lines, seq_base = head.leaf or last.leaf, last.items, last.lines, head.seq_base
+    leaf, items, seq_base = parts[0].leaf or parts[-1].leaf, sum(p.items for p in parts), parts[0].seq_base
+    lines = None if any(p.lines is None for p in parts) else np.concatenate([p.lines for p in parts])
     data = np.empty(sum(p.data.size for p in parts), dtype=dtype)
     levels = [np.empty(sum(len(p.levels[k]) for p in parts if k < p.list_depth), np.int64) for k in range(depth)]
     at, level_at = 0, [0] * depth
@@ -995,7 +977,6 @@ def _gather(js, sc, carry: _Open | None, first_line: int, seq_base: int, asm: _A
             carry.parts.append(piece)
             piece = _join(carry.parts, asm.dtype)
             if piece.items:
-                piece.lines = piece.lines.copy()
                 piece.lines[0] = carry.line
                 if inexact is not None:
                     _refuse_inexact(piece.data, asm.target, b"", None, inexact)
@@ -1233,28 +1214,16 @@ class _Buffer:
         self.filled = rest
         self.full = False
 
-    def rfind_newline(self, end: int) -> int:
-        """Index of the last newline before ``end``, or -1."""
-        window = 1 << 16
-        stop = end
-        while stop > 0:
-            start = max(stop - window, 0)
-            i = self.data[start:stop].tobytes().rfind(b"\n")
-            if i >= 0:
-                return start + i
-            stop = start
-            window *= 2
-        return -1
-
-    def find_newline(self, start: int, end: int) -> int:
-        """Index of the first newline in ``[start, end)``, or -1."""
+    def find_newline(self, start: int, end: int, last: bool = False) -> int:
+        """Index of the first (``last``: the last) newline in ``data[start:end]``, or -1; read in growing windows."""
         window = 1 << 16
         while start < end:
-            stop = min(start + window, end)
-            i = self.data[start:stop].tobytes().find(b"\n")
+            lo, hi = (max(end - window, start), end) if last else (start, min(start + window, end))
+            text = self.data[lo:hi].tobytes()
+            i = text.rfind(b"\n") if last else text.find(b"\n")
             if i >= 0:
-                return start + i
-            start = stop
+                return lo + i
+            start, end = (start, lo) if last else (hi, end)
             window *= 2
         return -1
 
@@ -1346,7 +1315,7 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
         if buf.eof:
             cut = buf.filled
         else:
-            cut = buf.rfind_newline(buf.filled) + 1
+            cut = buf.find_newline(0, buf.filled, last=True) + 1
             if cut == 0:  # the line goes on past the buffer
                 if sc is None:
                     buf.grow()  # the general path reads a line whole
@@ -1409,12 +1378,8 @@ def _read_jsonl(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress) ->
                 piece = _general_jsonl(region, first_line, seq_base, asm, buf.gaps(start, stop))
                 newlines = region.count(b"\n")
             if piece is not None:
-                if goes_on:
-                    _refuse_inexact(piece.data, asm.target, view[start:stop], lambda offset: _region_place(
-                        asm.name, buf, start, offset, first_line, col0))
-                else:
-                    _refuse_inexact(piece.data, asm.target, view[start:stop],
-                                    lambda offset: _region_place(asm.name, buf, start, offset, first_line))
+                _refuse_inexact(piece.data, asm.target, view[start:stop], lambda offset: _region_place(
+                    asm.name, buf, start, offset, first_line, col0 if goes_on else 0))
                 seq_base += piece.items
                 yield from asm.take(piece, last=buf.eof and stop == buf.filled)
             first_line += newlines
@@ -1575,7 +1540,7 @@ def _read_document(inp: _Input, asm: _Assembler, js, chunk_bytes: int, progress)
                 _, carry = _gather(js, sc, carry, first_line, seq_base, asm, view[:pos],
                                    lambda offset: _region_place(asm.name, buf, 0, offset, first_line))
                 first_line += int(sc.state[js.NEWLINES])
-            nl = buf.rfind_newline(pos)
+            nl = buf.find_newline(0, pos, last=True)
             col0 = buf.original(pos) - buf.original(nl + 1) if nl >= 0 else col0 + buf.original(pos)
             buf.consume(pos)
     piece = _general_document(inp.read_all(), seq_base, asm)
