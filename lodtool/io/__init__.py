@@ -409,6 +409,30 @@ def _end_of_first_value(text: bytes) -> int | None:
     return None
 
 
+#: offsets a stored tensor's writer reads at a time (:func:`offset_blocks`)
+OFFSET_BLOCK = 1 << 20
+
+
+def offset_blocks(stored: Any) -> list[Iterator]:
+    """Per LoD level of a stored tensor, its offsets in blocks of :data:`OFFSET_BLOCK` (read as they are drawn):
+    what a format's ``write_stored`` streams.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> class Stored:  # the two members of a stored tensor it reads
+    ...     level_sizes = [3]
+    ...     def read_offsets(self, level, start, stop): return np.array([0, 2, 5])[start:stop]
+    >>> [np.concatenate(list(b)).tolist() for b in offset_blocks(Stored())]
+    [[0, 2, 5]]
+    """
+    def blocks(level: int) -> Iterator:
+        size = stored.level_sizes[level]
+        for start in range(0, size, OFFSET_BLOCK):
+            yield stored.read_offsets(level, start, min(start + OFFSET_BLOCK, size))
+
+    return [blocks(k) for k in range(len(stored.level_sizes))]
+
+
 def same_tokens(sources: Sequence[Any], info_of, errors: tuple) -> Any:
     """The one token metadata ``info_of(path)`` finds in the files among ``sources`` (inputs that disagree are
     refused); a file ``info_of`` fails on with one of ``errors`` is skipped, for its reader to name the problem."""
@@ -437,6 +461,6 @@ def _either(names: Sequence[str]) -> str:
 
 __all__ = ["Format", "REGISTRY", "get", "readable", "writable", "extensions", "format_of_path", "format_of_bytes",
            "format_of_head", "detect", "input_format", "Detection", "peek_stdin", "is_stdin", "label",
-           "open_path", "open_seekable", "seekable", "same_tokens",
+           "open_path", "open_seekable", "seekable", "same_tokens", "offset_blocks", "OFFSET_BLOCK",
            "HDF5_SIGNATURE", "CONTAINER"]
 

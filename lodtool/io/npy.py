@@ -44,7 +44,7 @@ from .. import lod as _lod
 from ..errors import LodError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
-from . import open_seekable, same_tokens
+from . import offset_blocks, open_seekable, same_tokens
 from ._values import cast_values, resolve_dtype
 
 _LEVEL_ARRAY = re.compile(r"^(offsets|lengths|lod)_(\d+)$")
@@ -579,9 +579,6 @@ def _write_members(f, members, compress: bool) -> None:
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-_OFFSET_BLOCK = 1 << 20
-
-
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
@@ -613,13 +610,8 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: a stored tensor's data ``chunks`` and its offsets, block by block."""
-    def offsets(level: int):
-        size = stored.level_sizes[level]
-        for start in range(0, size, _OFFSET_BLOCK):
-            yield stored.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
-
     write_npz_parts(out, shape=stored.shape, dtype=stored.dtype, data_blocks=(c.data for c in chunks),
-                    offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
+                    offsets=offset_blocks(stored), level_sizes=stored.level_sizes,
                     level_names=stored.level_names, tokens=getattr(stored, "tokens", None))
 
 

@@ -57,7 +57,7 @@ from .. import lod as _lod
 from ..errors import (LodDtypeError, LodError, LodInputError, LodShapeError, LodUsageError,
                       LodValidationError)
 from ..tensor import LoDTensor
-from . import open_seekable
+from . import offset_blocks, open_seekable
 
 #: Paddle's VarType.Type code -> NumPy dtype (little-endian)
 DTYPE_OF_CODE = {
@@ -621,9 +621,6 @@ def _atomic(out):
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-_OFFSET_BLOCK = 1 << 20
-
-
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress=None, stats: dict | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: each source's one tensor, in chunks of whole top-level sequences.
@@ -657,14 +654,8 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: the stored tensor's offsets block by block, then its data chunks."""
     _code_of(stored.dtype)  # refuse before anything is written
-
-    def offsets(level: int):
-        size = stored.level_sizes[level]
-        for start in range(0, size, _OFFSET_BLOCK):
-            yield stored.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
-
     write_pdtensor_parts(out, shape=stored.shape, dtype=stored.dtype,
-                         offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
+                         offsets=offset_blocks(stored), level_sizes=stored.level_sizes,
                          data_blocks=(c.data for c in chunks))
 
 
