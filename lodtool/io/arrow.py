@@ -207,9 +207,7 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
             raise LodInputError(f"{where}: {_top_row(levels, len(levels), index, row_base)} is null (at depth "
                                 f"{len(levels) + len(shape)}); a LoD tensor has no missing values: fill or drop "
                                 "them first")
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            if shape:  # pragma: no cover - _has_var_list makes such fixed sizes levels
-                raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
+        if pa.types.is_list(t) or pa.types.is_large_list(t):  # never under a shape: see _has_var_list
             offsets = node.offsets.to_numpy()  # honours the slice (arrow#37733: .values does not)
             if offsets.dtype != np.int64:
                 offsets = offsets.astype(np.int64)
@@ -227,7 +225,7 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
                 shape.append(size)
             node = values
         elif pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-            if shape:  # pragma: no cover - as above
+            if shape:  # a fixed-size list over list views
                 raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
             starts = node.offsets.to_numpy().astype(np.int64)
             sizes = node.sizes.to_numpy().astype(np.int64)

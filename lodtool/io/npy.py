@@ -286,17 +286,16 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
                 if extra:
                     raise LodInputError(f"{label}: unexpected array {extra[0]!r}; an LoD archive holds data, "
                                         "offsets_0.. (or lengths_0.., lod_0..) and optionally level_names")
-            declared = {n: _check_member(archive, n, label) for n in names}
-            total = sum(declared.values())
+            members = {n: _check_member(archive, n, label) for n in names}  # (declared size, shape)
+            total = sum(size for size, _ in members.values())
             if max_memory is not None and total > max_memory:
                 raise LodMemoryError(f"{label}: its arrays inflate to {total:,} bytes, above the memory limit of "
                                      f"{max_memory:,} (raise it with max_memory=...)")
             out = {}
             order = [n for n in names if n != last] + [n for n in names if n == last]
             for n in order:
-                shape = _member_shape(archive, n, label) if n == last and before_last is not None else None
-                if shape is not None:
-                    before_last(out, shape)
+                if n == last and before_last is not None and members[n][1] is not None:
+                    before_last(out, members[n][1])
                 try:
                     out[n] = archive[n]
                 except ValueError as exc:
@@ -314,29 +313,15 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
             f.close()
 
 
-def _member_shape(archive, name: str, label: str) -> tuple | None:
-    member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
-    try:
-        with archive.zip.open(member) as f:
-            if f.read(6) != b"\x93NUMPY":
-                return None  # not an array: refused once numpy hands it back as bytes
-        with archive.zip.open(member) as f:
-            return _header(f, f"{label}: array {name!r}")[0]
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, KeyError) as exc:
-        raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
-
-
-def _check_member(archive, name: str, label: str) -> int:
-    """Check an .npz member's header against the member's size (numpy would allocate what it claims).
-
-    Returns the member's declared (inflated) size: reading it never inflates more.
-    """
+def _check_member(archive, name: str, label: str) -> tuple[int, tuple | None]:
+    """Check an .npz member's header against the member's size (numpy would allocate what it claims); returns its
+    declared (inflated) size, which reading it never exceeds, and its shape (None: not an array)."""
     member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
     try:
         info = archive.zip.getinfo(member)
         with archive.zip.open(member) as f:
             if f.read(6) != b"\x93NUMPY":
-                return info.file_size  # not an array: refused once numpy hands it back as bytes
+                return info.file_size, None  # not an array: refused once numpy hands it back as bytes
         with archive.zip.open(member) as f:
             shape, _, dtype = _header(f, f"{label}: array {name!r}")
             data_start = f.tell()
@@ -346,7 +331,7 @@ def _check_member(archive, name: str, label: str) -> int:
         raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
     if not dtype.hasobject:  # object arrays are refused by name, below
         _check_claim(shape, dtype, info.file_size - data_start, f"{label}: array {name!r}")
-    return info.file_size
+    return info.file_size, shape
 
 
 def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, level_names=None,
