@@ -43,6 +43,7 @@ with ``paddle.static.save``), as the error says.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import struct
@@ -104,15 +105,30 @@ class PdHeader:
 
 
 # -- reading -----------------------------------------------------------------------------------------
-def _open_source(source: Any) -> tuple[BinaryIO, str, bool]:
-    """A seekable binary file for ``source``, its label, and whether we opened it (and close it)."""
-    f, own = open_seekable(source)
+def _label(source: Any) -> str:
     if isinstance(source, (str, os.PathLike)):
-        return f, "<stdin>" if os.fspath(source) == "-" else os.fspath(source), own
+        return "<stdin>" if os.fspath(source) == "-" else os.fspath(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return f, "<bytes>", own
+        return "<bytes>"
     name = getattr(source, "name", None)
-    return f, name if isinstance(name, str) else "<stream>", own
+    return name if isinstance(name, str) else "<stream>"
+
+
+@contextlib.contextmanager
+def _scanned(source: Any, one: bool = False) -> Iterator[tuple[BinaryIO, str, list[PdHeader]]]:
+    """``source`` opened (seekable), its label and the headers of its tensors (``one``: it must hold one)."""
+    f, owned = open_seekable(source)
+    label = _label(source)
+    try:
+        headers = _scan_open(f, label)
+        if one and len(headers) != 1:
+            raise LodInputError(f"{label}: holds {len(headers)} tensors (a save_combine / .pdiparams file, whose "
+                                "names are in the .pdmodel); read them with lodtool.io.pdtensor.read_pdtensors, or "
+                                "pack one tensor per file")
+        yield f, label, headers
+    finally:
+        if owned:
+            f.close()
 
 
 class _Cursor:
@@ -287,12 +303,8 @@ def scan(source: Any) -> tuple[list[PdHeader], str]:
     >>> [(h.shape, str(h.dtype), len(h.offsets)) for h in scan(buf.getvalue())[0]]
     [((2,), 'float64', 0), ((3,), 'int32', 1)]
     """
-    f, label, owned = _open_source(source)
-    try:
-        return _scan_open(f, label), label
-    finally:
-        if owned:
-            f.close()
+    with _scanned(source) as (_, label, headers):
+        return headers, label
 
 
 def _scan_open(f: BinaryIO, label: str) -> list[PdHeader]:
@@ -338,9 +350,7 @@ def read_pdtensors(source: Any, *, names: Sequence[str] | None = None) -> dict[s
     >>> {k: t.shape for k, t in read_pdtensors(buf.getvalue()).items()}
     {'tensor_0': (2, 2), 'tensor_1': (3,)}
     """
-    f, label, owned = _open_source(source)
-    try:
-        headers = _scan_open(f, label)
+    with _scanned(source) as (f, label, headers):
         if names is None:
             keys = [f"tensor_{i}" for i in range(len(headers))]
         else:
@@ -350,9 +360,6 @@ def read_pdtensors(source: Any, *, names: Sequence[str] | None = None) -> dict[s
                                     if len(keys) != len(headers) else f"{label}: the names given repeat a name")
         return {k: LoDTensor._trusted(_read_rows(f, label, h, 0, h.shape[0]), h.offsets)
                 for k, h in zip(keys, headers)}
-    finally:
-        if owned:
-            f.close()
 
 
 def read_pdtensor(source: Any) -> LoDTensor:
@@ -368,22 +375,8 @@ def read_pdtensor(source: Any) -> LoDTensor:
     >>> read_pdtensor(buf.getvalue()).data.tolist()
     [1.5, 2.5]
     """
-    f, label, owned = _open_source(source)
-    try:
-        headers = _scan_open(f, label)
-        _only_one(headers, label)
-        h = headers[0]
+    with _scanned(source, one=True) as (f, label, (h,)):
         return LoDTensor._trusted(_read_rows(f, label, h, 0, h.shape[0]), h.offsets)
-    finally:
-        if owned:
-            f.close()
-
-
-def _only_one(headers: list[PdHeader], label: str) -> None:
-    if len(headers) != 1:
-        raise LodInputError(f"{label}: holds {len(headers)} tensors (a save_combine / .pdiparams file, whose names "
-                            "are in the .pdmodel); read them with lodtool.io.pdtensor.read_pdtensors, or pack "
-                            "one tensor per file")
 
 
 def top_level_rows(offsets: Sequence[np.ndarray], n_rows: int) -> np.ndarray:
@@ -449,11 +442,7 @@ def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYT
     first: tuple | None = None
     first_label = ""
     for source in sources:
-        f, label, owned = _open_source(source)
-        try:
-            headers = _scan_open(f, label)
-            _only_one(headers, label)
-            h = headers[0]
+        with _scanned(source, one=True) as (f, label, (h,)):
             kind = (len(h.offsets), h.dtype, tuple(h.shape[1:]))
             if first is None:
                 first, first_label = kind, label
@@ -471,9 +460,6 @@ def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYT
                 else:
                     offsets, lo, hi = [], a, b
                 yield LoDTensor._trusted(_read_rows(f, label, h, lo, hi), offsets)
-        finally:
-            if owned:
-                f.close()
 
 
 # -- writing -----------------------------------------------------------------------------------------
@@ -511,10 +497,6 @@ def tensor_desc(dtype: np.dtype, shape: Sequence[int]) -> bytes:
     return out
 
 
-def _lod_header(level_sizes: Sequence[int]) -> bytes:
-    return struct.pack("<IQ", VERSION, len(level_sizes))
-
-
 def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype,
                          offsets: Sequence[Iterable[np.ndarray]], level_sizes: Sequence[int],
                          data_blocks: Iterable[np.ndarray]) -> None:
@@ -533,7 +515,7 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
     [[0, 1, 3]]
     """
     desc = tensor_desc(dtype, shape)
-    out.write(_lod_header(level_sizes))
+    out.write(struct.pack("<IQ", VERSION, len(level_sizes)))
     ends = []
     for k, (blocks, size) in enumerate(zip(offsets, level_sizes)):
         out.write(struct.pack("<Q", 8 * int(size)))
@@ -566,12 +548,6 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
         raise LodShapeError(f"{rows} data rows written for a tensor of {shape[0]} rows")
 
 
-def _write_one(tensor: LoDTensor, out: BinaryIO) -> None:
-    tensor = tensor.to("cpu")
-    write_pdtensor_parts(out, shape=tensor.shape, dtype=tensor.dtype, offsets=[[o] for o in tensor.offsets],
-                         level_sizes=[len(o) for o in tensor.offsets], data_blocks=[np.asarray(tensor.data)])
-
-
 def write_pdtensors(tensors: Iterable[LoDTensor], out: str | os.PathLike | BinaryIO) -> None:
     """Write tensors back to back, as Paddle's ``save_combine`` does (a ``.pdiparams``).
 
@@ -590,7 +566,9 @@ def write_pdtensors(tensors: Iterable[LoDTensor], out: str | os.PathLike | Binar
         _code_of(t.dtype)  # refuse before anything is written
     with _atomic(out) as stream:
         for t in tensors:
-            _write_one(t, stream)
+            t = t.to("cpu")
+            write_pdtensor_parts(stream, shape=t.shape, dtype=t.dtype, offsets=[[o] for o in t.offsets],
+                                 level_sizes=[len(o) for o in t.offsets], data_blocks=[np.asarray(t.data)])
 
 
 def write_pdtensor(tensor: LoDTensor, out: str | os.PathLike | BinaryIO) -> None:
@@ -617,9 +595,6 @@ def _atomic(out):
     return atomic_open(out)
 
 
-
-
-
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress=None, stats: dict | None = None) -> Iterator[LoDTensor]:
@@ -636,13 +611,7 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     from ._values import read_with_options
 
-    def label(source: Any) -> str:
-        if isinstance(source, (str, os.PathLike)):
-            return "<stdin>" if os.fspath(source) == "-" else os.fspath(source)
-        name = getattr(source, "name", None)
-        return name if isinstance(name, str) else "<stream>"
-
-    return read_with_options(sources, lambda source: iter_pdtensor([source], chunk_bytes=chunk_bytes), label,
+    return read_with_options(sources, lambda source: iter_pdtensor([source], chunk_bytes=chunk_bytes), _label,
                              lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
