@@ -197,7 +197,6 @@ class _Input:
     def __init__(self, source: Any, name: str | None = None):
         self.path: str | None = None
         self.own = False
-        self.start = 0
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             if path == "-":
@@ -216,8 +215,7 @@ class _Input:
             self.stream = stream
             label = getattr(source, "name", None)
             self.name = name or (label if isinstance(label, str) else "<stream>")
-        if self.path is None and seekable(self.stream):
-            self.start = self.stream.tell()
+        self.start = self.stream.tell() if seekable(self.stream) else 0
         self.bytes_read = 0
 
     def readinto(self, view: memoryview) -> int:
@@ -237,22 +235,20 @@ class _Input:
         return total
 
     def make_rereadable(self) -> None:
-        """Spool a one-way stream to an anonymous temp file, so it can be read again from the start."""
-        if self.path is not None or seekable(self.stream):
+        """Spool a one-way stream (a pipe, a named pipe's path) to an anonymous temp file, so it can be read again
+        from the start."""
+        if seekable(self.stream):
             return
         spool = tempfile.TemporaryFile(prefix="lodtool-")
         shutil.copyfileobj(self.stream, spool, 1 << 22)
         spool.seek(0)
+        self.close()
         self.stream, self.own, self.start = spool, True, 0
 
     def read_all(self) -> bytes:
         """The whole input, from its start (for the general path of a JSON document)."""
-        if self.path is not None:
-            with open_path(self.path, 0) as f:
-                data = f.read()
-        else:
-            self.stream.seek(self.start)
-            data = self.stream.read()
+        self.stream.seek(self.start)
+        data = self.stream.read()
         self.bytes_read = len(data)  # the whole input, however much the fast path had read before
         return data
 
