@@ -579,7 +579,7 @@ def _located_syntax_error(text: bytes, name: str, line: int | None) -> LodInputE
     if found is None:
         return None
     offset, phrase = found
-    lno, col = _line_col_large(text, offset, line)
+    lno, col = _line_col(text, offset, line)
     return LodInputError(f"{name}:{lno}:{col}: {phrase}")
 
 
@@ -614,8 +614,9 @@ def _window_syntax_error(text, pos: int, end: int, lead: str, jsonl: bool,
         return None  # the window parses: the problem is JSON the fast grammar does not take
 
 
-def _line_col_large(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
-    """Line and column of a syntax error in a long text: columns count UTF-8 lead bytes (no decoding)."""
+def _line_col(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
+    """1-based line (``line``: the text's first) and column of a byte offset; columns count UTF-8 lead bytes (no
+    decoding: a long text needs no copy) and the blanks a :class:`_Squeezed` line dropped."""
     a = np.frombuffer(text, dtype=np.uint8)
     start = text.rfind(b"\n", 0, offset) + 1  # as json.JSONDecodeError counts them
     col = 1
@@ -658,15 +659,6 @@ class _Squeezed(bytes):
     def dropped_before(self, offset: int) -> int:
         """Blanks dropped before byte ``offset`` of the line."""
         return int(self.gap_len[self.gap_at <= offset].sum())
-
-
-def _line_col(text: bytes, offset: int, line: int | None) -> tuple[int, int]:
-    """1-based line and column of a byte offset (columns count characters)."""
-    if line is not None:
-        dropped = text.dropped_before(offset) if isinstance(text, _Squeezed) else 0
-        return line, len(text[:offset].decode("utf-8", "replace")) + 1 + dropped
-    start = text.rfind(b"\n", 0, offset) + 1
-    return text.count(b"\n", 0, offset) + 1, len(text[start:offset].decode("utf-8", "replace")) + 1
 
 
 def _deep_offset(text: bytes, limit: int) -> int:
