@@ -98,18 +98,12 @@ SCAN_BLOCK = 4 << 20
 #: threads scanning JSON Lines blocks in parallel (None: min(8, lodtool._jit.thread_limit())); 1 scans in the
 #: calling thread
 SCAN_THREADS: int | None = None
-#: input bytes from which ``fast=None`` takes the Numba scanner rather than the general (orjson) path.
-#: Measured on the project's 2-core EPYC under load (load average 8-11), medians of 3: the general path
-#: parsed the shipped corpus at 3.1 MB/s, the scanner at 67 MB/s, and the scanner's first call cost
-#: 2.5-2.8 s in a fresh process (numba import + cached-kernel load; still 1.8-2.3 s with numba imported
-#: already), so the scanner pays from about 2.6 s / (1/3.1 - 1/67 s/MB) = 8.5 MB; divided by 4 as a
-#: margin towards the scanner for quieter machines.  Inputs of unknown size (stdin, streams) take the scanner.
+#: input bytes from which ``fast=None`` takes the Numba scanner rather than the general (orjson) path: where
+#: the scanner's speed pays for its first call (numba's import and the kernels' load), with a margin towards
+#: the scanner.  Inputs of unknown size (stdin, streams) take the scanner.
 FAST_FROM_BYTES = 2 << 20
-#: values of integer or bool data from which JSON output goes through the compiled formatter (cold, warm).
-#: Measured as FAST_FROM_BYTES: to_nested + orjson cost about 330 ns a value (1.26 s + 0.16 s for 4M token
-#: ids), the formatter 26 ns (104 ms: 111 MB/s of text, orjson's dump alone took 162 ms), and its first call
-#: 1.6-2.8 s in a fresh process but 10-25 ms with numba loaded: cold 1.9 s / 300 ns = 6M values, divided by 4;
-#: warm 20 ms / 300 ns = 65k.
+#: values of integer or bool data from which JSON output goes through the compiled formatter (cold, warm: numba
+#: not yet loaded, or loaded), as FAST_FROM_BYTES: where its speed pays for its first call.
 FORMAT_FROM_VALUES = (1 << 20, 1 << 16)
 #: LoD levels plus element dimensions at most (the scanner has the same limit)
 MAX_LEVELS = 256
@@ -1226,8 +1220,7 @@ _SQUEEZE_RUN = 4096
 #: the first read of an input of unknown size
 _FIRST_READ = 1 << 20
 #: the first read of a larger file: its first chunk reaches the writer sooner (the buffer then doubles up
-#: to the chunk size). Measured (100 MB of JSON Lines, 2-core AMD EPYC): a first read of the whole 64 MB
-#: chunk handed the writer its first rows after 60-130 ms of an uncompressed ``pack``'s 0.9 s.
+#: to the chunk size)
 _FIRST_FILE_READ = 8 << 20
 
 
@@ -1631,10 +1624,8 @@ def _encode_compiled(chunk: LoDTensor, fmt: str) -> np.ndarray | None:
 
 
 def _encode_chunk(chunk: LoDTensor, fmt: str) -> bytes | bytearray:
-    """The JSON text of a chunk's top-level sequences: comma-joined (``json``) or one per line (``jsonl``).
-
-    One buffer per chunk: a list of one small ``bytes`` per sequence cost about 4 KiB each (orjson's
-    buffers), 2 GB for 500,000 sequences.
+    """The JSON text of a chunk's top-level sequences: comma-joined (``json``) or one per line (``jsonl``), in
+    one buffer (a small ``bytes`` per sequence holds orjson's 4 KiB buffer each).
 
     >>> import numpy as np
     >>> bytes(_encode_chunk(LoDTensor(np.arange(3), [[0, 2, 3]]), "jsonl"))

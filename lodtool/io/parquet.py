@@ -344,14 +344,7 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
 def _prefetched(read, count: int, parallel: bool = True, most: int | None = None) -> Iterator:
     """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once
     (one at a time where not ``parallel``: a stream, which only one thread may read; at most ``most``: what
-    fits the memory limit).
-
-    One row group of one column decodes on one core (pyarrow parallelizes over
-    columns and row groups, not within one), so reading them one by one left the
-    other cores idle: ``pack`` of a 124 MB zstd file (60M int64 tokens) read in
-    1.0 s what ``read_table`` reads in 0.6 s here (2 cores).  Memory holds that
-    many row groups instead of one.
-    """
+    fits the memory limit): one row group of one column decodes on one core."""
     from .._jit import thread_limit
 
     depth = min(thread_limit(), count, most or count) if parallel else 1
