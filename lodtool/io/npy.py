@@ -442,9 +442,7 @@ def iter_npz(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None
         elif t.lod_level != first.lod_level or t.element_shape != first.element_shape:
             raise LodInputError(f"{label}: {t.lod_level} LoD level(s) and element shape {t.element_shape}, but "
                                 f"{first_label} has {first.lod_level} and {first.element_shape}")
-        elif (t.dtype.kind == "b") != (first.dtype.kind == "b"):
-            raise LodInputError(f"{label}: has dtype {t.dtype}, but {first_label} has {first.dtype}; booleans and "
-                                "numbers cannot be mixed (pass dtype= to convert)")
+        _common_dtype([first.dtype, t.dtype], [first_label, label])  # booleans and numbers never mix
         done += t.data.nbytes
         if progress is not None:
             progress(done)

@@ -24,8 +24,8 @@ non-string field, a null in the column.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import io as _io
 import os
 import shutil
 import sys
@@ -237,23 +237,16 @@ def _kind_of(source) -> str:
     return "plain"
 
 
-class _opened:
+@contextlib.contextmanager
+def _opened(source) -> Iterator[BinaryIO]:
     """A binary stream of the source: the file, stdin's buffer, or the stream given (left open)."""
-
-    def __init__(self, source):
-        self.source, self.own = source, None
-
-    def __enter__(self) -> BinaryIO:
-        if is_stdin(self.source):
-            return sys.stdin.buffer
-        if not isinstance(self.source, (str, os.PathLike)):
-            return getattr(self.source, "buffer", self.source)  # a text stream's binary side
-        self.own = open_path(os.fspath(self.source), 0)
-        return _io.BufferedReader(self.own, 1 << 20)
-
-    def __exit__(self, *exc):
-        if self.own is not None:
-            self.own.close()
+    if is_stdin(source):
+        yield sys.stdin.buffer
+    elif not isinstance(source, (str, os.PathLike)):
+        yield getattr(source, "buffer", source)  # a text stream's binary side
+    else:
+        with open_path(os.fspath(source), 1 << 20) as stream:
+            yield stream
 
 
 def _decoded(raw: bytes, where: str, line_no: int | None) -> str:
