@@ -392,18 +392,15 @@ def pick_column(schema, column: str | None, label: str) -> int:
     return names.index(column)
 
 
-def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field,
-                        max_memory: int | None = None) -> Iterator[LoDTensor]:
-    """Each record batch's column ``index`` as a LoD tensor, errors naming the file, batch and global row."""
+def _tensors(arrays: Iterable, names, max_memory: int | None = None) -> Iterator[LoDTensor]:
+    """Validated chunks of ``(where, arrow array)`` pairs; errors name the place and the row, counted over all."""
     def converted():
         base = 0
-        for k, batch in enumerate(batches):
-            col = batch.column(index)
-            where = f"{label}: record batch {k}, column {names_field.name!r}"
-            yield where, _convert(col, where=where, row_base=base, validate=False, max_memory=max_memory)
-            base += len(col)
+        for where, arr in arrays:
+            yield where, _convert(arr, where=where, row_base=base, validate=False, max_memory=max_memory)
+            base += len(arr)
 
-    yield from valid_chunks(converted(), _level_names(names_field))
+    return valid_chunks(converted(), names)
 
 
 def valid_chunks(parts: Iterable[tuple[str, LoDTensor]], names=None) -> Iterator[LoDTensor]:
@@ -679,8 +676,9 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
         batches, schema, label = _open_ipc(source, max_memory)
         index = pick_column(schema, column, label)
         try:
-            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
-                                   label, schema.names[index])
+            name = schema.names[index]
+            arrays = ((f"{label}: record batch {k}, column {name!r}", b.column(index)) for k, b in enumerate(batches))
+            yield from _check_same(_tensors(arrays, _level_names(schema.field(index)), max_memory), label, name)
         except MemoryError:  # the CLI's own message (pa.ArrowMemoryError is an ArrowException too)
             raise
         except pa.ArrowException as exc:

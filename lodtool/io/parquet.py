@@ -35,8 +35,8 @@ from ..tensor import LoDTensor
 from ..tokens import TokenInfo
 from . import open_path, same_tokens
 from ._values import concat_chunks, read_with_options
-from .arrow import (_check_same, _convert, _label, _level_names, _named, _pa, check_claim, pick_column, sink_for,
-                    token_metadata, tokens_of_schema, valid_chunks, write_batches)
+from .arrow import (_check_same, _label, _level_names, _named, _pa, _tensors, check_claim, pick_column, sink_for,
+                    token_metadata, tokens_of_schema, write_batches)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -327,18 +327,16 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
     # as many row groups decode at once as fit the limit together
     most = None if max_memory is None else max(max_memory // largest, 1)
 
-    def converted():
-        base = 0
+    def arrays():
         for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None,
                                                        most=most)):
             where = f"{label}: row group {g}, column {field.name!r}"
             if problem is not None:
                 raise type(problem)(f"{where}: {problem}")
             for chunk in col.chunks:
-                yield where, _convert(chunk, where=where, row_base=base, validate=False, max_memory=max_memory)
-                base += len(chunk)
+                yield where, chunk
 
-    yield from valid_chunks(converted(), names)
+    yield from _tensors(arrays(), names, max_memory)
 
 
 def _prefetched(read, count: int, parallel: bool = True, most: int | None = None) -> Iterator:
