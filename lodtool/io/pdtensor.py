@@ -410,22 +410,6 @@ def chunk_bounds(rows_at: np.ndarray, chunk_rows: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def slice_top(offsets: Sequence[np.ndarray], a: int, b: int) -> tuple[list[np.ndarray], int, int]:
-    """The LoD of top-level sequences ``a:b`` (rebased to 0) and their row range.
-
-    >>> levels, lo, hi = slice_top([np.array([0, 2, 3]), np.array([0, 1, 4, 6])], 1, 2)
-    >>> [o.tolist() for o in levels], lo, hi
-    ([[0, 1], [0, 2]], 4, 6)
-    """
-    out = []
-    lo, hi = a, b
-    for level in offsets:
-        part = level[lo:hi + 1]
-        out.append(part - part[0])
-        lo, hi = int(part[0]), int(part[-1])
-    return out, lo, hi
-
-
 def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[LoDTensor]:
     """Chunks of whole top-level sequences of each source's one tensor, in order (bounded memory).
 
@@ -451,14 +435,12 @@ def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYT
                                     f"but {first_label} holds {first[0]} of {first[1]} with {first[2]}")
             rows_at = top_level_rows(h.offsets, h.shape[0])
             chunk_rows = max(1, chunk_bytes // max(h.row_bytes, 1))
+            level_sizes = [len(o) for o in h.offsets]
             if len(rows_at) == 1:  # a level holding no sequence: nothing to chunk
                 yield LoDTensor._trusted(_read_rows(f, label, h, 0, 0), h.offsets)
                 continue
             for a, b in chunk_bounds(rows_at, chunk_rows):
-                if h.offsets:
-                    offsets, lo, hi = slice_top(h.offsets, a, b)
-                else:
-                    offsets, lo, hi = [], a, b
+                offsets, lo, hi = _lod.extract_range(0, a, b, _lod.memory_reader(h.offsets), level_sizes)
                 yield LoDTensor._trusted(_read_rows(f, label, h, lo, hi), offsets)
 
 
