@@ -94,3 +94,11 @@ def test_a_damaged_folder_or_file_is_one_line_naming_it(tmp_path):
     (tmp_path / "x.arrow").write_bytes(b"garbage")
     with pytest.raises(LodInputError, match=r"x\.arrow: datasets cannot open it \(.+\)$"):
         from_hf(tmp_path / "x.arrow")
+
+
+def test_no_chunks_to_write_is_the_shape_error_every_arrow_writer_raises(tmp_path):
+    from lodtool.errors import LodShapeError
+
+    with pytest.raises(LodShapeError, match=r"^nothing to write: no chunks$"):
+        write_hf_file([], tmp_path / "t.arrow")
+    assert not (tmp_path / "t.arrow").exists()

@@ -720,10 +720,11 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
                          lambda writer, batch: writer.write_batch(batch))
 
 
-def write_batches(chunks: Iterable[LoDTensor], name: str, metadata: dict | None, new_writer, write) -> int:
-    """Each chunk as a record batch of one column ``name`` (list items required), written by ``write(writer,
-    batch)`` to the writer ``new_writer(schema)`` made for the first one (``metadata`` in its schema), which is
-    closed at the end; returns the rows.  No chunk at all is an error.
+def write_batches(chunks: Iterable[LoDTensor], name: str, metadata: dict | None, new_writer, write, *,
+                  required: bool = True) -> int:
+    """Each chunk as a record batch of one column ``name`` (``required``: list items non-nullable), written by
+    ``write(writer, batch)`` to the writer ``new_writer(schema)`` made for the first one (``metadata`` in its
+    schema), which is closed at the end; returns the rows.  No chunk at all is an error.
 
     >>> import io, pyarrow as pa
     >>> buf = io.BytesIO()
@@ -735,7 +736,7 @@ def write_batches(chunks: Iterable[LoDTensor], name: str, metadata: dict | None,
     rows = 0
     try:
         for chunk in chunks:
-            batch = to_record_batch(chunk, name, required=True)
+            batch = to_record_batch(chunk, name, required=required)
             if writer is None:
                 writer = new_writer(batch.schema.with_metadata(metadata) if metadata else batch.schema)
             write(writer, batch)
