@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from .._device import _one_line
 from .._optional import optional_import
 from ..errors import LodInputError
-from ..io.arrow import _level_names, _pa, arrow_field, from_arrow, sink_for, to_record_batch, write_batches
+from ..io.arrow import (_level_names, _pa, arrow_field, from_arrow, pick_column, sink_for, to_record_batch,
+                        write_batches)
 from ..tensor import LoDTensor
 
 if TYPE_CHECKING:
@@ -136,13 +137,7 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
     if not isinstance(dataset, datasets.Dataset):
         raise LodInputError(f"from_hf takes a datasets.Dataset (pick a split of a DatasetDict), got "
                             f"{type(dataset).__name__}")
-    names = list(dataset.column_names)
-    if column is None:
-        if len(names) != 1:
-            raise LodInputError(f"the dataset has {len(names)} columns ({', '.join(names[:10])}); choose one")
-        column = names[0]
-    if column not in names:
-        raise LodInputError(f"the dataset has no column {column!r} (columns: {', '.join(names[:10])})")
+    column = dataset.column_names[pick_column(dataset.data.schema, column, "the dataset")]
     table = dataset.with_format("arrow")[:]
     t = from_arrow(table.column(column), validate=validate)
     if level_names is None:
