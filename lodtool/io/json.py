@@ -81,8 +81,7 @@ import numpy as np
 
 from .. import lod as _lod
 from .._jit import kernels_pay, thread_limit
-from ..errors import (LodBackendError, LodDtypeError, LodError, LodInputError, LodShapeError,
-                      LodUsageError)
+from ..errors import LodDtypeError, LodError, LodInputError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor, from_nested
 from ..limits import STREAM_CHUNK_BYTES
 from . import format_of_path, is_stdin, open_path, seekable
@@ -561,8 +560,6 @@ def _located_syntax_error(text: bytes, name: str, line: int | None) -> LodInputE
     (a string, say): the general path decides then.
     """
     js = _scanner()
-    if js is None:  # pragma: no cover - numba is a dependency
-        return None
     buf = np.frombuffer(text, dtype=np.uint8)
     pos, depth, prev = (int(v) for v in js.first_syntax_problem(buf))
     if pos < 0:
@@ -862,19 +859,10 @@ def _known_size(sources: Sequence[Any]) -> int | None:
 
 # -- the fast path ----------------------------------------------------------------------------------
 def _scanner():
-    """The fast-path module (imports numba), or None when numba is missing."""
-    try:
-        from . import _jsonscan
-    except ImportError:  # pragma: no cover - numba is a dependency
-        return None
+    """The fast-path module, imported when the fast path first runs (it imports numba)."""
+    from . import _jsonscan
+
     return _jsonscan
-
-
-def _use_fast(fast: bool | None):
-    scanner = _scanner() if fast is not False else None
-    if fast and scanner is None:  # pragma: no cover - numba is a dependency
-        raise LodBackendError("the fast JSON path needs numba; install it or pass fast=False")
-    return scanner
 
 
 def _region_place(name: str, buf: _Buffer, start: int, offset: int, first_line: int, col0: int = 0) -> str:
@@ -1072,7 +1060,7 @@ def _iter_json_inputs(sources: list, fmt: str | None, *, lod_level, dtype, level
                       fast: bool | None, progress, names, stats) -> Iterator[LoDTensor]:
     fmts = [_resolve_format(src, fmt) for src in sources]
     asm = _Assembler("", lod_level, resolve_dtype(dtype), _names(level_names))
-    js = _use_fast(fast)
+    js = _scanner() if fast is not False else None
     chunk_bytes = max(int(chunk_bytes), 16)
     stats = {} if stats is None else stats
     stats["bytes_read"] = 0
