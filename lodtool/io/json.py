@@ -81,7 +81,7 @@ import numpy as np
 
 from .. import lod as _lod
 from .._jit import kernels_pay, thread_limit
-from ..errors import LodDtypeError, LodError, LodInputError, LodShapeError, LodUsageError
+from ..errors import LodDtypeError, LodError, LodInputError, LodUsageError
 from ..tensor import LoDTensor, from_nested
 from ..limits import STREAM_CHUNK_BYTES
 from . import format_of_path, is_stdin, open_path, seekable
@@ -302,9 +302,7 @@ class _Assembler:
         (or the end), so that no emitted chunk has an empty level.  The last
         piece of the last input (``last`` and :attr:`final_input`) waits whole.
         """
-        if piece.leaf:
-            if self.leaf and piece.leaf != self.leaf:  # pragma: no cover - both paths check first
-                raise LodInputError(f"{self.name}: scalars nest {piece.leaf - 1} deep after {self.leaf - 1}")
+        if piece.leaf:  # the same as before: both paths check it
             self.leaf = piece.leaf
         self.maxlist = max(self.maxlist, piece.list_depth)
         if piece.data.size:
@@ -397,15 +395,10 @@ class _Assembler:
                 where, path = _locate(piece, levels, n_lod, 0, self.name)
                 raise LodInputError(f"{where}: element shape {shape} at branch {path}, but {self.elem_shape} "
                                     "before (every element needs one shape)")
-        data = piece.data
-        if data.size != count:  # pragma: no cover - both paths build consistent pieces
-            raise LodShapeError(f"{self.name}: {data.size} values where the lists hold {count}")
-        data = data.reshape((rows,) + shape)
+        data = piece.data.reshape((rows,) + shape)
         if self.dtype is not None:
             data = cast_values(data, self.dtype, lambda row: "{}: at branch {}: ".format(
                 *_locate(piece, levels, n_lod, row, self.name)))
-        elif data.dtype.kind == "u":  # pragma: no cover - only a uint64 target makes uint64
-            raise LodInputError(f"{self.name}: integers above int64 need the uint64 dtype (dtype=uint64)")
         offsets = [_lod.lengths_to_offsets(lengths) for lengths in lod_lengths]
         return LoDTensor(data, lod=offsets, level_names=self.level_names)
 
@@ -716,8 +709,6 @@ def _general_piece(objs: list, lines: np.ndarray | None, texts: list[bytes], big
     levels = [np.diff(o) for o in t.offsets]
     has_values = data.size > 0
     piece = _Piece(data, levels, t.lod_level + 1 if has_values else 0, len(objs), lines, seq_base)
-    if len(levels) > MAX_LEVELS:  # pragma: no cover - _load_json refuses such text before parsing
-        raise LodInputError(f"{name}: lists nest deeper than {MAX_LEVELS} levels")
     if has_values:
         # booleans and numbers never mix: the kind seen first is expected, the first of the other is wrong
         first_bool, first_num = _first_match(_BOOL_TOKEN, texts), _first_match(_NUMBER_TOKEN, texts)
