@@ -264,12 +264,7 @@ def _decoded(raw: bytes, where: str, line_no: int | None) -> str:
 
 
 def _field(line: str, field: str, where: str, line_no: int) -> str:
-    import orjson
-
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise LodInputError(f"{where}:{line_no}: not JSON ({str(exc).split(':')[0]})") from None
+    value = _json_value(line, where, line_no)
     if not isinstance(value, dict):
         raise LodInputError(f"{where}:{line_no}: a JSON Lines text input holds one object per line, this one is "
                             f"{json_kind(value)}")
@@ -358,7 +353,7 @@ def count_words(sources: Sequence[Any], *, min_count: int = 1) -> WordVocabulary
     from collections import Counter
 
     counts: Counter = Counter()
-    for _, item in _word_items(sources, None):
+    for _, item in _word_items(sources):
         counts.update(_strings(item))
     return WordVocabulary.from_counts(counts, min_count=min_count)
 
@@ -416,10 +411,8 @@ def _word_chunk(ids: list[np.ndarray], lengths: list[list[int]], target: np.dtyp
     return LoDTensor._trusted(np.concatenate(ids).astype(target), [lengths_to_offsets(n) for n in lengths], None)
 
 
-def _word_items(sources, counted) -> Iterator[tuple[str, Any]]:
+def _word_items(sources, counted: Callable[[int], None] = lambda n: None) -> Iterator[tuple[str, Any]]:
     """``(where, item)`` of each top-level item of JSON / JSON Lines inputs of words."""
-    import orjson
-
     for source in sources:
         where = source.label if isinstance(source, SpooledInput) else _label(source)
         stream_source = source.file if isinstance(source, SpooledInput) else source
@@ -429,18 +422,15 @@ def _word_items(sources, counted) -> Iterator[tuple[str, Any]]:
         with _opened(stream_source) as stream:
             if lines:
                 for line_no, raw in enumerate(stream, 1):
-                    if counted is not None:
-                        counted(len(raw))
-                    line = raw.strip()
-                    if not line:
+                    counted(len(raw))
+                    if not raw.strip():
                         continue
-                    item = _json_value(_decoded(raw.rstrip(b"\r\n"), where, line_no), where, line_no, orjson)
+                    item = _json_value(_decoded(raw.rstrip(b"\r\n"), where, line_no), where, line_no)
                     yield f"{where}:{line_no}", item
             else:
                 raw = stream.read()
-                if counted is not None:
-                    counted(len(raw))
-                document = _json_value(_decoded(raw, where, None), where, None, orjson)
+                counted(len(raw))
+                document = _json_value(_decoded(raw, where, None), where, None)
                 if not isinstance(document, list):
                     raise LodInputError(f"{where}: a JSON input of words is a list of items, not "
                                         f"{json_kind(document)}")
@@ -459,7 +449,9 @@ def _words_as_lines(source) -> bool:
     return format_of_head(source.read(1 << 16)) != "json"
 
 
-def _json_value(text_: str, where: str, line_no: int | None, orjson):
+def _json_value(text_: str, where: str, line_no: int | None):
+    import orjson
+
     try:
         return orjson.loads(text_)
     except orjson.JSONDecodeError as exc:
