@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from .._device import _one_line
 from .._optional import optional_import
 from ..errors import LodInputError
-from ..io.arrow import (_level_names, _pa, arrow_field, from_arrow, pick_column, sink_for, to_record_batch,
+from ..io.arrow import (_level_names, _named, _pa, arrow_field, from_arrow, pick_column, sink_for, to_record_batch,
                         write_batches)
 from ..tensor import LoDTensor
 
@@ -142,7 +142,7 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
     t = from_arrow(table.column(column), validate=validate)
     if level_names is None:
         level_names = _level_names(table.schema.field(column))
-    return t.with_level_names(level_names) if level_names and len(level_names) == t.lod_level else t
+    return _named(t, level_names)
 
 
 def _check_saved_folder(path: str) -> None:

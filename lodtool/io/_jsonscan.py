@@ -965,17 +965,13 @@ class Scanner:
         """Whether the last scan stopped inside an item (whose outputs so far it holds)."""
         return bool(self.state[DEPTH])
 
-    @property
-    def mode(self) -> int:
-        return int(self.state[MODE])
-
     def values(self) -> np.ndarray:
         """The block's values with their natural dtype: int64 (uint64 with N_BIG), float64 or bool.
 
         The array is handed over (the next block gets a new one), so it stays valid.
         """
         n = int(self.state[N_VAL])
-        mode = self.mode
+        mode = int(self.state[MODE])
         if mode == MODE_NONE:
             return np.zeros(0, dtype=np.float64)  # no values: from_nested's dtype for empty data
         if mode == MODE_BOOL:

@@ -350,11 +350,15 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
         if arr.num_columns != 1:
             raise LodShapeError(f"a table of {arr.num_columns} columns: pass one column (table['name'])")
         names = _level_names(arr.schema.field(0))
-        t = from_arrow(arr.column(0), validate=validate)
-        return t.with_level_names(names) if names and len(names) == t.lod_level else t
+        return _named(from_arrow(arr.column(0), validate=validate), names)
     if not isinstance(arr, pa.Array):
         arr = pa.array(arr)
     return _convert(arr, validate=validate)
+
+
+def _named(t: LoDTensor, names) -> LoDTensor:
+    """``t`` with the level names ``names`` where they fit its levels, else as it is."""
+    return t.with_level_names(names) if names and len(names) == t.lod_level else t
 
 
 def _level_names(field) -> list[str] | None:
@@ -440,7 +444,7 @@ def _validated(parts: list[LoDTensor], where: str, names) -> LoDTensor:
         validate_lod(list(t.offsets), t.n_rows)
     except LodError as exc:
         raise type(exc)(f"{where}: {exc}") from None
-    return t.with_level_names(names) if names and len(names) == t.lod_level else t
+    return _named(t, names)
 
 
 def _label(source: Any) -> str:
@@ -793,11 +797,6 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
-    for chunk in chunks:
-        yield chunk.with_level_names(names) if names and len(names) == chunk.lod_level else chunk
-
-
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = 0, progress=None, stats: dict | None = None,
          column: str | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
@@ -820,7 +819,7 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one record batch per chunk, the column named after the tensor."""
-    write_ipc(_named(chunks, stored.level_names), out, name=stored.name, metadata=token_metadata(stored))
+    write_ipc((_named(c, stored.level_names) for c in chunks), out, name=stored.name, metadata=token_metadata(stored))
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",

@@ -440,7 +440,7 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one row group per chunk, the column named after the tensor."""
-    write_parquet(_named(chunks, stored.level_names), out, name=stored.name, metadata=token_metadata(stored))
+    write_parquet((_named(c, stored.level_names) for c in chunks), out, name=stored.name, metadata=token_metadata(stored))
 
 
 def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
