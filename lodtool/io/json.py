@@ -290,7 +290,6 @@ class _Assembler:
         self.cls = _CLS_NONE
         self.elem_shape: tuple[int, ...] | None = None
         self.pending: _Piece | None = None
-        self.sequences = 0
         self.final_input = True  # whether the input being read is the last one
 
     # the structure ------------------------------------------------------------------------------
@@ -307,7 +306,6 @@ class _Assembler:
         self.maxlist = max(self.maxlist, piece.list_depth)
         if piece.data.size:
             self.cls = _CLS_BOOL if piece.data.dtype == np.bool_ else _CLS_NUMBER
-        self.sequences += piece.items
         if self.pending is not None:
             if self.leaf and not self._degenerate(self.pending) and not self._degenerate(piece):
                 yield self._finish(self.pending)
@@ -992,8 +990,8 @@ def iter_json_inputs(sources: Sequence[Any], fmt: str | None = None, *, lod_leve
     [[[[1]]], [[[2, 3]]]]
     """
     sources = list(sources)
+    names = list(names) if names is not None else [None] * len(sources)
     if fast is None:  # a pipe on stdin: its first read tells whether the input is small
-        names = list(names) if names is not None else [None] * len(sources)
         for i, src in enumerate(sources):
             if _is_stdin_pipe(src):
                 sources[i] = _whole_if_small(sys.stdin.buffer, FAST_FROM_BYTES)
@@ -1050,7 +1048,6 @@ def _iter_json_inputs(sources: list, fmt: str | None, *, lod_level, dtype, level
     chunk_bytes = max(int(chunk_bytes), 16)
     stats = {} if stats is None else stats
     stats["bytes_read"] = 0
-    names = list(names) if names is not None else [None] * len(sources)
     for i, (source, fmt_i) in enumerate(zip(sources, fmts)):
         inp = _Input(source, names[i] if i < len(names) else None)
         asm.name = inp.name
