@@ -39,7 +39,7 @@ from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from ..text import SPLITS, TextTokenizer, WordVocabulary, split_text
 from ..tokens import TokenInfo
-from . import is_stdin, label as _label, open_path, peek_stdin, seekable
+from . import format_of_path, is_stdin, label as _label, open_path, peek_stdin, seekable
 
 #: documents are tokenized in batches of about this much text
 BATCH_BYTES = 4 << 20
@@ -50,8 +50,6 @@ DOCUMENTS = ("file", "line")
 #: the level names of what ``pack`` writes, by ``split``
 LEVEL_NAMES = {None: ("document",), "lines": ("document", "line"), "paragraphs": ("document", "paragraph"),
                "sentences": ("document", "sentence")}
-_JSONL_EXTENSIONS = (".jsonl", ".ndjson", ".json")
-_PARQUET_EXTENSIONS = (".parquet", ".pq")
 #: the refusal of text to pack without a tokenizer (a keyword of :class:`TextOptions`; the CLI shows its flag)
 NO_TOKENIZER = "packing text needs a tokenizer: give tokenizer='tokenizer.json'"
 
@@ -226,14 +224,8 @@ def _documents(source, text: TextOptions, batch: int, counted) -> Iterator[list[
 def _kind_of(source) -> str:
     if is_stdin(source):
         return "jsonl" if peek_stdin(1 << 12).lstrip().startswith(b"{") else "plain"
-    if not isinstance(source, (str, os.PathLike)):
-        return "plain"
-    name = os.fspath(source).lower()
-    if name.endswith(_JSONL_EXTENSIONS):
-        return "jsonl"
-    if name.endswith(_PARQUET_EXTENSIONS):
-        return "parquet"
-    return "plain"
+    named = format_of_path(source) if isinstance(source, (str, os.PathLike)) else None  # the registry's extensions
+    return {"json": "jsonl", "jsonl": "jsonl", "parquet": "parquet"}.get(getattr(named, "name", None), "plain")
 
 
 @contextlib.contextmanager
