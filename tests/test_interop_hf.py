@@ -94,3 +94,19 @@ def test_a_damaged_folder_or_file_is_one_line_naming_it(tmp_path):
     (tmp_path / "x.arrow").write_bytes(b"garbage")
     with pytest.raises(LodInputError, match=r"x\.arrow: datasets cannot open it \(.+\)$"):
         from_hf(tmp_path / "x.arrow")
+
+
+def test_no_chunks_to_write_is_the_shape_error_every_arrow_writer_raises(tmp_path):
+    from lodtool.errors import LodShapeError
+
+    with pytest.raises(LodShapeError, match=r"^nothing to write: no chunks$"):
+        write_hf_file([], tmp_path / "t.arrow")
+    assert not (tmp_path / "t.arrow").exists()
+
+
+def test_a_column_is_picked_as_every_table_reader_picks_it():
+    ds = to_hf(LoDTensor(np.arange(3), [[0, 1, 3]]), "ids").add_column("label", [0, 1])
+    with pytest.raises(LodInputError, match=r"^the dataset: has 2 columns \(ids, label\); choose one with column=\.\.\.$"):
+        from_hf(ds)
+    with pytest.raises(LodInputError, match=r"^the dataset: has no column 'x' \(columns: ids, label\)$"):
+        from_hf(ds, "x")

@@ -233,3 +233,17 @@ def test_write_read_round_trip(t):
     buf.seek(0)
     back = read_npz(buf)
     assert back.equals(t) and back.dtype == t.dtype
+
+
+def test_token_info_refuses_a_tokens_member_claiming_too_much(tmp_path, monkeypatch):
+    # the claim was checked inside the handler that skips unreadable archives, so it was skipped too
+    from lodtool.io import npy
+    from lodtool.tokens import TokenInfo
+
+    p = tmp_path / "ids.npz"
+    npy.write_npz_parts(p, shape=(2,), dtype=np.dtype("uint8"), data_blocks=[np.array([1, 2], np.uint8)],
+                        offsets=[[np.array([0, 2])]], level_sizes=[2], tokens=TokenInfo(vocab_size=3))
+    assert npy.token_info("npz", [str(p)]).vocab_size == 3
+    monkeypatch.setattr(npy, "MAX_TOKENIZER_BYTES", -4096)
+    with pytest.raises(LodInputError, match=r"ids\.npz: member 'tokens' claims \d+ bytes$"):
+        npy.token_info("npz", [str(p)])

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from .._device import _one_line
 from .._optional import optional_import
 from ..errors import LodInputError
-from ..io.arrow import _level_names, _pa, arrow_field, from_arrow, sink_for, to_record_batch
+from ..io.arrow import (_level_names, _named, _pa, arrow_field, from_arrow, pick_column, sink_for, to_record_batch,
+                        write_batches)
 from ..tensor import LoDTensor
 
 if TYPE_CHECKING:
@@ -52,12 +53,11 @@ def hf_schema(t: LoDTensor, name: str = "tensor") -> pa.Schema:
     >>> json.loads(schema.metadata[b"huggingface"])["info"]["features"]["ids"]["_type"]
     'LargeList'
     """
-    pa = _pa()
+    return _with_features(_pa().schema([arrow_field(name, t)]))
 
-    datasets = _datasets()
-    schema = pa.schema([arrow_field(name, t)])
-    features = datasets.Features.from_arrow_schema(schema)
-    return schema.with_metadata(features.arrow_schema.metadata)
+
+def _with_features(schema: pa.Schema) -> pa.Schema:
+    return schema.with_metadata(_datasets().Features.from_arrow_schema(schema).arrow_schema.metadata)
 
 
 def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str | os.PathLike, *,
@@ -74,21 +74,12 @@ def write_hf_file(tensor_or_chunks: LoDTensor | Iterable[LoDTensor], path: str |
     """
     pa = _pa()
 
+    from ..atomic import atomic_open
+
     chunks = [tensor_or_chunks] if isinstance(tensor_or_chunks, LoDTensor) else tensor_or_chunks
-    with _atomic(path) as out:
-        writer = None
-        sink = sink_for(out)
-        try:
-            for chunk in chunks:
-                if writer is None:
-                    schema = hf_schema(chunk, name)
-                    writer = pa.ipc.new_stream(sink, schema)
-                writer.write_batch(to_record_batch(chunk, name).replace_schema_metadata(schema.metadata))
-            if writer is None:
-                raise LodInputError("nothing to write: no chunks")
-        finally:
-            if writer is not None:
-                writer.close()
+    with atomic_open(path) as out:
+        write_batches(chunks, name, None, lambda schema: pa.ipc.new_stream(sink_for(out), _with_features(schema)),
+                      lambda writer, batch: writer.write_batch(batch), required=False)
     return os.fspath(path)
 
 
@@ -146,18 +137,12 @@ def from_hf(dataset: Any, column: str | None = None, *, level_names=None, valida
     if not isinstance(dataset, datasets.Dataset):
         raise LodInputError(f"from_hf takes a datasets.Dataset (pick a split of a DatasetDict), got "
                             f"{type(dataset).__name__}")
-    names = list(dataset.column_names)
-    if column is None:
-        if len(names) != 1:
-            raise LodInputError(f"the dataset has {len(names)} columns ({', '.join(names[:10])}); choose one")
-        column = names[0]
-    if column not in names:
-        raise LodInputError(f"the dataset has no column {column!r} (columns: {', '.join(names[:10])})")
+    column = dataset.column_names[pick_column(dataset.data.schema, column, "the dataset")]
     table = dataset.with_format("arrow")[:]
     t = from_arrow(table.column(column), validate=validate)
     if level_names is None:
         level_names = _level_names(table.schema.field(column))
-    return t.with_level_names(level_names) if level_names and len(level_names) == t.lod_level else t
+    return _named(t, level_names)
 
 
 def _check_saved_folder(path: str) -> None:
@@ -190,13 +175,6 @@ def _file_level_names(path: str, column: str | None):
     if column is None and len(names) == 1:
         column = names[0]
     return _level_names(schema.field(column)) if column in names else None
-
-
-def _atomic(path):
-    """The one place this module commits a file (re-pointed when the atomic helpers move)."""
-    from ..atomic import atomic_open
-
-    return atomic_open(path)
 
 
 __all__ = ["write_hf_file", "to_hf", "from_hf", "hf_schema"]

@@ -35,12 +35,13 @@ is decided here, by :func:`detect` (extension, then first bytes) and
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Sequence
 
-from ..errors import LodUsageError
+from ..errors import LodError, LodFileNotFoundError, LodInputError, LodUsageError
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,43 @@ def label(source: Any) -> str:
     return os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<stream>"
 
 
+def open_path(path: str, buffering: int = -1) -> BinaryIO:
+    """The file at ``path`` opened for binary reading; a missing, directory or unreadable one is a one-line error.
+
+    >>> open_path("/no/such.jsonl")
+    Traceback (most recent call last):
+    lodtool.errors.LodFileNotFoundError: /no/such.jsonl: no such file
+    """
+    try:
+        return open(path, "rb", buffering=buffering)
+    except FileNotFoundError:
+        raise LodFileNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise LodInputError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def open_seekable(source: Any) -> tuple[BinaryIO, bool]:
+    """A seekable binary file for a path, ``-``, bytes or a binary stream (stdin and pipes are read into memory),
+    and whether it was opened here (then the caller closes it)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        return (io.BytesIO(sys.stdin.buffer.read()) if path == "-" else open_path(path)), True
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return io.BytesIO(bytes(source)), True
+    stream = getattr(source, "buffer", source)  # a text stream's binary side
+    return (stream, False) if seekable(stream) else (io.BytesIO(stream.read()), True)
+
+
+def seekable(stream) -> bool:
+    """Whether ``stream`` says it can seek (a closed or odd one cannot)."""
+    try:
+        return bool(stream.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def detect(source: str | os.PathLike) -> Detection | None:
     """The format of the input at a path (or ``-``): from its extension, else from its first bytes; else None.
 
@@ -371,11 +409,58 @@ def _end_of_first_value(text: bytes) -> int | None:
     return None
 
 
+#: offsets a stored tensor's writer reads at a time (:func:`offset_blocks`)
+OFFSET_BLOCK = 1 << 20
+
+
+def offset_blocks(stored: Any) -> list[Iterator]:
+    """Per LoD level of a stored tensor, its offsets in blocks of :data:`OFFSET_BLOCK` (read as they are drawn):
+    what a format's ``write_stored`` streams.
+
+    >>> import numpy as np
+    >>> from lodtool import LoDTensor
+    >>> class Stored:  # the two members of a stored tensor it reads
+    ...     level_sizes = [3]
+    ...     def read_offsets(self, level, start, stop): return np.array([0, 2, 5])[start:stop]
+    >>> [np.concatenate(list(b)).tolist() for b in offset_blocks(Stored())]
+    [[0, 2, 5]]
+    """
+    def blocks(level: int) -> Iterator:
+        size = stored.level_sizes[level]
+        for start in range(0, size, OFFSET_BLOCK):
+            yield stored.read_offsets(level, start, min(start + OFFSET_BLOCK, size))
+
+    return [blocks(k) for k in range(len(stored.level_sizes))]
+
+
+def same_tokens(sources: Sequence[Any], info_of, errors: tuple) -> Any:
+    """The one token metadata ``info_of(path)`` finds in the files among ``sources`` (inputs that disagree are
+    refused); a file ``info_of`` fails on with one of ``errors`` is skipped, for its reader to name the problem."""
+    found: dict = {}
+    for s in sources:
+        if not isinstance(s, (str, os.PathLike)) or is_stdin(s) or not os.path.isfile(s):
+            continue
+        try:
+            info = info_of(os.fspath(s))
+        except LodError:
+            raise
+        except (*errors, OSError):
+            continue
+        if info is not None:
+            found.setdefault(info, os.fspath(s))
+    if len(found) > 1:
+        (a, a_src), (b, b_src) = list(found.items())[:2]
+        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
+                            "vocabulary at a time")
+    return next(iter(found), None)
+
+
 def _either(names: Sequence[str]) -> str:
     return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 __all__ = ["Format", "REGISTRY", "get", "readable", "writable", "extensions", "format_of_path", "format_of_bytes",
            "format_of_head", "detect", "input_format", "Detection", "peek_stdin", "is_stdin", "label",
+           "open_path", "open_seekable", "seekable", "same_tokens", "offset_blocks", "OFFSET_BLOCK",
            "HDF5_SIGNATURE", "CONTAINER"]
 

@@ -22,15 +22,7 @@ import numpy as np
 
 from .._jit import kernel, parallel_blocks
 
-def supported(dtype: np.dtype) -> bool:
-    """Whether this formatter writes ``dtype`` (integers and bools).
-
-    >>> supported(np.dtype("int32")), supported(np.dtype("float64"))
-    (True, False)
-    """
-    return dtype.kind in "biu"
-
-
+#: the two digits of 0..99, as text
 _PAIRS = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint8).copy()
 
 
@@ -244,4 +236,4 @@ def _block_bounds(flat: np.ndarray, kind: int, levels: list[np.ndarray], bounds:
     return np.diff(index) * (width + 1) + sequences * 4 + 8
 
 
-__all__ = ["encode_lines", "supported"]
+__all__ = ["encode_lines"]

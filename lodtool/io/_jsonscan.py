@@ -154,27 +154,16 @@ def _mul128(a, b):
     return hi, lo
 
 
-@kernel(inline="always")
-def _clz64(x):
-    n = 0
-    if x <= _U64(0x00000000FFFFFFFF):
-        n += 32
-        x <<= _U64(32)
-    if x <= _U64(0x0000FFFFFFFFFFFF):
-        n += 16
-        x <<= _U64(16)
-    if x <= _U64(0x00FFFFFFFFFFFFFF):
-        n += 8
-        x <<= _U64(8)
-    if x <= _U64(0x0FFFFFFFFFFFFFFF):
-        n += 4
-        x <<= _U64(4)
-    if x <= _U64(0x3FFFFFFFFFFFFFFF):
-        n += 2
-        x <<= _U64(2)
-    if x <= _U64(0x7FFFFFFFFFFFFFFF):
-        n += 1
-    return n
+@intrinsic
+def _clz64(typingctx, x):
+    """Leading zero bits of a uint64 (LLVM's ctlz: one instruction)."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.int64(types.uint64), codegen
 
 
 @kernel
@@ -839,56 +828,14 @@ PREV_START, PREV_OPEN, PREV_COMMA, PREV_VALUE = range(4)
 
 
 @kernel
-def _number_end(buf, i, n):
-    """End of the JSON number that starts at ``i``, or -1 if it breaks the grammar there."""
-    if buf[i] == 45:  # '-'
-        i += 1
-    if i >= n or not 48 <= buf[i] <= 57:
-        return -1
-    if buf[i] == 48:
-        i += 1
-    else:
-        while i < n and 48 <= buf[i] <= 57:
-            i += 1
-    if i < n and buf[i] == 46:  # '.'
-        i += 1
-        if i >= n or not 48 <= buf[i] <= 57:
-            return -1
-        while i < n and 48 <= buf[i] <= 57:
-            i += 1
-    if i < n and (buf[i] == 101 or buf[i] == 69):  # 'e' / 'E'
-        i += 1
-        if i < n and (buf[i] == 43 or buf[i] == 45):
-            i += 1
-        if i >= n or not 48 <= buf[i] <= 57:
-            return -1
-        while i < n and 48 <= buf[i] <= 57:
-            i += 1
-    return i
-
-
-@kernel
-def _literal_end(buf, i, n, word):
-    m = word.shape[0]
-    if i + m > n:
-        return -1
-    for k in range(m):
-        if buf[i + k] != word[k]:
-            return -1
-    return i + m
-
-
-@kernel
-def first_syntax_problem(buf, words):
+def first_syntax_problem(buf):
     """Where ``buf`` stops being one JSON value made of lists and scalars, in O(1) memory.
 
     Returns ``(position, depth, previous)``: the start of the first token that
     breaks the grammar (or ``len(buf)`` if the text ends too early; ``-1`` if
     there is no problem), the number of lists open there, and what came before
-    it (``PREV_*``).  ``words`` holds the literals (true, false, NaN, Infinity,
-    -Infinity) as rows of a zero-padded uint8 array with their lengths in the
-    last column.  Numbers follow JSON's grammar exactly; strings, objects and
-    null count as problems (the caller decides what to make of them).
+    it (``PREV_*``).  Tokens are read as :func:`scan` reads them; strings,
+    objects and null count as problems (the caller decides what to make of them).
     """
     n = buf.shape[0]
     depth = 0
@@ -922,35 +869,18 @@ def first_syntax_problem(buf, words):
             prev = PREV_VALUE
             i += 1
             continue
-        end = -1
-        if c == 45 or 48 <= c <= 57:
-            end = _number_end(buf, i, n)
-        if end < 0:
-            for w in range(words.shape[0]):
-                word = words[w, :words[w, words.shape[1] - 1]]
-                end = _literal_end(buf, i, n, word)
-                if end >= 0:
-                    break
-        if end < 0:
+        if c == 116 or c == 102:  # true / false
+            length, _, err, incomplete = _boolean(buf, i, n)
+            end = i + length
+        else:
+            end, _, _, _, _, _, _, _, err, incomplete = _number_token(buf, i, n, True)
+        if err != 0 or incomplete:
             return i, depth, prev
         i = end
         prev = PREV_VALUE
     if prev == PREV_VALUE and depth == 0:
         return -1, depth, prev
     return n, depth, prev
-
-
-def _literal_table() -> np.ndarray:
-    words = [b"true", b"false", b"NaN", b"Infinity", b"-Infinity"]
-    width = max(map(len, words)) + 1
-    table = np.zeros((len(words), width), dtype=np.uint8)
-    for k, w in enumerate(words):
-        table[k, :len(w)] = np.frombuffer(w, dtype=np.uint8)
-        table[k, width - 1] = len(w)
-    return table
-
-
-LITERALS = _literal_table()
 
 
 #: blocks above this size get output arrays sized by an exact count, not by the worst case
@@ -1035,17 +965,13 @@ class Scanner:
         """Whether the last scan stopped inside an item (whose outputs so far it holds)."""
         return bool(self.state[DEPTH])
 
-    @property
-    def mode(self) -> int:
-        return int(self.state[MODE])
-
     def values(self) -> np.ndarray:
         """The block's values with their natural dtype: int64 (uint64 with N_BIG), float64 or bool.
 
         The array is handed over (the next block gets a new one), so it stays valid.
         """
         n = int(self.state[N_VAL])
-        mode = self.mode
+        mode = int(self.state[MODE])
         if mode == MODE_NONE:
             return np.zeros(0, dtype=np.float64)  # no values: from_nested's dtype for empty data
         if mode == MODE_BOOL:
@@ -1265,6 +1191,6 @@ class NumberText:
         return f"{sign}0.{b''.join(self.digits).decode()}{'1' if self.sticky else ''}e{exponent}"
 
 
-__all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "LITERALS", "Scanner", "ScanResult",
+__all__ = ["scan", "scan_bytes", "squeeze_blanks", "first_syntax_problem", "Scanner", "ScanResult",
            "NumberText", "significant_text",
            "count_structure", "new_state", "reset_chunk", "DONE", "NEED_MORE", "FALLBACK", "MAX_LEVELS"]

@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError,
-                      LodMemoryError, LodShapeError, LodUsageError)
+from ..errors import LodDtypeError, LodError, LodInputError, LodMemoryError, LodShapeError
 from .._optional import optional_import
 from ..tensor import LoDTensor
 from ..tokens import TokenInfo
+from . import open_path, same_tokens
+from ._values import concat_chunks, read_with_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -206,9 +207,7 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
             raise LodInputError(f"{where}: {_top_row(levels, len(levels), index, row_base)} is null (at depth "
                                 f"{len(levels) + len(shape)}); a LoD tensor has no missing values: fill or drop "
                                 "them first")
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            if shape:  # pragma: no cover - _has_var_list makes such fixed sizes levels
-                raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
+        if pa.types.is_list(t) or pa.types.is_large_list(t):  # never under a shape: see _has_var_list
             offsets = node.offsets.to_numpy()  # honours the slice (arrow#37733: .values does not)
             if offsets.dtype != np.int64:
                 offsets = offsets.astype(np.int64)
@@ -226,7 +225,7 @@ def _convert(arr, *, where: str = "arrow array", row_base: int = 0, validate: bo
                 shape.append(size)
             node = values
         elif pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-            if shape:  # pragma: no cover - as above
+            if shape:  # a fixed-size list over list views
                 raise LodShapeError(f"{where}: a variable-length list under a fixed-size list ({arr.type})")
             starts = node.offsets.to_numpy().astype(np.int64)
             sizes = node.sizes.to_numpy().astype(np.int64)
@@ -343,7 +342,7 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
                           validate=False) for k, chunk in enumerate(arr.chunks) if len(chunk)]
         if not parts:
             return _convert(pa.array([], type=arr.type), where="arrow array (no rows)", validate=validate)
-        t = parts[0] if len(parts) == 1 else _concat(parts)
+        t = concat_chunks(parts)
         if validate:
             t = LoDTensor(t.data, lod=t.offsets)
         return t
@@ -351,27 +350,15 @@ def from_arrow(arr: Any, *, validate: bool = True) -> LoDTensor:
         if arr.num_columns != 1:
             raise LodShapeError(f"a table of {arr.num_columns} columns: pass one column (table['name'])")
         names = _level_names(arr.schema.field(0))
-        t = from_arrow(arr.column(0), validate=validate)
-        return t.with_level_names(names) if names and len(names) == t.lod_level else t
+        return _named(from_arrow(arr.column(0), validate=validate), names)
     if not isinstance(arr, pa.Array):
         arr = pa.array(arr)
     return _convert(arr, validate=validate)
 
 
-def _concat(parts: list[LoDTensor]) -> LoDTensor:
-    """Top-level concatenation of chunk tensors (one copy)."""
-    first = parts[0]
-    if any(p.lod_level != first.lod_level or p.element_shape != first.element_shape for p in parts):
-        raise LodShapeError("the chunks disagree in LoD levels or element shape")
-    data = np.concatenate([np.asarray(p.data) for p in parts])
-    levels = []
-    for k in range(first.lod_level):
-        pieces, base = [np.zeros(1, np.int64)], 0
-        for p in parts:
-            pieces.append(p.offsets[k][1:] + base)
-            base += int(p.offsets[k][-1])
-        levels.append(np.concatenate(pieces))
-    return LoDTensor._trusted(data, levels, first.level_names)
+def _named(t: LoDTensor, names) -> LoDTensor:
+    """``t`` with the level names ``names`` where they fit its levels, else as it is."""
+    return t.with_level_names(names) if names and len(names) == t.lod_level else t
 
 
 def _level_names(field) -> list[str] | None:
@@ -409,18 +396,15 @@ def pick_column(schema, column: str | None, label: str) -> int:
     return names.index(column)
 
 
-def _batches_to_tensors(batches: Iterable, index: int, label: str, names_field,
-                        max_memory: int | None = None) -> Iterator[LoDTensor]:
-    """Each record batch's column ``index`` as a LoD tensor, errors naming the file, batch and global row."""
+def _tensors(arrays: Iterable, names, max_memory: int | None = None) -> Iterator[LoDTensor]:
+    """Validated chunks of ``(where, arrow array)`` pairs; errors name the place and the row, counted over all."""
     def converted():
         base = 0
-        for k, batch in enumerate(batches):
-            col = batch.column(index)
-            where = f"{label}: record batch {k}, column {names_field.name!r}"
-            yield where, _convert(col, where=where, row_base=base, validate=False, max_memory=max_memory)
-            base += len(col)
+        for where, arr in arrays:
+            yield where, _convert(arr, where=where, row_base=base, validate=False, max_memory=max_memory)
+            base += len(arr)
 
-    yield from valid_chunks(converted(), _level_names(names_field))
+    return valid_chunks(converted(), names)
 
 
 def valid_chunks(parts: Iterable[tuple[str, LoDTensor]], names=None) -> Iterator[LoDTensor]:
@@ -455,12 +439,12 @@ def valid_chunks(parts: Iterable[tuple[str, LoDTensor]], names=None) -> Iterator
 def _validated(parts: list[LoDTensor], where: str, names) -> LoDTensor:
     from ..lod import validate_lod
 
-    t = parts[0] if len(parts) == 1 else _concat(parts)
+    t = concat_chunks(parts)
     try:
         validate_lod(list(t.offsets), t.n_rows)
     except LodError as exc:
         raise type(exc)(f"{where}: {exc}") from None
-    return t.with_level_names(names) if names and len(names) == t.lod_level else t
+    return _named(t, names)
 
 
 def _label(source: Any) -> str:
@@ -548,11 +532,8 @@ def _open_ipc(source: Any, max_memory: int | None = None):
         path = os.fspath(source)
         if path == "-":
             source = pa.BufferReader(sys.stdin.buffer.read())
-        elif not os.path.exists(path):
-            raise LodFileNotFoundError(f"{path}: no such file")
-        elif os.path.isdir(path):
-            raise LodInputError(f"{path}: is a directory, not a file")
         else:
+            open_path(path).close()  # a missing or unreadable file is named as such
             source = pa.memory_map(path, "r")
     elif not isinstance(source, pa.NativeFile):
         source = pa.BufferReader(source.read())
@@ -699,8 +680,9 @@ def iter_ipc(sources: Sequence[Any], *, column: str | None = None,
         batches, schema, label = _open_ipc(source, max_memory)
         index = pick_column(schema, column, label)
         try:
-            yield from _check_same(_batches_to_tensors(batches, index, label, schema.field(index), max_memory),
-                                   label, schema.names[index])
+            name = schema.names[index]
+            arrays = ((f"{label}: record batch {k}, column {name!r}", b.column(index)) for k, b in enumerate(batches))
+            yield from _check_same(_tensors(arrays, _level_names(schema.field(index)), max_memory), label, name)
         except MemoryError:  # the CLI's own message (pa.ArrowMemoryError is an ArrowException too)
             raise
         except pa.ArrowException as exc:
@@ -717,7 +699,7 @@ def read_ipc(source: Any, *, column: str | None = None) -> LoDTensor:
     [[0, 2, 3]]
     """
     parts = list(iter_ipc([source], column=column))  # never empty: a file of no rows is an error
-    return parts[0] if len(parts) == 1 else _concat(parts)
+    return concat_chunks(parts)
 
 
 def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor", stream: bool = False,
@@ -737,16 +719,31 @@ def write_ipc(chunks: Iterable[LoDTensor], out: BinaryIO, *, name: str = "tensor
     [[0.0], [1.0, 2.0]]
     """
     pa = _pa()
+    new = pa.ipc.new_stream if stream else pa.ipc.new_file
+    return write_batches(chunks, name, metadata, lambda schema: new(sink_for(out), schema),
+                         lambda writer, batch: writer.write_batch(batch))
+
+
+def write_batches(chunks: Iterable[LoDTensor], name: str, metadata: dict | None, new_writer, write, *,
+                  required: bool = True) -> int:
+    """Each chunk as a record batch of one column ``name`` (``required``: list items non-nullable), written by
+    ``write(writer, batch)`` to the writer ``new_writer(schema)`` made for the first one (``metadata`` in its
+    schema), which is closed at the end; returns the rows.  No chunk at all is an error.
+
+    >>> import io, pyarrow as pa
+    >>> buf = io.BytesIO()
+    >>> write_batches([LoDTensor(np.arange(2), [[0, 2]])], "x", None, lambda s: pa.ipc.new_stream(sink_for(buf), s),
+    ...               lambda w, b: w.write_batch(b))
+    1
+    """
     writer = None
     rows = 0
-    sink = sink_for(out)
     try:
         for chunk in chunks:
-            batch = to_record_batch(chunk, name, required=True)
+            batch = to_record_batch(chunk, name, required=required)
             if writer is None:
-                schema = batch.schema.with_metadata(metadata) if metadata else batch.schema
-                writer = (pa.ipc.new_stream if stream else pa.ipc.new_file)(sink, schema)
-            writer.write_batch(batch)
+                writer = new_writer(batch.schema.with_metadata(metadata) if metadata else batch.schema)
+            write(writer, batch)
             rows += batch.num_rows
         if writer is None:
             raise LodShapeError("nothing to write: no chunks")
@@ -796,35 +793,10 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
             source.seek(0)
             return (pa.ipc.open_file(source) if head == IPC_MAGIC else pa.ipc.open_stream(source)).schema
 
-    return same_tokens(sources, schema_of, pa.ArrowException)
-
-
-def same_tokens(sources: Sequence[Any], schema_of, errors) -> TokenInfo | None:
-    """The one token metadata the schemas of the path ``sources`` carry (inputs that disagree are refused)."""
-    found: dict = {}
-    for s in sources:
-        if not isinstance(s, (str, os.PathLike)) or os.fspath(s) == "-" or not os.path.isfile(s):
-            continue
-        try:
-            schema = schema_of(os.fspath(s))
-        except (errors, OSError):
-            continue  # the reader names what is wrong with the file
-        info = tokens_of_schema(schema, os.fspath(s))
-        if info is not None:
-            found.setdefault(info, os.fspath(s))
-    if len(found) > 1:
-        (a, a_src), (b, b_src) = list(found.items())[:2]
-        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
-                            "vocabulary at a time")
-    return next(iter(found), None)
+    return same_tokens(sources, lambda path: tokens_of_schema(schema_of(path), path), (pa.ArrowException,))
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-def _named(chunks: Iterable[LoDTensor], names) -> Iterator[LoDTensor]:
-    for chunk in chunks:
-        yield chunk.with_level_names(names) if names and len(names) == chunk.lod_level else chunk
-
-
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = 0, progress=None, stats: dict | None = None,
          column: str | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
@@ -836,11 +808,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     >>> [c.lod for c in read("arrow", [io.BytesIO(buf.getvalue())])]
     [[[0, 1, 3]]]
     """
-    from ._values import read_with_options
-
     return read_with_options(sources, lambda source: iter_ipc([source], column=column, max_memory=max_memory),
-                             _label,
-                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
+                             _label, lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
@@ -850,10 +819,10 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one record batch per chunk, the column named after the tensor."""
-    write_ipc(_named(chunks, stored.level_names), out, name=stored.name, metadata=token_metadata(stored))
+    write_ipc((_named(c, stored.level_names) for c in chunks), out, name=stored.name, metadata=token_metadata(stored))
 
 
 __all__ = ["to_arrow", "from_arrow", "to_record_batch", "arrow_field", "iter_ipc", "read_ipc", "write_ipc",
-           "pick_column", "valid_chunks", "check_claim", "sink_for", "read", "write", "write_stored",
+           "pick_column", "valid_chunks", "check_claim", "sink_for", "write_batches", "read", "write", "write_stored",
            "LEVEL_NAMES_KEY", "IPC_EXTENSIONS", "IPC_MAGIC", "TOKENS_KEY", "token_metadata", "tokens_of_schema",
-           "token_info", "same_tokens"]
+           "token_info"]

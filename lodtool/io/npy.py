@@ -33,7 +33,6 @@ import io
 import math
 import os
 import re
-import sys
 import zipfile
 import zlib
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -42,9 +41,10 @@ import numpy as np
 
 from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
-from ..errors import LodError, LodFileNotFoundError, LodInputError, LodMemoryError, LodUsageError
+from ..errors import LodError, LodInputError, LodMemoryError, LodUsageError
 from ..tensor import NUMERIC_KINDS, LoDTensor
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
+from . import offset_blocks, open_seekable, same_tokens
 from ._values import cast_values, resolve_dtype
 
 _LEVEL_ARRAY = re.compile(r"^(offsets|lengths|lod)_(\d+)$")
@@ -59,39 +59,11 @@ def _label(source: Any, index: int) -> str:
     return name if isinstance(name, str) else f"<input {index}>"
 
 
-def _open_binary(source: Any, label: str):
-    """A seekable binary file object for ``source`` (stdin and pipes are read into memory)."""
-    if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        if path == "-":
-            return io.BytesIO(sys.stdin.buffer.read()), True
-        try:
-            return open(path, "rb"), True
-        except FileNotFoundError:
-            raise LodFileNotFoundError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise LodInputError(f"{path}: is a directory, not a file") from None
-        except OSError as exc:
-            raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    stream = getattr(source, "buffer", source)
-    try:
-        seekable = stream.seekable()
-    except (AttributeError, OSError, ValueError):
-        seekable = False
-    return (stream, False) if seekable else (io.BytesIO(stream.read()), True)
-
-
 def _materialize(source: Any) -> Any:
-    """Stdin and other one-way streams, read into memory (a .npy is read twice: header, then data)."""
-    if isinstance(source, (str, os.PathLike)):
-        return io.BytesIO(sys.stdin.buffer.read()) if os.fspath(source) == "-" else source
-    stream = getattr(source, "buffer", source)
-    try:
-        if stream.seekable():
-            return stream
-    except (AttributeError, OSError, ValueError):
-        pass
-    return io.BytesIO(stream.read())
+    """Stdin and other one-way streams, read into memory (a .npy is read twice: header, then data); a path stays."""
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
+        return source
+    return open_seekable(source)[0]
 
 
 def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, ...], np.dtype, bool]:
@@ -102,7 +74,7 @@ def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, .
     ((3, 2), dtype('float32'), False)
     """
     label = label or _label(source, 0)
-    f, own = _open_binary(source, label)
+    f, own = open_seekable(source)
     try:
         start = f.tell()
         shape, fortran, dtype = _header(f, label)
@@ -221,7 +193,7 @@ def _load_npy(source: Any, label: str) -> np.ndarray:
                 return np.load(os.fspath(source), mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError):
                 return np.load(os.fspath(source), allow_pickle=False)
-        f, own = _open_binary(source, label)
+        f, own = open_seekable(source)
         try:
             return np.load(f, allow_pickle=False)
         finally:
@@ -292,7 +264,7 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
     ['a']
     """
     label = label or _label(source, 0)
-    f, own = _open_binary(source, label)
+    f, own = open_seekable(source)
     try:
         what = _not_npz(f)
         if what is not None:
@@ -314,17 +286,16 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
                 if extra:
                     raise LodInputError(f"{label}: unexpected array {extra[0]!r}; an LoD archive holds data, "
                                         "offsets_0.. (or lengths_0.., lod_0..) and optionally level_names")
-            declared = {n: _check_member(archive, n, label) for n in names}
-            total = sum(declared.values())
+            members = {n: _check_member(archive, n, label) for n in names}  # (declared size, shape)
+            total = sum(size for size, _ in members.values())
             if max_memory is not None and total > max_memory:
                 raise LodMemoryError(f"{label}: its arrays inflate to {total:,} bytes, above the memory limit of "
                                      f"{max_memory:,} (raise it with max_memory=...)")
             out = {}
             order = [n for n in names if n != last] + [n for n in names if n == last]
             for n in order:
-                shape = _member_shape(archive, n, label) if n == last and before_last is not None else None
-                if shape is not None:
-                    before_last(out, shape)
+                if n == last and before_last is not None and members[n][1] is not None:
+                    before_last(out, members[n][1])
                 try:
                     out[n] = archive[n]
                 except ValueError as exc:
@@ -342,29 +313,15 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
             f.close()
 
 
-def _member_shape(archive, name: str, label: str) -> tuple | None:
-    member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
-    try:
-        with archive.zip.open(member) as f:
-            if f.read(6) != b"\x93NUMPY":
-                return None  # not an array: refused once numpy hands it back as bytes
-        with archive.zip.open(member) as f:
-            return _header(f, f"{label}: array {name!r}")[0]
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, KeyError) as exc:
-        raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
-
-
-def _check_member(archive, name: str, label: str) -> int:
-    """Check an .npz member's header against the member's size (numpy would allocate what it claims).
-
-    Returns the member's declared (inflated) size: reading it never inflates more.
-    """
+def _check_member(archive, name: str, label: str) -> tuple[int, tuple | None]:
+    """Check an .npz member's header against the member's size (numpy would allocate what it claims); returns its
+    declared (inflated) size, which reading it never exceeds, and its shape (None: not an array)."""
     member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
     try:
         info = archive.zip.getinfo(member)
         with archive.zip.open(member) as f:
             if f.read(6) != b"\x93NUMPY":
-                return info.file_size  # not an array: refused once numpy hands it back as bytes
+                return info.file_size, None  # not an array: refused once numpy hands it back as bytes
         with archive.zip.open(member) as f:
             shape, _, dtype = _header(f, f"{label}: array {name!r}")
             data_start = f.tell()
@@ -374,7 +331,7 @@ def _check_member(archive, name: str, label: str) -> int:
         raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
     if not dtype.hasobject:  # object arrays are refused by name, below
         _check_claim(shape, dtype, info.file_size - data_start, f"{label}: array {name!r}")
-    return info.file_size
+    return info.file_size, shape
 
 
 def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, level_names=None,
@@ -485,9 +442,7 @@ def iter_npz(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None
         elif t.lod_level != first.lod_level or t.element_shape != first.element_shape:
             raise LodInputError(f"{label}: {t.lod_level} LoD level(s) and element shape {t.element_shape}, but "
                                 f"{first_label} has {first.lod_level} and {first.element_shape}")
-        elif (t.dtype.kind == "b") != (first.dtype.kind == "b"):
-            raise LodInputError(f"{label}: has dtype {t.dtype}, but {first_label} has {first.dtype}; booleans and "
-                                "numbers cannot be mixed (pass dtype= to convert)")
+        _common_dtype([first.dtype, t.dtype], [first_label, label])  # booleans and numbers never mix
         done += t.data.nbytes
         if progress is not None:
             progress(done)
@@ -607,9 +562,6 @@ def _write_members(f, members, compress: bool) -> None:
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-_OFFSET_BLOCK = 1 << 20
-
-
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress: Callable[[int], None] | None = None,
          stats: dict | None = None, max_memory: int | None = None) -> Iterator[LoDTensor]:
@@ -641,13 +593,8 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: a stored tensor's data ``chunks`` and its offsets, block by block."""
-    def offsets(level: int):
-        size = stored.level_sizes[level]
-        for start in range(0, size, _OFFSET_BLOCK):
-            yield stored.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
-
     write_npz_parts(out, shape=stored.shape, dtype=stored.dtype, data_blocks=(c.data for c in chunks),
-                    offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
+                    offsets=offset_blocks(stored), level_sizes=stored.level_sizes,
                     level_names=stored.level_names, tokens=getattr(stored, "tokens", None))
 
 
@@ -667,32 +614,20 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
     >>> token_info("npz", [p]).vocab_size
     3
     """
-    if fmt != "npz":
-        return None
-    found: dict = {}
-    for s in sources:
-        if not isinstance(s, (str, os.PathLike)) or os.fspath(s) == "-":
-            continue
-        label = os.fspath(s)
-        try:
-            with zipfile.ZipFile(label) as z:
-                member = next((i for i in z.infolist() if i.filename == TOKENS_MEMBER + ".npy"), None)
-                if member is None:
-                    continue
-                if member.file_size > MAX_TOKENIZER_BYTES + 4096:
-                    raise LodInputError(f"{label}: member {TOKENS_MEMBER!r} claims {member.file_size:,} bytes")
-                with z.open(member) as f:
-                    raw = np.load(f, allow_pickle=False)
-        except (OSError, ValueError, zipfile.BadZipFile):
-            continue  # the reader names what is wrong with the archive
+    def info_of(path: str) -> TokenInfo | None:
+        with zipfile.ZipFile(path) as z:
+            member = next((i for i in z.infolist() if i.filename == TOKENS_MEMBER + ".npy"), None)
+            if member is None:
+                return None
+            if member.file_size > MAX_TOKENIZER_BYTES + 4096:
+                raise LodInputError(f"{path}: member {TOKENS_MEMBER!r} claims {member.file_size:,} bytes")
+            with z.open(member) as f:
+                raw = np.load(f, allow_pickle=False)
         if raw.dtype != np.uint8 or raw.ndim != 1:
-            raise LodInputError(f"{label}: member {TOKENS_MEMBER!r} must be a 1-D uint8 array")
-        found.setdefault(TokenInfo.from_bytes(raw.tobytes(), label), label)
-    if len(found) > 1:
-        (a, a_src), (b, b_src) = list(found.items())[:2]
-        raise LodUsageError(f"{a_src} holds ids of {a.describe()} and {b_src} of {b.describe()}; pack one "
-                            "vocabulary at a time")
-    return next(iter(found), None)
+            raise LodInputError(f"{path}: member {TOKENS_MEMBER!r} must be a 1-D uint8 array")
+        return TokenInfo.from_bytes(raw.tobytes(), path)
+
+    return same_tokens(sources, info_of, (ValueError, zipfile.BadZipFile)) if fmt == "npz" else None
 
 
 __all__ = ["token_info", "TOKENS_MEMBER", "iter_npy", "read_npy", "read_npy_header", "iter_npz", "read_npz", "load_npz_arrays", "write_npz",

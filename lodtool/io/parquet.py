@@ -28,13 +28,15 @@ import sys
 import threading
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
-from ..errors import LodFileNotFoundError, LodInputError, LodMemoryError, LodShapeError, LodUsageError
+from ..errors import LodInputError, LodMemoryError, LodShapeError, LodUsageError
 from ..lod import counted
 from .._optional import optional_import
 from ..tensor import LoDTensor
 from ..tokens import TokenInfo
-from .arrow import (_check_same, _concat, _convert, _level_names, _named, _pa, check_claim, pick_column, same_tokens,
-                    sink_for, to_record_batch, token_metadata, valid_chunks)
+from . import open_path, same_tokens
+from ._values import concat_chunks, read_with_options
+from .arrow import (_check_same, _label, _level_names, _named, _pa, _tensors, check_claim, pick_column, sink_for,
+                    token_metadata, tokens_of_schema, write_batches)
 
 #: file extensions of Parquet files
 EXTENSIONS = (".parquet", ".pq")
@@ -42,13 +44,6 @@ EXTENSIONS = (".parquet", ".pq")
 MAGIC = b"PAR1"
 #: compressions ``write_parquet`` accepts (pyarrow's names)
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
-
-
-def _label(source: Any) -> str:
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source)
-    name = getattr(source, "name", None)
-    return name if isinstance(name, str) else "<stream>"
 
 
 def open_parquet(source: Any):
@@ -80,11 +75,8 @@ def _open(source: Any):
         if path == "-":
             data = pa.py_buffer(sys.stdin.buffer.read())
             source, again = pa.BufferReader(data), lambda: _parquet_file(pa.BufferReader(data))
-        elif not os.path.exists(path):
-            raise LodFileNotFoundError(f"{path}: no such file")
-        elif os.path.isdir(path):
-            raise LodInputError(f"{path}: is a directory, not a file")
         else:
+            open_path(path).close()  # a missing or unreadable file is named as such
             source, again = path, lambda: _parquet_file(path)
     try:
         return _parquet_file(source), label, again
@@ -335,31 +327,22 @@ def _row_groups(pf, again, index: int, field, names, label: str, max_memory: int
     # as many row groups decode at once as fit the limit together
     most = None if max_memory is None else max(max_memory // largest, 1)
 
-    def converted():
-        base = 0
+    def arrays():
         for g, (col, problem) in enumerate(_prefetched(read, pf.num_row_groups, parallel=again is not None,
                                                        most=most)):
             where = f"{label}: row group {g}, column {field.name!r}"
             if problem is not None:
                 raise type(problem)(f"{where}: {problem}")
             for chunk in col.chunks:
-                yield where, _convert(chunk, where=where, row_base=base, validate=False, max_memory=max_memory)
-                base += len(chunk)
+                yield where, chunk
 
-    yield from valid_chunks(converted(), names)
+    yield from _tensors(arrays(), names, max_memory)
 
 
 def _prefetched(read, count: int, parallel: bool = True, most: int | None = None) -> Iterator:
     """``read(0), read(1), ...`` in order, up to :func:`~lodtool._jit.thread_limit` row groups decoded at once
     (one at a time where not ``parallel``: a stream, which only one thread may read; at most ``most``: what
-    fits the memory limit).
-
-    One row group of one column decodes on one core (pyarrow parallelizes over
-    columns and row groups, not within one), so reading them one by one left the
-    other cores idle: ``pack`` of a 124 MB zstd file (60M int64 tokens) read in
-    1.0 s what ``read_table`` reads in 0.6 s here (2 cores).  Memory holds that
-    many row groups instead of one.
-    """
+    fits the memory limit): one row group of one column decodes on one core."""
     from .._jit import thread_limit
 
     depth = min(thread_limit(), count, most or count) if parallel else 1
@@ -393,7 +376,7 @@ def read_parquet(source: Any, *, column: str | None = None) -> LoDTensor:
     [[0, 1, 1, 3]]
     """
     parts = list(iter_parquet([source], column=column))  # never empty: a file of no rows is an error
-    return parts[0] if len(parts) == 1 else _concat(parts)
+    return concat_chunks(parts)
 
 
 def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike, *, name: str = "tensor",
@@ -419,27 +402,18 @@ def write_parquet(chunks: Iterable[LoDTensor], out: BinaryIO | str | os.PathLike
     codec = "none" if compression in (None, "none") else compression
     if codec not in COMPRESSIONS:
         raise LodUsageError(f"unknown Parquet compression {compression!r}; choose one of {', '.join(COMPRESSIONS)}")
-    writer = None
-    rows = 0
-    try:
+
+    def shaped(chunks):
         for chunk in chunks:
-            if writer is None and 0 in chunk.element_shape:
+            if 0 in chunk.element_shape:
                 raise LodShapeError(f"Parquet cannot hold element shape {chunk.element_shape}: a fixed-size list of "
                                     "size 0 does not read back (pyarrow's reader miscounts its values); write arrow "
                                     "or npz instead")
-            batch = to_record_batch(chunk, name, required=True)
-            if writer is None:
-                schema = batch.schema.with_metadata(metadata) if metadata else batch.schema  # token metadata
-                writer = pq.ParquetWriter(sink_for(out), schema, compression=codec, store_schema=True)
-            table = pa.Table.from_batches([batch])
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-            rows += table.num_rows
-        if writer is None:
-            raise LodShapeError("nothing to write: no chunks")
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
+            yield chunk
+
+    return write_batches(shaped(chunks), name, metadata, lambda schema: pq.ParquetWriter(
+        sink_for(out), schema, compression=codec, store_schema=True), lambda writer, batch: writer.write_table(
+        pa.Table.from_batches([batch]), row_group_size=max(batch.num_rows, 1)))
 
 
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
@@ -455,11 +429,8 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     >>> [c.lod for c in read("parquet", [io.BytesIO(buf.getvalue())], dtype="float32")]
     [[[0, 1, 3]]]
     """
-    from ._values import read_with_options
-
     return read_with_options(sources, lambda source: iter_parquet([source], column=column, max_memory=max_memory),
-                             _label,
-                             lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
+                             _label, lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -> None:
@@ -469,7 +440,7 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one row group per chunk, the column named after the tensor."""
-    write_parquet(_named(chunks, stored.level_names), out, name=stored.name, metadata=token_metadata(stored))
+    write_parquet((_named(c, stored.level_names) for c in chunks), out, name=stored.name, metadata=token_metadata(stored))
 
 
 def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
@@ -484,7 +455,8 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
     5
     """
     pq = optional_import("pyarrow.parquet", "parquet", "Parquet")
-    return same_tokens(sources, pq.read_schema, _pa().ArrowException)
+    return same_tokens(sources, lambda path: tokens_of_schema(pq.read_schema(path), path),
+                       (_pa().ArrowException,))
 
 
 __all__ = ["iter_parquet", "read_parquet", "write_parquet", "open_parquet", "row_group_claims", "EXTENSIONS", "MAGIC",

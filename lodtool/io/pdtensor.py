@@ -43,6 +43,7 @@ with ``paddle.static.save``), as the error says.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import struct
@@ -54,9 +55,10 @@ import numpy as np
 
 from ..limits import STREAM_CHUNK_BYTES
 from .. import lod as _lod
-from ..errors import (LodDtypeError, LodError, LodFileNotFoundError, LodInputError, LodShapeError, LodUsageError,
+from ..errors import (LodDtypeError, LodError, LodInputError, LodShapeError, LodUsageError,
                       LodValidationError)
 from ..tensor import LoDTensor
+from . import offset_blocks, open_seekable
 
 #: Paddle's VarType.Type code -> NumPy dtype (little-endian)
 DTYPE_OF_CODE = {
@@ -103,30 +105,30 @@ class PdHeader:
 
 
 # -- reading -----------------------------------------------------------------------------------------
-def _open_source(source: Any) -> tuple[BinaryIO, str, bool]:
-    """A seekable binary file for ``source``, its label, and whether we opened it (and close it)."""
+def _label(source: Any) -> str:
     if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        if path == "-":
-            return io.BytesIO(sys.stdin.buffer.read()), "<stdin>", True
-        try:
-            return open(path, "rb"), path, True
-        except FileNotFoundError:
-            raise LodFileNotFoundError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise LodInputError(f"{path}: is a directory, not a file") from None
-        except OSError as exc:
-            raise LodInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        return "<stdin>" if os.fspath(source) == "-" else os.fspath(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return io.BytesIO(bytes(source)), "<bytes>", True
+        return "<bytes>"
     name = getattr(source, "name", None)
-    label = name if isinstance(name, str) else "<stream>"
-    stream = getattr(source, "buffer", source)
+    return name if isinstance(name, str) else "<stream>"
+
+
+@contextlib.contextmanager
+def _scanned(source: Any, one: bool = False) -> Iterator[tuple[BinaryIO, str, list[PdHeader]]]:
+    """``source`` opened (seekable), its label and the headers of its tensors (``one``: it must hold one)."""
+    f, owned = open_seekable(source)
+    label = _label(source)
     try:
-        seekable = stream.seekable()
-    except (AttributeError, OSError, ValueError):
-        seekable = False
-    return (stream, label, False) if seekable else (io.BytesIO(stream.read()), label, True)
+        headers = _scan_open(f, label)
+        if one and len(headers) != 1:
+            raise LodInputError(f"{label}: holds {len(headers)} tensors (a save_combine / .pdiparams file, whose "
+                                "names are in the .pdmodel); read them with lodtool.io.pdtensor.read_pdtensors, or "
+                                "pack one tensor per file")
+        yield f, label, headers
+    finally:
+        if owned:
+            f.close()
 
 
 class _Cursor:
@@ -301,12 +303,8 @@ def scan(source: Any) -> tuple[list[PdHeader], str]:
     >>> [(h.shape, str(h.dtype), len(h.offsets)) for h in scan(buf.getvalue())[0]]
     [((2,), 'float64', 0), ((3,), 'int32', 1)]
     """
-    f, label, owned = _open_source(source)
-    try:
-        return _scan_open(f, label), label
-    finally:
-        if owned:
-            f.close()
+    with _scanned(source) as (_, label, headers):
+        return headers, label
 
 
 def _scan_open(f: BinaryIO, label: str) -> list[PdHeader]:
@@ -352,9 +350,7 @@ def read_pdtensors(source: Any, *, names: Sequence[str] | None = None) -> dict[s
     >>> {k: t.shape for k, t in read_pdtensors(buf.getvalue()).items()}
     {'tensor_0': (2, 2), 'tensor_1': (3,)}
     """
-    f, label, owned = _open_source(source)
-    try:
-        headers = _scan_open(f, label)
+    with _scanned(source) as (f, label, headers):
         if names is None:
             keys = [f"tensor_{i}" for i in range(len(headers))]
         else:
@@ -364,9 +360,6 @@ def read_pdtensors(source: Any, *, names: Sequence[str] | None = None) -> dict[s
                                     if len(keys) != len(headers) else f"{label}: the names given repeat a name")
         return {k: LoDTensor._trusted(_read_rows(f, label, h, 0, h.shape[0]), h.offsets)
                 for k, h in zip(keys, headers)}
-    finally:
-        if owned:
-            f.close()
 
 
 def read_pdtensor(source: Any) -> LoDTensor:
@@ -382,22 +375,8 @@ def read_pdtensor(source: Any) -> LoDTensor:
     >>> read_pdtensor(buf.getvalue()).data.tolist()
     [1.5, 2.5]
     """
-    f, label, owned = _open_source(source)
-    try:
-        headers = _scan_open(f, label)
-        _only_one(headers, label)
-        h = headers[0]
+    with _scanned(source, one=True) as (f, label, (h,)):
         return LoDTensor._trusted(_read_rows(f, label, h, 0, h.shape[0]), h.offsets)
-    finally:
-        if owned:
-            f.close()
-
-
-def _only_one(headers: list[PdHeader], label: str) -> None:
-    if len(headers) != 1:
-        raise LodInputError(f"{label}: holds {len(headers)} tensors (a save_combine / .pdiparams file, whose names "
-                            "are in the .pdmodel); read them with lodtool.io.pdtensor.read_pdtensors, or pack "
-                            "one tensor per file")
 
 
 def top_level_rows(offsets: Sequence[np.ndarray], n_rows: int) -> np.ndarray:
@@ -431,22 +410,6 @@ def chunk_bounds(rows_at: np.ndarray, chunk_rows: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def slice_top(offsets: Sequence[np.ndarray], a: int, b: int) -> tuple[list[np.ndarray], int, int]:
-    """The LoD of top-level sequences ``a:b`` (rebased to 0) and their row range.
-
-    >>> levels, lo, hi = slice_top([np.array([0, 2, 3]), np.array([0, 1, 4, 6])], 1, 2)
-    >>> [o.tolist() for o in levels], lo, hi
-    ([[0, 1], [0, 2]], 4, 6)
-    """
-    out = []
-    lo, hi = a, b
-    for level in offsets:
-        part = level[lo:hi + 1]
-        out.append(part - part[0])
-        lo, hi = int(part[0]), int(part[-1])
-    return out, lo, hi
-
-
 def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[LoDTensor]:
     """Chunks of whole top-level sequences of each source's one tensor, in order (bounded memory).
 
@@ -463,11 +426,7 @@ def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYT
     first: tuple | None = None
     first_label = ""
     for source in sources:
-        f, label, owned = _open_source(source)
-        try:
-            headers = _scan_open(f, label)
-            _only_one(headers, label)
-            h = headers[0]
+        with _scanned(source, one=True) as (f, label, (h,)):
             kind = (len(h.offsets), h.dtype, tuple(h.shape[1:]))
             if first is None:
                 first, first_label = kind, label
@@ -476,18 +435,13 @@ def iter_pdtensor(sources: Sequence[Any], *, chunk_bytes: int = STREAM_CHUNK_BYT
                                     f"but {first_label} holds {first[0]} of {first[1]} with {first[2]}")
             rows_at = top_level_rows(h.offsets, h.shape[0])
             chunk_rows = max(1, chunk_bytes // max(h.row_bytes, 1))
+            level_sizes = [len(o) for o in h.offsets]
             if len(rows_at) == 1:  # a level holding no sequence: nothing to chunk
                 yield LoDTensor._trusted(_read_rows(f, label, h, 0, 0), h.offsets)
                 continue
             for a, b in chunk_bounds(rows_at, chunk_rows):
-                if h.offsets:
-                    offsets, lo, hi = slice_top(h.offsets, a, b)
-                else:
-                    offsets, lo, hi = [], a, b
+                offsets, lo, hi = _lod.extract_range(0, a, b, _lod.memory_reader(h.offsets), level_sizes)
                 yield LoDTensor._trusted(_read_rows(f, label, h, lo, hi), offsets)
-        finally:
-            if owned:
-                f.close()
 
 
 # -- writing -----------------------------------------------------------------------------------------
@@ -525,10 +479,6 @@ def tensor_desc(dtype: np.dtype, shape: Sequence[int]) -> bytes:
     return out
 
 
-def _lod_header(level_sizes: Sequence[int]) -> bytes:
-    return struct.pack("<IQ", VERSION, len(level_sizes))
-
-
 def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype,
                          offsets: Sequence[Iterable[np.ndarray]], level_sizes: Sequence[int],
                          data_blocks: Iterable[np.ndarray]) -> None:
@@ -547,7 +497,7 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
     [[0, 1, 3]]
     """
     desc = tensor_desc(dtype, shape)
-    out.write(_lod_header(level_sizes))
+    out.write(struct.pack("<IQ", VERSION, len(level_sizes)))
     ends = []
     for k, (blocks, size) in enumerate(zip(offsets, level_sizes)):
         out.write(struct.pack("<Q", 8 * int(size)))
@@ -580,12 +530,6 @@ def write_pdtensor_parts(out: BinaryIO, *, shape: Sequence[int], dtype: np.dtype
         raise LodShapeError(f"{rows} data rows written for a tensor of {shape[0]} rows")
 
 
-def _write_one(tensor: LoDTensor, out: BinaryIO) -> None:
-    tensor = tensor.to("cpu")
-    write_pdtensor_parts(out, shape=tensor.shape, dtype=tensor.dtype, offsets=[[o] for o in tensor.offsets],
-                         level_sizes=[len(o) for o in tensor.offsets], data_blocks=[np.asarray(tensor.data)])
-
-
 def write_pdtensors(tensors: Iterable[LoDTensor], out: str | os.PathLike | BinaryIO) -> None:
     """Write tensors back to back, as Paddle's ``save_combine`` does (a ``.pdiparams``).
 
@@ -604,7 +548,9 @@ def write_pdtensors(tensors: Iterable[LoDTensor], out: str | os.PathLike | Binar
         _code_of(t.dtype)  # refuse before anything is written
     with _atomic(out) as stream:
         for t in tensors:
-            _write_one(t, stream)
+            t = t.to("cpu")
+            write_pdtensor_parts(stream, shape=t.shape, dtype=t.dtype, offsets=[[o] for o in t.offsets],
+                                 level_sizes=[len(o) for o in t.offsets], data_blocks=[np.asarray(t.data)])
 
 
 def write_pdtensor(tensor: LoDTensor, out: str | os.PathLike | BinaryIO) -> None:
@@ -631,13 +577,7 @@ def _atomic(out):
     return atomic_open(out)
 
 
-
-
-
 # -- the io registry's entry points (see lodtool.io) ------------------------------------------------
-_OFFSET_BLOCK = 1 << 20
-
-
 def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtype: Any = None,
          chunk_bytes: int = STREAM_CHUNK_BYTES, progress=None, stats: dict | None = None) -> Iterator[LoDTensor]:
     """The registry's reader: each source's one tensor, in chunks of whole top-level sequences.
@@ -653,13 +593,7 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     """
     from ._values import read_with_options
 
-    def label(source: Any) -> str:
-        if isinstance(source, (str, os.PathLike)):
-            return "<stdin>" if os.fspath(source) == "-" else os.fspath(source)
-        name = getattr(source, "name", None)
-        return name if isinstance(name, str) else "<stream>"
-
-    return read_with_options(sources, lambda source: iter_pdtensor([source], chunk_bytes=chunk_bytes), label,
+    return read_with_options(sources, lambda source: iter_pdtensor([source], chunk_bytes=chunk_bytes), _label,
                              lod_level=lod_level, dtype=dtype, progress=progress, stats=stats)
 
 
@@ -671,14 +605,8 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: the stored tensor's offsets block by block, then its data chunks."""
     _code_of(stored.dtype)  # refuse before anything is written
-
-    def offsets(level: int):
-        size = stored.level_sizes[level]
-        for start in range(0, size, _OFFSET_BLOCK):
-            yield stored.read_offsets(level, start, min(start + _OFFSET_BLOCK, size))
-
     write_pdtensor_parts(out, shape=stored.shape, dtype=stored.dtype,
-                         offsets=[offsets(k) for k in range(stored.lod_level)], level_sizes=stored.level_sizes,
+                         offsets=offset_blocks(stored), level_sizes=stored.level_sizes,
                          data_blocks=(c.data for c in chunks))
 
 

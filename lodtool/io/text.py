@@ -24,9 +24,10 @@ non-string field, a null in the column.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import io as _io
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
@@ -34,10 +35,11 @@ from typing import Any, BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import LodInputError, LodUsageError
+from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from ..text import SPLITS, TextTokenizer, WordVocabulary, split_text
 from ..tokens import TokenInfo
-from . import is_stdin, label as _label, peek_stdin
+from . import format_of_path, is_stdin, label as _label, open_path, peek_stdin, seekable
 
 #: documents are tokenized in batches of about this much text
 BATCH_BYTES = 4 << 20
@@ -48,8 +50,6 @@ DOCUMENTS = ("file", "line")
 #: the level names of what ``pack`` writes, by ``split``
 LEVEL_NAMES = {None: ("document",), "lines": ("document", "line"), "paragraphs": ("document", "paragraph"),
                "sentences": ("document", "sentence")}
-_JSONL_EXTENSIONS = (".jsonl", ".ndjson", ".json")
-_PARQUET_EXTENSIONS = (".parquet", ".pq")
 #: the refusal of text to pack without a tokenizer (a keyword of :class:`TextOptions`; the CLI shows its flag)
 NO_TOKENIZER = "packing text needs a tokenizer: give tokenizer='tokenizer.json'"
 
@@ -161,19 +161,25 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
     if lod_level is not None and lod_level != levels:
         raise LodUsageError(f"text{'' if text.split is None else f' split into {text.split}'} packs {levels} LoD "
                             f"level(s), not lod_level={lod_level}")
-    stats = {} if stats is None else stats
-    stats.setdefault("bytes_read", 0)
     batch = max(1, min(int(chunk_bytes or BATCH_BYTES), BATCH_BYTES))
     target = np.dtype(dtype) if dtype is not None else tokens.smallest_dtype()
+    counted = _counter(stats, progress)
+    for source in sources:
+        for docs in _documents(source, text, batch, counted):
+            yield _encode(tokenizer, docs, text, bos, eos, target)
+
+
+def _counter(stats: dict | None, progress) -> Callable[[int], None]:
+    """A callback that adds the bytes it is given to ``stats["bytes_read"]`` and tells ``progress`` the total."""
+    stats = {} if stats is None else stats
+    stats.setdefault("bytes_read", 0)
 
     def counted(n: int) -> None:
         stats["bytes_read"] += n
         if progress is not None:
             progress(stats["bytes_read"])
 
-    for source in sources:
-        for docs in _documents(source, text, batch, counted):
-            yield _encode(tokenizer, docs, text, bos, eos, target)
+    return counted
 
 
 def _special(wanted: bool, value: int | None, asked_by: str, what: str, id_keyword: str) -> int | None:
@@ -218,35 +224,20 @@ def _documents(source, text: TextOptions, batch: int, counted) -> Iterator[list[
 def _kind_of(source) -> str:
     if is_stdin(source):
         return "jsonl" if peek_stdin(1 << 12).lstrip().startswith(b"{") else "plain"
-    if not isinstance(source, (str, os.PathLike)):
-        return "plain"
-    name = os.fspath(source).lower()
-    if name.endswith(_JSONL_EXTENSIONS):
-        return "jsonl"
-    if name.endswith(_PARQUET_EXTENSIONS):
-        return "parquet"
-    return "plain"
+    named = format_of_path(source) if isinstance(source, (str, os.PathLike)) else None  # the registry's extensions
+    return {"json": "jsonl", "jsonl": "jsonl", "parquet": "parquet"}.get(getattr(named, "name", None), "plain")
 
 
-class _opened:
+@contextlib.contextmanager
+def _opened(source) -> Iterator[BinaryIO]:
     """A binary stream of the source: the file, stdin's buffer, or the stream given (left open)."""
-
-    def __init__(self, source):
-        self.source, self.own = source, None
-
-    def __enter__(self) -> BinaryIO:
-        if is_stdin(self.source):
-            return sys.stdin.buffer
-        if not isinstance(self.source, (str, os.PathLike)):
-            return getattr(self.source, "buffer", self.source)  # a text stream's binary side
-        from .json import _open_input  # the one place a missing or unreadable input is named
-
-        self.own = _open_input(os.fspath(self.source))
-        return _io.BufferedReader(self.own, 1 << 20)
-
-    def __exit__(self, *exc):
-        if self.own is not None:
-            self.own.close()
+    if is_stdin(source):
+        yield sys.stdin.buffer
+    elif not isinstance(source, (str, os.PathLike)):
+        yield getattr(source, "buffer", source)  # a text stream's binary side
+    else:
+        with open_path(os.fspath(source), 1 << 20) as stream:
+            yield stream
 
 
 def _decoded(raw: bytes, where: str, line_no: int | None) -> str:
@@ -264,12 +255,7 @@ def _decoded(raw: bytes, where: str, line_no: int | None) -> str:
 
 
 def _field(line: str, field: str, where: str, line_no: int) -> str:
-    import orjson
-
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise LodInputError(f"{where}:{line_no}: not JSON ({str(exc).split(':')[0]})") from None
+    value = _json_value(line, where, line_no)
     if not isinstance(value, dict):
         raise LodInputError(f"{where}:{line_no}: a JSON Lines text input holds one object per line, this one is "
                             f"a {_json_type(value)}")
@@ -337,11 +323,7 @@ class SpooledInput:
         self.label = _label(source)
         self.file = tempfile.TemporaryFile(prefix="lodtool-")
         with _opened(source) as stream:
-            while True:
-                block = stream.read(1 << 22)
-                if not block:
-                    break
-                self.file.write(block)
+            shutil.copyfileobj(stream, self.file, 1 << 22)
 
     def close(self) -> None:
         self.file.close()
@@ -354,12 +336,6 @@ def rereadable(sources: Sequence[Any]) -> list:
     >>> [type(s).__name__ for s in rereadable(["words.jsonl", io.BytesIO(b"[]")])]
     ['str', 'BytesIO']
     """
-    def seekable(s) -> bool:
-        try:
-            return bool(s.seekable())
-        except (AttributeError, OSError, ValueError):
-            return False
-
     return [SpooledInput(s) if is_stdin(s) or not isinstance(s, (str, os.PathLike)) and not seekable(s) else s
             for s in sources]
 
@@ -375,7 +351,7 @@ def count_words(sources: Sequence[Any], *, min_count: int = 1) -> WordVocabulary
     from collections import Counter
 
     counts: Counter = Counter()
-    for _, item in _word_items(sources, None):
+    for _, item in _word_items(sources):
         counts.update(_strings(item))
     return WordVocabulary.from_counts(counts, min_count=min_count)
 
@@ -394,59 +370,47 @@ def _strings(item) -> list:
 
 def _read_words(sources, text: TextOptions, lod_level: int | None, dtype, progress, stats) -> Iterator[LoDTensor]:
     vocabulary = text.load()
-    stats = {} if stats is None else stats
-    stats.setdefault("bytes_read", 0)
     target = np.dtype(dtype) if dtype is not None else vocabulary.token_info().smallest_dtype()
-
-    def counted(n: int) -> None:
-        stats["bytes_read"] += n
-        if progress is not None:
-            progress(stats["bytes_read"])
-
     levels, first_where = lod_level, None
     waiting: list = []  # items without a word, before the first one that shows the depth
     ids: list[np.ndarray] = []
     lengths: list[list[int]] = []
+
+    def take(where: str, item, first: str | None) -> int:
+        words, item_lengths = _flattened(item, where, levels, first)
+        lengths[:] = lengths or [[] for _ in range(levels)]
+        for k in range(levels):
+            lengths[k].extend(item_lengths[k])
+        ids.append(vocabulary.encode(words, lambda k: f"{where}: "))
+        return len(words)
+
     size = 0
-    for where, item in _word_items(sources, counted):
+    for where, item in _word_items(sources, _counter(stats, progress)):
         if levels is None:
             depth = _depth(item, where)
             if depth is None:
                 waiting.append((where, item))
                 continue
             levels, first_where = depth, where
-        for w, it in [*waiting, (where, item)]:
-            words, item_lengths = _flattened(it, w, levels, first_where)
-            lengths = lengths or [[] for _ in range(levels)]
-            for k in range(levels):
-                lengths[k].extend(item_lengths[k])
-            ids.append(vocabulary.encode(words, lambda k, w=w: f"{w}: "))
-            size += len(words)
+        size += sum(take(w, it, first_where) for w, it in [*waiting, (where, item)])
         waiting = []
         if size >= WORDS_PER_CHUNK:
             yield _word_chunk(ids, lengths, target)
-            ids, lengths, size = [], [], 0
+            ids, lengths[:], size = [], [], 0
     if waiting:  # no item held a word: the shallowest depth they all fit
         levels = max(_depth(it, w, least=True) for w, it in waiting)
         for w, it in waiting:
-            _, item_lengths = _flattened(it, w, levels, None)
-            lengths = lengths or [[] for _ in range(levels)]
-            for k in range(levels):
-                lengths[k].extend(item_lengths[k])
-            ids.append(np.zeros(0, np.int64))
+            take(w, it, None)
     if lengths:
         yield _word_chunk(ids, lengths, target)
 
 
 def _word_chunk(ids: list[np.ndarray], lengths: list[list[int]], target: np.dtype) -> LoDTensor:
-    offsets = [np.concatenate(([0], np.cumsum(np.asarray(n, np.int64)))) for n in lengths]
-    return LoDTensor._trusted(np.concatenate(ids).astype(target), offsets, None)
+    return LoDTensor._trusted(np.concatenate(ids).astype(target), [lengths_to_offsets(n) for n in lengths], None)
 
 
-def _word_items(sources, counted) -> Iterator[tuple[str, Any]]:
+def _word_items(sources, counted: Callable[[int], None] = lambda n: None) -> Iterator[tuple[str, Any]]:
     """``(where, item)`` of each top-level item of JSON / JSON Lines inputs of words."""
-    import orjson
-
     for source in sources:
         where = source.label if isinstance(source, SpooledInput) else _label(source)
         stream_source = source.file if isinstance(source, SpooledInput) else source
@@ -456,18 +420,15 @@ def _word_items(sources, counted) -> Iterator[tuple[str, Any]]:
         with _opened(stream_source) as stream:
             if lines:
                 for line_no, raw in enumerate(stream, 1):
-                    if counted is not None:
-                        counted(len(raw))
-                    line = raw.strip()
-                    if not line:
+                    counted(len(raw))
+                    if not raw.strip():
                         continue
-                    item = _json_value(_decoded(raw.rstrip(b"\r\n"), where, line_no), where, line_no, orjson)
+                    item = _json_value(_decoded(raw.rstrip(b"\r\n"), where, line_no), where, line_no)
                     yield f"{where}:{line_no}", item
             else:
                 raw = stream.read()
-                if counted is not None:
-                    counted(len(raw))
-                document = _json_value(_decoded(raw, where, None), where, None, orjson)
+                counted(len(raw))
+                document = _json_value(_decoded(raw, where, None), where, None)
                 if not isinstance(document, list):
                     raise LodInputError(f"{where}: a JSON input of words is a list of items, not a "
                                         f"{_json_type(document)}")
@@ -486,7 +447,9 @@ def _words_as_lines(source) -> bool:
     return format_of_head(source.read(1 << 16)) != "json"
 
 
-def _json_value(text_: str, where: str, line_no: int | None, orjson):
+def _json_value(text_: str, where: str, line_no: int | None):
+    import orjson
+
     try:
         return orjson.loads(text_)
     except orjson.JSONDecodeError as exc:
@@ -547,9 +510,7 @@ def _encode(tokenizer: TextTokenizer, docs: list[str], text: TextOptions, bos: i
     if ids.size and int(ids.max()) > np.iinfo(target).max:  # the tokenizer gave an id past its own vocabulary
         raise LodInputError(f"{tokenizer.label}: token id {int(ids.max())} does not fit {target}; give a wider "
                             "dtype=...")
-    offsets = [np.concatenate(([0], np.cumsum(lengths)))]
-    if per_doc is not None:
-        offsets.insert(0, np.concatenate(([0], np.cumsum(per_doc))))
+    offsets = [lengths_to_offsets(n) for n in ([] if per_doc is None else [per_doc]) + [lengths]]
     return LoDTensor._trusted(ids.astype(target), offsets, LEVEL_NAMES[text.split])
 
 
