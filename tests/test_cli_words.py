@@ -90,7 +90,7 @@ def test_bad_words_are_one_line_naming_the_place_and_nothing_is_written(tmp_path
     cases = [(b'[["a"]]\n[["b", 3]]\n', "w.jsonl:2: a number where a word (a string) belongs"),
              (b'[["a"]]\n["b"]\n', "w.jsonl:2: a word 1 list(s) deep, where words nest 2 deep (as in "),
              (b'[["a"]]\n[["\xff"]]\n', "w.jsonl:2: invalid UTF-8 at byte 4 of the line (0xff)"),
-             (b'[["a"]]\n{"a": 1}\n', "w.jsonl:2: an item of words is a list, not a object"),
+             (b'[["a"]]\n{"a": 1}\n', "w.jsonl:2: an item of words is a list, not an object"),
              (b'[["a"]]\n[["a"\n', "w.jsonl:2: not JSON")]
     for content, message in cases:
         src = tmp_path / "w.jsonl"

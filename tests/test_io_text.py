@@ -56,3 +56,15 @@ def test_a_tensor_in_memory_cannot_be_written_as_text_and_the_message_names_deto
     tensor = LoDTensor(np.arange(3), [[0, 3]])
     with pytest.raises(LodUsageError, match=r"write text from a container \(detokenize=True\)"):
         write("text", tensor, io.BytesIO())
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"text": {"a": 1}}\n', "<stream>:1: field 'text' is an object, not a string"),
+    (b'{"text": null}\n', "<stream>:1: field 'text' is null, not a string"),
+    (b'{"text": 5}\n', "<stream>:1: field 'text' is a number, not a string"),
+    (b'[1]\n', "<stream>:1: a JSON Lines text input holds one object per line, this one is a list"),
+])
+def test_a_field_that_is_no_string_is_named_by_its_json_kind(line, message):
+    with pytest.raises(LodInputError) as err:
+        chunks(line, text=TextOptions(TOKENIZER, kind="jsonl"))
+    assert str(err.value) == message

@@ -789,7 +789,7 @@ def _general_document(text: bytes, skip: int, asm: _Assembler) -> _Piece | None:
         return None  # no document at all: an empty input
     obj, found = _load_json(text, asm.name, None)
     if not isinstance(obj, list):
-        raise LodInputError(f"{asm.name}: the document is {_json_type(obj)}; it must be a list of sequences "
+        raise LodInputError(f"{asm.name}: the document is {json_kind(obj)}; it must be a list of sequences "
                             "(the batch)")
     items = obj[skip:]
     if not items:
@@ -817,9 +817,14 @@ def _item_lines(text: bytes, items: int) -> np.ndarray | None:
     return 1 + np.cumsum(a == 10, dtype=np.int64)[starts]
 
 
-def _json_type(obj) -> str:
-    return {dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
-        type(obj), "null")
+def json_kind(value) -> str:
+    """What a parsed JSON value is, for a message.
+
+    >>> json_kind({}), json_kind([1]), json_kind(None)
+    ('an object', 'a list', 'null')
+    """
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), "null" if value is None else type(value).__name__)
 
 
 def _known_size(sources: Sequence[Any]) -> int | None:
@@ -1653,4 +1658,4 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
 
 
 __all__ = ["FORMATS", "MAX_LEVELS", "iter_json", "iter_json_inputs", "read_json", "parse_json",
-           "write_json", "read", "write", "write_stored"]
+           "write_json", "json_kind", "read", "write", "write_stored"]

@@ -40,6 +40,7 @@ from ..tensor import LoDTensor
 from ..text import SPLITS, TextTokenizer, WordVocabulary, split_text
 from ..tokens import TokenInfo
 from . import format_of_path, is_stdin, label as _label, open_path, peek_stdin, seekable
+from .json import json_kind
 
 #: documents are tokenized in batches of about this much text
 BATCH_BYTES = 4 << 20
@@ -258,21 +259,14 @@ def _field(line: str, field: str, where: str, line_no: int) -> str:
     value = _json_value(line, where, line_no)
     if not isinstance(value, dict):
         raise LodInputError(f"{where}:{line_no}: a JSON Lines text input holds one object per line, this one is "
-                            f"a {_json_type(value)}")
+                            f"{json_kind(value)}")
     if field not in value:
         shown = ", ".join(list(value)[:8]) or "none"
         raise LodInputError(f"{where}:{line_no}: no field {field!r} (its fields: {shown}); field=... names it")
     doc = value[field]
     if not isinstance(doc, str):
-        raise LodInputError(f"{where}:{line_no}: field {field!r} is a {_json_type(doc)}, not a string")
+        raise LodInputError(f"{where}:{line_no}: field {field!r} is {json_kind(doc)}, not a string")
     return doc
-
-
-def _json_type(value) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string", list: "list", dict: "object"}.get(
-        type(value), type(value).__name__)
 
 
 def _parquet_documents(source, field: str, batch: int, counted) -> Iterator[list[str]]:
@@ -430,8 +424,8 @@ def _word_items(sources, counted: Callable[[int], None] = lambda n: None) -> Ite
                 counted(len(raw))
                 document = _json_value(_decoded(raw, where, None), where, None)
                 if not isinstance(document, list):
-                    raise LodInputError(f"{where}: a JSON input of words is a list of items, not a "
-                                        f"{_json_type(document)}")
+                    raise LodInputError(f"{where}: a JSON input of words is a list of items, not "
+                                        f"{json_kind(document)}")
                 for k, item in enumerate(document):
                     yield f"{where}: item {k}", item
 
@@ -460,7 +454,7 @@ def _json_value(text_: str, where: str, line_no: int | None):
 def _flattened(item, where: str, depth: int, first: str | None) -> tuple[list, list]:
     """An item of nested lists of words, ``depth`` lists deep: its words and the lengths of each level."""
     if not isinstance(item, list):
-        raise LodInputError(f"{where}: an item of words is a list, not a {_json_type(item)}")
+        raise LodInputError(f"{where}: an item of words is a list, not {json_kind(item)}")
     lengths: list[list[int]] = []
     frontier = [item]
     for k in range(depth):
@@ -468,7 +462,7 @@ def _flattened(item, where: str, depth: int, first: str | None) -> tuple[list, l
         nxt: list = []
         for seq in frontier:
             if not isinstance(seq, list):
-                what = "a word" if isinstance(seq, str) else f"a {_json_type(seq)}"
+                what = "a word" if isinstance(seq, str) else json_kind(seq)
                 since = f" (as in {first})" if first and first != where else ""
                 raise LodInputError(f"{where}: {what} {k} list(s) deep, where words nest {depth} deep{since}")
             lengths[k].append(len(seq))
@@ -476,7 +470,7 @@ def _flattened(item, where: str, depth: int, first: str | None) -> tuple[list, l
         frontier = nxt
     for w in frontier:
         if not isinstance(w, str):
-            raise LodInputError(f"{where}: a {_json_type(w)} where a word (a string) belongs")
+            raise LodInputError(f"{where}: {json_kind(w)} where a word (a string) belongs")
     return frontier, lengths
 
 
@@ -484,7 +478,7 @@ def _depth(item, where: str, least: bool = False) -> int | None:
     """How many lists deep the first word of ``item`` sits; None for an item with no word (``least``: the depth
     of its deepest list instead)."""
     if not isinstance(item, list):
-        raise LodInputError(f"{where}: an item of words is a list, not a {_json_type(item)}")
+        raise LodInputError(f"{where}: an item of words is a list, not {json_kind(item)}")
     depth, frontier = 1, item
     while True:
         if any(isinstance(x, str) for x in frontier):
