@@ -411,19 +411,10 @@ def _npz_levels(arrays: dict, data_shape: tuple, lod_level: int | None, label: s
             offsets.append(_lod.lengths_to_offsets(values) if kinds == {"lengths"} else values)
         except LodError as exc:
             raise LodInputError(f"{label}: {n}: {exc}") from None
-    try:
-        _lod.validate_lod(offsets, int(data_shape[0]))
-    except LodError as exc:
-        msg = str(exc)
-        m = re.match(r"level (\d+): (.*)", msg)
-        if m:
-            k = int(m.group(1))
-            name = levels[k][0] if k in levels else f"level {k}"
-            if kinds == {"lengths"}:
-                msg = f"{name} (as offsets): {m.group(2)}"
-            else:
-                msg = f"{name}: {m.group(2)}"
-        raise LodInputError(f"{label}: {msg}") from None
+    problems = _lod.find_lod_problems(offsets, int(data_shape[0]), max_problems=1)
+    if problems:
+        name = levels[problems[0].level][0] + (" (as offsets)" if kinds == {"lengths"} else "")
+        raise LodInputError(f"{label}: {name}: {problems[0].message}")
     return offsets, levels, kinds
 
 
