@@ -298,12 +298,7 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
                     before_last(out, members[n][1])
                 try:
                     out[n] = archive[n]
-                except ValueError as exc:
-                    if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
-                        raise LodInputError(f"{label}: array {n!r} holds Python objects (dtype object); lodtool "
-                                            "never unpickles, so it refuses such arrays") from None
-                    raise LodInputError(f"{label}: array {n!r} cannot be read ({exc})") from None
-                except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+                except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
                     raise LodInputError(f"{label}: array {n!r} cannot be read ({exc})") from None
                 if not isinstance(out[n], np.ndarray):  # numpy hands back a member that is not .npy as bytes
                     raise LodInputError(f"{label}: member {n!r} is not a .npy array")
@@ -329,8 +324,10 @@ def _check_member(archive, name: str, label: str) -> tuple[int, tuple | None]:
         raise
     except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, KeyError) as exc:
         raise LodInputError(f"{label}: array {name!r} cannot be read ({_short(exc)})") from None
-    if not dtype.hasobject:  # object arrays are refused by name, below
-        _check_claim(shape, dtype, info.file_size - data_start, f"{label}: array {name!r}")
+    if dtype.hasobject:
+        raise LodInputError(f"{label}: array {name!r} holds Python objects (dtype object); lodtool never "
+                            "unpickles, so it refuses such arrays")
+    _check_claim(shape, dtype, info.file_size - data_start, f"{label}: array {name!r}")
     return info.file_size, shape
 
 
