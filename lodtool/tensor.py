@@ -75,6 +75,11 @@ class TensorView:
     def shape(self) -> tuple[int, ...]:
         return (self.n_rows,) + tuple(self.element_shape)
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one data row (its element shape's values)."""
+        return np.dtype(self.dtype).itemsize * int(np.prod(self.element_shape, dtype=np.int64))
+
     def _level(self, level: int) -> int:
         return _lod.level_position(level, self.lod_level)
 
@@ -210,7 +215,12 @@ class TensorView:
         level = self._level(level)
         size = self.level_sizes[level]
         blocks = (self.read_offsets(level, a, min(a + _STATS_BLOCK, size)) for a in range(0, size, _STATS_BLOCK))
-        return _lod.length_stats(blocks, default_max_memory(), repr(self), f"level {level} lengths")
+        limit, where, what = self._stats_context()
+        return _lod.length_stats(blocks, limit, where, f"{what}level {level} lengths")
+
+    def _stats_context(self) -> tuple[int, str, str]:
+        """The memory limit, the place and the name of this tensor that statistics' errors give."""
+        return default_max_memory(), repr(self), ""
 
     def checked_level_stats(self) -> list[dict]:
         """:meth:`level_stats` of every level, after the whole LoD is validated (statistics of a broken one would be

@@ -393,31 +393,27 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
     A folder without a manifest is :class:`~lodtool.errors.LodFileNotFoundError`.
     """
     folder = os.fspath(folder)
-    if storage.is_url(folder):
-        path = manifest_path(folder)
-        try:
-            text = storage.read_bytes(path, 64 << 20)
-        except LodFileNotFoundError:
-            raise LodFileNotFoundError(f"{storage.redact(folder)}: not a sharded container (no {MANIFEST_NAME}; a "
-                                       "write that never finished leaves none)") from None
-        try:
-            raw = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise LodFormatError(f"{storage.redact(path)}: unreadable manifest ({exc})") from None
-        return parse_manifest(raw, storage.redact(path))
-    if not os.path.isdir(folder):
+    remote = storage.is_url(folder)
+    missing = LodFileNotFoundError(f"{storage.redact(folder)}: not a sharded container (no {MANIFEST_NAME}; a write "
+                                   "that never finished leaves none)")
+    if not remote and not os.path.isdir(folder):
         raise LodFileNotFoundError(f"{folder}: no such folder")
-    if not has_manifest(folder):
-        raise LodFileNotFoundError(f"{folder}: not a sharded container (no {MANIFEST_NAME}; a write that never "
-                                   "finished leaves none)")
-    path = folder_file(folder, MANIFEST_NAME)
+    if not remote and not has_manifest(folder):
+        raise missing
+    path = manifest_path(folder) if remote else folder_file(folder, MANIFEST_NAME)
+    where = storage.redact(path)
     try:
-        with open(path, "rb") as f:
-            text = f.read(64 << 20)
+        if remote:
+            text = storage.read_bytes(path, 64 << 20)
+        else:
+            with open(path, "rb") as f:
+                text = f.read(64 << 20)
         raw = json.loads(text)
+    except LodFileNotFoundError:
+        raise missing from None
     except (OSError, ValueError, RecursionError) as exc:
-        raise LodFormatError(f"{path}: unreadable manifest ({exc})") from None
-    return parse_manifest(raw, path)
+        raise LodFormatError(f"{where}: unreadable manifest ({exc})") from None
+    return parse_manifest(raw, where)
 
 
 def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
@@ -684,13 +680,6 @@ def level_bounds(t, start: int, stop: int) -> list[np.ndarray]:
     """
     if not t.lod_level:
         return [np.arange(start, stop + 1, dtype=np.int64)]
-    if isinstance(t, LoDTensor):
-        idx = np.asarray(t.offsets[0][start:stop + 1], np.int64)
-        out = [idx]
-        for k in range(1, t.lod_level):
-            idx = np.asarray(t.offsets[k], np.int64)[idx]
-            out.append(idx)
-        return out
     idx = t.read_offsets(0, start, stop + 1)
     out = [idx]
     for k in range(1, t.lod_level):
@@ -711,9 +700,8 @@ def plan_arrays(tensors: Mapping, start: int, stop: int) -> tuple[np.ndarray, li
     levels: list[np.ndarray] = []
     totals: list[int] = []
     for t in tensors.values():
-        row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
         bounds = level_bounds(t, start, stop)
-        cost += (bounds[-1][1:] - bounds[-1][:-1]) * row_bytes + 8 * max(t.lod_level, 1)
+        cost += (bounds[-1][1:] - bounds[-1][:-1]) * t.row_bytes + 8 * max(t.lod_level, 1)
         levels.extend(bounds[:-1])
         totals.extend(t.num_sequences(k) for k in range(1, t.lod_level))
     return cost, levels, totals
@@ -726,14 +714,6 @@ def _aligned_count(tensors: Mapping, where: str) -> int:
         raise LodUsageError(f"{where}: the tensors have different numbers of top-level sequences ({listing}); "
                             "shard one of them at a time (name=...)")
     return next(iter(counts.values()))
-
-
-def _slice(t, a: int, b: int) -> LoDTensor:
-    if t.lod_level:
-        return t.slice_level(0, a, b)
-    if isinstance(t, LoDTensor):
-        return LoDTensor._trusted(t.data[a:b], ())
-    return LoDTensor._trusted(t.read_rows(a, b), ())
 
 
 class ShardWriter:
@@ -868,7 +848,7 @@ class ShardWriter:
                 self.end_shard()
                 continue
             b = n - a if b is None else b
-            part = {name: _slice(t, a, a + b) for name, t in tensors.items()}
+            part = {name: t[a:a + b] for name, t in tensors.items()}
             self._append(part, int(cost[:b].sum()))
             del part
             if self._used >= self.shard_size:
@@ -1016,13 +996,8 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
             t = f[name]
             tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
                                    level_names=t.level_names, tokens=t.tokens)
-            for chunk in t.iter_chunks(max_rows=_rows_for(t, STREAM_CHUNK_BYTES)):
+            for chunk in t.iter_chunks(max_rows=max(1, STREAM_CHUNK_BYTES // max(t.row_bytes, 1))):
                 tw.append(chunk)
-
-
-def _rows_for(t, budget: int) -> int:
-    row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
-    return max(1, budget // max(row_bytes, 1))
 
 
 # -- reading --------------------------------------------------------------------------------------------------
@@ -1076,7 +1051,6 @@ class ShardedTensor(TensorView):
         self._seq_at = [np.concatenate(([0], np.cumsum([c.level_sequences[k] for c in counts]).astype(np.int64)))
                         for k in range(spec.lod_level)]
         self._n_rows = int(self._rows_at[-1])
-        self._row_bytes = spec.dtype.itemsize * int(np.prod(spec.element_shape, dtype=np.int64))
 
     # -- metadata ------------------------------------------------------------------------------------------
     lod_level = property(lambda self: self._spec.lod_level)
@@ -1105,7 +1079,7 @@ class ShardedTensor(TensorView):
 
     @property
     def nbytes(self) -> int:
-        return self._n_rows * self._row_bytes + 8 * sum(self.level_sizes)
+        return self._n_rows * self.row_bytes + 8 * sum(self.level_sizes)
 
     @property
     def storage_size(self) -> int:
@@ -1168,8 +1142,8 @@ class ShardedTensor(TensorView):
 
     def _rows(self, begin: int, end: int) -> np.ndarray:
         """Data rows ``begin..end`` (global), read from each shard they fall in."""
-        if (end - begin) * self._row_bytes > self._file.max_memory:
-            check_memory((end - begin) * self._row_bytes, self._file.max_memory, self._path,
+        if (end - begin) * self.row_bytes > self._file.max_memory:
+            check_memory((end - begin) * self.row_bytes, self._file.max_memory, self._path,
                          f"{end - begin:,} rows of tensor {self.name!r}")
         parts = [self.shard(i)[1].read_rows(a, b) for i, a, b in self._pieces(self._rows_at, begin, end)]
         if not parts:
@@ -1226,39 +1200,20 @@ class ShardedTensor(TensorView):
         LoD is: every shard against the manifest, and every shard's LoD, so a
         broken folder fails before a streaming writer has written a byte.
         """
-        problems = self.validate(max_problems=1)
-        if problems:
-            raise LodValidationError(f"{self._path}: tensor {self.name!r}: {problems[0]}")
+        self._check_valid()
         for i in range(self.n_shards):
             if self._rows_at[i + 1] == self._rows_at[i] and (not self.lod_level or
                                                              self._seq_at[0][i + 1] == self._seq_at[0][i]):
                 continue
             yield from self.shard(i)[1].iter_chunks(max_rows=max_rows)
 
-    def _global_blocks(self, level: int) -> Iterator[np.ndarray]:
-        """Level ``level``'s global offsets, block by block, each shard validated before its blocks."""
-        below = self._seq_at[level + 1] if level + 1 < self.lod_level else self._rows_at
-        first = True
-        for i in range(self.n_shards):
-            t = self.shard(i)[1]
-            size = t.level_sizes[level]
-            for a in range(0 if first else 1, size, 1 << 20):
-                yield t.read_offsets(level, a, min(a + (1 << 20), size)) + below[i]
-            first = False
+    def _check_valid(self) -> None:
+        problems = self.validate(max_problems=1)
+        if problems:
+            raise LodValidationError(f"{self._path}: tensor {self.name!r}: {problems[0]}")
 
-    def checked_level_stats(self) -> list[dict]:
-        """Length statistics of every level across all shards, after validating every shard."""
-        for i in range(self.n_shards):
-            problems = self.shard(i)[1].validate(max_problems=1)
-            if problems:
-                raise LodValidationError(f"{self.shard(i)[0]}: tensor {self.name!r}: {problems[0]}")
-        return [_lod.length_stats(self._global_blocks(k), self._file.max_memory, self._path,
-                              f"tensor {self.name!r} level {k} lengths") for k in range(self.lod_level)]
-
-    def level_stats(self, level: int) -> dict:
-        level = self._level(level)
-        return _lod.length_stats(self._global_blocks(level), self._file.max_memory, self._path,
-                             f"tensor {self.name!r} level {level} lengths")
+    def _stats_context(self) -> tuple[int, str, str]:
+        return self._file.max_memory, self._path, f"tensor {self.name!r} "
 
 
 class ShardedFile(TensorSource):

@@ -247,7 +247,7 @@ def _no_stray_shards(folder: str | os.PathLike | None) -> Iterator[None]:
     if folder is None:
         yield
         return
-    from ..container.shards import _shard_index, manifest_path, read_manifest
+    from ..container.shards import _shard_index, remove_uncommitted_shards
 
     folder = os.path.abspath(os.fspath(folder))
     created = not os.path.exists(folder)
@@ -255,15 +255,9 @@ def _no_stray_shards(folder: str | os.PathLike | None) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        try:
-            named = {s.file for s in read_manifest(folder).shards} if os.path.isfile(manifest_path(folder)) else set()
-            for n in set(os.listdir(folder)) - before - named:
-                if _shard_index(n) is not None:
-                    os.unlink(os.path.join(folder, n))
-            if created and not os.listdir(folder):
-                os.rmdir(folder)
-        except OSError:  # the folder went away, or holds what is not ours: leave the rest
-            pass
+        with contextlib.suppress(OSError):  # the folder went away: nothing to sweep
+            new = [os.path.join(folder, n) for n in set(os.listdir(folder)) - before if _shard_index(n) is not None]
+            remove_uncommitted_shards(folder, new, created=created)
         raise
 
 
