@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
+from ..lod import extract_range, memory_reader
 from ..planner import Bounds, row_offset_windows, runs, sequence_ranges
 from ..tensor import LoDTensor
 from ._pipe import (OpResult, PoolIndex, TensorSink, ahead, check_device, check_truncate, chunk_rows, expand_by,
@@ -600,19 +601,8 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
 def _read_range(t, a: int, b: int) -> LoDTensor:
     """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed, which
     a view's ``slice_level`` refuses at a level's end)."""
-    levels, rows = _rebased(t.read_offsets, t.lod_level, a, b)
-    return LoDTensor(t.read_rows(*rows), levels, level_names=t.level_names, validate=False)
-
-
-def _rebased(read, lod_level: int, a: int, b: int) -> tuple[list[np.ndarray], tuple[int, int]]:
-    """The levels of top-level sequences ``a..b`` (``read(level, start, stop)``), each rebased to 0, and the range
-    of data rows they cover."""
-    levels, lo, hi = [], a, b
-    for k in range(lod_level):
-        off = read(k, lo, hi + 1)
-        levels.append(off - off[0])
-        lo, hi = int(off[0]), int(off[-1])
-    return levels, (lo, hi)
+    levels, lo, hi = extract_range(0, a, b, t.read_offsets, t.level_sizes, t.n_rows)
+    return LoDTensor(t.read_rows(lo, hi), levels, level_names=t.level_names, validate=False)
 
 
 def _concat_ranges(ts, max_rows: int, window: int):
@@ -705,12 +695,10 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
 
 def _chunks_of(levels, max_rows: int):
     """``(rebased levels, (first row, end row))`` of the chunk planner's ranges of an in-memory LoD's top level."""
-    def read(level: int, start: int, stop: int) -> np.ndarray:
-        return levels[level][start:stop]
-
-    for a, b in sequence_ranges(read, len(levels), len(levels[0]) - 1, max_rows):
-        rebased, rows = _rebased(read, len(levels), a, b)
-        yield tuple(rebased), rows
+    read, sizes = memory_reader(levels), [len(o) for o in levels]
+    for a, b in sequence_ranges(read, len(levels), sizes[0] - 1, max_rows):
+        rebased, lo, hi = extract_range(0, a, b, read, sizes)
+        yield tuple(rebased), (lo, hi)
 
 
 # -- into an NPZ, from an NPZ, and plans ----------------------------------------------------------------------
