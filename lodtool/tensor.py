@@ -585,8 +585,6 @@ def from_nested(obj: Any, lod_level: int | None = None, dtype: Any = None, *,
         lengths, elements = _flatten(obj, lod_level)
     data = _elements_to_array(elements, dtype, obj, lengths)
     offsets = [_lod.lengths_to_offsets(level) for level in lengths]
-    if lod_level is not None and lod_level > 0 and lengths and len(lengths[-1]) and data.shape[0] != offsets[-1][-1]:
-        raise LodShapeError("element count does not match the LoD")  # pragma: no cover - guarded by _flatten
     _lod.validate_lod(offsets, data.shape[0])
     return LoDTensor._trusted(data, offsets, _check_level_names(level_names, len(offsets)))
 
@@ -652,10 +650,7 @@ def _flatten(obj: Sequence, lod_level: int | None) -> tuple[list[list[int]], lis
         stack.append([item, 0])
     if leaf_depth is None:
         leaf_depth = max_list_depth + 1
-    n_levels = leaf_depth - 1
-    if len(lengths) > n_levels:  # pragma: no cover - rejected above
-        raise LodShapeError("inconsistent nesting depth")
-    while len(lengths) < n_levels:
+    while len(lengths) < leaf_depth - 1:
         lengths.append([])
     _check_counts(lengths, len(obj))
     return lengths, elements
@@ -686,8 +681,6 @@ def _elements_to_array(elements: list, dtype, obj, lengths) -> np.ndarray:
         raise _explain_bad_elements(elements, lengths, dtype, exc) from None
     if data.dtype.kind not in NUMERIC_KINDS:
         raise _explain_bad_elements(elements, lengths, dtype, None)
-    if elements and data.ndim == 0:  # pragma: no cover - np.array of a list is never 0-d
-        raise LodShapeError("elements must form an array")
     return data
 
 

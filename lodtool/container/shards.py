@@ -1368,6 +1368,7 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
     True
     """
     from .checks import FileReport, Problem, validate_file
+    from .reader import open_file
 
     path = os.fspath(path)
     problems: list = []
@@ -1393,28 +1394,28 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
             continue
         try:
             got = describe_shard(spath, info.file)
-            for name in manifest.names:
-                if name not in got.tensors:
-                    problems.append(Problem(spath, name, None, None, f"tensor missing; {MANIFEST_NAME} names it"))
-                elif got.tensors[name] != info.tensors[name]:
-                    g, w = got.tensors[name], info.tensors[name]
-                    problems.append(Problem(spath, name, None, None,
-                                            f"holds {g.rows} rows, level sequences {list(g.level_sequences)}; "
-                                            f"{MANIFEST_NAME} says {w.rows}, {list(w.level_sequences)}"))
-            extra = sorted(set(got.tensors) - set(manifest.names))
-            if extra:
-                problems.append(Problem(spath, None, None, None, f"tensors {extra} are not in {MANIFEST_NAME}"))
-            if got.checksum != info.checksum:
-                problems.append(Problem(spath, None, None, None, f"checksum {got.checksum}; {MANIFEST_NAME} "
-                                                                 f"records {info.checksum}"))
-            with open_path(spath) as f:
-                for name in manifest.names:
-                    if name in f.names and TensorSpec.of(f[name]) != manifest.tensors[name]:
-                        problems.append(Problem(spath, name, None, None,
-                                                f"dtype, element shape, LoD level or level names differ from "
-                                                f"{MANIFEST_NAME}"))
+            with open_file(spath) as f:
+                specs = {name: TensorSpec.of(f[name]) for name in f.names}
         except (LodFormatError, LodFileNotFoundError) as exc:
             errors.append(str(exc))
+            continue
+        for name in manifest.names:
+            g, w = got.tensors.get(name), info.tensors[name]
+            if g is None:
+                problems.append(Problem(spath, name, None, None, f"tensor missing; {MANIFEST_NAME} names it"))
+            elif g != w:
+                problems.append(Problem(spath, name, None, None, f"holds {g.rows} rows, level sequences "
+                                        f"{list(g.level_sequences)}; {MANIFEST_NAME} says {w.rows}, "
+                                        f"{list(w.level_sequences)}"))
+        extra = sorted(set(got.tensors) - set(manifest.names))
+        if extra:
+            problems.append(Problem(spath, None, None, None, f"tensors {extra} are not in {MANIFEST_NAME}"))
+        if got.checksum != info.checksum:
+            problems.append(Problem(spath, None, None, None, f"checksum {got.checksum}; {MANIFEST_NAME} records "
+                                    f"{info.checksum}"))
+        problems += [Problem(spath, name, None, None, f"dtype, element shape, LoD level or level names differ from "
+                             f"{MANIFEST_NAME}") for name in manifest.names
+                     if name in specs and specs[name] != manifest.tensors[name]]
     error = "; ".join(errors) if errors else None
     return FileReport(path, not problems and error is None, problems, error)
 
