@@ -247,19 +247,6 @@ def workers() -> int:
     return int(numba_module().get_num_threads())
 
 
-def schedule(n: int, per_worker: int = 16) -> tuple[np.uint64, np.ndarray, int]:
-    """``(nblocks, counter, nworkers)`` for a kernel that hands out ``n`` items in blocks.
-
-    ``nblocks`` is a uint64 and ``counter`` a zeroed uint64 array of one, so the
-    kernel's block and item indices are unsigned (see the kernel notes in ops/expand.py).
-
-    >>> nblocks, counter, nworkers = schedule(1000)
-    >>> counter.tolist(), 1 <= int(nblocks) <= 1000
-    ([0], True)
-    """
-    return np.uint64(block_count(n, per_worker)), np.zeros(1, np.uint64), workers()
-
-
 def block_count(n: int, per_worker: int = 16) -> int:
     """How many blocks ``n`` items are handed out in: ``per_worker`` for each worker thread, at most one an item.
 
@@ -422,12 +409,11 @@ class BlockKernel(_CompiledOnFirstUse):
         return _njit(func, {"parallel": True})
 
     def __call__(self, n: int, *args, nblocks: int | None = None, per_worker: int = 16):
-        blocks, counter, nworkers = schedule(n, per_worker)
-        if nblocks is not None:
-            blocks = np.uint64(nblocks)
+        # uint64 block and item counters: the kernel's indices are unsigned (see the kernel notes in ops/expand.py)
+        blocks = np.uint64(block_count(n, per_worker) if nblocks is None else nblocks)
         dispatcher = self.dispatcher
         with _PARALLEL_LOCK:
-            return dispatcher(np.uint64(n), blocks, counter, nworkers, *args)
+            return dispatcher(np.uint64(n), blocks, np.zeros(1, np.uint64), workers(), *args)
 
 
 def parallel_blocks(body: Callable) -> BlockKernel:
@@ -468,5 +454,5 @@ def kernel(fn: Callable | None = None, **options):
     return LazyKernel(fn, options)
 
 
-__all__ = ["kernel", "parallel_blocks", "BlockKernel", "intrinsic", "prange", "atomic_add", "schedule", "block_count",
+__all__ = ["kernel", "parallel_blocks", "BlockKernel", "intrinsic", "prange", "atomic_add", "block_count",
            "workers", "numba_module", "numba_loaded", "kernels_pay", "LazyKernel", "LazyIntrinsic"]
