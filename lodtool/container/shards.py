@@ -1172,14 +1172,7 @@ class ShardedTensor(TensorView):
         """The whole tensor, every shard validated; its size is checked against the memory limit first."""
         check_memory(self.nbytes, self._file.max_memory, self._path, f"tensor {self.name!r}")
         parts = [self.shard(i)[1].read() for i in range(self.n_shards)]
-        if parts:
-            return concat_tensors(parts, self.level_names)
-        empty = tuple(np.zeros(1, np.int64) for _ in range(self.lod_level))
-        try:  # a manifest of no shards: zero sequences, where the LoD rules allow them
-            _lod.validate_lod(empty, 0)
-        except LodValidationError as exc:
-            raise LodValidationError(f"{self._path}: tensor {self.name!r} has no shards ({exc})") from None
-        return LoDTensor._trusted(np.zeros((0,) + self.element_shape, self.dtype), empty, self.level_names)
+        return concat_tensors(parts, self.level_names) if parts else self.head(0)  # no shards: zero sequences
 
     def validate(self, max_problems: int = 20) -> list[_lod.LodProblem]:
         """Every broken LoD rule of every shard (indices are global positions)."""
