@@ -67,7 +67,7 @@ def concat(ctx, files, output, max_memory, as_json, **options):
 
     if len(files) < 2:
         raise click.UsageError("concat joins at least two files")
-    refs = [opt.parse_file_ref(f) for f in files]
+    refs = [opt.tensor_ref(f, None) for f in files]
     run_task(ctx, "joined", concat_files, [p for p, _ in refs], output, as_json, max_memory, names=[n for _, n in refs],
              **options)
 
@@ -203,6 +203,6 @@ def lod_reset(ctx, file, target_lod, like, output, max_memory, as_json, **option
     if (target_lod is None) == (like is None):
         raise click.UsageError("give the new level as --target-lod or --like (one of them)")
     target = None if target_lod is None else np.atleast_1d(_ints(target_lod, "--target-lod"))
-    like_path, like_name = opt.parse_file_ref(like) if like else (None, None)
+    like_path, like_name = opt.tensor_ref(like, None) if like else (None, None)
     run_task(ctx, "reset", lod_reset_file, file, output, as_json, max_memory, target_lod=target, like=like_path,
              like_name=like_name, **options)
