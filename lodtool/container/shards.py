@@ -65,6 +65,7 @@ from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundEr
                       LodUsageError, LodValidationError)
 from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
 from . import spec as _spec
+from .spec import short_repr
 from ..limits import STREAM_CHUNK_BYTES, check_memory, parse_size, resolve_max_memory
 
 #: the manifest's file name inside a sharded folder
@@ -203,24 +204,19 @@ def _bad(where: str, what: str) -> LodFormatError:
     return LodFormatError(f"{where}: {what}")
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
-
-
 def _count(value, where: str, what: str, limit: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise _bad(where, f"{what} is {_short(value)}; expected a non-negative integer up to {limit}")
+        raise _bad(where, f"{what} is {short_repr(value)}; expected a non-negative integer up to {limit}")
     return value
 
 
 def _parse_dtype(name: str, raw, where: str) -> np.dtype:
     if not isinstance(raw, str):
-        raise _bad(where, f"tensor {name!r}: dtype is {_short(raw)}; expected a dtype string such as \"<i8\"")
+        raise _bad(where, f"tensor {name!r}: dtype is {short_repr(raw)}; expected a dtype string such as \"<i8\"")
     try:
         dtype = np.dtype(raw)
     except (TypeError, ValueError, SyntaxError, OverflowError):
-        raise _bad(where, f"tensor {name!r}: dtype {_short(raw)} is not a dtype") from None
+        raise _bad(where, f"tensor {name!r}: dtype {short_repr(raw)} is not a dtype") from None
     try:
         return check_dtype(dtype, f"tensor {name!r}")
     except LodDtypeError as exc:
@@ -233,7 +229,7 @@ def _parse_spec(name: str, raw, where: str) -> TensorSpec:
     dtype = _parse_dtype(name, raw.get("dtype"), where)
     shape = raw.get("element_shape")
     if not isinstance(shape, list) or len(shape) > MAX_ELEMENT_DIMS:
-        raise _bad(where, f"tensor {name!r}: element_shape is {_short(shape)}; expected a list of at most "
+        raise _bad(where, f"tensor {name!r}: element_shape is {short_repr(shape)}; expected a list of at most "
                           f"{MAX_ELEMENT_DIMS} sizes")
     dims = tuple(_count(d, where, f"tensor {name!r}: element_shape") for d in shape)
     row_bytes = dtype.itemsize * int(np.prod(dims, dtype=object))
@@ -244,11 +240,11 @@ def _parse_spec(name: str, raw, where: str) -> TensorSpec:
     names = raw.get("level_names")
     if names is not None and (not isinstance(names, list) or len(names) != level
                               or not all(isinstance(n, str) for n in names)):
-        raise _bad(where, f"tensor {name!r}: level_names is {_short(names)}; expected {level} strings or null")
+        raise _bad(where, f"tensor {name!r}: level_names is {short_repr(names)}; expected {level} strings or null")
     tokens = raw.get("tokens")
     if tokens is not None:
         if not isinstance(tokens, dict):
-            raise _bad(where, f"tensor {name!r}: tokens is {_short(tokens)}; expected an object")
+            raise _bad(where, f"tensor {name!r}: tokens is {short_repr(tokens)}; expected an object")
         try:
             tokens = TokenInfo.from_dict(tokens)
         except LodUsageError as exc:
