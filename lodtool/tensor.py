@@ -60,6 +60,8 @@ class TensorView:
     """Branches, level slices and chunks of a LoD tensor, read through ``_window`` and ``_rows``."""
 
     __slots__ = ()
+    #: the token metadata (:class:`~lodtool.tokens.TokenInfo`) of a stored tensor that records one
+    tokens = None
 
     def num_sequences(self, level: int = 0) -> int:
         """How many sequences ``level`` has (rows for a 0-level tensor)."""

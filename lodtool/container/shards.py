@@ -137,7 +137,7 @@ class TensorSpec:
         """The spec of a :class:`LoDTensor` or a lazy tensor."""
         names = tuple(t.level_names) if t.level_names else None
         return cls(np.dtype(t.dtype), tuple(int(d) for d in t.element_shape), int(t.lod_level), names,
-                   getattr(t, "tokens", None))
+                   t.tokens)
 
     def to_json(self) -> dict:
         out = {"dtype": self.dtype.str, "element_shape": list(self.element_shape), "lod_level": self.lod_level,

@@ -81,7 +81,7 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
             tier(device, work(t), crossover)
         name_out = out_name or t.name
         sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
-                          overwrite=overwrite, force=force, tokens=_tokens_of(t) if keeps_ids else None)
+                          overwrite=overwrite, force=force, tokens=t.tokens if keeps_ids else None)
         chunks = stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory))
         rows_done = None if progress is None else (lambda done: progress(done, t.n_rows))
         return run(chunks, fn, sink, progress=rows_done)
@@ -241,11 +241,6 @@ def _stand_in(t) -> LoDTensor:
     """A one-sequence tensor of ``t``'s dtype and row shape (no data read): what an operator checks first."""
     levels = [np.array([0, 1], _I64) for _ in range(t.lod_level - 1)] + [np.zeros(2, _I64)] * bool(t.lod_level)
     return LoDTensor(np.zeros((0,) + tuple(t.element_shape), t.dtype), levels)
-
-
-def _tokens_of(t):
-    """A stored tensor's token metadata (None for a source that records none, a Megatron file say)."""
-    return getattr(t, "tokens", None)
 
 
 def _on_stand_in(op: Callable, *args):
@@ -491,7 +486,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
             parts = _expand_runs(tx, ty, level, chunk_rows(tx.element_shape, tx.dtype, fx.max_memory),
                                  offset_window(min(fx.max_memory, fy.max_memory)))
             sink = TensorSink(output, [out_name or tx.name], compression=compression, overwrite=overwrite,
-                              force=force, like=tx, tokens=_tokens_of(tx))
+                              force=force, like=tx, tokens=tx.tokens)
             return run(parts, lambda part: expand_by(*part, device=device), sink)
 
 
@@ -590,7 +585,7 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
                                         offset_window(memory)),
                          lambda a, b: all(sum(bd(b)[k] - bd(a)[k] for bd in bounds) > 0
                                           for k in range(1, first.lod_level)))
-        tokens = _tokens_of(first) if all(_tokens_of(t) == _tokens_of(first) for t in ts) else None
+        tokens = first.tokens if all(t.tokens == first.tokens for t in ts) else None
         sink = TensorSink(output, [out_name or first.name], compression=compression, overwrite=overwrite,
                           force=force, like=TensorSpec(first.dtype, first.element_shape, first.lod_level, kept),
                           tokens=tokens)
@@ -688,7 +683,7 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
             new = _named(f"{f.path}: tensor {t.name!r}",
                          lambda: reset(stand_in, target_lod=np.asarray(target_lod), append=append))
         sink = TensorSink(output, [out_name or t.name], compression=compression, overwrite=overwrite,
-                          force=force, like=new, tokens=_tokens_of(t))
+                          force=force, like=new, tokens=t.tokens)
         return run(_chunks_of(new.offsets, chunk_rows(t.element_shape, t.dtype, f.max_memory)),
                    lambda part: LoDTensor(t.read_rows(*part[1]), part[0], validate=False), sink)
 

@@ -113,7 +113,7 @@ def _stored(path, name: str | None, token_dtype: Any, eos_token_id: int | None) 
 
 
 def _excerpt(t, part: LoDTensor, **range_taken) -> Excerpt:
-    return Excerpt(part, t.name, len(t), tokens=getattr(t, "tokens", None), **range_taken)
+    return Excerpt(part, t.name, len(t), tokens=t.tokens, **range_taken)
 
 
 @dataclass(frozen=True)
