@@ -161,29 +161,24 @@ class TensorView:
         [[0, 2, 3]]
         """
         level = self._level(level)
-        levels = self._checked_levels()
-        if levels:  # validated whole offsets: sound sizes, and the windows need no check
-            count = len(levels[level]) - 1
-            if not 0 <= begin <= end <= count:
-                raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
-            return self._extract_checked(level, int(begin), int(end), levels)
-        _lod.check_level_sizes(self.level_sizes, self.n_rows)  # a level of no offsets is a broken file
-        count = self.num_sequences(level)
+        levels = self._checked_levels()  # validated whole offsets: sound sizes, and the windows need no check
+        if not levels:
+            _lod.check_level_sizes(self.level_sizes, self.n_rows)  # a level of no offsets is a broken file
+        count = len(levels[level]) - 1 if levels else self.num_sequences(level)
         if not 0 <= begin <= end <= count:
             raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
+        if levels:
+            return self._extract_checked(level, int(begin), int(end), levels)
         return self._extract(level, int(begin), int(end))
 
     def head(self, k: int = 5):
         """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(0, min(int(k), n))
-        return self.slice_level(0, 0, k) if self.lod_level else self._tensor(self._rows(0, k), ())
+        return self[:max(int(k), 0)]
 
     def tail(self, k: int = 5):
         """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
         n = len(self)
-        k = max(0, min(int(k), n))
-        return self.slice_level(0, n - k, n) if self.lod_level else self._tensor(self._rows(n - k, n), ())
+        return self[n - min(max(int(k), 0), n):]
 
     def _checked_levels(self) -> tuple | None:
         """Every level's whole offsets, validated together, where this view holds them on the host (else
