@@ -83,12 +83,17 @@ class InterruptedAfterCommit(KeyboardInterrupt):
     """
 
     def __init__(self, signum: int, committed: str):
-        super().__init__(f"interrupted ({_signal_name(signum)}) after {committed} was committed; it is complete")
+        super().__init__(f"interrupted ({signal_name(signum)}) after {committed} was committed; it is complete")
         self.signum = signum
         self.committed = committed
 
 
-def _signal_name(signum: int) -> str:
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``signal N`` for a number that names no signal.
+
+    >>> signal_name(2), signal_name(999)
+    ('SIGINT', 'signal 999')
+    """
     try:
         return signal.Signals(signum).name
     except ValueError:
