@@ -256,17 +256,20 @@ def _named(where: str, call):
         raise type(exc)(f"{where}: {exc}") from None
 
 
-def _checked_stream(path, output, name, out_name, check, fn, *, validate: bool = True, **options) -> OpResult:
-    """The operator ``fn`` on each chunk, after ``check(where, lazy tensor, memory limit)`` refused what it
-    refuses, ``where`` (``"path: tensor 'name'"``) naming the file and tensor; the LoD is validated first
+def _checked_stream(path, output, name, out_name, check, fn, *, device: str, validate: bool = True,
+                    **options) -> OpResult:
+    """The operator ``fn`` on each chunk on ``device``, after ``check(where, lazy tensor, memory limit)`` refused
+    what it refuses, ``where`` (``"path: tensor 'name'"``) naming the file and tensor; the LoD is validated first
     unless ``validate=False`` (for checks that read no offsets)."""
+    check_device(device)
+
     def make_fn(f, t):
         if validate:
             require_valid(f.path, t)
         check(f"{f.path}: tensor {t.name!r}", t, f.max_memory)
         return fn
 
-    return _stream(path, output, name, out_name, make_fn, **options)
+    return _stream(path, output, name, out_name, make_fn, device=device, **options)
 
 
 def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_name: str | None = None,
@@ -285,12 +288,11 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
     from ..ops import sequence_erase
     from ..ops.erase import erase_tokens
 
-    check_device(device)
     erase_tokens(tokens, np.int64)  # bad tokens fail before the file is opened
     return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_erase, tokens),
-                           step(sequence_erase, tokens, device=device), validate=False, compression=compression,
-                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
-                           token_dtype=token_dtype, eos_token_id=eos_token_id)
+                           step(sequence_erase, tokens, device=device), device=device, validate=False,
+                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
+                           keeps_ids=True, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name: str | None = None,
@@ -309,9 +311,8 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
     """
     from ..ops import sequence_enumerate
 
-    check_device(device)
     return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_enumerate, win_size, pad_value),
-                           step(sequence_enumerate, win_size, pad_value, device=device), validate=False,
+                           step(sequence_enumerate, win_size, pad_value, device=device), device=device, validate=False,
                            compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
 
@@ -346,10 +347,9 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
                                     f"of new_dim={new_dim}; as in Paddle, every sequence's length * width must "
                                     "divide by new_dim")
 
-    check_device(device)
     return _checked_stream(path, output, name, out_name, check, step(sequence_reshape, new_dim, device=device),
-                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
-                           token_dtype=token_dtype, eos_token_id=eos_token_id)
+                           device=device, compression=compression, max_memory=max_memory, overwrite=overwrite,
+                           force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = False, name: str | None = None,
@@ -408,8 +408,7 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
             ln = np.clip(ln, 0, seq - off)
         return sequence_slice(chunk, off, ln, device=device).to("cpu")
 
-    check_device(device)
-    return _checked_stream(path, output, name, out_name, check, one, compression=compression,
+    return _checked_stream(path, output, name, out_name, check, one, device=device, compression=compression,
                            max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
 
