@@ -712,4 +712,31 @@ def _element_path(k: int, lengths: list[list[int]]) -> str:
     return "branch " + _lod.format_path(list(reversed(path)))
 
 
-__all__ = ["TensorView", "TensorSource", "LoDTensor", "from_nested", "check_dtype", "LodValidationError"]
+def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
+    """Join tensors of one dtype, element shape and LoD level, sequence after sequence (level names: the first's,
+    or ``level_names``).
+
+    >>> a = LoDTensor(np.arange(3), [[0, 1, 3]])
+    >>> b = LoDTensor(np.arange(3, 5), [[0, 2]])
+    >>> concat_tensors([a, b]).lod
+    [[0, 1, 3, 5]]
+    """
+    parts = list(parts)
+    if not parts:
+        raise LodUsageError("concat_tensors: no tensors given")
+    if len(parts) == 1:
+        return parts[0] if level_names is None else parts[0].with_level_names(level_names)
+    data = np.concatenate([np.asarray(p.data) for p in parts])
+    offsets = []
+    for k in range(parts[0].lod_level):
+        pieces, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            o = np.asarray(p.offsets[k], np.int64)
+            pieces.append(o[1:] + base)
+            base += int(o[-1])
+        offsets.append(np.concatenate(pieces))
+    names = level_names if level_names is not None else parts[0].level_names
+    return LoDTensor._trusted(data, offsets, names)
+
+
+__all__ = ["TensorView", "TensorSource", "LoDTensor", "from_nested", "concat_tensors", "check_dtype", "LodValidationError"]

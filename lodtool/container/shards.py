@@ -63,7 +63,7 @@ from .. import storage
 from ..tokens import TokenInfo
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
-from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
+from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype, concat_tensors
 from . import spec as _spec
 from .spec import short_repr
 from ..limits import STREAM_CHUNK_BYTES, check_memory, parse_size, resolve_max_memory
@@ -997,33 +997,6 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
 
 
 # -- reading --------------------------------------------------------------------------------------------------
-def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
-    """Join tensors of one dtype, element shape and LoD level, sequence after sequence.
-
-    >>> a = LoDTensor(np.arange(3), [[0, 1, 3]])
-    >>> b = LoDTensor(np.arange(3, 5), [[0, 2]])
-    >>> concat_tensors([a, b]).lod
-    [[0, 1, 3, 5]]
-    """
-    parts = list(parts)
-    if not parts:
-        raise LodUsageError("concat_tensors: no tensors given")
-    if len(parts) == 1:
-        only = parts[0]
-        return only if level_names is None else only.with_level_names(level_names)
-    data = np.concatenate([np.asarray(p.data) for p in parts])
-    offsets = []
-    for k in range(parts[0].lod_level):
-        pieces, base = [np.zeros(1, np.int64)], 0
-        for p in parts:
-            o = np.asarray(p.offsets[k], np.int64)
-            pieces.append(o[1:] + base)
-            base += int(o[-1])
-        offsets.append(np.concatenate(pieces))
-    names = level_names if level_names is not None else parts[0].level_names
-    return LoDTensor._trusted(data, offsets, names)
-
-
 class ShardedTensor(TensorView):
     """One tensor of a sharded folder, read lazily as one logical tensor.
 
