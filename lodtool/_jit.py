@@ -215,31 +215,8 @@ def atomic_add(counter, value):
     return old
 
 
-_ATOMIC_ADD = None
 #: the unsigned 1 of block and item counters
 ONE = np.uint64(1)
-
-
-def _atomic_add_intrinsic():
-    global _ATOMIC_ADD
-    if _ATOMIC_ADD is None:
-        numba_module()
-        from numba import types
-        from numba.extending import intrinsic
-
-        @intrinsic
-        def atomic_add_i64(typingctx, counter, value):
-            if not (isinstance(counter, types.Array) and counter.dtype in (types.int64, types.uint64)):
-                return None
-            sig = counter.dtype(counter, counter.dtype)
-
-            def codegen(context, builder, signature, args):
-                ary = context.make_array(signature.args[0])(context, builder, args[0])
-                return builder.atomic_rmw("add", ary.data, args[1], "monotonic")
-            return sig, codegen
-
-        _ATOMIC_ADD = atomic_add_i64
-    return _ATOMIC_ADD
 
 
 def workers() -> int:
@@ -289,6 +266,21 @@ def intrinsic(fn: Callable) -> LazyIntrinsic:
     <lodtool intrinsic _noop>
     """
     return LazyIntrinsic(fn)
+
+
+@intrinsic
+def _atomic_add_i64(typingctx, counter, value):
+    """:func:`atomic_add` compiled: an LLVM ``atomicrmw add`` on ``counter[0]``."""
+    from numba import types
+
+    if not (isinstance(counter, types.Array) and counter.dtype in (types.int64, types.uint64)):
+        return None
+    sig = counter.dtype(counter, counter.dtype)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", ary.data, args[1], "monotonic")
+    return sig, codegen
 
 
 def _resolve(value):
@@ -402,7 +394,7 @@ class BlockKernel(_CompiledOnFirstUse):
             where["co_qualname"] = qualname
         code = space["steal_blocks"].__code__.replace(**where)
         glb = {"prange": numba.prange, "body": self.body.dispatcher, "ONE": ONE,
-               "atomic_add": atomic_add if numba.config.DISABLE_JIT else _atomic_add_intrinsic()}
+               "atomic_add": atomic_add if numba.config.DISABLE_JIT else _atomic_add_i64.compiled}
         func = types.FunctionType(code, glb, self.__name__)
         func.__qualname__ = qualname
         func.__module__ = self.__module__
