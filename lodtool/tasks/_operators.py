@@ -338,7 +338,8 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
         width = int(np.prod(t.element_shape, dtype=np.int64))
         if width == new_dim:
             return
-        for start, lens in _last_lengths(t, offset_window(memory)):  # every sequence must fill whole rows
+        # every sequence must fill whole rows
+        for start, lens in _level_lengths(t, t.lod_level - 1, offset_window(memory)):
             bad = np.flatnonzero(lens * width % new_dim)
             if len(bad):
                 i, n = int(bad[0]), int(lens[int(bad[0])])
@@ -383,7 +384,7 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
         count = t.num_sequences(t.lod_level - 1)
         ranges["offset"], ranges["length"] = (_named(where, lambda: _per_sequence(v, what, count))
                                               for what, v in (("offset", offset), ("length", length)))
-        for start, seq in _last_lengths(t, offset_window(memory)):
+        for start, seq in _level_lengths(t, t.lod_level - 1, offset_window(memory)):
             off, ln = ranges["offset"](start, start + len(seq)), ranges["length"](start, start + len(seq))
             for what, values in (("offset", off), ("length", ln)):
                 if len(values) and values.min() < 0:
@@ -413,12 +414,13 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
-def _last_lengths(t, window: int):
-    """``(index of the first, lengths)`` of the last level's sequences, ``window`` at a time."""
-    start = 0
-    for roff in row_offset_windows(t, t.lod_level - 1, window):
-        yield start, roff[1:] - roff[:-1]
-        start += len(roff) - 1
+def _level_lengths(t, level: int, window: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(index of the first, lengths)`` of ``level``'s sequences (in entries of the level below, or rows),
+    ``window`` at a time."""
+    count = t.num_sequences(level)
+    for start in range(0, count, window):
+        offsets = t.read_offsets(level, start, min(start + window, count) + 1)
+        yield start, offsets[1:] - offsets[:-1]
 
 
 def _per_sequence(value: Any, what: str, count: int):
@@ -877,9 +879,7 @@ class StreamedPlan:
 
     def lengths(self) -> Iterator[np.ndarray]:
         """Each sequence's length (time steps), in input order."""
-        for start in range(0, self.num_sequences, self._window):
-            offsets = self._t.read_offsets(self._level, start, min(start + self._window, self.num_sequences) + 1)
-            yield offsets[1:] - offsets[:-1]
+        return (lengths for _, lengths in _level_lengths(self._t, self._level, self._window))
 
     def _positions(self) -> Iterator[tuple[int, np.ndarray]]:
         from ..ops.pack_plan import place_by_length
