@@ -863,7 +863,7 @@ class StreamedPlan:
         from ..ops.pack_plan import count_lengths, first_positions
 
         self._t, self._level = t, level
-        self._window = max(1, min(PLAN_WINDOW, max_memory // 64))
+        self._window = offset_window(max_memory, PLAN_WINDOW)
         self._block = max(self._window, min(PLAN_BLOCK, max_memory // 32))
         self.num_sequences = t.level_sizes[level] - 1
         histogram = np.zeros(1, np.int64)
