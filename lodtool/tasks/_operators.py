@@ -566,11 +566,10 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
     if len(names) != len(paths):
         raise LodUsageError(f"concat: {len(names)} tensor names for {len(paths)} files")
     with contextlib.ExitStack() as stack:
-        opened = [open_tensor(p, n, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
-                  for p, n in zip(paths, names)]
-        for f, t in opened:
-            stack.enter_context(f)
-        for f, t in opened:
+        opened = []
+        for p, n in zip(paths, names):  # each held by the stack as soon as it is open
+            f, t = open_tensor(p, n, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
+            opened.append((stack.enter_context(f), t))
             require_valid(f.path, t)
         ts = [t for _, t in opened]
         try:
