@@ -81,7 +81,7 @@ def sequence_concat(xs: Sequence[Any], *, backend: str | None = None, device: st
 def cuda_concat(xp, ts: list[LoDTensor], names=None) -> LoDTensor:
     """On the GPU: every input's offsets validated there, one buffer of all inputs, one tiled gather."""
     levels = [_cuda.validate_offsets(xp, t.offsets, t.n_rows) for t in ts]
-    datas = [t.data if hasattr(t.data, "__cuda_array_interface__") else xp.asarray(t.data) for t in ts]
+    datas = [_cuda.on_device(xp, t.data) for t in ts]
     return _concat(xp, datas, levels, "cupy", names)
 
 

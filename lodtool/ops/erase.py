@@ -125,7 +125,7 @@ def _reference(flat: np.ndarray, off: np.ndarray, toks: np.ndarray) -> tuple[np.
 def cuda_erase(xp, xt: LoDTensor, toks: np.ndarray) -> LoDTensor:
     """On the GPU with CuPy's own kernels: the mask, its running count at the offsets, the kept rows."""
     levels = _cuda.validate_offsets(xp, xt.offsets, xt.n_rows)
-    data = xt.data if hasattr(xt.data, "__cuda_array_interface__") else xp.asarray(xt.data)
+    data = _cuda.on_device(xp, xt.data)
     flat = xp.ascontiguousarray(data).reshape(-1)
     keep = ~xp.isin(flat, xp.asarray(toks))
     kept_before = xp.zeros(int(flat.shape[0]) + 1, _I64)
