@@ -513,14 +513,41 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
 
 
 def _check_same_spec(name: str, want: TensorSpec, got: TensorSpec, where: str) -> None:
-    if want.tokens != got.tokens and want == TensorSpec(*dataclasses.astuple(got)[:4], want.tokens):
-        raise LodUsageError(f"{where}: tensor {name!r} holds ids of {_vocab(got.tokens)}, but the sharded container "
-                            f"holds ids of {_vocab(want.tokens)}")
-    if want != got:
-        raise LodUsageError(f"{where}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
-                            f"{got.lod_level} level(s) {got.level_names or ''}, but the sharded container holds "
-                            f"{want.dtype} {list(want.element_shape)} with {want.lod_level} level(s) "
-                            f"{want.level_names or ''}")
+    difference = _spec_difference(name, want, got)
+    if difference:
+        raise LodUsageError(f"{where}: {difference}")
+
+
+def _spec_difference(name: str, want: TensorSpec, got: TensorSpec) -> str | None:
+    """How tensor ``name`` as ``got`` differs from the sharded container's ``want`` (``None``: it does not)."""
+    if want == got:
+        return None
+    if want == dataclasses.replace(got, tokens=want.tokens):
+        return (f"tensor {name!r} holds ids of {_vocab(got.tokens)}, but the sharded container holds ids of "
+                f"{_vocab(want.tokens)}")
+    return (f"tensor {name!r} is {got.dtype} {list(got.element_shape)} with {got.lod_level} level(s) "
+            f"{got.level_names or ''}, but the sharded container holds {want.dtype} {list(want.element_shape)} with "
+            f"{want.lod_level} level(s) {want.level_names or ''}")
+
+
+def _shard_mismatches(f, info: ShardInfo, manifest: Manifest) -> list[tuple[str | None, str]]:
+    """``(tensor, what)`` for each way the open shard ``f`` differs from its manifest entry ``info``."""
+    out: list[tuple[str | None, str]] = []
+    extra = sorted(set(f.names) - set(manifest.names))
+    if extra:
+        out.append((None, f"tensors {extra} are not in {MANIFEST_NAME}"))
+    for name in manifest.names:
+        if name not in f.names:
+            out.append((name, f"tensor {name!r} is missing; {MANIFEST_NAME} names it"))
+            continue
+        got, want = TensorCounts.of(f[name]), info.tensors[name]
+        if got != want:
+            out.append((name, f"tensor {name!r} holds {got.rows} rows, level sequences {list(got.level_sequences)}; "
+                              f"{MANIFEST_NAME} says {want.rows}, {list(want.level_sequences)}"))
+        difference = _spec_difference(name, manifest.tensors[name], TensorSpec.of(f[name]))
+        if difference:
+            out.append((name, difference))
+    return out
 
 
 def _vocab(info: TokenInfo | None) -> str:
@@ -1226,19 +1253,9 @@ class ShardedFile(TensorSource):
             f = open_file(path, max_memory=self.max_memory)
         try:
             refuse_foreign_storage(path, f)
-            info = self.manifest.shards[i]
-            if sorted(f.names) != sorted(self.names):
-                raise LodFormatError(f"{path}: holds tensors {f.names}; {MANIFEST_NAME} says {self.names}")
-            for name in self.names:
-                t = f[name]
-                got = TensorSpec.of(t)
-                if got != self.manifest.tensors[name]:
-                    raise LodFormatError(f"{path}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
-                                         f"{got.lod_level} level(s); {MANIFEST_NAME} says otherwise")
-                if TensorCounts.of(t) != info.tensors[name]:
-                    raise LodFormatError(f"{path}: tensor {name!r} has {t.n_rows} rows and level sequences "
-                                         f"{[t.num_sequences(k) for k in range(t.lod_level)]}; {MANIFEST_NAME} says "
-                                         f"{info.tensors[name].rows} and {list(info.tensors[name].level_sequences)}")
+            found = _shard_mismatches(f, self.manifest.shards[i], self.manifest)
+            if found:
+                raise LodFormatError(f"{path}: {found[0][1]}")
         except BaseException:
             f.close()
             raise
@@ -1354,29 +1371,17 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
             errors.append(f"{info.file}: {report.error}")
             continue
         try:
-            got = describe_shard(spath, info.file)
             with open_file(spath) as f:
-                specs = {name: TensorSpec.of(f[name]) for name in f.names}
+                refuse_foreign_storage(spath, f)
+                found = _shard_mismatches(f, info, manifest)
+            checksum = shard_checksum(spath)
         except (LodFormatError, LodFileNotFoundError) as exc:
             errors.append(str(exc))
             continue
-        for name in manifest.names:
-            g, w = got.tensors.get(name), info.tensors[name]
-            if g is None:
-                problems.append(Problem(spath, name, None, None, f"tensor missing; {MANIFEST_NAME} names it"))
-            elif g != w:
-                problems.append(Problem(spath, name, None, None, f"holds {g.rows} rows, level sequences "
-                                        f"{list(g.level_sequences)}; {MANIFEST_NAME} says {w.rows}, "
-                                        f"{list(w.level_sequences)}"))
-        extra = sorted(set(got.tensors) - set(manifest.names))
-        if extra:
-            problems.append(Problem(spath, None, None, None, f"tensors {extra} are not in {MANIFEST_NAME}"))
-        if got.checksum != info.checksum:
-            problems.append(Problem(spath, None, None, None, f"checksum {got.checksum}; {MANIFEST_NAME} records "
+        problems += [Problem(spath, name, None, None, what) for name, what in found]
+        if checksum != info.checksum:
+            problems.append(Problem(spath, None, None, None, f"checksum {checksum}; {MANIFEST_NAME} records "
                                     f"{info.checksum}"))
-        problems += [Problem(spath, name, None, None, f"dtype, element shape, LoD level or level names differ from "
-                             f"{MANIFEST_NAME}") for name in manifest.names
-                     if name in specs and specs[name] != manifest.tensors[name]]
     error = "; ".join(errors) if errors else None
     return FileReport(path, not problems and error is None, problems, error)
 
