@@ -518,15 +518,14 @@ def _check_same_spec(name: str, want: TensorSpec, got: TensorSpec, where: str) -
         raise LodUsageError(f"{where}: {difference}")
 
 
-def _spec_difference(name: str, want: TensorSpec, got: TensorSpec) -> str | None:
-    """How tensor ``name`` as ``got`` differs from the sharded container's ``want`` (``None``: it does not)."""
+def _spec_difference(name: str, want: TensorSpec, got: TensorSpec, holder: str = "the sharded container") -> str | None:
+    """How tensor ``name`` as ``got`` differs from ``want``, what ``holder`` holds (``None``: it does not)."""
     if want == got:
         return None
     if want == dataclasses.replace(got, tokens=want.tokens):
-        return (f"tensor {name!r} holds ids of {_vocab(got.tokens)}, but the sharded container holds ids of "
-                f"{_vocab(want.tokens)}")
+        return f"tensor {name!r} holds ids of {_vocab(got.tokens)}, but {holder} holds ids of {_vocab(want.tokens)}"
     return (f"tensor {name!r} is {got.dtype} {list(got.element_shape)} with {got.lod_level} level(s) "
-            f"{got.level_names or ''}, but the sharded container holds {want.dtype} {list(want.element_shape)} with "
+            f"{got.level_names or ''}, but {holder} holds {want.dtype} {list(want.element_shape)} with "
             f"{want.lod_level} level(s) {want.level_names or ''}")
 
 
@@ -540,13 +539,13 @@ def _shard_mismatches(f, info: ShardInfo, manifest: Manifest) -> list[tuple[str 
         if name not in f.names:
             out.append((name, f"tensor {name!r} is missing; {MANIFEST_NAME} names it"))
             continue
+        difference = _spec_difference(name, manifest.tensors[name], TensorSpec.of(f[name]), MANIFEST_NAME)
+        if difference:  # first: counts of another kind of tensor say little
+            out.append((name, difference))
         got, want = TensorCounts.of(f[name]), info.tensors[name]
         if got != want:
             out.append((name, f"tensor {name!r} holds {got.rows} rows, level sequences {list(got.level_sequences)}; "
                               f"{MANIFEST_NAME} says {want.rows}, {list(want.level_sequences)}"))
-        difference = _spec_difference(name, manifest.tensors[name], TensorSpec.of(f[name]))
-        if difference:
-            out.append((name, difference))
     return out
 
 
