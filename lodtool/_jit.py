@@ -215,49 +215,13 @@ def atomic_add(counter, value):
     return old
 
 
-_ATOMIC_ADD = None
 #: the unsigned 1 of block and item counters
 ONE = np.uint64(1)
-
-
-def _atomic_add_intrinsic():
-    global _ATOMIC_ADD
-    if _ATOMIC_ADD is None:
-        numba_module()
-        from numba import types
-        from numba.extending import intrinsic
-
-        @intrinsic
-        def atomic_add_i64(typingctx, counter, value):
-            if not (isinstance(counter, types.Array) and counter.dtype in (types.int64, types.uint64)):
-                return None
-            sig = counter.dtype(counter, counter.dtype)
-
-            def codegen(context, builder, signature, args):
-                ary = context.make_array(signature.args[0])(context, builder, args[0])
-                return builder.atomic_rmw("add", ary.data, args[1], "monotonic")
-            return sig, codegen
-
-        _ATOMIC_ADD = atomic_add_i64
-    return _ATOMIC_ADD
 
 
 def workers() -> int:
     """Threads a parallel kernel runs on (Numba's current setting)."""
     return int(numba_module().get_num_threads())
-
-
-def schedule(n: int, per_worker: int = 16) -> tuple[np.uint64, np.ndarray, int]:
-    """``(nblocks, counter, nworkers)`` for a kernel that hands out ``n`` items in blocks.
-
-    ``nblocks`` is a uint64 and ``counter`` a zeroed uint64 array of one, so the
-    kernel's block and item indices are unsigned (see the kernel notes in ops/expand.py).
-
-    >>> nblocks, counter, nworkers = schedule(1000)
-    >>> counter.tolist(), 1 <= int(nblocks) <= 1000
-    ([0], True)
-    """
-    return np.uint64(block_count(n, per_worker)), np.zeros(1, np.uint64), workers()
 
 
 def block_count(n: int, per_worker: int = 16) -> int:
@@ -302,6 +266,21 @@ def intrinsic(fn: Callable) -> LazyIntrinsic:
     <lodtool intrinsic _noop>
     """
     return LazyIntrinsic(fn)
+
+
+@intrinsic
+def _atomic_add_i64(typingctx, counter, value):
+    """:func:`atomic_add` compiled: an LLVM ``atomicrmw add`` on ``counter[0]``."""
+    from numba import types
+
+    if not (isinstance(counter, types.Array) and counter.dtype in (types.int64, types.uint64)):
+        return None
+    sig = counter.dtype(counter, counter.dtype)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", ary.data, args[1], "monotonic")
+    return sig, codegen
 
 
 def _resolve(value):
@@ -415,19 +394,18 @@ class BlockKernel(_CompiledOnFirstUse):
             where["co_qualname"] = qualname
         code = space["steal_blocks"].__code__.replace(**where)
         glb = {"prange": numba.prange, "body": self.body.dispatcher, "ONE": ONE,
-               "atomic_add": atomic_add if numba.config.DISABLE_JIT else _atomic_add_intrinsic()}
+               "atomic_add": atomic_add if numba.config.DISABLE_JIT else _atomic_add_i64.compiled}
         func = types.FunctionType(code, glb, self.__name__)
         func.__qualname__ = qualname
         func.__module__ = self.__module__
         return _njit(func, {"parallel": True})
 
     def __call__(self, n: int, *args, nblocks: int | None = None, per_worker: int = 16):
-        blocks, counter, nworkers = schedule(n, per_worker)
-        if nblocks is not None:
-            blocks = np.uint64(nblocks)
+        # uint64 block and item counters: the kernel's indices are unsigned (see the kernel notes in ops/expand.py)
+        blocks = np.uint64(block_count(n, per_worker) if nblocks is None else nblocks)
         dispatcher = self.dispatcher
         with _PARALLEL_LOCK:
-            return dispatcher(np.uint64(n), blocks, counter, nworkers, *args)
+            return dispatcher(np.uint64(n), blocks, np.zeros(1, np.uint64), workers(), *args)
 
 
 def parallel_blocks(body: Callable) -> BlockKernel:
@@ -468,5 +446,5 @@ def kernel(fn: Callable | None = None, **options):
     return LazyKernel(fn, options)
 
 
-__all__ = ["kernel", "parallel_blocks", "BlockKernel", "intrinsic", "prange", "atomic_add", "schedule", "block_count",
+__all__ = ["kernel", "parallel_blocks", "BlockKernel", "intrinsic", "prange", "atomic_add", "block_count",
            "workers", "numba_module", "numba_loaded", "kernels_pay", "LazyKernel", "LazyIntrinsic"]

@@ -83,12 +83,17 @@ class InterruptedAfterCommit(KeyboardInterrupt):
     """
 
     def __init__(self, signum: int, committed: str):
-        super().__init__(f"interrupted ({_signal_name(signum)}) after {committed} was committed; it is complete")
+        super().__init__(f"interrupted ({signal_name(signum)}) after {committed} was committed; it is complete")
         self.signum = signum
         self.committed = committed
 
 
-def _signal_name(signum: int) -> str:
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``signal N`` for a number that names no signal.
+
+    >>> signal_name(2), signal_name(999)
+    ('SIGINT', 'signal 999')
+    """
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -355,10 +360,10 @@ def is_stream_target(target: str | os.PathLike) -> bool:
     >>> is_stream_target(os.devnull), is_stream_target("/no/such/file")
     (True, False)
     """
-    try:
-        mode = os.stat(os.fspath(target)).st_mode  # follows symlinks: /dev/stdout, a link to /dev/null
-    except OSError:
+    info = _stat(target)  # follows symlinks: /dev/stdout, a link to /dev/null
+    if info is None:
         return False
+    mode = info.st_mode
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return True
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
@@ -383,24 +388,27 @@ def refuse_output_over_input(output, inputs) -> None:
     ...
     lodtool.errors.LodUsageError: ... is the same file as the input ...
     """
-    if not isinstance(output, (str, os.PathLike)) or os.fspath(output) == "-":
-        return
-    try:
-        out = os.stat(output)
-    except OSError:
-        return
-    if not stat.S_ISREG(out.st_mode):  # a device or FIFO is written into, not replaced
+    out = _stat(output)
+    if out is None or not stat.S_ISREG(out.st_mode):  # a device or FIFO is written into, not replaced
         return
     for src in inputs:
-        if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
-            continue
-        try:
-            info = os.stat(src)
-        except OSError:
-            continue
-        if (info.st_dev, info.st_ino) == (out.st_dev, out.st_ino):
+        if _same_file(_stat(src), out):
             raise LodUsageError(f"{os.fspath(output)}: is the same file as the input {os.fspath(src)}; writing it "
                                 "would replace the input: give another -o")
+
+
+def _stat(path) -> os.stat_result | None:
+    """``os.stat`` of a path (``-`` and streams are none), or ``None`` where there is nothing to stat."""
+    if not isinstance(path, (str, os.PathLike)) or os.fspath(path) == "-":
+        return None
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _same_file(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    return a is not None and b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def fsync_folder(folder: str) -> None:
@@ -480,12 +488,7 @@ class AtomicPath:
             except OSError:  # a file system without locks: go on unlocked, as before
                 os.close(fd)
                 return
-            held = os.fstat(fd)
-            try:
-                now = os.stat(self.target)
-            except FileNotFoundError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            if _same_file(_stat(self.target), os.fstat(fd)):
                 self._target_fd = fd
                 return
             os.close(fd)  # the previous writer renamed its result over it: lock the new file
@@ -502,30 +505,25 @@ class AtomicPath:
 
     def _create(self) -> None:
         """Create and lock the temp file; ``self.tmp`` names it from the moment it exists."""
-        for _ in range(100):
-            tmp = temp_path_for(self.target)
-            if self._tmpdir is not None:
-                tmp = os.path.join(self._tmpdir, os.path.basename(tmp))
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-                self.tmp, self._open = tmp, True
-            except FileExistsError:  # pragma: no cover - 48 random bits collided
-                continue
-            except FileNotFoundError:
-                raise LodFileNotFoundError(f"{self.target}: the folder {os.path.dirname(self.target) or '.'!r} "
-                                           "does not exist") from None
-            except OSError as exc:
-                raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
-            except BaseException:  # an interrupt as the file was made: the name is ours alone (O_EXCL)
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            if fcntl is not None and _try_lock(fd):
-                self._lock_fd = fd  # held until the rename or removal: "a live writer owns this file"
-            else:
-                os.close(fd)
-            return
-        raise LodUsageError(f"{self.target}: cannot create a temp file next to it")  # pragma: no cover
+        tmp = temp_path_for(self.target)  # 48 random bits: O_EXCL refuses a name taken
+        if self._tmpdir is not None:
+            tmp = os.path.join(self._tmpdir, os.path.basename(tmp))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            self.tmp, self._open = tmp, True
+        except FileNotFoundError:
+            raise LodFileNotFoundError(f"{self.target}: the folder {os.path.dirname(self.target) or '.'!r} "
+                                       "does not exist") from None
+        except OSError as exc:
+            raise LodUsageError(f"{self.target}: cannot write here ({exc.strerror or exc})") from None
+        except BaseException:  # an interrupt as the file was made: the name is ours alone (O_EXCL)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if fcntl is not None and _try_lock(fd):
+            self._lock_fd = fd  # held until the rename or removal: "a live writer owns this file"
+        else:
+            os.close(fd)
 
     def commit(self) -> None:
         """fsync the temp file, rename it over the target, fsync the folder."""
@@ -576,7 +574,7 @@ class AtomicPath:
         try:
             fd = os.open(self.target, os.O_WRONLY)
             with open(self.tmp, "rb") as src, os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
+                copy_to_stream(src, out)
         except BrokenPipeError:
             raise
         except OSError as exc:

@@ -94,11 +94,11 @@ def human_bytes(n: int) -> str:
     '3.0 GiB'
     """
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{n} B"  # pragma: no cover
+    return f"{value:.1f} PiB"
 
 
 def parse_size(size: int | str, what: str = "size") -> int:

@@ -246,11 +246,6 @@ def _find_decrease_compiled(block: np.ndarray, lo: int, hi: int, found: list[boo
         found[0] = True
 
 
-def iter_blocks(arr: np.ndarray, block: int = _BLOCK) -> Iterator[np.ndarray]:
-    for start in range(0, max(len(arr), 1), block):
-        yield arr[start:start + block]
-
-
 def _too_few(count: int, least: int) -> str:
     if least <= 1:
         return f"has {count} offsets; a level needs at least the offset 0 (zero sequences)"
@@ -276,7 +271,8 @@ def find_lod_problems(levels: Sequence[Iterable[np.ndarray]] | Sequence[np.ndarr
     for level, source in enumerate(levels):
         checker = LevelChecker(level, max_problems, 2 if paddle else 1)
         if isinstance(source, np.ndarray):  # int64 as it is: one block (the checks bound their own temporaries)
-            blocks = [source] if source.dtype == OFFSET_DTYPE else iter_blocks(source)
+            blocks = [source] if source.dtype == OFFSET_DTYPE else \
+                (source[a:a + _BLOCK] for a in range(0, max(len(source), 1), _BLOCK))
         else:
             blocks = source
         for block in blocks:

@@ -60,6 +60,8 @@ class TensorView:
     """Branches, level slices and chunks of a LoD tensor, read through ``_window`` and ``_rows``."""
 
     __slots__ = ()
+    #: the token metadata (:class:`~lodtool.tokens.TokenInfo`) of a stored tensor that records one
+    tokens = None
 
     def num_sequences(self, level: int = 0) -> int:
         """How many sequences ``level`` has (rows for a 0-level tensor)."""
@@ -74,6 +76,11 @@ class TensorView:
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.n_rows,) + tuple(self.element_shape)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one data row (its element shape's values)."""
+        return np.dtype(self.dtype).itemsize * int(np.prod(self.element_shape, dtype=np.int64))
 
     def _level(self, level: int) -> int:
         return _lod.level_position(level, self.lod_level)
@@ -154,29 +161,24 @@ class TensorView:
         [[0, 2, 3]]
         """
         level = self._level(level)
-        levels = self._checked_levels()
-        if levels:  # validated whole offsets: sound sizes, and the windows need no check
-            count = len(levels[level]) - 1
-            if not 0 <= begin <= end <= count:
-                raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
-            return self._extract_checked(level, int(begin), int(end), levels)
-        _lod.check_level_sizes(self.level_sizes, self.n_rows)  # a level of no offsets is a broken file
-        count = self.num_sequences(level)
+        levels = self._checked_levels()  # validated whole offsets: sound sizes, and the windows need no check
+        if not levels:
+            _lod.check_level_sizes(self.level_sizes, self.n_rows)  # a level of no offsets is a broken file
+        count = len(levels[level]) - 1 if levels else self.num_sequences(level)
         if not 0 <= begin <= end <= count:
             raise LodIndexError(f"level {level}: range {begin}:{end} is not a range inside 0:{count}")
+        if levels:
+            return self._extract_checked(level, int(begin), int(end), levels)
         return self._extract(level, int(begin), int(end))
 
     def head(self, k: int = 5):
         """The first ``k`` top-level sequences (rows, for a 0-level tensor)."""
-        n = len(self)
-        k = max(0, min(int(k), n))
-        return self.slice_level(0, 0, k) if self.lod_level else self._tensor(self._rows(0, k), ())
+        return self[:max(int(k), 0)]
 
     def tail(self, k: int = 5):
         """The last ``k`` top-level sequences (rows, for a 0-level tensor)."""
         n = len(self)
-        k = max(0, min(int(k), n))
-        return self.slice_level(0, n - k, n) if self.lod_level else self._tensor(self._rows(n - k, n), ())
+        return self[n - min(max(int(k), 0), n):]
 
     def _checked_levels(self) -> tuple | None:
         """Every level's whole offsets, validated together, where this view holds them on the host (else
@@ -210,7 +212,12 @@ class TensorView:
         level = self._level(level)
         size = self.level_sizes[level]
         blocks = (self.read_offsets(level, a, min(a + _STATS_BLOCK, size)) for a in range(0, size, _STATS_BLOCK))
-        return _lod.length_stats(blocks, default_max_memory(), repr(self), f"level {level} lengths")
+        limit, where, what = self._stats_context()
+        return _lod.length_stats(blocks, limit, where, f"{what}level {level} lengths")
+
+    def _stats_context(self) -> tuple[int, str, str]:
+        """The memory limit, the place and the name of this tensor that statistics' errors give."""
+        return default_max_memory(), repr(self), ""
 
     def checked_level_stats(self) -> list[dict]:
         """:meth:`level_stats` of every level, after the whole LoD is validated (statistics of a broken one would be
@@ -575,8 +582,6 @@ def from_nested(obj: Any, lod_level: int | None = None, dtype: Any = None, *,
         lengths, elements = _flatten(obj, lod_level)
     data = _elements_to_array(elements, dtype, obj, lengths)
     offsets = [_lod.lengths_to_offsets(level) for level in lengths]
-    if lod_level is not None and lod_level > 0 and lengths and len(lengths[-1]) and data.shape[0] != offsets[-1][-1]:
-        raise LodShapeError("element count does not match the LoD")  # pragma: no cover - guarded by _flatten
     _lod.validate_lod(offsets, data.shape[0])
     return LoDTensor._trusted(data, offsets, _check_level_names(level_names, len(offsets)))
 
@@ -642,10 +647,7 @@ def _flatten(obj: Sequence, lod_level: int | None) -> tuple[list[list[int]], lis
         stack.append([item, 0])
     if leaf_depth is None:
         leaf_depth = max_list_depth + 1
-    n_levels = leaf_depth - 1
-    if len(lengths) > n_levels:  # pragma: no cover - rejected above
-        raise LodShapeError("inconsistent nesting depth")
-    while len(lengths) < n_levels:
+    while len(lengths) < leaf_depth - 1:
         lengths.append([])
     _check_counts(lengths, len(obj))
     return lengths, elements
@@ -676,8 +678,6 @@ def _elements_to_array(elements: list, dtype, obj, lengths) -> np.ndarray:
         raise _explain_bad_elements(elements, lengths, dtype, exc) from None
     if data.dtype.kind not in NUMERIC_KINDS:
         raise _explain_bad_elements(elements, lengths, dtype, None)
-    if elements and data.ndim == 0:  # pragma: no cover - np.array of a list is never 0-d
-        raise LodShapeError("elements must form an array")
     return data
 
 
@@ -712,4 +712,31 @@ def _element_path(k: int, lengths: list[list[int]]) -> str:
     return "branch " + _lod.format_path(list(reversed(path)))
 
 
-__all__ = ["TensorView", "TensorSource", "LoDTensor", "from_nested", "check_dtype", "LodValidationError"]
+def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
+    """Join tensors of one dtype, element shape and LoD level, sequence after sequence (level names: the first's,
+    or ``level_names``).
+
+    >>> a = LoDTensor(np.arange(3), [[0, 1, 3]])
+    >>> b = LoDTensor(np.arange(3, 5), [[0, 2]])
+    >>> concat_tensors([a, b]).lod
+    [[0, 1, 3, 5]]
+    """
+    parts = list(parts)
+    if not parts:
+        raise LodUsageError("concat_tensors: no tensors given")
+    if len(parts) == 1:
+        return parts[0] if level_names is None else parts[0].with_level_names(level_names)
+    data = np.concatenate([np.asarray(p.data) for p in parts])
+    offsets = []
+    for k in range(parts[0].lod_level):
+        pieces, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            o = np.asarray(p.offsets[k], np.int64)
+            pieces.append(o[1:] + base)
+            base += int(o[-1])
+        offsets.append(np.concatenate(pieces))
+    names = level_names if level_names is not None else parts[0].level_names
+    return LoDTensor._trusted(data, offsets, names)
+
+
+__all__ = ["TensorView", "TensorSource", "LoDTensor", "from_nested", "concat_tensors", "check_dtype", "LodValidationError"]

@@ -164,11 +164,6 @@ def split_names(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",")]
 
 
-def parse_file_ref(ref: str) -> tuple[str, str | None]:
-    """``FILE:tensor`` -> (FILE, tensor); a plain existing path keeps its colons."""
-    return tensor_ref(ref, None)
-
-
 def extension_format(ext: str) -> str | None:
     """The output format an extension names (``.h5`` is the container), or None.
 
@@ -198,22 +193,14 @@ def output_format(output: str | None, to: str | None, default: str, choices=None
         fmt = extension_format(ext)
         if fmt is not None and (choices is None or fmt in choices):
             return fmt
-        if ext or not _is_device(output):
+        from ..atomic import is_stream_target
+
+        if ext or not is_stream_target(output):
             allowed = [e for e in [*formats.extensions(), ".h5", ".hdf5"]
                        if extension_format(e) is not None and (choices is None or extension_format(e) in choices)]
             raise LodUsageError(f"{output}: cannot tell the output format from the extension "
                                 f"{ext or '(none)'}; name the file {' '.join(allowed)}, or give --to")
     return default
-
-
-def _is_device(path: str) -> bool:
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
 def stdout_is_terminal() -> bool:
@@ -313,14 +300,8 @@ def emit_json_arrays(arrays) -> None:
 def _json_default(obj):
     import numpy as np
 
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
+    if isinstance(obj, (np.generic, np.ndarray)):  # NumPy scalars and arrays as Python's
         return obj.tolist()
-    if isinstance(obj, tuple):
-        return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 

@@ -280,9 +280,9 @@ def one_line(exc: BaseException) -> str:
 
 def single_line(text: str) -> str:
     """``text`` on one line, and nothing from a file in it can drive the terminal: control characters escaped."""
-    text = " ".join(text.split())
-    return text if text.isprintable() else "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    from ._render import printable
+
+    return printable(" ".join(text.split()))
 
 
 def _silence_stdout() -> None:

@@ -155,7 +155,7 @@ def expand(ctx, x, y, output, max_memory, scheduler, workers, partition_size, as
     """
     from .. import tasks
 
-    (x_path, x_name), (y_path, y_name) = opt.parse_file_ref(x), opt.parse_file_ref(y)
+    (x_path, x_name), (y_path, y_name) = opt.tensor_ref(x, None), opt.tensor_ref(y, None)
     run_task(ctx, "expanded", lambda paths, dst, **kw: tasks.expand(*paths, dst, **kw), [x_path, y_path], output,
              as_json, max_memory, _scheduled(ctx, "expand", scheduler, workers, partition_size, output, as_json),
              x_name=x_name, y_name=y_name, **options)

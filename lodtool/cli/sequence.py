@@ -41,15 +41,14 @@ def _ints(text: str, what: str) -> np.ndarray | int:
     return np.array(values, np.int64)
 
 
-#: the options every command here takes
+#: the options every command here takes; the operators also take the device and --json
 _common = options(*writing(), opt.token_options)
+_operator = options(*writing(), opt.token_options, opt.device_option, opt.json_option)
 
 
 @click.command("concat")
 @click.argument("files", nargs=-1, required=True, type=opt.PATH)
-@_common
-@opt.device_option
-@opt.json_option
+@_operator
 @click.pass_context
 def concat(ctx, files, output, max_memory, as_json, **options):
     """Join tensors sequence by sequence (Paddle's sequence_concat): sequence i of the output is sequence i of
@@ -67,7 +66,7 @@ def concat(ctx, files, output, max_memory, as_json, **options):
 
     if len(files) < 2:
         raise click.UsageError("concat joins at least two files")
-    refs = [opt.parse_file_ref(f) for f in files]
+    refs = [opt.tensor_ref(f, None) for f in files]
     run_task(ctx, "joined", concat_files, [p for p, _ in refs], output, as_json, max_memory, names=[n for _, n in refs],
              **options)
 
@@ -81,9 +80,7 @@ def concat(ctx, files, output, max_memory, as_json, **options):
               help="Rows kept from each sequence: an integer, a comma list or a .npy (one per sequence).")
 @click.option("--clip", is_flag=True, help="Shorten slices that run past their sequence's end (else an error, "
                                            "as in Paddle).")
-@_common
-@opt.device_option
-@opt.json_option
+@_operator
 @click.pass_context
 def seq_slice(ctx, file, offset, length, output, max_memory, as_json, **options):
     """Cut rows OFFSET..OFFSET+LENGTH out of every last-level sequence (Paddle's sequence_slice).
@@ -106,9 +103,7 @@ def seq_slice(ctx, file, offset, length, output, max_memory, as_json, **options)
 @click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--tokens", required=True, help="Token ids to drop: a comma list (0,2,5) or a .npy.")
-@_common
-@opt.device_option
-@opt.json_option
+@_operator
 @click.pass_context
 def erase(ctx, file, tokens, output, max_memory, as_json, **options):
     """Drop the rows whose token id is one of --tokens (Paddle's sequence_erase); the LoD shrinks to match.
@@ -131,9 +126,7 @@ def erase(ctx, file, tokens, output, max_memory, as_json, **options):
 @click.option("--win-size", type=int, required=True, help="Rows per window (at least 2, as in Paddle).")
 @click.option("--pad-value", type=float, default=0, show_default=True,
               help="Value past the end of a sequence (must fit the dtype).")
-@_common
-@opt.device_option
-@opt.json_option
+@_operator
 @click.pass_context
 def enumerate_(ctx, file, pad_value, output, max_memory, as_json, **options):
     """The n-gram window starting at every row, padded past its sequence's end (Paddle's sequence_enumerate).
@@ -155,9 +148,7 @@ def enumerate_(ctx, file, pad_value, output, max_memory, as_json, **options):
 @click.argument("file", type=opt.PATH)
 @opt.name_option
 @click.option("--new-dim", type=int, required=True, help="Values per output row.")
-@_common
-@opt.device_option
-@opt.json_option
+@_operator
 @click.pass_context
 def reshape(ctx, file, output, max_memory, as_json, **options):
     """Give the rows a new width; each last-level sequence keeps its values (Paddle's sequence_reshape).
@@ -203,6 +194,6 @@ def lod_reset(ctx, file, target_lod, like, output, max_memory, as_json, **option
     if (target_lod is None) == (like is None):
         raise click.UsageError("give the new level as --target-lod or --like (one of them)")
     target = None if target_lod is None else np.atleast_1d(_ints(target_lod, "--target-lod"))
-    like_path, like_name = opt.parse_file_ref(like) if like else (None, None)
+    like_path, like_name = opt.tensor_ref(like, None) if like else (None, None)
     run_task(ctx, "reset", lod_reset_file, file, output, as_json, max_memory, target_lod=target, like=like_path,
              like_name=like_name, **options)

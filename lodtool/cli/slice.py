@@ -18,7 +18,8 @@ store_level_option = click.option(
 OPTION_OF_KEYWORD = {"level": "store_level"}
 
 
-def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, tokens=None, store_level=None):
+def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, tokens=None, store_level=None,
+                  decoder=None):
     from .. import tasks
 
     if fmt == "h5":
@@ -29,7 +30,7 @@ def _write_result(ctx, tensor, output, fmt, name, overwrite=False, force=False, 
                          level=store_level)
     else:
         tasks.export(tensor, sys.stdout.buffer if output in (None, "-") else output, to=fmt, name=name,
-                     level=store_level)
+                     level=store_level, decoder=decoder)
 
 
 def _refuse_output_over(file, output, fmt):
@@ -144,10 +145,7 @@ def _head_tail(which: str):
                 from ..text import decoder_for
 
                 decoder = decoder_for(excerpt.tokens, f"{file}: tensor {excerpt.name!r}")
-            if decoder is not None and fmt != "tree":
-                tasks.export(part, sys.stdout.buffer if output in (None, "-") else output, to=fmt,
-                             decoder=decoder, level=store_level)
-            elif fmt == "tree":
+            if fmt == "tree":
                 from ._render import TreeSource, build_tree, markup_safe, print_
 
                 first = 0 if which == "head" or not part.lod_level else excerpt.total - len(part)
@@ -157,7 +155,8 @@ def _head_tail(which: str):
                 print_(build_tree(src_, title, (), 0, 0, top, depth=part.lod_level or 1, max_children=count,
                                   first_label=first, decoder=decoder))
             else:
-                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens, store_level)
+                _write_result(ctx, part, output, fmt, excerpt.name, overwrite, force, excerpt.tokens, store_level,
+                              decoder)
 
     command.option_of_keyword = OPTION_OF_KEYWORD
     command.help = (f"The {'first' if which == 'head' else 'last'} K top-level sequences: a tree on a terminal, "

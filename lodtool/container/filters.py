@@ -173,9 +173,7 @@ def dataset_options(name: str, level: int | None) -> dict[str, Any]:
         return {"compression": 32015, "compression_opts": (level,), "shuffle": True}
     if name == "blosc":
         return {"compression": 32001, "compression_opts": (0, 0, 0, 0, level, 1, 1)}
-    if name == "lz4":
-        return {"compression": 32004, "compression_opts": (0,), "shuffle": True}
-    raise LodUsageError(f"unknown compression {name!r}")  # pragma: no cover - normalized before
+    return {"compression": 32004, "compression_opts": (0,), "shuffle": True}  # lz4 (names were normalized)
 
 
 def offsets_options(name: str, level: int | None) -> dict[str, Any]:
@@ -205,9 +203,16 @@ def filter_available(code: int) -> bool:
 
 def foreign_filter_names(dataset: h5py.Dataset) -> str | None:
     """The filters of ``dataset`` outside :func:`allowed_filters`, as names (``None``: none)."""
+    return _names(_foreign(filter_ids(dataset))) or None
+
+
+def _foreign(codes: list[int]) -> list[int]:
     allowed = allowed_filters()
-    foreign = [code for code in filter_ids(dataset) if allowed is not None and code not in allowed]
-    return ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in foreign) or None
+    return [code for code in codes if allowed is not None and code not in allowed]
+
+
+def _names(codes: list[int]) -> str:
+    return ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in codes)
 
 
 def ensure_readable(dataset: h5py.Dataset, path: str, what: str) -> None:
@@ -220,17 +225,15 @@ def ensure_readable(dataset: h5py.Dataset, path: str, what: str) -> None:
     from hdf5plugin's library (only those three).
     """
     codes = filter_ids(dataset)
-    allowed = allowed_filters()
-    foreign = [code for code in codes if allowed is not None and code not in allowed]
+    foreign = _foreign(codes)
     if foreign:
-        names = ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in foreign)
-        raise LodFormatError(f"{path}: {what} is compressed with {names}, a filter lodtool does not decode "
+        raise LodFormatError(f"{path}: {what} is compressed with {_names(foreign)}, a filter lodtool does not decode "
                              f"unless asked ({PLUGINS_ENV}={FILTER_NAMES.get(foreign[0], foreign[0])} allows it, "
                              "decoded in an isolated process)")
     plugins = [code for code in codes if code not in DEFAULT_FILTERS]
     if plugins and os.environ.get(ISOLATION_ENV) == "1":
         raise LodIsolationRequired(f"{path}: {what} needs the opted-in plugin filter(s) "
-                                   f"{', '.join(FILTER_NAMES.get(c, str(c)) for c in plugins)}")
+                                   f"{_names(plugins)}")
     missing = [code for code in codes if not filter_available(code)]
     if missing:
         register_own_plugins()
@@ -241,10 +244,9 @@ def ensure_readable(dataset: h5py.Dataset, path: str, what: str) -> None:
                 pass
         missing = [code for code in missing if not filter_available(code)]
     if missing:
-        names = ", ".join(FILTER_NAMES.get(code, f"HDF5 filter {code}") for code in missing)
         hint = "pip install hdf5plugin" if all(code in FILTER_NAMES and code > 300 for code in missing) else \
             "this HDF5 installation lacks the filter"
-        raise LodFormatError(f"{path}: {what} is compressed with {names}; {hint}")
+        raise LodFormatError(f"{path}: {what} is compressed with {_names(missing)}; {hint}")
 
 
 def describe(dataset: h5py.Dataset) -> str:

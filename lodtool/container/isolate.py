@@ -12,6 +12,7 @@ import os
 import traceback
 from typing import Any, Callable
 
+from ..atomic import signal_name
 from ..errors import LodError, LodFormatError, LodReaderCrashError
 
 #: address-space cap of the child, so a hostile file cannot exhaust the machine
@@ -39,8 +40,8 @@ def run_isolated(fn: Callable[..., Any], *args: Any, path: str, timeout: float =
             status, payload = receiver.recv()
         except (EOFError, OSError):
             child.join()
-            raise LodReaderCrashError(f"{path}: unreadable (the HDF5 reader crashed"
-                                 f"{_signal_text(child.exitcode)})") from None
+            died = f", {signal_name(-child.exitcode)}" if (child.exitcode or 0) < 0 else ""
+            raise LodReaderCrashError(f"{path}: unreadable (the HDF5 reader crashed{died})") from None
     finally:
         receiver.close()
     child.join()
@@ -51,22 +52,13 @@ def run_isolated(fn: Callable[..., Any], *args: Any, path: str, timeout: float =
     raise LodFormatError(f"{path}: unreadable ({payload})")
 
 
-def _signal_text(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        import signal
-
-        try:
-            return f", {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f", signal {-exitcode}"
-    return ""
-
-
 def _child(sender, fn, args, address_space) -> None:  # pragma: no cover - runs in the child
     import faulthandler
 
     faulthandler.disable()  # the parent reports a crash in one line; no dump of the child's stack
-    os.environ["LODTOOL_PLUGIN_ISOLATION"] = "child"  # this is the isolation opted-in plugin filters ask for
+    from .filters import ISOLATION_ENV
+
+    os.environ[ISOLATION_ENV] = "child"  # this is the isolation opted-in plugin filters ask for
     if address_space:
         try:
             import resource

@@ -63,8 +63,9 @@ from .. import storage
 from ..tokens import TokenInfo
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
-from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype
+from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype, concat_tensors
 from . import spec as _spec
+from .spec import short_repr
 from ..limits import STREAM_CHUNK_BYTES, check_memory, parse_size, resolve_max_memory
 
 #: the manifest's file name inside a sharded folder
@@ -136,7 +137,7 @@ class TensorSpec:
         """The spec of a :class:`LoDTensor` or a lazy tensor."""
         names = tuple(t.level_names) if t.level_names else None
         return cls(np.dtype(t.dtype), tuple(int(d) for d in t.element_shape), int(t.lod_level), names,
-                   getattr(t, "tokens", None))
+                   t.tokens)
 
     def to_json(self) -> dict:
         out = {"dtype": self.dtype.str, "element_shape": list(self.element_shape), "lod_level": self.lod_level,
@@ -203,24 +204,19 @@ def _bad(where: str, what: str) -> LodFormatError:
     return LodFormatError(f"{where}: {what}")
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
-
-
 def _count(value, where: str, what: str, limit: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise _bad(where, f"{what} is {_short(value)}; expected a non-negative integer up to {limit}")
+        raise _bad(where, f"{what} is {short_repr(value)}; expected a non-negative integer up to {limit}")
     return value
 
 
 def _parse_dtype(name: str, raw, where: str) -> np.dtype:
     if not isinstance(raw, str):
-        raise _bad(where, f"tensor {name!r}: dtype is {_short(raw)}; expected a dtype string such as \"<i8\"")
+        raise _bad(where, f"tensor {name!r}: dtype is {short_repr(raw)}; expected a dtype string such as \"<i8\"")
     try:
         dtype = np.dtype(raw)
     except (TypeError, ValueError, SyntaxError, OverflowError):
-        raise _bad(where, f"tensor {name!r}: dtype {_short(raw)} is not a dtype") from None
+        raise _bad(where, f"tensor {name!r}: dtype {short_repr(raw)} is not a dtype") from None
     try:
         return check_dtype(dtype, f"tensor {name!r}")
     except LodDtypeError as exc:
@@ -233,7 +229,7 @@ def _parse_spec(name: str, raw, where: str) -> TensorSpec:
     dtype = _parse_dtype(name, raw.get("dtype"), where)
     shape = raw.get("element_shape")
     if not isinstance(shape, list) or len(shape) > MAX_ELEMENT_DIMS:
-        raise _bad(where, f"tensor {name!r}: element_shape is {_short(shape)}; expected a list of at most "
+        raise _bad(where, f"tensor {name!r}: element_shape is {short_repr(shape)}; expected a list of at most "
                           f"{MAX_ELEMENT_DIMS} sizes")
     dims = tuple(_count(d, where, f"tensor {name!r}: element_shape") for d in shape)
     row_bytes = dtype.itemsize * int(np.prod(dims, dtype=object))
@@ -244,11 +240,11 @@ def _parse_spec(name: str, raw, where: str) -> TensorSpec:
     names = raw.get("level_names")
     if names is not None and (not isinstance(names, list) or len(names) != level
                               or not all(isinstance(n, str) for n in names)):
-        raise _bad(where, f"tensor {name!r}: level_names is {_short(names)}; expected {level} strings or null")
+        raise _bad(where, f"tensor {name!r}: level_names is {short_repr(names)}; expected {level} strings or null")
     tokens = raw.get("tokens")
     if tokens is not None:
         if not isinstance(tokens, dict):
-            raise _bad(where, f"tensor {name!r}: tokens is {_short(tokens)}; expected an object")
+            raise _bad(where, f"tensor {name!r}: tokens is {short_repr(tokens)}; expected an object")
         try:
             tokens = TokenInfo.from_dict(tokens)
         except LodUsageError as exc:
@@ -393,31 +389,27 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
     A folder without a manifest is :class:`~lodtool.errors.LodFileNotFoundError`.
     """
     folder = os.fspath(folder)
-    if storage.is_url(folder):
-        path = manifest_path(folder)
-        try:
-            text = storage.read_bytes(path, 64 << 20)
-        except LodFileNotFoundError:
-            raise LodFileNotFoundError(f"{storage.redact(folder)}: not a sharded container (no {MANIFEST_NAME}; a "
-                                       "write that never finished leaves none)") from None
-        try:
-            raw = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise LodFormatError(f"{storage.redact(path)}: unreadable manifest ({exc})") from None
-        return parse_manifest(raw, storage.redact(path))
-    if not os.path.isdir(folder):
+    remote = storage.is_url(folder)
+    missing = LodFileNotFoundError(f"{storage.redact(folder)}: not a sharded container (no {MANIFEST_NAME}; a write "
+                                   "that never finished leaves none)")
+    if not remote and not os.path.isdir(folder):
         raise LodFileNotFoundError(f"{folder}: no such folder")
-    if not has_manifest(folder):
-        raise LodFileNotFoundError(f"{folder}: not a sharded container (no {MANIFEST_NAME}; a write that never "
-                                   "finished leaves none)")
-    path = folder_file(folder, MANIFEST_NAME)
+    if not remote and not has_manifest(folder):
+        raise missing
+    path = manifest_path(folder) if remote else folder_file(folder, MANIFEST_NAME)
+    where = storage.redact(path)
     try:
-        with open(path, "rb") as f:
-            text = f.read(64 << 20)
+        if remote:
+            text = storage.read_bytes(path, 64 << 20)
+        else:
+            with open(path, "rb") as f:
+                text = f.read(64 << 20)
         raw = json.loads(text)
+    except LodFileNotFoundError:
+        raise missing from None
     except (OSError, ValueError, RecursionError) as exc:
-        raise LodFormatError(f"{path}: unreadable manifest ({exc})") from None
-    return parse_manifest(raw, path)
+        raise LodFormatError(f"{where}: unreadable manifest ({exc})") from None
+    return parse_manifest(raw, where)
 
 
 def write_manifest(folder: str | os.PathLike, manifest: Manifest) -> None:
@@ -521,14 +513,40 @@ def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
 
 
 def _check_same_spec(name: str, want: TensorSpec, got: TensorSpec, where: str) -> None:
-    if want.tokens != got.tokens and want == TensorSpec(*dataclasses.astuple(got)[:4], want.tokens):
-        raise LodUsageError(f"{where}: tensor {name!r} holds ids of {_vocab(got.tokens)}, but the sharded container "
-                            f"holds ids of {_vocab(want.tokens)}")
-    if want != got:
-        raise LodUsageError(f"{where}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
-                            f"{got.lod_level} level(s) {got.level_names or ''}, but the sharded container holds "
-                            f"{want.dtype} {list(want.element_shape)} with {want.lod_level} level(s) "
-                            f"{want.level_names or ''}")
+    difference = _spec_difference(name, want, got)
+    if difference:
+        raise LodUsageError(f"{where}: {difference}")
+
+
+def _spec_difference(name: str, want: TensorSpec, got: TensorSpec, holder: str = "the sharded container") -> str | None:
+    """How tensor ``name`` as ``got`` differs from ``want``, what ``holder`` holds (``None``: it does not)."""
+    if want == got:
+        return None
+    if want == dataclasses.replace(got, tokens=want.tokens):
+        return f"tensor {name!r} holds ids of {_vocab(got.tokens)}, but {holder} holds ids of {_vocab(want.tokens)}"
+    return (f"tensor {name!r} is {got.dtype} {list(got.element_shape)} with {got.lod_level} level(s) "
+            f"{got.level_names or ''}, but {holder} holds {want.dtype} {list(want.element_shape)} with "
+            f"{want.lod_level} level(s) {want.level_names or ''}")
+
+
+def _shard_mismatches(f, info: ShardInfo, manifest: Manifest) -> list[tuple[str | None, str]]:
+    """``(tensor, what)`` for each way the open shard ``f`` differs from its manifest entry ``info``."""
+    out: list[tuple[str | None, str]] = []
+    extra = sorted(set(f.names) - set(manifest.names))
+    if extra:
+        out.append((None, f"tensors {extra} are not in {MANIFEST_NAME}"))
+    for name in manifest.names:
+        if name not in f.names:
+            out.append((name, f"tensor {name!r} is missing; {MANIFEST_NAME} names it"))
+            continue
+        difference = _spec_difference(name, manifest.tensors[name], TensorSpec.of(f[name]), MANIFEST_NAME)
+        if difference:  # first: counts of another kind of tensor say little
+            out.append((name, difference))
+        got, want = TensorCounts.of(f[name]), info.tensors[name]
+        if got != want:
+            out.append((name, f"tensor {name!r} holds {got.rows} rows, level sequences {list(got.level_sequences)}; "
+                              f"{MANIFEST_NAME} says {want.rows}, {list(want.level_sequences)}"))
+    return out
 
 
 def _vocab(info: TokenInfo | None) -> str:
@@ -684,13 +702,6 @@ def level_bounds(t, start: int, stop: int) -> list[np.ndarray]:
     """
     if not t.lod_level:
         return [np.arange(start, stop + 1, dtype=np.int64)]
-    if isinstance(t, LoDTensor):
-        idx = np.asarray(t.offsets[0][start:stop + 1], np.int64)
-        out = [idx]
-        for k in range(1, t.lod_level):
-            idx = np.asarray(t.offsets[k], np.int64)[idx]
-            out.append(idx)
-        return out
     idx = t.read_offsets(0, start, stop + 1)
     out = [idx]
     for k in range(1, t.lod_level):
@@ -711,9 +722,8 @@ def plan_arrays(tensors: Mapping, start: int, stop: int) -> tuple[np.ndarray, li
     levels: list[np.ndarray] = []
     totals: list[int] = []
     for t in tensors.values():
-        row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
         bounds = level_bounds(t, start, stop)
-        cost += (bounds[-1][1:] - bounds[-1][:-1]) * row_bytes + 8 * max(t.lod_level, 1)
+        cost += (bounds[-1][1:] - bounds[-1][:-1]) * t.row_bytes + 8 * max(t.lod_level, 1)
         levels.extend(bounds[:-1])
         totals.extend(t.num_sequences(k) for k in range(1, t.lod_level))
     return cost, levels, totals
@@ -726,14 +736,6 @@ def _aligned_count(tensors: Mapping, where: str) -> int:
         raise LodUsageError(f"{where}: the tensors have different numbers of top-level sequences ({listing}); "
                             "shard one of them at a time (name=...)")
     return next(iter(counts.values()))
-
-
-def _slice(t, a: int, b: int) -> LoDTensor:
-    if t.lod_level:
-        return t.slice_level(0, a, b)
-    if isinstance(t, LoDTensor):
-        return LoDTensor._trusted(t.data[a:b], ())
-    return LoDTensor._trusted(t.read_rows(a, b), ())
 
 
 class ShardWriter:
@@ -868,7 +870,7 @@ class ShardWriter:
                 self.end_shard()
                 continue
             b = n - a if b is None else b
-            part = {name: _slice(t, a, a + b) for name, t in tensors.items()}
+            part = {name: t[a:a + b] for name, t in tensors.items()}
             self._append(part, int(cost[:b].sum()))
             del part
             if self._used >= self.shard_size:
@@ -1016,43 +1018,11 @@ def merge_into(folder: str | os.PathLike, writer, *, max_memory: int | None = No
             t = f[name]
             tw = writer.add_tensor(name, dtype=t.dtype, element_shape=t.element_shape, lod_level=t.lod_level,
                                    level_names=t.level_names, tokens=t.tokens)
-            for chunk in t.iter_chunks(max_rows=_rows_for(t, STREAM_CHUNK_BYTES)):
+            for chunk in t.iter_chunks(max_rows=max(1, STREAM_CHUNK_BYTES // max(t.row_bytes, 1))):
                 tw.append(chunk)
 
 
-def _rows_for(t, budget: int) -> int:
-    row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
-    return max(1, budget // max(row_bytes, 1))
-
-
 # -- reading --------------------------------------------------------------------------------------------------
-def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
-    """Join tensors of one dtype, element shape and LoD level, sequence after sequence.
-
-    >>> a = LoDTensor(np.arange(3), [[0, 1, 3]])
-    >>> b = LoDTensor(np.arange(3, 5), [[0, 2]])
-    >>> concat_tensors([a, b]).lod
-    [[0, 1, 3, 5]]
-    """
-    parts = list(parts)
-    if not parts:
-        raise LodUsageError("concat_tensors: no tensors given")
-    if len(parts) == 1:
-        only = parts[0]
-        return only if level_names is None else only.with_level_names(level_names)
-    data = np.concatenate([np.asarray(p.data) for p in parts])
-    offsets = []
-    for k in range(parts[0].lod_level):
-        pieces, base = [np.zeros(1, np.int64)], 0
-        for p in parts:
-            o = np.asarray(p.offsets[k], np.int64)
-            pieces.append(o[1:] + base)
-            base += int(o[-1])
-        offsets.append(np.concatenate(pieces))
-    names = level_names if level_names is not None else parts[0].level_names
-    return LoDTensor._trusted(data, offsets, names)
-
-
 class ShardedTensor(TensorView):
     """One tensor of a sharded folder, read lazily as one logical tensor.
 
@@ -1076,7 +1046,6 @@ class ShardedTensor(TensorView):
         self._seq_at = [np.concatenate(([0], np.cumsum([c.level_sequences[k] for c in counts]).astype(np.int64)))
                         for k in range(spec.lod_level)]
         self._n_rows = int(self._rows_at[-1])
-        self._row_bytes = spec.dtype.itemsize * int(np.prod(spec.element_shape, dtype=np.int64))
 
     # -- metadata ------------------------------------------------------------------------------------------
     lod_level = property(lambda self: self._spec.lod_level)
@@ -1105,7 +1074,7 @@ class ShardedTensor(TensorView):
 
     @property
     def nbytes(self) -> int:
-        return self._n_rows * self._row_bytes + 8 * sum(self.level_sizes)
+        return self._n_rows * self.row_bytes + 8 * sum(self.level_sizes)
 
     @property
     def storage_size(self) -> int:
@@ -1168,8 +1137,8 @@ class ShardedTensor(TensorView):
 
     def _rows(self, begin: int, end: int) -> np.ndarray:
         """Data rows ``begin..end`` (global), read from each shard they fall in."""
-        if (end - begin) * self._row_bytes > self._file.max_memory:
-            check_memory((end - begin) * self._row_bytes, self._file.max_memory, self._path,
+        if (end - begin) * self.row_bytes > self._file.max_memory:
+            check_memory((end - begin) * self.row_bytes, self._file.max_memory, self._path,
                          f"{end - begin:,} rows of tensor {self.name!r}")
         parts = [self.shard(i)[1].read_rows(a, b) for i, a, b in self._pieces(self._rows_at, begin, end)]
         if not parts:
@@ -1198,14 +1167,7 @@ class ShardedTensor(TensorView):
         """The whole tensor, every shard validated; its size is checked against the memory limit first."""
         check_memory(self.nbytes, self._file.max_memory, self._path, f"tensor {self.name!r}")
         parts = [self.shard(i)[1].read() for i in range(self.n_shards)]
-        if parts:
-            return concat_tensors(parts, self.level_names)
-        empty = tuple(np.zeros(1, np.int64) for _ in range(self.lod_level))
-        try:  # a manifest of no shards: zero sequences, where the LoD rules allow them
-            _lod.validate_lod(empty, 0)
-        except LodValidationError as exc:
-            raise LodValidationError(f"{self._path}: tensor {self.name!r} has no shards ({exc})") from None
-        return LoDTensor._trusted(np.zeros((0,) + self.element_shape, self.dtype), empty, self.level_names)
+        return concat_tensors(parts, self.level_names) if parts else self.head(0)  # no shards: zero sequences
 
     def validate(self, max_problems: int = 20) -> list[_lod.LodProblem]:
         """Every broken LoD rule of every shard (indices are global positions)."""
@@ -1226,39 +1188,19 @@ class ShardedTensor(TensorView):
         LoD is: every shard against the manifest, and every shard's LoD, so a
         broken folder fails before a streaming writer has written a byte.
         """
+        self._check_valid()
+        at = self._seq_at[0] if self.lod_level else self._rows_at
+        for i in range(self.n_shards):
+            if at[i + 1] > at[i]:  # a shard of no top-level sequences gives no chunk
+                yield from self.shard(i)[1].iter_chunks(max_rows=max_rows)
+
+    def _check_valid(self) -> None:
         problems = self.validate(max_problems=1)
         if problems:
             raise LodValidationError(f"{self._path}: tensor {self.name!r}: {problems[0]}")
-        for i in range(self.n_shards):
-            if self._rows_at[i + 1] == self._rows_at[i] and (not self.lod_level or
-                                                             self._seq_at[0][i + 1] == self._seq_at[0][i]):
-                continue
-            yield from self.shard(i)[1].iter_chunks(max_rows=max_rows)
 
-    def _global_blocks(self, level: int) -> Iterator[np.ndarray]:
-        """Level ``level``'s global offsets, block by block, each shard validated before its blocks."""
-        below = self._seq_at[level + 1] if level + 1 < self.lod_level else self._rows_at
-        first = True
-        for i in range(self.n_shards):
-            t = self.shard(i)[1]
-            size = t.level_sizes[level]
-            for a in range(0 if first else 1, size, 1 << 20):
-                yield t.read_offsets(level, a, min(a + (1 << 20), size)) + below[i]
-            first = False
-
-    def checked_level_stats(self) -> list[dict]:
-        """Length statistics of every level across all shards, after validating every shard."""
-        for i in range(self.n_shards):
-            problems = self.shard(i)[1].validate(max_problems=1)
-            if problems:
-                raise LodValidationError(f"{self.shard(i)[0]}: tensor {self.name!r}: {problems[0]}")
-        return [_lod.length_stats(self._global_blocks(k), self._file.max_memory, self._path,
-                              f"tensor {self.name!r} level {k} lengths") for k in range(self.lod_level)]
-
-    def level_stats(self, level: int) -> dict:
-        level = self._level(level)
-        return _lod.length_stats(self._global_blocks(level), self._file.max_memory, self._path,
-                             f"tensor {self.name!r} level {level} lengths")
+    def _stats_context(self) -> tuple[int, str, str]:
+        return self._file.max_memory, self._path, f"tensor {self.name!r} "
 
 
 class ShardedFile(TensorSource):
@@ -1310,19 +1252,9 @@ class ShardedFile(TensorSource):
             f = open_file(path, max_memory=self.max_memory)
         try:
             refuse_foreign_storage(path, f)
-            info = self.manifest.shards[i]
-            if sorted(f.names) != sorted(self.names):
-                raise LodFormatError(f"{path}: holds tensors {f.names}; {MANIFEST_NAME} says {self.names}")
-            for name in self.names:
-                t = f[name]
-                got = TensorSpec.of(t)
-                if got != self.manifest.tensors[name]:
-                    raise LodFormatError(f"{path}: tensor {name!r} is {got.dtype} {list(got.element_shape)} with "
-                                         f"{got.lod_level} level(s); {MANIFEST_NAME} says otherwise")
-                if TensorCounts.of(t) != info.tensors[name]:
-                    raise LodFormatError(f"{path}: tensor {name!r} has {t.n_rows} rows and level sequences "
-                                         f"{[t.num_sequences(k) for k in range(t.lod_level)]}; {MANIFEST_NAME} says "
-                                         f"{info.tensors[name].rows} and {list(info.tensors[name].level_sequences)}")
+            found = _shard_mismatches(f, self.manifest.shards[i], self.manifest)
+            if found:
+                raise LodFormatError(f"{path}: {found[0][1]}")
         except BaseException:
             f.close()
             raise
@@ -1413,6 +1345,7 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
     True
     """
     from .checks import FileReport, Problem, validate_file
+    from .reader import open_file
 
     path = os.fspath(path)
     problems: list = []
@@ -1437,29 +1370,17 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
             errors.append(f"{info.file}: {report.error}")
             continue
         try:
-            got = describe_shard(spath, info.file)
-            for name in manifest.names:
-                if name not in got.tensors:
-                    problems.append(Problem(spath, name, None, None, f"tensor missing; {MANIFEST_NAME} names it"))
-                elif got.tensors[name] != info.tensors[name]:
-                    g, w = got.tensors[name], info.tensors[name]
-                    problems.append(Problem(spath, name, None, None,
-                                            f"holds {g.rows} rows, level sequences {list(g.level_sequences)}; "
-                                            f"{MANIFEST_NAME} says {w.rows}, {list(w.level_sequences)}"))
-            extra = sorted(set(got.tensors) - set(manifest.names))
-            if extra:
-                problems.append(Problem(spath, None, None, None, f"tensors {extra} are not in {MANIFEST_NAME}"))
-            if got.checksum != info.checksum:
-                problems.append(Problem(spath, None, None, None, f"checksum {got.checksum}; {MANIFEST_NAME} "
-                                                                 f"records {info.checksum}"))
-            with open_path(spath) as f:
-                for name in manifest.names:
-                    if name in f.names and TensorSpec.of(f[name]) != manifest.tensors[name]:
-                        problems.append(Problem(spath, name, None, None,
-                                                f"dtype, element shape, LoD level or level names differ from "
-                                                f"{MANIFEST_NAME}"))
+            with open_file(spath) as f:
+                refuse_foreign_storage(spath, f)
+                found = _shard_mismatches(f, info, manifest)
+            checksum = shard_checksum(spath)
         except (LodFormatError, LodFileNotFoundError) as exc:
             errors.append(str(exc))
+            continue
+        problems += [Problem(spath, name, None, None, what) for name, what in found]
+        if checksum != info.checksum:
+            problems.append(Problem(spath, None, None, None, f"checksum {checksum}; {MANIFEST_NAME} records "
+                                    f"{info.checksum}"))
     error = "; ".join(errors) if errors else None
     return FileReport(path, not problems and error is None, problems, error)
 

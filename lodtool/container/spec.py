@@ -131,14 +131,14 @@ def check_version(attrs: Mapping[str, Any], path: str) -> str:
         raise LodFormatError(f"{path}: not a lodtool container (the root attribute {ATTR_FORMAT!r} is missing)")
     name = text_attr(attrs[ATTR_FORMAT])
     if name != FORMAT_NAME:
-        raise LodFormatError(f"{path}: not a lodtool container ({ATTR_FORMAT} is {_short(attrs[ATTR_FORMAT])}, "
+        raise LodFormatError(f"{path}: not a lodtool container ({ATTR_FORMAT} is {short_repr(attrs[ATTR_FORMAT])}, "
                              f"expected {FORMAT_NAME!r})")
     if ATTR_VERSION not in attrs:
         raise LodFormatError(f"{path}: lodtool container without a format version "
                              f"(the root attribute {ATTR_VERSION!r} is missing)")
     text = text_attr(attrs[ATTR_VERSION])
     if text is None:
-        raise LodFormatError(f"{path}: the format version {_short(attrs[ATTR_VERSION])} is not a string")
+        raise LodFormatError(f"{path}: the format version {short_repr(attrs[ATTR_VERSION])} is not a string")
     try:
         major, _minor = parse_version(text)
     except LodFormatError as exc:
@@ -256,7 +256,12 @@ def is_tensor_name(name: str) -> bool:
     return not name.startswith("_")
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to 40 characters (what an error shows of a bad value read from a file).
+
+    >>> short_repr("x" * 50)
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."
+    """
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -264,5 +269,5 @@ def _short(value: Any) -> str:
 __all__ = [
     "FORMAT_NAME", "FORMAT_VERSION", "TOKENS_VERSION", "TOKEN_ATTRS", "TOKENIZER", "SUPPORTED_MAJORS", "CHECKSUM_ALGORITHM", "MAX_LOD_LEVEL",
     "parse_version", "check_version", "check_writable_version", "check_tensor_name", "is_tensor_name",
-    "supported_versions", "text_attr", "control_characters", "check_name_text",
+    "supported_versions", "text_attr", "control_characters", "check_name_text", "short_repr",
 ]

@@ -101,21 +101,11 @@ def get_backend(data: Any = None, backend: str | None = None, device: str | None
         return Backend("cupy", "cuda", cupy_module())
     if on_gpu:
         raise LodBackendError("an input is on the GPU; pass device='cuda', or copy it to the host with .to('cpu')")
-    if backend == "numpy" or (backend == "auto" and below(work, crossover)):
+    if backend == "numpy" or (backend == "auto" and crossover is not None  # kernels_pay counts what it turns away
+                              and not kernels_pay(work, crossover.cold, crossover.warm)):
         return Backend("numpy", "cpu", np)
     numba_module()
     return Backend("numba", "cpu", np)
 
 
-def below(work: int | None, crossover: Crossover | None) -> bool:
-    """Whether ``work`` is small enough for the NumPy reference (see :class:`Crossover`).
-
-    >>> below(100, Crossover(cold=1000, warm=10)) in (True, False)
-    True
-    """
-    if crossover is None:
-        return False
-    return not kernels_pay(work, crossover.cold, crossover.warm)
-
-
-__all__ = ["Backend", "BACKENDS", "Crossover", "DEVICES", "below", "get_backend"]
+__all__ = ["Backend", "BACKENDS", "Crossover", "DEVICES", "get_backend"]

@@ -43,7 +43,7 @@ from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
 from ._segments import copy_segments, gather_segments_cuda, segment_rows
-from ._util import as_tensor
+from ._util import as_tensor, need_lod
 
 OP = "sequence_concat"
 _I64 = np.dtype(np.int64)
@@ -66,7 +66,10 @@ def sequence_concat(xs: Sequence[Any], *, backend: str | None = None, device: st
     >>> sequence_concat([x1, x2]).lod
     [[0, 10, 16]]
     """
-    ts = _check(xs)
+    if isinstance(xs, (LoDTensor, np.ndarray)) or not isinstance(xs, Sequence):
+        raise LodShapeError(f"{OP}: xs must be a list of LoD tensors")
+    ts = [as_tensor(x, f"xs[{j}]") for j, x in enumerate(xs)]
+    check_concat(ts)
     arrays = tuple(a for t in ts for a in (t.data, *t.offsets))
     be = get_backend(arrays, backend, device)
     names = ts[0].level_names if all(t.level_names == ts[0].level_names for t in ts) else None
@@ -78,16 +81,8 @@ def sequence_concat(xs: Sequence[Any], *, backend: str | None = None, device: st
 def cuda_concat(xp, ts: list[LoDTensor], names=None) -> LoDTensor:
     """On the GPU: every input's offsets validated there, one buffer of all inputs, one tiled gather."""
     levels = [_cuda.validate_offsets(xp, t.offsets, t.n_rows) for t in ts]
-    datas = [t.data if hasattr(t.data, "__cuda_array_interface__") else xp.asarray(t.data) for t in ts]
+    datas = [_cuda.on_device(xp, t.data) for t in ts]
     return _concat(xp, datas, levels, "cupy", names)
-
-
-def _check(xs: Sequence[Any]) -> list[LoDTensor]:
-    if isinstance(xs, (LoDTensor, np.ndarray)) or not isinstance(xs, Sequence):
-        raise LodShapeError(f"{OP}: xs must be a list of LoD tensors")
-    ts = [as_tensor(x, f"xs[{j}]") for j, x in enumerate(xs)]
-    check_concat(ts)
-    return ts
 
 
 def check_concat(xs: Sequence[Any]) -> None:
@@ -108,8 +103,7 @@ def check_concat(xs: Sequence[Any]) -> None:
         raise LodShapeError(f"{OP}: got {len(xs)} input(s); as in Paddle, it joins at least two")
     first = xs[0]
     for j, t in enumerate(xs):
-        if not t.lod_level:
-            raise LodShapeError(f"{OP}: xs[{j}] has no LoD (0 levels); it needs at least one LoD level")
+        need_lod(t, OP, f"xs[{j}]")
         if t.lod_level != first.lod_level:
             raise LodShapeError(f"{OP}: xs[{j}] has {t.lod_level} LoD level(s) but xs[0] has {first.lod_level}; "
                                 "the inputs must have the same number of levels")

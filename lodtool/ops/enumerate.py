@@ -96,7 +96,7 @@ def _reference(flat: np.ndarray, off: np.ndarray, win: int, pad: np.ndarray) -> 
 def cuda_enumerate(xp, xt: LoDTensor, win: int, pad: np.ndarray) -> LoDTensor:
     """On the GPU with CuPy's own kernels: each row's sequence end by a search in the offsets, then the windows."""
     levels = _cuda.validate_offsets(xp, xt.offsets, xt.n_rows)
-    data = xt.data if hasattr(xt.data, "__cuda_array_interface__") else xp.asarray(xt.data)
+    data = _cuda.on_device(xp, xt.data)
     flat = xp.ascontiguousarray(data).reshape(-1)
     n = int(flat.shape[0])
     off = levels[-1]

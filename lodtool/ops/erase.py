@@ -31,6 +31,7 @@ import numpy as np
 
 from .._jit import kernel, parallel_blocks
 from ..errors import LodDtypeError, LodShapeError
+from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
@@ -81,7 +82,7 @@ def sequence_erase(x: LoDTensor, tokens: Any, *, backend: str | None = None, dev
         uoff = off.view(np.uint64)
         table = _lookup_table(toks)
         _count_kept(len(lens), flat, uoff, toks, table, lens)
-        out_off = _offsets_of(lens)
+        out_off = lengths_to_offsets(lens)
         data = np.empty(int(out_off[-1]), flat.dtype)
         _copy_kept(len(lens), flat, uoff, toks, table, out_off.view(np.uint64), data)
     data = data.reshape((len(data),) + xt.element_shape)
@@ -121,16 +122,10 @@ def _reference(flat: np.ndarray, off: np.ndarray, toks: np.ndarray) -> tuple[np.
     return flat[keep], kept_before[off]
 
 
-def _offsets_of(lens: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(lens) + 1, _I64)
-    np.cumsum(lens, out=out[1:])
-    return out
-
-
 def cuda_erase(xp, xt: LoDTensor, toks: np.ndarray) -> LoDTensor:
     """On the GPU with CuPy's own kernels: the mask, its running count at the offsets, the kept rows."""
     levels = _cuda.validate_offsets(xp, xt.offsets, xt.n_rows)
-    data = xt.data if hasattr(xt.data, "__cuda_array_interface__") else xp.asarray(xt.data)
+    data = _cuda.on_device(xp, xt.data)
     flat = xp.ascontiguousarray(data).reshape(-1)
     keep = ~xp.isin(flat, xp.asarray(toks))
     kept_before = xp.zeros(int(flat.shape[0]) + 1, _I64)

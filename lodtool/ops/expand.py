@@ -42,6 +42,7 @@ import numpy as np
 
 from .._jit import block_count, parallel_blocks
 from ..errors import LodIndexError, LodShapeError
+from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import Crossover, get_backend
@@ -77,7 +78,7 @@ def sequence_expand(x: Any, y: LoDTensor, ref_level: int = -1, *, backend: str |
     """
     xt = as_tensor(x, "x")
     yt = as_tensor(y, "y")
-    ref, ref_level = _check(xt, yt, ref_level)
+    ref = yt.offsets[expand_level(xt, yt, ref_level)]
     be = get_backend((xt.data, ref, *xt.offsets), backend, device, work=_expand_work(xt, ref), crossover=NUMBA_FROM)
     if be.name == "cupy":
         return _expand_cuda(be.xp, xt, ref)
@@ -146,11 +147,6 @@ def expand_level(x: Any, y: Any, ref_level: int = -1) -> int:
     return level
 
 
-def _check(xt: LoDTensor, yt: LoDTensor, ref_level: int) -> tuple[np.ndarray, int]:
-    level = expand_level(xt, yt, ref_level)
-    return yt.offsets[level], level
-
-
 def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     """The plain NumPy implementation (the specification the kernels are tested against)."""
     data = np.asarray(xt.data)
@@ -160,8 +156,7 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
     xoff = xt.offsets[0]
     lens = xoff[1:] - xoff[:-1]
     out_lens = np.repeat(lens, reps)
-    out_off = np.zeros(len(out_lens) + 1, np.int64)
-    np.cumsum(out_lens, out=out_off[1:])
+    out_off = lengths_to_offsets(out_lens)
     index = segment_rows(np.repeat(xoff[:-1], reps), out_lens)  # each copy from its sequence's first row
     return LoDTensor._trusted(data[index], (out_off,), xt.level_names)
 
@@ -169,9 +164,7 @@ def _reference(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:
 def _expand_cuda(xp, xt: LoDTensor, ref) -> LoDTensor:
     """On the GPU (lodtool.ops._cuda): both offsets validated there first."""
     out, out_off = cuda_expand(xp, xt.data, xt.offsets[0] if xt.lod_level else None, ref)
-    if out_off is None:
-        return LoDTensor._trusted(out, ())
-    return LoDTensor._trusted(out, (out_off,), xt.level_names)
+    return LoDTensor._trusted(out, () if out_off is None else (out_off,), xt.level_names)
 
 
 def _expand_numba(xt: LoDTensor, ref: np.ndarray) -> LoDTensor:

@@ -37,6 +37,7 @@ import numpy as np
 
 from .._jit import parallel_blocks
 from ..errors import LodShapeError, LodUsageError
+from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
@@ -74,8 +75,7 @@ def im2sequence(x: Any, kernels: Sequence[int], strides: Sequence[int] = (1, 1),
     n, c, h, w = (int(d) for d in images.shape)
     heights, widths = _grids(n, h, w, kh, kw, sh, sw, pads, real_sizes, out_stride)
     counts = heights * widths
-    off = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=off[1:])
+    off = lengths_to_offsets(counts)
     geometry = np.array([kh, kw, sh, sw, pads[0], pads[1]], np.int64)
     be = get_backend(images, backend, device)
     if be.name == "cupy":

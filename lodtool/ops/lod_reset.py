@@ -82,13 +82,14 @@ def lod_reset(x: Any, y: Any = None, target_lod: Any = None, *, append: bool = F
     # no kernel runs on the host: NumPy's backend, so that Numba is not even imported
     be = get_backend(parts, None if device == "cuda" or on_gpu else "numpy", device)
     xp = be.xp
+    data = _cuda.on_device(xp, xt.data) if be.name == "cupy" else xt.data
     if y_tensor and y.lod_level:
         levels = _levels_of(xp, be.name, y.offsets, y.n_rows)
         end = int(_cuda.to_host(levels[-1][-1:])[0])
         if end != xt.n_rows:
             raise LodValidationError(f"{OP}: y's last level ends at {end} but x has {xt.n_rows} rows; as in "
                                      "Paddle, the last offset of y's LoD must equal x's rows")
-        return LoDTensor._trusted(_data_on(xp, be.name, xt.data), levels, y.level_names)
+        return LoDTensor._trusted(data, levels, y.level_names)
     if y is not None:
         level = _flat_offsets(y.data if y_tensor else y, "y")
     elif target_lod is not None:
@@ -100,12 +101,12 @@ def lod_reset(x: Any, y: Any = None, target_lod: Any = None, *, append: bool = F
     except LodValidationError as exc:
         raise LodValidationError(f"{OP}: the new level is not valid: {exc}") from None
     if not append:
-        return LoDTensor._trusted(_data_on(xp, be.name, xt.data), (level,))
+        return LoDTensor._trusted(data, (level,))
     try:
         levels = _levels_of(xp, be.name, tuple(xt.offsets) + (level,), xt.n_rows)
     except LodValidationError as exc:
         raise LodValidationError(f"{OP}: the appended level does not fit: {exc}") from None
-    return LoDTensor._trusted(_data_on(xp, be.name, xt.data), levels)
+    return LoDTensor._trusted(data, levels)
 
 
 def lod_append(x: Any, level: Any, *, device: str | None = None) -> LoDTensor:
@@ -145,12 +146,6 @@ def _levels_of(xp, how: str, levels, n_rows: int) -> tuple:
     levels = tuple(as_index_array(lv) for lv in levels)
     validate_lod(levels, n_rows)
     return levels
-
-
-def _data_on(xp, how: str, data):
-    if how == "cupy" and not hasattr(data, "__cuda_array_interface__"):
-        return xp.asarray(data)
-    return data
 
 
 __all__ = ["lod_append", "lod_reset"]

@@ -35,7 +35,7 @@ import numpy as np
 from .._device import is_device_array
 from .._jit import parallel_blocks
 from ..errors import LodShapeError, LodUsageError, LodValidationError
-from ..lod import as_index_array
+from ..lod import as_index_array, lengths_to_offsets
 from ..tensor import LoDTensor, check_dtype
 from . import _cuda
 from ._backend import Crossover, get_backend
@@ -231,9 +231,7 @@ def sequence_unpad(padded: Any, lengths: Any, *, backend: str | None = None,
     if lens.size and lens.max() > maxlen:
         j = int(np.argmax(lens))
         raise LodShapeError(f"{OP_UNPAD}: lengths[{j}]={int(lens[j])} is longer than the padded length {maxlen}")
-    off = np.empty(n + 1, np.int64)
-    off[0] = 0
-    np.cumsum(lens, out=off[1:])
+    off = lengths_to_offsets(lens)
     if be.name == "numpy":
         out = _unpad_reference(data, lens, maxlen)
     else:

@@ -68,7 +68,7 @@ def sequence_reshape(x: LoDTensor, new_dim: int, *, backend: str | None = None,
     xp = be.xp
     if be.name == "cupy":
         levels = _cuda.validate_offsets(xp, xt.offsets, xt.n_rows)
-        data = xt.data if hasattr(xt.data, "__cuda_array_interface__") else xp.asarray(xt.data)
+        data = _cuda.on_device(xp, xt.data)
     else:
         levels, data = xt.offsets, np.asarray(xt.data)
     off = levels[-1]

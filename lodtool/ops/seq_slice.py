@@ -143,7 +143,7 @@ def cuda_slice(xp, xt: LoDTensor, offset: Any, length: Any, n: int) -> LoDTensor
     levels = _cuda.validate_offsets(xp, xt.offsets, xt.n_rows)
     start, lens = _check(xp, levels[-1], _as_counts(xp, offset, "offset", n), _as_counts(xp, length, "length", n))
     out_off = _offsets_of(xp, lens)
-    data = xt.data if hasattr(xt.data, "__cuda_array_interface__") else xp.asarray(xt.data)
+    data = _cuda.on_device(xp, xt.data)
     total = int(_cuda.to_host(out_off[-1:])[0])
     out = xp.empty((total,) + tuple(data.shape[1:]), data.dtype)
     if total:

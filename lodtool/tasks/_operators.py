@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import LodError, LodIndexError, LodShapeError, LodUsageError
+from ..lod import extract_range, memory_reader
 from ..planner import Bounds, row_offset_windows, runs, sequence_ranges
 from ..tensor import LoDTensor
 from ._pipe import (OpResult, PoolIndex, TensorSink, ahead, check_device, check_truncate, chunk_rows, expand_by,
@@ -80,7 +81,7 @@ def _stream(path: str, output: str, name: str | None, out_name: str | None, make
             tier(device, work(t), crossover)
         name_out = out_name or t.name
         sink = TensorSink(output, [name_out] + [f"{name_out}_{s}" for s in suffixes], compression=compression,
-                          overwrite=overwrite, force=force, tokens=_tokens_of(t) if keeps_ids else None)
+                          overwrite=overwrite, force=force, tokens=t.tokens if keeps_ids else None)
         chunks = stored_chunks(t, chunk_rows(t.element_shape, t.dtype, f.max_memory))
         rows_done = None if progress is None else (lambda done: progress(done, t.n_rows))
         return run(chunks, fn, sink, progress=rows_done)
@@ -242,11 +243,6 @@ def _stand_in(t) -> LoDTensor:
     return LoDTensor(np.zeros((0,) + tuple(t.element_shape), t.dtype), levels)
 
 
-def _tokens_of(t):
-    """A stored tensor's token metadata (None for a source that records none, a Megatron file say)."""
-    return getattr(t, "tokens", None)
-
-
 def _on_stand_in(op: Callable, *args):
     """A check that runs ``op(stand-in, *args)`` on :func:`_stand_in` (no data read), naming the file."""
     return lambda where, t, _memory: _named(where, lambda: op(_stand_in(t), *args, backend="numpy"))
@@ -260,17 +256,20 @@ def _named(where: str, call):
         raise type(exc)(f"{where}: {exc}") from None
 
 
-def _checked_stream(path, output, name, out_name, check, fn, *, validate: bool = True, **options) -> OpResult:
-    """The operator ``fn`` on each chunk, after ``check(where, lazy tensor, memory limit)`` refused what it
-    refuses, ``where`` (``"path: tensor 'name'"``) naming the file and tensor; the LoD is validated first
+def _checked_stream(path, output, name, out_name, check, fn, *, device: str, validate: bool = True,
+                    **options) -> OpResult:
+    """The operator ``fn`` on each chunk on ``device``, after ``check(where, lazy tensor, memory limit)`` refused
+    what it refuses, ``where`` (``"path: tensor 'name'"``) naming the file and tensor; the LoD is validated first
     unless ``validate=False`` (for checks that read no offsets)."""
+    check_device(device)
+
     def make_fn(f, t):
         if validate:
             require_valid(f.path, t)
         check(f"{f.path}: tensor {t.name!r}", t, f.max_memory)
         return fn
 
-    return _stream(path, output, name, out_name, make_fn, **options)
+    return _stream(path, output, name, out_name, make_fn, device=device, **options)
 
 
 def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_name: str | None = None,
@@ -289,12 +288,11 @@ def erase(path: str, output: str, *, tokens: Any, name: str | None = None, out_n
     from ..ops import sequence_erase
     from ..ops.erase import erase_tokens
 
-    check_device(device)
     erase_tokens(tokens, np.int64)  # bad tokens fail before the file is opened
     return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_erase, tokens),
-                           step(sequence_erase, tokens, device=device), validate=False, compression=compression,
-                           max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
-                           token_dtype=token_dtype, eos_token_id=eos_token_id)
+                           step(sequence_erase, tokens, device=device), device=device, validate=False,
+                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
+                           keeps_ids=True, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name: str | None = None,
@@ -313,9 +311,8 @@ def enumerate(path: str, output: str, *, win_size: int, pad_value: Any = 0, name
     """
     from ..ops import sequence_enumerate
 
-    check_device(device)
     return _checked_stream(path, output, name, out_name, _on_stand_in(sequence_enumerate, win_size, pad_value),
-                           step(sequence_enumerate, win_size, pad_value, device=device), validate=False,
+                           step(sequence_enumerate, win_size, pad_value, device=device), device=device, validate=False,
                            compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
 
@@ -341,7 +338,8 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
         width = int(np.prod(t.element_shape, dtype=np.int64))
         if width == new_dim:
             return
-        for start, lens in _last_lengths(t, offset_window(memory)):  # every sequence must fill whole rows
+        # every sequence must fill whole rows
+        for start, lens in _level_lengths(t, t.lod_level - 1, offset_window(memory)):
             bad = np.flatnonzero(lens * width % new_dim)
             if len(bad):
                 i, n = int(bad[0]), int(lens[int(bad[0])])
@@ -350,10 +348,9 @@ def reshape(path: str, output: str, *, new_dim: int, name: str | None = None, ou
                                     f"of new_dim={new_dim}; as in Paddle, every sequence's length * width must "
                                     "divide by new_dim")
 
-    check_device(device)
     return _checked_stream(path, output, name, out_name, check, step(sequence_reshape, new_dim, device=device),
-                           compression=compression, max_memory=max_memory, overwrite=overwrite, force=force,
-                           token_dtype=token_dtype, eos_token_id=eos_token_id)
+                           device=device, compression=compression, max_memory=max_memory, overwrite=overwrite,
+                           force=force, token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
 def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = False, name: str | None = None,
@@ -387,7 +384,7 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
         count = t.num_sequences(t.lod_level - 1)
         ranges["offset"], ranges["length"] = (_named(where, lambda: _per_sequence(v, what, count))
                                               for what, v in (("offset", offset), ("length", length)))
-        for start, seq in _last_lengths(t, offset_window(memory)):
+        for start, seq in _level_lengths(t, t.lod_level - 1, offset_window(memory)):
             off, ln = ranges["offset"](start, start + len(seq)), ranges["length"](start, start + len(seq))
             for what, values in (("offset", off), ("length", ln)):
                 if len(values) and values.min() < 0:
@@ -412,18 +409,18 @@ def seq_slice(path: str, output: str, *, offset: Any, length: Any, clip: bool = 
             ln = np.clip(ln, 0, seq - off)
         return sequence_slice(chunk, off, ln, device=device).to("cpu")
 
-    check_device(device)
-    return _checked_stream(path, output, name, out_name, check, one, compression=compression,
+    return _checked_stream(path, output, name, out_name, check, one, device=device, compression=compression,
                            max_memory=max_memory, overwrite=overwrite, force=force, keeps_ids=True,
                            token_dtype=token_dtype, eos_token_id=eos_token_id)
 
 
-def _last_lengths(t, window: int):
-    """``(index of the first, lengths)`` of the last level's sequences, ``window`` at a time."""
-    start = 0
-    for roff in row_offset_windows(t, t.lod_level - 1, window):
-        yield start, roff[1:] - roff[:-1]
-        start += len(roff) - 1
+def _level_lengths(t, level: int, window: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(index of the first, lengths)`` of ``level``'s sequences (in entries of the level below, or rows),
+    ``window`` at a time."""
+    count = t.num_sequences(level)
+    for start in range(0, count, window):
+        offsets = t.read_offsets(level, start, min(start + window, count) + 1)
+        yield start, offsets[1:] - offsets[:-1]
 
 
 def _per_sequence(value: Any, what: str, count: int):
@@ -490,7 +487,7 @@ def expand(x: str, y: str, output: str, *, x_name: str | None = None, y_name: st
             parts = _expand_runs(tx, ty, level, chunk_rows(tx.element_shape, tx.dtype, fx.max_memory),
                                  offset_window(min(fx.max_memory, fy.max_memory)))
             sink = TensorSink(output, [out_name or tx.name], compression=compression, overwrite=overwrite,
-                              force=force, like=tx, tokens=_tokens_of(tx))
+                              force=force, like=tx, tokens=tx.tokens)
             return run(parts, lambda part: expand_by(*part, device=device), sink)
 
 
@@ -569,11 +566,10 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
     if len(names) != len(paths):
         raise LodUsageError(f"concat: {len(names)} tensor names for {len(paths)} files")
     with contextlib.ExitStack() as stack:
-        opened = [open_tensor(p, n, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
-                  for p, n in zip(paths, names)]
-        for f, t in opened:
-            stack.enter_context(f)
-        for f, t in opened:
+        opened = []
+        for p, n in zip(paths, names):  # each held by the stack as soon as it is open
+            f, t = open_tensor(p, n, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id)
+            opened.append((stack.enter_context(f), t))
             require_valid(f.path, t)
         ts = [t for _, t in opened]
         try:
@@ -589,7 +585,7 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
                                         offset_window(memory)),
                          lambda a, b: all(sum(bd(b)[k] - bd(a)[k] for bd in bounds) > 0
                                           for k in range(1, first.lod_level)))
-        tokens = _tokens_of(first) if all(_tokens_of(t) == _tokens_of(first) for t in ts) else None
+        tokens = first.tokens if all(t.tokens == first.tokens for t in ts) else None
         sink = TensorSink(output, [out_name or first.name], compression=compression, overwrite=overwrite,
                           force=force, like=TensorSpec(first.dtype, first.element_shape, first.lod_level, kept),
                           tokens=tokens)
@@ -600,19 +596,8 @@ def concat(paths: Sequence[str], output: str, *, names: Sequence[str | None] | N
 def _read_range(t, a: int, b: int) -> LoDTensor:
     """Top-level sequences ``a..b`` of a validated lazy tensor, every level rebased to 0 (empty levels allowed, which
     a view's ``slice_level`` refuses at a level's end)."""
-    levels, rows = _rebased(t.read_offsets, t.lod_level, a, b)
-    return LoDTensor(t.read_rows(*rows), levels, level_names=t.level_names, validate=False)
-
-
-def _rebased(read, lod_level: int, a: int, b: int) -> tuple[list[np.ndarray], tuple[int, int]]:
-    """The levels of top-level sequences ``a..b`` (``read(level, start, stop)``), each rebased to 0, and the range
-    of data rows they cover."""
-    levels, lo, hi = [], a, b
-    for k in range(lod_level):
-        off = read(k, lo, hi + 1)
-        levels.append(off - off[0])
-        lo, hi = int(off[0]), int(off[-1])
-    return levels, (lo, hi)
+    levels, lo, hi = extract_range(0, a, b, t.read_offsets, t.level_sizes, t.n_rows)
+    return LoDTensor(t.read_rows(lo, hi), levels, level_names=t.level_names, validate=False)
 
 
 def _concat_ranges(ts, max_rows: int, window: int):
@@ -698,19 +683,17 @@ def lod_reset(path: str, output: str, *, target_lod: Any = None, like: str | Non
             new = _named(f"{f.path}: tensor {t.name!r}",
                          lambda: reset(stand_in, target_lod=np.asarray(target_lod), append=append))
         sink = TensorSink(output, [out_name or t.name], compression=compression, overwrite=overwrite,
-                          force=force, like=new, tokens=_tokens_of(t))
+                          force=force, like=new, tokens=t.tokens)
         return run(_chunks_of(new.offsets, chunk_rows(t.element_shape, t.dtype, f.max_memory)),
                    lambda part: LoDTensor(t.read_rows(*part[1]), part[0], validate=False), sink)
 
 
 def _chunks_of(levels, max_rows: int):
     """``(rebased levels, (first row, end row))`` of the chunk planner's ranges of an in-memory LoD's top level."""
-    def read(level: int, start: int, stop: int) -> np.ndarray:
-        return levels[level][start:stop]
-
-    for a, b in sequence_ranges(read, len(levels), len(levels[0]) - 1, max_rows):
-        rebased, rows = _rebased(read, len(levels), a, b)
-        yield tuple(rebased), rows
+    read, sizes = memory_reader(levels), [len(o) for o in levels]
+    for a, b in sequence_ranges(read, len(levels), sizes[0] - 1, max_rows):
+        rebased, lo, hi = extract_range(0, a, b, read, sizes)
+        yield tuple(rebased), (lo, hi)
 
 
 # -- into an NPZ, from an NPZ, and plans ----------------------------------------------------------------------
@@ -879,7 +862,7 @@ class StreamedPlan:
         from ..ops.pack_plan import count_lengths, first_positions
 
         self._t, self._level = t, level
-        self._window = max(1, min(PLAN_WINDOW, max_memory // 64))
+        self._window = offset_window(max_memory, PLAN_WINDOW)
         self._block = max(self._window, min(PLAN_BLOCK, max_memory // 32))
         self.num_sequences = t.level_sizes[level] - 1
         histogram = np.zeros(1, np.int64)
@@ -895,9 +878,7 @@ class StreamedPlan:
 
     def lengths(self) -> Iterator[np.ndarray]:
         """Each sequence's length (time steps), in input order."""
-        for start in range(0, self.num_sequences, self._window):
-            offsets = self._t.read_offsets(self._level, start, min(start + self._window, self.num_sequences) + 1)
-            yield offsets[1:] - offsets[:-1]
+        return (lengths for _, lengths in _level_lengths(self._t, self._level, self._window))
 
     def _positions(self) -> Iterator[tuple[int, np.ndarray]]:
         from ..ops.pack_plan import place_by_length

@@ -70,9 +70,9 @@ def chunk_rows(element_shape: Sequence[int], dtype: np.dtype, max_memory: int) -
     return max(1, min(CHUNK_ROWS, budget // max(row_bytes, 1)))
 
 
-def offset_window(max_memory: int) -> int:
-    """Offsets entries to read at once: :data:`OFFSET_WINDOW`, fewer under a tight memory limit."""
-    return max(1, min(OFFSET_WINDOW, max_memory // 64))
+def offset_window(max_memory: int, most: int = OFFSET_WINDOW) -> int:
+    """Offsets entries to read at once: ``most``, fewer under a tight memory limit."""
+    return max(1, min(most, max_memory // 64))
 
 
 def check_device(device: str) -> None:

@@ -112,20 +112,16 @@ def merge(folder: str | os.PathLike, output: str | os.PathLike, *, compression: 
     >>> load(os.path.join(d, "m.lod.h5")).equals(t)
     True
     """
-    from ..container.shards import is_sharded, open_path, read_manifest
     from ..container.shards import merge as merge_folder
+    from ..container.shards import open_path
 
-    if not is_sharded(folder):  # a container file, copied into the output's layout (a repack)
-        merge_folder(folder, output, compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
-        with open_path(output) as f:
-            t = f[f.names[0]]
-            return {"output": os.fspath(output), "name": f.names[0], "sequences": t.num_sequences(0) if t.lod_level
-                    else t.n_rows, "rows": t.n_rows, "lod_level": t.lod_level, "dtype": str(t.dtype)}
-    manifest = read_manifest(folder)
+    with open_path(folder) as f:  # a sharded folder, or a container file copied into the output's layout (a repack)
+        name = f.names[0]
     merge_folder(folder, output, compression=compression, max_memory=max_memory, overwrite=overwrite, force=force)
-    out = _summary(os.fspath(output), manifest)
-    out.pop("shards")
-    return out
+    with open_path(output) as f:
+        t = f[name]
+        return {"output": os.fspath(output), "name": name, "sequences": len(t), "rows": t.n_rows,
+                "lod_level": t.lod_level, "dtype": str(t.dtype)}
 
 
 def pack_sharded(inputs: Sequence[str | os.PathLike], folder: str | os.PathLike, *,
@@ -247,7 +243,7 @@ def _no_stray_shards(folder: str | os.PathLike | None) -> Iterator[None]:
     if folder is None:
         yield
         return
-    from ..container.shards import _shard_index, manifest_path, read_manifest
+    from ..container.shards import _shard_index, remove_uncommitted_shards
 
     folder = os.path.abspath(os.fspath(folder))
     created = not os.path.exists(folder)
@@ -255,15 +251,9 @@ def _no_stray_shards(folder: str | os.PathLike | None) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        try:
-            named = {s.file for s in read_manifest(folder).shards} if os.path.isfile(manifest_path(folder)) else set()
-            for n in set(os.listdir(folder)) - before - named:
-                if _shard_index(n) is not None:
-                    os.unlink(os.path.join(folder, n))
-            if created and not os.listdir(folder):
-                os.rmdir(folder)
-        except OSError:  # the folder went away, or holds what is not ours: leave the rest
-            pass
+        with contextlib.suppress(OSError):  # the folder went away: nothing to sweep
+            new = [os.path.join(folder, n) for n in set(os.listdir(folder)) - before if _shard_index(n) is not None]
+            remove_uncommitted_shards(folder, new, created=created)
         raise
 
 

@@ -64,16 +64,12 @@ def slice(path: str | os.PathLike, branch: str | Sequence[int] | None = None, *,
         raise LodUsageError("give a branch, or level with start and stop")
     if level is None and branch is None:
         raise LodUsageError("give a branch (e.g. 2,0) or level with start and stop")
-    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
-
-    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
-        t = f.tensor(name)
+    with _stored(path, name, token_dtype, eos_token_id) as t:
         if level is None:
-            return Excerpt(t.branch(*_branch_path(branch)), t.name, len(t), tokens=getattr(t, "tokens", None))
+            return _excerpt(t, t.branch(*_branch_path(branch)))
         count = t.num_sequences(level)
         start, stop = slice_bounds(builtins.slice(start, stop), count)
-        return Excerpt(t.slice_level(level, start, stop), t.name, len(t), (start, stop), count,
-                       getattr(t, "tokens", None))
+        return _excerpt(t, t.slice_level(level, start, stop), taken=(start, stop), level_count=count)
 
 
 def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None, token_dtype: Any = None,
@@ -88,7 +84,8 @@ def head(path: str | os.PathLike, count: int = 5, *, name: str | None = None, to
     >>> e.tensor.to_nested(), e.total
     ([[0], [1, 2]], 3)
     """
-    return _end(path, count, name, first=True, token_dtype=token_dtype, eos_token_id=eos_token_id)
+    with _stored(path, name, token_dtype, eos_token_id) as t:
+        return _excerpt(t, t.head(count))
 
 
 def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None, token_dtype: Any = None,
@@ -102,16 +99,21 @@ def tail(path: str | os.PathLike, count: int = 5, *, name: str | None = None, to
     >>> tail(p, 1).tensor.to_nested()
     [[3, 4, 5]]
     """
-    return _end(path, count, name, first=False, token_dtype=token_dtype, eos_token_id=eos_token_id)
+    with _stored(path, name, token_dtype, eos_token_id) as t:
+        return _excerpt(t, t.tail(count))
 
 
-def _end(path, count: int, name: str | None, *, first: bool, token_dtype: Any,
-         eos_token_id: int | None) -> Excerpt:
-    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
+@contextmanager
+def _stored(path, name: str | None, token_dtype: Any, eos_token_id: int | None) -> Iterator:
+    """Tensor ``name`` of a container file, a sharded folder or a token dataset, open for the block."""
+    from ._open import open as open_path
 
     with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
-        t = f.tensor(name)
-        return Excerpt(t.head(count) if first else t.tail(count), t.name, len(t), tokens=getattr(t, "tokens", None))
+        yield f.tensor(name)
+
+
+def _excerpt(t, part: LoDTensor, **range_taken) -> Excerpt:
+    return Excerpt(part, t.name, len(t), tokens=t.tokens, **range_taken)
 
 
 @dataclass(frozen=True)
@@ -170,11 +172,8 @@ def tree(path: str | os.PathLike, *, name: str | None = None,
     ...     (view.level, view.begin, view.end), view.rows(), view.read().data.tolist()
     ((1, 3, 6), 3, [3, 4, 5])
     """
-    from ._open import open as open_path  # a container file, a sharded folder or a token dataset
-
     branch_path = _branch_path(branch)
-    with open_path(path, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
-        t = f.tensor(name)
+    with _stored(path, name, token_dtype, eos_token_id) as t:
         if not t.lod_level and branch_path:
             raise LodUsageError("a 0-level tensor has no branches; leave out branch=...")
         if t.lod_level:
