@@ -15,9 +15,7 @@ import shutil
 import sys
 import tempfile
 
-#: the environment variable that carries the isolation setting: "1" (the CLI's default), "0" (decode
-#: in-process, opted out), "child" (this process is the isolated child)
-ISOLATION_ENV = "LODTOOL_PLUGIN_ISOLATION"
+from ..container.filters import ISOLATION_ENV
 
 
 def run_isolated_command(argv: list[str], why: str) -> tuple[int, str | None]:

@@ -75,6 +75,6 @@ def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dty
         if as_text:
             from ..text import decoder_for
 
-            decoder = decoder_for(getattr(t, "tokens", None), f"{file}: tensor {t.name!r}")
+            decoder = decoder_for(t.tokens, f"{file}: tensor {t.name!r}")
         print_(build_tree(source, title, path, level, begin, end, depth=depth, max_children=max_children,
                           decoder=decoder))

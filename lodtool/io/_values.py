@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..errors import LodDtypeError, LodInputError, LodShapeError, LodUsageError
-from ..tensor import LoDTensor, check_dtype
+from ..tensor import LoDTensor, check_dtype, concat_tensors
 
 
 def resolve_dtype(dtype: Any) -> np.dtype | None:
@@ -114,16 +114,8 @@ def concat_chunks(chunks: Iterable[LoDTensor]) -> LoDTensor:
             raise LodShapeError(f"chunks differ: {c.lod_level} LoD levels and element shape {c.element_shape} "
                                 f"after {first.lod_level} and {first.element_shape}")
     dtype = _promote([np.asarray(c).dtype for c in chunks if c.n_rows] or [first.dtype])
-    data = np.concatenate([np.asarray(c).astype(dtype, copy=False) for c in chunks])
-    offsets = []
-    for level in range(first.lod_level):
-        parts, base = [np.zeros(1, dtype=np.int64)], 0
-        for c in chunks:
-            o = c.offsets[level]
-            parts.append(o[1:] + base)
-            base += int(o[-1])
-        offsets.append(np.concatenate(parts))
-    return LoDTensor._trusted(data, offsets, first.level_names)
+    return concat_tensors([c if c.dtype == dtype else LoDTensor._trusted(np.asarray(c).astype(dtype), c.offsets,
+                                                                         c.level_names) for c in chunks])
 
 
 def _promote(dtypes: list[np.dtype]) -> np.dtype:

@@ -764,7 +764,7 @@ def token_metadata(stored: Any) -> dict | None:
     >>> token_metadata(LoDTensor(np.arange(2), [[0, 2]])) is None
     True
     """
-    info = getattr(stored, "tokens", None)
+    info = stored.tokens
     return None if info is None else {TOKENS_KEY: info.to_bytes()}
 
 

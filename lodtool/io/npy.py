@@ -583,7 +583,7 @@ def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: Binary
     """The registry's streaming writer: a stored tensor's data ``chunks`` and its offsets, block by block."""
     write_npz_parts(out, shape=stored.shape, dtype=stored.dtype, data_blocks=(c.data for c in chunks),
                     offsets=offset_blocks(stored), level_sizes=stored.level_sizes,
-                    level_names=stored.level_names, tokens=getattr(stored, "tokens", None))
+                    level_names=stored.level_names, tokens=stored.tokens)
 
 
 #: the archive member holding the token metadata (:meth:`lodtool.tokens.TokenInfo.to_bytes`)

@@ -595,7 +595,7 @@ def write_stored(fmt: str, stored: Any, chunks, out: BinaryIO) -> None:
     """
     from ..text import decoder_for
 
-    write_decoded(chunks, decoder_for(getattr(stored, "tokens", None), f"tensor {stored.name!r}"), out)
+    write_decoded(chunks, decoder_for(stored.tokens, f"tensor {stored.name!r}"), out)
 
 
 def write(fmt: str, tensor: LoDTensor, out: BinaryIO) -> None:

@@ -181,7 +181,7 @@ def _reporting(chunks: Iterator, t, progress: Callable[[int, int], None] | None)
     if progress is None:
         yield from chunks
         return
-    row_bytes = np.dtype(t.dtype).itemsize * int(np.prod(t.element_shape, dtype=np.int64))
+    row_bytes = t.row_bytes
     total, done = t.n_rows * row_bytes, 0
     for chunk in chunks:
         yield chunk
@@ -197,7 +197,7 @@ def _writer(t, where: str, to: str, chunk_rows: int, progress: Callable[[int, in
     if detokenize:  # a tensor without a tokenizer fails before the output is opened
         from ..text import decoder_for
 
-        decoder = decoder_for(getattr(t, "tokens", None), where)
+        decoder = decoder_for(t.tokens, where)
 
     def write(out: _Counter) -> int:
         chunks = _reporting(_as_dtype(_first_then_rest(t, chunk_rows), *cast), t, progress)
