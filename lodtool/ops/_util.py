@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import lod as _lod
 from .._device import is_device_array
 from ..errors import LodDtypeError, LodIndexError, LodShapeError
 from ..tensor import LoDTensor, check_dtype
@@ -54,10 +55,10 @@ def need_lod(t: LoDTensor, op: str, what: str = "x") -> None:
 
 def level_index(t: LoDTensor, level: int, op: str) -> int:
     """``level`` as a non-negative index into ``t``'s levels (negative counts from the last)."""
-    n = t.lod_level
-    if not -n <= level < n:
-        raise LodIndexError(f"{op}: level {level} is out of range for a tensor with {n} LoD level(s)")
-    return level + n if level < 0 else level
+    try:
+        return _lod.level_position(level, t.lod_level)
+    except LodIndexError as exc:
+        raise LodIndexError(f"{op}: {exc}") from None
 
 
 def row_offsets(offsets, level: int) -> np.ndarray:
