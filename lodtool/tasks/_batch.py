@@ -88,9 +88,9 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (GATHER_MISMATCH, chunk_reads, compiled_gather_batch, counting_argsort,
-                            first_fit_decreasing, first_short_batch, gather_runs, gather_shifts, greedy_batch_ends,
-                            megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (GATHER_MISMATCH, chunk_reads, compiled_gather_batches, counting_argsort,
+                            first_fit_decreasing, first_short_batch, gather_batch, gather_runs, gather_shifts,
+                            greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -110,6 +110,10 @@ DEFAULT_WINDOW = 16
 CHUNK_RUN = 4
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
+#: bytes of rows, and of sequences (16 bytes each: a length and a cumulative one), a reader's buffers hold at least:
+#: batches smaller than that are gathered several in one compiled call (each call's dispatch from Python costs
+#: about what copying a few thousand tokens does)
+GATHER_GROUP_BYTES = 1 << 18
 #: bytes a plan and its report take per source sequence at their peak, by mode (traced at their worst, one sequence
 #: a batch with clipped lengths: up to 138 for every mode's planning or its report, up to 162 for planning
 #: ``buckets``; with a margin); a source of more sequences than the memory limit allows is refused
@@ -940,12 +944,65 @@ def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
                          limit, where)
 
 
+def _gather_ready(chunks, touched: np.ndarray, gather) -> int:
+    """``gather(check)``, a call of the compiled gather, again after preparing (checking or decoding) the chunks it
+    lists missing in ``touched``, until it gathers (or refuses) its batches; what it returned last."""
+    chunks.check_unchanged()
+    while True:
+        got = gather(chunks.pending())
+        if got >= 0 or got == GATHER_MISMATCH:
+            return got
+        chunks.prepare(np.unique(touched[:-got]))
+
+
+class SequenceGather:
+    """Sequences of a stored tensor gathered into a new array in one compiled pass a call (the items of a map-style
+    dataset's batch): from the file's memory map where it has one, else through a cache of decoded chunks of
+    ``cache_bytes``.  ``rows`` are the sequences' row offsets (:func:`sequence_rows`).
+
+    >>> import os, tempfile, lodtool
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
+    >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 8), recursive_sequence_lengths=[[3, 1, 3]]))
+    >>> with lodtool.open(p) as f:
+    ...     t = f.tensor()
+    ...     values, lengths = SequenceGather(t, sequence_rows(t), p).read(np.array([2, 0]))
+    >>> values.tolist(), lengths.tolist()
+    ([5, 6, 7, 1, 2, 3], [3, 3])
+    """
+
+    def __init__(self, tensor, rows: np.ndarray, where: str, cache_bytes: int = DECODED_CACHE_BYTES,
+                 max_memory: int | None = None):
+        self.where, self.name, self.rows = where, tensor.name, rows
+        self.chunks = _chunks_of(tensor, cache_bytes, resolve_max_memory(max_memory), where)
+        self.dtype, self.element_shape = tensor.dtype, tensor.element_shape
+        self.word = self.chunks.words.dtype.itemsize
+        self.row_words = tensor.dtype.itemsize // self.word * math.prod(tensor.element_shape)
+
+    def read(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, lengths)``: the rows of sequences ``seqs`` (int64, each one of ``rows``') one after another in
+        a new array, and their lengths."""
+        rows, chunks = self.rows, self.chunks
+        n = seqs.shape[0]
+        total = int((rows[seqs + 1] - rows[seqs]).sum())
+        values = np.empty((total,) + self.element_shape, self.dtype)
+        words, lengths, cu = words_of(values, self.word), np.empty(n, np.int64), np.empty(n + 1, np.int64)
+        touched = np.empty(2 * n + total // chunks.chunk_rows + 2, np.int64)
+        got = _gather_ready(chunks, touched, lambda check: gather_batch(
+            chunks.words, chunks.table, self.word, chunks.chunk_rows, self.row_words, seqs, rows, _NO_LENGTHS, False,
+            0, words, lengths, cu, _NO_POSITIONS, _NO_MASK.reshape(-1), touched, check))
+        if got == GATHER_MISMATCH:  # only where the offsets are not the tensor's
+            raise LodInputError(f"{self.where}: sequences {seqs.tolist()} of tensor {self.name!r} are not in its rows")
+        return values, lengths
+
+
 @dataclass(eq=False)
 class _OpenSource:
     """A reader's open container: the tensor, the row offsets of its sequences, the plan's lengths where it
     clips them (else empty), whether the head is dropped, the pad value in the tensor's dtype, where rows are
-    gathered from, each batch's padded width, tokens and the scratch of the chunks it touches, a row's shape, items
-    and words, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
+    gathered from, each batch's padded width (empty unless padded), tokens, rows in the output and sequences, the
+    scratch of the chunks a batch touches and of the longest sequences, a row's shape, items and words, the rows
+    and sequences the reused buffers hold, and the output buffers (reused from batch to batch, each sized once
+    for the plan's largest batch, or several batches where they are small: :data:`GATHER_GROUP_BYTES`)."""
 
     file: Any
     tensor: Any
@@ -957,12 +1014,16 @@ class _OpenSource:
     capacity: dict[str, int]
     widths: np.ndarray
     tokens: np.ndarray
+    batch_rows: np.ndarray
+    batch_sizes: np.ndarray
     touched: np.ndarray
+    longest: np.ndarray
     element_shape: tuple
     items: int
     row_words: int
     gather: Any
     shifts: tuple
+    room: tuple[int, int]
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
     forks: int = field(default_factory=lambda: _FORKS[0])
 
@@ -990,28 +1051,35 @@ def _padded_widths(plan: BatchPlan) -> np.ndarray:
     return segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
 
 
-def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple, widths: np.ndarray | None,
-                     tokens: np.ndarray) -> dict[str, int]:
+def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple, batch_rows: np.ndarray,
+                     room_rows: int = 0, room_sequences: int = 0) -> dict[str, int]:
     """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps),
-    from each batch's padded ``widths`` (``padded`` only) and ``tokens``."""
+    from each batch's rows in the output ``batch_rows`` (padded or not), or for ``room_rows`` rows and
+    ``room_sequences`` sequences where those are more."""
     sizes = plan.batch_sizes
     if not sizes.size:
         return {}
-    max_b, max_tokens = int(sizes.max()), int(tokens.max())
-    max_padded = int((sizes * widths).max()) if output == "padded" else 0  # within int64: the plan was checked
-    return {"values": math.prod(element_shape) * (max_padded if output == "padded" else max_tokens),
-            "mask": max_padded, "lengths": max_b, "offsets": max_b + 1, "cu_seqlens": max_b + 1,
-            "position_ids": max_tokens if output == "varlen" else 0}
+    max_b = max(int(sizes.max()), room_sequences)
+    rows = max(int(batch_rows.max()), room_rows)  # within int64: the plan was checked
+    return {"values": math.prod(element_shape) * rows, "mask": rows if output == "padded" else 0, "lengths": max_b,
+            "offsets": max_b + 1, "cu_seqlens": max_b + 1, "position_ids": rows if output == "varlen" else 0}
+
+
+def _buffer_bytes(capacity: dict[str, int], itemsize: int) -> int:
+    return itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get("cu_seqlens", 0) + \
+        8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
 
 
 class BatchReader:
     """Reads a plan's batches from a container into buffers it reuses; opens the file on first use.
 
     The offsets are read (and validated) once, and checked against the plan
-    (a plan made for another source is refused).  Each batch is gathered in
-    one compiled pass (:func:`~lodtool.ops.batching.gather_batch`) into output
+    (a plan made for another source is refused).  Batches are gathered by a
+    compiled pass (:func:`~lodtool.ops.batching.gather_batches`) into output
     buffers sized once for the plan's largest batch (their size is checked
-    against the memory limit first): **a batch is valid until the next one is
+    against the memory limit first), or for several batches where they are
+    small (:data:`GATHER_GROUP_BYTES`, within the limit): then one pass gathers
+    as many as the buffers hold.  **A batch is valid until the next one is
     read**; copy what you keep.  Data stored without compression is gathered
     straight from the file's memory map (each fletcher32 chunk checked the first
     time the process reads it); compressed data is read in whole HDF5 chunks,
@@ -1119,22 +1187,31 @@ class BatchReader:
             raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} "
                                 f"({t.dtype})") from None
         plan = self.plan
-        widths = _padded_widths(plan) if self.output == "padded" else None
+        padded = self.output == "padded"
+        sizes = plan.batch_sizes
+        widths = np.ascontiguousarray(_padded_widths(plan), np.int64) if padded else _NO_LENGTHS
         tokens = plan.batch_tokens
-        capacity = _buffer_capacity(plan, self.output, t.element_shape, widths, tokens)
-        nbytes = t.dtype.itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get(
-            "cu_seqlens", 0) + 8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
-        check_memory(nbytes, f.max_memory, self.path, "the buffers of the plan's largest batch")
+        batch_rows = sizes * widths if padded else tokens
+        capacity = _buffer_capacity(plan, self.output, t.element_shape, batch_rows)
+        itemsize = t.dtype.itemsize
+        check_memory(_buffer_bytes(capacity, itemsize), f.max_memory, self.path,
+                     "the buffers of the plan's largest batch")
+        row_bytes = max(itemsize * math.prod(t.element_shape), 1)
+        room = (int(batch_rows.max(initial=0)), int(sizes.max(initial=0)))  # rows and sequences the buffers hold
+        grouped_room = (max(room[0], GATHER_GROUP_BYTES // row_bytes), max(room[1], GATHER_GROUP_BYTES // 16))
+        grouped = _buffer_capacity(plan, self.output, t.element_shape, batch_rows, *grouped_room)
+        if self.reuse_buffers and _buffer_bytes(grouped, itemsize) <= f.max_memory:
+            capacity, room = grouped, grouped_room
         chunks = _chunks_of(t, self.cache_bytes, f.max_memory, self.path)
-        # every chunk a batch touches, at most: each sequence spans its rows // chunk_rows + 2 chunks
-        touched = np.empty(2 * capacity.get("lengths", 0) + int(tokens.max(initial=0)) // chunks.chunk_rows + 2,
-                           np.int64)
+        # every chunk the batches of one gather touch, at most: each sequence spans its rows // chunk_rows + 2 chunks
+        touched = np.empty(2 * room[1] + room[0] // chunks.chunk_rows + 2, np.int64)
         items = math.prod(t.element_shape)
         word = chunks.words.dtype.itemsize
         clipped = plan.lengths if plan.options.get("max_length") is not None else _NO_LENGTHS
         return _OpenSource(f, t, rows, clipped, self.truncate == "head", pad, chunks, capacity, widths, tokens,
-                           touched, t.element_shape, items, t.dtype.itemsize // word * items, compiled_gather_batch(),
-                           gather_shifts(word, chunks.chunk_rows))
+                           batch_rows, sizes, touched, np.zeros(capacity.get("lengths", 0) + 1, np.int64),
+                           t.element_shape, items, itemsize // word * items, compiled_gather_batches(),
+                           gather_shifts(word, chunks.chunk_rows), room)
 
     def _buffers(self, source: _OpenSource, n_seq: int, width: int, total: int) -> dict[str, np.ndarray]:
         """Flat output arrays for a batch of ``n_seq`` sequences (``width`` rows each, padded) or ``total`` rows:
@@ -1161,59 +1238,93 @@ class BatchReader:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
         return next(self._gathered((i,)))
 
+    def _batch_ids(self, batch_ids) -> np.ndarray:
+        """``batch_ids`` as int64 batch numbers from 0, each checked to be the plan's."""
+        n_batches = len(self.plan)
+        if isinstance(batch_ids, range):
+            ids = np.arange(batch_ids.start, batch_ids.stop, batch_ids.step, dtype=np.int64)
+        else:
+            ids = np.asarray(batch_ids if isinstance(batch_ids, np.ndarray) else list(batch_ids)).reshape(-1)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise LodUsageError(f"batch numbers must be integers, not {ids.dtype}")
+        outside = (ids < -n_batches) | (ids >= n_batches)
+        if outside.any():
+            raise LodUsageError(f"batch {ids[np.argmax(outside)]} is outside the plan's {n_batches} batches")
+        return ids.astype(np.int64) % max(n_batches, 1)
+
     def _gathered(self, batch_ids) -> Iterator[dict]:
-        """The batches ``batch_ids``, each gathered in one compiled pass; what stays the same from batch to batch is
-        looked up once."""
+        """The batches ``batch_ids``, gathered in compiled passes, several batches a pass where they fit the reused
+        buffers and every chunk is ready; what stays the same from batch to batch is looked up once."""
         source = self._opened()
+        ids = self._batch_ids(batch_ids)
         plan = self.plan
         offsets, indices, repeat, tokens, widths = plan.offsets, plan.indices, plan.repeat, source.tokens, source.widths
-        n_batches = offsets.shape[0] - 1
+        batch_rows, batch_sizes = source.batch_rows, source.batch_sizes
         output = self.output
         padded, jagged = output == "padded", output == "jagged-numpy"
         reuse = self.reuse_buffers
         chunks, gather, row_words, items, elem = source.chunks, source.gather, source.row_words, source.items, \
             source.element_shape
-        rows, clipped, head, touched = source.rows, source.clipped, source.head, source.touched
+        rows, clipped, head, touched, longest = source.rows, source.clipped, source.head, source.touched, source.longest
         word_shift, chunk_rows, chunk_shift = source.shifts
-        for i in batch_ids:
-            if not -n_batches <= i < n_batches:
-                raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
-            i = int(i) % n_batches
-            first, last = offsets.item(i), offsets.item(i + 1)  # Python ints, without a list made per batch
-            seqs = indices[first:last]
-            n_seq = last - first
-            total = tokens.item(i)
-            width = widths.item(i) if padded else 0
-            buf = source.buffers if reuse and source.buffers else self._buffers(source, n_seq, width, total)
-            n_rows = n_seq * width if padded else total
-            values = buf["values"][:n_rows * items]
-            if padded or elem:
-                values = values.reshape(((n_seq, width) if padded else (total,)) + elem)
-            if padded:
-                values.fill(source.pad)
-            lengths, cu, positions, mask = buf["lengths"], buf["cu"], buf["positions"], buf["mask"]
-            chunks.check_unchanged()
-            while True:
-                longest = gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, row_words, seqs, rows,
-                                 clipped, head, width, buf["words"], lengths, cu, positions, mask, touched,
-                                 chunks.pending())
-                if longest >= 0:
-                    break
-                if longest == GATHER_MISMATCH:
-                    raise self._changed_plan(i, source)
-                chunks.prepare(np.unique(touched[:-longest]))
-            if cu.item(n_seq) != total:  # a batch holds exactly the rows its plan counts
-                raise self._changed_plan(i, source)
-            if jagged:
-                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
-                       "lengths": lengths[:n_seq], "offsets": cu[:n_seq + 1]}
-            elif padded:
-                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
-                       "lengths": lengths[:n_seq], "mask": mask[:n_rows].reshape(n_seq, width)}
+        # the rows and the cumulative lengths' entries (one more than sequences) of the batches, in reading order
+        room_rows, room_entries = source.room[0], source.room[1] + 1
+        ends_rows, ends_entries = np.cumsum(batch_rows[ids]), np.cumsum(batch_sizes[ids] + 1)
+        j, n_ids = 0, ids.shape[0]
+        alone_until = 0  # batches read one at a time, to name the one a grouped gather refused
+        # a map's chunks, once checked, stay so; a cache of decoded chunks may evict one a batch before needed
+        together = reuse and isinstance(chunks, _MappedChunks)
+        while j < n_ids:
+            end = j + 1
+            if together and j >= alone_until:
+                before_rows = ends_rows.item(j - 1) if j else 0
+                before_entries = ends_entries.item(j - 1) if j else 0
+                end = max(min(int(ends_rows.searchsorted(before_rows + room_rows, "right")),
+                              int(ends_entries.searchsorted(before_entries + room_entries, "right"))), end)
+            group = ids[j:end]
+            if reuse:
+                buf = source.buffers or self._buffers(source, 0, 0, 0)
             else:
-                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
-                       "lengths": lengths[:n_seq], "cu_seqlens": cu[:n_seq + 1], "position_ids": positions[:total],
-                       "max_seqlen": longest}
+                i = group.item(0)
+                n_seq = batch_sizes.item(i)
+                buf = self._buffers(source, n_seq, widths.item(i) if padded else 0, tokens.item(i))
+            all_values, all_lengths, cu, positions, mask = buf["values"], buf["lengths"], buf["cu"], \
+                buf["positions"], buf["mask"]
+            if padded:
+                all_values[:(ends_rows.item(end - 1) - (ends_rows.item(j - 1) if j else 0)) * items].fill(source.pad)
+            got = _gather_ready(chunks, touched, lambda check: gather(
+                chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, row_words, group, offsets, indices,
+                tokens, widths, rows, clipped, head, buf["words"], all_lengths, cu, positions, mask, touched, check,
+                longest))
+            if got == GATHER_MISMATCH:  # a batch holds other rows than its plan counts: read again, to name it
+                if end - j > 1:
+                    alone_until = end
+                    continue
+                raise self._changed_plan(group.item(0), source)
+            at = done = 0
+            for k in range(end - j):
+                i = group.item(k)
+                first = offsets.item(i)
+                n_seq = offsets.item(i + 1) - first
+                n_rows = batch_rows.item(i)
+                values = all_values[at * items:(at + n_rows) * items]
+                if padded or elem:
+                    values = values.reshape(((n_seq, widths.item(i)) if padded else (n_rows,)) + elem)
+                lengths = all_lengths[done:done + n_seq]
+                base = done + k  # the batch's cumulative lengths start here
+                if jagged:
+                    yield {"indices": indices[first:first + n_seq], "batch": i, "repeat": repeat.item(i),
+                           "values": values, "lengths": lengths, "offsets": cu[base:base + n_seq + 1]}
+                elif padded:
+                    yield {"indices": indices[first:first + n_seq], "batch": i, "repeat": repeat.item(i),
+                           "values": values, "lengths": lengths, "mask": mask[at:at + n_rows].reshape(values.shape[:2])}
+                else:
+                    yield {"indices": indices[first:first + n_seq], "batch": i, "repeat": repeat.item(i),
+                           "values": values, "lengths": lengths, "cu_seqlens": cu[base:base + n_seq + 1],
+                           "position_ids": positions[at:at + n_rows], "max_seqlen": longest.item(k)}
+                at += n_rows
+                done += n_seq
+            j = end
 
     def _changed_plan(self, i: int, source: _OpenSource) -> LodInputError:
         """A batch whose rows are not the ones its plan counts: the plan was changed after it was checked against
@@ -1610,6 +1721,6 @@ def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | 
 
 
 __all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "streamed_report", "chunk_locality",
-           "stored_chunk_rows",
+           "stored_chunk_rows", "SequenceGather",
            "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
            "lengths_digest", "length_bins"]
