@@ -1060,6 +1060,38 @@ def test_streamed_report_equals_the_plan_report(tmp_path_factory, lengths, budge
     assert got["random"] is None and got["streamed"] == B.STREAMED_NOTE
 
 
+@settings(max_examples=60, deadline=None)  # a container written per example
+@given(lengths_st, st.lists(st.integers(1, 40), min_size=1, max_size=3, unique=True), st.integers(0, 120),
+       st.integers(0, 9), st.integers(1, 3), st.booleans(), st.sampled_from([None, 3, 17]), st.booleans(),
+       st.booleans(), st.integers(1, 9))
+def test_streamed_report_of_buckets_in_file_order_equals_the_plan_report(tmp_path_factory, lengths, boundaries,
+                                                                         budget, max_sequences, multiple, drop_last,
+                                                                         max_length, pad, explicit, window):
+    from unittest import mock
+
+    path = str(tmp_path_factory.mktemp("streamed") / "c.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(int(lengths.sum()), np.int32), [np.concatenate([[0], np.cumsum(lengths)])]))
+    options = {"mode": "buckets", "shuffle": False, "boundaries": sorted(boundaries), "multiple_of": multiple,
+               "drop_last": drop_last, "max_length": max_length, "pad_to_bucket_boundary": pad}
+    if explicit:
+        options["bucket_batch_sizes"] = [1 + (budget + k) % 7 for k in range(len(boundaries) + 1)]
+    else:
+        options.update(max_tokens=budget or None, max_sequences=max_sequences * multiple or None)
+        if options["max_tokens"] is None and options["max_sequences"] is None:
+            options["max_sequences"] = 4 * multiple
+    try:
+        want = B.plan_report(B.batch_plan(path, **options))
+    except LodInputError as planned:  # a length past the last boundary with pad_to_bucket_boundary
+        with pytest.raises(LodInputError) as streamed:
+            B.streamed_report(path, **options)
+        assert str(streamed.value) == str(planned)
+        return
+    with mock.patch("lodtool.tasks._pipe.offset_window", lambda limit: window):  # many windows, batches across them
+        got = B.streamed_report(path, **options)
+    assert got["plan"] == want["plan"] and got["histogram"] == want["histogram"]
+    assert got["random"] is None and got["streamed"] == B.STREAMED_NOTE
+
+
 def test_streamed_report_refuses_as_the_plan_does(tmp_path):
     path, _ = _container(tmp_path, [3, 9, 2, 12])
     with pytest.raises(LodInputError) as planned:
@@ -1067,9 +1099,12 @@ def test_streamed_report_refuses_as_the_plan_does(tmp_path):
     with pytest.raises(LodInputError) as streamed:
         B.streamed_report(path, level=1, max_tokens=8)
     assert str(streamed.value) == str(planned.value)
-    for options in ({"mode": "random"}, {"num_replicas": 2}):
-        with pytest.raises(LodUsageError, match="only mode 'sorted' on one replica streams"):
+    for options, why in (({"mode": "random"}, "one random permutation of every sequence"),
+                         ({"mode": "buckets", "boundaries": [4]}, "one random permutation of every sequence"),
+                         ({"mode": "pack"}, "keeps every row open"), ({"num_replicas": 2}, "dealt in a random order")):
+        with pytest.raises(LodUsageError, match="only mode 'sorted' on one replica streams") as err:
             B.streamed_report(path, level=1, max_tokens=16, **options)
+        assert why in str(err.value)
     with pytest.raises(LodUsageError, match="reads a path"):
         B.streamed_report(np.array([3, 9]), max_tokens=16)
 

@@ -159,28 +159,41 @@ LENGTH_COUNTS_BYTES = 2 * DENSE_LENGTHS * 8
 
 
 class LengthCounts:
-    """How many sequences have each length, fed a block of lengths at a time (memory: the distinct lengths).
+    """How many sequences have each length, fed a block of lengths (or of runs) at a time (memory: the distinct
+    lengths).  Lengths below ``dense`` are counted in a table of that many counts, the others in a sorted sparse one
+    (``dense=0``: a small count of few lengths).
 
     >>> c = LengthCounts()
-    >>> c.add(np.array([3, 0, 3])); c.add(np.array([1 << 20, 0]))
+    >>> c.add(np.array([3, 0, 3])); c.add(np.array([1 << 20, 0])); c.add_runs(np.array([3, 9]), np.array([1, 2]))
     >>> [a.tolist() for a in c.runs()]
-    [[0, 3, 1048576], [2, 2, 1]]
+    [[0, 3, 9, 1048576], [2, 3, 2, 1]]
     """
 
-    def __init__(self):
-        self._dense = np.zeros(DENSE_LENGTHS, np.int64)
+    def __init__(self, dense: int = DENSE_LENGTHS):
+        self._dense = np.zeros(dense, np.int64)
         self._values = np.zeros(0, np.int64)
         self._counts = np.zeros(0, np.int64)
 
     def add(self, lengths: np.ndarray) -> None:
         lengths = np.asarray(lengths, np.int64)
-        long = lengths >= DENSE_LENGTHS
-        self._dense += np.bincount(lengths[~long], minlength=DENSE_LENGTHS)
+        dense = self._dense.shape[0]
+        long = lengths >= dense
+        if dense:
+            self._dense += np.bincount(lengths[~long], minlength=dense)
         if long.any():
-            values, inverse = np.unique(np.concatenate([self._values, lengths[long]]), return_inverse=True)
-            weights = np.concatenate([self._counts, np.ones(int(long.sum()), np.int64)])
-            self._values = values
-            self._counts = np.bincount(inverse, weights=weights).astype(np.int64)  # exact below 2**53
+            self._add_sparse(lengths[long], np.ones(int(long.sum()), np.int64))
+
+    def add_runs(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Add ``counts[k]`` sequences of length ``values[k]`` (distinct lengths, as :meth:`runs` gives them)."""
+        long = values >= self._dense.shape[0]
+        self._dense[values[~long]] += counts[~long]
+        if long.any():
+            self._add_sparse(values[long], counts[long])
+
+    def _add_sparse(self, values: np.ndarray, counts: np.ndarray) -> None:
+        values, inverse = np.unique(np.concatenate([self._values, values]), return_inverse=True)
+        self._counts = np.bincount(inverse, weights=np.concatenate([self._counts, counts])).astype(np.int64)
+        self._values = values  # the counts exact below 2**53
 
     def runs(self) -> tuple[np.ndarray, np.ndarray]:
         """(lengths ascending, their counts), counts all positive."""

@@ -833,32 +833,48 @@ def _plan_pack(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multipl
     return order, ends, padded, plan_rng(seed, epoch).permutation(ends.shape[0])
 
 
-def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, boundaries,
-                  bucket_batch_sizes, pad_to_bucket_boundary, shuffle):
+def _bucket_bounds(boundaries) -> np.ndarray:
     bounds = np.array(boundaries, dtype=np.int64).reshape(-1)
     if not bounds.size or np.any(np.diff(bounds) <= 0):
         raise LodUsageError(f"boundaries=... must be increasing positive lengths, not {list(boundaries)!r}")
+    return bounds
+
+
+def _bucket_sizes(bounds: np.ndarray, count: int, longest: int, max_tokens, max_sequences, multiple_of,
+                  bucket_batch_sizes, pad_to_bucket_boundary) -> np.ndarray:
+    """Each bucket's batch size, for ``count`` sequences whose longest has ``longest`` rows: ``bucket_batch_sizes``,
+    or the token budget over the bucket's longest possible sequence, within ``max_sequences``, in multiples of
+    ``multiple_of``; refuses a sequence past the last boundary with ``pad_to_bucket_boundary``."""
     n_buckets = bounds.shape[0] + 1
-    stream = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch)) if shuffle else keep
-    lens = lengths[stream]
-    bucket = np.searchsorted(bounds, lens, side="right")
-    longest_in_data = int(lens.max()) if lens.size else 1
-    if pad_to_bucket_boundary and lens.size and longest_in_data >= bounds[-1]:
+    if pad_to_bucket_boundary and count and longest >= bounds[-1]:
         raise LodInputError(f"pad_to_bucket_boundary=True needs every length below the last boundary "
-                            f"({int(bounds[-1])}); a sequence has {longest_in_data} rows")
+                            f"({int(bounds[-1])}); a sequence has {longest} rows")
     if bucket_batch_sizes is not None:
         sizes = np.array(bucket_batch_sizes, dtype=np.int64).reshape(-1)
         if sizes.shape != (n_buckets,):
             raise LodUsageError(f"bucket_batch_sizes=... needs {n_buckets} sizes (one more than the boundaries)")
-    else:  # the token budget over each bucket's longest possible sequence
-        top = np.concatenate([bounds - 1, [max(longest_in_data, int(bounds[-1]))]])
-        sizes = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
-        if max_tokens is not None:
-            sizes = np.maximum(max_tokens // np.maximum(top, 1), 1)
-        if max_sequences is not None:
-            sizes = np.minimum(sizes, max_sequences)
-        if multiple_of > 1:
-            sizes = np.maximum(sizes // multiple_of * multiple_of, np.minimum(sizes, multiple_of))
+        return sizes
+    # the token budget over each bucket's longest possible sequence
+    top = np.concatenate([bounds - 1, [max(longest if count else 1, int(bounds[-1]))]])
+    sizes = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
+    if max_tokens is not None:
+        sizes = np.maximum(max_tokens // np.maximum(top, 1), 1)
+    if max_sequences is not None:
+        sizes = np.minimum(sizes, max_sequences)
+    if multiple_of > 1:
+        sizes = np.maximum(sizes // multiple_of * multiple_of, np.minimum(sizes, multiple_of))
+    return sizes
+
+
+def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, boundaries,
+                  bucket_batch_sizes, pad_to_bucket_boundary, shuffle):
+    bounds = _bucket_bounds(boundaries)
+    n_buckets = bounds.shape[0] + 1
+    stream = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch)) if shuffle else keep
+    lens = lengths[stream]
+    bucket = np.searchsorted(bounds, lens, side="right")
+    sizes = _bucket_sizes(bounds, lens.shape[0], int(lens.max(initial=0)), max_tokens, max_sequences, multiple_of,
+                          bucket_batch_sizes, pad_to_bucket_boundary)
     n = stream.shape[0]
     by_bucket = counting_argsort(bucket, n_buckets)  # stream positions, grouped by bucket, in stream order
     counts = np.bincount(bucket, minlength=n_buckets)
@@ -965,9 +981,9 @@ class SequenceGather:
     >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 8), recursive_sequence_lengths=[[3, 1, 3]]))
     >>> with lodtool.open(p) as f:
     ...     t = f.tensor()
-    ...     values, lengths = SequenceGather(t, sequence_rows(t), p).read(np.array([2, 0]))
-    >>> values.tolist(), lengths.tolist()
-    ([5, 6, 7, 1, 2, 3], [3, 3])
+    ...     values, offsets = SequenceGather(t, sequence_rows(t), p).read(np.array([2, 0]))
+    >>> values.tolist(), offsets.tolist()
+    ([5, 6, 7, 1, 2, 3], [0, 3, 6])
     """
 
     def __init__(self, tensor, rows: np.ndarray, where: str, cache_bytes: int = DECODED_CACHE_BYTES,
@@ -979,8 +995,8 @@ class SequenceGather:
         self.row_words = tensor.dtype.itemsize // self.word * math.prod(tensor.element_shape)
 
     def read(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(values, lengths)``: the rows of sequences ``seqs`` (int64, each one of ``rows``') one after another in
-        a new array, and their lengths."""
+        """``(values, offsets)``: the rows of sequences ``seqs`` (int64, each one of ``rows``') one after another
+        in a new array, and where each starts there (int64, from 0, one more than ``seqs``)."""
         rows, chunks = self.rows, self.chunks
         n = seqs.shape[0]
         total = int((rows[seqs + 1] - rows[seqs]).sum())
@@ -992,7 +1008,7 @@ class SequenceGather:
             0, words, lengths, cu, _NO_POSITIONS, _NO_MASK.reshape(-1), touched, check))
         if got == GATHER_MISMATCH:  # only where the offsets are not the tensor's
             raise LodInputError(f"{self.where}: sequences {seqs.tolist()} of tensor {self.name!r} are not in its rows")
-        return values, lengths
+        return values, cu
 
 
 @dataclass(eq=False)
@@ -1399,18 +1415,20 @@ STREAMED_NOTE = ("streamed from length counts: the random baseline and the chunk
 
 def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_memory: int | None = None,
                     token_dtype=None, eos_token_id: int | None = None, **plan_options) -> dict:
-    """:func:`plan_report`'s ``plan`` figures and histogram for a ``sorted`` plan, from length counts, in memory
-    bounded by the distinct lengths (never by the sequences).
+    """:func:`plan_report`'s ``plan`` figures and histogram for a ``sorted`` plan, or a ``buckets`` plan in the
+    file's order (``shuffle=False``), in memory bounded by the distinct lengths (never by the sequences).
 
     ``source`` is a container, sharded folder or token dataset; its offsets
-    are validated and read in windows, and the lengths counted
-    (:class:`~lodtool.ops.batching.LengthCounts`).  fairseq's greedy cut over
-    the lengths sorted is then run over those counts
-    (:func:`~lodtool.ops.batching.greedy_run_figures`): the figures equal
-    ``batch_plan(source, ...).stats()`` exactly.  Only mode ``sorted`` on one
-    replica streams (the other modes order every sequence at random or pack
-    them all at once, and the dealing to replicas permutes the batches; they
-    raise :class:`~lodtool.errors.LodUsageError`).  ``"random"`` is ``None`` and
+    are validated and read in windows.  For ``sorted``, the lengths are
+    counted (:class:`~lodtool.ops.batching.LengthCounts`) and fairseq's greedy
+    cut over the lengths sorted is run over those counts
+    (:func:`~lodtool.ops.batching.greedy_run_figures`).  For ``buckets``, each
+    window's sequences join their bucket's open batch, and every batch is
+    counted as it fills (a second pass, after one that finds the longest
+    sequence, which sizes the buckets' batches).  Either way the figures equal
+    ``batch_plan(source, ...).stats()`` exactly.  The other modes, and a plan
+    dealt to replicas, need the whole plan (:func:`streams`): they raise
+    :class:`~lodtool.errors.LodUsageError`.  ``"random"`` is ``None`` and
     ``"streamed"`` says why (:data:`STREAMED_NOTE`).
 
     >>> import os, tempfile, numpy as np, lodtool
@@ -1419,8 +1437,11 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
     >>> r = streamed_report(p, max_tokens=6)
     >>> r["plan"] == batch_plan(p, max_tokens=6).stats(), r["random"]
     (True, None)
+    >>> options = dict(mode="buckets", boundaries=[2, 4], max_sequences=2, shuffle=False)
+    >>> streamed_report(p, **options)["plan"] == batch_plan(p, **options).stats()
+    True
     """
-    from ..ops.batching import LENGTH_COUNTS_BYTES, LengthCounts, greedy_run_figures
+    from ..ops.batching import LENGTH_COUNTS_BYTES
     from ._pipe import offset_window, require_valid
 
     if not isinstance(source, (str, os.PathLike)):
@@ -1428,46 +1449,136 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
                             "already in memory are reported by plan_report(batch_plan(...))")
     o = _plan_arguments(source, plan_options)
     where = os.fspath(source)
-    if o["mode"] != "sorted" or o["num_replicas"] > 1:
-        what = f"mode {o['mode']!r}" if o["mode"] != "sorted" else "a plan dealt to replicas"
-        raise LodUsageError(f"{where}: the figures of {what} need the whole plan; only mode 'sorted' on one replica "
-                            "streams from length counts")
-    max_tokens, max_length = o["max_tokens"], o["max_length"]
-    counts, skipped = LengthCounts(), 0
-    first_long = long_length = None
+    if not streams(o):
+        what, why = _whole_plan(o)
+        raise LodUsageError(f"{where}: the figures of {what} need the whole plan ({why}); only mode 'sorted' on one "
+                            "replica streams (and mode 'buckets' with shuffle=False)")
+    max_length = o["max_length"]
     with _open_container(source, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(tensor)
         level = _level_of(t, o["level"], where)
         window = offset_window(f.max_memory)
         check_memory(LENGTH_COUNTS_BYTES + 4 * 8 * window, f.max_memory, where, "the length counts of the report")
         require_valid(where, t)
-        done = 0
-        for rows in row_offset_windows(t, level, window):
-            lengths = np.diff(rows)
-            if max_length is not None:
-                lengths = np.minimum(lengths, max_length)
-            if max_tokens is not None:
-                too_long = lengths > max_tokens
-                if too_long.any():
-                    if first_long is None:
-                        first_long = done + int(np.argmax(too_long))
-                        long_length = int(lengths[first_long - done])
-                    skipped += int(too_long.sum())
-                    lengths = lengths[~too_long]
-            counts.add(lengths)
-            done += rows.shape[0] - 1
+
+        def windows() -> Iterator[np.ndarray]:  # the sequences' lengths, clipped, a window at a time
+            for rows in row_offset_windows(t, level, window):
+                lengths = np.diff(rows)
+                yield lengths if max_length is None else np.minimum(lengths, max_length)
+
+        stats, (values, n) = _streamed_sorted(windows(), o, where) if o["mode"] == "sorted" else \
+            _streamed_buckets(windows, o)
+    edges = length_bins(values, bins)
+    return {"plan": stats, "random": None, "histogram": {"edges": edges.tolist(),
+                                                          "counts": _run_histogram(values, n, edges).tolist()},
+            "streamed": STREAMED_NOTE}
+
+
+def streams(options: dict) -> bool:
+    """Whether the report of a plan with ``options`` (every argument of :func:`batch_plan`) streams
+    (:func:`streamed_report`): mode ``sorted``, or ``buckets`` in the file's order, on one replica.
+
+    >>> streams({"mode": "buckets", "shuffle": False, "num_replicas": 1}), streams({"mode": "random",
+    ...                                                                              "num_replicas": 1})
+    (True, False)
+    """
+    return options["num_replicas"] == 1 and (options["mode"] == "sorted" or (
+        options["mode"] == "buckets" and not options.get("shuffle", True)))
+
+
+def _whole_plan(options: dict) -> tuple[str, str]:
+    """What a plan with ``options`` that does not :func:`stream <streams>` is, and why its figures need the whole
+    plan."""
+    if options["num_replicas"] > 1:
+        return "a plan dealt to replicas", "its batches are dealt in a random order"
+    if options["mode"] == "pack":
+        return "mode 'pack'", "first-fit packing keeps every row open until the last sequence"
+    return f"mode {options['mode']!r}", "its order is one random permutation of every sequence"
+
+
+def _streamed_sorted(windows, o: dict, where: str) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """A ``sorted`` plan's stats, and the runs ``(lengths, counts)`` of its sequences, from ``windows`` of the
+    lengths (clipped)."""
+    from ..ops.batching import LengthCounts, greedy_run_figures
+
+    max_tokens = o["max_tokens"]
+    counts, skipped = LengthCounts(), 0
+    first_long = long_length = None
+    done = 0
+    for lengths in windows:
+        in_window = lengths.shape[0]
+        if max_tokens is not None:
+            too_long = lengths > max_tokens
+            if too_long.any():
+                if first_long is None:
+                    first_long = done + int(np.argmax(too_long))
+                    long_length = int(lengths[first_long - done])
+                skipped += int(too_long.sum())
+                lengths = lengths[~too_long]
+        counts.add(lengths)
+        done += in_window
     if first_long is not None and o["oversize"] == "error":
         raise _oversize_error(where, first_long, long_length, skipped, max_tokens)
     values, n = counts.runs()
     fig = greedy_run_figures(values, n, max_tokens, o["max_sequences"], o["multiple_of"])
     keep_last = bool(n.sum()) and not (o["drop_last"] and _incomplete(fig["last_sequences"], max_tokens,
                                                                        o["max_sequences"], o["multiple_of"]))
-    stats = _run_stats(fig, keep_last, values, n, skipped)
-    planned = _without_longest(values, n, 0 if keep_last else fig["last_sequences"])
-    edges = length_bins(planned[0], bins)
-    return {"plan": stats, "random": None, "histogram": {"edges": edges.tolist(),
-                                                          "counts": _run_histogram(*planned, edges).tolist()},
-            "streamed": STREAMED_NOTE}
+    return _run_stats(fig, keep_last, values, n, skipped), _without_longest(values, n, 0 if keep_last else
+                                                                            fig["last_sequences"])
+
+
+def _streamed_buckets(windows, o: dict) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """A ``buckets`` plan's stats in the file's order, and the runs ``(lengths, counts)`` of its sequences, from
+    ``windows()`` (a fresh iterator of the lengths, clipped, a window at a time, per call; read twice)."""
+    from ..ops.batching import LengthCounts
+
+    bounds = _bucket_bounds(o["boundaries"])
+    n_buckets = bounds.shape[0] + 1
+    count = longest = 0
+    for lengths in windows():
+        count += lengths.shape[0]
+        longest = max(longest, int(lengths.max(initial=0)))
+    sizes = _bucket_sizes(bounds, count, longest, o["max_tokens"], o["max_sequences"], o["multiple_of"],
+                          o["bucket_batch_sizes"], o["pad_to_bucket_boundary"])
+    widths = bounds - 1 if o["pad_to_bucket_boundary"] else None
+    figures = _BatchFigures()
+    counts = LengthCounts()
+    # each bucket's open batch: its sequences, rows and longest, and the runs of its lengths (counted once kept)
+    open_n, open_tokens, open_longest = [0] * n_buckets, [0] * n_buckets, [0] * n_buckets
+    open_runs = [LengthCounts(dense=0) for _ in range(n_buckets)]
+    for lengths in windows():
+        bucket = np.searchsorted(bounds, lengths, side="right")
+        grouped = lengths[counting_argsort(bucket, n_buckets)]  # by bucket, each in stream order
+        ends = np.cumsum(np.bincount(bucket, minlength=n_buckets))
+        for b in np.flatnonzero(np.diff(ends, prepend=0)).tolist():
+            part, size = grouped[(ends[b - 1] if b else 0):ends[b]], int(sizes[b])
+            if open_n[b] + part.shape[0] < size:  # the open batch does not fill yet
+                open_n[b] += part.shape[0]
+                open_tokens[b] += int(part.sum())
+                open_longest[b] = max(open_longest[b], int(part.max()))
+                open_runs[b].add(part)
+                continue
+            first = size - open_n[b]  # the sequences that fill the open batch
+            full = (part.shape[0] - first) // size
+            cut = first + full * size
+            blocks = part[first:cut].reshape(full, size)
+            tokens = np.concatenate([[open_tokens[b] + int(part[:first].sum())], blocks.sum(axis=1)])
+            most = np.concatenate([[max(open_longest[b], int(part[:first].max(initial=0)))], blocks.max(axis=1)])
+            figures.add(tokens, size * (most if widths is None else widths[b]), size)
+            counts.add_runs(*open_runs[b].runs())
+            counts.add(part[:cut])
+            tail = part[cut:]
+            open_n[b], open_tokens[b], open_longest[b] = tail.shape[0], int(tail.sum()), int(tail.max(initial=0))
+            open_runs[b] = LengthCounts(dense=0)
+            open_runs[b].add(tail)
+    if not o["drop_last"]:  # the partial batches, by bucket
+        for b in range(n_buckets):
+            if open_n[b]:
+                figures.add(np.array([open_tokens[b]]), open_n[b] * (open_longest[b] if widths is None
+                                                                     else widths[b]), open_n[b])
+                counts.add_runs(*open_runs[b].runs())
+    values, n = counts.runs()
+    return figures.stats("buckets", int(n[0]) if values.size and values[0] == 0 else 0), (values, n)
 
 
 def _plan_arguments(source, plan_options: dict) -> dict:
@@ -1485,25 +1596,56 @@ def _plan_arguments(source, plan_options: dict) -> dict:
 
 def _run_stats(fig: dict, keep_last: bool, values: np.ndarray, n: np.ndarray, skipped: int) -> dict:
     """:meth:`BatchPlan.stats` of a ``sorted`` plan from :func:`greedy_run_figures`' figures."""
-    batches = fig["batches"] + keep_last
-    totals = {k: fig[k] + (fig["last_" + k] if keep_last else 0) for k in ("tokens", "padded", "sequences")}
-
-    def summary(key):
-        lo, hi = fig["min_" + key], fig["max_" + key]
-        if keep_last:
-            last = fig["last_" + key]
-            lo, hi = (min(lo, last), max(hi, last)) if fig["batches"] else (last, last)
-        return {"mean": totals[key] / batches if batches else 0.0, "min": lo, "max": hi}
-
-    fill = totals["tokens"] / totals["padded"] if totals["padded"] else 1.0
+    figures = _BatchFigures()
+    figures.batches = fig["batches"]
+    for key in _BatchFigures.KEYS:
+        figures.totals[key] = fig[key]
+        if fig["batches"]:
+            figures.lows[key], figures.highs[key] = fig["min_" + key], fig["max_" + key]
+    if keep_last:
+        figures.add(np.array([fig["last_tokens"]]), np.array([fig["last_padded"]]), fig["last_sequences"])
     zeros = int(n[0]) if values.size and values[0] == 0 else 0
-    return {
-        "mode": "sorted", "batches": batches, "sequences": totals["sequences"], "tokens": totals["tokens"],
-        "padded_tokens": totals["padded"], "padding_waste": 1.0 - fill, "fill_rate": fill,
-        "tokens_per_batch": summary("tokens"), "padded_tokens_per_batch": summary("padded"),
-        "sequences_per_batch": summary("sequences"), "repeats": 0, "skipped": skipped,
-        "empty": min(zeros, totals["sequences"]),  # the empty ones sort first
-    }
+    return figures.stats("sorted", min(zeros, figures.totals["sequences"]), skipped)  # the empty ones sort first
+
+
+class _BatchFigures:
+    """Totals, least and most of the rows, padded rows and sequences of batches counted a run at a time: a streamed
+    plan's :meth:`BatchPlan.stats`."""
+
+    KEYS = ("tokens", "padded", "sequences")
+
+    def __init__(self):
+        self.batches = 0
+        self.totals = dict.fromkeys(self.KEYS, 0)
+        self.lows: dict[str, int] = {}
+        self.highs: dict[str, int] = {}
+
+    def add(self, tokens: np.ndarray, padded, sequences) -> None:
+        """Batches of ``tokens`` rows each, ``padded`` padded rows and ``sequences`` sequences (arrays or one
+        figure for all)."""
+        k = tokens.shape[0]
+        for key, a in zip(self.KEYS, (tokens, padded, sequences)):
+            a = np.broadcast_to(np.asarray(a, np.int64), (k,))
+            self.totals[key] += int(a.sum())
+            lo, hi = int(a.min()), int(a.max())
+            self.lows[key] = min(self.lows.get(key, lo), lo)
+            self.highs[key] = max(self.highs.get(key, hi), hi)
+        self.batches += k
+
+    def stats(self, mode: str, empty: int, skipped: int = 0) -> dict:
+        batches, totals = self.batches, self.totals
+
+        def summary(key):
+            return {"mean": totals[key] / batches if batches else 0.0, "min": self.lows.get(key, 0),
+                    "max": self.highs.get(key, 0)}
+
+        fill = totals["tokens"] / totals["padded"] if totals["padded"] else 1.0
+        return {
+            "mode": mode, "batches": batches, "sequences": totals["sequences"], "tokens": totals["tokens"],
+            "padded_tokens": totals["padded"], "padding_waste": 1.0 - fill, "fill_rate": fill,
+            "tokens_per_batch": summary("tokens"), "padded_tokens_per_batch": summary("padded"),
+            "sequences_per_batch": summary("sequences"), "repeats": 0, "skipped": skipped, "empty": empty,
+        }
 
 
 def _without_longest(values: np.ndarray, n: np.ndarray, drop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1688,7 +1830,7 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
 
 def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, plan_options: dict) -> bool:
     """Whether the plan of ``path`` fits the memory limit (:func:`_check_plan_memory`); when it does not, a plan
-    whose report cannot stream (:func:`streamed_report`) is refused, naming its mode and the alternatives."""
+    whose report cannot stream (:func:`streams`) is refused, naming its mode, why, and the alternatives."""
     o = _plan_arguments(path, plan_options)
     mode = o["mode"]
     with _open_container(path, max_memory, **reading) as f:
@@ -1697,12 +1839,12 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
         count = t.num_sequences(_level_of(t, o["level"], where))
         if _plan_bytes(count, mode) <= f.max_memory:
             return True
-        if mode != "sorted" or o["num_replicas"] > 1:
-            what = f"mode {mode!r}" if mode != "sorted" else "a plan dealt to replicas"
+        if not streams(o):
+            what, why = _whole_plan(o)
             raise LodMemoryError(f"{where}: the report of {what} needs its whole plan of {count:,} sequences "
-                                 f"({human_bytes(_plan_bytes(count, mode))}), above the memory limit of "
+                                 f"({human_bytes(_plan_bytes(count, mode))}: {why}), above the memory limit of "
                                  f"{human_bytes(f.max_memory)}; raise it with max_memory=..., or report mode 'sorted' "
-                                 "on one replica, which streams from length counts")
+                                 "(or 'buckets' with shuffle=False) on one replica, which streams")
     return False
 
 
@@ -1720,7 +1862,7 @@ def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | 
     return {"cache_chunks": max(DECODED_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
 
 
-__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "streamed_report", "chunk_locality",
-           "stored_chunk_rows", "SequenceGather",
+__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "streamed_report", "streams",
+           "chunk_locality", "stored_chunk_rows", "SequenceGather",
            "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
            "lengths_digest", "length_bins"]
