@@ -247,6 +247,39 @@ def test_stats_past_the_plan_limit_stream_for_sorted_and_name_the_mode_otherwise
         assert "--max-memory" in r.output and len(r.output.strip().splitlines()) == 1
 
 
+def test_stats_of_buckets_in_file_order_stream_in_memory_that_does_not_grow_with_the_sequences(tmp_path):
+    import tracemalloc
+
+    options = ["--mode", "buckets", "--boundaries", "8,16,24", "--max-tokens", 256, "--no-shuffle", "--stats",
+               "--json"]
+    peaks, reports = [], []
+    for n in (100_000, 400_000):  # plans of 17 MB and 70 MB (PLAN_BYTES_PER_SEQUENCE["buckets"] each), over 8 MB
+        lengths = np.random.default_rng(n).integers(0, 30, n)
+        path = tmp_path / f"{n}.lod.h5"
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        lodtool.save(str(path), LoDTensor(np.zeros(int(offsets[-1]), np.int8), [offsets]))
+        run("batch", path, *options, "--max-memory", "8M")  # imports and compiled kernels outside the measure
+        tracemalloc.start()
+        r = run("batch", path, *options, "--max-memory", "8M")
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert r.exit_code == 0, r.output
+        reports.append(json.loads(r.output))
+    assert peaks[1] < 1.25 * peaks[0] and peaks[1] < 8 << 20  # four times the sequences, not more memory
+    whole = batch_plan(str(tmp_path / "100000.lod.h5"), mode="buckets", boundaries=[8, 16, 24], max_tokens=256,
+                       shuffle=False)
+    assert reports[0]["plan"] == whole.stats() and reports[0]["random"] is None
+    assert reports[1]["plan"]["sequences"] == 400_000
+    r = run("batch", tmp_path / "100000.lod.h5", *options[:-2], "--stats", "--max-memory", "8M")
+    assert r.exit_code == 0 and "streamed" in r.output
+    # shuffled buckets order every sequence at random: refused past the limit, saying why
+    r = run("batch", tmp_path / "100000.lod.h5", *options[:6], "--stats", "--max-memory", "8M")
+    assert r.exit_code == 1 and "mode 'buckets' needs its whole plan" in r.output
+    assert "random permutation of every sequence" in r.output and "'buckets' with --no-shuffle" in r.output
+    r = run("batch", tmp_path / "100000.lod.h5", "--plan", tmp_path / "p.npz", "--no-shuffle")
+    assert r.exit_code == 2 and "drop --no-shuffle" in r.output
+
+
 def test_stats_of_a_saved_plan_are_held_to_the_plan_limit(tmp_path):
     n = 50_000  # the saved plan's arrays (33 bytes a sequence) fit 4 MB; the plan and its report do not
     lengths = np.random.default_rng(5).integers(0, 30, n)

@@ -183,6 +183,31 @@ def test_sequence_dataset_holds_the_validated_row_offsets_where_they_fit_the_mem
     assert held[0].tolist() == t.slice_level(level, 0, 1).data.tolist()
 
 
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+@pytest.mark.parametrize("level", [0, 1])
+def test_sequence_dataset_fetches_a_batch_of_items_in_one_gather_into_a_new_array(corpus, compression, level):
+    from lodtool.interop.torch import SequenceDataset
+
+    t, paths = corpus
+    ds = SequenceDataset(paths[compression], level=level)
+    indices = list(np.random.default_rng(1).integers(-len(ds), len(ds), 60)) + [0, 0, len(ds) - 1]
+    items = ds.__getitems__(indices)
+    assert ds._gather is not None  # the batch was one gather, not items one by one
+    assert [x.tolist() for x in items] == [ds[int(i)].tolist() for i in indices]
+    assert all(x.dtype == torch.int32 for x in items) and ds.__getitems__([]) == []
+    items[0][:] = -1  # the items are the caller's: no later read sees the change, nor do they share a read-only map
+    assert ds[int(indices[0])].tolist() == t.slice_level(level, int(indices[0]) % len(ds),
+                                                         int(indices[0]) % len(ds) + 1).data.tolist()
+    for bad in ([0, len(ds)], [-len(ds) - 1]):
+        with pytest.raises(IndexError, match=f"sequence {bad[-1]} is out of range"):
+            ds.__getitems__(bad)
+    with pytest.raises(IndexError, match="sequence 0.5 is out of range"):
+        ds.__getitems__([0.5])
+    tight = SequenceDataset(paths["none"], level=level, max_memory=1000)  # offsets not held: item by item
+    assert [x.tolist() for x in tight.__getitems__(indices)] == [ds[int(i)].tolist() for i in indices]
+    assert tight._gather is None
+
+
 def test_sequence_dataset_under_a_shuffling_dataloader_with_workers(corpus):
     from torch.utils.data import DataLoader
 

@@ -431,6 +431,61 @@ def test_gather_kernel_matches_reference(data):
             assert np.array_equal(w, g)
 
 
+# several batches in one call of the compiled gather against the NumPy reference, batch by batch
+@settings(deadline=None)
+@given(st.data())
+def test_gather_of_several_batches_matches_reference(data):
+    draw = data.draw
+    lengths = np.array(draw(st.lists(st.integers(0, 9), min_size=1, max_size=25)), np.int64)
+    rows = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    chunk_rows, row_items = draw(st.integers(1, 7)), draw(st.integers(1, 2))
+    n_chunks = max(-(-int(rows[-1]) // chunk_rows), 1)
+    table = (np.random.default_rng(draw(st.integers(0, 9))).permutation(n_chunks) * chunk_rows * row_items * 8)
+    src = np.random.default_rng(2).integers(0, 250, n_chunks * chunk_rows * row_items).astype(np.uint64)
+    # a plan of batches (some empty), read in an order of its own, some twice
+    sizes = draw(st.lists(st.integers(0, 4), min_size=1, max_size=8))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    indices = np.array(draw(st.lists(st.integers(-1 if draw(st.booleans()) else 0, len(lengths) - 1),
+                                     min_size=int(offsets[-1]), max_size=int(offsets[-1]))), np.int64)
+    batches = np.array(draw(st.lists(st.integers(0, len(sizes) - 1 + draw(st.integers(0, 1))), max_size=6)),
+                       np.int64)
+    clipped = np.minimum(lengths, draw(st.integers(0, 9))) if draw(st.booleans()) else np.zeros(0, np.int64)
+    used = clipped if clipped.size else lengths
+    safe = np.clip(indices, 0, None)
+    tokens = np.array([int(used[safe[offsets[b]:offsets[b + 1]]].sum()) for b in range(len(sizes))], np.int64)
+    if draw(st.booleans()):
+        tokens[draw(st.integers(0, len(sizes) - 1))] += 1  # a batch that is not the one the plan counts
+    padded, varlen, head, check = (draw(st.booleans()) for _ in range(4))
+    widths = np.array([int(used[safe[offsets[b]:offsets[b + 1]]].max(initial=0)) + draw(st.integers(0, 1))
+                       for b in range(len(sizes))], np.int64) if padded else np.zeros(0, np.int64)
+    if check and draw(st.booleans()):
+        table[draw(st.integers(0, n_chunks - 1))] = -1  # a chunk not ready
+    room_rows = draw(st.integers(0, 40))  # outputs of every size: short ones are refused, not written past
+    room_seqs = draw(st.integers(0, 20))
+    expected = tokens if draw(st.booleans()) else np.zeros(0, np.int64)
+    outs = []
+    for fn in (K._gather_batches_reference, K.gather_batches):
+        values = np.full(room_rows * row_items + 1, 7, np.uint64)
+        out_sizes, cu = np.full(room_seqs + 1, -1, np.int64), np.full(room_seqs + len(batches) + 1, -1, np.int64)
+        positions = np.full(room_rows + 1 if varlen and not padded else 0, -1, np.int64)
+        mask = np.zeros(room_rows + 1 if padded else 0, bool)
+        chunks, longest = np.zeros(2 * len(indices) + 20, np.int64), np.full(len(batches) + 1, -1, np.int64)
+        got = fn(src, table, 8, chunk_rows, row_items, batches, offsets, indices, expected, widths, rows, clipped,
+                 head, values[:-1], out_sizes[:-1], cu[:-1], positions[:-1], mask[:-1], chunks, check, longest[:-1])
+        assert values[-1] == 7 and out_sizes[-1] == -1 and cu[-1] == -1 and longest[-1] == -1
+        assert (not positions.size or positions[-1] == -1) and (not mask.size or not mask[-1])
+        outs.append((got, values, out_sizes, cu, positions, mask, longest, chunks[:max(-got, 0)]))
+    want, got = outs
+    assert want[0] == got[0]
+    if 0 > got[0] > K.GATHER_MISMATCH:
+        assert np.array_equal(want[7], got[7])
+        assert (got[1] == 7).all()  # nothing written
+    elif got[0] >= 0:
+        assert got[0] == len(batches)
+        for w, g in zip(want[1:7], got[1:7]):
+            assert np.array_equal(w, g)
+
+
 @pytest.mark.parametrize("output", ["padded", "varlen", "jagged-numpy"])
 @pytest.mark.parametrize("dtype, width", [(np.int32, None), (np.float16, 3), (np.complex128, None), (np.bool_, 2)])
 def test_batches_of_an_uncompressed_container_are_gathered_from_its_map(tmp_path, output, dtype, width):
@@ -646,6 +701,59 @@ def test_a_plan_changed_after_the_reader_checked_it_is_refused_not_written_past_
             plan.indices[:] = original
         assert "no longer matches tensor" in str(err.value) and "\n" not in str(err.value)
         assert str(err.value).startswith(path)
+
+
+@pytest.mark.parametrize("output", ["padded", "jagged-numpy", "varlen"])
+def test_a_plan_changed_after_the_check_is_refused_naming_its_batch_when_batches_are_gathered_together(tmp_path,
+                                                                                                      output):
+    path, _ = _container(tmp_path, [3, 1, 2, 9, 4, 1, 5, 2], compression="none")
+    plan = B.batch_plan(path, level=1, max_sequences=2, mode="random", seed=3)
+    with B.BatchReader(path, plan, output=output) as reader:
+        reader.read(0)
+        first_long = int(np.argmax(plan.lengths[plan.indices] != 9)) // 2  # the first batch of other lengths
+        plan.indices[:] = 3  # the longest sequence everywhere: its own batches hold what the plan counts
+        seen = []
+        with pytest.raises(LodInputError, match=f"batch {first_long} of the plan holds other rows"):
+            for b in reader:
+                seen.append(b["batch"])
+    assert seen == list(range(first_long))
+
+
+def test_batch_numbers_outside_the_plan_are_refused_before_any_batch_is_read(tmp_path):
+    path, _ = _container(tmp_path, [3, 1, 2, 9], compression="none")
+    plan = B.batch_plan(path, level=1, max_sequences=1)
+    with B.BatchReader(path, plan) as reader:
+        assert [b["batch"] for b in reader.iter_batches([-1, 0])] == [3, 0]
+        for ids, message in (([0, 4], "batch 4 is outside the plan's 4 batches"),
+                             ([-5], "batch -5 is outside"), ([0.5], "must be integers")):
+            with pytest.raises(LodUsageError, match=message):
+                next(reader.iter_batches(ids))
+
+
+@pytest.mark.parametrize("output", ["padded", "jagged-numpy", "varlen"])
+@pytest.mark.parametrize("compression", ["none", "default"])
+def test_small_batches_are_gathered_several_a_call_and_equal_the_ones_read_one_by_one(tmp_path, monkeypatch, output,
+                                                                                      compression):
+    lengths = np.random.default_rng(5).integers(0, 40, 3000)
+    path, _ = _container(tmp_path, lengths, width=2, compression=compression)
+    plan = B.batch_plan(path, level=1, max_tokens=64, mode="sorted", max_length=30)
+    calls = []
+    gather = B.compiled_gather_batches()
+    monkeypatch.setattr(B, "compiled_gather_batches", lambda: lambda *a: calls.append(len(a[6])) or gather(*a))
+    ids = list(range(len(plan)))[::-1] + [3, 3, 0]
+    with B.BatchReader(path, plan, output=output, truncate="head") as reader:
+        together = [{k: np.copy(v) for k, v in b.items()} for b in reader.iter_batches(ids)]
+    calls_together = list(calls)
+    alone = [{k: np.copy(v) for k, v in b.items()}
+             for b in B.BatchReader(path, plan, output=output, truncate="head", reuse_buffers=False).iter_batches(ids)]
+    assert len(together) == len(alone) == len(ids)
+    for a, b in zip(together, alone):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert max(calls[len(calls_together):]) == 1  # fresh arrays for every batch: a batch a call
+    if compression == "none":  # from the map: a call gathers many batches (once more after checking their chunks)
+        assert len(calls_together) < len(ids) / 10
+    else:  # through the cache of decoded chunks, a chunk may be missing: a batch a call
+        assert max(calls_together) == 1
 
 
 def test_the_gather_refuses_a_batch_that_does_not_fit_its_outputs_or_source_without_touching_past_them():
@@ -952,6 +1060,38 @@ def test_streamed_report_equals_the_plan_report(tmp_path_factory, lengths, budge
     assert got["random"] is None and got["streamed"] == B.STREAMED_NOTE
 
 
+@settings(max_examples=60, deadline=None)  # a container written per example
+@given(lengths_st, st.lists(st.integers(1, 40), min_size=1, max_size=3, unique=True), st.integers(0, 120),
+       st.integers(0, 9), st.integers(1, 3), st.booleans(), st.sampled_from([None, 3, 17]), st.booleans(),
+       st.booleans(), st.integers(1, 9))
+def test_streamed_report_of_buckets_in_file_order_equals_the_plan_report(tmp_path_factory, lengths, boundaries,
+                                                                         budget, max_sequences, multiple, drop_last,
+                                                                         max_length, pad, explicit, window):
+    from unittest import mock
+
+    path = str(tmp_path_factory.mktemp("streamed") / "c.lod.h5")
+    lodtool.save(path, LoDTensor(np.zeros(int(lengths.sum()), np.int32), [np.concatenate([[0], np.cumsum(lengths)])]))
+    options = {"mode": "buckets", "shuffle": False, "boundaries": sorted(boundaries), "multiple_of": multiple,
+               "drop_last": drop_last, "max_length": max_length, "pad_to_bucket_boundary": pad}
+    if explicit:
+        options["bucket_batch_sizes"] = [1 + (budget + k) % 7 for k in range(len(boundaries) + 1)]
+    else:
+        options.update(max_tokens=budget or None, max_sequences=max_sequences * multiple or None)
+        if options["max_tokens"] is None and options["max_sequences"] is None:
+            options["max_sequences"] = 4 * multiple
+    try:
+        want = B.plan_report(B.batch_plan(path, **options))
+    except LodInputError as planned:  # a length past the last boundary with pad_to_bucket_boundary
+        with pytest.raises(LodInputError) as streamed:
+            B.streamed_report(path, **options)
+        assert str(streamed.value) == str(planned)
+        return
+    with mock.patch("lodtool.tasks._pipe.offset_window", lambda limit: window):  # many windows, batches across them
+        got = B.streamed_report(path, **options)
+    assert got["plan"] == want["plan"] and got["histogram"] == want["histogram"]
+    assert got["random"] is None and got["streamed"] == B.STREAMED_NOTE
+
+
 def test_streamed_report_refuses_as_the_plan_does(tmp_path):
     path, _ = _container(tmp_path, [3, 9, 2, 12])
     with pytest.raises(LodInputError) as planned:
@@ -959,9 +1099,12 @@ def test_streamed_report_refuses_as_the_plan_does(tmp_path):
     with pytest.raises(LodInputError) as streamed:
         B.streamed_report(path, level=1, max_tokens=8)
     assert str(streamed.value) == str(planned.value)
-    for options in ({"mode": "random"}, {"num_replicas": 2}):
-        with pytest.raises(LodUsageError, match="only mode 'sorted' on one replica streams"):
+    for options, why in (({"mode": "random"}, "one random permutation of every sequence"),
+                         ({"mode": "buckets", "boundaries": [4]}, "one random permutation of every sequence"),
+                         ({"mode": "pack"}, "keeps every row open"), ({"num_replicas": 2}, "dealt in a random order")):
+        with pytest.raises(LodUsageError, match="only mode 'sorted' on one replica streams") as err:
             B.streamed_report(path, level=1, max_tokens=16, **options)
+        assert why in str(err.value)
     with pytest.raises(LodUsageError, match="reads a path"):
         B.streamed_report(np.array([3, 9]), max_tokens=16)
 

@@ -56,6 +56,8 @@ def _number(ctx, param, value):
               help="Batch size per bucket, one more than the boundaries (default: from --max-tokens).")
 @click.option("--pad-to-bucket-boundary", is_flag=True, default=None,
               help="Pad each batch to its bucket's boundary - 1 (fixed shapes).")
+@click.option("--shuffle/--no-shuffle", default=None,
+              help="Buckets: --no-shuffle keeps the file's order as the stream (tf.data without a shuffle before it).")
 @click.option("--megabatch-mult", type=click.IntRange(min=1), default=None,
               help="Batches per megabatch (megabatch mode; default min(n / 4 batches, 50)).")
 @click.option("--window", type=click.IntRange(min=1), default=None,
@@ -73,16 +75,16 @@ def _number(ctx, param, value):
 @click.option("--overwrite", is_flag=True,
               help="Replace the -o plan file, or every batch file in the -o folder of --to npz.")
 @click.option("--stats", is_flag=True,
-              help="Show the plan's padding waste beside random batching, and the lengths (a sorted plan over "
-                   "--max-memory: streamed from length counts, without the random baseline).")
+              help="Show the plan's padding waste beside random batching, and the lengths (a sorted plan, or "
+                   "buckets with --no-shuffle, over --max-memory: streamed, without the random baseline).")
 @opt.max_memory_option
 @opt.token_options
 @opt.json_option
 @click.pass_context
 def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, seed, epoch, num_replicas, rank,
-          drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, megabatch_mult,
-          window, plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory, token_dtype,
-          eos_token_id, as_json):
+          drop_last, max_length, oversize, boundaries, bucket_batch_sizes, pad_to_bucket_boundary, shuffle,
+          megabatch_mult, window, plan_path, output, to, layout, truncate, pad_value, overwrite, stats, max_memory,
+          token_dtype, eos_token_id, as_json):
     """Plan training batches from FILE's offsets (no data is read), then save the
     plan, show its padding waste, or write each batch as an NPZ.  FILE is a
     container, a sharded folder (its shards in order, as one tensor) or a
@@ -114,10 +116,11 @@ def batch(ctx, file, name, level, mode, max_tokens, max_sequences, multiple_of, 
                   multiple_of=multiple_of, seed=seed, epoch=epoch, num_replicas=num_replicas, rank=rank,
                   drop_last=drop_last, max_length=max_length, oversize=oversize, boundaries=boundaries,
                   bucket_batch_sizes=bucket_batch_sizes, pad_to_bucket_boundary=pad_to_bucket_boundary,
-                  megabatch_mult=megabatch_mult, window=window)
+                  megabatch_mult=megabatch_mult, window=window, shuffle=shuffle)
     given = {k: v for k, v in values.items() if v is not None}
     if plan_path is not None and given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        flags = ", ".join("--no-shuffle" if (k, v) == ("shuffle", False) else "--" + k.replace("_", "-")
+                          for k, v in given.items())
         raise click.UsageError(f"--plan fixes the batches; drop {flags}")
     if to is not None and output is None:
         raise click.UsageError("--to npz needs -o FOLDER")

@@ -40,7 +40,7 @@ import numpy as np
 
 from .._optional import optional_import
 from ..errors import LodShapeError, LodUsageError, LodValidationError
-from ..tasks._batch import sequence_rows
+from ..tasks._batch import SequenceGather, sequence_rows
 from ..tasks._open import open as open_source
 from ..tensor import LoDTensor
 
@@ -305,7 +305,10 @@ class SequenceDataset:
     process (a worker, a rank) opens the file itself on its first item.  An item
     is a torch tensor of every data row under the sequence (a copy: the batch
     collation owns it); :meth:`collate` pads a list of items into
-    ``(values [B, T, ...], lengths [B])``.  A container stored without a
+    ``(values [B, T, ...], lengths [B])``.  A ``DataLoader`` that batches
+    fetches a batch's items with one call (:meth:`__getitems__`): they are
+    gathered in one compiled pass into one new array, each item a view of its
+    rows there.  A container stored without a
     compression filter reads each item from the file's memory map.  The
     sequences' row offsets are read and validated once, when the dataset is
     made, and held (a forked worker shares them) where they fit the memory
@@ -323,6 +326,8 @@ class SequenceDataset:
     ([[4, 0, 0], [5, 6, 7]], [1, 3])
     >>> SequenceDataset(p, level=0)[0].tolist()  # a document: every token under it
     [1, 2, 3, 4]
+    >>> [x.tolist() for x in ds.__getitems__([2, 0])]
+    [[5, 6, 7], [1, 2, 3]]
     """
 
     def __init__(self, path: str | os.PathLike, level: int = 0, *, tensor: str | None = None,
@@ -341,17 +346,21 @@ class SequenceDataset:
         self._file = None
         self._pid = None
         self._from_numpy = None
+        self._gather = None
 
     def __len__(self) -> int:
         return self._len
 
+    def _out_of_range(self, i):
+        from ..errors import LodIndexError
+
+        return LodIndexError(f"{self.path}: sequence {i} is out of range for {self._len} sequences of level "
+                             f"{self.level}")
+
     def __getitem__(self, i: int) -> torch.Tensor:
         n = self._len
         if not isinstance(i, (int, np.integer)) or not -n <= i < n:
-            from ..errors import LodIndexError
-
-            raise LodIndexError(f"{self.path}: sequence {i} is out of range for {n} sequences of level "
-                                f"{self.level}")
+            raise self._out_of_range(i)
         i = int(i) + n if i < 0 else int(i)
         t = self._open()
         held = self._rows
@@ -362,17 +371,39 @@ class SequenceDataset:
         # a copy the collation owns, in native byte order (what torch takes)
         return self._from_numpy(rows.copy() if rows.dtype.isnative else rows.astype(rows.dtype.newbyteorder("=")))
 
+    def __getitems__(self, indices) -> list:
+        """Items ``indices`` (what a batching ``DataLoader`` asks for at once), each as ``ds[i]`` gives it: their
+        rows gathered in one compiled pass into one new array (no other item or read shares it), each item a view
+        of its part.  Offsets that are not held, or a non-native byte order, read item by item."""
+        self._open()
+        indices = indices if isinstance(indices, np.ndarray) else list(indices)
+        seqs = np.asarray(indices).reshape(-1)
+        if self._gather is None or seqs.dtype.kind not in "iu":  # read, or refused, as ds[i] reads each
+            return [self[i] for i in indices]
+        n = self._len
+        outside = (seqs < -n) | (seqs >= n)
+        if outside.any():
+            raise self._out_of_range(seqs[np.argmax(outside)])
+        values, offsets = self._gather.read(seqs.astype(np.int64) % max(n, 1))
+        bounds, from_numpy = offsets.tolist(), self._from_numpy  # a tensor of a NumPy view: cheaper than torch's split
+        return [from_numpy(values[a:b]) for a, b in zip(bounds, bounds[1:])]
+
     def _open(self):
         if self._view is None or self._pid != os.getpid():  # a worker process opens its own handle
             self._file = open_source(self.path, max_memory=self.max_memory)
             self._view = self._file.tensor(self.tensor)
             self._pid = os.getpid()
             self._from_numpy = _torch().from_numpy
+            t = self._view
+            items = int(np.prod(t.element_shape))
+            # a batch of items in one gather where the offsets are held and torch takes the rows as stored
+            self._gather = SequenceGather(t, self._rows, self.path, max_memory=self.max_memory) \
+                if self._rows is not None and t.dtype.isnative and items else None
         return self._view
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_view=None, _file=None, _pid=None, _from_numpy=None)
+        state.update(_view=None, _file=None, _pid=None, _from_numpy=None, _gather=None)
         return state
 
     @staticmethod

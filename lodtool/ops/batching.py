@@ -23,6 +23,8 @@ from .._jit import kernel
 COUNTING_SORT_MAX = 1 << 22
 #: an empty int64 array: a kernel's output or input that is not wanted
 _NO_INTS = np.zeros(0, np.int64)
+#: the batches of :func:`gather_batch`'s one-batch plan
+_FIRST_BATCH = np.zeros(1, np.int64)
 #: what :func:`gather_batch` returns for a batch that does not fit its outputs or names rows its source does not have
 #: (nothing is read or written past an array)
 GATHER_MISMATCH = int(np.iinfo(np.int64).min)
@@ -157,28 +159,41 @@ LENGTH_COUNTS_BYTES = 2 * DENSE_LENGTHS * 8
 
 
 class LengthCounts:
-    """How many sequences have each length, fed a block of lengths at a time (memory: the distinct lengths).
+    """How many sequences have each length, fed a block of lengths (or of runs) at a time (memory: the distinct
+    lengths).  Lengths below ``dense`` are counted in a table of that many counts, the others in a sorted sparse one
+    (``dense=0``: a small count of few lengths).
 
     >>> c = LengthCounts()
-    >>> c.add(np.array([3, 0, 3])); c.add(np.array([1 << 20, 0]))
+    >>> c.add(np.array([3, 0, 3])); c.add(np.array([1 << 20, 0])); c.add_runs(np.array([3, 9]), np.array([1, 2]))
     >>> [a.tolist() for a in c.runs()]
-    [[0, 3, 1048576], [2, 2, 1]]
+    [[0, 3, 9, 1048576], [2, 3, 2, 1]]
     """
 
-    def __init__(self):
-        self._dense = np.zeros(DENSE_LENGTHS, np.int64)
+    def __init__(self, dense: int = DENSE_LENGTHS):
+        self._dense = np.zeros(dense, np.int64)
         self._values = np.zeros(0, np.int64)
         self._counts = np.zeros(0, np.int64)
 
     def add(self, lengths: np.ndarray) -> None:
         lengths = np.asarray(lengths, np.int64)
-        long = lengths >= DENSE_LENGTHS
-        self._dense += np.bincount(lengths[~long], minlength=DENSE_LENGTHS)
+        dense = self._dense.shape[0]
+        long = lengths >= dense
+        if dense:
+            self._dense += np.bincount(lengths[~long], minlength=dense)
         if long.any():
-            values, inverse = np.unique(np.concatenate([self._values, lengths[long]]), return_inverse=True)
-            weights = np.concatenate([self._counts, np.ones(int(long.sum()), np.int64)])
-            self._values = values
-            self._counts = np.bincount(inverse, weights=weights).astype(np.int64)  # exact below 2**53
+            self._add_sparse(lengths[long], np.ones(int(long.sum()), np.int64))
+
+    def add_runs(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Add ``counts[k]`` sequences of length ``values[k]`` (distinct lengths, as :meth:`runs` gives them)."""
+        long = values >= self._dense.shape[0]
+        self._dense[values[~long]] += counts[~long]
+        if long.any():
+            self._add_sparse(values[long], counts[long])
+
+    def _add_sparse(self, values: np.ndarray, counts: np.ndarray) -> None:
+        values, inverse = np.unique(np.concatenate([self._values, values]), return_inverse=True)
+        self._counts = np.bincount(inverse, weights=np.concatenate([self._counts, counts])).astype(np.int64)
+        self._values = values  # the counts exact below 2**53
 
     def runs(self) -> tuple[np.ndarray, np.ndarray]:
         """(lengths ascending, their counts), counts all positive."""
@@ -503,94 +518,157 @@ def _gather_batch_reference(src, table, word, chunk_rows, row_items, seqs, rows,
     return longest
 
 
+def _gather_batches_reference(src, table, word, chunk_rows, row_items, batches, offsets, indices, tokens, widths,
+                              rows, lengths, head, values, sizes, cu, positions, mask, chunks, check, longest):
+    """:func:`gather_batches` in NumPy, each batch through :func:`_gather_batch_reference`: the same arguments,
+    outputs and return value."""
+    n_batches, n_sources = offsets.shape[0] - 1, rows.shape[0] - 1
+    if batches.shape[0] > longest.shape[0] or (lengths.shape[0] and lengths.shape[0] != n_sources):
+        return GATHER_MISMATCH
+    spans = []
+    for b in batches.tolist():
+        if not 0 <= b < n_batches or not 0 <= offsets[b] <= offsets[b + 1] <= indices.shape[0] or \
+                (widths.shape[0] and b >= widths.shape[0]) or (tokens.shape[0] and b >= tokens.shape[0]):
+            return GATHER_MISMATCH
+        seqs = indices[offsets[b]:offsets[b + 1]]
+        if any(not 0 <= s < n_sources for s in seqs.tolist()):
+            return GATHER_MISMATCH
+        spans.append((b, seqs))
+    every = np.concatenate([seqs for _, seqs in spans]) if spans else _NO_INTS
+    got = _gather_batch_reference(src, table, word, chunk_rows, row_items, every, rows, lengths, head, 0, values[:0],
+                                  sizes[:0], cu[:0], positions[:0], mask[:0], chunks, check) if check else 0
+    if got < 0 and got != GATHER_MISMATCH:  # a chunk not ready: nothing written
+        return got
+    at = s = 0
+    for j, (b, seqs) in enumerate(spans):
+        n_seq = seqs.shape[0]
+        padded = widths.shape[0] > 0
+        width = int(widths[b]) if padded else 0
+        used = lengths[seqs] if lengths.shape[0] else rows[seqs + 1] - rows[seqs]
+        if (padded and width == 0 and used.any()) or (positions.shape[0] and at >= positions.shape[0] and used.any()):
+            return GATHER_MISMATCH  # what the single batch's gather would take for no mask, or no positions
+        got = _gather_batch_reference(src, table, word, chunk_rows, row_items, seqs, rows, lengths, head, width,
+                                      values[at * row_items:], sizes[s:], cu[s + j:],
+                                      positions[at:] if positions.shape[0] else positions,
+                                      mask[at:] if padded else mask, chunks, False)
+        if got < 0 or (tokens.shape[0] and cu[s + j + n_seq] != tokens[b]):
+            return GATHER_MISMATCH
+        longest[j] = got
+        at += n_seq * width if padded else int(cu[s + j + n_seq])
+        s += n_seq
+    return batches.shape[0]
+
+
 @kernel
-def _gather_batch_impl(src, table, word_shift, chunk_rows, chunk_shift, row_items, seqs, rows, lengths, head, width,
-                       values, sizes, cu, positions, mask, chunks, check):
+def _gather_batches_impl(src, table, word_shift, chunk_rows, chunk_shift, row_items, batches, offsets, indices, tokens,
+                         widths, rows, lengths, head, values, sizes, cu, positions, mask, chunks, check, longest):
     # shifts instead of divisions where the sizes are powers of two (chunk_shift < 0: they are not)
     clipped = lengths.shape[0] > 0
+    padded = widths.shape[0] > 0
+    n_sources = rows.shape[0] - 1
+    n_batches = offsets.shape[0] - 1
+    if batches.shape[0] > longest.shape[0] or (clipped and lengths.shape[0] != n_sources):
+        return GATHER_MISMATCH
+    # every batch a batch of the plan; with check, every chunk its sequences touch ready, before anything is written
     n_chunks = 0
     missing = False
-    n_sources = rows.shape[0] - 1
-    if clipped and lengths.shape[0] != n_sources:
-        return GATHER_MISMATCH
-    for k in range(seqs.shape[0] if check else 0):
-        s = seqs[k]
-        if s < 0 or s >= n_sources:
+    for j in range(batches.shape[0]):
+        b = batches[j]
+        if b < 0 or b >= n_batches or (padded and b >= widths.shape[0]) or (tokens.shape[0] and b >= tokens.shape[0]):
             return GATHER_MISMATCH
-        r = rows[s]
-        n = lengths[s] if clipped else rows[s + 1] - r
-        if n < 0 or n > rows[s + 1] - r:
+        first, last = offsets[b], offsets[b + 1]
+        if first < 0 or last < first or last > indices.shape[0]:
             return GATHER_MISMATCH
-        if n == 0:
-            continue
-        if head:
-            r = rows[s + 1] - n
-        for c in range(r // chunk_rows, (r + n - 1) // chunk_rows + 1):
-            if n_chunks == 0 or chunks[n_chunks - 1] != c:
-                if n_chunks < chunks.shape[0]:
-                    chunks[n_chunks] = c
-                    n_chunks += 1
-                if table[c] < 0:
-                    missing = True
+        for k in range(first, last if check else first):
+            s = indices[k]
+            if s < 0 or s >= n_sources:
+                return GATHER_MISMATCH
+            r = rows[s]
+            n = lengths[s] if clipped else rows[s + 1] - r
+            if n < 0 or n > rows[s + 1] - r:
+                return GATHER_MISMATCH
+            if n == 0:
+                continue
+            if head:
+                r = rows[s + 1] - n
+            for c in range(r // chunk_rows, (r + n - 1) // chunk_rows + 1):
+                if n_chunks == 0 or chunks[n_chunks - 1] != c:
+                    if n_chunks < chunks.shape[0]:
+                        chunks[n_chunks] = c
+                        n_chunks += 1
+                    if table[c] < 0:
+                        missing = True
     if missing:
         return -n_chunks
-    # the bounds of the outputs, checked before anything is written: rows a sequence may take (padded: the width;
-    # flat: what is left of the values and positions), and sequences
-    n_seq = seqs.shape[0]
-    if n_seq > sizes.shape[0] or n_seq >= cu.shape[0]:
-        return GATHER_MISMATCH
-    room = values.shape[0] // row_items
-    if width:
-        if n_seq * width > min(room, mask.shape[0]):
+    at = 0  # rows written before this batch
+    done = 0  # sequences written before this batch
+    for j in range(batches.shape[0]):
+        b = batches[j]
+        first = offsets[b]
+        n_seq = offsets[b + 1] - first
+        width = widths[b] if padded else 0
+        # the bounds of the outputs, checked before anything is written: rows a sequence may take (padded: the
+        # width; flat: what is left of the values and positions), and sequences
+        base = done + j  # the batch's cumulative lengths start here
+        if done + n_seq > sizes.shape[0] or base + n_seq >= cu.shape[0]:
             return GATHER_MISMATCH
-        room = width
-    elif positions.shape[0] and positions.shape[0] < room:
-        room = positions.shape[0]
-    pos = 0
-    longest = 0
-    cu[0] = 0
-    for k in range(n_seq):
-        s = seqs[k]
-        if s < 0 or s >= n_sources:
+        room = values.shape[0] // row_items - at
+        if padded:
+            if n_seq * width > min(room, mask.shape[0] - at):
+                return GATHER_MISMATCH
+        elif positions.shape[0] and positions.shape[0] - at < room:
+            room = positions.shape[0] - at
+        pos = 0
+        top = 0
+        cu[base] = 0
+        for k in range(n_seq):
+            s = indices[first + k]
+            if s < 0 or s >= n_sources:
+                return GATHER_MISMATCH
+            r = rows[s]
+            n = lengths[s] if clipped else rows[s + 1] - r
+            if n < 0 or n > rows[s + 1] - r or n > (width if padded else room - pos):
+                return GATHER_MISMATCH
+            if head:
+                r = rows[s + 1] - n
+            end = r + n
+            o = (at + (k * width if padded else pos)) * row_items
+            while r < end:
+                c = r >> chunk_shift if chunk_shift >= 0 else r // chunk_rows
+                stop = min(end, (c + 1) * chunk_rows)
+                a = (table[c] >> word_shift) + (r - c * chunk_rows) * row_items
+                m = (stop - r) * row_items
+                values[o:o + m] = src[a:a + m]
+                o += m
+                r = stop
+            sizes[done + k] = n
+            pos += n
+            cu[base + k + 1] = pos
+            if n > top:
+                top = n
+        if tokens.shape[0] and pos != tokens[b]:
             return GATHER_MISMATCH
-        r = rows[s]
-        n = lengths[s] if clipped else rows[s + 1] - r
-        if n < 0 or n > rows[s + 1] - r or n > (room if width else room - pos):
-            return GATHER_MISMATCH
-        if head:
-            r = rows[s + 1] - n
-        end = r + n
-        o = (k * width if width else pos) * row_items
-        while r < end:
-            c = r >> chunk_shift if chunk_shift >= 0 else r // chunk_rows
-            stop = min(end, (c + 1) * chunk_rows)
-            a = (table[c] >> word_shift) + (r - c * chunk_rows) * row_items
-            m = (stop - r) * row_items
-            values[o:o + m] = src[a:a + m]
-            o += m
-            r = stop
-        sizes[k] = n
-        pos += n
-        cu[k + 1] = pos
-        if n > longest:
-            longest = n
-    # positions and mask in passes of their own: inside the copy loop they keep it from being vectorized
-    if positions.shape[0]:
-        for k in range(seqs.shape[0]):
-            a = cu[k]
-            for t in range(sizes[k]):
-                positions[a + t] = t
-    if width:
-        for k in range(seqs.shape[0]):
-            n = sizes[k]
-            for t in range(width):
-                mask[k * width + t] = t < n
-    return longest
+        # positions and mask in passes of their own: inside the copy loop they keep it from being vectorized
+        if positions.shape[0]:
+            for k in range(n_seq):
+                a = at + cu[base + k]
+                for t in range(sizes[done + k]):
+                    positions[a + t] = t
+        if padded:
+            for k in range(n_seq):
+                n = sizes[done + k]
+                for t in range(width):
+                    mask[at + k * width + t] = t < n
+        longest[j] = top
+        at += n_seq * width if padded else pos
+        done += n_seq
+    return batches.shape[0]
 
 
 def gather_batch(src, table, word: int, chunk_rows: int, row_items: int, seqs, rows, lengths, head: bool, width: int,
                  values, sizes, cu, positions, mask, chunks, check: bool = True) -> int:
-    """Gather a batch's sequences from rows stored in chunks, in one compiled pass; the batch reader's kernel.
+    """Gather a batch's sequences from rows stored in chunks, in one compiled pass (:func:`gather_batches` of one
+    batch).
 
     ``src`` is flat storage (a file's memory map or a cache of decoded chunks)
     as words of ``word`` bytes, ``row_items`` words a row; chunk ``c`` starts
@@ -620,12 +698,52 @@ def gather_batch(src, table, word: int, chunk_rows: int, row_items: int, seqs, r
     >>> out.tolist(), cu.tolist()
     ([15, 10, 11, 14], [0, 3, 4])
     """
-    return _gather_batch_impl(src, table, *gather_shifts(word, chunk_rows), row_items, seqs, rows, lengths, head,
-                              width, values, sizes, cu, positions, mask, chunks, check)
+    longest = np.zeros(1, np.int64)
+    got = gather_batches(src, table, word, chunk_rows, row_items, _FIRST_BATCH,
+                         np.array([0, seqs.shape[0]], np.int64), seqs, _NO_INTS,
+                         np.array([width], np.int64) if width else _NO_INTS, rows, lengths, head, values, sizes, cu,
+                         positions, mask, chunks, check, longest)
+    return int(longest[0]) if got > 0 else got
+
+
+def gather_batches(src, table, word: int, chunk_rows: int, row_items: int, batches, offsets, indices, tokens, widths,
+                   rows, lengths, head: bool, values, sizes, cu, positions, mask, chunks, check: bool,
+                   longest) -> int:
+    """Gather several batches of a plan in one compiled pass, one after another in the outputs; the batch
+    reader's kernel (one call per run of batches costs one dispatch from Python, not one per batch).
+
+    Batch ``b`` of ``batches`` is the sequences ``indices[offsets[b]:offsets[b + 1]]``,
+    gathered as :func:`gather_batch` gathers them (``src``, ``table``,
+    ``word``, ``chunk_rows``, ``row_items``, ``rows``, ``lengths``, ``head``
+    and ``chunks`` alike), padded to ``widths[b]`` rows each where ``widths``
+    is not empty, else flat.  Each batch's outputs follow the previous one's:
+    its rows (``values``, and ``positions`` or ``mask``) after the rows of
+    those before it, its ``sizes`` after theirs, its ``cu`` (from 0, one more
+    entry than sequences) after theirs; ``longest[j]`` is the longest length
+    of the ``j``-th.  Where ``tokens`` is not empty, a batch must hold
+    ``tokens[b]`` rows.  Returns the number of batches, ``-n`` when a chunk
+    is not ready (``check``: the chunks of every batch are looked at first;
+    ``chunks[:n]`` lists them and nothing is written), or
+    :data:`GATHER_MISMATCH` for a batch that is not the plan's, a sequence the
+    source does not have, or outputs too small; nothing is read or written
+    past an array's end (the batches before the one refused may be written).
+
+    >>> src, none = np.arange(10, 16), np.zeros(0, np.int64)
+    >>> out, sizes, cu = np.zeros(6, np.int64), np.zeros(3, np.int64), np.zeros(5, np.int64)
+    >>> gather_batches(src, np.array([0]), 8, 8, 1, np.array([1, 0]), np.array([0, 1, 3]), np.array([2, 0, 1]),
+    ...                none, none, np.array([0, 1, 4, 6]), none, False, out, sizes, cu, none, np.zeros(0, bool),
+    ...                np.zeros(8, np.int64), False, np.zeros(2, np.int64))
+    2
+    >>> out.tolist(), sizes.tolist(), cu.tolist()
+    ([10, 11, 12, 13, 14, 15], [1, 3, 2], [0, 1, 4, 0, 2])
+    """
+    return _gather_batches_impl(src, table, *gather_shifts(word, chunk_rows), row_items, batches, offsets, indices,
+                                tokens, widths, rows, lengths, head, values, sizes, cu, positions, mask, chunks, check,
+                                longest)
 
 
 def gather_shifts(word: int, chunk_rows: int) -> tuple[int, int, int]:
-    """``(word_shift, chunk_rows, chunk_shift)``: the arguments of :func:`compiled_gather_batch` that stand for
+    """``(word_shift, chunk_rows, chunk_shift)``: the arguments of :func:`compiled_gather_batches` that stand for
     ``word, chunk_rows`` (a shift is -1 where the size is not a power of two).
 
     >>> gather_shifts(4, 16384), gather_shifts(8, 3)
@@ -634,10 +752,11 @@ def gather_shifts(word: int, chunk_rows: int) -> tuple[int, int, int]:
     return word.bit_length() - 1, chunk_rows, chunk_rows.bit_length() - 1 if chunk_rows & (chunk_rows - 1) == 0 else -1
 
 
-def compiled_gather_batch():
-    """:func:`gather_batch`'s compiled kernel itself (Numba's dispatcher, compiled on first call), for a loop that
-    calls it once per batch: the same arguments, with ``word, chunk_rows`` given as :func:`gather_shifts`'s three."""
-    return _gather_batch_impl.dispatcher
+def compiled_gather_batches():
+    """:func:`gather_batches`' compiled kernel itself (Numba's dispatcher, compiled on first call), for a loop that
+    calls it once per run of batches: the same arguments, with ``word, chunk_rows`` given as :func:`gather_shifts`'s
+    three."""
+    return _gather_batches_impl.dispatcher
 
 
 def _chunk_reads_reference(first, last, batch_offsets, n_chunks, slots):
@@ -840,6 +959,6 @@ def megabatch_order(lengths: np.ndarray, shuffled: np.ndarray, size: int) -> tup
 
 
 __all__ = ["COUNTING_SORT_MAX", "plan_rng", "stable_argsort", "segment_sums", "segment_max", "sort_by_length",
-           "counting_argsort", "gather_runs", "gather_batch", "GATHER_MISMATCH", "gather_shifts",
-           "compiled_gather_batch", "chunk_reads",
+           "counting_argsort", "gather_runs", "gather_batch", "gather_batches", "GATHER_MISMATCH",
+           "gather_shifts", "compiled_gather_batches", "chunk_reads",
            "greedy_batch_ends", "first_fit_decreasing", "megabatch_order", "first_short_batch"]

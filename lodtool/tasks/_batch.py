@@ -88,9 +88,9 @@ from ..limits import check_memory, human_bytes, resolve_max_memory
 from ..lod import find_lod_problems, level_position
 from ..ops._segments import _ramp
 from ..ops._util import cast_value
-from ..ops.batching import (GATHER_MISMATCH, chunk_reads, compiled_gather_batch, counting_argsort,
-                            first_fit_decreasing, first_short_batch, gather_runs, gather_shifts, greedy_batch_ends,
-                            megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
+from ..ops.batching import (GATHER_MISMATCH, chunk_reads, compiled_gather_batches, counting_argsort,
+                            first_fit_decreasing, first_short_batch, gather_batch, gather_runs, gather_shifts,
+                            greedy_batch_ends, megabatch_order, plan_rng, segment_max, segment_sums, sort_by_length)
 from ..planner import row_offset_windows
 from ..tensor import TensorView
 
@@ -110,6 +110,10 @@ DEFAULT_WINDOW = 16
 CHUNK_RUN = 4
 #: bytes a reader fetches per read from a sharded folder (whole chunks); from a file, one chunk
 FOLDER_READ_BYTES = 1 << 20
+#: bytes of rows, and of sequences (16 bytes each: a length and a cumulative one), a reader's buffers hold at least:
+#: batches smaller than that are gathered several in one compiled call (each call's dispatch from Python costs
+#: about what copying a few thousand tokens does)
+GATHER_GROUP_BYTES = 1 << 18
 #: bytes a plan and its report take per source sequence at their peak, by mode (traced at their worst, one sequence
 #: a batch with clipped lengths: up to 138 for every mode's planning or its report, up to 162 for planning
 #: ``buckets``; with a margin); a source of more sequences than the memory limit allows is refused
@@ -829,32 +833,48 @@ def _plan_pack(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multipl
     return order, ends, padded, plan_rng(seed, epoch).permutation(ends.shape[0])
 
 
-def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, boundaries,
-                  bucket_batch_sizes, pad_to_bucket_boundary, shuffle):
+def _bucket_bounds(boundaries) -> np.ndarray:
     bounds = np.array(boundaries, dtype=np.int64).reshape(-1)
     if not bounds.size or np.any(np.diff(bounds) <= 0):
         raise LodUsageError(f"boundaries=... must be increasing positive lengths, not {list(boundaries)!r}")
+    return bounds
+
+
+def _bucket_sizes(bounds: np.ndarray, count: int, longest: int, max_tokens, max_sequences, multiple_of,
+                  bucket_batch_sizes, pad_to_bucket_boundary) -> np.ndarray:
+    """Each bucket's batch size, for ``count`` sequences whose longest has ``longest`` rows: ``bucket_batch_sizes``,
+    or the token budget over the bucket's longest possible sequence, within ``max_sequences``, in multiples of
+    ``multiple_of``; refuses a sequence past the last boundary with ``pad_to_bucket_boundary``."""
     n_buckets = bounds.shape[0] + 1
-    stream = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch)) if shuffle else keep
-    lens = lengths[stream]
-    bucket = np.searchsorted(bounds, lens, side="right")
-    longest_in_data = int(lens.max()) if lens.size else 1
-    if pad_to_bucket_boundary and lens.size and longest_in_data >= bounds[-1]:
+    if pad_to_bucket_boundary and count and longest >= bounds[-1]:
         raise LodInputError(f"pad_to_bucket_boundary=True needs every length below the last boundary "
-                            f"({int(bounds[-1])}); a sequence has {longest_in_data} rows")
+                            f"({int(bounds[-1])}); a sequence has {longest} rows")
     if bucket_batch_sizes is not None:
         sizes = np.array(bucket_batch_sizes, dtype=np.int64).reshape(-1)
         if sizes.shape != (n_buckets,):
             raise LodUsageError(f"bucket_batch_sizes=... needs {n_buckets} sizes (one more than the boundaries)")
-    else:  # the token budget over each bucket's longest possible sequence
-        top = np.concatenate([bounds - 1, [max(longest_in_data, int(bounds[-1]))]])
-        sizes = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
-        if max_tokens is not None:
-            sizes = np.maximum(max_tokens // np.maximum(top, 1), 1)
-        if max_sequences is not None:
-            sizes = np.minimum(sizes, max_sequences)
-        if multiple_of > 1:
-            sizes = np.maximum(sizes // multiple_of * multiple_of, np.minimum(sizes, multiple_of))
+        return sizes
+    # the token budget over each bucket's longest possible sequence
+    top = np.concatenate([bounds - 1, [max(longest if count else 1, int(bounds[-1]))]])
+    sizes = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
+    if max_tokens is not None:
+        sizes = np.maximum(max_tokens // np.maximum(top, 1), 1)
+    if max_sequences is not None:
+        sizes = np.minimum(sizes, max_sequences)
+    if multiple_of > 1:
+        sizes = np.maximum(sizes // multiple_of * multiple_of, np.minimum(sizes, multiple_of))
+    return sizes
+
+
+def _plan_buckets(lengths, keep, max_tokens, max_sequences, seed, epoch, *, multiple_of, drop_last, boundaries,
+                  bucket_batch_sizes, pad_to_bucket_boundary, shuffle):
+    bounds = _bucket_bounds(boundaries)
+    n_buckets = bounds.shape[0] + 1
+    stream = _permuted(keep, lengths.shape[0], plan_rng(seed, epoch)) if shuffle else keep
+    lens = lengths[stream]
+    bucket = np.searchsorted(bounds, lens, side="right")
+    sizes = _bucket_sizes(bounds, lens.shape[0], int(lens.max(initial=0)), max_tokens, max_sequences, multiple_of,
+                          bucket_batch_sizes, pad_to_bucket_boundary)
     n = stream.shape[0]
     by_bucket = counting_argsort(bucket, n_buckets)  # stream positions, grouped by bucket, in stream order
     counts = np.bincount(bucket, minlength=n_buckets)
@@ -940,12 +960,65 @@ def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
                          limit, where)
 
 
+def _gather_ready(chunks, touched: np.ndarray, gather) -> int:
+    """``gather(check)``, a call of the compiled gather, again after preparing (checking or decoding) the chunks it
+    lists missing in ``touched``, until it gathers (or refuses) its batches; what it returned last."""
+    chunks.check_unchanged()
+    while True:
+        got = gather(chunks.pending())
+        if got >= 0 or got == GATHER_MISMATCH:
+            return got
+        chunks.prepare(np.unique(touched[:-got]))
+
+
+class SequenceGather:
+    """Sequences of a stored tensor gathered into a new array in one compiled pass a call (the items of a map-style
+    dataset's batch): from the file's memory map where it has one, else through a cache of decoded chunks of
+    ``cache_bytes``.  ``rows`` are the sequences' row offsets (:func:`sequence_rows`).
+
+    >>> import os, tempfile, lodtool
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.lod.h5")
+    >>> lodtool.save(p, lodtool.LoDTensor(np.arange(1, 8), recursive_sequence_lengths=[[3, 1, 3]]))
+    >>> with lodtool.open(p) as f:
+    ...     t = f.tensor()
+    ...     values, offsets = SequenceGather(t, sequence_rows(t), p).read(np.array([2, 0]))
+    >>> values.tolist(), offsets.tolist()
+    ([5, 6, 7, 1, 2, 3], [0, 3, 6])
+    """
+
+    def __init__(self, tensor, rows: np.ndarray, where: str, cache_bytes: int = DECODED_CACHE_BYTES,
+                 max_memory: int | None = None):
+        self.where, self.name, self.rows = where, tensor.name, rows
+        self.chunks = _chunks_of(tensor, cache_bytes, resolve_max_memory(max_memory), where)
+        self.dtype, self.element_shape = tensor.dtype, tensor.element_shape
+        self.word = self.chunks.words.dtype.itemsize
+        self.row_words = tensor.dtype.itemsize // self.word * math.prod(tensor.element_shape)
+
+    def read(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, offsets)``: the rows of sequences ``seqs`` (int64, each one of ``rows``') one after another
+        in a new array, and where each starts there (int64, from 0, one more than ``seqs``)."""
+        rows, chunks = self.rows, self.chunks
+        n = seqs.shape[0]
+        total = int((rows[seqs + 1] - rows[seqs]).sum())
+        values = np.empty((total,) + self.element_shape, self.dtype)
+        words, lengths, cu = words_of(values, self.word), np.empty(n, np.int64), np.empty(n + 1, np.int64)
+        touched = np.empty(2 * n + total // chunks.chunk_rows + 2, np.int64)
+        got = _gather_ready(chunks, touched, lambda check: gather_batch(
+            chunks.words, chunks.table, self.word, chunks.chunk_rows, self.row_words, seqs, rows, _NO_LENGTHS, False,
+            0, words, lengths, cu, _NO_POSITIONS, _NO_MASK.reshape(-1), touched, check))
+        if got == GATHER_MISMATCH:  # only where the offsets are not the tensor's
+            raise LodInputError(f"{self.where}: sequences {seqs.tolist()} of tensor {self.name!r} are not in its rows")
+        return values, cu
+
+
 @dataclass(eq=False)
 class _OpenSource:
     """A reader's open container: the tensor, the row offsets of its sequences, the plan's lengths where it
     clips them (else empty), whether the head is dropped, the pad value in the tensor's dtype, where rows are
-    gathered from, each batch's padded width, tokens and the scratch of the chunks it touches, a row's shape, items
-    and words, and the output buffers (reused from batch to batch, each sized once for the plan's largest batch)."""
+    gathered from, each batch's padded width (empty unless padded), tokens, rows in the output and sequences, the
+    scratch of the chunks a batch touches and of the longest sequences, a row's shape, items and words, the rows
+    and sequences the reused buffers hold, and the output buffers (reused from batch to batch, each sized once
+    for the plan's largest batch, or several batches where they are small: :data:`GATHER_GROUP_BYTES`)."""
 
     file: Any
     tensor: Any
@@ -957,12 +1030,16 @@ class _OpenSource:
     capacity: dict[str, int]
     widths: np.ndarray
     tokens: np.ndarray
+    batch_rows: np.ndarray
+    batch_sizes: np.ndarray
     touched: np.ndarray
+    longest: np.ndarray
     element_shape: tuple
     items: int
     row_words: int
     gather: Any
     shifts: tuple
+    room: tuple[int, int]
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
     forks: int = field(default_factory=lambda: _FORKS[0])
 
@@ -990,28 +1067,35 @@ def _padded_widths(plan: BatchPlan) -> np.ndarray:
     return segment_max(plan.lengths[plan.indices], plan.offsets) if plan.mode == "pack" else plan.padded_lengths
 
 
-def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple, widths: np.ndarray | None,
-                     tokens: np.ndarray) -> dict[str, int]:
+def _buffer_capacity(plan: BatchPlan, output: str, element_shape: tuple, batch_rows: np.ndarray,
+                     room_rows: int = 0, room_sequences: int = 0) -> dict[str, int]:
     """Elements of each output buffer for the plan's largest batch (Python integers: a damaged size never wraps),
-    from each batch's padded ``widths`` (``padded`` only) and ``tokens``."""
+    from each batch's rows in the output ``batch_rows`` (padded or not), or for ``room_rows`` rows and
+    ``room_sequences`` sequences where those are more."""
     sizes = plan.batch_sizes
     if not sizes.size:
         return {}
-    max_b, max_tokens = int(sizes.max()), int(tokens.max())
-    max_padded = int((sizes * widths).max()) if output == "padded" else 0  # within int64: the plan was checked
-    return {"values": math.prod(element_shape) * (max_padded if output == "padded" else max_tokens),
-            "mask": max_padded, "lengths": max_b, "offsets": max_b + 1, "cu_seqlens": max_b + 1,
-            "position_ids": max_tokens if output == "varlen" else 0}
+    max_b = max(int(sizes.max()), room_sequences)
+    rows = max(int(batch_rows.max()), room_rows)  # within int64: the plan was checked
+    return {"values": math.prod(element_shape) * rows, "mask": rows if output == "padded" else 0, "lengths": max_b,
+            "offsets": max_b + 1, "cu_seqlens": max_b + 1, "position_ids": rows if output == "varlen" else 0}
+
+
+def _buffer_bytes(capacity: dict[str, int], itemsize: int) -> int:
+    return itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get("cu_seqlens", 0) + \
+        8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
 
 
 class BatchReader:
     """Reads a plan's batches from a container into buffers it reuses; opens the file on first use.
 
     The offsets are read (and validated) once, and checked against the plan
-    (a plan made for another source is refused).  Each batch is gathered in
-    one compiled pass (:func:`~lodtool.ops.batching.gather_batch`) into output
+    (a plan made for another source is refused).  Batches are gathered by a
+    compiled pass (:func:`~lodtool.ops.batching.gather_batches`) into output
     buffers sized once for the plan's largest batch (their size is checked
-    against the memory limit first): **a batch is valid until the next one is
+    against the memory limit first), or for several batches where they are
+    small (:data:`GATHER_GROUP_BYTES`, within the limit): then one pass gathers
+    as many as the buffers hold.  **A batch is valid until the next one is
     read**; copy what you keep.  Data stored without compression is gathered
     straight from the file's memory map (each fletcher32 chunk checked the first
     time the process reads it); compressed data is read in whole HDF5 chunks,
@@ -1119,22 +1203,31 @@ class BatchReader:
             raise LodUsageError(f"{self.path}: pad value {self.pad_value!r} does not fit tensor {t.name!r} "
                                 f"({t.dtype})") from None
         plan = self.plan
-        widths = _padded_widths(plan) if self.output == "padded" else None
+        padded = self.output == "padded"
+        sizes = plan.batch_sizes
+        widths = np.ascontiguousarray(_padded_widths(plan), np.int64) if padded else _NO_LENGTHS
         tokens = plan.batch_tokens
-        capacity = _buffer_capacity(plan, self.output, t.element_shape, widths, tokens)
-        nbytes = t.dtype.itemsize * capacity.get("values", 0) + capacity.get("mask", 0) + 4 * capacity.get(
-            "cu_seqlens", 0) + 8 * sum(capacity.get(k, 0) for k in ("lengths", "offsets", "position_ids"))
-        check_memory(nbytes, f.max_memory, self.path, "the buffers of the plan's largest batch")
+        batch_rows = sizes * widths if padded else tokens
+        capacity = _buffer_capacity(plan, self.output, t.element_shape, batch_rows)
+        itemsize = t.dtype.itemsize
+        check_memory(_buffer_bytes(capacity, itemsize), f.max_memory, self.path,
+                     "the buffers of the plan's largest batch")
+        row_bytes = max(itemsize * math.prod(t.element_shape), 1)
+        room = (int(batch_rows.max(initial=0)), int(sizes.max(initial=0)))  # rows and sequences the buffers hold
+        grouped_room = (max(room[0], GATHER_GROUP_BYTES // row_bytes), max(room[1], GATHER_GROUP_BYTES // 16))
+        grouped = _buffer_capacity(plan, self.output, t.element_shape, batch_rows, *grouped_room)
+        if self.reuse_buffers and _buffer_bytes(grouped, itemsize) <= f.max_memory:
+            capacity, room = grouped, grouped_room
         chunks = _chunks_of(t, self.cache_bytes, f.max_memory, self.path)
-        # every chunk a batch touches, at most: each sequence spans its rows // chunk_rows + 2 chunks
-        touched = np.empty(2 * capacity.get("lengths", 0) + int(tokens.max(initial=0)) // chunks.chunk_rows + 2,
-                           np.int64)
+        # every chunk the batches of one gather touch, at most: each sequence spans its rows // chunk_rows + 2 chunks
+        touched = np.empty(2 * room[1] + room[0] // chunks.chunk_rows + 2, np.int64)
         items = math.prod(t.element_shape)
         word = chunks.words.dtype.itemsize
         clipped = plan.lengths if plan.options.get("max_length") is not None else _NO_LENGTHS
         return _OpenSource(f, t, rows, clipped, self.truncate == "head", pad, chunks, capacity, widths, tokens,
-                           touched, t.element_shape, items, t.dtype.itemsize // word * items, compiled_gather_batch(),
-                           gather_shifts(word, chunks.chunk_rows))
+                           batch_rows, sizes, touched, np.zeros(capacity.get("lengths", 0) + 1, np.int64),
+                           t.element_shape, items, itemsize // word * items, compiled_gather_batches(),
+                           gather_shifts(word, chunks.chunk_rows), room)
 
     def _buffers(self, source: _OpenSource, n_seq: int, width: int, total: int) -> dict[str, np.ndarray]:
         """Flat output arrays for a batch of ``n_seq`` sequences (``width`` rows each, padded) or ``total`` rows:
@@ -1161,59 +1254,93 @@ class BatchReader:
         """Batch ``i`` of the plan (arrays valid until the next read)."""
         return next(self._gathered((i,)))
 
+    def _batch_ids(self, batch_ids) -> np.ndarray:
+        """``batch_ids`` as int64 batch numbers from 0, each checked to be the plan's."""
+        n_batches = len(self.plan)
+        if isinstance(batch_ids, range):
+            ids = np.arange(batch_ids.start, batch_ids.stop, batch_ids.step, dtype=np.int64)
+        else:
+            ids = np.asarray(batch_ids if isinstance(batch_ids, np.ndarray) else list(batch_ids)).reshape(-1)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise LodUsageError(f"batch numbers must be integers, not {ids.dtype}")
+        outside = (ids < -n_batches) | (ids >= n_batches)
+        if outside.any():
+            raise LodUsageError(f"batch {ids[np.argmax(outside)]} is outside the plan's {n_batches} batches")
+        return ids.astype(np.int64) % max(n_batches, 1)
+
     def _gathered(self, batch_ids) -> Iterator[dict]:
-        """The batches ``batch_ids``, each gathered in one compiled pass; what stays the same from batch to batch is
-        looked up once."""
+        """The batches ``batch_ids``, gathered in compiled passes, several batches a pass where they fit the reused
+        buffers and every chunk is ready; what stays the same from batch to batch is looked up once."""
         source = self._opened()
+        ids = self._batch_ids(batch_ids)
         plan = self.plan
         offsets, indices, repeat, tokens, widths = plan.offsets, plan.indices, plan.repeat, source.tokens, source.widths
-        n_batches = offsets.shape[0] - 1
+        batch_rows, batch_sizes = source.batch_rows, source.batch_sizes
         output = self.output
         padded, jagged = output == "padded", output == "jagged-numpy"
         reuse = self.reuse_buffers
         chunks, gather, row_words, items, elem = source.chunks, source.gather, source.row_words, source.items, \
             source.element_shape
-        rows, clipped, head, touched = source.rows, source.clipped, source.head, source.touched
+        rows, clipped, head, touched, longest = source.rows, source.clipped, source.head, source.touched, source.longest
         word_shift, chunk_rows, chunk_shift = source.shifts
-        for i in batch_ids:
-            if not -n_batches <= i < n_batches:
-                raise LodUsageError(f"batch {i} is outside the plan's {n_batches} batches")
-            i = int(i) % n_batches
-            first, last = offsets.item(i), offsets.item(i + 1)  # Python ints, without a list made per batch
-            seqs = indices[first:last]
-            n_seq = last - first
-            total = tokens.item(i)
-            width = widths.item(i) if padded else 0
-            buf = source.buffers if reuse and source.buffers else self._buffers(source, n_seq, width, total)
-            n_rows = n_seq * width if padded else total
-            values = buf["values"][:n_rows * items]
-            if padded or elem:
-                values = values.reshape(((n_seq, width) if padded else (total,)) + elem)
-            if padded:
-                values.fill(source.pad)
-            lengths, cu, positions, mask = buf["lengths"], buf["cu"], buf["positions"], buf["mask"]
-            chunks.check_unchanged()
-            while True:
-                longest = gather(chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, row_words, seqs, rows,
-                                 clipped, head, width, buf["words"], lengths, cu, positions, mask, touched,
-                                 chunks.pending())
-                if longest >= 0:
-                    break
-                if longest == GATHER_MISMATCH:
-                    raise self._changed_plan(i, source)
-                chunks.prepare(np.unique(touched[:-longest]))
-            if cu.item(n_seq) != total:  # a batch holds exactly the rows its plan counts
-                raise self._changed_plan(i, source)
-            if jagged:
-                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
-                       "lengths": lengths[:n_seq], "offsets": cu[:n_seq + 1]}
-            elif padded:
-                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
-                       "lengths": lengths[:n_seq], "mask": mask[:n_rows].reshape(n_seq, width)}
+        # the rows and the cumulative lengths' entries (one more than sequences) of the batches, in reading order
+        room_rows, room_entries = source.room[0], source.room[1] + 1
+        ends_rows, ends_entries = np.cumsum(batch_rows[ids]), np.cumsum(batch_sizes[ids] + 1)
+        j, n_ids = 0, ids.shape[0]
+        alone_until = 0  # batches read one at a time, to name the one a grouped gather refused
+        # a map's chunks, once checked, stay so; a cache of decoded chunks may evict one a batch before needed
+        together = reuse and isinstance(chunks, _MappedChunks)
+        while j < n_ids:
+            end = j + 1
+            if together and j >= alone_until:
+                before_rows = ends_rows.item(j - 1) if j else 0
+                before_entries = ends_entries.item(j - 1) if j else 0
+                end = max(min(int(ends_rows.searchsorted(before_rows + room_rows, "right")),
+                              int(ends_entries.searchsorted(before_entries + room_entries, "right"))), end)
+            group = ids[j:end]
+            if reuse:
+                buf = source.buffers or self._buffers(source, 0, 0, 0)
             else:
-                yield {"indices": seqs, "batch": i, "repeat": repeat.item(i), "values": values,
-                       "lengths": lengths[:n_seq], "cu_seqlens": cu[:n_seq + 1], "position_ids": positions[:total],
-                       "max_seqlen": longest}
+                i = group.item(0)
+                n_seq = batch_sizes.item(i)
+                buf = self._buffers(source, n_seq, widths.item(i) if padded else 0, tokens.item(i))
+            all_values, all_lengths, cu, positions, mask = buf["values"], buf["lengths"], buf["cu"], \
+                buf["positions"], buf["mask"]
+            if padded:
+                all_values[:(ends_rows.item(end - 1) - (ends_rows.item(j - 1) if j else 0)) * items].fill(source.pad)
+            got = _gather_ready(chunks, touched, lambda check: gather(
+                chunks.words, chunks.table, word_shift, chunk_rows, chunk_shift, row_words, group, offsets, indices,
+                tokens, widths, rows, clipped, head, buf["words"], all_lengths, cu, positions, mask, touched, check,
+                longest))
+            if got == GATHER_MISMATCH:  # a batch holds other rows than its plan counts: read again, to name it
+                if end - j > 1:
+                    alone_until = end
+                    continue
+                raise self._changed_plan(group.item(0), source)
+            at = done = 0
+            for k in range(end - j):
+                i = group.item(k)
+                first = offsets.item(i)
+                n_seq = offsets.item(i + 1) - first
+                n_rows = batch_rows.item(i)
+                values = all_values[at * items:(at + n_rows) * items]
+                if padded or elem:
+                    values = values.reshape(((n_seq, widths.item(i)) if padded else (n_rows,)) + elem)
+                lengths = all_lengths[done:done + n_seq]
+                base = done + k  # the batch's cumulative lengths start here
+                if jagged:
+                    yield {"indices": indices[first:first + n_seq], "batch": i, "repeat": repeat.item(i),
+                           "values": values, "lengths": lengths, "offsets": cu[base:base + n_seq + 1]}
+                elif padded:
+                    yield {"indices": indices[first:first + n_seq], "batch": i, "repeat": repeat.item(i),
+                           "values": values, "lengths": lengths, "mask": mask[at:at + n_rows].reshape(values.shape[:2])}
+                else:
+                    yield {"indices": indices[first:first + n_seq], "batch": i, "repeat": repeat.item(i),
+                           "values": values, "lengths": lengths, "cu_seqlens": cu[base:base + n_seq + 1],
+                           "position_ids": positions[at:at + n_rows], "max_seqlen": longest.item(k)}
+                at += n_rows
+                done += n_seq
+            j = end
 
     def _changed_plan(self, i: int, source: _OpenSource) -> LodInputError:
         """A batch whose rows are not the ones its plan counts: the plan was changed after it was checked against
@@ -1288,18 +1415,20 @@ STREAMED_NOTE = ("streamed from length counts: the random baseline and the chunk
 
 def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_memory: int | None = None,
                     token_dtype=None, eos_token_id: int | None = None, **plan_options) -> dict:
-    """:func:`plan_report`'s ``plan`` figures and histogram for a ``sorted`` plan, from length counts, in memory
-    bounded by the distinct lengths (never by the sequences).
+    """:func:`plan_report`'s ``plan`` figures and histogram for a ``sorted`` plan, or a ``buckets`` plan in the
+    file's order (``shuffle=False``), in memory bounded by the distinct lengths (never by the sequences).
 
     ``source`` is a container, sharded folder or token dataset; its offsets
-    are validated and read in windows, and the lengths counted
-    (:class:`~lodtool.ops.batching.LengthCounts`).  fairseq's greedy cut over
-    the lengths sorted is then run over those counts
-    (:func:`~lodtool.ops.batching.greedy_run_figures`): the figures equal
-    ``batch_plan(source, ...).stats()`` exactly.  Only mode ``sorted`` on one
-    replica streams (the other modes order every sequence at random or pack
-    them all at once, and the dealing to replicas permutes the batches; they
-    raise :class:`~lodtool.errors.LodUsageError`).  ``"random"`` is ``None`` and
+    are validated and read in windows.  For ``sorted``, the lengths are
+    counted (:class:`~lodtool.ops.batching.LengthCounts`) and fairseq's greedy
+    cut over the lengths sorted is run over those counts
+    (:func:`~lodtool.ops.batching.greedy_run_figures`).  For ``buckets``, each
+    window's sequences join their bucket's open batch, and every batch is
+    counted as it fills (a second pass, after one that finds the longest
+    sequence, which sizes the buckets' batches).  Either way the figures equal
+    ``batch_plan(source, ...).stats()`` exactly.  The other modes, and a plan
+    dealt to replicas, need the whole plan (:func:`streams`): they raise
+    :class:`~lodtool.errors.LodUsageError`.  ``"random"`` is ``None`` and
     ``"streamed"`` says why (:data:`STREAMED_NOTE`).
 
     >>> import os, tempfile, numpy as np, lodtool
@@ -1308,8 +1437,11 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
     >>> r = streamed_report(p, max_tokens=6)
     >>> r["plan"] == batch_plan(p, max_tokens=6).stats(), r["random"]
     (True, None)
+    >>> options = dict(mode="buckets", boundaries=[2, 4], max_sequences=2, shuffle=False)
+    >>> streamed_report(p, **options)["plan"] == batch_plan(p, **options).stats()
+    True
     """
-    from ..ops.batching import LENGTH_COUNTS_BYTES, LengthCounts, greedy_run_figures
+    from ..ops.batching import LENGTH_COUNTS_BYTES
     from ._pipe import offset_window, require_valid
 
     if not isinstance(source, (str, os.PathLike)):
@@ -1317,46 +1449,136 @@ def streamed_report(source, *, bins: int = 12, tensor: str | None = None, max_me
                             "already in memory are reported by plan_report(batch_plan(...))")
     o = _plan_arguments(source, plan_options)
     where = os.fspath(source)
-    if o["mode"] != "sorted" or o["num_replicas"] > 1:
-        what = f"mode {o['mode']!r}" if o["mode"] != "sorted" else "a plan dealt to replicas"
-        raise LodUsageError(f"{where}: the figures of {what} need the whole plan; only mode 'sorted' on one replica "
-                            "streams from length counts")
-    max_tokens, max_length = o["max_tokens"], o["max_length"]
-    counts, skipped = LengthCounts(), 0
-    first_long = long_length = None
+    if not streams(o):
+        what, why = _whole_plan(o)
+        raise LodUsageError(f"{where}: the figures of {what} need the whole plan ({why}); only mode 'sorted' on one "
+                            "replica streams (and mode 'buckets' with shuffle=False)")
+    max_length = o["max_length"]
     with _open_container(source, max_memory, token_dtype=token_dtype, eos_token_id=eos_token_id) as f:
         t = f.tensor(tensor)
         level = _level_of(t, o["level"], where)
         window = offset_window(f.max_memory)
         check_memory(LENGTH_COUNTS_BYTES + 4 * 8 * window, f.max_memory, where, "the length counts of the report")
         require_valid(where, t)
-        done = 0
-        for rows in row_offset_windows(t, level, window):
-            lengths = np.diff(rows)
-            if max_length is not None:
-                lengths = np.minimum(lengths, max_length)
-            if max_tokens is not None:
-                too_long = lengths > max_tokens
-                if too_long.any():
-                    if first_long is None:
-                        first_long = done + int(np.argmax(too_long))
-                        long_length = int(lengths[first_long - done])
-                    skipped += int(too_long.sum())
-                    lengths = lengths[~too_long]
-            counts.add(lengths)
-            done += rows.shape[0] - 1
+
+        def windows() -> Iterator[np.ndarray]:  # the sequences' lengths, clipped, a window at a time
+            for rows in row_offset_windows(t, level, window):
+                lengths = np.diff(rows)
+                yield lengths if max_length is None else np.minimum(lengths, max_length)
+
+        stats, (values, n) = _streamed_sorted(windows(), o, where) if o["mode"] == "sorted" else \
+            _streamed_buckets(windows, o)
+    edges = length_bins(values, bins)
+    return {"plan": stats, "random": None, "histogram": {"edges": edges.tolist(),
+                                                          "counts": _run_histogram(values, n, edges).tolist()},
+            "streamed": STREAMED_NOTE}
+
+
+def streams(options: dict) -> bool:
+    """Whether the report of a plan with ``options`` (every argument of :func:`batch_plan`) streams
+    (:func:`streamed_report`): mode ``sorted``, or ``buckets`` in the file's order, on one replica.
+
+    >>> streams({"mode": "buckets", "shuffle": False, "num_replicas": 1}), streams({"mode": "random",
+    ...                                                                              "num_replicas": 1})
+    (True, False)
+    """
+    return options["num_replicas"] == 1 and (options["mode"] == "sorted" or (
+        options["mode"] == "buckets" and not options.get("shuffle", True)))
+
+
+def _whole_plan(options: dict) -> tuple[str, str]:
+    """What a plan with ``options`` that does not :func:`stream <streams>` is, and why its figures need the whole
+    plan."""
+    if options["num_replicas"] > 1:
+        return "a plan dealt to replicas", "its batches are dealt in a random order"
+    if options["mode"] == "pack":
+        return "mode 'pack'", "first-fit packing keeps every row open until the last sequence"
+    return f"mode {options['mode']!r}", "its order is one random permutation of every sequence"
+
+
+def _streamed_sorted(windows, o: dict, where: str) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """A ``sorted`` plan's stats, and the runs ``(lengths, counts)`` of its sequences, from ``windows`` of the
+    lengths (clipped)."""
+    from ..ops.batching import LengthCounts, greedy_run_figures
+
+    max_tokens = o["max_tokens"]
+    counts, skipped = LengthCounts(), 0
+    first_long = long_length = None
+    done = 0
+    for lengths in windows:
+        in_window = lengths.shape[0]
+        if max_tokens is not None:
+            too_long = lengths > max_tokens
+            if too_long.any():
+                if first_long is None:
+                    first_long = done + int(np.argmax(too_long))
+                    long_length = int(lengths[first_long - done])
+                skipped += int(too_long.sum())
+                lengths = lengths[~too_long]
+        counts.add(lengths)
+        done += in_window
     if first_long is not None and o["oversize"] == "error":
         raise _oversize_error(where, first_long, long_length, skipped, max_tokens)
     values, n = counts.runs()
     fig = greedy_run_figures(values, n, max_tokens, o["max_sequences"], o["multiple_of"])
     keep_last = bool(n.sum()) and not (o["drop_last"] and _incomplete(fig["last_sequences"], max_tokens,
                                                                        o["max_sequences"], o["multiple_of"]))
-    stats = _run_stats(fig, keep_last, values, n, skipped)
-    planned = _without_longest(values, n, 0 if keep_last else fig["last_sequences"])
-    edges = length_bins(planned[0], bins)
-    return {"plan": stats, "random": None, "histogram": {"edges": edges.tolist(),
-                                                          "counts": _run_histogram(*planned, edges).tolist()},
-            "streamed": STREAMED_NOTE}
+    return _run_stats(fig, keep_last, values, n, skipped), _without_longest(values, n, 0 if keep_last else
+                                                                            fig["last_sequences"])
+
+
+def _streamed_buckets(windows, o: dict) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """A ``buckets`` plan's stats in the file's order, and the runs ``(lengths, counts)`` of its sequences, from
+    ``windows()`` (a fresh iterator of the lengths, clipped, a window at a time, per call; read twice)."""
+    from ..ops.batching import LengthCounts
+
+    bounds = _bucket_bounds(o["boundaries"])
+    n_buckets = bounds.shape[0] + 1
+    count = longest = 0
+    for lengths in windows():
+        count += lengths.shape[0]
+        longest = max(longest, int(lengths.max(initial=0)))
+    sizes = _bucket_sizes(bounds, count, longest, o["max_tokens"], o["max_sequences"], o["multiple_of"],
+                          o["bucket_batch_sizes"], o["pad_to_bucket_boundary"])
+    widths = bounds - 1 if o["pad_to_bucket_boundary"] else None
+    figures = _BatchFigures()
+    counts = LengthCounts()
+    # each bucket's open batch: its sequences, rows and longest, and the runs of its lengths (counted once kept)
+    open_n, open_tokens, open_longest = [0] * n_buckets, [0] * n_buckets, [0] * n_buckets
+    open_runs = [LengthCounts(dense=0) for _ in range(n_buckets)]
+    for lengths in windows():
+        bucket = np.searchsorted(bounds, lengths, side="right")
+        grouped = lengths[counting_argsort(bucket, n_buckets)]  # by bucket, each in stream order
+        ends = np.cumsum(np.bincount(bucket, minlength=n_buckets))
+        for b in np.flatnonzero(np.diff(ends, prepend=0)).tolist():
+            part, size = grouped[(ends[b - 1] if b else 0):ends[b]], int(sizes[b])
+            if open_n[b] + part.shape[0] < size:  # the open batch does not fill yet
+                open_n[b] += part.shape[0]
+                open_tokens[b] += int(part.sum())
+                open_longest[b] = max(open_longest[b], int(part.max()))
+                open_runs[b].add(part)
+                continue
+            first = size - open_n[b]  # the sequences that fill the open batch
+            full = (part.shape[0] - first) // size
+            cut = first + full * size
+            blocks = part[first:cut].reshape(full, size)
+            tokens = np.concatenate([[open_tokens[b] + int(part[:first].sum())], blocks.sum(axis=1)])
+            most = np.concatenate([[max(open_longest[b], int(part[:first].max(initial=0)))], blocks.max(axis=1)])
+            figures.add(tokens, size * (most if widths is None else widths[b]), size)
+            counts.add_runs(*open_runs[b].runs())
+            counts.add(part[:cut])
+            tail = part[cut:]
+            open_n[b], open_tokens[b], open_longest[b] = tail.shape[0], int(tail.sum()), int(tail.max(initial=0))
+            open_runs[b] = LengthCounts(dense=0)
+            open_runs[b].add(tail)
+    if not o["drop_last"]:  # the partial batches, by bucket
+        for b in range(n_buckets):
+            if open_n[b]:
+                figures.add(np.array([open_tokens[b]]), open_n[b] * (open_longest[b] if widths is None
+                                                                     else widths[b]), open_n[b])
+                counts.add_runs(*open_runs[b].runs())
+    values, n = counts.runs()
+    return figures.stats("buckets", int(n[0]) if values.size and values[0] == 0 else 0), (values, n)
 
 
 def _plan_arguments(source, plan_options: dict) -> dict:
@@ -1374,25 +1596,56 @@ def _plan_arguments(source, plan_options: dict) -> dict:
 
 def _run_stats(fig: dict, keep_last: bool, values: np.ndarray, n: np.ndarray, skipped: int) -> dict:
     """:meth:`BatchPlan.stats` of a ``sorted`` plan from :func:`greedy_run_figures`' figures."""
-    batches = fig["batches"] + keep_last
-    totals = {k: fig[k] + (fig["last_" + k] if keep_last else 0) for k in ("tokens", "padded", "sequences")}
-
-    def summary(key):
-        lo, hi = fig["min_" + key], fig["max_" + key]
-        if keep_last:
-            last = fig["last_" + key]
-            lo, hi = (min(lo, last), max(hi, last)) if fig["batches"] else (last, last)
-        return {"mean": totals[key] / batches if batches else 0.0, "min": lo, "max": hi}
-
-    fill = totals["tokens"] / totals["padded"] if totals["padded"] else 1.0
+    figures = _BatchFigures()
+    figures.batches = fig["batches"]
+    for key in _BatchFigures.KEYS:
+        figures.totals[key] = fig[key]
+        if fig["batches"]:
+            figures.lows[key], figures.highs[key] = fig["min_" + key], fig["max_" + key]
+    if keep_last:
+        figures.add(np.array([fig["last_tokens"]]), np.array([fig["last_padded"]]), fig["last_sequences"])
     zeros = int(n[0]) if values.size and values[0] == 0 else 0
-    return {
-        "mode": "sorted", "batches": batches, "sequences": totals["sequences"], "tokens": totals["tokens"],
-        "padded_tokens": totals["padded"], "padding_waste": 1.0 - fill, "fill_rate": fill,
-        "tokens_per_batch": summary("tokens"), "padded_tokens_per_batch": summary("padded"),
-        "sequences_per_batch": summary("sequences"), "repeats": 0, "skipped": skipped,
-        "empty": min(zeros, totals["sequences"]),  # the empty ones sort first
-    }
+    return figures.stats("sorted", min(zeros, figures.totals["sequences"]), skipped)  # the empty ones sort first
+
+
+class _BatchFigures:
+    """Totals, least and most of the rows, padded rows and sequences of batches counted a run at a time: a streamed
+    plan's :meth:`BatchPlan.stats`."""
+
+    KEYS = ("tokens", "padded", "sequences")
+
+    def __init__(self):
+        self.batches = 0
+        self.totals = dict.fromkeys(self.KEYS, 0)
+        self.lows: dict[str, int] = {}
+        self.highs: dict[str, int] = {}
+
+    def add(self, tokens: np.ndarray, padded, sequences) -> None:
+        """Batches of ``tokens`` rows each, ``padded`` padded rows and ``sequences`` sequences (arrays or one
+        figure for all)."""
+        k = tokens.shape[0]
+        for key, a in zip(self.KEYS, (tokens, padded, sequences)):
+            a = np.broadcast_to(np.asarray(a, np.int64), (k,))
+            self.totals[key] += int(a.sum())
+            lo, hi = int(a.min()), int(a.max())
+            self.lows[key] = min(self.lows.get(key, lo), lo)
+            self.highs[key] = max(self.highs.get(key, hi), hi)
+        self.batches += k
+
+    def stats(self, mode: str, empty: int, skipped: int = 0) -> dict:
+        batches, totals = self.batches, self.totals
+
+        def summary(key):
+            return {"mean": totals[key] / batches if batches else 0.0, "min": self.lows.get(key, 0),
+                    "max": self.highs.get(key, 0)}
+
+        fill = totals["tokens"] / totals["padded"] if totals["padded"] else 1.0
+        return {
+            "mode": mode, "batches": batches, "sequences": totals["sequences"], "tokens": totals["tokens"],
+            "padded_tokens": totals["padded"], "padding_waste": 1.0 - fill, "fill_rate": fill,
+            "tokens_per_batch": summary("tokens"), "padded_tokens_per_batch": summary("padded"),
+            "sequences_per_batch": summary("sequences"), "repeats": 0, "skipped": skipped, "empty": empty,
+        }
 
 
 def _without_longest(values: np.ndarray, n: np.ndarray, drop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1577,7 +1830,7 @@ def batch(path, plan=None, *, tensor: str | None = None, save_to=None, write_to=
 
 def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, plan_options: dict) -> bool:
     """Whether the plan of ``path`` fits the memory limit (:func:`_check_plan_memory`); when it does not, a plan
-    whose report cannot stream (:func:`streamed_report`) is refused, naming its mode and the alternatives."""
+    whose report cannot stream (:func:`streams`) is refused, naming its mode, why, and the alternatives."""
     o = _plan_arguments(path, plan_options)
     mode = o["mode"]
     with _open_container(path, max_memory, **reading) as f:
@@ -1586,12 +1839,12 @@ def _plan_fits(path, tensor: str | None, max_memory: int | None, reading: dict, 
         count = t.num_sequences(_level_of(t, o["level"], where))
         if _plan_bytes(count, mode) <= f.max_memory:
             return True
-        if mode != "sorted" or o["num_replicas"] > 1:
-            what = f"mode {mode!r}" if mode != "sorted" else "a plan dealt to replicas"
+        if not streams(o):
+            what, why = _whole_plan(o)
             raise LodMemoryError(f"{where}: the report of {what} needs its whole plan of {count:,} sequences "
-                                 f"({human_bytes(_plan_bytes(count, mode))}), above the memory limit of "
+                                 f"({human_bytes(_plan_bytes(count, mode))}: {why}), above the memory limit of "
                                  f"{human_bytes(f.max_memory)}; raise it with max_memory=..., or report mode 'sorted' "
-                                 "on one replica, which streams from length counts")
+                                 "(or 'buckets' with shuffle=False) on one replica, which streams")
     return False
 
 
@@ -1609,7 +1862,7 @@ def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | 
     return {"cache_chunks": max(DECODED_CACHE_BYTES // (chunk * row_bytes), 1), "rows": rows, "chunk_rows": chunk}
 
 
-__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "streamed_report", "chunk_locality",
-           "stored_chunk_rows",
+__all__ = ["MODES", "OUTPUTS", "batch", "BatchResult", "plan_report", "streamed_report", "streams",
+           "chunk_locality", "stored_chunk_rows", "SequenceGather",
            "write_batches", "BatchPlan", "BatchReader", "batch_plan", "batches", "as_plan", "sequence_rows",
            "lengths_digest", "length_bins"]
