@@ -34,7 +34,7 @@ from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageErr
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, object_key, open_h5, read_rows, remote_source, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, member_links, object_key, open_h5, read_rows, remote_source, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -68,6 +68,8 @@ class Layout:
     compression_level: int | None
     #: the names of the group's attributes, listed once (token metadata is read from those present; None: not listed)
     attribute_names: frozenset | None = None
+    #: the group's members' link types (:func:`~lodtool.container._h5.member_links`), listed once (None: not listed)
+    members: dict | None = None
 
     @property
     def level_sizes(self) -> list[int]:
@@ -157,7 +159,8 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                 issues.append((None, f"{len(names)} level name(s) for {lod_level} LoD level(s)"))
             else:
                 level_names = tuple(names) if names else None
-        data = hard_member(group, spec.DATA)
+        members = member_links(group)  # one listing answers every member lookup below
+        data = hard_member(group, spec.DATA, members)
         if not isinstance(data, h5py.Dataset):
             issues.append((None, f"{spec.DATA!r} is missing or not a dataset"))
             data = None
@@ -183,19 +186,20 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                     issues.append((None, f"attribute {spec.ATTR_DTYPE!r} is {declared!r} but {spec.DATA!r} "
                                          f"has dtype {data.dtype}"))
         lod_sets: list = []
-        if lod_level == 0 and spec.LOD in group:  # offsets a 0-level tensor would ignore: a lying lod_level
+        if lod_level == 0 and spec.LOD.encode() in members:  # offsets a 0-level tensor would ignore: a lying lod_level
             issues.append((None, f"{spec.ATTR_LOD_LEVEL!r} is 0 but the tensor has a {spec.LOD!r} member"))
         if lod_level:
-            lod_group = hard_member(group, spec.LOD)
+            lod_group = hard_member(group, spec.LOD, members)
             if not isinstance(lod_group, h5py.Group):
                 issues.append((None, f"{spec.LOD!r} is missing or not a group ({lod_level} LoD level(s) declared)"))
             else:
+                levels = member_links(lod_group)
                 expected = {str(k) for k in range(lod_level)}
-                extra = sorted(set(lod_group.keys()) - expected)
+                extra = sorted({name.decode("utf-8", "surrogateescape") for name in levels} - expected)
                 if extra:
                     issues.append((None, f"{spec.LOD!r} has unexpected member(s) {', '.join(extra)}"))
                 for k in range(lod_level):
-                    ds = hard_member(lod_group, str(k))  # None where missing
+                    ds = hard_member(lod_group, str(k), levels)  # None where missing
                     if not isinstance(ds, h5py.Dataset):
                         issues.append((k, f"offsets dataset '{spec.LOD}/{k}' is missing or not a dataset"))
                         continue
@@ -218,13 +222,15 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     if issues or data is None or lod_level is None:
         return None, issues
     return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level,
-                  present), issues
+                  present, members), issues
 
 
-def read_token_info(group: h5py.Group, path: str, present: frozenset | None = None) -> TokenInfo | None:
+def read_token_info(group: h5py.Group, path: str, present: frozenset | None = None,
+                    members: dict | None = None) -> TokenInfo | None:
     """The token metadata of a tensor group (``docs/format.md``, *Token metadata*), or None where it has none.
 
-    ``present``: the group's attribute names where already listed (:attr:`Layout.attribute_names`).
+    ``present``: the group's attribute names where already listed (:attr:`Layout.attribute_names`); ``members``: its
+    members' link types, likewise (:attr:`Layout.members`).
 
     Attributes of the wrong type, a special id past the vocabulary, or a stored
     tokenizer that is not a 1-D uint8 dataset matching ``tokenizer_hash`` are
@@ -257,7 +263,10 @@ def read_token_info(group: h5py.Group, path: str, present: frozenset | None = No
                 raise LodFormatError(f"{path}: tensor {name!r}: attribute {key!r} is {attrs[key]!r}; expected "
                                      f"{'a string' if key.startswith('tokenizer_') else 'an integer'}")
             given[key] = value
-        stored = hard_member(group, spec.TOKENIZER) if spec.TOKENIZER in group else None
+        if members is None:
+            stored = hard_member(group, spec.TOKENIZER) if spec.TOKENIZER in group else None
+        else:
+            stored = hard_member(group, spec.TOKENIZER, members)
         if stored is not None:
             if not isinstance(stored, h5py.Dataset) or stored.ndim != 1 or stored.dtype != np.uint8 \
                     or foreign_storage(stored):
@@ -501,7 +510,8 @@ class LazyTensor(TensorView):
     def tokens(self) -> TokenInfo | None:
         """The tensor's token metadata (vocabulary, special ids, tokenizer), or None (read once, then held)."""
         if self._tokens is False:
-            self._tokens = read_token_info(self._layout.group, self._path, self._layout.attribute_names)
+            self._tokens = read_token_info(self._layout.group, self._path, self._layout.attribute_names,
+                                           self._layout.members)
         return self._tokens
 
     @property
@@ -829,6 +839,7 @@ class LodFile(TensorSource):
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):
             self.format_version = spec.check_version(h5.attrs, path)
         with translate(path, "cannot list the tensors"), bounded_metadata_cache(h5):
+            self._readonly = h5.id.get_intent() == h5py.h5f.ACC_RDONLY
             self.names = tensor_names(h5)
             self._name_set = frozenset(self.names)  # membership per lookup, not a scan of the list
             created = h5.attrs.get(spec.ATTR_CREATED_BY)
@@ -849,7 +860,10 @@ class LodFile(TensorSource):
             listing = ", ".join(repr(n) for n in self.names) or "none"
             raise LodFileNotFoundError(f"{self.path}: no tensor named {name!r} (tensors: {listing})")
         with translate(self.path, f"cannot open tensor {name!r}"):
-            return self._h5[name]
+            # a hard-linked group at the root (tensor_names), opened directly: h5py's h5[name] resolves a path
+            group = h5py.Group(h5py.h5o.open(self._h5.id, name.encode() if isinstance(name, str) else name))
+        group.__dict__["_lodtool_readonly"] = self._readonly  # what hard_member would ask the file for, per member
+        return group
 
     def describe(self, name: str) -> tuple[Layout | None, list[tuple[int | None, str]]]:
         """The layout of tensor ``name`` and the layout issues found (see :func:`describe_tensor`)."""
@@ -894,7 +908,33 @@ class LodFile(TensorSource):
             self[name]
         if self._lod_keys[name] is None:
             return []
-        if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
+        return [other for other in self._holders()[self._lod_keys[name]] if other != name]
+
+    def lod_groups(self) -> dict[str, tuple[str, ...]]:
+        """Each tensor whose offsets another tensor shares -> every tensor holding them, itself included, in file
+        order (one tuple per group, so a file of many tensors sharing one set of offsets holds it once).
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.container import save
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> t = LoDTensor(np.arange(3), [[0, 3]])
+        >>> save(p, {"a": t, "b": LoDTensor(np.ones(3), t.lod), "c": LoDTensor(np.arange(2), [[0, 2]])})
+        >>> with open_file(p) as f:
+        ...     f.lod_groups()
+        {'a': ('a', 'b'), 'b': ('a', 'b')}
+        """
+        groups = {}
+        for names in self._holders().values():
+            if len(names) > 1:
+                group = tuple(names)
+                groups.update(dict.fromkeys(group, group))
+        return groups
+
+    def _holders(self) -> dict:
+        """What names each offsets dataset -> the tensors that hold it, grouped once (so asking for every tensor of
+        the file is linear), from what opening each tensor noted; a tensor never opened is described for it."""
+        if self._lod_holders is None:
             holders: dict = {}
             for other in self.names:  # keyed by what names each dataset, so none is held open
                 if other not in self._lod_keys:  # (a broken layout holds no offsets to share)
@@ -902,7 +942,7 @@ class LodFile(TensorSource):
                 if self._lod_keys[other] is not None:
                     holders.setdefault(self._lod_keys[other], []).append(other)
             self._lod_holders = holders
-        return [other for other in self._lod_holders[self._lod_keys[name]] if other != name]
+        return self._lod_holders
 
     def release(self, name: str) -> None:
         """Forget the handle of tensor ``name`` (its HDF5 objects close once nothing else holds them), so a pass
