@@ -373,3 +373,39 @@ def test_pack_plan_json_streams_the_same_document_as_the_whole_plan(tmp_path, mo
     save(tmp_path / "empty.lod.h5", LoDTensor(np.zeros(0), [[0]]))
     assert json.loads(run("pack-plan", tmp_path / "empty.lod.h5", "--json").stdout) == \
         {"sorted_indices": [], "unsorted_indices": [], "lengths": [], "batch_sizes": []}
+
+
+# -- inspect of many tensors -------------------------------------------------------------------------------------
+def _many_tensors(path: Path) -> None:
+    from lodtool import LoDTensor, save
+
+    tensors = {f"t{i}": LoDTensor(np.arange(i + 2, dtype=np.float32), [[0, 1, i + 2]], level_names=["doc"])
+               for i in range(40)}
+    tensors["shares"] = LoDTensor(np.ones(7, np.int8), tensors["t5"].lod)
+    save(path, tensors)
+
+
+def test_inspect_json_writes_tensor_by_tensor_the_document_of_inspect_file(tmp_path):
+    from lodtool.cli._options import _json_default
+    from lodtool.container.checks import inspect_file
+
+    path = tmp_path / "many.lod.h5"
+    _many_tensors(path)
+    result = run("inspect", "--json", path, path)
+    assert result.exit_code == 0, result.output
+    whole = json.dumps(inspect_file(path), indent=None, separators=(",", ":"), default=_json_default)
+    assert result.stdout == 2 * (whole + "\n")  # byte for byte what emit_json of the whole document writes
+    assert json.loads(whole)["tensors"][5]["shared_lod_with"] == ["shares"]
+    one = run("inspect", "--json", f"{path}:t7")
+    assert [t["name"] for t in json.loads(one.stdout)["tensors"]] == ["t7"]
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_inspect_of_a_broken_tensor_past_the_first_writes_nothing_of_the_file(tmp_path, as_json):
+    path = tmp_path / "many.lod.h5"
+    _many_tensors(path)
+    with h5py.File(path, "r+") as f:
+        f["t30/lod/0"][1] = 99  # past the tensor's rows
+    result = run("inspect", *(["--json"] if as_json else []), path)
+    assert result.exit_code != 0 and result.stdout == ""  # every tensor is summarised before the first is written
+    assert "t30" in one_line_error(result)

@@ -255,3 +255,74 @@ def test_validate_describes_each_tensor_once_and_holds_one_open_at_a_time(path, 
     assert report.ok and report.paddle_valid
     assert sorted(described) == sorted(f"/t{i}" for i in range(300))  # once each
     assert len(open_objects) == 300 and max(open_objects) <= 8  # not every tensor opened so far
+
+
+@pytest.mark.parametrize("check", ["inspect_file", "spooled_inspection", "verify_file", "validate_file"])
+def test_checks_of_many_tensors_open_each_object_of_a_tensor_once(path, monkeypatch, check):
+    from collections import Counter
+
+    from lodtool.container import _h5, checks
+
+    N = 200
+    many_tensors(path, N)
+    calls = Counter()
+    for module, name in ((h5py.h5o, "open"), (h5py.h5i, "get_file_id"), (_h5, "_chunk_bound")):
+        def counted(*args, _original=getattr(module, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    result = getattr(checks, check)(path)
+    assert list(result["tensors"]) if check.endswith("inspection") else result is not None
+    # a tensor is four objects (its group, its data, the lod group, lod/0): each opened once, the file's intent
+    # asked once per tensor (its members are its group's), and offsets of a few chunks never looked up chunk by chunk
+    assert calls["open"] <= 4 * N + 10
+    assert calls["get_file_id"] < N
+    assert calls["_chunk_bound"] == 0
+
+
+def test_spooled_inspection_holds_no_entries_in_memory(tmp_path):
+    import tracemalloc
+
+    from lodtool.container.checks import spooled_inspection
+
+    peaks = []
+    for n in (100, 400):
+        path = str(tmp_path / f"many{n}.lod.h5")
+        many_tensors(path, n)
+        spooled_inspection(path)  # imports and caches first
+        tracemalloc.start()
+        try:
+            info = spooled_inspection(path)
+            assert sum(1 for _ in info["tensors"]) == len(info["tensors"]) == n
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    # the names and what each tensor's offsets are (about 400 B a tensor), not the entries (1.5 KB each held)
+    assert peaks[1] - peaks[0] < 300 * 800
+
+
+def test_spooled_inspection_is_inspect_file(tmp_path):
+    from lodtool.container.checks import spooled_inspection
+
+    path = str(tmp_path / "shared.lod.h5")
+    t = LoDTensor(np.arange(6), [[0, 2, 6]])
+    save(path, {"a": t, "b": LoDTensor(np.ones(6), t.lod), "c": LoDTensor(np.arange(3.0), [[0, 1, 3]]),
+                "d": LoDTensor(np.zeros(6, np.int8), t.lod)})
+    info = spooled_inspection(path)
+    assert {**info, "tensors": list(info["tensors"])} == inspect_file(path)
+    assert [t["shared_lod_with"] for t in info["tensors"]] == [["b", "d"], ["a", "d"], [], ["a", "b"]]
+    assert list(info["tensors"]) == list(info["tensors"])  # read again from the first
+
+
+def test_verify_counts_and_hashes_each_dataset_once(path, monkeypatch):
+    from lodtool.container import checks
+
+    t = LoDTensor(np.arange(6), [[0, 2, 6]])
+    save(path, {"a": t, "b": LoDTensor(np.ones(6), t.lod), "c": LoDTensor(np.arange(3.0))})
+    hashed = []
+    hash_one = checks._verify_dataset
+    monkeypatch.setattr(checks, "_verify_dataset", lambda p, ds, label, *a: hashed.append(label) or hash_one(p, ds, label, *a))
+    found = checks.verify_datasets(path)
+    assert found == checks.Verification([], 4, None)  # a's data and offsets, b's data, c's data
+    assert hashed == ["/a/data", "/a/lod/0", "/b/data", "/c/data"]

@@ -486,3 +486,21 @@ def test_describe_lists_the_attributes_once_instead_of_checking_each(tmp_path, m
         layouts = [f.describe(name)[0] for name in f.names]
     assert [layout.name for layout in layouts] == [f"t{i}" for i in range(5)]
     assert checked == []
+
+
+def test_read_attribute_gives_what_h5py_gives_for_every_kind(tmp_path):
+    from lodtool.container.reader import read_attribute
+
+    values = {"int": np.int64(3), "big": np.array(7, ">i4"), "u8": np.uint8(200), "bool": True, "float": 2.5,
+              "text": "deflate", "utf8": "naïve ✓", "fixed": np.bytes_(b"<i8"), "array": np.arange(3),
+              "one": np.array([2]), "names": np.array(["doc", "sentence"], dtype=h5py.string_dtype()),
+              "empty": h5py.Empty("f4")}
+    with h5py.File(tmp_path / "a.h5", "w") as h5:
+        h5.attrs.update(values)
+        h5.attrs.create("ascii", "x", dtype=h5py.string_dtype("ascii"))
+        h5.attrs.create("bad", b"\xff\xfe", dtype=h5py.string_dtype("utf-8"))  # not UTF-8 inside
+        for name in [*values, "ascii", "bad"]:
+            got, want = read_attribute(h5, name), h5.attrs[name]
+            assert type(got) is type(want) and repr(got) == repr(want), name
+            if isinstance(want, np.ndarray):
+                assert got.dtype == want.dtype and got.shape == want.shape

@@ -175,7 +175,7 @@ def test_library_warnings_stay_off_the_command_line(tmp_path, monkeypatch):
 
     import lodtool.container.checks as container
 
-    real = container.inspect_file
+    real = container.spooled_inspection  # what inspect prints from
 
     def noisy(*args):
         warnings.warn("a library warning", UserWarning)
@@ -183,7 +183,7 @@ def test_library_warnings_stay_off_the_command_line(tmp_path, monkeypatch):
 
     p = str(tmp_path / "a.lod.h5")
     save(p, LoDTensor(np.arange(3), [[0, 3]]))
-    monkeypatch.setattr(container, "inspect_file", noisy)
+    monkeypatch.setattr(container, "spooled_inspection", noisy)
     for verbose, expected in (([], []), (["-v"], ["a library warning"])):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -238,6 +238,10 @@ def problem_text(p: Any) -> str:
 
 
 # -- progress ----------------------------------------------------------------------------------
+def no_progress(done: int, total: int | None = None) -> None:
+    """The callback :func:`progress` gives where it draws no bar: a command given it need not learn a total."""
+
+
 @contextlib.contextmanager
 def progress(total: int | None, description: str, enabled: bool) -> Iterator[Callable[..., None]]:
     """A byte-progress bar on stderr; a no-op callback when disabled or stderr is no terminal.
@@ -245,7 +249,7 @@ def progress(total: int | None, description: str, enabled: bool) -> Iterator[Cal
     The callback takes the bytes done, and the total where it is learnt only as the work goes.
     """
     if not enabled or not sys.stderr.isatty():
-        yield lambda done, total=None: None
+        yield no_progress
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn

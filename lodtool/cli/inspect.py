@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from . import _options as opt
@@ -38,9 +40,9 @@ def inspect(ctx, files, name, as_json, isolate, timeout, token_dtype, eos_token_
     only = name
     for ref in files:
         file, name = opt.tensor_ref(ref, only)
-        with opt.input_path(file) as path:
+        with opt.input_path(file) as path:  # every tensor summarised before a byte of this file's report is written
             info = tasks.inspect(path, isolate=isolate, timeout=timeout, token_dtype=token_dtype,
-                                 eos_token_id=eos_token_id)
+                                 eos_token_id=eos_token_id, spooled=True)
         if file == "-":
             info["path"] = "-"
         if name is not None:
@@ -48,8 +50,34 @@ def inspect(ctx, files, name, as_json, isolate, timeout, token_dtype, eos_token_
             if not info["tensors"]:
                 raise LodFileNotFoundError(f"{file}: no tensor named {name!r}")
         if as_json:
-            opt.emit_json(info)
+            _emit_json(info)
         else:
             from ._render import inspect_report
 
             inspect_report(info)
+
+
+def _emit_json(info: dict) -> None:
+    """``opt.emit_json(info)``, the same bytes, with the tensors (its last key) encoded and written a few at a time:
+    a file of many tensors never has its whole document in memory."""
+    import json
+
+    tensors = info["tensors"]
+    if isinstance(tensors, list) or list(info)[-1] != "tensors":
+        opt.emit_json(info)
+        return
+    encode = functools.partial(json.dumps, indent=None, separators=(",", ":"), default=opt._json_default)
+    head = encode({**info, "tensors": []})
+    pieces, size = [head[:-len("[]}")] + "["], 0
+    for i, t in enumerate(tensors):
+        pieces.append(("," if i else "") + encode(t))
+        size += len(pieces[-1])
+        if size >= _WRITE_BYTES:
+            click.echo("".join(pieces), nl=False)
+            pieces, size = [], 0
+    pieces.append("]}")
+    click.echo("".join(pieces))
+
+
+#: ``inspect --json`` writes its tensors' entries in pieces of about this many characters
+_WRITE_BYTES = 1 << 16

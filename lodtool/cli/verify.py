@@ -29,12 +29,13 @@ def verify(ctx, files, as_json, isolate, timeout):
     """
     from .. import tasks
 
-    from ._render import progress
+    from ._render import no_progress, progress
 
     files = [opt.tensor_ref(f, None)[0] for f in files]  # FILE:tensor checks the whole FILE
-    with opt.stdin_among(files) as (paths, spooled), \
-            progress(None, "verifying", not opt.is_quiet(ctx) and not as_json) as tick:
-        reports = tasks.verify(paths, isolate=isolate, timeout=timeout, progress=tick)
+    shown = not opt.is_quiet(ctx) and not as_json
+    with opt.stdin_among(files) as (paths, spooled), progress(None, "verifying", shown) as tick:
+        # the bytes to hash are added up first only for a bar that shows them (a pass over every tensor's metadata)
+        reports = tasks.verify(paths, isolate=isolate, timeout=timeout, progress=None if tick is no_progress else tick)
     reports = [dataclasses.replace(r, path="-") if r.path == spooled else r for r in reports]
     if as_json:
         opt.emit_json([r.to_dict() for r in reports])

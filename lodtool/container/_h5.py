@@ -231,9 +231,23 @@ class _MemberDataset(h5py.Dataset):
     dtype = functools.cached_property(h5py.Dataset.dtype.fget)
 
 
-def hard_member(group: h5py.Group, name: str):
+def member_links(group: h5py.Group) -> dict[bytes, int]:
+    """The link type (``h5py.h5l.TYPE_HARD``, ...) of every member of ``group``, by raw name, in one libhdf5 call.
+
+    >>> import os, tempfile
+    >>> with h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w") as h5:
+    ...     h5["a"], h5["b"] = 1, h5py.SoftLink("/a")
+    ...     member_links(h5) == {b"a": h5py.h5l.TYPE_HARD, b"b": h5py.h5l.TYPE_SOFT}
+    True
+    """
+    found: dict[bytes, int] = {}
+    group.id.links.iterate(lambda name, info: found.__setitem__(name, info.type), info=True)
+    return found
+
+
+def hard_member(group: h5py.Group, name: str, links: dict[bytes, int] | None = None):
     """``group[name]`` if it is a hard link, else ``None`` (soft and external links are refused); ``name`` is one
-    member's name, never a path.
+    member's name, never a path.  ``links``: the group's :func:`member_links` where already listed.
 
     External links would make libhdf5 open other files named by an untrusted
     file; lodtool only ever writes hard links.
@@ -242,13 +256,23 @@ def hard_member(group: h5py.Group, name: str):
     gid = group.id
     # through the low-level API: h5py's group.get(..., getlink=True) and group[name] cost ~10 libhdf5 calls and a
     # File object each, which a file of tens of thousands of tensors paid several times per tensor
-    if "/" in name or not gid.links.exists(key) or gid.links.get_info(key).type != h5py.h5l.TYPE_HARD:
+    if "/" in name:
+        return None
+    if links is None:
+        if not gid.links.exists(key) or gid.links.get_info(key).type != h5py.h5l.TYPE_HARD:
+            return None
+    elif links.get(key) != h5py.h5l.TYPE_HARD:
         return None
     oid = h5py.h5o.open(gid, key)
+    readonly = group.__dict__.get("_lodtool_readonly")  # a member's file is its group's: asked once per walk
+    if readonly is None:
+        readonly = h5py.h5i.get_file_id(oid).get_intent() == h5py.h5f.ACC_RDONLY
     if isinstance(oid, h5py.h5d.DatasetID):  # read-only handles cache their shape, as h5py's own do
-        return _MemberDataset(oid, readonly=h5py.h5i.get_file_id(oid).get_intent() == h5py.h5f.ACC_RDONLY)
+        return _MemberDataset(oid, readonly=readonly)
     if isinstance(oid, h5py.h5g.GroupID):
-        return h5py.Group(oid)
+        member = h5py.Group(oid)
+        member.__dict__["_lodtool_readonly"] = readonly
+        return member
     return h5py.Datatype(oid)
 
 
@@ -385,18 +409,30 @@ def _read_by_libhdf5(ds: h5py.Dataset, start: int, stop: int, limit: int | None)
     chunks, dtype, native, step = _layout(ds)
     if stop > start and chunks:
         check_inflation(ds, start, stop, limit)
-    if (step is None or stop - start <= step) and native == dtype:
-        return ds[start:stop]
-    out = np.empty((stop - start,) + tuple(ds.shape[1:]), dtype=native)
-    if step is None or stop - start <= step:
-        if stop > start:
-            ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
+    shape = ds.shape
+    out = np.empty((stop - start,) + tuple(shape[1:]), dtype=native)
+    if stop <= start or not out.size:
         return out
-    first = start - start % int(chunks[0])  # pieces on chunk boundaries: no chunk is decoded twice
+    if step is None or chunks is None:
+        step = stop - start
+    first = start - start % int(chunks[0]) if chunks else start  # pieces on chunk boundaries: no chunk decoded twice
     for a in range(first, stop, step):
         lo, hi = max(a, start), min(a + step, stop)
-        ds.read_direct(out, np.s_[lo:hi], np.s_[lo - start:hi - start])
+        _read_hyperslab(ds, out, shape, lo, hi, lo - start)
     return out
+
+
+def _read_hyperslab(ds: h5py.Dataset, out: np.ndarray, shape: tuple, lo: int, hi: int, at: int) -> None:
+    """Rows ``lo..hi`` of ``ds`` into ``out[at:]``: what h5py's ``read_direct`` does, without building its
+    selection objects (half the time of a short read)."""
+    rest = tuple(shape[1:])
+    fspace = ds.id.get_space()
+    if lo or hi != shape[0]:
+        fspace.select_hyperslab((lo,) + (0,) * len(rest), (hi - lo,) + rest)
+    mspace = h5py.h5s.create_simple(out.shape)
+    if at or hi - lo != out.shape[0]:
+        mspace.select_hyperslab((at,) + (0,) * len(rest), (hi - lo,) + rest)
+    ds.id.read(mspace, fspace, out)
 
 
 # -- how far a stored chunk can inflate ------------------------------------------------------------------------------
@@ -469,7 +505,7 @@ class _Inflation:
         elif header:
             self.needs_look_below = None  # always: the header says what the decoder will allocate
         else:
-            self.needs_look_below = _GROWTH_PEAK * ratio * _file_size(ds)
+            self.needs_look_below = _GROWTH_PEAK * ratio * _stored_bytes_bound(ds)
         self.ratio = None if header else _GROWTH_PEAK * ratio
         # a header codec decoded first (after fletcher32's check) can be bounded from the chunk's first bytes alone
         outer = len(self.codes) - 1 - (self.codes[-1:] == [_FLETCHER32])
@@ -565,10 +601,25 @@ def file_identity(h5file: h5py.File) -> tuple[int, int, int, int] | None:
 
 
 def _file_size(ds: h5py.Dataset) -> int:
-    try:
-        return os.fstat(ds.file.id.get_vfd_handle()).st_size
+    try:  # the file's descriptor from the dataset's id: ds.file would build an h5py File object
+        return os.fstat(h5py.h5i.get_file_id(ds.id).get_vfd_handle()).st_size
     except H5_ERRORS:  # a driver without a file descriptor: the file's size is unknown (every chunk is looked at)
         return 1 << 62
+
+
+def _stored_bytes_bound(ds: h5py.Dataset) -> int:
+    """Bytes no stored chunk of ``ds`` exceeds: the bytes all its chunks take, for a dataset of a few chunks (its
+    short index summed in one call: an offsets dataset of a small tensor then needs no chunk looked up), else the
+    file's size."""
+    expected = 1
+    for n, c in zip(ds.shape, ds.chunks):
+        expected *= -(-int(n) // int(c))
+    if expected <= _SCAN_FROM_CHUNKS:
+        try:
+            return int(ds.id.get_storage_size())
+        except H5_ERRORS:  # a damaged index: each chunk is looked at as it is read
+            pass
+    return _file_size(ds)
 
 
 def _inflation(ds: h5py.Dataset) -> _Inflation:
@@ -582,7 +633,8 @@ def check_inflation(ds: h5py.Dataset, start: int, stop: int, limit: int | None =
     A chunk stored in far more bytes than it holds decoded is refused as
     damaged or crafted.  A chunk whose stored size times its codec's largest
     ratio (deflate 1032:1, lzf 88:1) fits in the limit needs nothing more: for
-    a file whose whole size times that ratio fits, no chunk is looked at at all.
+    a file whose whole size times that ratio fits (or a dataset of a few chunks whose stored bytes do), no chunk
+    is looked at at all.
     Any other chunk is inflated here in 1 MiB pieces (deflate), parsed (lzf),
     or its header read (zstd, blosc, lz4, szip), and refused if it decodes past
     its declared size.  Each chunk is checked once per dataset handle.

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
+import tempfile
+import weakref
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import h5py
 import numpy as np
@@ -136,7 +139,7 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
                                             "does not decode unless asked (LODTOOL_FILTER_PLUGINS)"))
                 if f.checksum_algorithm is not None:
                     with translate(path, f"cannot read the attributes of tensor {name!r}"):
-                        for ds, label in _datasets_of(layout.group, layout.lod_level):
+                        for ds, label in layout_datasets(layout):
                             if ds is not None and spec.ATTR_DIGEST not in ds.attrs:
                                 problems.append(Problem(path, name, None, None, f"{label} has no recorded checksum"))
                 t = f.open_layout(layout)
@@ -222,17 +225,74 @@ def inspect_file(path: str | os.PathLike) -> dict:
     """
     path = os.fspath(path)
     with open_file(path) as f, bounded_metadata_cache(f.h5):
-        tensors = []
-        for name in f.names:  # one tensor open at a time: a file may hold tens of thousands
-            tensors.append(tensor_summary(name, f[name], []))
-            f.release(name)
+        tensors = list(_summaries(f))
         for summary in tensors:  # from what opening each noted: nothing is opened again
             summary["shared_lod_with"] = f.shared_lod_with(summary["name"])
-        source = remote_source(f.h5)
-        return {"path": f.path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
-                "created_by": f.created_by, "checksum": f.checksum_algorithm,
-                "file_size": source.size if source is not None else os.path.getsize(path),
-                **layout_summary(f.h5), "tensors": tensors}
+        return {**_file_summary(f, path), "tensors": tensors}
+
+
+def spooled_inspection(path: str | os.PathLike) -> dict:
+    """:func:`inspect_file`'s description, its ``tensors`` an iterable over entries kept in a temporary file (gone
+    once nothing refers to it): every tensor is summarised (and a broken one raises) before the first entry can be
+    read, and memory does not grow with the number of tensors (what ``lodtool inspect`` prints from).
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.container.writer import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, {"a": LoDTensor(np.arange(3), [[0, 3]]), "b": LoDTensor(np.ones(3), [[0, 3]])})
+    >>> info = spooled_inspection(p)
+    >>> len(info["tensors"]), list(info["tensors"]) == inspect_file(p)["tensors"]
+    (2, True)
+    """
+    path = os.fspath(path)
+    spool = tempfile.TemporaryFile()  # unnamed: nothing is left on disk, whatever ends the process
+    try:
+        with open_file(path) as f, bounded_metadata_cache(f.h5):
+            count = 0
+            for summary in _summaries(f):
+                pickle.dump(summary, spool, protocol=pickle.HIGHEST_PROTOCOL)  # our own entries, read back below
+                count += 1
+            return {**_file_summary(f, path), "tensors": _SpooledEntries(spool, count, f.lod_groups())}
+    except BaseException:
+        spool.close()
+        raise
+
+
+class _SpooledEntries:
+    """The tensors of :func:`spooled_inspection`: iterable (each time from the first), with a length."""
+
+    def __init__(self, spool, count: int, groups: dict):
+        self._spool, self._count, self._groups = spool, count, groups
+        weakref.finalize(self, spool.close)  # closed with the entries (the file has no name to leave behind)
+
+    def __iter__(self) -> Iterator[dict]:
+        self._spool.seek(0)
+        for _ in range(self._count):
+            summary = pickle.load(self._spool)
+            name = summary["name"]
+            summary["shared_lod_with"] = [other for other in self._groups.get(name, ()) if other != name]
+            yield summary
+
+    def __len__(self) -> int:
+        return self._count
+
+
+def _summaries(f) -> Iterator[dict]:
+    """:func:`tensor_summary` of each tensor of an open file, in order, one tensor open at a time (a file may hold
+    tens of thousands); ``shared_lod_with`` is left empty: it is known once every tensor has been opened."""
+    for name in f.names:
+        try:
+            yield tensor_summary(name, f[name], [])
+        finally:
+            f.release(name)
+
+
+def _file_summary(f, path: str) -> dict:
+    source = remote_source(f.h5)
+    return {"path": f.path, "format": spec.FORMAT_NAME, "format_version": f.format_version,
+            "created_by": f.created_by, "checksum": f.checksum_algorithm,
+            "file_size": source.size if source is not None else os.path.getsize(path), **layout_summary(f.h5)}
 
 
 def layout_summary(h5) -> dict:
@@ -308,6 +368,18 @@ def _datasets_of(group: h5py.Group, lod_level: int):
         yield hard_member(group, spec.TOKENIZER), f"/{group.name.lstrip('/')}/{spec.TOKENIZER}"
 
 
+def layout_datasets(layout) -> list:
+    """``(dataset, label)`` of each dataset of a sound tensor (:class:`~lodtool.container.reader.Layout`) that
+    records a checksum, from the handles the layout holds (:func:`_datasets_of` of a group, without opening them
+    again); the tokenizer, where stored, is opened here (``None`` where it is no hard-linked member)."""
+    prefix = f"/{layout.group.name.lstrip('/')}"
+    found = [(layout.data, f"{prefix}/{spec.DATA}")]
+    found += [(ds, f"{prefix}/{spec.LOD}/{k}") for k, ds in enumerate(layout.lod)]
+    if spec.TOKENIZER.encode() in layout.members:  # checksummed like the tensor's own datasets
+        found.append((hard_member(layout.group, spec.TOKENIZER, layout.members), f"{prefix}/{spec.TOKENIZER}"))
+    return found
+
+
 def verify_file(path: str | os.PathLike, *,
                 progress: Callable[[int, int], None] | None = None) -> list[ChecksumMismatch]:
     """Recompute the checksum of every dataset; return the ones that do not match (``[]``: all good).
@@ -328,6 +400,33 @@ def verify_file(path: str | os.PathLike, *,
     >>> [m.dataset for m in verify_file(p)]
     ['/tensor/data']
     """
+    return verify_datasets(path, progress=progress).mismatches
+
+
+@dataclass
+class Verification:
+    """What :func:`verify_datasets` found: the mismatches, the datasets a tensor's data and offsets make (offsets
+    shared by several tensors counted once), and why a tensor cannot be opened (the first such, else ``None``)."""
+
+    mismatches: list
+    datasets: int
+    unopened: str | None = None
+
+
+def verify_datasets(path: str | os.PathLike, *,
+                    progress: Callable[[int, int], None] | None = None) -> Verification:
+    """:func:`verify_file`, and the datasets counted (what ``lodtool verify`` reports), in one pass: each tensor is
+    described once and each of its datasets opened once, hashed from that handle, one tensor open at a time.
+    With ``progress`` a first pass over the metadata adds up the bytes to hash.
+
+    >>> import os, tempfile, numpy as np
+    >>> from lodtool import LoDTensor
+    >>> from lodtool.container.writer import save
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
+    >>> save(p, {"a": LoDTensor(np.arange(3), [[0, 3]]), "b": LoDTensor(np.ones(3), [[0, 3]])})
+    >>> verify_datasets(p)
+    Verification(mismatches=[], datasets=3, unopened=None)
+    """
     path = os.fspath(path)
     out: list[ChecksumMismatch] = []
     with open_file(path) as f, bounded_metadata_cache(f.h5):
@@ -337,35 +436,9 @@ def verify_file(path: str | os.PathLike, *,
         if f.checksum_algorithm != spec.CHECKSUM_ALGORITHM:
             raise LodFormatError(f"{path}: checksum algorithm {f.checksum_algorithm!r} is not supported "
                                  f"(this lodtool verifies {spec.CHECKSUM_ALGORITHM})")
-        # what to hash, by label: no handle is kept, so a file of many tensors verifies in bounded memory
-        datasets: list[tuple[str, bool]] = []  # (label, whether it is a dataset)
-        seen: set[tuple[int, int]] = set()  # offsets shared by several tensors are hashed once
-        total = 0
-        for name in f.names:
-            with translate(path, f"cannot open tensor {name!r}"):
-                group = f.h5[name]
-                # the layout checks validate makes, the same function: the two never disagree on attributes
-                layout, _ = f.describe(name)
-                lod_level = layout.lod_level if layout is not None else declared_lod_level(group.attrs) or 0
-                items = list(_datasets_of(group, lod_level))
-            if layout is not None:
-                try:  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
-                    f.open_layout(layout)
-                finally:
-                    f.release(name)
-            for ds, label in items:
-                if not isinstance(ds, h5py.Dataset):  # lost data must not verify as "ok"
-                    datasets.append((label, False))
-                    continue
-                with translate(path, f"cannot open {label}"):
-                    key = object_key(ds)
-                if key not in seen:
-                    seen.add(key)
-                    datasets.append((label, True))
-                    total += _logical_nbytes(ds)
         tick = None
         if progress is not None:
-            done = 0
+            total, done = _bytes_to_hash(f), 0
 
             def tick(n: int) -> None:
                 nonlocal done
@@ -373,16 +446,81 @@ def verify_file(path: str | os.PathLike, *,
                 progress(done, max(total, done))
 
         limit = default_max_memory()
-        for label, found in datasets:
-            if not found:
-                out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
-                continue
-            with translate(path, f"cannot open {label}"):
-                ds = f.h5[label]
-            mismatch = _verify_dataset(path, ds, label, limit, tick)
-            if mismatch is not None:
-                out.append(mismatch)
-    return out
+        hashed: set[tuple[int, int]] = set()  # offsets shared by several tensors are hashed once
+        first_offsets: set = set()  # what names each tensor's first offsets dataset (shared ones counted once)
+        counted, unopened = 0, None
+        for name in f.names:
+            layout, items = _tensor_datasets(f, name)
+            if layout is None and unopened is None:
+                unopened = _unopened(f, name)
+            counted += 1
+            for ds, label, key in items:
+                if ds is None:  # lost data must not verify as "ok"
+                    out.append(ChecksumMismatch(label, None, None, "missing, or not a dataset"))
+                    continue
+                if layout is not None and layout.lod and ds is layout.lod[0]:
+                    if key not in first_offsets:
+                        counted += layout.lod_level
+                    first_offsets.add(key)
+                if key in hashed:
+                    continue
+                hashed.add(key)
+                mismatch = _verify_dataset(path, ds, label, limit, tick)
+                if mismatch is not None:
+                    out.append(mismatch)
+            del layout, items  # one tensor's HDF5 objects open at a time: a file may hold tens of thousands
+    return Verification(out, counted, unopened)
+
+
+def _tensor_datasets(f, name: str, open_tensor: bool = True) -> tuple:
+    """The layout of tensor ``name`` (``None``: broken) and its datasets to hash, each ``(handle or None, label,
+    what names it)``, each opened once: the layout's own handles where it is sound.  ``open_tensor``: the tensor
+    is opened as a reader opens it, so its refusals come first."""
+    path = f.path
+    with translate(path, f"cannot open tensor {name!r}"):
+        # the layout checks validate makes, the same function: the two never disagree on attributes
+        layout, _ = f.describe(name)
+        if layout is not None:
+            found = layout_datasets(layout)
+        else:
+            group = f.h5[name]
+            found = list(_datasets_of(group, declared_lod_level(group.attrs) or 0))
+    if layout is not None and open_tensor:
+        try:  # and the readers' refusals (rows of zero width claimed by the billion, ...) before hashing
+            f.open_layout(layout)
+        finally:
+            f.release(name)
+    items = []
+    for ds, label in found:
+        if not isinstance(ds, h5py.Dataset):
+            items.append((None, label, None))
+            continue
+        with translate(path, f"cannot open {label}"):
+            items.append((ds, label, object_key(ds)))
+    return layout, items
+
+
+def _unopened(f, name: str) -> str:
+    """Why ``f[name]`` refuses tensor ``name``, as it words it."""
+    try:
+        f[name]
+    except LodFormatError as exc:
+        return str(exc)
+    finally:
+        f.release(name)
+    return f"{f.path}: tensor {name!r}: unreadable layout"  # pragma: no cover - describe found it broken
+
+
+def _bytes_to_hash(f) -> int:
+    """The bytes :func:`verify_datasets` hashes (shared datasets once), from the datasets' metadata."""
+    seen: set = set()
+    total = 0
+    for name in f.names:
+        for ds, _, key in _tensor_datasets(f, name, open_tensor=False)[1]:
+            if ds is not None and key not in seen:
+                seen.add(key)
+                total += _logical_nbytes(ds)
+    return total
 
 
 def _logical_nbytes(ds: h5py.Dataset) -> int:
@@ -442,4 +580,4 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int,
     return None
 
 
-__all__ = ["validate_file", "inspect_file", "verify_file", "FileReport", "Problem", "ChecksumMismatch"]
+__all__ = ["validate_file", "inspect_file", "spooled_inspection", "verify_file", "verify_datasets", "Verification", "FileReport", "Problem", "ChecksumMismatch"]

@@ -34,7 +34,7 @@ from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageErr
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, object_key, open_h5, read_rows, remote_source, storage_gap, translate
+from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, member_links, object_key, open_h5, read_rows, remote_source, storage_gap, translate
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -68,6 +68,8 @@ class Layout:
     compression_level: int | None
     #: the names of the group's attributes, listed once (token metadata is read from those present; None: not listed)
     attribute_names: frozenset | None = None
+    #: the group's members' link types (:func:`~lodtool.container._h5.member_links`), listed once (None: not listed)
+    members: dict | None = None
 
     @property
     def level_sizes(self) -> list[int]:
@@ -112,6 +114,38 @@ def attribute_names(obj: h5py.HLObject) -> frozenset:
     return frozenset(name.decode("utf-8", "surrogateescape") for name in names)
 
 
+def read_attribute(obj: h5py.HLObject, name: str):
+    """``obj.attrs[name]``, the same value, in fewer calls for the two kinds a layout holds: a scalar integer and a
+    scalar variable-length UTF-8 string (h5py builds a memory type and converts for every read, about 2.5 times
+    the libhdf5 work, which a file of tens of thousands of tensors paid per attribute); any other kind is h5py's.
+
+    >>> import os, tempfile
+    >>> with h5py.File(os.path.join(tempfile.mkdtemp(), "x.h5"), "w") as h5:
+    ...     h5.attrs.update({"n": 3, "s": "deflate", "a": [1, 2]})
+    ...     [(read_attribute(h5, k), h5.attrs[k]) for k in ("n", "s")], read_attribute(h5, "a").tolist()
+    ([(np.int64(3), np.int64(3)), ('deflate', 'deflate')], [1, 2])
+    """
+    aid = h5py.h5a.open(obj.id, name.encode())
+    if aid.get_space().get_simple_extent_type() == h5py.h5s.SCALAR:
+        tid = aid.get_type()
+        kind = tid.get_class()
+        if kind == h5py.h5t.INTEGER and tid.get_size() in (1, 2, 4, 8):
+            value = np.empty((), dtype=tid.dtype)
+            aid.read(value, mtype=tid)  # the file's own type: nothing to convert
+            return value[()]
+        if kind == h5py.h5t.STRING and tid.is_variable_str() and tid.get_cset() == h5py.h5t.CSET_UTF8:
+            value = np.empty((), dtype=_VLEN_TEXT)
+            aid.read(value, mtype=_VLEN_TEXT_TYPE)
+            text = value[()]
+            if isinstance(text, bytes):  # as h5py decodes it
+                return text.decode("utf-8", "surrogateescape")
+    return obj.attrs[name]
+
+
+_VLEN_TEXT = h5py.string_dtype("utf-8")
+_VLEN_TEXT_TYPE = h5py.h5t.py_create(_VLEN_TEXT)
+
+
 #: the tensor group attributes the layout is read from (token metadata is read only when asked for)
 _LAYOUT_ATTRS = (spec.ATTR_LOD_LEVEL, spec.ATTR_LEVEL_NAMES, spec.ATTR_DTYPE, spec.ATTR_COMPRESSION,
                  spec.ATTR_COMPRESSION_LEVEL)
@@ -140,8 +174,7 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     issues: list[tuple[int | None, str]] = []
     with translate(path, f"cannot read the layout of tensor {name!r}"):
         present = attribute_names(group)  # one listing, then each attribute the layout needs read once
-        group_attrs = group.attrs
-        attrs = {key: group_attrs[key] for key in _LAYOUT_ATTRS if key in present}
+        attrs = {key: read_attribute(group, key) for key in _LAYOUT_ATTRS if key in present}
         lod_level = declared_lod_level(attrs)
         if spec.ATTR_LOD_LEVEL not in present:
             issues.append((None, f"attribute {spec.ATTR_LOD_LEVEL!r} is missing"))
@@ -157,7 +190,8 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                 issues.append((None, f"{len(names)} level name(s) for {lod_level} LoD level(s)"))
             else:
                 level_names = tuple(names) if names else None
-        data = hard_member(group, spec.DATA)
+        members = member_links(group)  # one listing answers every member lookup below
+        data = hard_member(group, spec.DATA, members)
         if not isinstance(data, h5py.Dataset):
             issues.append((None, f"{spec.DATA!r} is missing or not a dataset"))
             data = None
@@ -183,19 +217,20 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
                     issues.append((None, f"attribute {spec.ATTR_DTYPE!r} is {declared!r} but {spec.DATA!r} "
                                          f"has dtype {data.dtype}"))
         lod_sets: list = []
-        if lod_level == 0 and spec.LOD in group:  # offsets a 0-level tensor would ignore: a lying lod_level
+        if lod_level == 0 and spec.LOD.encode() in members:  # offsets a 0-level tensor would ignore: a lying lod_level
             issues.append((None, f"{spec.ATTR_LOD_LEVEL!r} is 0 but the tensor has a {spec.LOD!r} member"))
         if lod_level:
-            lod_group = hard_member(group, spec.LOD)
+            lod_group = hard_member(group, spec.LOD, members)
             if not isinstance(lod_group, h5py.Group):
                 issues.append((None, f"{spec.LOD!r} is missing or not a group ({lod_level} LoD level(s) declared)"))
             else:
+                levels = member_links(lod_group)
                 expected = {str(k) for k in range(lod_level)}
-                extra = sorted(set(lod_group.keys()) - expected)
+                extra = sorted({name.decode("utf-8", "surrogateescape") for name in levels} - expected)
                 if extra:
                     issues.append((None, f"{spec.LOD!r} has unexpected member(s) {', '.join(extra)}"))
                 for k in range(lod_level):
-                    ds = hard_member(lod_group, str(k))  # None where missing
+                    ds = hard_member(lod_group, str(k), levels)  # None where missing
                     if not isinstance(ds, h5py.Dataset):
                         issues.append((k, f"offsets dataset '{spec.LOD}/{k}' is missing or not a dataset"))
                         continue
@@ -218,13 +253,15 @@ def describe_tensor(group: h5py.Group, path: str, name: str) -> tuple[Layout | N
     if issues or data is None or lod_level is None:
         return None, issues
     return Layout(name, group, data, lod_sets, lod_level, level_names, compression or "none", level,
-                  present), issues
+                  present, members), issues
 
 
-def read_token_info(group: h5py.Group, path: str, present: frozenset | None = None) -> TokenInfo | None:
+def read_token_info(group: h5py.Group, path: str, present: frozenset | None = None,
+                    members: dict | None = None) -> TokenInfo | None:
     """The token metadata of a tensor group (``docs/format.md``, *Token metadata*), or None where it has none.
 
-    ``present``: the group's attribute names where already listed (:attr:`Layout.attribute_names`).
+    ``present``: the group's attribute names where already listed (:attr:`Layout.attribute_names`); ``members``: its
+    members' link types, likewise (:attr:`Layout.members`).
 
     Attributes of the wrong type, a special id past the vocabulary, or a stored
     tokenizer that is not a 1-D uint8 dataset matching ``tokenizer_hash`` are
@@ -241,23 +278,25 @@ def read_token_info(group: h5py.Group, path: str, present: frozenset | None = No
     """
     name = group.name.lstrip("/")
     with translate(path, f"cannot read the token metadata of tensor {name!r}"):
-        attrs = group.attrs
         if present is None:  # one listing instead of an HDF5 existence check per attribute
             present = attribute_names(group)
         given = {}
         for key in spec.TOKEN_ATTRS:
             if key not in present:
                 continue
-            value = attrs[key]
+            value = raw = read_attribute(group, key)
             if key.startswith("tokenizer_"):
                 value = spec.text_attr(value)
             else:
                 value = _int_attr(value)
             if value is None:
-                raise LodFormatError(f"{path}: tensor {name!r}: attribute {key!r} is {attrs[key]!r}; expected "
+                raise LodFormatError(f"{path}: tensor {name!r}: attribute {key!r} is {raw!r}; expected "
                                      f"{'a string' if key.startswith('tokenizer_') else 'an integer'}")
             given[key] = value
-        stored = hard_member(group, spec.TOKENIZER) if spec.TOKENIZER in group else None
+        if members is None:
+            stored = hard_member(group, spec.TOKENIZER) if spec.TOKENIZER in group else None
+        else:
+            stored = hard_member(group, spec.TOKENIZER, members)
         if stored is not None:
             if not isinstance(stored, h5py.Dataset) or stored.ndim != 1 or stored.dtype != np.uint8 \
                     or foreign_storage(stored):
@@ -501,7 +540,8 @@ class LazyTensor(TensorView):
     def tokens(self) -> TokenInfo | None:
         """The tensor's token metadata (vocabulary, special ids, tokenizer), or None (read once, then held)."""
         if self._tokens is False:
-            self._tokens = read_token_info(self._layout.group, self._path, self._layout.attribute_names)
+            self._tokens = read_token_info(self._layout.group, self._path, self._layout.attribute_names,
+                                           self._layout.members)
         return self._tokens
 
     @property
@@ -829,6 +869,7 @@ class LodFile(TensorSource):
         with translate(path, "damaged HDF5 file: cannot read the root attributes"):
             self.format_version = spec.check_version(h5.attrs, path)
         with translate(path, "cannot list the tensors"), bounded_metadata_cache(h5):
+            self._readonly = h5.id.get_intent() == h5py.h5f.ACC_RDONLY
             self.names = tensor_names(h5)
             self._name_set = frozenset(self.names)  # membership per lookup, not a scan of the list
             created = h5.attrs.get(spec.ATTR_CREATED_BY)
@@ -849,7 +890,10 @@ class LodFile(TensorSource):
             listing = ", ".join(repr(n) for n in self.names) or "none"
             raise LodFileNotFoundError(f"{self.path}: no tensor named {name!r} (tensors: {listing})")
         with translate(self.path, f"cannot open tensor {name!r}"):
-            return self._h5[name]
+            # a hard-linked group at the root (tensor_names), opened directly: h5py's h5[name] resolves a path
+            group = h5py.Group(h5py.h5o.open(self._h5.id, name.encode() if isinstance(name, str) else name))
+        group.__dict__["_lodtool_readonly"] = self._readonly  # what hard_member would ask the file for, per member
+        return group
 
     def describe(self, name: str) -> tuple[Layout | None, list[tuple[int | None, str]]]:
         """The layout of tensor ``name`` and the layout issues found (see :func:`describe_tensor`)."""
@@ -894,7 +938,33 @@ class LodFile(TensorSource):
             self[name]
         if self._lod_keys[name] is None:
             return []
-        if self._lod_holders is None:  # grouped once, so asking for every tensor of the file is linear
+        return [other for other in self._holders()[self._lod_keys[name]] if other != name]
+
+    def lod_groups(self) -> dict[str, tuple[str, ...]]:
+        """Each tensor whose offsets another tensor shares -> every tensor holding them, itself included, in file
+        order (one tuple per group, so a file of many tensors sharing one set of offsets holds it once).
+
+        >>> import os, tempfile, numpy as np
+        >>> from lodtool import LoDTensor
+        >>> from lodtool.container import save
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.lod.h5")
+        >>> t = LoDTensor(np.arange(3), [[0, 3]])
+        >>> save(p, {"a": t, "b": LoDTensor(np.ones(3), t.lod), "c": LoDTensor(np.arange(2), [[0, 2]])})
+        >>> with open_file(p) as f:
+        ...     f.lod_groups()
+        {'a': ('a', 'b'), 'b': ('a', 'b')}
+        """
+        groups = {}
+        for names in self._holders().values():
+            if len(names) > 1:
+                group = tuple(names)
+                groups.update(dict.fromkeys(group, group))
+        return groups
+
+    def _holders(self) -> dict:
+        """What names each offsets dataset -> the tensors that hold it, grouped once (so asking for every tensor of
+        the file is linear), from what opening each tensor noted; a tensor never opened is described for it."""
+        if self._lod_holders is None:
             holders: dict = {}
             for other in self.names:  # keyed by what names each dataset, so none is held open
                 if other not in self._lod_keys:  # (a broken layout holds no offsets to share)
@@ -902,7 +972,7 @@ class LodFile(TensorSource):
                 if self._lod_keys[other] is not None:
                     holders.setdefault(self._lod_keys[other], []).append(other)
             self._lod_holders = holders
-        return [other for other in self._lod_holders[self._lod_keys[name]] if other != name]
+        return self._lod_holders
 
     def release(self, name: str) -> None:
         """Forget the handle of tensor ``name`` (its HDF5 objects close once nothing else holds them), so a pass
@@ -976,4 +1046,4 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
 
 
 __all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
-           "read_token_info", "attribute_names", "bounded_metadata_cache", "Layout", "DecodedChunks", "words_of", "DECODED_CACHE_BYTES"]
+           "read_token_info", "attribute_names", "read_attribute", "bounded_metadata_cache", "Layout", "DecodedChunks", "words_of", "DECODED_CACHE_BYTES"]

@@ -105,24 +105,30 @@ def _validate_one(path: str, max_memory: int | None, token_dtype: Any = None, eo
 
 
 def inspect(path: str, *, isolate: bool = False, timeout: float = 60.0, token_dtype: Any = None,
-            eos_token_id: int | None = None) -> dict:
+            eos_token_id: int | None = None, spooled: bool = False) -> dict:
     """:func:`~lodtool.container.checks.inspect_file`, optionally in a child process (``lodtool inspect``); a token
     dataset is described in place (``token_dtype``, ``eos_token_id``: see :func:`lodtool.open`).
+
+    ``spooled``: a container's ``tensors`` are read back one by one from a temporary file
+    (:func:`~lodtool.container.checks.spooled_inspection`: every tensor summarised first, in memory that does not
+    grow with their number), for printing; not with ``isolate``, nor for a sharded folder or a token dataset.
 
     >>> import os, tempfile, numpy as np
     >>> from lodtool import LoDTensor, save
     >>> p = os.path.join(tempfile.mkdtemp(), "x.lod.h5")
     >>> save(p, LoDTensor(np.arange(3), [[0, 2, 3]]), name="tokens")
-    >>> [t["name"] for t in inspect(p)["tensors"]]
-    ['tokens']
+    >>> [t["name"] for t in inspect(p)["tensors"]], [t["name"] for t in inspect(p, spooled=True)["tensors"]]
+    (['tokens'], ['tokens'])
     """
-    from ..container.checks import inspect_file
+    from ..container.checks import inspect_file, spooled_inspection
     from ..container.shards import inspect_sharded, is_sharded
     from ..io import token_datasets
 
     if token_datasets.format_of(path) is not None:
         return _inspect_tokens(path, token_dtype, eos_token_id)
-    return _call(inspect_sharded if is_sharded(path) else inspect_file, path, path=path, isolate=isolate,
+    if is_sharded(path):
+        return _call(inspect_sharded, path, path=path, isolate=isolate, timeout=timeout)
+    return _call(spooled_inspection if spooled and not isolate else inspect_file, path, path=path, isolate=isolate,
                  timeout=timeout)
 
 
@@ -178,7 +184,7 @@ def verify(paths: Sequence[str], *, isolate: bool = False, timeout: float = 600.
 
 
 def _verify_one(path: str, progress: Callable[[int, int], None] | None = None) -> FileVerification:
-    from ..container.checks import verify_file
+    from ..container.checks import verify_datasets
     from ..container.shards import folder_file, is_sharded, read_manifest, verify_sharded
     from ..io import token_datasets
 
@@ -197,8 +203,10 @@ def _verify_one(path: str, progress: Callable[[int, int], None] | None = None) -
             except (LodFormatError, LodFileNotFoundError):  # a link or a missing shard: a mismatch already
                 pass
         return FileVerification(path, not mismatches, checked, list(mismatches))
-    mismatches = verify_file(path, progress=progress)
-    return FileVerification(path, not mismatches, _count_datasets(path), list(mismatches))
+    found = verify_datasets(path, progress=progress)
+    if found.unopened is not None:  # a tensor no reader opens: the file is unreadable, whatever the checksums say
+        raise LodFormatError(found.unopened)
+    return FileVerification(path, not found.mismatches, found.datasets, list(found.mismatches))
 
 
 def _count_datasets(path: str) -> int:
