@@ -20,6 +20,9 @@ LONG = os.environ.get("LODTOOL_TEST_PROFILE", "").lower() == "long"
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# pytest-xdist's workers inherit COLUMNS=80; the report tests expect a pipe's width, as in a plain run
+os.environ.pop("COLUMNS", None)
+
 settings.register_profile("default", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("long", max_examples=10_000, deadline=None,
