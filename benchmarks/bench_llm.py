@@ -9,8 +9,7 @@ then:
 * **conversion**: ``lodtool pack corpus -o c.lod.h5 --compression none`` and
   ``lodtool unpack c.lod.h5 --to megatron -o back`` (processes, each followed by
   ``sync``) beside ``cp`` of the ``.bin`` and ``.idx`` + ``sync``; the round trip
-  must give the same bytes; for reference, the floor of such a process (Python
-  loading NumPy and h5py, then a kernel copy, fsync and rename of both files);
+  must give the same bytes;
 * **validate in place**: ``validate_megatron`` (every check of ``lodtool
   validate``, in this process) beside a NumPy pass over the ``.idx`` arrays
   (lengths not negative, pointers and document indices not decreasing), both on
@@ -78,24 +77,6 @@ def timed(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-#: the least a Python process that converts the dataset must do: load what every lodtool process loads, then copy
-#: the .bin and the .idx in the kernel, fsync and rename each (argv: the source prefix, the target prefix)
-FLOOR = """
-import os, sys
-import numpy, h5py
-for suffix in (".bin", ".idx"):
-    src, dst = sys.argv[1] + suffix, sys.argv[2] + suffix
-    fd, out = os.open(src, os.O_RDONLY), os.open(dst + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    size, done = os.fstat(fd).st_size, 0
-    while done < size:
-        done += os.copy_file_range(fd, out, size - done, done)
-    os.fsync(out)
-    os.close(out)
-    os.close(fd)
-    os.replace(dst + ".tmp", dst)
-"""
-
-
 def same_bytes(a: Path, b: Path) -> bool:
     import filecmp
 
@@ -108,26 +89,21 @@ def conversion(folder: Path, prefix: Path, runs: int) -> tuple[list, dict]:
     copy.mkdir()
     files = [f"{prefix}.bin", f"{prefix}.idx"]
     nbytes = sum(os.path.getsize(f) for f in files)
-    times: dict[str, list[float]] = {"cp": [], "floor": [], "pack": [], "unpack": []}
-    for _ in range(runs):  # interleaved: cp, the floor, pack, unpack
+    times: dict[str, list[float]] = {"cp": [], "pack": [], "unpack": []}
+    for _ in range(runs):  # interleaved: cp, pack, unpack
         times["cp"].append(timed(["cp", *files, str(copy)]))
-        times["floor"].append(timed([sys.executable, "-c", FLOOR, str(prefix), str(folder / "floor")]))
         times["pack"].append(timed([*lodtool, "pack", str(prefix), "-o", str(container), "--compression", "none",
                                     "--force", "-q"]))
         times["unpack"].append(timed([*lodtool, "unpack", str(container), "--to", "megatron", "-o", str(back), "-q"]))
     identical = same_bytes(prefix, back)
     r = {k: C.median(v) for k, v in times.items()}
     r["round trip"] = r["pack"] + r["unpack"]
-    r["round trip floor"] = 2 * r["floor"]
     r["bytes"], r["identical"] = nbytes, identical
     rows = [[what, C.fmt_s(r[key]), f"{nbytes / r[key] / 1e6:,.0f} MB/s", C.fmt_x(r["cp"] / r[key])]
             for what, key in (("`cp` .bin + .idx, `sync`", "cp"), ("`lodtool pack PREFIX --compression none`, `sync`",
                                                                        "pack"),
                               ("`lodtool unpack --to megatron`, `sync`", "unpack"),
-                              ("round trip (pack + unpack)", "round trip"),
-                              ("floor: a Python process loading NumPy and h5py, `copy_file_range` + fsync + rename "
-                               "of .bin and .idx, `sync`", "floor"),
-                              ("round trip floor (two such processes)", "round trip floor"))]
+                              ("round trip (pack + unpack)", "round trip"))]
     return rows, r
 
 
@@ -229,7 +205,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
     tokens, docs, reads = SIZES[size]
     with tempfile.TemporaryDirectory(dir=tmpdir) as d:
         folder = Path(d)
-        C.require_disk(folder, tokens * 4 * 5, "the Megatron dataset and its copies")
+        C.require_disk(folder, tokens * 4 * 4, "the Megatron dataset and its copies")
         prefix = folder / "corpus"
         C.progress(TAG, f"writing {docs:,} documents, about {tokens:,} tokens")
         shape = build(prefix, tokens, docs)
@@ -253,10 +229,7 @@ def run(size: str, runs: int, tmpdir: str | None) -> dict:
                                 docs_r["lodtool"] <= docs_r["megatron"], "at least as fast"))
     notes = [f"{shape['docs']:,} documents, {shape['sentences']:,} sentences, {shape['tokens']:,} int32 tokens "
              f"({C.fmt_bytes(conv['bytes'])} of .bin + .idx); {reads:,} random documents per pass.",
-             f"The round trip gave {'the same' if conv['identical'] else '**different**'} bytes.",
-             f"Two processes that only load NumPy and h5py and copy the bytes in the kernel take "
-             f"{C.fmt_s(conv['round trip floor'])} ({C.fmt_x(conv['cp'] / conv['round trip floor'])} of `cp`): what "
-             "any round trip through two Python processes that write every byte and fsync it can reach."]
+             f"The round trip gave {'the same' if conv['identical'] else '**different**'} bytes."]
     if "megatron" not in docs_r:
         notes.append("Megatron-Core is not installed here (`pip install megatron-core`, which needs torch): its row "
                      "is skipped.")
