@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -56,6 +57,15 @@ RESIDENT_AFTER = 16
 _STATS_BLOCK = 1 << 20
 
 
+def bytes_per_row(dtype: Any, element_shape: Sequence[int]) -> int:
+    """Bytes of one data row: the size of ``dtype`` times the values of ``element_shape`` (exact, any size).
+
+    >>> bytes_per_row("float32", (3, 4)), bytes_per_row(np.int64, ())
+    (48, 8)
+    """
+    return np.dtype(dtype).itemsize * math.prod(int(d) for d in element_shape)
+
+
 class TensorView:
     """Branches, level slices and chunks of a LoD tensor, read through ``_window`` and ``_rows``."""
 
@@ -80,7 +90,7 @@ class TensorView:
     @property
     def row_bytes(self) -> int:
         """Bytes of one data row (its element shape's values)."""
-        return np.dtype(self.dtype).itemsize * int(np.prod(self.element_shape, dtype=np.int64))
+        return bytes_per_row(self.dtype, self.element_shape)
 
     def _level(self, level: int) -> int:
         return _lod.level_position(level, self.lod_level)
@@ -739,4 +749,4 @@ def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
     return LoDTensor._trusted(data, offsets, names)
 
 
-__all__ = ["TensorView", "TensorSource", "LoDTensor", "from_nested", "concat_tensors", "check_dtype", "LodValidationError"]
+__all__ = ["bytes_per_row", "TensorView", "TensorSource", "LoDTensor", "from_nested", "concat_tensors", "check_dtype", "LodValidationError"]

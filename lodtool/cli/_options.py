@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import click
 
@@ -275,11 +275,28 @@ def container_output(output: str) -> Iterator[str]:
 
 
 def emit_json(obj) -> None:
-    """Write one JSON document to stdout."""
-    click.echo(json.dumps(obj, indent=None, separators=(",", ":"), default=_json_default))
+    """Write one JSON document to stdout.  A dict whose last value is an iterable that is not a list (entries read
+    back one at a time) has that value written as an array a few entries at a time, so a long report is never whole
+    in memory: the same bytes."""
+    encode = functools.partial(json.dumps, indent=None, separators=(",", ":"), default=_json_default)
+    last = list(obj)[-1] if isinstance(obj, dict) and obj else None
+    if last is None or isinstance(obj[last], (list, tuple, dict, str)) or not isinstance(obj[last], Iterable):
+        click.echo(encode(obj))
+        return
+    head = encode({**obj, last: []})
+    pieces, size = [head[:-len("[]}")] + "["], 0
+    for i, entry in enumerate(obj[last]):
+        pieces.append(("," if i else "") + encode(entry))
+        size += len(pieces[-1])
+        if size >= JSON_ARRAY_PIECE:
+            click.echo("".join(pieces), nl=False)
+            pieces, size = [], 0
+    pieces.append("]}")
+    click.echo("".join(pieces))
 
 
-#: entries of an array that :func:`emit_json_arrays` turns into text at a time
+#: entries of an array that :func:`emit_json_arrays` turns into text at a time (and characters that
+#: :func:`emit_json` holds of a streamed array)
 JSON_ARRAY_PIECE = 1 << 16
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import click
 
 from . import _options as opt
@@ -50,34 +48,9 @@ def inspect(ctx, files, name, as_json, isolate, timeout, token_dtype, eos_token_
             if not info["tensors"]:
                 raise LodFileNotFoundError(f"{file}: no tensor named {name!r}")
         if as_json:
-            _emit_json(info)
+            opt.emit_json(info)
         else:
             from ._render import inspect_report
 
             inspect_report(info)
 
-
-def _emit_json(info: dict) -> None:
-    """``opt.emit_json(info)``, the same bytes, with the tensors (its last key) encoded and written a few at a time:
-    a file of many tensors never has its whole document in memory."""
-    import json
-
-    tensors = info["tensors"]
-    if isinstance(tensors, list) or list(info)[-1] != "tensors":
-        opt.emit_json(info)
-        return
-    encode = functools.partial(json.dumps, indent=None, separators=(",", ":"), default=opt._json_default)
-    head = encode({**info, "tensors": []})
-    pieces, size = [head[:-len("[]}")] + "["], 0
-    for i, t in enumerate(tensors):
-        pieces.append(("," if i else "") + encode(t))
-        size += len(pieces[-1])
-        if size >= _WRITE_BYTES:
-            click.echo("".join(pieces), nl=False)
-            pieces, size = [], 0
-    pieces.append("]}")
-    click.echo("".join(pieces))
-
-
-#: ``inspect --json`` writes its tensors' entries in pieces of about this many characters
-_WRITE_BYTES = 1 << 16

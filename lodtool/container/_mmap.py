@@ -43,8 +43,9 @@ import weakref
 import h5py
 import numpy as np
 
-from .._jit import numba_loaded, numba_module
+from .._jit import numba_module
 from ..errors import LodFormatError
+from ..tensor import bytes_per_row
 
 _FLETCHER32 = 3
 #: seconds between two checks that the file has not changed under the map
@@ -71,7 +72,7 @@ class MappedRows:
         self.dtype = ds.dtype
         self._n_rows = int(ds.shape[0])
         self._row_shape = tuple(ds.shape[1:])
-        self._row_bytes = ds.dtype.itemsize * int(np.prod(self._row_shape, dtype=np.int64))
+        self._row_bytes = bytes_per_row(ds.dtype, self._row_shape)
         self._addresses = addresses
         # each run's first byte, as Python ints (a cheaper lookup): the chunks', or the one of a contiguous dataset
         self._starts = addresses.tolist() if addresses is not None else [base]
@@ -291,7 +292,7 @@ def _map(ds: h5py.Dataset) -> MappedRows | None:
 def _chunk_addresses(ds: h5py.Dataset, fd: int, checked: bool, file_size: int) -> np.ndarray:
     """File offset of each chunk, from one ``chunk_iter`` pass; every chunk must be written and plain."""
     rows = int(ds.chunks[0])
-    row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))
+    row_bytes = bytes_per_row(ds.dtype, ds.shape[1:])
     stored = rows * row_bytes + (4 if checked else 0)
     addresses = np.full(-(-int(ds.shape[0]) // rows), -1, np.int64)
 

@@ -22,6 +22,7 @@ import numpy as np
 import xxhash
 
 from ..errors import LodFormatError
+from ..tensor import bytes_per_row
 from .spec import CHECKSUM_ALGORITHM
 
 #: rows are read for hashing in blocks of about this many bytes (a multiple of the chunk rows)
@@ -69,7 +70,7 @@ def parse_digest(text: str, where: str) -> str:
 
 def block_rows(dataset, block_bytes: int = HASH_BLOCK) -> int:
     """Rows per read when streaming ``dataset``: about ``block_bytes``, whole chunks where chunked."""
-    row_bytes = max(dataset.dtype.itemsize * int(np.prod(dataset.shape[1:], dtype=np.int64)), 1)
+    row_bytes = max(bytes_per_row(dataset.dtype, dataset.shape[1:]), 1)
     rows = max(block_bytes // row_bytes, 1)
     chunks = dataset.chunks
     if chunks:

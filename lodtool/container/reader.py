@@ -31,7 +31,7 @@ import numpy as np
 from .. import lod as _lod
 from .. import storage
 from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageError, LodValidationError
-from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, check_dtype
+from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, bytes_per_row, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
 from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, member_links, object_key, open_h5, read_rows, remote_source, storage_gap, translate
@@ -400,7 +400,7 @@ class DecodedChunks:
                  limit: int, where: str):
         self.fill, self.n_rows, self.dtype, self.element_shape = fill, n_rows, dtype, tuple(element_shape)
         self.limit, self.where = limit, where
-        self.row_bytes = max(dtype.itemsize * int(np.prod(self.element_shape, dtype=np.int64)), 1)
+        self.row_bytes = max(bytes_per_row(dtype, self.element_shape), 1)
         self.block = self.chunk_rows = max(int(block), 1)
         self.n_blocks = -(-n_rows // self.block)
         self.slots = max(min(self.n_blocks, budget_bytes // (self.block * self.row_bytes)), 1)

@@ -63,7 +63,7 @@ from .. import storage
 from ..tokens import TokenInfo
 from ..errors import (LodDtypeError, LodError, LodExistsError, LodFileNotFoundError, LodFormatError, LodIndexError,
                       LodUsageError, LodValidationError)
-from ..tensor import LoDTensor, TensorSource, TensorView, check_dtype, concat_tensors
+from ..tensor import LoDTensor, TensorSource, TensorView, bytes_per_row, check_dtype, concat_tensors
 from . import spec as _spec
 from .spec import short_repr
 from ..limits import STREAM_CHUNK_BYTES, check_memory, parse_size, resolve_max_memory
@@ -232,7 +232,7 @@ def _parse_spec(name: str, raw, where: str) -> TensorSpec:
         raise _bad(where, f"tensor {name!r}: element_shape is {short_repr(shape)}; expected a list of at most "
                           f"{MAX_ELEMENT_DIMS} sizes")
     dims = tuple(_count(d, where, f"tensor {name!r}: element_shape") for d in shape)
-    row_bytes = dtype.itemsize * int(np.prod(dims, dtype=object))
+    row_bytes = bytes_per_row(dtype, dims)
     if row_bytes > MAX_COUNT:
         raise _bad(where, f"tensor {name!r}: element_shape {list(dims)} makes a row of {row_bytes} bytes; "
                           f"at most {MAX_COUNT} fit an int64")

@@ -40,7 +40,7 @@ from .._device import to_host
 from .._jit import kernels_pay
 from ..errors import (LodChecksumError, LodDtypeError, LodExistsError, LodFormatError, LodShapeError,
                       LodUsageError, LodValidationError)
-from ..tensor import LoDTensor, check_dtype
+from ..tensor import LoDTensor, bytes_per_row, check_dtype
 from . import checksum, filters, spec
 from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, hard_member, layout_for, link_count,
                   open_h5, read_rows, same_object, storage_gap, translate)
@@ -177,7 +177,7 @@ class _Column:
     @property
     def row_bytes(self) -> int:
         """Bytes of one row (the dtype may still widen: see ``TensorWriter._promote``)."""
-        return self.dtype.itemsize * int(np.prod(self.tail, dtype=np.int64))
+        return bytes_per_row(self.dtype, self.tail)
 
     @property
     def size(self) -> int:

@@ -54,7 +54,7 @@ from .. import lod as _lod
 from .._optional import optional_import
 from ..atomic import intermediate_commit
 from ..errors import LodBackendError, LodShapeError, LodUsageError, LodValidationError
-from ..tensor import LoDTensor
+from ..tensor import LoDTensor, bytes_per_row
 
 if TYPE_CHECKING:
     import dask_awkward as dak
@@ -216,7 +216,7 @@ def _partition_rows(spec, partition_size: int | str) -> int:
     from ..limits import parse_size
 
     size = parse_size(partition_size, "partition size")
-    row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.element_shape, dtype=np.int64))
+    row_bytes = bytes_per_row(spec.dtype, spec.element_shape)
     return max(1, size // max(row_bytes, 1))
 
 

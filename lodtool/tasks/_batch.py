@@ -199,7 +199,7 @@ def stored_chunk_rows(tensor) -> int:
     rows = getattr(tensor, "chunk_rows", None)
     if rows:
         return int(rows)
-    return chunk_rows(max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1))
+    return chunk_rows(max(tensor.row_bytes, 1))
 
 
 def lengths_digest(lengths: np.ndarray) -> str:
@@ -953,7 +953,7 @@ def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
         if mapped is not None:
             return _MappedChunks(tensor, mapped, mapped.chunk_table())
         return tensor.decoded_chunks(budget_bytes)
-    row_bytes = max(tensor.dtype.itemsize * math.prod(tensor.element_shape), 1)
+    row_bytes = max(tensor.row_bytes, 1)
     block = chunk_rows(row_bytes)
     block *= max(FOLDER_READ_BYTES // (block * row_bytes), 1)
     return DecodedChunks(tensor.read_rows, tensor.n_rows, tensor.dtype, tensor.element_shape, block, budget_bytes,
@@ -1212,7 +1212,7 @@ class BatchReader:
         itemsize = t.dtype.itemsize
         check_memory(_buffer_bytes(capacity, itemsize), f.max_memory, self.path,
                      "the buffers of the plan's largest batch")
-        row_bytes = max(itemsize * math.prod(t.element_shape), 1)
+        row_bytes = max(t.row_bytes, 1)
         room = (int(batch_rows.max(initial=0)), int(sizes.max(initial=0)))  # rows and sequences the buffers hold
         grouped_room = (max(room[0], GATHER_GROUP_BYTES // row_bytes), max(room[1], GATHER_GROUP_BYTES // 16))
         grouped = _buffer_capacity(plan, self.output, t.element_shape, batch_rows, *grouped_room)
@@ -1855,7 +1855,7 @@ def _report_chunks(path, plan: BatchPlan, tensor: str | None, max_memory: int | 
     with _open_container(path, max_memory, **reading) as f:
         _check_plan_memory(plan.n_sequences, plan.mode, f.max_memory, os.fspath(path))
         t = f.tensor(tensor if tensor is not None else plan.options.get("tensor"))
-        row_bytes = max(t.dtype.itemsize * math.prod(t.element_shape), 1)
+        row_bytes = max(t.row_bytes, 1)
         chunk = plan.options.get("chunk_rows") or stored_chunk_rows(t)
         rows = sequence_rows(t, plan.options.get("level", 0), os.fspath(path)) \
             if plan.options.get("max_length") is not None else None

@@ -757,7 +757,7 @@ def pad(path: str, output, *, name: str | None = None, pad_value: float = 0, max
         maxlen = padded_length(maxlen, longest, lvl)
         # one padded sequence (its rows and its mask row, a byte per step) is the least a chunk holds; zero-width
         # rows make it 0 bytes of data, so the steps count
-        row_bytes = t.dtype.itemsize * int(np.prod(t.element_shape, dtype=np.int64))
+        row_bytes = t.row_bytes
         check_memory(maxlen * (row_bytes + 1), f.max_memory, f.path, f"one sequence padded to {maxlen:,} steps")
         max_rows = chunk_rows(t.element_shape, t.dtype, f.max_memory)
         mask_rows = max(1, max_rows // max(maxlen, 1))  # no more sequences than a padded chunk, at a byte each

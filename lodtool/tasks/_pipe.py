@@ -30,7 +30,7 @@ import numpy as np
 from .._device import to_host
 from ..errors import LodUsageError, LodValidationError
 from ..limits import STREAM_CHUNK_BYTES
-from ..tensor import LoDTensor
+from ..tensor import LoDTensor, bytes_per_row
 
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ def chunk_rows(element_shape: Sequence[int], dtype: np.dtype, max_memory: int) -
     >>> chunk_rows((1024,), np.dtype("float64"), 1 << 30)  # 64 MiB of 8 KiB rows
     8192
     """
-    row_bytes = np.dtype(dtype).itemsize * int(np.prod(element_shape, dtype=np.int64))
+    row_bytes = bytes_per_row(dtype, element_shape)
     budget = min(STREAM_CHUNK_BYTES, max_memory // 8)
     return max(1, min(CHUNK_ROWS, budget // max(row_bytes, 1)))
 
