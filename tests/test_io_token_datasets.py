@@ -128,3 +128,33 @@ def test_an_operator_that_keeps_the_ids_records_what_pack_records_of_the_source(
         assert recorded[0].tokenizer_name == "gpt2"
     elif eos is None:
         assert recorded[0] is None
+
+
+def test_atomic_files_hold_a_signal_between_their_renames(tmp_path, monkeypatch):
+    """SIGINT between the .bin's rename and the .idx's waits for both: the pair is new, never new beside old."""
+    import signal
+
+    from lodtool.atomic import AtomicPath, InterruptedAfterCommit
+    from lodtool.io._tokens import atomic_files
+
+    targets = [str(tmp_path / "d.bin"), str(tmp_path / "d.idx")]
+    for t in targets:
+        with open(t, "wb") as f:
+            f.write(b"old")
+    commit = AtomicPath.commit
+    renamed = []
+
+    def commit_then_interrupt(self):
+        commit(self)
+        renamed.append(self.target)
+        if len(renamed) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives between the two renames
+
+    monkeypatch.setattr(AtomicPath, "commit", commit_then_interrupt)
+    with pytest.raises(InterruptedAfterCommit):
+        with atomic_files(targets) as tmps:
+            for tmp in tmps:
+                with open(tmp, "wb") as f:
+                    f.write(b"new")
+    assert renamed == targets
+    assert [open(t, "rb").read() for t in targets] == [b"new", b"new"]

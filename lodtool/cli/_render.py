@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..limits import human_bytes
 from ..lod import format_path
 
 _console = None
@@ -112,14 +113,6 @@ def detail_line(text: str) -> None:
 
 
 # -- sizes -------------------------------------------------------------------------------------
-def human_bytes(n: int | float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 # -- inspect -----------------------------------------------------------------------------------
 def inspect_report(info: dict) -> None:
     con = console()

@@ -332,7 +332,7 @@ def tensor_summary(name: str, t, shared_lod_with: list[str]) -> dict:
 
 def _tokens_summary(t) -> dict | None:
     try:
-        info = getattr(t, "tokens", None)  # a view of another format records none
+        info = t.tokens  # a view of another format records none
     except LodFormatError as exc:  # inspect describes; validate is where a bad attribute is a problem
         return {"error": str(exc)}
     return None if info is None else info.as_dict()

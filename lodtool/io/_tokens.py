@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .. import lod as _lod
-from ..atomic import AtomicPath
+from ..atomic import AtomicPath, commit_section
 from ..errors import LodFileNotFoundError, LodFormatError, LodIndexError, LodUsageError, LodValidationError
 from ..limits import resolve_max_memory
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView
@@ -465,8 +465,10 @@ def writer_levels(chunk: LoDTensor, levels_out: int, level: int | None, fmt: str
 
 @contextlib.contextmanager
 def atomic_files(targets: Sequence[str]) -> Iterator[list[str]]:
-    """Temp paths for several files that appear together: each is written in full and synced before any is
-    renamed over its target; on an error every temp file is removed and no target is touched.
+    """Temp paths for several files that appear together: each is written in full and synced, then renamed over
+    its target in turn, with SIGINT and SIGTERM held back until the last rename (a SIGKILL between two renames
+    is the one way to leave a new file beside an old one); on an error every temp file is removed and no target
+    is touched.
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -484,13 +486,14 @@ def atomic_files(targets: Sequence[str]) -> Iterator[list[str]]:
         for a in held:
             a.discard()
         raise
-    for i, a in enumerate(held):
-        try:
-            a.commit()
-        except BaseException:
-            for rest in held[i + 1:]:
-                rest.discard()
-            raise
+    with commit_section(targets[0]):  # SIGINT and SIGTERM wait for every rename: never a new file beside an old one
+        for i, a in enumerate(held):
+            try:
+                a.commit()
+            except BaseException:
+                for rest in held[i + 1:]:
+                    rest.discard()
+                raise
 
 
 def output_prefix(out: Any, fmt: str, suffixes: Sequence[str]) -> str:
