@@ -29,7 +29,7 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import h5py
 import numpy as np
@@ -75,12 +75,11 @@ DIRECT_FROM_BYTES = 768 << 20
 STAGE_BYTES = 4 << 20
 #: groups of chunks the direct path lays out ahead of the one libhdf5 is given, at most (their buffers included)
 STAGED_GROUPS = 4
-#: smallest chunk the direct path hands to libhdf5 from the block itself (:func:`_write_in_place`). Measured on
-#: 2-core AMD EPYC, 64 MB of int64: 16 KiB chunks in place 0.67 s (the address of each chunk asked of libhdf5 costs
-#: more than a copy of it), staged 0.21 s; 64 KiB about even; 256 KiB and 1 MiB chunks in place 10-25% faster
+#: smallest chunk the direct path hands to libhdf5 from the block itself (:func:`_write_in_place`): below it, asking
+#: libhdf5 for each chunk's address costs more than staging a copy (docs/format.md)
 IN_PLACE_FROM_BYTES = 256 << 10
 #: chunks of a dataset from which the direct path stages every chunk again: libhdf5 finds a chunk's address by
-#: walking the dataset's chunks (~55 ns each), which past ~4,000 chunks costs what a staged copy of 1 MiB does
+#: walking the dataset's chunks, so each lookup grows with the chunks written (docs/format.md)
 IN_PLACE_UNTIL_CHUNKS = 2048
 
 #: what ``dtype=`` means "take the dtype of the chunks" (promoting when later chunks need more)
@@ -346,31 +345,18 @@ def _raw_fd(ds: h5py.Dataset) -> int | None:
 def _write_in_place(dsid, fd: int, flat: np.ndarray, count: int, chunk_bytes: int, coord, hasher) -> None:
     """Chunks ``0..count-1`` of ``flat`` (whole chunks, each followed by at least four bytes of ``flat``), with no
     copy in this process: libhdf5 stores each chunk's bytes and the four after them, and the chunk's Fletcher-32 is
-    then written over those four through ``fd``, where libhdf5 placed them.
-
-    The sums of groups of chunks are computed ahead by the encoding pool's
-    threads (:func:`._deflate.encoder_pool`; they release the GIL) while this
-    thread hands the groups before them to libhdf5 and hashes them, in order.
-    """
-    from ._deflate import encoder_pool, workers
+    then written over those four through ``fd``, where libhdf5 placed them.  The sums of groups of chunks are
+    computed ahead of the group being written (:func:`_in_order`)."""
     from ._fletcher import fletcher32_chunks
 
     group = max(STAGE_BYTES // chunk_bytes, 1)
     groups = -(-count // group)
-    pool = encoder_pool() if groups > 1 and workers() > 1 else None
-    ahead = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
-    queued: collections.deque = collections.deque()
 
-    def queue(g: int) -> None:
-        part = flat[g * group * chunk_bytes:min((g + 1) * group, count) * chunk_bytes]
-        queued.append(pool.submit(fletcher32_chunks, part, chunk_bytes) if pool is not None
-                      else fletcher32_chunks(part, chunk_bytes))
+    def sums_of(g: int) -> np.ndarray:
+        return fletcher32_chunks(flat[g * group * chunk_bytes:min((g + 1) * group, count) * chunk_bytes], chunk_bytes)
 
-    for g in range(ahead):
-        queue(g)
-    for g in range(groups):
-        sums = queued.popleft()
-        sums = (sums.result() if pool is not None else sums).astype("<u4")
+    def write(g: int, sums: np.ndarray) -> None:
+        sums = sums.astype("<u4")
         first = g * group
         for i in range(sums.shape[0]):
             k = first + i
@@ -380,47 +366,61 @@ def _write_in_place(dsid, fd: int, flat: np.ndarray, count: int, chunk_bytes: in
             if os.pwrite(fd, sums[i:i + 1].tobytes(), where) != 4:
                 raise OSError(f"a chunk's checksum was not written whole at byte {where:,}")
         hasher.update(flat[first * chunk_bytes:(first + sums.shape[0]) * chunk_bytes])
-        if g + ahead < groups:
-            queue(g + ahead)
+
+    _in_order(groups, *_pipeline(groups), sums_of, write)
 
 
 def _write_staged(dsid, flat: np.ndarray, first_chunk: int, count: int, chunk_bytes: int, coord, hasher,
                   staging: list[np.ndarray] | None) -> list[np.ndarray]:
     """Chunks ``first_chunk..count-1`` of ``flat``, each copied with its sum into a row of a buffer of ``staging``
-    that libhdf5 is handed.
-
-    Groups of chunks are laid out by the encoding pool's threads (the copy and
-    the sums release the GIL) while this thread hands the groups before them
-    to libhdf5 and hashes them, in order.  Returns the buffers.
-    """
-    from ._deflate import encoder_pool, workers
-
+    that libhdf5 is handed; groups of chunks are laid out ahead of the group being written (:func:`_in_order`).
+    Returns the buffers."""
     total = count - first_chunk
     group = max(STAGE_BYTES // (chunk_bytes + 4), 1)
     groups = -(-total // group)
-    pool = encoder_pool() if groups > 1 and workers() > 1 else None
-    in_flight = min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
+    pool, in_flight = _pipeline(groups)
     shape = (min(group, total), chunk_bytes + 4)
     staging = [b for b in (staging or []) if b.shape == shape][:in_flight]
     staging += [np.empty(shape, np.uint8) for _ in range(in_flight - len(staging))]
-    queued: collections.deque = collections.deque()
 
-    def queue(g: int) -> None:
-        args = (flat, first_chunk + g * group, min(group, total - g * group), chunk_bytes, staging[g % in_flight])
-        queued.append(pool.submit(_stage_chunks, *args) if pool is not None else _stage_chunks(*args))
+    def stage(g: int) -> np.ndarray:
+        return _stage_chunks(flat, first_chunk + g * group, min(group, total - g * group), chunk_bytes,
+                             staging[g % in_flight])
 
-    for g in range(in_flight):
-        queue(g)
-    for g in range(groups):
-        staged = queued.popleft()
-        staged = staged.result() if pool is not None else staged
+    def write(g: int, staged: np.ndarray) -> None:
         first = first_chunk + g * group
         for i in range(staged.shape[0]):
             dsid.write_direct_chunk(coord(first + i), staged[i])  # h5py takes its lock
         hasher.update(flat[first * chunk_bytes:(first + staged.shape[0]) * chunk_bytes])
-        if g + in_flight < groups:
-            queue(g + in_flight)
+
+    _in_order(groups, pool, in_flight, stage, write)
     return staging
+
+
+def _pipeline(groups: int) -> tuple:
+    """The encoding pool that prepares groups of chunks (:func:`._deflate.encoder_pool`; ``None``: this thread does)
+    and how many groups are prepared at a time."""
+    from ._deflate import encoder_pool, workers
+
+    pool = encoder_pool() if groups > 1 and workers() > 1 else None
+    return pool, min(workers() + 1, STAGED_GROUPS, groups) if pool is not None else 1
+
+
+def _in_order(groups: int, pool, ahead: int, prepare: Callable, write: Callable) -> None:
+    """``write(g, prepare(g))`` for each group in order, in this thread, while ``pool``'s threads run ``prepare`` on
+    the ``ahead - 1`` groups after it (the copies and sums release the GIL)."""
+    queued: collections.deque = collections.deque()
+
+    def queue(g: int) -> None:
+        queued.append(pool.submit(prepare, g) if pool is not None else prepare(g))
+
+    for g in range(ahead):
+        queue(g)
+    for g in range(groups):
+        got = queued.popleft()
+        write(g, got.result() if pool is not None else got)
+        if g + ahead < groups:
+            queue(g + ahead)
 
 
 def _stage_chunks(flat: np.ndarray, first: int, count: int, chunk_bytes: int, buf: np.ndarray) -> np.ndarray:
