@@ -749,4 +749,5 @@ def concat_tensors(parts: Sequence[LoDTensor], level_names=None) -> LoDTensor:
     return LoDTensor._trusted(data, offsets, names)
 
 
-__all__ = ["bytes_per_row", "TensorView", "TensorSource", "LoDTensor", "from_nested", "concat_tensors", "check_dtype", "LodValidationError"]
+__all__ = ["bytes_per_row", "TensorView", "TensorSource", "LoDTensor", "from_nested", "concat_tensors", "check_dtype",
+           "LodValidationError"]

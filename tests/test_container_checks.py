@@ -322,7 +322,8 @@ def test_verify_counts_and_hashes_each_dataset_once(path, monkeypatch):
     save(path, {"a": t, "b": LoDTensor(np.ones(6), t.lod), "c": LoDTensor(np.arange(3.0))})
     hashed = []
     hash_one = checks._verify_dataset
-    monkeypatch.setattr(checks, "_verify_dataset", lambda p, ds, label, *a: hashed.append(label) or hash_one(p, ds, label, *a))
+    monkeypatch.setattr(checks, "_verify_dataset",
+                        lambda p, ds, label, *a: hashed.append(label) or hash_one(p, ds, label, *a))
     found = checks.verify_datasets(path)
     assert found == checks.Verification([], 4, None)  # a's data and offsets, b's data, c's data
     assert hashed == ["/a/data", "/a/lod/0", "/b/data", "/c/data"]

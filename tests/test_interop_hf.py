@@ -106,7 +106,8 @@ def test_no_chunks_to_write_is_the_shape_error_every_arrow_writer_raises(tmp_pat
 
 def test_a_column_is_picked_as_every_table_reader_picks_it():
     ds = to_hf(LoDTensor(np.arange(3), [[0, 1, 3]]), "ids").add_column("label", [0, 1])
-    with pytest.raises(LodInputError, match=r"^the dataset: has 2 columns \(ids, label\); choose one with column=\.\.\.$"):
+    with pytest.raises(LodInputError,
+                       match=r"^the dataset: has 2 columns \(ids, label\); choose one with column=\.\.\.$"):
         from_hf(ds)
     with pytest.raises(LodInputError, match=r"^the dataset: has no column 'x' \(columns: ids, label\)$"):
         from_hf(ds, "x")

@@ -580,4 +580,5 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int,
     return None
 
 
-__all__ = ["validate_file", "inspect_file", "spooled_inspection", "verify_file", "verify_datasets", "Verification", "FileReport", "Problem", "ChecksumMismatch"]
+__all__ = ["validate_file", "inspect_file", "spooled_inspection", "verify_file", "verify_datasets", "Verification",
+           "FileReport", "Problem", "ChecksumMismatch"]

@@ -34,7 +34,8 @@ from ..errors import LodError, LodFileNotFoundError, LodFormatError, LodUsageErr
 from ..tensor import RESIDENT_AFTER, LoDTensor, TensorSource, TensorView, bytes_per_row, check_dtype
 from ..tokens import MAX_TOKENIZER_BYTES, TokenInfo
 from . import filters, spec
-from ._h5 import H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member, member_links, object_key, open_h5, read_rows, remote_source, storage_gap, translate
+from ._h5 import (H5_ERRORS, READ_CACHE, chunk_layout_problem, chunk_nbytes, domain_error, foreign_storage, hard_member,
+                  member_links, object_key, open_h5, read_rows, remote_source, storage_gap, translate)
 from ..limits import check_memory, resolve_max_memory
 from ._mmap import mapping
 
@@ -1046,4 +1047,5 @@ def load(path: str | os.PathLike, name: str | None = None, *, max_memory: int | 
 
 
 __all__ = ["LodFile", "LazyTensor", "open_file", "load", "describe_tensor", "declared_lod_level", "tensor_names",
-           "read_token_info", "attribute_names", "read_attribute", "bounded_metadata_cache", "Layout", "DecodedChunks", "words_of", "DECODED_CACHE_BYTES"]
+           "read_token_info", "attribute_names", "read_attribute", "bounded_metadata_cache", "Layout", "DecodedChunks",
+           "words_of", "DECODED_CACHE_BYTES"]

@@ -440,7 +440,8 @@ def write(fmt: str, tensor: LoDTensor, out: BinaryIO, *, name: str = "tensor") -
 
 def write_stored(fmt: str, stored: Any, chunks: Iterable[LoDTensor], out: BinaryIO) -> None:
     """The registry's streaming writer: one row group per chunk, the column named after the tensor."""
-    write_parquet((_named(c, stored.level_names) for c in chunks), out, name=stored.name, metadata=token_metadata(stored))
+    write_parquet((_named(c, stored.level_names) for c in chunks), out, name=stored.name,
+                  metadata=token_metadata(stored))
 
 
 def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None:
@@ -450,7 +451,8 @@ def token_info(fmt: str, sources: Sequence[Any], **_options) -> TokenInfo | None
     >>> import os, tempfile, numpy as np
     >>> from lodtool.io.arrow import TOKENS_KEY
     >>> p = os.path.join(tempfile.mkdtemp(), "ids.parquet")
-    >>> _ = write_parquet([LoDTensor(np.arange(2), [[0, 2]])], p, metadata={TOKENS_KEY: TokenInfo(vocab_size=5).to_bytes()})
+    >>> _ = write_parquet([LoDTensor(np.arange(2), [[0, 2]])], p,
+    ...                   metadata={TOKENS_KEY: TokenInfo(vocab_size=5).to_bytes()})
     >>> token_info("parquet", [p]).vocab_size
     5
     """
