@@ -294,10 +294,7 @@ def read_token_info(group: h5py.Group, path: str, present: frozenset | None = No
                 raise LodFormatError(f"{path}: tensor {name!r}: attribute {key!r} is {raw!r}; expected "
                                      f"{'a string' if key.startswith('tokenizer_') else 'an integer'}")
             given[key] = value
-        if members is None:
-            stored = hard_member(group, spec.TOKENIZER) if spec.TOKENIZER in group else None
-        else:
-            stored = hard_member(group, spec.TOKENIZER, members)
+        stored = hard_member(group, spec.TOKENIZER, members)  # None where missing or not hard-linked
         if stored is not None:
             if not isinstance(stored, h5py.Dataset) or stored.ndim != 1 or stored.dtype != np.uint8 \
                     or foreign_storage(stored):
