@@ -362,7 +362,7 @@ def _datasets_of(group: h5py.Group, lod_level: int):
     yield hard_member(group, spec.DATA), f"/{group.name.lstrip('/')}/{spec.DATA}"
     lod_group = hard_member(group, spec.LOD) if lod_level else None
     for k in range(lod_level):
-        ds = hard_member(lod_group, str(k)) if isinstance(lod_group, h5py.Group) and str(k) in lod_group else None
+        ds = hard_member(lod_group, str(k)) if isinstance(lod_group, h5py.Group) else None  # None where missing
         yield ds, f"/{group.name.lstrip('/')}/{spec.LOD}/{k}"
     if spec.TOKENIZER in group:  # the stored tokenizer is checksummed like the tensor's own datasets
         yield hard_member(group, spec.TOKENIZER), f"/{group.name.lstrip('/')}/{spec.TOKENIZER}"
