@@ -19,6 +19,7 @@ False
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 from .._jit import kernel, kernels_pay
@@ -67,6 +68,7 @@ def _consistent(lengths, pointers, docs, itemsize):  # pragma: no cover - compil
     return True
 
 
+@functools.cache
 def _memcmp():
     """libc's ``memcmp`` through ``ctypes`` (it releases the GIL), or None where no C library is found."""
     try:
@@ -75,10 +77,6 @@ def _memcmp():
         return None
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     return fn
-
-
-_UNSEARCHED = object()
-_memcmp_fn = _UNSEARCHED
 
 
 def _chained_numpy(lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> bool:
@@ -92,9 +90,6 @@ def _chained_numpy(lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> 
     rules negative lengths out and only the last length's sign is read; above
     it every block's lengths are checked too.
     """
-    global _memcmp_fn
-    if _memcmp_fn is _UNSEARCHED:
-        _memcmp_fn = _memcmp()
     n = lengths.shape[0]
     if not n:
         return True
@@ -103,7 +98,7 @@ def _chained_numpy(lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> 
     signs = not (n < 1 << 28 and 0 <= int(pointers[n - 1]) < itemsize << 31)
     unsigned = lengths.view(lengths.dtype.str.replace("i", "u"))
     expected = np.empty(min(n, _NUMPY_BLOCK), np.int64)
-    same = _memcmp_fn if pointers.dtype.isnative and pointers.flags.c_contiguous else None
+    same = _memcmp() if pointers.dtype.isnative and pointers.flags.c_contiguous else None
     mask = np.empty(expected.shape[0], np.bool_) if same is None else None
     shift = itemsize.bit_length() - 1 if itemsize & (itemsize - 1) == 0 else None
     for start in range(0, n - 1, _NUMPY_BLOCK):
