@@ -224,10 +224,12 @@ def _end_commit_section() -> tuple | None:
         _commit_depth -= 1
         if _commit_depth:
             return None
-        first = _commit_pending[0] if _commit_pending else None
-        pending = None if first is None else (first, _commit_entry.get(first), _commit_target[0])
         for signum, handler in _commit_restore.items():
             signal.signal(signum, handler)
+        # Read only once the handlers are back: a signal held until then is in the list, and a later one is
+        # handled where it arrives, not appended to a list already read.
+        first = _commit_pending[0] if _commit_pending else None
+        pending = None if first is None else (first, _commit_entry.get(first), _commit_target[0])
         _commit_pending.clear()
         return pending
 

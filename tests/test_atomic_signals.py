@@ -216,6 +216,25 @@ def test_commit_section_that_fails_reports_an_interrupt_and_nests():
     assert isinstance(caught.value.__cause__, OSError)
 
 
+def test_commit_section_delivers_a_signal_that_lands_as_its_handlers_go_back(monkeypatch):
+    # The signal arrives while the section's own handler is still in place, at the last moment: it must not be
+    # added to a list of held signals that was already read, and so lost.
+    real = signal.signal
+
+    def signal_lands_first(signum, handler):
+        monkeypatch.setattr(signal, "signal", real)
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the held-back handler runs between bytecodes
+            pass
+        return real(signum, handler)
+
+    with pytest.raises(InterruptedAfterCommit) as caught:
+        with commit_section("out.bin"):
+            monkeypatch.setattr(signal, "signal", signal_lands_first)
+    assert caught.value.committed == "out.bin"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_commit_section_calls_an_applications_own_handler_after_the_commit():
     seen = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
