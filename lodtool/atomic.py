@@ -33,6 +33,10 @@ never leaves a half-written target: readers see the old file or the new one.
   while it runs are held back (:func:`commit_section`): once it is done they
   raise :class:`InterruptedAfterCommit` (the output holds the new content),
   and before it, ``KeyboardInterrupt`` (the output holds the old content).
+* Python drops a ``KeyboardInterrupt`` raised inside a finalizer (``__del__``,
+  a weakref callback: the signal landed while one ran).  A write notes the
+  count of those when it starts (:func:`interrupt_mark`) and stops before its
+  commit if one was dropped since (:func:`raise_if_interrupted_since`).
 
 >>> import os, tempfile
 >>> target = os.path.join(tempfile.mkdtemp(), "out.txt")
@@ -50,6 +54,7 @@ import os
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -169,6 +174,42 @@ def release_sigterm(held: bool) -> None:
 
 def _defer(signum, frame) -> None:
     _commit_pending.append(signum)
+
+
+_swallowed_interrupts = 0  # KeyboardInterrupts dropped by a finalizer in the main thread
+_unraisablehook_before = None  # the hook that gets every other unraisable exception
+
+
+def _note_swallowed_interrupt(unraisable) -> None:
+    global _swallowed_interrupts
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and _in_main_thread():
+        _swallowed_interrupts += 1  # the write in progress raises it again (no traceback printed)
+        return
+    _unraisablehook_before(unraisable)
+
+
+def interrupt_mark() -> int:
+    """How many interrupts a finalizer dropped so far: a write notes it as it starts.
+
+    Python prints and drops a ``KeyboardInterrupt`` raised inside ``__del__``
+    or a weakref callback (h5py's objects have both), so a Ctrl-C that lands
+    there would let the write run on to its commit.  Each call makes
+    ``sys.unraisablehook`` count those (every other exception goes on to the
+    hook that was set before); :func:`raise_if_interrupted_since` compares.
+
+    >>> raise_if_interrupted_since(interrupt_mark())
+    """
+    global _unraisablehook_before
+    with _signal_lock:
+        if sys.unraisablehook is not _note_swallowed_interrupt:
+            _unraisablehook_before, sys.unraisablehook = sys.unraisablehook, _note_swallowed_interrupt
+    return _swallowed_interrupts
+
+
+def raise_if_interrupted_since(mark: int) -> None:
+    """Raise ``KeyboardInterrupt`` if a finalizer dropped one since :func:`interrupt_mark` returned ``mark``."""
+    if _swallowed_interrupts != mark:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -461,6 +502,7 @@ class AtomicPath:
         if not self.streamed:
             sweep_stale_temps(self.target)
         self._sigterm = hold_sigterm()
+        self._interrupts = interrupt_mark()
         self._open = False
         self.tmp: str | None = None
         try:  # an interrupt at any point here removes the temp file (discard knows it from the moment it exists)
@@ -535,6 +577,7 @@ class AtomicPath:
             self._stream_out()
             return
         try:
+            raise_if_interrupted_since(self._interrupts)
             fd = os.open(self.tmp, os.O_RDWR)
             try:
                 os.fsync(fd)
@@ -908,6 +951,7 @@ def copy_to_stream(src: BinaryIO, stream: BinaryIO, bufsize: int = 1 << 20) -> N
 
 
 __all__ = ["AtomicPath", "atomic_path", "commit_section", "intermediate_commit", "hold_sigterm", "release_sigterm",
+           "interrupt_mark", "raise_if_interrupted_since",
            "InterruptedAfterCommit", "COMMIT_SIGNALS", "atomic_open", "temp_path_for", "is_temp_path", "is_stream", "is_stream_target",
            "refuse_output_over_input",
            "fsync_folder", "copy_to_stream", "sweep_stale_temps", "TEMP_MARK", "publish", "staging_for", "copy_object",

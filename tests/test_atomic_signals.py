@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -284,3 +283,66 @@ def test_a_writer_released_in_another_thread_leaves_sigterm_to_the_next_hold():
     assert again
     release_sigterm(again)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+# -- a Ctrl-C that lands inside a finalizer ----------------------------------------------------------------------
+class _RaisesInFinalizer:
+    def __del__(self):
+        raise KeyboardInterrupt  # what the SIGINT handler does when the signal lands while a finalizer runs
+
+
+def _drop_an_interrupt_in_a_finalizer() -> None:
+    _RaisesInFinalizer()  # collected at once: Python prints and drops what __del__ raised
+
+
+def test_an_interrupt_a_finalizer_dropped_stops_a_file_write_before_its_commit(tmp_path):
+    from lodtool.container.writer import LodWriter
+
+    target = tmp_path / "t.lod.h5"
+    save(str(target), _tensor(5, 1))
+    with pytest.raises(KeyboardInterrupt):
+        with LodWriter(str(target), force=True) as w:
+            tw = w.add_tensor("x", dtype=np.int32, lod_level=2)
+            tw.append(_tensor(3, 2))
+            _drop_an_interrupt_in_a_finalizer()
+            tw.append(_tensor(3, 3))  # the next piece stops the write
+    assert load(str(target)).equals(_tensor(5, 1)) and os.listdir(tmp_path) == ["t.lod.h5"]
+
+
+def test_an_interrupt_a_finalizer_dropped_stops_a_sharded_write(tmp_path):
+    folder = tmp_path / "f"
+    with pytest.raises(KeyboardInterrupt):
+        with ShardWriter(str(folder), shard_size="1KB") as w:
+            w.write(_tensor(40, 1))
+            _drop_an_interrupt_in_a_finalizer()
+            w.write(_tensor(40, 2))
+    assert not folder.exists()
+
+
+def test_an_interrupt_a_finalizer_dropped_before_the_last_piece_stops_the_commit(tmp_path):
+    from lodtool.atomic import AtomicPath
+
+    target = tmp_path / "out.bin"
+    path = AtomicPath(str(target))
+    with open(path.tmp, "wb") as f:
+        f.write(b"new")
+    _drop_an_interrupt_in_a_finalizer()
+    with pytest.raises(KeyboardInterrupt):
+        path.commit()
+    assert os.listdir(tmp_path) == []
+
+
+def test_other_exceptions_in_finalizers_go_to_the_hook_set_before(monkeypatch):
+    from lodtool.atomic import interrupt_mark, raise_if_interrupted_since
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_type))
+    mark = interrupt_mark()
+
+    class RaisesOSError:
+        def __del__(self):
+            raise OSError("closing failed")
+
+    RaisesOSError()
+    raise_if_interrupted_since(mark)  # no interrupt was dropped
+    assert seen == [OSError]

@@ -783,6 +783,7 @@ class ShardWriter:
         self._paths: list[str] = []  # every shard this writer started: abort() removes those no manifest names
         self._staging: str | None = None  # where shards for object storage wait for the commit (made on first use)
         self._sigterm = _atomic.hold_sigterm()  # SIGTERM runs abort(), as Ctrl-C does
+        self._interrupts = _atomic.interrupt_mark()
         self._writer = None
         self._tws: dict = {}
         self._used = 0
@@ -824,6 +825,7 @@ class ShardWriter:
         self.shards.append(ShardInfo(os.path.basename(self._path), shard_checksum(self._path), counts))
 
     def _append(self, part: Mapping[str, LoDTensor], cost: int) -> None:
+        _atomic.raise_if_interrupted_since(self._interrupts)
         if self._writer is None:
             self._start_shard()
         for name, t in part.items():
@@ -905,6 +907,7 @@ class ShardWriter:
         if not self._open:
             raise LodUsageError(f"{self.folder}: this shard writer is already finished")
         try:
+            _atomic.raise_if_interrupted_since(self._interrupts)
             self.end_shard()
             if not self.specs:
                 raise LodUsageError(f"{self.folder}: nothing was written")

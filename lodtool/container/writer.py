@@ -46,7 +46,7 @@ from ._h5 import (CHUNK_SLACK_BYTES, H5_ERRORS, MAX_CHUNKS_PER_READ, create_h5, 
                   open_h5, read_rows, same_object, storage_gap, translate)
 from ._writeback import WRITEBACK_BYTES, start_writeback
 from .. import storage
-from ..atomic import AtomicPath, copy_to_stream, is_stream, publish
+from ..atomic import AtomicPath, copy_to_stream, interrupt_mark, is_stream, publish, raise_if_interrupted_since
 from .reader import describe_tensor, read_token_info, tensor_names
 from ..tokens import TokenInfo
 
@@ -700,6 +700,7 @@ class TensorWriter:
         if self._element_shape is not None and chunk.element_shape != self._element_shape:
             raise LodShapeError(f"tensor {self.name!r} has element shape {self._element_shape}; cannot append "
                                 f"elements of shape {chunk.element_shape}")
+        raise_if_interrupted_since(self._owner._interrupts)
         data = _host(chunk.data)
         offsets = [_lod.as_index_array(_host(o), level=k) for k, o in enumerate(chunk.offsets)]
         _lod.validate_lod(offsets, data.shape[0])
@@ -907,6 +908,7 @@ class LodWriter:
                  layout: str | None = None, expected_bytes: int | None = None):
         if force and append:
             raise LodUsageError("append=True adds to a file and force=True replaces it: give one of them")
+        self._interrupts = interrupt_mark()
         self._overwrite = bool(overwrite)
         self._remedy = remedy
         self._share_lod = bool(share_lod)
@@ -1131,6 +1133,7 @@ class LodWriter:
         """Finish every tensor, record checksums, and atomically replace the target."""
         self._check_open()
         try:
+            raise_if_interrupted_since(self._interrupts)
             with translate(self.path, "cannot finish writing"):
                 ordered = sorted(self._writers.values(), key=lambda tw: tw._lod_source is not None)
                 for tw in ordered:
