@@ -529,58 +529,89 @@ def _checked_window(read: WindowReader, level: int, start: int, stop: int, level
 _COUNT_LIMIT = 1 << 20
 
 
+class LengthStats:
+    """Length statistics of a level fed as blocks of its offsets: what :func:`length_stats` returns.
+
+    Blocks are consecutive windows (a block's first entry follows the last
+    one's) until :meth:`restart`, after which the next block begins offsets of
+    their own (a shard's).  Memory is bounded by the blocks: lengths are
+    counted, and gathered only when one is negative or past ``2**20``.
+
+    >>> stats = LengthStats(1 << 20, "x", "level 0")
+    >>> stats.add(np.array([0, 3, 3])); stats.restart(); stats.add(np.array([0, 1, 6]))
+    >>> stats.result()
+    {'count': 4, 'min': 0, 'median': 2.0, 'mean': 2.25, 'max': 5, 'empty': 1}
+    """
+
+    def __init__(self, limit: int, path: str, what: str):
+        self.limit, self.path, self.what = limit, path, what
+        self.count = self.total = self.empty = 0
+        self.lo = self.hi = None
+        self.histogram = np.zeros(0, dtype=np.int64)
+        self.gathered: list[np.ndarray] | None = None
+        self.last: int | None = None
+
+    def restart(self) -> None:
+        """The next block starts offsets of its own: no length spans it and the block before."""
+        self.last = None
+
+    def add(self, block: np.ndarray) -> None:
+        """Count the lengths of the next window of offsets."""
+        if self.last is not None:
+            block = np.concatenate(([self.last], block))
+        if block.size < 2:
+            self.last = int(block[-1]) if block.size else self.last
+            return
+        lengths = block[1:] - block[:-1]
+        self.last = int(block[-1])
+        self.count += lengths.size
+        self.total += int(lengths.sum())
+        self.empty += int(np.count_nonzero(lengths == 0))
+        bmin, bmax = int(lengths.min()), int(lengths.max())
+        self.lo = bmin if self.lo is None else min(self.lo, bmin)
+        self.hi = bmax if self.hi is None else max(self.hi, bmax)
+        if self.gathered is None and (bmin < 0 or bmax >= _COUNT_LIMIT):
+            self.gathered = []
+            if self.histogram.size:  # replay the counts gathered so far as values
+                self.gathered.append(np.repeat(np.arange(self.histogram.size, dtype=np.int64), self.histogram))
+            self.histogram = np.zeros(0, dtype=np.int64)
+        if self.gathered is not None:
+            check_memory(8 * self.count, self.limit, self.path, self.what)
+            self.gathered.append(lengths)
+            return
+        counts = np.bincount(lengths)
+        if counts.size > self.histogram.size:
+            counts[: self.histogram.size] += self.histogram
+            self.histogram = counts
+        else:
+            self.histogram[: counts.size] += counts
+
+    def result(self) -> dict:
+        """``count``, ``min``, ``median``, ``mean``, ``max`` and ``empty`` (``None`` statistics: no sequences)."""
+        count = self.count
+        if not count:
+            return {"count": 0, "min": None, "median": None, "mean": None, "max": None, "empty": 0}
+        if self.gathered is not None:
+            median = float(np.median(np.concatenate(self.gathered)))
+        else:
+            cumulative = np.cumsum(self.histogram)
+            lo_mid = int(np.searchsorted(cumulative, (count - 1) // 2, side="right"))
+            hi_mid = int(np.searchsorted(cumulative, count // 2, side="right"))
+            median = (lo_mid + hi_mid) / 2
+        return {"count": count, "min": self.lo, "median": float(median), "mean": self.total / count,
+                "max": self.hi, "empty": self.empty}
+
+
 def length_stats(blocks: Iterator[np.ndarray], limit: int, path: str, what: str) -> dict:
-    """``count``, ``min``, ``median``, ``mean``, ``max`` and ``empty`` of the lengths of a level given as blocks
-    of its offsets (consecutive windows: a block's first entry follows the last one's), in memory bounded by the
-    blocks (lengths are counted); ``None`` statistics for a level without sequences.
+    """:class:`LengthStats` of a level given as consecutive blocks of its offsets.
 
     >>> length_stats(iter([np.array([0, 3, 3]), np.array([4, 9])]), 1 << 20, "x.h5", "level 0")
     {'count': 4, 'min': 0, 'median': 2.0, 'mean': 2.25, 'max': 5, 'empty': 1}
     """
-    count = total = empty = 0
-    lo = hi = None
-    histogram = np.zeros(0, dtype=np.int64)
-    gathered: list[np.ndarray] | None = None
-    last = None
+    stats = LengthStats(limit, path, what)
     for block in blocks:
-        if last is not None:
-            block = np.concatenate(([last], block))
-        if block.size < 2:
-            last = int(block[-1]) if block.size else last
-            continue
-        lengths = block[1:] - block[:-1]
-        last = int(block[-1])
-        count += lengths.size
-        total += int(lengths.sum())
-        empty += int(np.count_nonzero(lengths == 0))
-        bmin, bmax = int(lengths.min()), int(lengths.max())
-        lo = bmin if lo is None else min(lo, bmin)
-        hi = bmax if hi is None else max(hi, bmax)
-        if gathered is None and (bmin < 0 or bmax >= _COUNT_LIMIT):
-            gathered = []
-            if histogram.size:  # replay the counts gathered so far as values
-                gathered.append(np.repeat(np.arange(histogram.size, dtype=np.int64), histogram))
-            histogram = np.zeros(0, dtype=np.int64)
-        if gathered is not None:
-            check_memory(8 * count, limit, path, what)
-            gathered.append(lengths)
-        else:
-            counts = np.bincount(lengths)
-            if counts.size > histogram.size:
-                counts[: histogram.size] += histogram
-                histogram = counts
-            else:
-                histogram[: counts.size] += counts
-    if not count:
-        return {"count": 0, "min": None, "median": None, "mean": None, "max": None, "empty": 0}
-    if gathered is not None:
-        median = float(np.median(np.concatenate(gathered)))
-    else:
-        cumulative = np.cumsum(histogram)
-        lo_mid = int(np.searchsorted(cumulative, (count - 1) // 2, side="right"))
-        hi_mid = int(np.searchsorted(cumulative, count // 2, side="right"))
-        median = (lo_mid + hi_mid) / 2
-    return {"count": count, "min": lo, "median": float(median), "mean": total / count, "max": hi, "empty": empty}
+        stats.add(block)
+    return stats.result()
 
 
 def slice_bounds(key: slice, count: int) -> tuple[int, int]:

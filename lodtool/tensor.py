@@ -220,10 +220,14 @@ class TensorView:
         {'count': 3, 'min': 0, 'median': 1.0, 'mean': 1.3333333333333333, 'max': 3, 'empty': 1}
         """
         level = self._level(level)
-        size = self.level_sizes[level]
-        blocks = (self.read_offsets(level, a, min(a + _STATS_BLOCK, size)) for a in range(0, size, _STATS_BLOCK))
         limit, where, what = self._stats_context()
-        return _lod.length_stats(blocks, limit, where, f"{what}level {level} lengths")
+        return _lod.length_stats(self.offset_blocks(level), limit, where, f"{what}level {level} lengths")
+
+    def offset_blocks(self, level: int) -> Iterator[np.ndarray]:
+        """Level ``level``'s offsets in consecutive blocks: what statistics read, in bounded memory."""
+        size = self.level_sizes[self._level(level)]
+        for a in range(0, size, _STATS_BLOCK):
+            yield self.read_offsets(level, a, min(a + _STATS_BLOCK, size))
 
     def _stats_context(self) -> tuple[int, str, str]:
         """The memory limit, the place and the name of this tensor that statistics' errors give."""
@@ -234,6 +238,15 @@ class TensorView:
         nonsense)."""
         self._check_valid()
         return [self.level_stats(k) for k in range(self.lod_level)]
+
+    def _check_valid(self) -> None:
+        problems = self.validate(max_problems=1)
+        if problems:
+            raise self._problem_error(problems[0])
+
+    def _problem_error(self, problem) -> LodValidationError:
+        """A stored tensor's broken LoD rule, naming its file and tensor."""
+        return LodValidationError(f"{self._path}: tensor {self.name!r}: {problem}")
 
     # -- chunks ----------------------------------------------------------------------------------------
     def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator:

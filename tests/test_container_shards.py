@@ -191,6 +191,9 @@ def test_shard_then_merge_round_trips_and_range_reads_match(tmp_path_factory, t,
     with open_file(src) as one, open_sharded(folder) as many:
         x, y = one.tensor(), many.tensor()
         assert (y.n_rows, y.level_sizes, y.shape, y.dtype) == (x.n_rows, x.level_sizes, x.shape, x.dtype)
+        # one pass over the shards gives the statistics of the whole, whatever the shards' cuts
+        assert y.checked_level_stats() == x.checked_level_stats()
+        assert y.storage_size == sum(y.shard(i)[1].storage_size for i in range(y.n_shards))
         if t.lod_level:
             _same(lambda: x.slice_level(0, a, b), lambda: y.slice_level(0, a, b))
             _same(lambda: x.branch(a), lambda: y.branch(a))
@@ -484,3 +487,22 @@ def test_a_writer_that_loses_a_shard_name_to_another_leaves_the_others_shard(tmp
     with pytest.raises(LodExistsError):
         w.commit()
     assert sorted(os.listdir(folder)) == [theirs.file] and load(folder / theirs.file).equals(_tensor(5, seed=9))
+
+
+def test_inspect_opens_each_shard_once_when_more_shards_than_stay_open(tmp_path, monkeypatch):
+    from lodtool.container import reader, shards
+
+    t = _tensor(60)
+    folder = _sharded(tmp_path, t, 40)
+    n = len(read_manifest(folder).shards)
+    monkeypatch.setattr(shards, "OPEN_SHARDS", 2)  # far fewer than the folder has: a second pass would reopen
+    opened = []
+    real = reader.open_file
+    monkeypatch.setattr(reader, "open_file", lambda path, **kw: opened.append(path) or real(path, **kw))
+    info = shards.inspect_sharded(folder)
+    assert n > 4 and len(opened) == n == len(set(opened))
+    got = [(lv["sequences"], lv["min"], lv["median"], lv["mean"], lv["max"], lv["empty"])
+           for lv in info["tensors"][0]["levels"]]
+    want = [t.level_stats(k) for k in range(t.lod_level)]
+    assert got == [(w["count"], w["min"], w["median"], w["mean"], w["max"], w["empty"]) for w in want]
+

@@ -702,9 +702,6 @@ class LazyTensor(TensorView):
             yield self._window(level, start, min(start + block, size))
 
     # -- whole reads -------------------------------------------------------------------------------------
-    def _problem_error(self, problem) -> LodValidationError:
-        return LodValidationError(f"{self._path}: tensor {self.name!r}: {problem}")
-
     def read(self) -> LoDTensor:
         """The whole tensor, validated; its size is checked against the memory limit first.
 
@@ -764,11 +761,6 @@ class LazyTensor(TensorView):
             yield from self._checked_blocks(level)
         except LodValidationError as exc:
             raise self._problem_error(exc) from None
-
-    def _check_valid(self) -> None:
-        problems = self.validate(max_problems=1)
-        if problems:
-            raise self._problem_error(problems[0])
 
     # -- statistics --------------------------------------------------------------------------------------
     def checked_level_stats(self) -> list[dict]:

@@ -1049,6 +1049,8 @@ class ShardedTensor(TensorView):
         self._seq_at = [np.concatenate(([0], np.cumsum([c.level_sequences[k] for c in counts]).astype(np.int64)))
                         for k in range(spec.lod_level)]
         self._n_rows = int(self._rows_at[-1])
+        #: storage size, mappable and compression, as the last pass over every shard found them
+        self._noted: dict = {}
 
     # -- metadata ------------------------------------------------------------------------------------------
     lod_level = property(lambda self: self._spec.lod_level)
@@ -1081,19 +1083,27 @@ class ShardedTensor(TensorView):
 
     @property
     def storage_size(self) -> int:
+        if "storage_size" in self._noted:
+            return self._noted["storage_size"]
         return sum(self.shard(i)[1].storage_size for i in range(self.n_shards))
 
     @property
     def compression(self) -> str:
+        if "compression" in self._noted:
+            return self._noted["compression"]
         return self.shard(0)[1].compression if self.n_shards else "none"
 
     @property
     def compression_level(self) -> int | None:
+        if "compression_level" in self._noted:
+            return self._noted["compression_level"]
         return self.shard(0)[1].compression_level if self.n_shards else None
 
     @property
     def mappable(self) -> bool:
         """Whether every shard's data is read from a memory map (see ``LazyTensor.mappable``)."""
+        if "mappable" in self._noted:
+            return self._noted["mappable"]
         return all(self.shard(i)[1].mappable for i in range(self.n_shards))
 
     def __repr__(self) -> str:
@@ -1176,13 +1186,45 @@ class ShardedTensor(TensorView):
         """Every broken LoD rule of every shard (indices are global positions)."""
         out: list[_lod.LodProblem] = []
         for i in range(self.n_shards):
-            for p in self.shard(i)[1].validate(max_problems=max_problems - len(out)):
-                shift = int(self._seq_at[p.level][i]) if p.index is not None and p.level < self.lod_level else 0
-                out.append(_lod.LodProblem(p.level, None if p.index is None else p.index + shift,
-                                           f"{p.message} (in {self._file.manifest.shards[i].file})"))
-                if len(out) >= max_problems:
-                    return out
+            out += self._shard_problems(i, max_problems - len(out))
+            if len(out) >= max_problems:
+                return out
         return out
+
+    def _shard_problems(self, i: int, max_problems: int) -> list[_lod.LodProblem]:
+        """Shard ``i``'s broken LoD rules, at global positions and naming the shard."""
+        out = []
+        for p in self.shard(i)[1].validate(max_problems=max_problems):
+            shift = int(self._seq_at[p.level][i]) if p.index is not None and p.level < self.lod_level else 0
+            out.append(_lod.LodProblem(p.level, None if p.index is None else p.index + shift,
+                                       f"{p.message} (in {self._file.manifest.shards[i].file})"))
+        return out
+
+    def checked_level_stats(self) -> list[dict]:
+        """:meth:`level_stats` of every level, each shard validated first, in one pass over the shards.
+
+        A folder of more shards than stay open would otherwise open each one
+        again for every level; the pass also notes the shards' storage size,
+        whether they map and their compression, which ``inspect`` asks for next.
+        """
+        limit, where, what = self._stats_context()
+        levels = [_lod.LengthStats(limit, where, f"{what}level {k} lengths") for k in range(self.lod_level)]
+        noted = {"storage_size": 0, "mappable": True}
+        for i in range(self.n_shards):
+            problems = self._shard_problems(i, 1)
+            if problems:
+                raise self._problem_error(problems[0])
+            part = self.shard(i)[1]
+            for k, stats in enumerate(levels):
+                stats.restart()  # a shard's offsets start at its own zero
+                for block in part.offset_blocks(k):
+                    stats.add(block)
+            noted["storage_size"] += part.storage_size
+            noted["mappable"] = noted["mappable"] and part.mappable
+            if i == 0:
+                noted.update(compression=part.compression, compression_level=part.compression_level)
+        self._noted = noted
+        return [stats.result() for stats in levels]
 
     def iter_chunks(self, max_rows: int = 1 << 22) -> Iterator[LoDTensor]:
         """Chunks of whole top-level sequences, shard after shard (a chunk never spans two shards).
@@ -1196,11 +1238,6 @@ class ShardedTensor(TensorView):
         for i in range(self.n_shards):
             if at[i + 1] > at[i]:  # a shard of no top-level sequences gives no chunk
                 yield from self.shard(i)[1].iter_chunks(max_rows=max_rows)
-
-    def _check_valid(self) -> None:
-        problems = self.validate(max_problems=1)
-        if problems:
-            raise LodValidationError(f"{self._path}: tensor {self.name!r}: {problems[0]}")
 
     def _stats_context(self) -> tuple[int, str, str]:
         return self._file.max_memory, self._path, f"tensor {self.name!r} "
@@ -1229,6 +1266,7 @@ class ShardedFile(TensorSource):
         self.checksum_algorithm = _spec.CHECKSUM_ALGORITHM
         self._open: dict = {}
         self._tensors: dict = {}
+        self._layouts: dict[int, dict] = {}  # each shard's, noted when it is first opened
 
     def shard_path(self, i: int) -> str:
         """The path of shard ``i``, checked by :func:`folder_file` (a regular file inside the folder)."""
@@ -1261,8 +1299,18 @@ class ShardedFile(TensorSource):
         except BaseException:
             f.close()
             raise
+        if i not in self._layouts:
+            from .checks import layout_summary
+
+            self._layouts[i] = layout_summary(f.h5)
         self._open[i] = f
         return f
+
+    def shard_layout(self, i: int) -> dict:
+        """Shard ``i``'s layout as ``inspect`` words it (noted when the shard was first opened)."""
+        if i not in self._layouts:
+            self._shard_file(i)
+        return self._layouts[i]
 
     def _shard_tensor(self, i: int, name: str):
         return self.shard_path(i), self._shard_file(i)[name]
@@ -1434,13 +1482,13 @@ def inspect_sharded(path: str | os.PathLike) -> dict:
     >>> info["shards"], info["tensors"][0]["rows"], info["tensors"][0]["levels"][0]["sequences"]
     (3, 6, 3)
     """
-    from .checks import layout_summary, tensor_summary
+    from .checks import tensor_summary
 
     path = os.fspath(path)
     with open_sharded(path) as f:
         tensors = [tensor_summary(name, f[name], []) for name in f.names]
         size = sum(_size(f.shard_path(i)) for i in range(len(f.manifest.shards)))
-        layouts = [layout_summary(f._shard_file(i).h5) for i in range(len(f.manifest.shards))]
+        layouts = [f.shard_layout(i) for i in range(len(f.manifest.shards))]
         layout = layouts[0] if layouts and all(x == layouts[0] for x in layouts) else \
             {"layout": "mixed" if layouts else None, "page_size": None,
              "remote_ready": bool(layouts) and all(x["remote_ready"] for x in layouts)}
