@@ -109,11 +109,16 @@ def validate_file(path: str | os.PathLike, *, max_problems: int = 20, max_memory
     (False, ["tensor 'tensor', level 0, index 2: offset[2]=3 < offset[1]=5 (offsets must not decrease)"])
     """
     path = os.fspath(path)
+    with open_file(path, max_memory=max_memory) as f:
+        return validate_open_file(f, path, max_problems=max_problems, vocab_size=vocab_size)
+
+
+def validate_open_file(f, path: str, *, max_problems: int = 20, vocab_size: int | None = None) -> FileReport:
+    """:func:`validate_file` of a container already open (``open_file``'s handle), which stays open."""
     problems: list[Problem] = []
-    error = None
     errors: list[str] = []
     paddle = True  # every level holds a sequence (Paddle's rule on top of lodtool's)
-    with open_file(path, max_memory=max_memory) as f, bounded_metadata_cache(f.h5):
+    with bounded_metadata_cache(f.h5):
         if f.checksum_algorithm is None:
             problems.append(Problem(path, None, None, None,
                                     f"no checksums recorded (root attribute {spec.ATTR_CHECKSUM!r} is missing)"))
@@ -580,5 +585,5 @@ def _verify_dataset(path: str, ds: h5py.Dataset, label: str, max_memory: int,
     return None
 
 
-__all__ = ["validate_file", "inspect_file", "spooled_inspection", "verify_file", "verify_datasets", "Verification",
-           "FileReport", "Problem", "ChecksumMismatch"]
+__all__ = ["validate_file", "validate_open_file", "inspect_file", "spooled_inspection", "verify_file",
+           "verify_datasets", "Verification", "FileReport", "Problem", "ChecksumMismatch"]

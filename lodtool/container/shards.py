@@ -450,13 +450,20 @@ def shard_checksum(path: str | os.PathLike) -> str:
     >>> shard_checksum(p).startswith("xxh3_64:")
     True
     """
-    from . import checksum as _checksum
-    from ._h5 import translate
     from .reader import open_file
 
     path = os.fspath(path)
+    with open_file(path) as f:
+        return _recorded_checksum(f, path)
+
+
+def _recorded_checksum(f, path: str) -> str:
+    """:func:`shard_checksum` of a container already open."""
+    from . import checksum as _checksum
+    from ._h5 import translate
+
     hasher = _checksum.new_hasher()
-    with open_file(path) as f, translate(path, "cannot read the recorded checksums"):
+    with translate(path, "cannot read the recorded checksums"):
         for name in f.names:
             for ds, label in _tensor_datasets(f.h5, name):
                 stored = ds.attrs.get(_spec.ATTR_DIGEST) if ds is not None else None
@@ -1395,7 +1402,7 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
     >>> validate_sharded(d).ok
     True
     """
-    from .checks import FileReport, Problem, validate_file
+    from .checks import FileReport, Problem, validate_open_file
     from .reader import open_file
 
     path = os.fspath(path)
@@ -1415,19 +1422,19 @@ def validate_sharded(path: str | os.PathLike, *, max_problems: int = 20, max_mem
             problems.append(Problem(mpath, None, None, None, what if what.startswith("shard ") else
                                     f"shard {info.file} {what}"))
             continue
-        report = validate_file(spath, max_problems=max_problems, max_memory=max_memory, vocab_size=vocab_size)
-        problems.extend(report.problems)
-        if report.error:
-            errors.append(f"{info.file}: {report.error}")
-            continue
-        try:
-            with open_file(spath) as f:
+        with open_file(spath, max_memory=max_memory) as f:  # once: the shard's checks, then the manifest's
+            report = validate_open_file(f, spath, max_problems=max_problems, vocab_size=vocab_size)
+            problems.extend(report.problems)
+            if report.error:
+                errors.append(f"{info.file}: {report.error}")
+                continue
+            try:
                 refuse_foreign_storage(spath, f)
                 found = _shard_mismatches(f, info, manifest)
-            checksum = shard_checksum(spath)
-        except (LodFormatError, LodFileNotFoundError) as exc:
-            errors.append(str(exc))
-            continue
+                checksum = _recorded_checksum(f, spath)
+            except (LodFormatError, LodFileNotFoundError) as exc:
+                errors.append(str(exc))
+                continue
         problems += [Problem(spath, name, None, None, what) for name, what in found]
         if checksum != info.checksum:
             problems.append(Problem(spath, None, None, None, f"checksum {checksum}; {MANIFEST_NAME} records "
