@@ -86,7 +86,7 @@ def test_integers_give_float64_and_empty_matrices(backend):
 @pytest.mark.parametrize("make,error,match", [
     (lambda: (LoDTensor(np.zeros(4), [[0, 4]]), [1], [3], [1]), LodShapeError, "4 values"),
     (lambda: (LoDTensor(np.zeros(4), [[0, 4]]), [1, 1], [2, 2], [1]), LodShapeError, "1 sequences"),
-    (lambda: (LoDTensor(np.zeros((4, 2)), [[0, 4]]), [1], [4], [1]), LodShapeError, "one value per row"),
+    (lambda: (LoDTensor(np.zeros((4, 2)), [[0, 4]]), [1], [4], [1]), LodShapeError, "each row must hold one value"),
     (lambda: (LoDTensor(np.zeros(4, np.complex64), [[0, 4]]), [1], [4], [1]), LodDtypeError, "complex"),
     (lambda: (LoDTensor(np.zeros(4), [[0, 4]]), [1], [4], []), LodUsageError, "topks"),
     (lambda: (LoDTensor(np.zeros(4), [[0, 4]]), [1], [4], [0]), LodUsageError, "topks"),

@@ -80,6 +80,18 @@ def row_size(shape) -> int:
     return size
 
 
+def need_one_value_per_row(element_shape, op: str, value: str = "value", why: str = "") -> None:
+    """Refuse rows of more than one ``value``: ``op`` takes data of shape ``(N,)`` or ``(N, 1)``.
+
+    >>> need_one_value_per_row((2,), "sequence_enumerate")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lodtool.errors.LodShapeError: sequence_enumerate: each row must hold one value (...), but rows have shape (2,)
+    """
+    if row_size(element_shape) != 1:
+        raise LodShapeError(f"{op}: each row must hold one {value} (shape (N,) or (N, 1)), but rows have shape "
+                            f"{tuple(element_shape)}{why}")
+
+
 def word_dtype(row_bytes: int, address: int) -> np.dtype:
     for w in _WORDS:
         if row_bytes % w.itemsize == 0 and address % w.itemsize == 0:

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from .._jit import parallel_blocks
-from ..errors import LodShapeError, LodUsageError
+from ..errors import LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
-from ._util import U, as_tensor, as_words, cast_value, need_lod, row_size, words_of
+from ._util import U, as_tensor, as_words, cast_value, need_lod, need_one_value_per_row, words_of
 
 OP = "sequence_enumerate"
 _I64 = np.dtype(np.int64)
@@ -63,9 +63,7 @@ def sequence_enumerate(x: LoDTensor, win_size: int, pad_value: Any = 0, *, backe
     if isinstance(win_size, (bool, np.bool_)) or not isinstance(win_size, (int, np.integer)) or win_size < 2:
         raise LodUsageError(f"{OP}: win_size must be an integer >= 2 (as in Paddle), got {win_size!r}")
     win = int(win_size)
-    if row_size(xt.element_shape) != 1:
-        raise LodShapeError(f"{OP}: each row must hold one value (shape (N,) or (N, 1)), but rows have shape "
-                            f"{xt.element_shape}")
+    need_one_value_per_row(xt.element_shape, OP)
     pad = cast_value(pad_value, xt.dtype, f"{OP}: pad_value")
     be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from .._jit import kernel, parallel_blocks
-from ..errors import LodDtypeError, LodShapeError
+from ..errors import LodDtypeError
 from ..lod import lengths_to_offsets
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
-from ._util import U, as_tensor, need_lod, row_size
+from ._util import U, as_tensor, need_lod, need_one_value_per_row
 
 OP = "sequence_erase"
 _I64 = np.dtype(np.int64)
@@ -66,9 +66,7 @@ def sequence_erase(x: LoDTensor, tokens: Any, *, backend: str | None = None, dev
     need_lod(xt, OP)
     if xt.dtype.kind not in "iu":
         raise LodDtypeError(f"{OP}: x must hold integer token ids, got dtype {xt.dtype} (Paddle: int32 or int64)")
-    if row_size(xt.element_shape) != 1:
-        raise LodShapeError(f"{OP}: each row must hold one token id (shape (N,) or (N, 1)), but rows have shape "
-                            f"{xt.element_shape}")
+    need_one_value_per_row(xt.element_shape, OP, "token id")
     toks = erase_tokens(tokens, xt.dtype)
     be = get_backend((xt.data, *xt.offsets), backend, device)
     if be.name == "cupy":

@@ -27,16 +27,17 @@ from typing import Any
 import numpy as np
 
 from .._jit import kernel, parallel_blocks
-from ..errors import LodDtypeError, LodShapeError
+from ..errors import LodDtypeError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import Crossover, get_backend
-from ._util import U, as_tensor, need_lod, row_size
+from ._util import U, as_tensor, need_lod, need_one_value_per_row
 
 #: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
 cuda: Any = None
 
 OP = "sequence_softmax"
+_PADDLE_WIDTH = "; as in Paddle, the width of each time step must be 1"
 
 
 #: work (elements) from which the Numba kernel beats the reference (docs/benchmarks.md, crossovers)
@@ -73,9 +74,7 @@ def sequence_softmax(x: LoDTensor, *, backend: str | None = None, device: str | 
     """
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
-    if row_size(xt.element_shape) != 1:
-        raise LodShapeError(f"{OP}: each row must hold one value (shape (N,) or (N, 1)), but rows have shape "
-                            f"{xt.element_shape}; as in Paddle, the width of each time step must be 1")
+    need_one_value_per_row(xt.element_shape, OP, why=_PADDLE_WIDTH)
     out_dtype = softmax_dtype(xt.dtype)
     be = get_backend((xt.data, *xt.offsets), backend, device, work=xt.data.size, crossover=NUMBA_FROM)
     if be.name == "cupy":  # every level checked on the device; the result's offsets live there too
@@ -156,9 +155,7 @@ def cuda_softmax(xp, data: Any, offsets: Any, *, validated: bool = False):
     [0.5, 0.5, 1.0]
     """
     data = _cuda.on_device(xp, data)
-    if row_size(data.shape[1:]) != 1:
-        raise LodShapeError(f"sequence_softmax: each row must hold one value (shape (N,) or (N, 1)), but rows "
-                            f"have shape {tuple(data.shape[1:])}; as in Paddle, the width of each time step must be 1")
+    need_one_value_per_row(data.shape[1:], OP, why=_PADDLE_WIDTH)
     out_dtype = softmax_dtype(data.dtype)
     work = np.dtype(np.float32) if out_dtype == np.float16 else out_dtype
     off = _cuda.level_offsets(xp, offsets, int(data.shape[0]), validated)

@@ -41,7 +41,7 @@ from ..errors import LodDtypeError, LodShapeError, LodUsageError
 from ..tensor import LoDTensor
 from . import _cuda
 from ._backend import get_backend
-from ._util import U, as_tensor, need_lod, row_size
+from ._util import U, as_tensor, need_lod, need_one_value_per_row
 
 #: bound to ``numba.cuda`` in the CUDA kernels' globals when they compile (see _cuda.jit_kernels)
 cuda: Any = None
@@ -70,9 +70,7 @@ def sequence_topk_avg_pooling(x: LoDTensor, row: Any, column: Any, topks: Sequen
     """
     xt = as_tensor(x, "x")
     need_lod(xt, OP)
-    if row_size(xt.element_shape) != 1:
-        raise LodShapeError(f"{OP}: x must hold one value per row (shape (N,) or (N, 1)), got rows of shape "
-                            f"{xt.element_shape}")
+    need_one_value_per_row(xt.element_shape, OP)
     if xt.dtype.kind == "c":
         raise LodDtypeError(f"{OP}: x has dtype {xt.dtype}; complex values cannot be ranked")
     ks = _topks(topks)
