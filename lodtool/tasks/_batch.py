@@ -1578,7 +1578,7 @@ def _streamed_buckets(windows, o: dict) -> tuple[dict, tuple[np.ndarray, np.ndar
                                                                      else widths[b]), open_n[b])
                 counts.add_runs(*open_runs[b].runs())
     values, n = counts.runs()
-    return figures.stats("buckets", int(n[0]) if values.size and values[0] == 0 else 0), (values, n)
+    return figures.stats("buckets", _empty_runs(values, n)), (values, n)
 
 
 def _plan_arguments(source, plan_options: dict) -> dict:
@@ -1604,8 +1604,13 @@ def _run_stats(fig: dict, keep_last: bool, values: np.ndarray, n: np.ndarray, sk
             figures.lows[key], figures.highs[key] = fig["min_" + key], fig["max_" + key]
     if keep_last:
         figures.add(np.array([fig["last_tokens"]]), np.array([fig["last_padded"]]), fig["last_sequences"])
-    zeros = int(n[0]) if values.size and values[0] == 0 else 0
-    return figures.stats("sorted", min(zeros, figures.totals["sequences"]), skipped)  # the empty ones sort first
+    # the empty ones sort first
+    return figures.stats("sorted", min(_empty_runs(values, n), figures.totals["sequences"]), skipped)
+
+
+def _empty_runs(values: np.ndarray, n: np.ndarray) -> int:
+    """How many empty sequences the runs of :meth:`LengthCounts.runs` hold (lengths ascending: theirs is first)."""
+    return int(n[0]) if values.size and values[0] == 0 else 0
 
 
 class _BatchFigures:
