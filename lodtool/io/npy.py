@@ -29,7 +29,6 @@ names) ``level_names``, so npz -> pack -> unpack -> npz gives the same arrays.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import re
@@ -69,6 +68,7 @@ def _materialize(source: Any) -> Any:
 def read_npy_header(source: Any, label: str | None = None) -> tuple[tuple[int, ...], np.dtype, bool]:
     """``(shape, dtype, fortran_order)`` of a .npy file, read from its header only.
 
+    >>> import io
     >>> buf = io.BytesIO(); np.save(buf, np.zeros((3, 2), np.float32)); _ = buf.seek(0)
     >>> read_npy_header(buf)
     ((3, 2), dtype('float32'), False)
@@ -140,6 +140,7 @@ def iter_npy(sources: Sequence[Any], *, dtype: Any = None, lod_level: int | None
     files are memory-mapped where possible and gathered into chunks of about
     ``chunk_bytes``.  ``progress(n)`` gets the data bytes read so far.
 
+    >>> import io
     >>> a, b = io.BytesIO(), io.BytesIO()
     >>> np.save(a, np.arange(6).reshape(3, 2)); np.save(b, np.arange(2).reshape(1, 2))
     >>> _ = a.seek(0), b.seek(0)
@@ -217,6 +218,7 @@ def _npy_chunk(group: list[tuple[np.ndarray, str]], dtype: np.dtype, elem: tuple
 def read_npy(sources: Sequence[Any], *, dtype: Any = None) -> LoDTensor:
     """Read .npy files (each one top-level sequence) into one 1-level LoD tensor.
 
+    >>> import io
     >>> a = io.BytesIO(); np.save(a, np.ones((2, 3), np.uint8)); _ = a.seek(0)
     >>> read_npy([a]).shape
     (2, 3)
@@ -259,6 +261,7 @@ def load_npz_arrays(source: Any, *, required: Sequence[str] = (), allowed: Calla
     inflated last, after ``before_last(arrays so far, its shape)`` has checked the
     small ones (say, offsets against the data's rows).
 
+    >>> import io
     >>> buf = io.BytesIO(); np.savez(buf, a=np.arange(3)); _ = buf.seek(0)
     >>> sorted(load_npz_arrays(buf, required=["a"]))
     ['a']
@@ -339,6 +342,7 @@ def read_npz(source: Any, *, dtype: Any = None, lod_level: int | None = None, le
     claims before the data is inflated; ``max_memory`` bounds the declared
     sizes of all arrays together.
 
+    >>> import io
     >>> buf = io.BytesIO()
     >>> np.savez(buf, data=np.arange(7.0), lengths_0=[2, 1], lengths_1=[2, 2, 3]); _ = buf.seek(0)
     >>> read_npz(buf).lod
@@ -523,6 +527,7 @@ def write_npz_members(out: str | os.PathLike | BinaryIO,
     generators that read and compute as they go keep memory bounded.  A path is
     written atomically; a stream (a pipe too) in place.
 
+    >>> import io
     >>> buf = io.BytesIO()
     >>> write_npz_members(buf, [("a", (3, 2), "int32", (np.full((n, 2), n) for n in (1, 2))),
     ...                         ("b", (2,), "bool", [np.array([True, False])])])
@@ -557,6 +562,7 @@ def read(fmt: str, sources: Sequence[Any], *, lod_level: int | None = None, dtyp
 
     An archive is read whole: ``max_memory`` bounds the declared sizes of its arrays.
 
+    >>> import io
     >>> buf = io.BytesIO(); np.save(buf, np.arange(3)); _ = buf.seek(0)
     >>> [c.lod for c in read("npy", [buf])]
     [[[0, 3]]]

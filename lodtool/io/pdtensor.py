@@ -44,7 +44,6 @@ with ``paddle.static.save``), as the error says.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import struct
 import sys
