@@ -629,12 +629,12 @@ def slice_bounds(key: slice, count: int) -> tuple[int, int]:
 
 
 def counted(n: int, noun: str) -> str:
-    """``1 sequence``, ``2 sequences``: how every message counts things (the host's and the device's checks).
+    """``1 sequence``, ``2 sequences``, ``1,200 rows``: how every message counts things.
 
-    >>> counted(1, "row"), counted(3, "sequence")
-    ('1 row', '3 sequences')
+    >>> counted(1, "LoD level"), counted(3, "sequence"), counted(1200, "row")
+    ('1 LoD level', '3 sequences', '1,200 rows')
     """
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def level_position(level: int, n_levels: int) -> int:

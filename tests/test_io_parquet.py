@@ -253,7 +253,7 @@ def test_a_footer_claiming_2_40_rows_is_refused_before_decoding(tmp_path):
 
     path = tmp_path / "rows.parquet"
     path.write_bytes(parquet_claiming_rows(1 << 40))
-    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1099511627776 rows "
+    with pytest.raises(LodMemoryError, match=rf"^{path}: row group 0, column 't': decoding its 1,099,511,627,776 rows "
                                              r"needs [\d,]+ bytes, above the memory limit of 1,073,741,824"):
         list(iter_parquet([path], max_memory=1 << 30))
 

@@ -16,6 +16,7 @@ import click
 from .. import io as formats
 from .. import limits, storage
 from ..errors import LodFileNotFoundError, LodUsageError
+from ..lod import counted
 
 #: what slice, head and tail write: every writable io format, then the container
 FORMATS_OUT = [*formats.writable(), "h5"]
@@ -122,7 +123,7 @@ def _enter_storage_options(ctx: click.Context, _param, values):
         if made.requests > before.requests and (ctx.find_root().obj or {}).get("verbose"):
             from ..limits import human_bytes
 
-            click.echo(f"lodtool: {plural(made.requests - before.requests, 'request')} to object storage, "
+            click.echo(f"lodtool: {counted(made.requests - before.requests, 'request')} to object storage, "
                        f"{human_bytes(made.bytes - before.bytes)} read", err=True)
 
     ctx.call_on_close(report)
@@ -320,15 +321,6 @@ def _json_default(obj):
     if isinstance(obj, (np.generic, np.ndarray)):  # NumPy scalars and arrays as Python's
         return obj.tolist()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def plural(count: int, word: str) -> str:
-    """``1 sequence``, ``2 sequences``, ``1,000 rows`` (English plurals of lodtool's nouns).
-
-    >>> plural(1, "LoD level"), plural(3, "sequence"), plural(1200, "row")
-    ('1 LoD level', '3 sequences', '1,200 rows')
-    """
-    return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
 def is_quiet(ctx: click.Context) -> bool:

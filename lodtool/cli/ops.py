@@ -14,14 +14,15 @@ import sys
 import click
 
 from . import _options as opt
+from ..lod import counted
 
 
 def _report(ctx, result, as_json: bool, verb: str) -> None:
     if as_json:
         opt.emit_json(dataclasses.asdict(result))
     elif result.output != "-":
-        opt.message(ctx, f"{verb}: {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
-                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) -> "
+        opt.message(ctx, f"{verb}: {counted(result.sequences, 'sequence')}, {counted(result.rows, 'row')} "
+                         f"({result.dtype}, {counted(result.lod_level, 'LoD level')}) -> "
                          f"{result.output}:{result.name}")
 
 
@@ -198,7 +199,7 @@ def pad(ctx, file, name, output, max_memory, scheduler, workers, partition_size,
     if as_json:
         opt.emit_json(info)
     elif output != "-":
-        opt.message(ctx, f"padded {opt.plural(info['sequences'], 'sequence')} to {tuple(info['shape'])} -> {output}")
+        opt.message(ctx, f"padded {counted(info['sequences'], 'sequence')} to {tuple(info['shape'])} -> {output}")
 
 
 @click.command("unpad")
@@ -260,7 +261,7 @@ def _show_plan(plan, as_json: bool) -> None:
     from ._render import console
 
     con = console()
-    con.print(f"{opt.plural(plan.num_sequences, 'sequence')}, {opt.plural(plan.num_steps, 'time step')} (the "
+    con.print(f"{counted(plan.num_sequences, 'sequence')}, {counted(plan.num_steps, 'time step')} (the "
               f"longest sequence's), {plan.total_steps:,} steps in all")
     elided = False
     for key, pieces in plan.arrays().items():

@@ -8,6 +8,7 @@ import click
 
 from . import _options as opt
 from .. import io as formats
+from ..lod import counted
 
 
 def token_metadata_options(fn):
@@ -204,8 +205,8 @@ def pack(ctx, inputs, output, fmt, lod_level, dtype, name, level_names, compress
         if result.bytes_saved:  # compression takes much of what a narrower dtype saves: say both
             saved = (f"; {result.dtype} holds every value: {result.bytes_saved:,} bytes less than int64 before "
                      f"compression, {result.stored_bytes:,} bytes on disk")
-        opt.message(ctx, f"{verb} {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} "
-                         f"({result.dtype}, {opt.plural(result.lod_level, 'LoD level')}) into "
+        opt.message(ctx, f"{verb} {counted(result.sequences, 'sequence')}, {counted(result.rows, 'row')} "
+                         f"({result.dtype}, {counted(result.lod_level, 'LoD level')}) into "
                          f"{output}:{result.name}{saved}")
 
 
@@ -227,6 +228,6 @@ def _pack_sharded(ctx, inputs, output, fmt, lod_level, dtype, name, level_names,
     if as_json:
         opt.emit_json(info)
     else:
-        what = (f"{opt.plural(info['sequences'], 'sequence')}, {opt.plural(info['rows'], 'row')} ({info['dtype']}, "
-                f"{opt.plural(info['lod_level'], 'LoD level')}) in {opt.plural(info['shards'], 'shard')}")
+        what = (f"{counted(info['sequences'], 'sequence')}, {counted(info['rows'], 'row')} ({info['dtype']}, "
+                f"{counted(info['lod_level'], 'LoD level')}) in {counted(info['shards'], 'shard')}")
         opt.message(ctx, f"appended to {output}: now {what}" if append else f"packed {what} into {output}")

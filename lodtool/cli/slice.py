@@ -7,6 +7,7 @@ import sys
 import click
 
 from . import _options as opt
+from ..lod import counted
 
 
 #: the level a token format stores (the library's ``level=`` of its writer, unpack's --level), which slice's own
@@ -87,7 +88,7 @@ def slice_(ctx, file, path, name, level, range_, to, output, overwrite, force, s
                            eos_token_id=eos_token_id)
         if part.taken is not None and part.taken != (begin, end):
             opt.message(ctx, f"--range {range_} is sequences {part.taken[0]}:{part.taken[1]} of level {level} "
-                             f"({opt.plural(part.level_count, 'sequence')})")
+                             f"({counted(part.level_count, 'sequence')})")
         _write_result(ctx, part.tensor, output, fmt, part.name, overwrite, force, part.tokens, store_level)
 
 

@@ -6,7 +6,7 @@ import click
 
 from . import _options as opt
 from ..errors import LodUsageError
-from ..lod import format_path
+from ..lod import counted, format_path
 
 #: --style bars draws every length label and element mark; beyond this many it would not fit a screen
 MAX_BARS_ITEMS = 2000
@@ -69,8 +69,8 @@ def tree(ctx, file, name, depth, max_children, branch, style, as_json, token_dty
             return
         shape = "×".join(map(str, t.element_shape)) or "scalar"
         title = (f"[bold]{markup_safe(t.name)}[/] {format_path(path) if path else ''} "
-                 f"[dim]{t.dtype} {shape}, {opt.plural(t.lod_level - level, 'level')}, "
-                 f"{opt.plural(end - begin, 'sequence' if level < t.lod_level else 'row')}[/]")
+                 f"[dim]{t.dtype} {shape}, {counted(t.lod_level - level, 'level')}, "
+                 f"{counted(end - begin, 'sequence' if level < t.lod_level else 'row')}[/]")
         decoder = None
         if as_text:
             from ..text import decoder_for

@@ -9,6 +9,7 @@ import sys
 import click
 
 from . import _options as opt
+from ..lod import counted
 
 
 @click.command("unpack")
@@ -72,5 +73,5 @@ def unpack(ctx, file, name, to, output, level, dtype, detokenize, skip_special_t
                               eos_token_id=eos_token_id, detokenize=detokenize,
                               skip_special_tokens=skip_special_tokens)
     where = " + ".join(result.files) if result.files else "stdout" if output == "-" else output
-    opt.message(ctx, f"unpacked {opt.plural(result.sequences, 'sequence')}, {opt.plural(result.rows, 'row')} of "
+    opt.message(ctx, f"unpacked {counted(result.sequences, 'sequence')}, {counted(result.rows, 'row')} of "
                      f"{file}:{result.name} as {fmt} to {where} ({result.bytes_written:,} bytes)")
