@@ -178,13 +178,17 @@ def _defer(signum, frame) -> None:
 
 _swallowed_interrupts = 0  # KeyboardInterrupts dropped by a finalizer in the main thread
 _unraisablehook_before = None  # the hook that gets every other unraisable exception
+#: whether an interrupt a finalizer dropped also goes on to the hook set before (Python's "Exception ignored"
+#: report); the command line, which reports an interrupt in one line of its own, turns it off
+report_dropped_interrupts = True
 
 
 def _note_swallowed_interrupt(unraisable) -> None:
     global _swallowed_interrupts
     if issubclass(unraisable.exc_type, KeyboardInterrupt) and _in_main_thread():
-        _swallowed_interrupts += 1  # the write in progress raises it again (no traceback printed)
-        return
+        _swallowed_interrupts += 1  # the write in progress raises it again
+        if not report_dropped_interrupts:
+            return
     _unraisablehook_before(unraisable)
 
 
@@ -194,8 +198,9 @@ def interrupt_mark() -> int:
     Python prints and drops a ``KeyboardInterrupt`` raised inside ``__del__``
     or a weakref callback (h5py's objects have both), so a Ctrl-C that lands
     there would let the write run on to its commit.  Each call makes
-    ``sys.unraisablehook`` count those (every other exception goes on to the
-    hook that was set before); :func:`raise_if_interrupted_since` compares.
+    ``sys.unraisablehook`` count those (each goes on to the hook that was set
+    before too, unless :data:`report_dropped_interrupts` is off);
+    :func:`raise_if_interrupted_since` compares.
 
     >>> raise_if_interrupted_since(interrupt_mark())
     """

@@ -295,7 +295,15 @@ def _drop_an_interrupt_in_a_finalizer() -> None:
     _RaisesInFinalizer()  # collected at once: Python prints and drops what __del__ raised
 
 
-def test_an_interrupt_a_finalizer_dropped_stops_a_file_write_before_its_commit(tmp_path):
+@pytest.fixture
+def quiet_drops(monkeypatch):
+    """As the command line runs: a dropped interrupt is counted, not reported (no warning in the test run)."""
+    from lodtool import atomic
+
+    monkeypatch.setattr(atomic, "report_dropped_interrupts", False)
+
+
+def test_an_interrupt_a_finalizer_dropped_stops_a_file_write_before_its_commit(tmp_path, quiet_drops):
     from lodtool.container.writer import LodWriter
 
     target = tmp_path / "t.lod.h5"
@@ -309,7 +317,7 @@ def test_an_interrupt_a_finalizer_dropped_stops_a_file_write_before_its_commit(t
     assert load(str(target)).equals(_tensor(5, 1)) and os.listdir(tmp_path) == ["t.lod.h5"]
 
 
-def test_an_interrupt_a_finalizer_dropped_stops_a_sharded_write(tmp_path):
+def test_an_interrupt_a_finalizer_dropped_stops_a_sharded_write(tmp_path, quiet_drops):
     folder = tmp_path / "f"
     with pytest.raises(KeyboardInterrupt):
         with ShardWriter(str(folder), shard_size="1KB") as w:
@@ -319,7 +327,7 @@ def test_an_interrupt_a_finalizer_dropped_stops_a_sharded_write(tmp_path):
     assert not folder.exists()
 
 
-def test_an_interrupt_a_finalizer_dropped_before_the_last_piece_stops_the_commit(tmp_path):
+def test_an_interrupt_a_finalizer_dropped_before_the_last_piece_stops_the_commit(tmp_path, quiet_drops):
     from lodtool.atomic import AtomicPath
 
     target = tmp_path / "out.bin"
@@ -330,6 +338,21 @@ def test_an_interrupt_a_finalizer_dropped_before_the_last_piece_stops_the_commit
     with pytest.raises(KeyboardInterrupt):
         path.commit()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_dropped_interrupt_is_reported_as_python_would_unless_the_cli_runs(monkeypatch, tmp_path):
+    from lodtool import atomic
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_type))
+    mark = atomic.interrupt_mark()
+    _drop_an_interrupt_in_a_finalizer()
+    assert seen == [KeyboardInterrupt]  # a library keeps Python's report
+    monkeypatch.setattr(atomic, "report_dropped_interrupts", False)
+    _drop_an_interrupt_in_a_finalizer()
+    assert seen == [KeyboardInterrupt]  # the command line's: counted only
+    with pytest.raises(KeyboardInterrupt):
+        atomic.raise_if_interrupted_since(mark)
 
 
 def test_other_exceptions_in_finalizers_go_to_the_hook_set_before(monkeypatch):

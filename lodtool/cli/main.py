@@ -94,6 +94,9 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, help_) for name, (_, _, help_) in COMMANDS.items()])
 
     def invoke(self, ctx: click.Context):
+        from .. import atomic
+
+        reported, atomic.report_dropped_interrupts = atomic.report_dropped_interrupts, False  # one line, no traceback
         with warnings.catch_warnings():
             if not ctx.params.get("verbose"):
                 # a library warning (numpy on an old .npy header, h5py deprecations) is not the user's to act
@@ -103,6 +106,8 @@ class LazyGroup(click.Group):
                 return self._invoke(ctx)
             except KeyboardInterrupt as exc:  # also while an isolated child runs
                 _interrupted(ctx, exc)
+            finally:
+                atomic.report_dropped_interrupts = reported
 
     def _invoke(self, ctx: click.Context):
         from ._isolated import ISOLATION_ENV
