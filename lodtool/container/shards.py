@@ -495,7 +495,8 @@ def describe_shard(path: str | os.PathLike, file: str | None = None) -> ShardInf
     with open_file(path) as f:
         refuse_foreign_storage(path, f)
         counts = {name: TensorCounts.of(f[name]) for name in f.names}
-    return ShardInfo(file or os.path.basename(path), shard_checksum(path), counts)
+        checksum = _recorded_checksum(f, path)
+    return ShardInfo(file or os.path.basename(path), checksum, counts)
 
 
 def write_shard(path: str | os.PathLike, tensors: Mapping[str, LoDTensor], *,
