@@ -960,6 +960,12 @@ def _chunks_of(tensor, budget_bytes: int, limit: int, where: str):
                          limit, where)
 
 
+def _touched_scratch(sequences: int, rows: int, chunk_rows: int) -> np.ndarray:
+    """Room for every chunk one gather of ``sequences`` sequences and ``rows`` rows touches, at most: the chunks
+    of its rows, and two more a sequence (where one starts and ends inside a chunk)."""
+    return np.empty(2 * sequences + rows // chunk_rows + 2, np.int64)
+
+
 def _gather_ready(chunks, touched: np.ndarray, gather) -> int:
     """``gather(check)``, a call of the compiled gather, again after preparing (checking or decoding) the chunks it
     lists missing in ``touched``, until it gathers (or refuses) its batches; what it returned last."""
@@ -1002,7 +1008,7 @@ class SequenceGather:
         total = int((rows[seqs + 1] - rows[seqs]).sum())
         values = np.empty((total,) + self.element_shape, self.dtype)
         words, lengths, cu = words_of(values, self.word), np.empty(n, np.int64), np.empty(n + 1, np.int64)
-        touched = np.empty(2 * n + total // chunks.chunk_rows + 2, np.int64)
+        touched = _touched_scratch(n, total, chunks.chunk_rows)
         got = _gather_ready(chunks, touched, lambda check: gather_batch(
             chunks.words, chunks.table, self.word, chunks.chunk_rows, self.row_words, seqs, rows, _NO_LENGTHS, False,
             0, words, lengths, cu, _NO_POSITIONS, _NO_MASK.reshape(-1), touched, check))
@@ -1219,8 +1225,7 @@ class BatchReader:
         if self.reuse_buffers and _buffer_bytes(grouped, itemsize) <= f.max_memory:
             capacity, room = grouped, grouped_room
         chunks = _chunks_of(t, self.cache_bytes, f.max_memory, self.path)
-        # every chunk the batches of one gather touch, at most: each sequence spans its rows // chunk_rows + 2 chunks
-        touched = np.empty(2 * room[1] + room[0] // chunks.chunk_rows + 2, np.int64)
+        touched = _touched_scratch(room[1], room[0], chunks.chunk_rows)
         items = math.prod(t.element_shape)
         word = chunks.words.dtype.itemsize
         clipped = plan.lengths if plan.options.get("max_length") is not None else _NO_LENGTHS
