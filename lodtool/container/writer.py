@@ -321,16 +321,19 @@ def _write_chunks_direct(ds: h5py.Dataset, start: int, block: np.ndarray, rows: 
     flat = block.reshape(-1).view(np.uint8)
     count = -(-flat.shape[0] // chunk_bytes)
     zeros = (0,) * (block.ndim - 1)
+
+    def coord(k: int) -> tuple:  # where chunk k of the block starts in the dataset
+        return (start + k * rows,) + zeros
+
     fd = _raw_fd(ds)
     in_place = 0
     if fd is not None and chunk_bytes >= IN_PLACE_FROM_BYTES:  # chunk i is followed by four bytes of the block
         in_place = max(count - 1 if flat.shape[0] - (count - 1) * chunk_bytes >= 4 else count - 2, 0)
         in_place = min(in_place, max(IN_PLACE_UNTIL_CHUNKS - start // rows, 0))
     if in_place:
-        _write_in_place(ds.id, fd, flat, in_place, chunk_bytes, lambda k: (start + k * rows,) + zeros, hasher)
+        _write_in_place(ds.id, fd, flat, in_place, chunk_bytes, coord, hasher)
     if in_place < count:
-        staging = _write_staged(ds.id, flat, in_place, count, chunk_bytes, lambda k: (start + k * rows,) + zeros,
-                                hasher, staging)
+        staging = _write_staged(ds.id, flat, in_place, count, chunk_bytes, coord, hasher, staging)
     return staging or []
 
 
